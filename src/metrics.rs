@@ -1,0 +1,220 @@
+//! epp's own Prometheus metrics, as typed fields registered once and passed in.
+//!
+//! Names and labels follow the upstream EPP (`pkg/epp/metrics/metrics.go`) so dashboards and
+//! alerts carry over; families prefixed `epp_` are ours and say so in their help text.
+//! Label values are typed structs; nothing formats a metric name at request time.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type GaugeF = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    pub model_name: String,
+    pub target_model_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub model_name: String,
+    pub target_model_name: String,
+    pub priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub model_name: String,
+    pub target_model_name: String,
+    pub error_code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunningLabels {
+    pub model_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabels {
+    pub name: String,
+    pub model_server_pod: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub status: String,
+    pub target_model_name: String,
+    pub pod_name: String,
+    pub namespace: String,
+    pub port: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfoLabels {
+    pub commit: String,
+    pub build_ref: String,
+}
+
+/// Outcome of a background operation (scrape, config reload).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    success,
+    failure,
+}
+
+fn latency_buckets() -> Histogram {
+    // 50 µs .. ~100 s, doubling.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 22))
+}
+fn size_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(64.0, 4.0, 12))
+}
+fn token_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 20))
+}
+fn ratio_buckets() -> Histogram {
+    Histogram::new([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0].into_iter())
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric epp exports. Cheap to share behind an `Arc`.
+pub struct Metrics {
+    pub request_total: Family<RequestLabels, Counter>,
+    pub request_error_total: Family<ErrorLabels, Counter>,
+    pub request_duration: HistFamily<ModelLabels>,
+    pub request_sizes: HistFamily<ModelLabels>,
+    pub response_sizes: HistFamily<ModelLabels>,
+    pub input_tokens: HistFamily<ModelLabels>,
+    pub output_tokens: HistFamily<ModelLabels>,
+    pub prompt_cached_tokens: HistFamily<ModelLabels>,
+    pub running_requests: Family<RunningLabels, Gauge>,
+    pub pool_avg_kv: Family<PoolLabels, GaugeF>,
+    pub pool_avg_queue: Family<PoolLabels, GaugeF>,
+    pub pool_avg_running: Family<PoolLabels, GaugeF>,
+    pub pool_ready_pods: Family<PoolLabels, Gauge>,
+    pub pool_per_pod_queue: Family<PodLabels, GaugeF>,
+    pub scheduler_e2e: Histogram,
+    pub scheduler_attempts: Family<AttemptLabels, Counter>,
+    pub prefix_indexer_size: Gauge,
+    pub prefix_hit_ratio: Histogram,
+    pub prefix_hit_bytes: Histogram,
+    pub info: Family<InfoLabels, Gauge>,
+    pub scrapes: Family<OutcomeLabels, Counter>,
+    pub stale_endpoints: Gauge,
+    pub config_reloads: Family<OutcomeLabels, Counter>,
+    pub stream_resets: Counter,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::new();
+        m.register_objective(registry);
+        m.register_pool(registry);
+        m.register_extension(registry);
+        m
+    }
+
+    fn new() -> Self {
+        Self {
+            request_total: Family::default(),
+            request_error_total: Family::default(),
+            request_duration: Family::new_with_constructor(latency_buckets),
+            request_sizes: Family::new_with_constructor(size_buckets),
+            response_sizes: Family::new_with_constructor(size_buckets),
+            input_tokens: Family::new_with_constructor(token_buckets),
+            output_tokens: Family::new_with_constructor(token_buckets),
+            prompt_cached_tokens: Family::new_with_constructor(token_buckets),
+            running_requests: Family::default(),
+            pool_avg_kv: Family::default(),
+            pool_avg_queue: Family::default(),
+            pool_avg_running: Family::default(),
+            pool_ready_pods: Family::default(),
+            pool_per_pod_queue: Family::default(),
+            scheduler_e2e: latency_buckets(),
+            scheduler_attempts: Family::default(),
+            prefix_indexer_size: Gauge::default(),
+            prefix_hit_ratio: ratio_buckets(),
+            prefix_hit_bytes: size_buckets(),
+            info: Family::default(),
+            scrapes: Family::default(),
+            stale_endpoints: Gauge::default(),
+            config_reloads: Family::default(),
+            stream_resets: Counter::default(),
+        }
+    }
+
+    fn register_objective(&self, r: &mut Registry) {
+        r.register("inference_objective_request", "Counter of inference objective requests", self.request_total.clone());
+        r.register("inference_objective_request_error", "Counter of inference objective request errors", self.request_error_total.clone());
+        r.register("inference_objective_request_duration_seconds", "Inference objective response latency distribution in seconds", self.request_duration.clone());
+        r.register("inference_objective_request_sizes", "Inference objective requests size distribution in bytes", self.request_sizes.clone());
+        r.register("inference_objective_response_sizes", "Inference objective responses size distribution in bytes", self.response_sizes.clone());
+        r.register("inference_objective_input_tokens", "Inference objective input token count distribution", self.input_tokens.clone());
+        r.register("inference_objective_output_tokens", "Inference objective output token count distribution", self.output_tokens.clone());
+        r.register("inference_objective_prompt_cached_tokens", "Inference objective prompt cached token count distribution", self.prompt_cached_tokens.clone());
+        r.register("inference_objective_running_requests", "Inference objective number of running requests", self.running_requests.clone());
+    }
+
+    fn register_pool(&self, r: &mut Registry) {
+        r.register("inference_pool_average_kv_cache_utilization", "The average kv cache utilization for an inference server pool", self.pool_avg_kv.clone());
+        r.register("inference_pool_average_queue_size", "The average number of requests pending in the model server queue", self.pool_avg_queue.clone());
+        r.register("inference_pool_average_running_requests", "The average number of requests running in the model server", self.pool_avg_running.clone());
+        r.register("inference_pool_ready_pods", "The number of ready pods in the inference server pool", self.pool_ready_pods.clone());
+        r.register("inference_pool_per_pod_queue_size", "The total number of requests pending in the model server queue for each underlying pod", self.pool_per_pod_queue.clone());
+    }
+
+    fn register_extension(&self, r: &mut Registry) {
+        r.register("inference_extension_scheduler_e2e_duration_seconds", "End-to-end scheduling latency distribution in seconds", self.scheduler_e2e.clone());
+        r.register("inference_extension_scheduler_attempts", "Total number of scheduling attempts", self.scheduler_attempts.clone());
+        r.register("inference_extension_prefix_indexer_size", "Size of the prefix indexer (blocks across all endpoints)", self.prefix_indexer_size.clone());
+        r.register("inference_extension_prefix_indexer_hit_ratio", "Ratio of prefix length matched to total prefix length", self.prefix_hit_ratio.clone());
+        r.register("inference_extension_prefix_indexer_hit_bytes", "Length of the prefix match in bytes (tokens x 4)", self.prefix_hit_bytes.clone());
+        r.register("inference_extension_info", "General information of the current build", self.info.clone());
+        r.register("epp_metrics_scrapes", "epp: model-server metric scrapes by outcome", self.scrapes.clone());
+        r.register("epp_stale_endpoints", "epp: endpoints whose metrics are older than the staleness threshold", self.stale_endpoints.clone());
+        r.register("epp_config_reloads", "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)", self.config_reloads.clone());
+        r.register("epp_extproc_stream_resets", "epp: ext_proc streams reset by the gateway before the request finished", self.stream_resets.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_upstream_names() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let labels = RequestLabels { model_name: "m".into(), target_model_name: "m".into(), priority: "0".into() };
+        m.request_total.get_or_create(&labels).inc();
+        m.pool_ready_pods.get_or_create(&PoolLabels { name: "p".into() }).set(2);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("inference_objective_request_total{model_name=\"m\",target_model_name=\"m\",priority=\"0\"} 1"), "{text}");
+        assert!(text.contains("inference_pool_ready_pods{name=\"p\"} 2"));
+        assert!(text.contains("# TYPE inference_extension_scheduler_e2e_duration_seconds histogram"));
+    }
+}

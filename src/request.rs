@@ -1,0 +1,282 @@
+//! The OpenAI-style request as epp understands it: which API, which model, whether it streams,
+//! and the prompt the prefix index hashes.
+//!
+//! Parsing borrows the body and never re-serialises it: the model server must receive the
+//! client's bytes unchanged (upstream re-marshals and sorts keys, llm-d-router #2590). The only
+//! edit epp makes is the `model` value, patched in place at the byte range recorded here.
+
+pub mod tokenize;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::ops::Range;
+
+/// The API a request targets, detected by the suffix of its path as upstream does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiKind {
+    Completions,
+    ChatCompletions,
+    Responses,
+    Embeddings,
+    Conversations,
+}
+
+impl ApiKind {
+    /// Detects the API from a request path (query string ignored). Unknown paths are treated as
+    /// completions, upstream's default.
+    pub fn from_path(path: &str) -> Self {
+        let path = path.split(['?', '#']).next().unwrap_or(path).trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Self::ChatCompletions
+        } else if path.ends_with("/completions") {
+            Self::Completions
+        } else if path.ends_with("/responses") {
+            Self::Responses
+        } else if path.ends_with("/embeddings") {
+            Self::Embeddings
+        } else if path.ends_with("/conversations") {
+            Self::Conversations
+        } else {
+            Self::Completions
+        }
+    }
+
+    /// The body field this API cannot do without.
+    pub fn required_field(self) -> &'static str {
+        match self {
+            Self::Completions => "prompt",
+            Self::ChatCompletions => "messages",
+            Self::Responses | Self::Embeddings => "input",
+            Self::Conversations => "items",
+        }
+    }
+}
+
+/// What the prefix index hashes: text to tokenize, or token ids the client already supplied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// A parsed request body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LlmRequest {
+    pub api: ApiKind,
+    /// The `model` the client asked for.
+    pub model: String,
+    /// Byte range of the `model` JSON string (quotes included) in the body.
+    pub model_span: Range<usize>,
+    pub stream: bool,
+    pub prompt: Prompt,
+    /// `cache_salt` (vLLM): requests with different salts must not share cached prefixes.
+    pub cache_salt: Option<String>,
+}
+
+/// Why a body was refused. All of these are the client's fault (HTTP 400).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("request body is not valid JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("request body must be a JSON object")]
+    NotObject,
+    #[error("model not found in request body")]
+    MissingModel,
+    #[error("model must be a string")]
+    ModelNotString,
+    #[error("field `{0}` is required for this API")]
+    MissingField(&'static str),
+    #[error("field `{field}` is invalid: {reason}")]
+    InvalidField { field: &'static str, reason: &'static str },
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    items: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+    #[serde(default)]
+    cache_salt: Option<String>,
+}
+
+/// Parses `body` for `api`. `max_prompt_bytes` bounds how much prompt text is copied out: the
+/// prefix index never looks further than its token cap, so longer text is dead weight.
+pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRequest, RequestError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Err(e) => Err(RequestError::NotJson(e)),
+            Ok(_) => Err(RequestError::NotObject),
+        };
+    }
+    let wire: Wire<'_> = serde_json::from_slice(body).map_err(RequestError::NotJson)?;
+    let raw_model = wire.model.ok_or(RequestError::MissingModel)?;
+    let model: String = serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
+    let model_span = span_of(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
+    let stream = wire.stream.is_some_and(|s| s.get() == "true");
+    let prompt = prompt_of(api, &wire, max_prompt_bytes)?;
+    Ok(LlmRequest { api, model, model_span, stream, prompt, cache_salt: wire.cache_salt })
+}
+
+/// Byte range of `inner` within `outer`, when `inner` borrows from it.
+fn span_of(outer: &[u8], inner: &str) -> Option<Range<usize>> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    let end = start + inner.len();
+    (end <= outer.len()).then_some(start..end)
+}
+
+fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestError> {
+    let field = api.required_field();
+    let required = match api {
+        ApiKind::Completions => w.prompt,
+        ApiKind::ChatCompletions => w.messages,
+        ApiKind::Responses | ApiKind::Embeddings => w.input,
+        ApiKind::Conversations => w.items,
+    }
+    .filter(|v| v.get() != "null")
+    .ok_or(RequestError::MissingField(field))?;
+    match api {
+        ApiKind::Completions => completion_prompt(required, cap),
+        ApiKind::ChatCompletions => {
+            if !required.get().starts_with('[') {
+                return Err(RequestError::InvalidField { field, reason: "must be an array" });
+            }
+            if serde_json::from_str::<[serde::de::IgnoredAny; 0]>(required.get()).is_ok() {
+                return Err(RequestError::InvalidField { field, reason: "must not be empty" });
+            }
+            Ok(Prompt::Text(concat_raw(&[w.tools, Some(required)], cap)))
+        }
+        ApiKind::Responses => Ok(Prompt::Text(concat_raw(&[w.instructions, w.tools, Some(required)], cap))),
+        ApiKind::Embeddings => completion_prompt(required, cap),
+        ApiKind::Conversations => Ok(Prompt::Text(concat_raw(&[Some(required)], cap))),
+    }
+}
+
+/// A completions prompt: a string, a list of strings, token ids, or a list of token-id lists.
+fn completion_prompt(raw: &RawValue, cap: usize) -> Result<Prompt, RequestError> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum P {
+        Text(String),
+        Texts(Vec<String>),
+        Tokens(Vec<u32>),
+        TokenLists(Vec<Vec<u32>>),
+    }
+    let invalid = RequestError::InvalidField { field: "prompt", reason: "must be a string, strings or token ids" };
+    match serde_json::from_str::<P>(raw.get()).map_err(|_| invalid)? {
+        P::Text(t) => Ok(Prompt::Text(truncate(t, cap))),
+        P::Texts(ts) => Ok(Prompt::Text(truncate(ts.join("\n"), cap))),
+        P::Tokens(t) => Ok(Prompt::Tokens(t)),
+        P::TokenLists(ls) => Ok(Prompt::Tokens(ls.into_iter().next().unwrap_or_default())),
+    }
+}
+
+fn concat_raw(parts: &[Option<&RawValue>], cap: usize) -> String {
+    let mut out = String::new();
+    for part in parts.iter().flatten() {
+        if out.len() >= cap {
+            break;
+        }
+        out.push_str(part.get());
+    }
+    truncate(out, cap)
+}
+
+fn truncate(mut s: String, cap: usize) -> String {
+    if s.len() > cap {
+        let mut end = cap;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// Returns `body` with the `model` value at `span` replaced by `new_model` (JSON-escaped).
+/// Every other byte is the client's.
+pub fn rewrite_model(body: &[u8], span: &Range<usize>, new_model: &str) -> Vec<u8> {
+    let quoted = serde_json::Value::String(new_model.to_owned()).to_string();
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
+    out.extend_from_slice(&body[..span.start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[span.end..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<LlmRequest, RequestError> {
+        parse(ApiKind::ChatCompletions, body.as_bytes(), 1 << 20)
+    }
+
+    #[test]
+    fn detects_api_by_path_suffix() {
+        assert_eq!(ApiKind::from_path("/v1/chat/completions?x=1"), ApiKind::ChatCompletions);
+        assert_eq!(ApiKind::from_path("/v1/completions"), ApiKind::Completions);
+        assert_eq!(ApiKind::from_path("/openai/v1/responses"), ApiKind::Responses);
+        assert_eq!(ApiKind::from_path("/v1/embeddings/"), ApiKind::Embeddings);
+        assert_eq!(ApiKind::from_path("/v1/models"), ApiKind::Completions);
+    }
+
+    #[test]
+    fn extracts_model_stream_and_chat_prompt_with_tools_first() {
+        let body = r#"{"messages":[{"role":"system","content":"be brief"}],"tools":[{"t":1}], "model" : "m\u0031","stream":true}"#;
+        let r = chat(body).unwrap();
+        assert_eq!(r.model, "m1");
+        assert!(r.stream);
+        assert_eq!(&body[r.model_span.clone()], r#""m\u0031""#);
+        assert_eq!(r.prompt, Prompt::Text(r#"[{"t":1}][{"role":"system","content":"be brief"}]"#.into()));
+    }
+
+    #[test]
+    fn rewrite_keeps_every_other_byte() {
+        let body = br#"{ "z": 1,  "model":"a", "a" : [ 1 ,2 ] }"#;
+        let r = parse(ApiKind::Completions, br#"{ "z": 1,  "model":"a", "prompt" : [ 1 ,2 ] }"#, 99).unwrap();
+        assert_eq!(r.prompt, Prompt::Tokens(vec![1, 2]));
+        let out = rewrite_model(body, &r.model_span, "b\"x");
+        assert_eq!(out, br#"{ "z": 1,  "model":"b\"x", "a" : [ 1 ,2 ] }"#.to_vec());
+    }
+
+    #[test]
+    fn refuses_bad_bodies_with_named_causes() {
+        let cases: &[(&str, &str)] = &[
+            ("not json", "not valid JSON"),
+            ("[1,2]", "must be a JSON object"),
+            (r#"{"messages":[{}]}"#, "model not found"),
+            (r#"{"model":7,"messages":[{}]}"#, "model must be a string"),
+            (r#"{"model":"m"}"#, "`messages` is required"),
+            (r#"{"model":"m","messages":[]}"#, "must not be empty"),
+            (r#"{"model":"m","messages":{}}"#, "must be an array"),
+            (r#"{"model":"m","model":"n","messages":[{}]}"#, "duplicate field"),
+            (r#"{"model":"m","messages":[{}]} trailing"#, "not valid JSON"),
+        ];
+        for (body, want) in cases {
+            let err = chat(body).unwrap_err().to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+        let err = parse(ApiKind::Completions, br#"{"model":"m","prompt":{"a":1}}"#, 9).unwrap_err();
+        assert!(err.to_string().contains("prompt"));
+    }
+
+    #[test]
+    fn prompt_text_is_capped_on_a_char_boundary() {
+        let r = parse(ApiKind::Completions, r#"{"model":"m","prompt":"ééé"}"#.as_bytes(), 3).unwrap();
+        assert_eq!(r.prompt, Prompt::Text("é".into()));
+    }
+}

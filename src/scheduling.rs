@@ -1,0 +1,309 @@
+//! The scheduler: filters → weighted scorers → picker, pure and synchronous.
+//!
+//! # Algorithm
+//! 1. Filters run in order; an empty result is [`ScheduleError::AllFiltered`] (HTTP 429).
+//! 2. Staleness gate: of the survivors, endpoints whose metrics are stale (or never scraped) are
+//!    dropped when at least one is fresh, so a pod that stopped reporting is a last resort and
+//!    never a silent favourite (an idle-looking stale pod would otherwise win every comparison).
+//! 3. Each scorer yields a score per endpoint, clamped to [0, 1] (NaN → 0) and multiplied by its
+//!    weight; the weighted scores are summed (not divided by the total weight, as upstream; the
+//!    ranking is the same).
+//! 4. The picker chooses `maxNumOfEndpoints` endpoints in rank order.
+//!
+//! Cost: O(endpoints × scorers) plus a sort; no allocation proportional to the prompt. Nothing
+//! here mutates shared state or knows about tokio: randomness comes in as an `Rng`, the prefix
+//! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
+
+pub mod filter;
+pub mod picker;
+pub mod scorer;
+
+use crate::config::{EndpointPickerConfig, PluginSpec, Problem};
+use crate::endpoint::{EndpointId, EndpointMetrics};
+use filter::Filter;
+use picker::Picker;
+use rand::Rng;
+use scorer::{PrefixParams, Scorer};
+use std::sync::Arc;
+
+/// One endpoint as the scheduler sees it for one request: a value snapshot.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub id: EndpointId,
+    pub weight: u32,
+    pub metrics: Option<Arc<EndpointMetrics>>,
+    /// Queue depth: last scrape plus what epp dispatched since.
+    pub waiting: f64,
+    /// Running requests: last scrape, or epp's own in-flight count if that is larger.
+    pub running: f64,
+    pub kv_usage: f64,
+    /// Whether the metrics are younger than the staleness threshold.
+    pub fresh: bool,
+    /// Consecutive leading prompt blocks this endpoint is believed to hold.
+    pub prefix_blocks: usize,
+}
+
+/// What the scheduler needs to know about the request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SchedulingRequest<'a> {
+    /// The model after rewrites; also the LoRA adapter name when it is one.
+    pub target_model: &'a str,
+    /// Full prompt blocks considered by the prefix index.
+    pub prefix_total_blocks: usize,
+    pub block_size: usize,
+    /// The `test-epp-endpoint-selection` header, for the conformance filter.
+    pub test_endpoint_selection: Option<&'a str>,
+}
+
+/// The chosen endpoints in rank order (first is primary), with every candidate's total score.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub endpoints: Vec<EndpointId>,
+    pub scores: Vec<(EndpointId, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("no candidate endpoints")]
+    NoCandidates,
+    #[error("failed to find target endpoint: every candidate was filtered out")]
+    AllFiltered,
+}
+
+/// One scheduling profile, built from configuration.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    filters: Vec<Filter>,
+    scorers: Vec<(Scorer, f64)>,
+    picker: Picker,
+    prefix: Option<PrefixParams>,
+}
+
+impl Scheduler {
+    /// Runs one scheduling cycle.
+    pub fn schedule(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], rng: &mut impl Rng) -> Result<Decision, ScheduleError> {
+        if candidates.is_empty() {
+            return Err(ScheduleError::NoCandidates);
+        }
+        let mut pool: Vec<&Candidate> = candidates.iter().collect();
+        for f in &self.filters {
+            pool = f.filter(req, pool);
+            if pool.is_empty() {
+                return Err(ScheduleError::AllFiltered);
+            }
+        }
+        if pool.iter().any(|c| c.fresh) {
+            pool.retain(|c| c.fresh);
+        }
+        let totals = self.score(req, &pool);
+        let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
+        let endpoints = self.picker.pick(&scored, rng);
+        let scores = scored.iter().map(|(c, s)| (c.id, *s)).collect();
+        Ok(Decision { endpoints, scores })
+    }
+
+    fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> Vec<f64> {
+        let mut totals = vec![0.0; pool.len()];
+        let mut buf = vec![0.0; pool.len()];
+        for (scorer, weight) in &self.scorers {
+            scorer.score(req, pool, &mut buf);
+            for (t, s) in totals.iter_mut().zip(&buf) {
+                let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
+                *t += s * weight;
+            }
+        }
+        totals
+    }
+
+    /// Prefix-hashing parameters, when a prefix scorer (or the approximate prefix producer) is
+    /// configured; without one the director skips tokenization entirely.
+    pub fn prefix_params(&self) -> Option<&PrefixParams> {
+        self.prefix.as_ref()
+    }
+
+    /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
+    pub fn max_endpoints(&self) -> usize {
+        self.picker.max_endpoints()
+    }
+}
+
+/// Plugin types that upstream configurations name and that epp accepts without a plugin of its
+/// own, because epp does the same thing built in (profile handling, parsing, metric collection).
+const BUILT_IN_TYPES: &[&str] = &[
+    "single-profile-handler",
+    "openai-parser",
+    "metrics-data-source",
+    "core-metrics-extractor",
+    "utilization-detector",
+    "inflight-load-producer",
+];
+
+enum Built {
+    Filter(Filter),
+    Scorer(Scorer),
+    Picker(Picker),
+    Prefix(PrefixParams),
+    BuiltIn,
+}
+
+fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
+    let params = spec.parameters.clone().unwrap_or(serde_yaml::Value::Null);
+    let wrap = |e: serde_yaml::Error| Problem::Parameters { plugin: spec.name().to_owned(), message: e.to_string() };
+    if let Some(f) = Filter::build(&spec.plugin_type, &params).transpose() {
+        return f.map(Built::Filter).map_err(wrap);
+    }
+    if spec.plugin_type == "approx-prefix-cache-producer" {
+        return PrefixParams::from_yaml(&params).map(Built::Prefix).map_err(wrap);
+    }
+    if let Some(s) = Scorer::build(&spec.plugin_type, &params).transpose() {
+        return s.map(Built::Scorer).map_err(wrap);
+    }
+    if let Some(p) = Picker::build(&spec.plugin_type, &params).transpose() {
+        return p.map(Built::Picker).map_err(wrap);
+    }
+    if BUILT_IN_TYPES.contains(&spec.plugin_type.as_str()) {
+        return Ok(Built::BuiltIn);
+    }
+    Err(Problem::UnknownPluginType { plugin: spec.name().to_owned(), plugin_type: spec.plugin_type.clone() })
+}
+
+/// Builds the scheduler from a parsed configuration, reporting every problem at once.
+///
+/// Upstream defaulting applies: with no profile, one profile holds every configured plugin; a
+/// scorer without weight gets 1; a profile without a picker gets the first configured picker or
+/// a `max-score-picker`. epp runs a single profile (upstream's `single-profile-handler`).
+pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut built: Vec<(&str, Built)> = Vec::new();
+    for spec in &cfg.plugins {
+        match build_plugin(spec) {
+            Ok(b) => built.push((spec.name(), b)),
+            Err(p) => problems.push(p),
+        }
+    }
+    if cfg.scheduling_profiles.len() > 1 {
+        problems.push(Problem::Profile("only one scheduling profile is supported (single-profile-handler)".into()));
+    }
+    let refs: Vec<(String, f64)> = match cfg.scheduling_profiles.first() {
+        Some(p) => p.plugins.iter().map(|r| (r.plugin_ref.clone(), r.weight.unwrap_or(1.0))).collect(),
+        None => cfg.plugins.iter().map(|p| (p.name().to_owned(), 1.0)).collect(),
+    };
+    let mut sched = Scheduler { filters: Vec::new(), scorers: Vec::new(), picker: Picker::default(), prefix: None };
+    let mut picker = None;
+    for (name, weight) in &refs {
+        match built.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
+            Some(Built::Filter(f)) => sched.filters.push(f.clone()),
+            Some(Built::Scorer(s)) => sched.scorers.push((s.clone(), *weight)),
+            Some(Built::Picker(p)) => picker = picker.or(Some(p.clone())),
+            Some(Built::Prefix(_) | Built::BuiltIn) | None => {}
+        }
+    }
+    sched.picker = picker
+        .or_else(|| built.iter().find_map(|(_, b)| if let Built::Picker(p) = b { Some(p.clone()) } else { None }))
+        .unwrap_or_default();
+    let producer = built.iter().find_map(|(_, b)| if let Built::Prefix(p) = b { Some(p.clone()) } else { None });
+    sched.prefix = producer.or_else(|| sched.scorers.iter().find_map(|(s, _)| s.prefix_params().cloned()));
+    if problems.is_empty() {
+        Ok(sched)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A fresh candidate on port `port` with the given queue, KV usage and prefix match.
+    pub fn cand(port: u16, waiting: f64, kv: f64, prefix_blocks: usize) -> Candidate {
+        Candidate {
+            id: format!("10.0.0.1:{port}").parse().unwrap(),
+            weight: 1,
+            metrics: None,
+            waiting,
+            running: 0.0,
+            kv_usage: kv,
+            fresh: true,
+            prefix_blocks,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::cand;
+    use super::*;
+    use crate::config;
+    use proptest::prelude::*;
+    use rand::{rngs::SmallRng, SeedableRng};
+
+    fn default_scheduler() -> Scheduler {
+        build(&config::parse(config::DEFAULT_CONFIG).unwrap()).unwrap()
+    }
+
+    fn req(total: usize) -> SchedulingRequest<'static> {
+        SchedulingRequest { target_model: "m", prefix_total_blocks: total, block_size: 16, test_endpoint_selection: None }
+    }
+
+    #[test]
+    fn default_profile_prefers_short_queue_then_prefix() {
+        let s = default_scheduler();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let cands = [cand(1, 10.0, 0.5, 0), cand(2, 0.0, 0.5, 0)];
+        assert_eq!(s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints, vec![cands[1].id]);
+        let cands = [cand(1, 1.0, 0.2, 8), cand(2, 0.0, 0.2, 0)];
+        assert_eq!(s.schedule(&req(8), &cands, &mut rng).unwrap().endpoints, vec![cands[0].id], "prefix 3 beats queue 2");
+    }
+
+    #[test]
+    fn stale_endpoints_are_a_last_resort() {
+        let s = default_scheduler();
+        let mut rng = SmallRng::seed_from_u64(2);
+        let mut idle_but_stale = cand(1, 0.0, 0.0, 0);
+        idle_but_stale.fresh = false;
+        let busy = cand(2, 50.0, 0.9, 0);
+        let d = s.schedule(&req(0), &[idle_but_stale.clone(), busy.clone()], &mut rng).unwrap();
+        assert_eq!(d.endpoints, vec![busy.id]);
+        let d = s.schedule(&req(0), &[idle_but_stale.clone()], &mut rng).unwrap();
+        assert_eq!(d.endpoints, vec![idle_but_stale.id]);
+    }
+
+    #[test]
+    fn empty_candidates_and_unknown_types_are_errors() {
+        let s = default_scheduler();
+        let mut rng = SmallRng::seed_from_u64(3);
+        assert_eq!(s.schedule(&req(0), &[], &mut rng), Err(ScheduleError::NoCandidates));
+        let text = config::DEFAULT_CONFIG.replace("- type: queue-scorer", "- type: queue-scorer\n- type: magic-scorer");
+        let problems = build(&config::parse(&text).unwrap()).unwrap_err();
+        assert!(problems[0].to_string().contains("unknown type \"magic-scorer\""));
+    }
+
+    proptest! {
+        #[test]
+        fn never_picks_a_filtered_out_endpoint(
+            loads in proptest::collection::vec((0.0f64..100.0, 0.0f64..1.0, 0usize..10, any::<bool>()), 1..12),
+            allow in proptest::collection::vec(any::<bool>(), 12),
+            seed in any::<u64>(),
+        ) {
+            let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: header-based-testing-filter\n- type: queue-scorer\n- type: prefix-cache-scorer\n- type: weighted-random-picker\n  parameters: {maxNumOfEndpoints: 3}\n";
+            let s = build(&config::parse(text).unwrap()).unwrap();
+            let cands: Vec<Candidate> = loads.iter().enumerate().map(|(i, (q, kv, p, fresh))| {
+                let mut c = cand(i as u16 + 1, *q, *kv, *p);
+                c.fresh = *fresh;
+                c
+            }).collect();
+            let allowed: Vec<String> = cands.iter().zip(&allow).filter(|(_, a)| **a).map(|(c, _)| c.id.to_string()).collect();
+            let header = allowed.join(",");
+            let r = SchedulingRequest { test_endpoint_selection: Some(&header), ..req(10) };
+            let mut rng = SmallRng::seed_from_u64(seed);
+            match s.schedule(&r, &cands, &mut rng) {
+                Ok(d) => {
+                    prop_assert!(!d.endpoints.is_empty() && d.endpoints.len() <= 3);
+                    for e in &d.endpoints { prop_assert!(allowed.contains(&e.to_string())); }
+                    for (_, score) in &d.scores { prop_assert!(score.is_finite() && *score >= 0.0 && *score <= 2.0); }
+                }
+                Err(e) => prop_assert_eq!(e, ScheduleError::AllFiltered),
+            }
+        }
+    }
+}

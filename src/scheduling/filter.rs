@@ -1,0 +1,28 @@
+//! Filters: drop candidates that must not serve a request. One per file under `filter/`.
+
+mod header_based_testing;
+
+use super::{Candidate, SchedulingRequest};
+pub use header_based_testing::HeaderBasedTestingFilter;
+
+/// Every filter epp knows, by upstream type name.
+#[derive(Clone, Debug)]
+pub enum Filter {
+    HeaderBasedTesting(HeaderBasedTestingFilter),
+}
+
+impl Filter {
+    /// Builds the filter for `plugin_type`, or `None` when the type is not a filter.
+    pub fn build(plugin_type: &str, params: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
+        Ok(match plugin_type {
+            HeaderBasedTestingFilter::TYPE => Some(Self::HeaderBasedTesting(super::scorer::params(params)?)),
+            _ => None,
+        })
+    }
+
+    pub fn filter<'c>(&self, req: &SchedulingRequest<'_>, pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+        match self {
+            Self::HeaderBasedTesting(f) => f.filter(req, pool),
+        }
+    }
+}

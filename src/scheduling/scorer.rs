@@ -1,0 +1,74 @@
+//! Scorers: rate each candidate in [0, 1] (higher is better). One per file under `scorer/`.
+
+mod kv_cache;
+mod lora_affinity;
+mod prefix;
+mod queue;
+mod running_requests;
+
+use super::{Candidate, SchedulingRequest};
+pub use kv_cache::KvCacheScorer;
+pub use lora_affinity::LoraAffinityScorer;
+pub use prefix::{PrefixParams, PrefixScorer};
+pub use queue::QueueScorer;
+pub use running_requests::RunningRequestsScorer;
+
+/// Decodes plugin parameters strictly; absent parameters mean the defaults.
+pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(v: &serde_yaml::Value) -> Result<T, serde_yaml::Error> {
+    if v.is_null() {
+        Ok(T::default())
+    } else {
+        serde_yaml::from_value(v.clone())
+    }
+}
+
+/// Every scorer epp knows, by upstream type name.
+#[derive(Clone, Debug)]
+pub enum Scorer {
+    Queue(QueueScorer),
+    KvCache(KvCacheScorer),
+    Prefix(PrefixScorer),
+    LoraAffinity(LoraAffinityScorer),
+    RunningRequests(RunningRequestsScorer),
+}
+
+impl Scorer {
+    /// Builds the scorer for `plugin_type`, or `None` when the type is not a scorer.
+    pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
+        Ok(Some(match plugin_type {
+            QueueScorer::TYPE => Self::Queue(params(p)?),
+            KvCacheScorer::TYPE => Self::KvCache(params(p)?),
+            PrefixScorer::TYPE => Self::Prefix(PrefixScorer::new(PrefixParams::from_yaml(p)?)),
+            LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
+            RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Writes one score per candidate of `pool` into `out` (same length).
+    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+        match self {
+            Self::Queue(s) => s.score(pool, out),
+            Self::KvCache(s) => s.score(pool, out),
+            Self::Prefix(s) => s.score(req, pool, out),
+            Self::LoraAffinity(s) => s.score(req, pool, out),
+            Self::RunningRequests(s) => s.score(pool, out),
+        }
+    }
+
+    pub fn prefix_params(&self) -> Option<&PrefixParams> {
+        match self {
+            Self::Prefix(s) => Some(&s.params),
+            _ => None,
+        }
+    }
+}
+
+/// Min-max normalisation where less is better: the smallest value scores 1, the largest 0, all
+/// equal scores 1. Shared by the queue and running-requests scorers.
+pub(crate) fn min_max_inverse(values: impl Iterator<Item = f64> + Clone, out: &mut [f64]) {
+    let (lo, hi) = values.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = if hi > lo { (hi - v) / (hi - lo) } else { 1.0 };
+    }
+}
