@@ -1,6 +1,11 @@
 pub mod config;
+pub mod datastore;
+pub mod director;
+pub mod discovery;
 pub mod endpoint;
 pub mod metrics;
 pub mod prefix;
 pub mod request;
 pub mod scheduling;
+pub mod scrape;
+pub mod watch;

@@ -1,0 +1,324 @@
+//! One request's control flow, free of transport: parse → rewrite → candidates → prefix lookup →
+//! schedule → record. The ext_proc adapter calls [`Director::route`] once per request and holds
+//! the returned [`Routed`] until the response ends.
+
+use crate::config::{self, ConfigError, Problem};
+use crate::datastore::{Datastore, EndpointState, InflightGuard};
+use crate::endpoint::EndpointId;
+use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
+use crate::prefix::{self, index::PrefixIndex};
+use crate::request::tokenize::Tokenizer;
+use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
+use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
+use arc_swap::ArcSwap;
+use rand::Rng;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a configuration becomes: the scheduler plus the tokenizer its prefix scorer needs.
+pub struct Runtime {
+    pub scheduler: Scheduler,
+    pub tokenizer: Option<Tokenizer>,
+    pub source: String,
+}
+
+impl Runtime {
+    /// Parses, validates and builds a configuration. A tokenizer already built for the same
+    /// vocabulary is reused (building one costs 0.1–0.2 s).
+    pub fn build(text: &str, previous: Option<&Runtime>) -> Result<Self, ConfigError> {
+        let doc = config::parse(text)?;
+        let scheduler = scheduling::build(&doc).map_err(ConfigError::from)?;
+        let tokenizer = match scheduler.prefix_params() {
+            None => None,
+            Some(p) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.vocabulary() == p.tokenizer) {
+                Some(t) => Some(t),
+                None => Some(Tokenizer::new(p.tokenizer).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
+            },
+        };
+        Ok(Self { scheduler, tokenizer, source: text.to_owned() })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DirectorOptions {
+    pub pool_name: String,
+    /// Metrics older than this make an endpoint a last resort.
+    pub staleness: Duration,
+    /// Honour the gateway's subset hint (`--disable-endpoint-subset-filter` turns it off).
+    pub subset_filter: bool,
+}
+
+/// A request as the ext_proc adapter hands it over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Incoming<'a> {
+    pub path: &'a str,
+    pub body: &'a [u8],
+    /// `x-gateway-model-name-rewrite`.
+    pub model_rewrite: Option<&'a str>,
+    /// `envoy.lb.subset_hint` entries; `Some(&[])` means "present and empty".
+    pub subset: Option<&'a [String]>,
+    /// `test-epp-endpoint-selection`.
+    pub test_endpoint_selection: Option<&'a str>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DirectorError {
+    #[error(transparent)]
+    BadRequest(#[from] RequestError),
+    #[error("failed to find endpoint candidates: {0}")]
+    NoCandidates(&'static str),
+    #[error(transparent)]
+    Schedule(ScheduleError),
+    #[error("scheduler chose endpoint {0} that is not in the datastore")]
+    UnknownEndpoint(EndpointId),
+}
+
+/// Keeps a routed request counted (in-flight per endpoint, running per model) until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    _inflight: InflightGuard,
+    running: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.running.dec();
+    }
+}
+
+/// A routing decision and what the response phase needs from it.
+#[derive(Debug)]
+pub struct Routed {
+    /// Destinations in rank order; the first is the primary.
+    pub destinations: Vec<EndpointId>,
+    /// The body to forward when it changed (model rewrite); `None` forwards the original.
+    pub body: Option<Vec<u8>>,
+    pub model: String,
+    pub target_model: String,
+    pub stream: bool,
+    pub started: Instant,
+    pub lease: Lease,
+}
+
+/// Usage and size figures of a finished response, for metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResponseSummary {
+    pub request_bytes: usize,
+    pub response_bytes: usize,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+}
+
+pub struct Director {
+    datastore: Arc<Datastore>,
+    runtime: ArcSwap<Runtime>,
+    index: PrefixIndex,
+    metrics: Arc<Metrics>,
+    opts: DirectorOptions,
+}
+
+/// The prompt's block hashes and what the index believes about them.
+struct PrefixLookup {
+    hashes: Vec<u64>,
+    block_size: usize,
+    capacity: usize,
+    auto_tune: bool,
+    matches: Vec<(EndpointId, usize)>,
+}
+
+impl Director {
+    pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>, opts: DirectorOptions) -> Self {
+        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), metrics, opts }
+    }
+
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.load_full()
+    }
+
+    /// Swaps in a new configuration; requests in progress finish with the old one.
+    pub fn set_runtime(&self, runtime: Runtime) {
+        self.runtime.store(Arc::new(runtime));
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn prefix_index(&self) -> &PrefixIndex {
+        &self.index
+    }
+
+    pub fn pool_name(&self) -> &str {
+        &self.opts.pool_name
+    }
+
+    /// Routes a request with a body.
+    pub fn route(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
+        let started = Instant::now();
+        let runtime = self.runtime.load();
+        let max_text = runtime.scheduler.prefix_params().map_or(0, |p| p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8);
+        let req = request::parse(ApiKind::from_path(inc.path), inc.body, max_text.max(4096))?;
+        let target = inc.model_rewrite.filter(|m| !m.is_empty()).unwrap_or(&req.model).to_owned();
+        let snapshot = self.datastore.snapshot();
+        let states = self.candidate_states(&snapshot, inc.subset)?;
+        let lookup = self.lookup_prefix(&runtime, &req, &target, &states);
+        let candidates = self.candidates(&states, lookup.as_ref());
+        let sreq = SchedulingRequest {
+            target_model: &target,
+            prefix_total_blocks: lookup.as_ref().map_or(0, |l| l.hashes.len()),
+            block_size: lookup.as_ref().map_or(16, |l| l.block_size),
+            test_endpoint_selection: inc.test_endpoint_selection,
+        };
+        let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        if let Some(l) = &lookup {
+            self.record_prefix(l, primary);
+        }
+        let body = (target != req.model).then(|| request::rewrite_model(inc.body, &req.model_span, &target));
+        let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: "0".into() };
+        self.metrics.request_total.get_or_create(&labels).inc();
+        let lease = self.lease(primary, &req.model);
+        Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease })
+    }
+
+    /// Routes a request without a body (GET and friends): load-aware, no prompt.
+    pub fn route_bodyless(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
+        let started = Instant::now();
+        let runtime = self.runtime.load();
+        let snapshot = self.datastore.snapshot();
+        let states = self.candidate_states(&snapshot, inc.subset)?;
+        let candidates = self.candidates(&states, None);
+        let sreq = SchedulingRequest { block_size: 16, test_endpoint_selection: inc.test_endpoint_selection, ..Default::default() };
+        let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        let lease = self.lease(primary, "");
+        Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease })
+    }
+
+    /// Records a finished response in the objective metrics.
+    pub fn finish(&self, routed: &Routed, summary: &ResponseSummary) {
+        let labels = ModelLabels { model_name: routed.model.clone(), target_model_name: routed.target_model.clone() };
+        let m = &self.metrics;
+        m.request_duration.get_or_create(&labels).observe(routed.started.elapsed().as_secs_f64());
+        m.request_sizes.get_or_create(&labels).observe(summary.request_bytes as f64);
+        m.response_sizes.get_or_create(&labels).observe(summary.response_bytes as f64);
+        if let Some(t) = summary.prompt_tokens {
+            m.input_tokens.get_or_create(&labels).observe(t as f64);
+        }
+        if let Some(t) = summary.completion_tokens {
+            m.output_tokens.get_or_create(&labels).observe(t as f64);
+        }
+        if let Some(t) = summary.cached_tokens {
+            m.prompt_cached_tokens.get_or_create(&labels).observe(t as f64);
+        }
+    }
+
+    /// Forgets prefix entries of endpoints that are gone.
+    pub fn prune_index(&self) {
+        let live: HashSet<EndpointId> = self.datastore.snapshot().iter().map(|s| s.id()).collect();
+        self.index.retain(&live);
+    }
+
+    fn candidate_states<'s>(&self, snapshot: &'s crate::datastore::EndpointSet, subset: Option<&[String]>) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
+        if snapshot.is_empty() {
+            return Err(DirectorError::NoCandidates("no ready endpoints in the pool"));
+        }
+        let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
+            None => snapshot.iter().collect(),
+            Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
+            Some(list) => snapshot.iter().filter(|s| in_subset(s.id(), list)).collect(),
+        };
+        if states.is_empty() {
+            return Err(DirectorError::NoCandidates("no endpoint matches the subset hint"));
+        }
+        Ok(states)
+    }
+
+    fn lookup_prefix(&self, runtime: &Runtime, req: &LlmRequest, target: &str, states: &[&Arc<EndpointState>]) -> Option<PrefixLookup> {
+        let params = runtime.scheduler.prefix_params()?;
+        let reported = states.iter().find_map(|s| s.metrics().and_then(|m| m.cache));
+        let tuned = reported.filter(|_| params.auto_tune);
+        let block_size = tuned.map_or(params.block_size_tokens, |c| c.block_size as usize);
+        let max_blocks = params.max_blocks(block_size);
+        let tokens = match &req.prompt {
+            Prompt::Tokens(t) => std::borrow::Cow::Borrowed(t.as_slice()),
+            Prompt::Text(text) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_blocks * block_size)),
+        };
+        let hashes = prefix::block_hashes(target, req.cache_salt.as_deref(), &tokens, block_size, max_blocks);
+        let matches = self.index.longest_prefix(&hashes);
+        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches })
+    }
+
+    fn candidates(&self, states: &[&Arc<EndpointState>], lookup: Option<&PrefixLookup>) -> Vec<Candidate> {
+        let now = Instant::now();
+        states
+            .iter()
+            .map(|s| {
+                let m = s.metrics();
+                let fresh = m.as_ref().is_some_and(|m| m.age(now) <= self.opts.staleness);
+                let (waiting, running, kv) = m.as_ref().map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
+                let prefix_blocks = lookup.and_then(|l| l.matches.iter().find(|(id, _)| *id == s.id())).map_or(0, |(_, n)| *n);
+                Candidate {
+                    id: s.id(),
+                    weight: s.endpoint.weight,
+                    metrics: m,
+                    waiting: waiting + f64::from(s.dispatched_since_scrape()),
+                    running: running.max(f64::from(s.inflight())),
+                    kv_usage: kv,
+                    fresh,
+                    prefix_blocks,
+                }
+            })
+            .collect()
+    }
+
+    fn schedule(&self, scheduler: &Scheduler, sreq: &SchedulingRequest<'_>, candidates: &[Candidate], rng: &mut impl Rng, started: Instant) -> Result<Vec<EndpointId>, DirectorError> {
+        let result = scheduler.schedule(sreq, candidates, rng);
+        self.metrics.scheduler_e2e.observe(started.elapsed().as_secs_f64());
+        let (status, pod) = match &result {
+            Ok(d) => ("success", d.endpoints.first().map(|e| e.to_string()).unwrap_or_default()),
+            Err(_) => ("failure", String::new()),
+        };
+        let port = pod.rsplit(':').next().unwrap_or("").to_owned();
+        let labels = AttemptLabels { status: status.into(), target_model_name: sreq.target_model.to_owned(), pod_name: pod, namespace: String::new(), port };
+        self.metrics.scheduler_attempts.get_or_create(&labels).inc();
+        match result {
+            Ok(d) if !d.endpoints.is_empty() => Ok(d.endpoints),
+            Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
+            Err(e) => Err(DirectorError::Schedule(e)),
+        }
+    }
+
+    fn record_prefix(&self, l: &PrefixLookup, primary: &Arc<EndpointState>) {
+        let total = l.hashes.len();
+        if total == 0 {
+            return;
+        }
+        let matched = l.matches.iter().find(|(id, _)| *id == primary.id()).map_or(0, |(_, n)| *n);
+        self.metrics.prefix_hit_ratio.observe(matched as f64 / total as f64);
+        self.metrics.prefix_hit_bytes.observe((matched * l.block_size * 4) as f64);
+        let reported = primary.metrics().and_then(|m| m.cache).filter(|_| l.auto_tune);
+        let capacity = reported.map_or(l.capacity, |c| c.num_blocks as usize);
+        self.index.record(primary.id(), &l.hashes, capacity);
+    }
+
+    fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {
+        let running = self.metrics.running_requests.get_or_create(&RunningLabels { model_name: model.to_owned() }).clone();
+        running.inc();
+        Lease { _inflight: primary.acquire(), running }
+    }
+}
+
+/// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
+/// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
+fn in_subset(id: EndpointId, list: &[String]) -> bool {
+    list.iter().map(|e| e.trim()).any(|e| match e.parse::<EndpointId>() {
+        Ok(exact) => exact == id,
+        Err(_) => e.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip == id.0.ip()),
+    })
+}
+
+#[cfg(test)]
+mod tests;

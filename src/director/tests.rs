@@ -1,0 +1,127 @@
+use super::*;
+use crate::endpoint::{Endpoint, EndpointMetrics};
+use prometheus_client::registry::Registry;
+use rand::{rngs::SmallRng, SeedableRng};
+
+fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
+    let ds = Arc::new(Datastore::new());
+    ds.set_endpoints(ports.iter().map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap())).collect());
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    let opts = DirectorOptions { pool_name: "pool".into(), staleness: Duration::from_secs(2), subset_filter: true };
+    let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    (Director::new(Arc::clone(&ds), runtime, metrics, opts), ds)
+}
+
+fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
+    let id: EndpointId = format!("127.0.0.1:{port}").parse().unwrap();
+    let m = EndpointMetrics { waiting, running: 0.0, kv_usage: 0.1, lora: None, cache: None, updated: Instant::now() - age };
+    ds.snapshot().get(&id).unwrap().store_metrics(m);
+}
+
+fn chat(content: &str) -> Vec<u8> {
+    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]}).to_string().into_bytes()
+}
+
+fn incoming(body: &[u8]) -> Incoming<'_> {
+    Incoming { path: "/v1/chat/completions", body, ..Default::default() }
+}
+
+#[test]
+fn a_deep_queue_gets_no_new_traffic() {
+    let (d, ds) = director(&[1, 2]);
+    set_metrics(&ds, 1, 40.0, Duration::ZERO);
+    set_metrics(&ds, 2, 0.0, Duration::ZERO);
+    let mut rng = SmallRng::seed_from_u64(1);
+    for i in 0..5 {
+        let body = chat(&format!("question {i}"));
+        let routed = d.route(&incoming(&body), &mut rng).unwrap();
+        assert_eq!(routed.destinations[0].0.port(), 2);
+    }
+}
+
+#[test]
+fn a_burst_between_scrapes_spreads_instead_of_herding() {
+    let (d, ds) = director(&[1, 2, 3, 4]);
+    for p in 1..=4 {
+        set_metrics(&ds, p, 0.0, Duration::ZERO);
+    }
+    let mut rng = SmallRng::seed_from_u64(2);
+    let leases: Vec<Routed> = (0..4).map(|i| d.route(&incoming(&chat(&format!("distinct {i}"))), &mut rng).unwrap()).collect();
+    let ports: HashSet<u16> = leases.iter().map(|r| r.destinations[0].0.port()).collect();
+    assert_eq!(ports.len(), 4, "each request of the burst saw the previous ones");
+}
+
+#[test]
+fn repeated_long_prompts_stick_to_one_pod() {
+    let (d, ds) = director(&[1, 2, 3]);
+    for p in 1..=3 {
+        set_metrics(&ds, p, 0.0, Duration::ZERO);
+    }
+    let long = "You are a careful assistant. ".repeat(200);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let first = d.route(&incoming(&chat(&long)), &mut rng).unwrap().destinations[0];
+    for _ in 0..10 {
+        let routed = d.route(&incoming(&chat(&long)), &mut rng).unwrap();
+        assert_eq!(routed.destinations[0], first);
+    }
+    assert!(d.prefix_index().size() > 0);
+}
+
+#[test]
+fn stale_pods_are_avoided() {
+    let (d, ds) = director(&[1, 2]);
+    set_metrics(&ds, 1, 0.0, Duration::from_secs(10));
+    set_metrics(&ds, 2, 30.0, Duration::ZERO);
+    let mut rng = SmallRng::seed_from_u64(4);
+    for i in 0..5 {
+        assert_eq!(d.route(&incoming(&chat(&i.to_string())), &mut rng).unwrap().destinations[0].0.port(), 2);
+    }
+}
+
+#[test]
+fn subset_hints_restrict_or_reject() {
+    let (d, _ds) = director(&[1, 2, 3]);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let body = chat("hi");
+    let only3 = vec!["127.0.0.1:3".to_string()];
+    for _ in 0..5 {
+        let inc = Incoming { subset: Some(&only3), ..incoming(&body) };
+        assert_eq!(d.route(&inc, &mut rng).unwrap().destinations[0].0.port(), 3);
+    }
+    let empty: Vec<String> = Vec::new();
+    let err = d.route(&Incoming { subset: Some(&empty), ..incoming(&body) }, &mut rng).unwrap_err();
+    assert!(matches!(err, DirectorError::NoCandidates(_)));
+    let other = vec!["10.9.9.9".to_string()];
+    assert!(d.route(&Incoming { subset: Some(&other), ..incoming(&body) }, &mut rng).is_err());
+}
+
+#[test]
+fn rewrite_changes_only_the_model_value() {
+    let (d, _ds) = director(&[1]);
+    let body = br#"{ "model" : "m",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#;
+    let inc = Incoming { model_rewrite: Some("m-v2"), ..incoming(body) };
+    let routed = d.route(&inc, &mut SmallRng::seed_from_u64(6)).unwrap();
+    assert_eq!(routed.body.unwrap(), br#"{ "model" : "m-v2",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#.to_vec());
+    assert_eq!((routed.model.as_str(), routed.target_model.as_str()), ("m", "m-v2"));
+    let same = d.route(&incoming(body), &mut SmallRng::seed_from_u64(6)).unwrap();
+    assert!(same.body.is_none(), "nothing changed, the original bytes are forwarded");
+}
+
+#[test]
+fn leases_count_inflight_until_dropped() {
+    let (d, ds) = director(&[1]);
+    let routed = d.route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(7)).unwrap();
+    let state = Arc::clone(ds.snapshot().get(&routed.destinations[0]).unwrap());
+    assert_eq!(state.inflight(), 1);
+    drop(routed);
+    assert_eq!(state.inflight(), 0);
+}
+
+#[test]
+fn no_endpoints_is_no_candidates_and_bad_body_is_bad_request() {
+    let (d, _ds) = director(&[]);
+    let mut rng = SmallRng::seed_from_u64(8);
+    assert!(matches!(d.route(&incoming(&chat("x")), &mut rng), Err(DirectorError::NoCandidates(_))));
+    assert!(matches!(d.route(&incoming(b"{"), &mut rng), Err(DirectorError::BadRequest(_))));
+    assert!(matches!(d.route_bodyless(&incoming(b""), &mut rng), Err(DirectorError::NoCandidates(_))));
+}

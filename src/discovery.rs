@@ -1,0 +1,117 @@
+//! Static discovery: endpoints from `--static-endpoints` and `--static-endpoints-file`.
+//!
+//! The file is a YAML list of endpoints (`address`, `port`, optional `name`, `engineType`,
+//! `labels`, `weight`), re-read when it changes. An invalid file keeps the last good set and is
+//! logged. Kubernetes discovery writes into the same datastore.
+
+use crate::datastore::Datastore;
+use crate::endpoint::{Endpoint, EndpointId, EngineType};
+use crate::watch::FileWatch;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("invalid endpoint {value:?} in --static-endpoints: expected ip:port")]
+    Flag { value: String },
+    #[error("endpoints file: {0}")]
+    File(#[from] serde_yaml::Error),
+    #[error("endpoints file entry {index}: weight must be >= 1")]
+    Weight { index: usize },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FileEntry {
+    address: IpAddr,
+    port: u16,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    engine_type: EngineType,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default = "one")]
+    weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Parses `ip:port,ip:port`.
+pub fn parse_flag(value: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<EndpointId>().map(Endpoint::from_id).map_err(|_| DiscoveryError::Flag { value: s.to_owned() }))
+        .collect()
+}
+
+/// Parses the endpoints file.
+pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
+    let entries: Vec<FileEntry> = serde_yaml::from_str(text)?;
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, e)| {
+            if e.weight == 0 {
+                return Err(DiscoveryError::Weight { index });
+            }
+            let id = EndpointId(SocketAddr::new(e.address, e.port));
+            Ok(Endpoint { id, name: e.name.unwrap_or_else(|| id.to_string()), engine: e.engine_type, labels: e.labels, weight: e.weight })
+        })
+        .collect()
+}
+
+/// Publishes the flag endpoints, then follows the file (if any) until `shutdown`.
+pub async fn run(datastore: Arc<Datastore>, fixed: Vec<Endpoint>, file: Option<PathBuf>, poll: Duration, shutdown: CancellationToken) {
+    let Some(path) = file else {
+        datastore.set_endpoints(fixed);
+        return;
+    };
+    let mut watch = FileWatch::new(path);
+    let mut tick = tokio::time::interval(poll);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match watch.changed() {
+            Ok(None) => {}
+            Ok(Some(text)) => match parse_file(&text) {
+                Ok(eps) => {
+                    tracing::info!(count = eps.len(), path = %watch.path().display(), "endpoints file loaded");
+                    datastore.set_endpoints(fixed.iter().cloned().chain(eps).collect());
+                }
+                Err(e) => tracing::error!(error = %e, "endpoints file invalid; keeping the last good endpoints"),
+            },
+            Err(e) => tracing::error!(error = %e, path = %watch.path().display(), "endpoints file unreadable; keeping the last good endpoints"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flag_and_file() {
+        let eps = parse_flag("127.0.0.1:8001, [::1]:8002,").unwrap();
+        assert_eq!(eps.len(), 2);
+        assert!(parse_flag("localhost:80").unwrap_err().to_string().contains("localhost:80"));
+        let file = "- {address: 10.0.0.1, port: 8000, engineType: sglang, weight: 3, labels: {gpu: h100}}\n- {address: 10.0.0.2, port: 8000, name: pod-b}\n";
+        let eps = parse_file(file).unwrap();
+        assert_eq!(eps[0].engine, EngineType::Sglang);
+        assert_eq!(eps[0].weight, 3);
+        assert_eq!(eps[1].name, "pod-b");
+        assert!(parse_file("- {address: 10.0.0.1, port: 8000, colour: red}").unwrap_err().to_string().contains("colour"));
+        assert!(parse_file("- {address: 10.0.0.1, port: 8000, weight: 0}").is_err());
+    }
+}

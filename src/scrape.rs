@@ -1,0 +1,133 @@
+//! Metric scrapers: one poller per endpoint, `GET /metrics` every `--refresh-metrics-interval`.
+//!
+//! A supervisor follows the datastore's endpoint set, starting a poller for each new endpoint
+//! and cancelling the pollers of removed ones. A failed scrape leaves the last metrics in place;
+//! they age past the staleness threshold and the scheduler then treats the endpoint as a last
+//! resort. Failures are logged once per failing streak and counted in `epp_metrics_scrapes`.
+
+pub mod parse;
+
+use crate::datastore::{Datastore, EndpointState};
+use crate::endpoint::EndpointId;
+use crate::metrics::{Metrics, Outcome, OutcomeLabels};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Largest exposition accepted; vLLM's is tens of kilobytes.
+const MAX_BODY: usize = 16 << 20;
+
+#[derive(Clone, Debug)]
+pub struct ScrapeOptions {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("request failed: {0}")]
+    Request(#[source] hyper_util::client::legacy::Error),
+    #[error("status {0}")]
+    Status(http::StatusCode),
+    #[error("reading body failed: {0}")]
+    Body(String),
+    #[error("exposition is not UTF-8")]
+    NotUtf8,
+    #[error(transparent)]
+    Extract(#[from] parse::ExtractError),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("bad uri: {0}")]
+    Uri(#[from] http::uri::InvalidUri),
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Everything a poller needs, shared by all of them.
+struct Shared {
+    client: HttpClient,
+    opts: ScrapeOptions,
+    metrics: Arc<Metrics>,
+}
+
+/// Runs the supervisor until `shutdown`; pollers are spawned on `tracker`.
+pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ScrapeOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(opts.timeout));
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
+    let shared = Arc::new(Shared { client, opts, metrics });
+    let mut changes = datastore.subscribe();
+    let mut pollers: HashMap<EndpointId, CancellationToken> = HashMap::new();
+    loop {
+        let snapshot = datastore.snapshot();
+        pollers.retain(|id, token| {
+            let keep = snapshot.get(id).is_some();
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+        for state in snapshot.iter() {
+            if !pollers.contains_key(&state.id()) {
+                let token = shutdown.child_token();
+                pollers.insert(state.id(), token.clone());
+                tracker.spawn(poll(Arc::clone(state), Arc::clone(&shared), token));
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
+    let id = state.id();
+    let engine = state.endpoint.engine;
+    let uri = format!("http://{id}{}", engine.metrics_path());
+    let mut tick = tokio::time::interval(shared.opts.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let result = match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, &uri)).await {
+            Ok(r) => r.and_then(|text| Ok(parse::extract(&text, engine, Instant::now())?)),
+            Err(_) => Err(ScrapeError::Timeout(shared.opts.timeout)),
+        };
+        let outcome = match result {
+            Ok(m) => {
+                state.store_metrics(m);
+                if std::mem::take(&mut failing) {
+                    tracing::info!(endpoint = %id, "metrics scrape recovered");
+                }
+                Outcome::success
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(endpoint = %id, error = %e, "metrics scrape failing; the endpoint becomes a last resort once its metrics are stale");
+                }
+                Outcome::failure
+            }
+        };
+        shared.metrics.scrapes.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+}
+
+async fn scrape_once(client: &HttpClient, uri: &str) -> Result<String, ScrapeError> {
+    let resp = client.get(uri.parse()?).await.map_err(ScrapeError::Request)?;
+    if !resp.status().is_success() {
+        return Err(ScrapeError::Status(resp.status()));
+    }
+    let body = Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(|e| ScrapeError::Body(e.to_string()))?;
+    String::from_utf8(body.to_bytes().to_vec()).map_err(|_| ScrapeError::NotUtf8)
+}

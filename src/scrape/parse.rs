@@ -1,0 +1,281 @@
+//! Prometheus text exposition parsing, and extraction of the few series a picker needs.
+//!
+//! The parser is small and tolerant: comments are skipped, label values are unescaped, a
+//! trailing timestamp is ignored, and a malformed line is skipped rather than failing the
+//! scrape (one bad line from an exporter should not blind epp to a pod).
+
+use crate::endpoint::{CacheInfo, EngineType, EndpointMetrics, LoraState};
+use std::time::Instant;
+
+/// One sample line.
+#[derive(Debug, PartialEq)]
+pub struct Sample<'a> {
+    pub name: &'a str,
+    pub labels: Vec<(&'a str, String)>,
+    pub value: f64,
+}
+
+impl Sample<'_> {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Iterates over the samples of an exposition.
+pub fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
+    text.lines().filter_map(parse_line)
+}
+
+fn parse_line(line: &str) -> Option<Sample<'_>> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = &line[..name_end];
+    let (labels, rest) = if line[name_end..].starts_with('{') {
+        parse_labels(&line[name_end + 1..])?
+    } else {
+        (Vec::new(), &line[name_end..])
+    };
+    let value = parse_value(rest.split_whitespace().next()?)?;
+    Some(Sample { name, labels, value })
+}
+
+fn parse_value(v: &str) -> Option<f64> {
+    match v {
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        _ => v.parse().ok(),
+    }
+}
+
+/// Parses `k="v",...}` and returns the labels and the text after `}`.
+fn parse_labels(mut s: &str) -> Option<(Vec<(&str, String)>, &str)> {
+    let mut labels = Vec::new();
+    loop {
+        s = s.trim_start_matches([',', ' ']);
+        if let Some(rest) = s.strip_prefix('}') {
+            return Some((labels, rest));
+        }
+        let eq = s.find('=')?;
+        let key = s[..eq].trim();
+        let (value, rest) = parse_quoted(s[eq + 1..].trim_start())?;
+        labels.push((key, value));
+        s = rest;
+    }
+}
+
+fn parse_quoted(s: &str) -> Option<(String, &str)> {
+    let body = s.strip_prefix('"')?;
+    let mut out = String::new();
+    let mut chars = body.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &body[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// Which series carry each field, per engine (upstream `factories.go` defaults).
+struct Names {
+    waiting: Selector,
+    running: Selector,
+    kv: &'static [Selector],
+    cache: CacheSpec,
+    lora: Option<&'static str>,
+}
+
+#[derive(Clone, Copy)]
+struct Selector(&'static str, Option<(&'static str, &'static str)>);
+
+enum CacheSpec {
+    Labels { series: &'static str, block_size: &'static str, num_blocks: &'static str },
+    Gauges { block_size: Selector, num_blocks: Selector },
+}
+
+fn names(engine: EngineType) -> Names {
+    match engine {
+        EngineType::Vllm => Names {
+            waiting: Selector("vllm:num_requests_waiting", None),
+            running: Selector("vllm:num_requests_running", None),
+            kv: &[Selector("vllm:kv_cache_usage_perc", None), Selector("vllm:gpu_cache_usage_perc", None)],
+            cache: CacheSpec::Labels { series: "vllm:cache_config_info", block_size: "block_size", num_blocks: "num_gpu_blocks" },
+            lora: Some("vllm:lora_requests_info"),
+        },
+        EngineType::Sglang => Names {
+            waiting: Selector("sglang:num_queue_reqs", None),
+            running: Selector("sglang:num_running_reqs", None),
+            kv: &[Selector("sglang:token_usage", None)],
+            cache: CacheSpec::Labels { series: "sglang:cache_config_info", block_size: "page_size", num_blocks: "num_pages" },
+            lora: None,
+        },
+        EngineType::TrtllmServe => Names {
+            waiting: Selector("trtllm_num_requests_waiting", None),
+            running: Selector("trtllm_num_requests_running", None),
+            kv: &[Selector("trtllm_kv_cache_utilization", None)],
+            cache: CacheSpec::Gauges {
+                block_size: Selector("trtllm_kv_cache_tokens_per_block", None),
+                num_blocks: Selector("trtllm_kv_cache_max_blocks", None),
+            },
+            lora: None,
+        },
+        EngineType::TritonTrtllm => {
+            const REQ: &str = "nv_trt_llm_request_metrics";
+            const KV: &str = "nv_trt_llm_kv_cache_block_metrics";
+            Names {
+                waiting: Selector(REQ, Some(("request_type", "waiting"))),
+                running: Selector(REQ, Some(("request_type", "scheduled"))),
+                kv: &[Selector(KV, Some(("kv_cache_block_type", "fraction")))],
+                cache: CacheSpec::Gauges {
+                    block_size: Selector(KV, Some(("kv_cache_block_type", "tokens_per"))),
+                    num_blocks: Selector(KV, Some(("kv_cache_block_type", "max"))),
+                },
+                lora: None,
+            }
+        }
+    }
+}
+
+impl Selector {
+    fn matches(&self, s: &Sample<'_>) -> bool {
+        s.name == self.0 && self.1.is_none_or(|(k, v)| s.label(k) == Some(v))
+    }
+}
+
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ExtractError {
+    #[error("metric {0} not found in the exposition")]
+    Missing(&'static str),
+}
+
+/// Extracts an endpoint's metrics from an exposition. Several series of one field (one per
+/// engine behind a data-parallel API server) are summed for queues and maximised for KV usage.
+pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointMetrics, ExtractError> {
+    let n = names(engine);
+    let (mut waiting, mut running) = (None::<f64>, None::<f64>);
+    let mut kv: Vec<Option<f64>> = vec![None; n.kv.len()];
+    let (mut block_size, mut num_blocks) = (None, None);
+    let mut lora: Option<(f64, LoraState)> = None;
+    for s in samples(text) {
+        if n.waiting.matches(&s) {
+            *waiting.get_or_insert(0.0) += s.value;
+        } else if n.running.matches(&s) {
+            *running.get_or_insert(0.0) += s.value;
+        } else if let Some(i) = n.kv.iter().position(|k| k.matches(&s)) {
+            kv[i] = Some(kv[i].map_or(s.value, |v: f64| v.max(s.value)));
+        } else if n.lora == Some(s.name) {
+            if lora.as_ref().is_none_or(|(ts, _)| s.value > *ts) {
+                lora = Some((s.value, lora_state(&s)));
+            }
+        } else {
+            cache_field(&n.cache, &s, &mut block_size, &mut num_blocks);
+        }
+    }
+    let cache = match (block_size, num_blocks) {
+        (Some(b), Some(n)) if b > 0 => Some(CacheInfo { block_size: b, num_blocks: n }),
+        _ => None,
+    };
+    Ok(EndpointMetrics {
+        waiting: waiting.ok_or(ExtractError::Missing(n.waiting.0))?,
+        running: running.ok_or(ExtractError::Missing(n.running.0))?,
+        kv_usage: kv.into_iter().flatten().next().ok_or(ExtractError::Missing(n.kv[0].0))?,
+        lora: lora.map(|(_, l)| l),
+        cache,
+        updated: now,
+    })
+}
+
+fn cache_field(spec: &CacheSpec, s: &Sample<'_>, block_size: &mut Option<u32>, num_blocks: &mut Option<u64>) {
+    match spec {
+        CacheSpec::Labels { series, block_size: b, num_blocks: n } if s.name == *series => {
+            *block_size = s.label(b).and_then(|v| v.parse().ok());
+            *num_blocks = s.label(n).and_then(|v| v.parse().ok());
+        }
+        CacheSpec::Gauges { block_size: b, num_blocks: n } => {
+            if b.matches(s) {
+                *block_size = Some(s.value as u32);
+            } else if n.matches(s) {
+                *num_blocks = Some(s.value as u64);
+            }
+        }
+        CacheSpec::Labels { .. } => {}
+    }
+}
+
+fn lora_state(s: &Sample<'_>) -> LoraState {
+    let list = |key: &str| -> Vec<String> {
+        s.label(key).unwrap_or("").split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
+    };
+    LoraState {
+        running: list("running_lora_adapters"),
+        waiting: list("waiting_lora_adapters"),
+        max_loras: s.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VLLM: &str = r#"# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 1.0
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.9
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4171875
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1.843712e+06
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora,tweet-lora",waiting_lora_adapters=""} 1.7550004562e+09
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.7550004401e+09
+vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="27493",sliding_window="None"} 1.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480.0
+"#;
+
+    #[test]
+    fn extracts_vllm_metrics_from_a_realistic_exposition() {
+        let m = extract(VLLM, EngineType::Vllm, Instant::now()).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (4.0, 12.0, 0.4171875));
+        assert_eq!(m.cache, Some(CacheInfo { block_size: 16, num_blocks: 27493 }));
+        let lora = m.lora.unwrap();
+        assert_eq!(lora.running, vec!["sql-lora", "tweet-lora"], "the newest series wins");
+        assert_eq!(lora.max_loras, 4);
+    }
+
+    #[test]
+    fn falls_back_to_the_old_kv_name_and_names_what_is_missing() {
+        let old = VLLM.replace("vllm:kv_cache_usage_perc", "vllm:other");
+        assert_eq!(extract(&old, EngineType::Vllm, Instant::now()).unwrap().kv_usage, 0.9);
+        let err = extract("vllm:num_requests_running 1\n", EngineType::Vllm, Instant::now()).unwrap_err();
+        assert_eq!(err, ExtractError::Missing("vllm:num_requests_waiting"));
+    }
+
+    #[test]
+    fn reads_other_engines() {
+        let sg = "sglang:num_queue_reqs 2\nsglang:num_running_reqs 5\nsglang:token_usage 0.3\nsglang:cache_config_info{page_size=\"1\",num_pages=\"900\"} 1\n";
+        let m = extract(sg, EngineType::Sglang, Instant::now()).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (2.0, 5.0, 0.3));
+        assert_eq!(m.cache.unwrap().num_blocks, 900);
+        let tr = "nv_trt_llm_request_metrics{request_type=\"waiting\"} 7\nnv_trt_llm_request_metrics{request_type=\"scheduled\"} 1\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.5\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"tokens_per\"} 32\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"max\"} 100\n";
+        let m = extract(tr, EngineType::TritonTrtllm, Instant::now()).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (7.0, 1.0, 0.5));
+        assert_eq!(m.cache, Some(CacheInfo { block_size: 32, num_blocks: 100 }));
+    }
+
+    #[test]
+    fn parser_unescapes_and_skips_garbage() {
+        let text = "a{x=\"q\\\"uote\\\\\",y=\"1\"} 2 1700000000\nbroken{ 1\nb +Inf\n";
+        let got: Vec<Sample<'_>> = samples(text).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].label("x"), Some("q\"uote\\"));
+        assert_eq!(got[0].value, 2.0);
+        assert!(got[1].value.is_infinite());
+    }
+}
