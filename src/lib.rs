@@ -1,11 +1,37 @@
+//! epp: an Endpoint Picker for the Kubernetes Gateway API Inference Extension.
+//!
+//! A gateway (Envoy and the gateways built on it) calls epp over Envoy's ext_proc protocol for
+//! every inference request. One request, end to end:
+//!
+//! 1. [`extproc`] receives the request headers and body chunks on one gRPC stream and drives a
+//!    per-stream state machine (duplex or buffered body mode).
+//! 2. [`request`] parses the OpenAI-style body (model, stream flag, prompt) without
+//!    re-serialising it, and tokenizes a bounded prefix of the prompt.
+//! 3. [`director`] takes a [`datastore`] snapshot of the endpoints and their scraped metrics,
+//!    hashes the prompt into blocks ([`prefix`]), builds candidates, and asks [`scheduling`]
+//!    (pure: filters → weighted scorers → picker) for a decision; then it records the decision
+//!    in the prefix index and the in-flight counters.
+//! 4. [`extproc`] answers with the destination in the `x-gateway-destination-endpoint` header and
+//!    the `envoy.lb` dynamic metadata, streams the body back, and passes the response through,
+//!    releasing the in-flight count when the response ends.
+//!
+//! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
+//! [`scrape`] (one metrics poller per endpoint) and [`reload`] (the config file watcher).
+
+pub mod app;
 pub mod config;
 pub mod datastore;
 pub mod director;
 pub mod discovery;
 pub mod endpoint;
+pub mod extproc;
+pub mod health;
 pub mod metrics;
 pub mod prefix;
+pub mod reload;
 pub mod request;
 pub mod scheduling;
 pub mod scrape;
 pub mod watch;
+pub mod admin;
+

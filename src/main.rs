@@ -1,1 +1,54 @@
-fn main() {}
+//! The epp binary: parse flags, set up logging, bind, run until SIGINT/SIGTERM.
+
+use clap::Parser;
+use epp::app::{self, Listeners, Options};
+use tokio_util::sync::CancellationToken;
+
+fn init_logging(opts: &Options) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(opts.log_directive()));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if opts.zap_encoder == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                let _ = ctrl_c.await;
+                return token.cancel();
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    token.cancel();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Options::parse();
+    init_logging(&opts);
+    opts.validate()?;
+    let listeners = Listeners::bind(&opts).await?;
+    let shutdown = CancellationToken::new();
+    let signal = shutdown_signal(shutdown.clone());
+    let run = app::run(opts, listeners, shutdown.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        result = &mut run => return result,
+        _ = signal => {}
+    }
+    run.await
+}

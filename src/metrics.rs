@@ -94,7 +94,7 @@ fn token_buckets() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 20))
 }
 fn ratio_buckets() -> Histogram {
-    Histogram::new([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0].into_iter())
+    Histogram::new([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 }
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;

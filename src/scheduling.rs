@@ -143,7 +143,7 @@ enum Built {
     Scorer(Scorer),
     Picker(Picker),
     Prefix(PrefixParams),
-    BuiltIn,
+    Accepted,
 }
 
 fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
@@ -162,7 +162,7 @@ fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
         return p.map(Built::Picker).map_err(wrap);
     }
     if BUILT_IN_TYPES.contains(&spec.plugin_type.as_str()) {
-        return Ok(Built::BuiltIn);
+        return Ok(Built::Accepted);
     }
     Err(Problem::UnknownPluginType { plugin: spec.name().to_owned(), plugin_type: spec.plugin_type.clone() })
 }
@@ -195,7 +195,7 @@ pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
             Some(Built::Filter(f)) => sched.filters.push(f.clone()),
             Some(Built::Scorer(s)) => sched.scorers.push((s.clone(), *weight)),
             Some(Built::Picker(p)) => picker = picker.or(Some(p.clone())),
-            Some(Built::Prefix(_) | Built::BuiltIn) | None => {}
+            Some(Built::Prefix(_) | Built::Accepted) | None => {}
         }
     }
     sched.picker = picker

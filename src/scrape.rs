@@ -75,9 +75,8 @@ pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ScrapeO
             keep
         });
         for state in snapshot.iter() {
-            if !pollers.contains_key(&state.id()) {
-                let token = shutdown.child_token();
-                pollers.insert(state.id(), token.clone());
+            if let std::collections::hash_map::Entry::Vacant(slot) = pollers.entry(state.id()) {
+                let token = slot.insert(shutdown.child_token()).clone();
                 tracker.spawn(poll(Arc::clone(state), Arc::clone(&shared), token));
             }
         }

@@ -29,10 +29,11 @@ impl Hasher for IdentityHasher {
 
 type IdBuild = BuildHasherDefault<IdentityHasher>;
 type Slot = u32;
+type Lru = LruCache<u64, (), IdBuild>;
 
 struct Inner {
     slots: HashMap<EndpointId, Slot>,
-    lrus: Vec<Option<(EndpointId, LruCache<u64, (), IdBuild>)>>,
+    lrus: Vec<Option<(EndpointId, Lru)>>,
     holders: HashMap<u64, Vec<Slot>, IdBuild>,
 }
 

@@ -1,0 +1,147 @@
+//! Wiring: options, start-up validation, and ownership of every task and server.
+//!
+//! [`run`] receives its listeners and a shutdown token (tests bind `127.0.0.1:0`), builds the
+//! datastore, director and servers, spawns every background task on one [`TaskTracker`], and
+//! on shutdown cancels them all and waits for them.
+
+mod options;
+
+use crate::datastore::Datastore;
+use crate::director::{Director, DirectorOptions, Runtime};
+use crate::extproc::{stream::Limits, ExtProc};
+use crate::health::Health;
+use crate::metrics::{InfoLabels, Metrics};
+use crate::{admin, config, discovery, reload, scrape};
+use anyhow::Context;
+pub use options::Options;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often watched files (config, endpoints) are polled for changes.
+const FILE_POLL: Duration = Duration::from_secs(1);
+
+/// The sockets epp serves on, bound by the caller.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub health: TcpListener,
+    pub metrics: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the ports named in `opts` on all interfaces, as upstream does.
+    pub async fn bind(opts: &Options) -> anyhow::Result<Self> {
+        let bind = |port: u16| async move { TcpListener::bind(("0.0.0.0", port)).await.with_context(|| format!("binding port {port}")) };
+        Ok(Self { grpc: bind(opts.grpc_port).await?, health: bind(opts.grpc_health_port).await?, metrics: bind(opts.metrics_port).await? })
+    }
+}
+
+/// Runs epp until `shutdown` is cancelled or a server fails.
+pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
+    opts.validate()?;
+    let runtime = initial_runtime(&opts)?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let info = InfoLabels { commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(), build_ref: env!("CARGO_PKG_VERSION").into() };
+    metrics.info.get_or_create(&info).set(1);
+    let datastore = Arc::new(Datastore::new());
+    let (fixed, file) = initial_endpoints(&opts, &datastore)?;
+    let dopts = DirectorOptions { pool_name: opts.pool_label(), staleness: opts.metrics_staleness_threshold, subset_filter: !opts.disable_endpoint_subset_filter };
+    let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts));
+    let tracker = TaskTracker::new();
+    let (health, health_service) = Health::new().await;
+    spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
+    tracker.spawn(admin::serve(listeners.metrics, Arc::new(registry), tracker.clone(), shutdown.clone()));
+    let grpc = ExtProc::new(Arc::clone(&director), Limits { max_body_bytes: opts.max_request_body_bytes, body_timeout: opts.request_body_timeout });
+    let mut ext = tonic::transport::Server::builder();
+    if opts.secure_serving {
+        ext = ext.tls_config(tls_config(&opts)?).context("configuring TLS")?;
+    }
+    let ext_router = if opts.health_checking { ext.add_service(grpc.into_server()).add_service(health_service.clone()) } else { ext.add_service(grpc.into_server()) };
+    let health_router = tonic::transport::Server::builder().add_service(health_service);
+    let failed = CancellationToken::new();
+    let guard = |name: &'static str, fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>>| {
+        let failed = failed.clone();
+        async move {
+            if let Err(e) = fut.await {
+                tracing::error!(server = name, error = %e, "server failed");
+                failed.cancel();
+            }
+        }
+    };
+    let stop = shutdown.clone();
+    tracker.spawn(guard("ext_proc", Box::pin(ext_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move { stop.cancelled().await }))));
+    let stop = shutdown.clone();
+    tracker.spawn(guard("health", Box::pin(health_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.health), async move { stop.cancelled().await }))));
+    health.set_ready(true).await;
+    tracing::info!(endpoints = datastore.snapshot().len(), tls = opts.secure_serving, "epp ready");
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = failed.cancelled() => {}
+    }
+    health.set_ready(false).await;
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+    if failed.is_cancelled() {
+        anyhow::bail!("a server failed; see the log");
+    }
+    Ok(())
+}
+
+fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
+    let text = match (&opts.config_file, &opts.config_text) {
+        (Some(path), None) => std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?,
+        (None, Some(text)) => text.clone(),
+        _ => config::DEFAULT_CONFIG.to_owned(),
+    };
+    Ok(Runtime::build(&text, None)?)
+}
+
+type EndpointSources = (Vec<crate::endpoint::Endpoint>, Option<std::path::PathBuf>);
+
+/// Reads the static endpoints once, failing start-up on a bad flag or file.
+fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<EndpointSources> {
+    let fixed = discovery::parse_flag(opts.static_endpoints.as_deref().unwrap_or(""))?;
+    let mut all = fixed.clone();
+    if let Some(path) = &opts.static_endpoints_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --static-endpoints-file {}", path.display()))?;
+        all.extend(discovery::parse_file(&text)?);
+    }
+    datastore.set_endpoints(all);
+    Ok((fixed, opts.static_endpoints_file.clone()))
+}
+
+fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {
+    let (fixed, file) = endpoints;
+    if file.is_some() {
+        tracker.spawn(discovery::run(Arc::clone(datastore), fixed, file, FILE_POLL, shutdown.clone()));
+    }
+    let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout };
+    tracker.spawn(scrape::run(Arc::clone(datastore), Arc::clone(director.metrics()), sopts, tracker.clone(), shutdown.clone()));
+    let every = opts.refresh_prometheus_metrics_interval;
+    tracker.spawn(admin::refresh_pool_gauges(Arc::clone(director), Arc::clone(datastore), every, opts.metrics_staleness_threshold, shutdown.clone()));
+    if let Some(path) = &opts.config_file {
+        tracker.spawn(reload::run(Arc::clone(director), path.clone(), FILE_POLL, shutdown.clone()));
+    }
+}
+
+/// TLS identity: `--cert-path` (tls.crt + tls.key) or a fresh self-signed certificate.
+fn tls_config(opts: &Options) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+    let identity = match &opts.cert_path {
+        Some(dir) => {
+            let cert = std::fs::read(dir.join("tls.crt")).with_context(|| format!("reading {}/tls.crt", dir.display()))?;
+            let key = std::fs::read(dir.join("tls.key")).with_context(|| format!("reading {}/tls.key", dir.display()))?;
+            tonic::transport::Identity::from_pem(cert, key)
+        }
+        None => {
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()]).context("generating a self-signed certificate")?;
+            tonic::transport::Identity::from_pem(ck.cert.pem(), ck.signing_key.serialize_pem())
+        }
+    };
+    Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
+}

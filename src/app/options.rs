@@ -1,0 +1,168 @@
+//! Command-line options, with upstream's flag names and defaults where they apply.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error("--config-file and --config-text are mutually exclusive")]
+    ConfigConflict,
+    #[error("no endpoints: Kubernetes discovery (--pool-name, --endpoint-selector) is not available in this build; use --static-endpoints or --static-endpoints-file")]
+    NoDiscovery,
+    #[error("{0} is not supported by this build")]
+    Unsupported(&'static str),
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+}
+
+/// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "us" | "µs" => n / 1e6,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "epp", version, about = "Endpoint Picker for the Gateway API Inference Extension (ext_proc)")]
+pub struct Options {
+    /// ext_proc gRPC port.
+    #[arg(long, default_value_t = 9002)]
+    pub grpc_port: u16,
+    /// gRPC health port.
+    #[arg(long, default_value_t = 9003)]
+    pub grpc_health_port: u16,
+    /// Prometheus metrics port.
+    #[arg(long, default_value_t = 9090)]
+    pub metrics_port: u16,
+    /// Serve ext_proc over TLS (self-signed unless --cert-path is given).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub secure_serving: bool,
+    /// Directory holding tls.crt and tls.key.
+    #[arg(long)]
+    pub cert_path: Option<PathBuf>,
+    /// Reload the certificate when it changes (not supported yet; must stay false).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_cert_reload: bool,
+    /// Also serve gRPC health on the ext_proc port.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub health_checking: bool,
+    /// InferencePool name (used as the pool metric label; Kubernetes discovery is a later feature).
+    #[arg(long)]
+    pub pool_name: Option<String>,
+    #[arg(long, default_value = "")]
+    pub pool_namespace: String,
+    #[arg(long, default_value = "inference.networking.k8s.io")]
+    pub pool_group: String,
+    /// Standalone mode label selector (requires Kubernetes; not available in this build).
+    #[arg(long)]
+    pub endpoint_selector: Option<String>,
+    /// Static endpoints, `ip:port,ip:port`.
+    #[arg(long)]
+    pub static_endpoints: Option<String>,
+    /// YAML list of endpoints (address, port, name, engineType, labels, weight), re-read on change.
+    #[arg(long)]
+    pub static_endpoints_file: Option<PathBuf>,
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub disable_endpoint_subset_filter: bool,
+    /// How often each endpoint's /metrics is scraped.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    pub refresh_metrics_interval: Duration,
+    /// Per-scrape timeout.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub metrics_scrape_timeout: Duration,
+    /// How often the pool gauges are refreshed.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub refresh_prometheus_metrics_interval: Duration,
+    /// Metrics older than this make an endpoint a last resort.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub metrics_staleness_threshold: Duration,
+    /// EndpointPickerConfig file, reloaded on change.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// EndpointPickerConfig as text.
+    #[arg(long)]
+    pub config_text: Option<String>,
+    /// Largest request body accepted (413 beyond).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_request_body_bytes: usize,
+    /// Time allowed from a stream's start to the end of its request body (408 beyond).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub request_body_timeout: Duration,
+    /// Metrics endpoint authentication (needs Kubernetes TokenReview; must stay false here).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub metrics_endpoint_auth: bool,
+    /// Log format: `json` or `console`.
+    #[arg(long, default_value = "console")]
+    pub zap_encoder: String,
+    /// Log level: error, warn, info, debug, trace (or upstream's -v verbosity).
+    #[arg(long, default_value = "info")]
+    pub zap_log_level: String,
+    /// Verbosity as upstream's `-v`: 1 = debug, 2+ = trace.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+}
+
+impl Options {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if self.config_file.is_some() && self.config_text.is_some() {
+            return Err(OptionsError::ConfigConflict);
+        }
+        if self.static_endpoints.is_none() && self.static_endpoints_file.is_none() {
+            return Err(OptionsError::NoDiscovery);
+        }
+        if self.enable_cert_reload {
+            return Err(OptionsError::Unsupported("--enable-cert-reload"));
+        }
+        if self.metrics_endpoint_auth {
+            return Err(OptionsError::Unsupported("--metrics-endpoint-auth (needs Kubernetes)"));
+        }
+        if self.refresh_metrics_interval.is_zero() {
+            return Err(OptionsError::Zero("--refresh-metrics-interval"));
+        }
+        Ok(())
+    }
+
+    /// The pool name used in metric labels.
+    pub fn pool_label(&self) -> String {
+        self.pool_name.clone().unwrap_or_else(|| "static".to_owned())
+    }
+
+    /// The tracing filter directive from `--zap-log-level` and `-v`.
+    pub fn log_directive(&self) -> String {
+        match self.verbosity {
+            0 => self.zap_log_level.clone(),
+            1 => "debug".to_owned(),
+            _ => "trace".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_flags_parse() {
+        let o = Options::try_parse_from(["epp", "--secure-serving=false", "--grpc-port", "1", "--refresh-metrics-interval", "25ms", "--static-endpoints", "127.0.0.1:1", "-v", "1"]).unwrap();
+        assert!(!o.secure_serving);
+        assert_eq!(o.refresh_metrics_interval, Duration::from_millis(25));
+        assert_eq!(o.log_directive(), "debug");
+        o.validate().unwrap();
+        let o = Options::try_parse_from(["epp"]).unwrap();
+        assert!(o.secure_serving);
+        assert!(matches!(o.validate(), Err(OptionsError::NoDiscovery)));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! The ext_proc gRPC service: `envoy.service.ext_proc.v3.ExternalProcessor/Process`.
+//!
+//! Each stream is driven inline by its own future (no task or channel per stream): the stream
+//! returned to tonic pulls Envoy's next message, runs the [`stream::StreamMachine`] and yields
+//! its responses. Until the routing decision a deadline bounds the wait for the body, so a
+//! stalled client cannot hold a stream forever. Envoy ends every stream with a reset
+//! (`RST_STREAM INTERNAL_ERROR`); after a complete exchange that is a normal end and is neither
+//! logged as an error nor counted.
+
+pub mod response;
+pub mod status;
+pub mod stream;
+pub mod wire;
+
+use crate::director::Director;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{ExternalProcessor, ExternalProcessorServer};
+use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use futures::Stream;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use stream::{Limits, StreamMachine};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The gRPC service name, also served by the health service.
+pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
+
+pub struct ExtProc {
+    director: Arc<Director>,
+    limits: Limits,
+}
+
+impl ExtProc {
+    pub fn new(director: Arc<Director>, limits: Limits) -> Self {
+        Self { director, limits }
+    }
+
+    /// The tonic service, accepting buffered bodies up to the body limit.
+    pub fn into_server(self) -> ExternalProcessorServer<Self> {
+        let max = self.limits.max_body_bytes.saturating_add(1 << 20);
+        ExternalProcessorServer::new(self).max_decoding_message_size(max)
+    }
+}
+
+type Responses = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+struct Driver {
+    inbound: Streaming<ProcessingRequest>,
+    machine: StreamMachine,
+    pending: VecDeque<ProcessingResponse>,
+    deadline: tokio::time::Instant,
+}
+
+#[tonic::async_trait]
+impl ExternalProcessor for ExtProc {
+    type ProcessStream = Responses;
+
+    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
+        let driver = Driver {
+            inbound: request.into_inner(),
+            machine: StreamMachine::new(Arc::clone(&self.director), self.limits),
+            pending: VecDeque::new(),
+            deadline: tokio::time::Instant::now() + self.limits.body_timeout,
+        };
+        let responses = futures::stream::unfold(driver, |mut d| async move {
+            let next = d.next().await?;
+            Some((Ok(next), d))
+        });
+        Ok(Response::new(Box::pin(responses)))
+    }
+}
+
+impl Driver {
+    /// The next response to send, or `None` when the stream is over.
+    async fn next(&mut self) -> Option<ProcessingResponse> {
+        loop {
+            if let Some(r) = self.pending.pop_front() {
+                return Some(r);
+            }
+            if self.machine.is_done() {
+                return None;
+            }
+            let mut out = Vec::new();
+            let message = if self.machine.awaiting_decision() {
+                match tokio::time::timeout_at(self.deadline, self.inbound.message()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        self.machine.on_body_timeout(&mut out);
+                        self.pending.extend(out);
+                        continue;
+                    }
+                }
+            } else {
+                self.inbound.message().await
+            };
+            match message {
+                Ok(Some(msg)) => self.machine.handle(msg, &mut out),
+                Ok(None) => return None,
+                Err(status) => {
+                    self.on_reset(&status);
+                    return None;
+                }
+            }
+            self.pending.extend(out);
+        }
+    }
+
+    fn on_reset(&self, status: &Status) {
+        if !self.machine.is_done() {
+            tracing::debug!(code = ?status.code(), message = status.message(), "ext_proc stream reset before the exchange completed");
+            self.machine.note_reset();
+        }
+    }
+}

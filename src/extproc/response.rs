@@ -1,0 +1,204 @@
+//! The response phase: pass the model server's answer through, chunk by chunk, restoring the
+//! client-facing model name when the request's model was rewritten, and read token usage for
+//! metrics on the way.
+//!
+//! Streaming (SSE) chunks are forwarded at once, so tokens reach the client as they are made.
+//! A non-streaming body is forwarded at once too, unless the model name must be restored: then
+//! it is held until its end so a name split across chunks is still replaced.
+
+use super::wire;
+use crate::director::ResponseSummary;
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
+use serde::Deserialize;
+
+/// Bytes kept for usage parsing of a non-streaming body, and the longest SSE line considered.
+const USAGE_WINDOW: usize = 4 << 20;
+
+#[derive(Deserialize, Default)]
+struct Details {
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct UsageWire {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    prompt_tokens_details: Option<Details>,
+    prompt_token_details: Option<Details>,
+    input_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Nested {
+    usage: Option<UsageWire>,
+}
+
+#[derive(Deserialize)]
+struct UsageDoc {
+    usage: Option<UsageWire>,
+    /// Responses API: `response.completed` carries `response.usage`.
+    response: Option<Nested>,
+}
+
+/// Model-name restoration: the JSON patterns to find and their replacements.
+#[derive(Debug)]
+struct Restore {
+    pairs: [(Vec<u8>, Vec<u8>); 2],
+}
+
+impl Restore {
+    fn new(target: &str, incoming: &str) -> Self {
+        let q = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
+        let (t, i) = (q(target), q(incoming));
+        let pair = |sep: &str| (format!("\"model\"{sep}{t}").into_bytes(), format!("\"model\"{sep}{i}").into_bytes());
+        Self { pairs: [pair(":"), pair(": ")] }
+    }
+
+    fn apply(&self, body: &[u8]) -> Vec<u8> {
+        let mut out = body.to_vec();
+        for (from, to) in &self.pairs {
+            out = replace_all(&out, from, to);
+        }
+        out
+    }
+}
+
+fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[derive(Debug, Default)]
+pub struct ResponseTracker {
+    restore: Option<Restore>,
+    streaming: bool,
+    pub status: Option<u16>,
+    held: Vec<u8>,
+    window: Vec<u8>,
+    summary: ResponseSummary,
+}
+
+impl ResponseTracker {
+    /// `rewrite` is `(target, incoming)` when the request's model was rewritten.
+    pub fn new(status: Option<u16>, content_type: Option<&str>, request_stream: bool, rewrite: Option<(&str, &str)>) -> Self {
+        let sse = content_type.is_some_and(|c| c.contains("text/event-stream"));
+        Self { restore: rewrite.map(|(t, i)| Restore::new(t, i)), streaming: sse || request_stream, status, ..Default::default() }
+    }
+
+    /// Handles one duplex response-body chunk.
+    pub fn on_chunk(&mut self, chunk: &[u8], end_of_stream: bool, out: &mut Vec<ProcessingResponse>) {
+        self.summary.response_bytes += chunk.len();
+        self.observe(chunk, end_of_stream);
+        match (&self.restore, self.streaming) {
+            (Some(r), true) => wire::streamed_body(&r.apply(chunk), end_of_stream, true, out),
+            (Some(r), false) => {
+                self.held.extend_from_slice(chunk);
+                if end_of_stream {
+                    wire::streamed_body(&r.apply(&self.held), true, true, out);
+                }
+            }
+            (None, _) => wire::streamed_body(chunk, end_of_stream, true, out),
+        }
+    }
+
+    /// The whole body at once (buffered response mode): the restored body if it changed.
+    pub fn on_buffered(&mut self, body: &[u8]) -> Option<Vec<u8>> {
+        self.summary.response_bytes += body.len();
+        self.observe(body, true);
+        self.restore.as_ref().map(|r| r.apply(body)).filter(|b| b != body)
+    }
+
+    pub fn summary(&self, request_bytes: usize) -> ResponseSummary {
+        ResponseSummary { request_bytes, ..self.summary }
+    }
+
+    fn observe(&mut self, chunk: &[u8], end_of_stream: bool) {
+        if self.streaming {
+            self.observe_sse(chunk);
+        } else {
+            if self.window.len() + chunk.len() <= USAGE_WINDOW {
+                self.window.extend_from_slice(chunk);
+            }
+            if end_of_stream {
+                let window = std::mem::take(&mut self.window);
+                self.take_usage(&window);
+            }
+        }
+    }
+
+    fn observe_sse(&mut self, chunk: &[u8]) {
+        self.window.extend_from_slice(chunk);
+        while let Some(nl) = self.window.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.window.drain(..=nl).collect();
+            let payload = line.strip_prefix(b"data:").map(|p| p.trim_ascii());
+            if let Some(p) = payload.filter(|p| *p != b"[DONE]" && p.windows(7).any(|w| w == b"\"usage\"")) {
+                self.take_usage(p);
+            }
+        }
+        if self.window.len() > USAGE_WINDOW {
+            self.window.clear();
+        }
+    }
+
+    fn take_usage(&mut self, json: &[u8]) {
+        let Ok(doc) = serde_json::from_slice::<UsageDoc>(json) else { return };
+        let Some(u) = doc.usage.or(doc.response.and_then(|r| r.usage)) else { return };
+        let s = &mut self.summary;
+        s.prompt_tokens = u.prompt_tokens.or(u.input_tokens).or(s.prompt_tokens);
+        s.completion_tokens = u.completion_tokens.or(u.output_tokens).or(s.completion_tokens);
+        let details = u.prompt_tokens_details.or(u.prompt_token_details).or(u.input_tokens_details);
+        s.cached_tokens = details.and_then(|d| d.cached_tokens).or(s.cached_tokens);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
+    use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+
+    fn bodies(out: &[ProcessingResponse]) -> Vec<u8> {
+        let mut all = Vec::new();
+        for r in out {
+            let Some(Response::ResponseBody(b)) = &r.response else { panic!() };
+            let Some(Mutation::StreamedResponse(s)) = &b.response.as_ref().unwrap().body_mutation.as_ref().unwrap().mutation else { panic!() };
+            all.extend_from_slice(&s.body);
+        }
+        all
+    }
+
+    #[test]
+    fn restores_the_model_name_across_chunks_when_not_streaming() {
+        let mut t = ResponseTracker::new(Some(200), Some("application/json"), false, Some(("m-v2", "m")));
+        let mut out = Vec::new();
+        t.on_chunk(br#"{"model":"m-"#, false, &mut out);
+        assert!(out.is_empty(), "held until the end");
+        t.on_chunk(br#"v2","usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#, true, &mut out);
+        assert_eq!(bodies(&out), br#"{"model":"m","usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#.to_vec());
+        let s = t.summary(10);
+        assert_eq!((s.prompt_tokens, s.completion_tokens, s.cached_tokens), (Some(5), Some(2), Some(4)));
+    }
+
+    #[test]
+    fn passes_sse_through_at_once_and_reads_final_usage() {
+        let mut t = ResponseTracker::new(Some(200), Some("text/event-stream"), true, None);
+        let mut out = Vec::new();
+        t.on_chunk(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n", false, &mut out);
+        assert_eq!(out.len(), 1, "forwarded without waiting");
+        t.on_chunk(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"prompt_token_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n", true, &mut out);
+        let s = t.summary(0);
+        assert_eq!((s.prompt_tokens, s.completion_tokens, s.cached_tokens), (Some(9), Some(3), Some(8)));
+    }
+}

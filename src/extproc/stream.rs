@@ -1,0 +1,272 @@
+//! The per-stream state machine: one ext_proc stream carries one HTTP request and its response.
+//!
+//! Input is each `ProcessingRequest` Envoy sends; output is the responses to send, in order.
+//! Request side, duplex mode: headers are not answered until the routing decision; at the end of
+//! the body (or at the request trailers) epp answers headers (destination header, `envoy.lb`
+//! metadata, `clear_route_cache`), then the body in ≤ 62,000-byte chunks, then trailers.
+//! Buffered mode: headers are answered at once and the decision rides on the body response.
+//! Anything after the first end of stream is ignored (upstream bug #2988: a duplicate
+//! end-of-stream chunk corrupted the body).
+
+use super::response::ResponseTracker;
+use super::status::{self, StreamError};
+use super::wire;
+use crate::director::{Director, Incoming, Routed};
+use crate::metrics::ErrorLabels;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Per-stream limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the request headers.
+    Start,
+    /// Headers seen, collecting the body.
+    Body,
+    /// Routed; passing the response through.
+    Routed,
+    /// Response complete or rejected; nothing more to do.
+    Done,
+}
+
+/// What the request headers said.
+#[derive(Debug, Default)]
+struct RequestMeta {
+    path: String,
+    has_request_id: bool,
+    model_rewrite: Option<String>,
+    test_selection: Option<String>,
+    subset: Option<Vec<String>>,
+}
+
+pub struct StreamMachine {
+    director: Arc<Director>,
+    limits: Limits,
+    request_duplex: bool,
+    response_duplex: bool,
+    phase: Phase,
+    meta: RequestMeta,
+    body: Vec<u8>,
+    routed: Option<Routed>,
+    response: Option<ResponseTracker>,
+}
+
+impl StreamMachine {
+    pub fn new(director: Arc<Director>, limits: Limits) -> Self {
+        Self {
+            director,
+            limits,
+            request_duplex: true,
+            response_duplex: true,
+            phase: Phase::Start,
+            meta: RequestMeta::default(),
+            body: Vec::new(),
+            routed: None,
+            response: None,
+        }
+    }
+
+    /// Whether the routing decision is still pending (the body deadline applies).
+    pub fn awaiting_decision(&self) -> bool {
+        matches!(self.phase, Phase::Start | Phase::Body)
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The gateway reset the stream before the exchange completed (client gone, gateway error).
+    pub fn note_reset(&self) {
+        self.director.metrics().stream_resets.inc();
+    }
+
+    /// The request body did not arrive in time.
+    pub fn on_body_timeout(&mut self, out: &mut Vec<ProcessingResponse>) {
+        self.fail(StreamError::BodyTimeout(self.limits.body_timeout), out);
+    }
+
+    /// Handles one message from Envoy, appending the responses to send.
+    pub fn handle(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+        if let Some(pc) = &msg.protocol_config {
+            self.request_duplex = pc.request_body_mode == BodySendMode::FullDuplexStreamed as i32;
+            self.response_duplex = pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32;
+        }
+        let md = msg.metadata_context.as_ref();
+        match msg.request {
+            Some(Request::RequestHeaders(h)) => {
+                self.meta.subset = wire::subset_hint(md);
+                self.on_request_headers(h, out);
+            }
+            Some(Request::RequestBody(b)) => self.on_request_body(b, out),
+            Some(Request::RequestTrailers(_)) => self.on_request_trailers(out),
+            Some(Request::ResponseHeaders(h)) => self.on_response_headers(h, out),
+            Some(Request::ResponseBody(b)) => self.on_response_body(b, out),
+            Some(Request::ResponseTrailers(_)) => {
+                out.push(wire::response_trailers());
+                self.finish();
+            }
+            None => {}
+        }
+    }
+
+    fn on_request_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
+        if self.phase != Phase::Start {
+            return;
+        }
+        let map = h.headers.as_ref();
+        let path = wire::find_header(map, ":path").or_else(|| wire::find_header(map, "x-original-path")).or_else(|| wire::find_header(map, "x-forwarded-path"));
+        self.meta.path = path.unwrap_or("/v1/completions").to_owned();
+        self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
+        self.meta.model_rewrite = wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
+        self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
+        self.phase = Phase::Body;
+        if h.end_of_stream {
+            let inc = self.incoming(&[]);
+            match self.director.route_bodyless(&inc, &mut rand::rng()) {
+                Ok(routed) => {
+                    let (common, md) = self.routing(&routed, None);
+                    out.push(wire::request_headers(Some(common), Some(md)));
+                    self.routed = Some(routed);
+                    self.phase = Phase::Routed;
+                }
+                Err(e) => self.fail(e.into(), out),
+            }
+        } else if !self.request_duplex {
+            out.push(wire::request_headers(None, None));
+        }
+    }
+
+    fn on_request_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        if self.phase != Phase::Body {
+            return;
+        }
+        if self.body.len() + b.body.len() > self.limits.max_body_bytes {
+            return self.fail(StreamError::BodyTooLarge { limit: self.limits.max_body_bytes }, out);
+        }
+        self.body.extend_from_slice(&b.body);
+        if b.end_of_stream {
+            self.decide(true, out);
+        } else if !self.request_duplex {
+            out.push(wire::request_body(None, None));
+        }
+    }
+
+    fn on_request_trailers(&mut self, out: &mut Vec<ProcessingResponse>) {
+        if self.phase == Phase::Body && self.request_duplex {
+            self.decide(false, out);
+        }
+        if self.phase != Phase::Done {
+            out.push(wire::request_trailers());
+        }
+    }
+
+    /// The body is complete: route and answer. `body_eos` is false when trailers end the body.
+    fn decide(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
+        let result = self.director.route(&self.incoming(&self.body), &mut rand::rng());
+        let routed = match result {
+            Ok(r) => r,
+            Err(e) => return self.fail(e.into(), out),
+        };
+        let new_body = routed.body.as_deref();
+        let (mut common, md) = self.routing(&routed, new_body.map(<[u8]>::len));
+        if self.request_duplex {
+            out.push(wire::request_headers(Some(common), Some(md)));
+            wire::streamed_body(new_body.unwrap_or(&self.body), body_eos, false, out);
+        } else if let Some(b) = new_body {
+            common.body_mutation = None;
+            let mut r = wire::replaced_body(b.to_vec(), common, false);
+            r.dynamic_metadata = Some(md);
+            out.push(r);
+        } else {
+            out.push(wire::request_body(Some(common), Some(md)));
+        }
+        self.routed = Some(routed);
+        self.phase = Phase::Routed;
+    }
+
+    fn incoming<'a>(&'a self, body: &'a [u8]) -> Incoming<'a> {
+        Incoming {
+            path: &self.meta.path,
+            body,
+            model_rewrite: self.meta.model_rewrite.as_deref(),
+            subset: self.meta.subset.as_deref(),
+            test_endpoint_selection: self.meta.test_selection.as_deref(),
+        }
+    }
+
+    /// The routing mutation and metadata for a decision.
+    fn routing(&self, routed: &Routed, new_len: Option<usize>) -> (envoy_types::pb::envoy::service::ext_proc::v3::CommonResponse, envoy_types::pb::google::protobuf::Struct) {
+        let value = wire::destination_value(&routed.destinations);
+        let mut set = vec![wire::set_header(wire::DESTINATION_HEADER, &value)];
+        if let Some(len) = new_len {
+            set.push(wire::set_header("content-length", &len.to_string()));
+        }
+        if !self.meta.has_request_id {
+            set.push(wire::set_header("x-request-id", &request_id()));
+        }
+        (wire::routing_common(set), wire::destination_metadata(&value))
+    }
+
+    fn on_response_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
+        let map = h.headers.as_ref();
+        let status = wire::find_header(map, ":status").and_then(|s| s.parse().ok());
+        let rewrite = self.routed.as_ref().filter(|r| r.target_model != r.model).map(|r| (r.target_model.as_str(), r.model.as_str()));
+        let stream = self.routed.as_ref().is_some_and(|r| r.stream);
+        self.response = Some(ResponseTracker::new(status, wire::find_header(map, "content-type"), stream, rewrite));
+        out.push(wire::response_headers(None));
+        if h.end_of_stream {
+            self.finish();
+        }
+    }
+
+    fn on_response_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        let tracker = self.response.get_or_insert_with(ResponseTracker::default);
+        if self.response_duplex {
+            tracker.on_chunk(&b.body, b.end_of_stream, out);
+        } else {
+            match tracker.on_buffered(&b.body) {
+                Some(body) => out.push(wire::replaced_body(body, Default::default(), true)),
+                None => out.push(wire::response_body_continue()),
+            }
+        }
+        if b.end_of_stream {
+            self.finish();
+        }
+    }
+
+    /// The response is complete: record it and release the endpoint.
+    fn finish(&mut self) {
+        if let (Some(routed), Some(resp)) = (self.routed.take(), self.response.as_ref()) {
+            self.director.finish(&routed, &resp.summary(self.body.len()));
+        }
+        self.phase = Phase::Done;
+    }
+
+    fn fail(&mut self, err: StreamError, out: &mut Vec<ProcessingResponse>) {
+        let code = err.code();
+        tracing::debug!(error = %err, status = code.http_status(), "request rejected");
+        let labels = ErrorLabels { model_name: String::new(), target_model_name: String::new(), error_code: code.name().to_owned() };
+        self.director.metrics().request_error_total.get_or_create(&labels).inc();
+        out.push(status::immediate(&err));
+        self.phase = Phase::Done;
+    }
+}
+
+/// A random request id, as upstream generates when the gateway sent none.
+fn request_id() -> String {
+    let v: u128 = rand::random();
+    let h = format!("{v:032x}");
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+#[cfg(test)]
+mod tests;
