@@ -19,3 +19,4 @@
 pub mod client;
 pub mod envoy;
 pub mod server;
+pub mod standin;
