@@ -18,5 +18,6 @@
 
 pub mod client;
 pub mod envoy;
+pub mod noop_extproc;
 pub mod server;
 pub mod standin;
