@@ -21,3 +21,4 @@ pub mod envoy;
 pub mod noop_extproc;
 pub mod server;
 pub mod standin;
+pub mod sim;

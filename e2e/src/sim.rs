@@ -1,0 +1,54 @@
+//! inference-sim: a vLLM model-server simulator faithful enough that routing
+//! results measured on it hold on GPUs.
+//!
+//! Why: there is no GPU here, so every routing claim is measured against
+//! simulated pods. A fixed-latency fake rewards bad routers; this one models
+//! what makes pods differ: continuous batching with a waiting queue, chunked
+//! prefill, a vLLM-exact prefix cache (sha256_cbor block hashes, LRU reuse of
+//! freed blocks, preemption), LoRA slots, per-pod speed, and vLLM's metrics and
+//! KV events byte for byte.
+//!
+//! One request through the modules:
+//!
+//! 1. [`http`] parses the OpenAI body ([`openai`]), applies [`faults`],
+//!    resolves the model or LoRA adapter ([`lora`]), tokenizes
+//!    ([`tokenizer`], chat template included) and checks the context length.
+//! 2. The request goes to the pod's engine task ([`runner`]), which owns the
+//!    pure scheduler ([`engine`]) and its block pool ([`kv_cache`], hashed by
+//!    [`hashing`]).
+//! 3. Each step: schedule (budget, cache hits, allocation, preemption), sleep
+//!    the step's simulated time on tokio time, sample one token per finished
+//!    prefill/decode, stream tokens back; fold the step into [`metrics`] and
+//!    publish its events ([`kv_events`]).
+//! 4. [`pod`] owns one pod's tasks; [`cluster`] hosts many and kills or
+//!    restarts them (also through its admin endpoint).
+//!
+//! Start pods in-process with [`Cluster::start`] / [`Cluster::start_on`] or
+//! [`run_pod`]; see `src/bin/inference-sim.rs` for the command line.
+//!
+//! Simplified (honestly): generated text is filler; no speculative decoding,
+//! multimodal, prompt embeddings, beam search or `n > 1`; one KV-cache group;
+//! step time is a linear model (no quadratic prefill attention); the CPU cost
+//! of tokenization and HTTP is real, not simulated.
+
+pub mod cluster;
+pub mod config;
+pub mod engine;
+pub mod faults;
+pub mod hashing;
+pub mod http;
+pub mod kv_cache;
+pub mod kv_events;
+pub mod lora;
+pub mod metrics;
+pub mod openai;
+pub mod pod;
+pub mod runner;
+pub mod tokenizer;
+
+pub use cluster::{serve_admin, Cluster, ClusterError, PodStatus};
+pub use config::{EngineConfig, KvUsageMetric, MetricsOptions, PodConfig, Profile, TimingProfile};
+pub use faults::{FaultSwitch, Faults};
+pub use kv_events::{EventEncoding, KvEventsConfig, SocketMode};
+pub use pod::{run_pod, Pod, PodControl, PodError};
+pub use tokenizer::{Tokenizer, TokenizerKind};
