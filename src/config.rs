@@ -157,8 +157,22 @@ impl From<Vec<Problem>> for ConfigError {
 
 /// Parses the YAML text and checks the structure that needs no plugin knowledge.
 pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
-    let doc: EndpointPickerConfig =
-        serde_yaml::from_str(text).map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))?;
+    let doc = parse_document(text)?;
+    let problems = check(&doc);
+    if problems.is_empty() {
+        Ok(doc)
+    } else {
+        Err(problems.into())
+    }
+}
+
+/// Decodes the YAML strictly, without the structural checks.
+pub fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
+    serde_yaml::from_str(text).map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
+}
+
+/// The structural problems of a decoded document (apiVersion, kind, names, references).
+pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     let mut problems = Vec::new();
     if doc.api_version != API_VERSION {
         problems.push(Problem::ApiVersion(doc.api_version.clone()));
@@ -182,11 +196,7 @@ pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
             }
         }
     }
-    if problems.is_empty() {
-        Ok(doc)
-    } else {
-        Err(problems.into())
-    }
+    problems
 }
 
 #[cfg(test)]

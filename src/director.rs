@@ -27,8 +27,16 @@ impl Runtime {
     /// Parses, validates and builds a configuration. A tokenizer already built for the same
     /// vocabulary is reused (building one costs 0.1–0.2 s).
     pub fn build(text: &str, previous: Option<&Runtime>) -> Result<Self, ConfigError> {
-        let doc = config::parse(text)?;
-        let scheduler = scheduling::build(&doc).map_err(ConfigError::from)?;
+        let doc = config::parse_document(text)?;
+        let mut problems = config::check(&doc);
+        let built = scheduling::build(&doc);
+        if let Err(p) = &built {
+            problems.extend(p.iter().cloned());
+        }
+        let scheduler = match built {
+            Ok(s) if problems.is_empty() => s,
+            _ => return Err(problems.into()),
+        };
         let tokenizer = match scheduler.prefix_params() {
             None => None,
             Some(p) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.vocabulary() == p.tokenizer) {
