@@ -1,5 +1,6 @@
 //! In-process integration: the whole epp (`app::run`) on loopback, driven over a real tonic
 //! channel as Envoy would drive it, plus the gRPC health service and the metrics port.
+#![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
