@@ -204,6 +204,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shipped_examples_build() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
+        for name in ["default.yaml", "prefix-absolute.yaml", "conformance.yaml"] {
+            let text = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
+            let doc = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            crate::scheduling::build(&doc).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        }
+        assert_eq!(std::fs::read_to_string(format!("{dir}/default.yaml")).unwrap().split_once("apiVersion").unwrap().1, DEFAULT_CONFIG.split_once("apiVersion").unwrap().1);
+    }
+
+    #[test]
     fn default_config_parses() {
         let c = parse(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.plugins.len(), 3);

