@@ -22,3 +22,4 @@ pub mod noop_extproc;
 pub mod server;
 pub mod standin;
 pub mod sim;
+pub mod stack;
