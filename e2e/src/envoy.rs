@@ -45,6 +45,16 @@ pub enum EnvoyError {
     /// Envoy exited or did not become ready in time.
     #[error("envoy did not become ready: {reason}\n--- envoy.log ---\n{log}")]
     NotReady { reason: String, log: String },
+    /// Something Envoy writes did not appear in time.
+    #[error("waited {waited:?} for {what}")]
+    Timeout { what: String, waited: Duration },
+    /// The admin interface answered with an error status.
+    #[error("envoy admin {path} answered {status}: {body}")]
+    AdminStatus {
+        path: String,
+        status: http::StatusCode,
+        body: String,
+    },
     /// A request to the admin interface failed.
     #[error("envoy admin request {path}")]
     Admin {

@@ -24,12 +24,15 @@ struct Stack {
 
 impl Stack {
     async fn start(template: Template) -> Self {
-        Self::start_with(template, false, |opts| opts).await
+        Self::start_with(template, false, |cfg| cfg, |opts| opts).await
     }
 
+    /// `tls`: TLS between Envoy and the ext_proc server; `envoy` and `opts` adjust the Envoy
+    /// config and each stand-in's options.
     async fn start_with(
         template: Template,
         tls: bool,
+        envoy: impl FnOnce(EnvoyConfig) -> EnvoyConfig,
         opts: impl Fn(StandInOptions) -> StandInOptions,
     ) -> Self {
         let mut pods = Vec::new();
@@ -53,7 +56,10 @@ impl Stack {
         } else {
             None
         };
-        let envoy = config.start().await.unwrap_or_else(|err| panic!("{err}"));
+        let envoy = envoy(config)
+            .start()
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
         Self {
             envoy,
             pods,
@@ -130,11 +136,16 @@ async fn a_completion_reaches_the_pod_the_picker_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_events_arrive_incrementally_through_envoy() {
     let interval = Duration::from_millis(150);
-    let stack = Stack::start_with(Template::Duplex, false, |opts| StandInOptions {
-        completion_tokens: 5,
-        stream_interval: interval,
-        ..opts
-    })
+    let stack = Stack::start_with(
+        Template::Duplex,
+        false,
+        |cfg| cfg,
+        |opts| StandInOptions {
+            completion_tokens: 5,
+            stream_interval: interval,
+            ..opts
+        },
+    )
     .await;
     let body = r#"{"model":"test-model","prompt":"stream please","stream":true}"#;
     let request = client::request(Method::POST, "/v1/completions", body).unwrap();
@@ -246,7 +257,7 @@ async fn the_override_host_config_routes_and_reports_the_served_endpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_reaches_the_ext_proc_server_over_tls() {
-    let stack = Stack::start_with(Template::Duplex, true, |opts| opts).await;
+    let stack = Stack::start_with(Template::Duplex, true, |cfg| cfg, |opts| opts).await;
     let response = stack
         .post(
             "/v1/embeddings",
@@ -276,4 +287,25 @@ async fn the_least_request_baseline_serves_requests() {
         .await;
     assert_eq!(response.status, StatusCode::OK, "{}", response.text());
     assert_eq!(response.json().unwrap()["usage"]["input_tokens"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_buffer_limit_rejects_larger_buffered_bodies() {
+    let limit = |cfg: EnvoyConfig| cfg.listener_buffer_limit(32 * 1024);
+    let stack = Stack::start_with(Template::Buffered, false, limit, |opts| opts).await;
+    let small = stack.post("/v1/completions", COMPLETION).await;
+    assert_eq!(small.status, StatusCode::OK, "{}", small.text());
+    let prompt = "x ".repeat(50_000);
+    let body = format!(r#"{{"model":"test-model","prompt":"{prompt}"}}"#);
+    let addr = stack.envoy.listener_addr();
+    let large = client::post_json(addr, "/v1/completions", body)
+        .await
+        .unwrap();
+    assert_eq!(large.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let log = stack.access_log(2).await;
+    assert_eq!(
+        log[1].details, "request_payload_too_large",
+        "{}",
+        log[1].line
+    );
 }

@@ -129,12 +129,9 @@ impl Envoy {
                 return Ok(entries);
             }
             if Instant::now() >= deadline {
-                return Err(EnvoyError::NotReady {
-                    reason: format!(
-                        "access log has {} of {count} entries after {timeout:?}",
-                        entries.len()
-                    ),
-                    log: self.log(),
+                return Err(EnvoyError::Timeout {
+                    what: format!("{count} access log entries (have {})", entries.len()),
+                    waited: timeout,
                 });
             }
             tokio::time::sleep(POLL_INTERVAL).await;
@@ -166,13 +163,10 @@ impl Envoy {
         };
         let response = client::get(self.admin, path).await.map_err(admin_err)?;
         if response.status != http::StatusCode::OK {
-            return Err(EnvoyError::NotReady {
-                reason: format!(
-                    "admin {path} answered {}: {}",
-                    response.status,
-                    response.text()
-                ),
-                log: self.log(),
+            return Err(EnvoyError::AdminStatus {
+                path: path.to_owned(),
+                status: response.status,
+                body: response.text(),
             });
         }
         Ok(response.text())
