@@ -14,12 +14,12 @@ use sim_support::{metrics, pod_config, post, sample, start, MODEL};
 async fn ttft(addr: std::net::SocketAddr, prompt: Value) -> (Duration, Value) {
     let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1, "stream": true,
         "stream_options": {"include_usage": true}});
-    let req = client::request(Method::POST, "/v1/completions", body.to_string()).unwrap();
-    let resp = client::send_streaming(addr, req).await.unwrap();
+    let req = client::request(Method::POST, "/v1/completions", body.to_string()).expect("test setup");
+    let resp = client::send_streaming(addr, req).await.expect("test setup");
     assert_eq!(resp.status, StatusCode::OK);
     let text = String::from_utf8_lossy(&resp.body()).into_owned();
     let usage_line = text.lines().find(|l| l.contains("\"usage\"")).expect("usage chunk");
-    let usage: Value = serde_json::from_str(usage_line.trim_start_matches("data: ")).unwrap();
+    let usage: Value = serde_json::from_str(usage_line.trim_start_matches("data: ")).expect("test setup");
     (resp.chunks[0].at, usage["usage"].clone())
 }
 

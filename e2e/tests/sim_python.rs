@@ -28,7 +28,7 @@ async fn python() -> String {
         .await
         .expect("venv.sh runs");
     assert!(out.status.success(), "venv.sh failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    String::from_utf8(out.stdout).expect("test setup").trim().to_owned()
 }
 
 #[tokio::test]
@@ -86,20 +86,20 @@ async fn kv_events_round_trip(encoding: EventEncoding) -> Value {
     });
     let cluster = start(vec![cfg]).await;
     let addr = cluster.addrs()[0];
-    let control = cluster.control(0).await.unwrap().unwrap();
+    let control = cluster.control(0).await.expect("test setup").expect("test setup");
     let ends = control.kv_endpoints().clone();
     let mut child = Command::new(python().await)
         .arg(py_dir().join("check_kv_events.py"))
-        .arg(ends.publish.unwrap())
-        .arg(ends.replay.unwrap())
+        .arg(ends.publish.expect("test setup"))
+        .arg(ends.replay.expect("test setup"))
         .arg("20")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        .expect("spawn the KV-event decoder");
+    let mut stdout = BufReader::new(child.stdout.take().expect("test setup"));
     let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await.expect("test setup").expect("test setup");
     assert_eq!(line.trim(), "ready");
     let first: Vec<u32> = (1..=40).collect();
     post(addr, "/v1/completions", json!({"model": MODEL, "prompt": first, "max_tokens": 1})).await;
@@ -107,15 +107,15 @@ async fn kv_events_round_trip(encoding: EventEncoding) -> Value {
     post(addr, "/v1/completions", json!({"model": MODEL, "prompt": second, "max_tokens": 1})).await;
     assert_eq!(post(addr, "/reset_prefix_cache", json!({})).await.status, http::StatusCode::OK);
     let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(60), stdout.read_to_string(&mut out)).await.unwrap().unwrap();
-    let status = child.wait().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), stdout.read_to_string(&mut out)).await.expect("test setup").expect("test setup");
+    let status = child.wait().await.expect("test setup");
     assert!(status.success());
     cluster.shutdown().await;
-    serde_json::from_str(&out).unwrap()
+    serde_json::from_str(&out).expect("test setup")
 }
 
 fn events(batches: &Value) -> Vec<Value> {
-    batches.as_array().unwrap().iter().flat_map(|b| b["batch"]["events"].as_array().unwrap().clone()).collect()
+    batches.as_array().expect("test setup").iter().flat_map(|b| b["batch"]["events"].as_array().expect("test setup").clone()).collect()
 }
 
 async fn check_kv_events(encoding: EventEncoding) {
@@ -131,15 +131,15 @@ async fn check_kv_events(encoding: EventEncoding) {
     assert_eq!(stored[0]["medium"], "GPU");
     let removed: Vec<&Value> = all.iter().filter(|e| e["type"] == "BlockRemoved").collect();
     assert!(!removed.is_empty(), "reusing cached blocks must emit BlockRemoved: {all:?}");
-    assert_eq!(all.last().unwrap()["type"], "AllBlocksCleared");
-    let live = live.as_array().unwrap();
+    assert_eq!(all.last().expect("test setup")["type"], "AllBlocksCleared");
+    let live = live.as_array().expect("test setup");
     assert!(live.iter().all(|m| m["topic"] == "kv@127.0.0.1:8000@sim-model"));
     assert!(live.iter().all(|m| m["batch"]["dp_rank"] == 0));
-    let seqs: Vec<u64> = live.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = live.iter().map(|m| m["seq"].as_u64().expect("test setup")).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
-    let replay = got["replay"].as_array().unwrap();
+    let replay = got["replay"].as_array().expect("test setup");
     assert_eq!(replay[0]["seq"], 0);
-    assert_eq!(replay.len() as u64, seqs.last().unwrap() + 1);
+    assert_eq!(replay.len() as u64, seqs.last().expect("test setup") + 1);
     assert_eq!(got["end_marker"], true);
     for m in live {
         let same = replay.iter().find(|r| r["seq"] == m["seq"]).expect("live batch is replayable");

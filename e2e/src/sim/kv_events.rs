@@ -168,40 +168,7 @@ fn positional(p: &mut Pack, event: &KvEvent) {
 
 fn keyed(p: &mut Pack, event: &KvEvent) {
     match event {
-        KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_id, lora_name } => {
-            p.map(11);
-            p.str("type");
-            p.str("BlockStored");
-            p.str("block_hashes");
-            p.uints(block_hashes.iter().copied());
-            p.str("parent_block_hash");
-            p.opt_uint(*parent_block_hash);
-            p.str("token_ids");
-            p.uints(token_ids.iter().map(|&t| u64::from(t)));
-            p.str("block_size");
-            p.uint(*block_size as u64);
-            p.str("lora_id");
-            p.opt_uint(*lora_id);
-            p.str("medium");
-            p.str("GPU");
-            p.str("lora_name");
-            p.opt_str(lora_name.as_deref());
-            p.str("extra_keys");
-            p.array(block_hashes.len());
-            for _ in block_hashes {
-                match lora_name {
-                    Some(name) => {
-                        p.array(1);
-                        p.str(name);
-                    }
-                    None => p.nil(),
-                }
-            }
-            p.str("group_idx");
-            p.uint(0);
-            p.str("kv_cache_spec_kind");
-            p.str("full_attention");
-        }
+        KvEvent::BlockStored { .. } => keyed_stored(p, event),
         KvEvent::BlockRemoved { block_hashes } => {
             p.map(3);
             p.str("type");
@@ -217,6 +184,47 @@ fn keyed(p: &mut Pack, event: &KvEvent) {
             p.str("AllBlocksCleared");
         }
     }
+}
+
+/// BlockStored as a map, in the field order of vLLM's wire test.
+fn keyed_stored(p: &mut Pack, event: &KvEvent) {
+    let KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_id, lora_name } = event
+    else {
+        return;
+    };
+    p.map(11);
+    p.str("type");
+    p.str("BlockStored");
+    p.str("block_hashes");
+    p.uints(block_hashes.iter().copied());
+    p.str("parent_block_hash");
+    p.opt_uint(*parent_block_hash);
+    p.str("token_ids");
+    p.uints(token_ids.iter().map(|&t| u64::from(t)));
+    p.str("block_size");
+    p.uint(*block_size as u64);
+    p.str("lora_id");
+    p.opt_uint(*lora_id);
+    p.str("medium");
+    p.str("GPU");
+    p.str("lora_name");
+    p.opt_str(lora_name.as_deref());
+    // One entry per block: `(lora_name,)` or None.
+    p.str("extra_keys");
+    p.array(block_hashes.len());
+    for _ in block_hashes {
+        match lora_name {
+            Some(name) => {
+                p.array(1);
+                p.str(name);
+            }
+            None => p.nil(),
+        }
+    }
+    p.str("group_idx");
+    p.uint(0);
+    p.str("kv_cache_spec_kind");
+    p.str("full_attention");
 }
 
 #[cfg(test)]

@@ -149,3 +149,60 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+    use tokio::task::JoinSet;
+
+    use super::*;
+    use crate::sim::config::TimingProfile;
+    use crate::sim::engine::FinishReason;
+
+    #[tokio::test(start_paused = true)]
+    async fn steps_take_their_simulated_time_divided_by_the_time_scale() {
+        let mut cfg = PodConfig::default();
+        cfg.engine.timing = TimingProfile {
+            step_overhead: Duration::from_millis(10),
+            prefill_per_token: Duration::from_millis(1),
+            decode_per_seq: Duration::ZERO,
+            attention_per_context_token: Duration::ZERO,
+        };
+        cfg.engine.time_scale = 2.0;
+        let cfg = Arc::new(cfg);
+        let metrics = Arc::new(Mutex::new(PodMetrics::new(1024, 1e9)));
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let engine = Engine::new(cfg.engine.clone(), SmallRng::seed_from_u64(0), vec![7]);
+        let runner =
+            Runner { engine, commands, metrics: metrics.clone(), publisher: None, clock: SimClock::new(1e9), cfg };
+        let cancel = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(runner.run(cancel.clone()));
+
+        let (output, mut out) = mpsc::unbounded_channel();
+        let start = Instant::now();
+        let request = NewRequest {
+            prompt: vec![1; 10],
+            max_output: 2,
+            reason_at_limit: FinishReason::Length,
+            params_max_tokens: Some(2),
+            lora: None,
+            cache_salt: None,
+            arrival: start,
+            output,
+        };
+        commands_tx.send(Command::Submit(Box::new(request))).unwrap();
+        // Prefill step: (10 ms + 10 × 1 ms) / 2; decode step: 10 ms / 2.
+        assert_eq!(out.recv().await, Some(SeqOutput::Token(7)));
+        assert_eq!(start.elapsed(), Duration::from_millis(10));
+        assert!(matches!(out.recv().await, Some(SeqOutput::Last(7, _))));
+        assert_eq!(start.elapsed(), Duration::from_millis(15));
+        // Metrics report simulated seconds (wall × time scale).
+        let m = metrics.lock().unwrap().clone();
+        assert!((m.histograms.ttft.sum - 0.020).abs() < 1e-9, "{}", m.histograms.ttft.sum);
+        assert!((m.histograms.inter_token_latency.sum - 0.010).abs() < 1e-9);
+        cancel.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+}
