@@ -185,7 +185,8 @@ struct FaultArgs {
 
 #[derive(Debug, clap::Args)]
 struct KvArgs {
-    /// ZMQ PUB endpoint; pod i uses port + i. Binds if it has `*`, otherwise connects (vLLM's rule).
+    /// ZMQ PUB endpoint. Binds if it has `*`, otherwise connects (vLLM's rule); binding pod i
+    /// uses port + i, connecting pods all dial the same subscriber (topics tell them apart).
     #[arg(long)]
     kv_events_endpoint: Option<String>,
     #[arg(long, value_enum, default_value_t = SocketMode::Auto)]
@@ -262,15 +263,20 @@ impl Args {
             .replace("{port}", &addr.port().to_string())
             .replace("{model}", &self.model)
             .replace("{pod}", &format!("{}-{i}", self.prefix()));
-        Some(KvEventsConfig {
-            endpoint: offset_port(endpoint, i),
+        let mut cfg = KvEventsConfig {
+            endpoint: endpoint.to_owned(),
             mode: self.kv.kv_events_mode,
             replay_endpoint: self.kv.kv_events_replay_endpoint.as_deref().map(|e| offset_port(e, i)),
             topic,
             encoding: self.kv.kv_events_encoding,
             buffer_steps: self.kv.kv_events_buffer_steps,
             dp_rank: 0,
-        })
+        };
+        // Binding pods need a port each; connecting pods all dial the one subscriber.
+        if cfg.binds() {
+            cfg.endpoint = offset_port(endpoint, i);
+        }
+        Some(cfg)
     }
 
     fn pod(&self, i: usize, addr: SocketAddr) -> PodConfig {
