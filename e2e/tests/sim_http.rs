@@ -246,3 +246,16 @@ async fn reset_prefix_cache_forgets_cached_prefixes() {
     assert_eq!(miss["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_slow_pod_takes_proportionally_longer() {
+    let mut slow = pod_config("slow");
+    slow.engine.speed = 0.25;
+    let cluster = start(vec![pod_config("fast"), slow]).await;
+    let prompt: Vec<u32> = (1..=1000).collect();
+    let (fast_t, _) = ttft(cluster.addrs()[0], json!(prompt)).await;
+    let (slow_t, _) = ttft(cluster.addrs()[1], json!(prompt)).await;
+    // ~205 ms vs ~820 ms of simulated work.
+    assert!(slow_t > fast_t * 3, "fast {fast_t:?} slow {slow_t:?}");
+    cluster.shutdown().await;
+}
