@@ -50,15 +50,30 @@ pub async fn serve(state: &Arc<PodState>, req: Request<Incoming>, api: Api) -> R
         tokio::time::sleep(faults.added_latency().div_f64(state.cfg.engine.time_scale)).await;
     }
     state.faults.wait_unhung().await;
+    let (stream, include_usage) = (p.stream, p.include_usage);
+    let (meta, rx) = submit(state, api, p)?;
+    if stream {
+        Ok(sse(state, meta, rx, include_usage))
+    } else {
+        collect(state, meta, rx).await
+    }
+}
+
+/// Hands a prepared request to the engine; returns the response identity and
+/// the channel its tokens arrive on.
+fn submit(
+    state: &PodState,
+    api: Api,
+    p: Prepared,
+) -> Result<(ResponseMeta, mpsc::UnboundedReceiver<SeqOutput>), ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let meta = ResponseMeta {
         api,
         id: response_id(state, api),
         created: state.clock.unix(Instant::now()) as u64,
-        model: p.model.clone(),
+        model: p.model,
         prompt_tokens_details: state.cfg.prompt_tokens_details,
     };
-    let (stream, include_usage) = (p.stream, p.include_usage);
     let request = NewRequest {
         prompt: p.prompt,
         max_output: p.max_output,
@@ -73,11 +88,7 @@ pub async fn serve(state: &Arc<PodState>, req: Request<Incoming>, api: Api) -> R
         .engine
         .send(Command::Submit(Box::new(request)))
         .map_err(|_| ApiError::Unavailable("the engine has stopped"))?;
-    if stream {
-        Ok(sse(state, meta, rx, include_usage))
-    } else {
-        collect(state, meta, rx).await
-    }
+    Ok((meta, rx))
 }
 
 /// `POST /v1/completions/render` and `/v1/chat/completions/render`: the token
@@ -118,25 +129,34 @@ fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepare
         let (max, p) = (cfg.max_model_len, prompt.len());
         return Err(ApiError::ContextTooLong { max, total: p + output, prompt: p, output });
     }
-    let (max_output, reason_at_limit) = match requested {
-        Some(n) => (n, FinishReason::Length),
-        None => {
-            let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
-            let n = rng.random_range(1..=cfg.default_max_output);
-            (n.min(cfg.max_model_len - prompt.len()), FinishReason::Stop)
-        }
-    };
+    let (max_output, reason_at_limit) = output_length(state, requested, prompt.len());
+    // vLLM records the effective limit (max_model_len - prompt when unset).
+    let limit = requested.unwrap_or(cfg.max_model_len - prompt.len());
     Ok(Prepared {
         prompt,
         lora,
         model,
         max_output,
         reason_at_limit,
-        params_max_tokens: requested,
+        params_max_tokens: Some(limit),
         cache_salt: body.cache_salt,
         stream: body.stream,
         include_usage: body.stream_options.is_some_and(|o| o.include_usage),
     })
+}
+
+/// Generate exactly `max_tokens` (finish "length"), or, when unset, a seeded
+/// random length up to `default_max_output` (finish "stop").
+fn output_length(state: &PodState, requested: Option<usize>, prompt_len: usize) -> (usize, FinishReason) {
+    let cfg = &state.cfg.engine;
+    match requested {
+        Some(n) => (n, FinishReason::Length),
+        None => {
+            let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
+            let n = rng.random_range(1..=cfg.default_max_output);
+            (n.min(cfg.max_model_len - prompt_len), FinishReason::Stop)
+        }
+    }
 }
 
 fn resolve_model(state: &PodState, model: &str) -> Result<Option<LoraRef>, ApiError> {
