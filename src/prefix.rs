@@ -37,13 +37,12 @@ pub fn block_hashes(model: &str, cache_salt: Option<&str>, tokens: &[u32], block
     }
     let mut parent = seed.finish();
     let mut out = Vec::with_capacity((tokens.len() / block_size).min(max_blocks));
+    let mut buf = Vec::with_capacity(block_size * 4 + 8);
     for block in tokens.chunks_exact(block_size).take(max_blocks) {
-        let mut h = Xxh64::new(0);
-        for t in block {
-            h.write(&t.to_le_bytes());
-        }
-        h.write(&parent.to_le_bytes());
-        parent = h.finish();
+        buf.clear();
+        block.iter().for_each(|t| buf.extend_from_slice(&t.to_le_bytes()));
+        buf.extend_from_slice(&parent.to_le_bytes());
+        parent = xxhash_rust::xxh64::xxh64(&buf, 0);
         out.push(parent);
     }
     out

@@ -58,25 +58,30 @@ impl PrefixIndex {
     /// no match are absent.
     pub fn longest_prefix(&self, hashes: &[u64]) -> Vec<(EndpointId, usize)> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        // `alive` holds the endpoints that hold every block so far (sorted); an endpoint that
+        // drops out at block i matched exactly i blocks.
         let mut alive: Vec<Slot> = Vec::new();
         let mut matched: Vec<(Slot, usize)> = Vec::new();
+        let mut depth = 0;
         for (i, h) in hashes.iter().enumerate() {
-            let Some(holders) = inner.holders.get(h) else { break };
+            let holders = inner.holders.get(h).map_or(&[][..], Vec::as_slice);
             if i == 0 {
                 alive.extend_from_slice(holders);
-            } else {
-                alive.retain(|s| holders.contains(s));
+            } else if holders != alive.as_slice() {
+                alive.retain(|s| {
+                    let keep = holders.binary_search(s).is_ok();
+                    if !keep {
+                        matched.push((*s, i));
+                    }
+                    keep
+                });
             }
             if alive.is_empty() {
                 break;
             }
-            for s in &alive {
-                match matched.iter_mut().find(|(m, _)| m == s) {
-                    Some(entry) => entry.1 = i + 1,
-                    None => matched.push((*s, i + 1)),
-                }
-            }
+            depth = i + 1;
         }
+        matched.extend(alive.into_iter().map(|s| (s, depth)));
         matched.into_iter().filter_map(|(slot, n)| inner.endpoint(slot).map(|id| (id, n))).collect()
     }
 
@@ -156,8 +161,8 @@ impl Inner {
             }
         }
         let holders = self.holders.entry(hash).or_default();
-        if !holders.contains(&slot) {
-            holders.push(slot);
+        if let Err(at) = holders.binary_search(&slot) {
+            holders.insert(at, slot);
         }
     }
 

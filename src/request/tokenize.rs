@@ -2,10 +2,28 @@
 //!
 //! Building an encoder costs 0.1–0.2 s, so one is built per vocabulary at start-up and shared.
 //! Only a bounded prefix of the prompt is tokenized: the index never looks past its token cap,
-//! and tokenizing costs ~70 ns per byte, the largest per-request cost epp has.
+//! and tokenizing costs ~50 ns per byte, the largest per-request cost epp has.
+//!
+//! # Segment cache
+//! Prompts repeat: system prompts, tool definitions, and every turn of a chat resends the whole
+//! conversation. The text is therefore cut into segments of about [`SEGMENT_BYTES`], each ending
+//! just before a whitespace run (where BPE pre-tokenization splits anyway), and each segment's
+//! tokens are cached by the segment's hash. A repeated prefix costs a hash per segment instead
+//! of a BPE pass. Segment boundaries depend only on the text before them, so two prompts that
+//! share a text prefix share their leading segments and therefore their leading tokens. Tokens
+//! can differ from a single-pass encoding only where a boundary splits what one pass would have
+//! merged across whitespace; for the approximate prefix index that is immaterial, since the same
+//! text always yields the same tokens.
 
-use std::sync::Arc;
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use tiktoken_rs::CoreBPE;
+
+/// Target segment length in bytes.
+pub const SEGMENT_BYTES: usize = 1024;
+/// Segments kept (~1 KiB of tokens each: about 8 MiB in all).
+const CACHE_SEGMENTS: usize = 8192;
 
 /// The vocabularies epp can tokenize with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
@@ -26,11 +44,14 @@ pub struct TokenizerError {
     message: String,
 }
 
-/// A shared, immutable tokenizer.
+type SegmentCache = Mutex<LruCache<u64, Arc<[u32]>>>;
+
+/// A shared tokenizer with its segment cache.
 #[derive(Clone)]
 pub struct Tokenizer {
     bpe: Arc<CoreBPE>,
     vocab: Vocabulary,
+    cache: Arc<SegmentCache>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -50,7 +71,8 @@ impl Tokenizer {
             Vocabulary::P50kBase => tiktoken_rs::p50k_base(),
         };
         let bpe = built.map_err(|e| TokenizerError { vocab, message: e.to_string() })?;
-        Ok(Self { bpe: Arc::new(bpe), vocab })
+        let cap = NonZeroUsize::new(CACHE_SEGMENTS).unwrap_or(NonZeroUsize::MIN);
+        Ok(Self { bpe: Arc::new(bpe), vocab, cache: Arc::new(Mutex::new(LruCache::new(cap))) })
     }
 
     pub fn vocabulary(&self) -> Vocabulary {
@@ -70,13 +92,64 @@ impl Tokenizer {
         } else {
             (text, false)
         };
-        let mut tokens = self.bpe.encode_ordinary(slice);
+        let mut tokens = Vec::new();
+        for segment in segments(slice) {
+            if tokens.len() >= max_tokens {
+                break;
+            }
+            tokens.extend_from_slice(&self.segment_tokens(segment));
+        }
         if cut {
             tokens.pop();
         }
         tokens.truncate(max_tokens);
         tokens
     }
+
+    fn segment_tokens(&self, segment: &str) -> Arc<[u32]> {
+        let key = xxhash_rust::xxh64::xxh64(segment.as_bytes(), 0);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = cache.get(&key) {
+            return Arc::clone(hit);
+        }
+        drop(cache);
+        let tokens: Arc<[u32]> = self.bpe.encode_ordinary(segment).into();
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).put(key, Arc::clone(&tokens));
+        tokens
+    }
+}
+
+/// Splits `text` into segments of about [`SEGMENT_BYTES`], each cut just before a whitespace
+/// byte that follows a non-whitespace byte; a text without such a place within four segment
+/// lengths is cut at a character boundary.
+fn segments(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = cut_point(rest);
+        let (head, tail) = rest.split_at(end);
+        rest = tail;
+        Some(head)
+    })
+}
+
+fn cut_point(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    if bytes.len() <= SEGMENT_BYTES {
+        return bytes.len();
+    }
+    let horizon = bytes.len().min(SEGMENT_BYTES * 4);
+    let ws = |b: u8| b == b' ' || b == b'\n' || b == b'\t' || b == b'\r';
+    if let Some(i) = (SEGMENT_BYTES..horizon).find(|&i| ws(bytes[i]) && !ws(bytes[i - 1])) {
+        return i;
+    }
+    let mut end = horizon;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
 }
 
 #[cfg(test)]
@@ -92,5 +165,29 @@ mod tests {
         assert_eq!(head.len(), 50);
         assert_eq!(head[..], full[..50]);
         assert!(t.encode_prefix("", 10).is_empty());
+    }
+
+    #[test]
+    fn segments_cover_the_text_and_share_prefixes() {
+        let a = "word ".repeat(2000) + "tail one";
+        let b = "word ".repeat(2000) + "other tail";
+        let sa: Vec<&str> = segments(&a).collect();
+        let sb: Vec<&str> = segments(&b).collect();
+        assert_eq!(sa.concat(), a);
+        assert!(sa.len() > 5 && sa.iter().all(|s| s.len() <= SEGMENT_BYTES * 4));
+        assert_eq!(sa[..sa.len() - 1], sb[..sb.len() - 1], "a shared text prefix gives shared segments");
+        let unbroken = "é".repeat(5000);
+        assert_eq!(segments(&unbroken).collect::<Vec<_>>().concat(), unbroken);
+    }
+
+    #[test]
+    fn cached_tokens_match_a_single_pass_on_ordinary_text() {
+        let t = Tokenizer::new(Vocabulary::Cl100kBase).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(300);
+        let single = t.bpe.encode_ordinary(&text);
+        let first = t.encode_prefix(&text, usize::MAX / 16);
+        let second = t.encode_prefix(&text, usize::MAX / 16);
+        assert_eq!(first, second, "deterministic, second pass from the cache");
+        assert_eq!(first, single, "boundaries before spaces do not change pre-tokenization here");
     }
 }

@@ -1,0 +1,143 @@
+//! The routing decision, measured: `Director::route` (parse, tokenize, hash, prefix lookup,
+//! schedule, record) with 100 endpoints and an 8K-token prompt:
+//! - `cold_text`: every prompt is new text (no segment of it was tokenized before);
+//! - `shared_prefix_text`: 7.5K tokens shared with earlier prompts plus a new 0.5K-token tail,
+//!   the shape of multi-turn chat and shared system prompts;
+//! - `token_ids`: the prompt arrives as token ids, so nothing is tokenized;
+//! and the parts: `parse_token_ids` (request parsing alone) and `decide_given_tokens` (block
+//! hashing, prefix lookup, scoring and picking over 100 candidates, recording the decision).
+//!
+//! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use epp::datastore::Datastore;
+use epp::director::{Director, DirectorOptions, Incoming, Runtime};
+use epp::endpoint::{CacheInfo, Endpoint, EndpointMetrics};
+use epp::metrics::Metrics;
+use epp::scheduling::{Candidate, SchedulingRequest};
+use rand::{rngs::SmallRng, SeedableRng};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+  parameters: {maxPrefixTokensToMatch: 8192, autoTune: false}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+";
+
+fn director(endpoints: u16) -> Director {
+    let ds = Arc::new(Datastore::new());
+    ds.set_endpoints((0..endpoints).map(|i| Endpoint::from_id(format!("10.0.{}.{}:8000", i / 250, i % 250 + 1).parse().expect("addr"))).collect());
+    for (i, s) in ds.snapshot().iter().enumerate() {
+        let cache = Some(CacheInfo { block_size: 16, num_blocks: 30_000 });
+        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, updated: Instant::now() + Duration::from_secs(3600) });
+    }
+    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
+    let opts = DirectorOptions { pool_name: "bench".into(), staleness: Duration::from_secs(7200), subset_filter: true };
+    Director::new(ds, Runtime::build(CONFIG, None).expect("config"), metrics, opts)
+}
+
+const WORDS: [&str; 16] = ["model", "server", "routing", "cache", "prefix", "token", "latency", "queue", "gateway", "envoy", "kernel", "batch", "tensor", "shard", "replica", "stream"];
+
+/// About `tokens` cl100k tokens of English words drawn from `rng` (one token per word).
+fn words(tokens: usize, rng: &mut SmallRng) -> String {
+    use rand::Rng;
+    let text: Vec<&str> = (0..tokens).map(|_| WORDS[rng.random_range(0..WORDS.len())]).collect();
+    text.join(" ")
+}
+
+fn chat(system: &str, user: &str) -> Vec<u8> {
+    serde_json::json!({"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}).to_string().into_bytes()
+}
+
+fn token_body(tokens: usize, seed: u32) -> Vec<u8> {
+    let ids: Vec<u32> = (0..tokens as u32).map(|i| (i * 31 + seed) % 100_000).collect();
+    serde_json::json!({"model": "m", "prompt": ids}).to_string().into_bytes()
+}
+
+fn bench(c: &mut Criterion) {
+    let d = director(100);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut text_rng = SmallRng::seed_from_u64(2);
+    let ids = token_body(8192, 0);
+    let shared: Vec<String> = (0..8).map(|_| words(7680, &mut text_rng)).collect();
+    // Warm the index and the segment cache with the shared prefixes, as in steady state.
+    for (i, system) in shared.iter().cycle().take(64).enumerate() {
+        let b = chat(system, &format!("warm-up {i}"));
+        let _ = d.route(&Incoming { path: "/v1/chat/completions", body: &b, ..Default::default() }, &mut rng);
+    }
+    let route = |body: &[u8], rng: &mut SmallRng| d.route(&Incoming { path: "/v1/chat/completions", body, ..Default::default() }, rng).map(|r| r.destinations.len());
+    let mut g = c.benchmark_group("decision_100_endpoints_8k_tokens");
+    g.bench_function("cold_text", |b| {
+        b.iter_batched(|| chat(&words(8192, &mut text_rng), "q"), |body| black_box(route(&body, &mut rng)), BatchSize::LargeInput)
+    });
+    let mut n = 0usize;
+    g.bench_function("shared_prefix_text", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                chat(&shared[n % shared.len()], &words(512, &mut text_rng))
+            },
+            |body| black_box(route(&body, &mut rng)),
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("token_ids", |b| {
+        b.iter(|| black_box(d.route(&Incoming { path: "/v1/completions", body: &ids, ..Default::default() }, &mut rng).map(|r| r.destinations.len())))
+    });
+    let tokens: Vec<u32> = (0..8192u32).map(|i| (i * 31) % 100_000).collect();
+    g.bench_function("parse_token_ids", |b| {
+        b.iter(|| black_box(epp::request::parse(epp::request::ApiKind::Completions, &ids, 1 << 20).map(|r| r.model.len())))
+    });
+    let runtime = Runtime::build(CONFIG, None).expect("config");
+    let index = epp::prefix::index::PrefixIndex::new();
+    let candidates: Vec<Candidate> = (0..100u16)
+        .map(|i| Candidate {
+            id: format!("10.0.0.{}:8000", i + 1).parse().expect("addr"),
+            weight: 1,
+            metrics: None,
+            waiting: f64::from(i % 7),
+            running: 4.0,
+            kv_usage: 0.3,
+            fresh: true,
+            prefix_blocks: 0,
+        })
+        .collect();
+    for c in candidates.iter().take(10) {
+        index.record(c.id, &epp::prefix::block_hashes("m", None, &tokens, 16, 512), 30_000);
+    }
+    g.bench_function("decide_given_tokens", |b| {
+        b.iter(|| {
+            let hashes = epp::prefix::block_hashes("m", None, &tokens, 16, 512);
+            let matches = index.longest_prefix(&hashes);
+            let mut cands = candidates.clone();
+            for (id, n) in &matches {
+                if let Some(c) = cands.iter_mut().find(|c| c.id == *id) {
+                    c.prefix_blocks = *n;
+                }
+            }
+            let req = SchedulingRequest { target_model: "m", prefix_total_blocks: hashes.len(), block_size: 16, test_endpoint_selection: None };
+            let d = runtime.scheduler.schedule(&req, &cands, &mut rng).expect("decision");
+            index.record(d.endpoints[0], &hashes, 30_000);
+            black_box(d.endpoints.len())
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(50).measurement_time(Duration::from_secs(5)).warm_up_time(Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);
