@@ -28,3 +28,4 @@ pub mod server;
 pub mod standin;
 pub mod sim;
 pub mod stack;
+pub mod loadgen;
