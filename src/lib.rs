@@ -20,6 +20,7 @@
 
 pub mod app;
 pub mod config;
+pub mod crd;
 pub mod datastore;
 pub mod director;
 pub mod discovery;
