@@ -133,3 +133,38 @@ impl Stack {
         }
     }
 }
+
+/// inference-sim pods + epp + Envoy: the realistic stack (queueing, prefix caching, vLLM
+/// metrics), for the demo and end-to-end tests of routing quality.
+pub struct SimStack {
+    pub cluster: crate::sim::Cluster,
+    pub epp: Epp,
+    pub envoy: Envoy,
+}
+
+impl SimStack {
+    /// `pods` simulated pods named `sim-<i>` with `engine`, epp with `epp_args` (plus the
+    /// pods as `--static-endpoints`), and Envoy from `template`.
+    pub async fn start(pods: usize, engine: crate::sim::EngineConfig, template: Template, epp_args: &[String], tls: bool) -> anyhow::Result<Self> {
+        let mut listeners = Vec::with_capacity(pods);
+        let mut configs = Vec::with_capacity(pods);
+        for i in 0..pods {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+            let cfg = crate::sim::PodConfig { engine: engine.clone(), pod_name: format!("sim-{i}"), seed: i as u64, prompt_tokens_details: true, ..Default::default() };
+            configs.push(cfg);
+        }
+        let cluster = crate::sim::Cluster::start_on(configs, listeners).await?;
+        let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
+        let mut args = vec!["--static-endpoints".to_owned(), endpoints.join(","), "--secure-serving".to_owned(), tls.to_string()];
+        args.extend(epp_args.iter().cloned());
+        let epp = Epp::start(&args).await?;
+        let envoy = EnvoyConfig::new(template).epp(epp.grpc).epp_tls(tls).pool(cluster.addrs().iter().copied()).start().await?;
+        Ok(Self { cluster, epp, envoy })
+    }
+
+    pub async fn stop(self) {
+        drop(self.envoy);
+        self.epp.stop().await;
+        self.cluster.shutdown().await;
+    }
+}
