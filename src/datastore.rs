@@ -6,6 +6,7 @@
 //! keeps its state (metrics, counters), so re-reading an unchanged endpoints file costs nothing.
 
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
+use crate::objectives::Objectives;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -104,11 +105,13 @@ impl EndpointSet {
     }
 }
 
-/// Shared state: the current endpoint set and a change signal for background tasks.
+/// Shared state: the current endpoint set and a change signal for background tasks, and the
+/// objective policies (InferenceObjective / InferenceModel / InferenceModelRewrite).
 #[derive(Debug)]
 pub struct Datastore {
     set: ArcSwap<EndpointSet>,
     changed: watch::Sender<u64>,
+    objectives: ArcSwap<Objectives>,
 }
 
 impl Default for Datastore {
@@ -119,7 +122,7 @@ impl Default for Datastore {
 
 impl Datastore {
     pub fn new() -> Self {
-        Self { set: ArcSwap::from_pointee(EndpointSet::default()), changed: watch::channel(0).0 }
+        Self { set: ArcSwap::from_pointee(EndpointSet::default()), changed: watch::channel(0).0, objectives: ArcSwap::from_pointee(Objectives::default()) }
     }
 
     pub fn snapshot(&self) -> Arc<EndpointSet> {
@@ -149,6 +152,17 @@ impl Datastore {
         }
         self.set.store(Arc::new(EndpointSet { list, by_id }));
         self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// The objective policies requests are matched against.
+    pub fn objectives(&self) -> Arc<Objectives> {
+        self.objectives.load_full()
+    }
+
+    /// Replaces the objective policies (Kubernetes discovery's objective watcher is the only
+    /// caller).
+    pub fn set_objectives(&self, objectives: Objectives) {
+        self.objectives.store(Arc::new(objectives));
     }
 
     /// A receiver that wakes whenever the endpoint set changes.

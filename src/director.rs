@@ -2,9 +2,11 @@
 //! schedule → record. The ext_proc adapter calls [`Director::route`] once per request and holds
 //! the returned [`Routed`] until the response ends.
 
+use crate::admission;
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::{Datastore, EndpointState, InflightGuard};
 use crate::endpoint::EndpointId;
+use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
 use crate::prefix::{self, index::PrefixIndex};
 use crate::request::tokenize::Tokenizer;
@@ -20,6 +22,9 @@ use std::time::{Duration, Instant};
 pub struct Runtime {
     pub scheduler: Scheduler,
     pub tokenizer: Option<Tokenizer>,
+    /// The conformance hook `destination-endpoint-served-verifier` is configured: echo the
+    /// endpoint the gateway reports as served into `x-conformance-test-served-endpoint`.
+    pub served_verifier: bool,
     pub source: String,
 }
 
@@ -44,7 +49,8 @@ impl Runtime {
                 None => Some(Tokenizer::new(p.tokenizer).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
             },
         };
-        Ok(Self { scheduler, tokenizer, source: text.to_owned() })
+        let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");
+        Ok(Self { scheduler, tokenizer, served_verifier, source: text.to_owned() })
     }
 }
 
@@ -68,6 +74,8 @@ pub struct Incoming<'a> {
     pub subset: Option<&'a [String]>,
     /// `test-epp-endpoint-selection`.
     pub test_endpoint_selection: Option<&'a str>,
+    /// `x-gateway-inference-objective`: the InferenceObjective giving the request's priority.
+    pub objective: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +86,8 @@ pub enum DirectorError {
     NoCandidates(&'static str),
     #[error(transparent)]
     Schedule(ScheduleError),
+    #[error(transparent)]
+    Shed(#[from] admission::Shed),
     #[error("scheduler chose endpoint {0} that is not in the datastore")]
     UnknownEndpoint(EndpointId),
 }
@@ -168,9 +178,15 @@ impl Director {
         let runtime = self.runtime.load();
         let max_text = runtime.scheduler.prefix_params().map_or(0, |p| p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8);
         let req = request::parse(ApiKind::from_path(inc.path), inc.body, max_text.max(4096))?;
-        let target = inc.model_rewrite.filter(|m| !m.is_empty()).unwrap_or(&req.model).to_owned();
+        let objectives = self.datastore.objectives();
+        let target = match inc.model_rewrite.filter(|m| !m.is_empty()) {
+            Some(m) => m.to_owned(),
+            None => objectives.rewrite(&req.model, rng).unwrap_or_else(|| req.model.clone()),
+        };
+        let priority = objectives.priority(inc.objective, &req.model);
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
+        self.admit(priority, &states)?;
         let lookup = self.lookup_prefix(&runtime, &req, &target, &states);
         let candidates = self.candidates(&states, lookup.as_ref());
         let sreq = SchedulingRequest {
@@ -185,7 +201,7 @@ impl Director {
             self.record_prefix(l, primary);
         }
         let body = (target != req.model).then(|| request::rewrite_model(inc.body, &req.model_span, &target));
-        let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: "0".into() };
+        let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: priority.to_string() };
         self.metrics.request_total.get_or_create(&labels).inc();
         let lease = self.lease(primary, &req.model);
         Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease })
@@ -242,6 +258,16 @@ impl Director {
             return Err(DirectorError::NoCandidates("no endpoint matches the subset hint"));
         }
         Ok(states)
+    }
+
+    /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
+    fn admit(&self, priority: Priority, states: &[&Arc<EndpointState>]) -> Result<(), DirectorError> {
+        let thresholds = admission::Thresholds { staleness: self.opts.staleness, ..Default::default() };
+        let saturation = || {
+            let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
+            admission::saturation(metrics.iter().map(|m| m.as_deref()), Instant::now(), &thresholds)
+        };
+        Ok(admission::admit(priority, saturation)?)
     }
 
     fn lookup_prefix(&self, runtime: &Runtime, req: &LlmRequest, target: &str, states: &[&Arc<EndpointState>]) -> Option<PrefixLookup> {

@@ -35,4 +35,6 @@ pub mod scheduling;
 pub mod scrape;
 pub mod watch;
 pub mod admin;
+pub mod admission;
+pub mod objectives;
 

@@ -125,6 +125,7 @@ pub struct Metrics {
     pub stale_endpoints: Gauge,
     pub config_reloads: Family<OutcomeLabels, Counter>,
     pub stream_resets: Counter,
+    pub served_fallbacks: Counter,
 }
 
 impl Metrics {
@@ -163,6 +164,7 @@ impl Metrics {
             stale_endpoints: Gauge::default(),
             config_reloads: Family::default(),
             stream_resets: Counter::default(),
+            served_fallbacks: Counter::default(),
         }
     }
 
@@ -197,6 +199,7 @@ impl Metrics {
         r.register("epp_stale_endpoints", "epp: endpoints whose metrics are older than the staleness threshold", self.stale_endpoints.clone());
         r.register("epp_config_reloads", "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)", self.config_reloads.clone());
         r.register("epp_extproc_stream_resets", "epp: ext_proc streams reset by the gateway before the request finished", self.stream_resets.clone());
+        r.register("epp_served_fallbacks", "epp: responses the gateway served from an endpoint other than the primary pick", self.served_fallbacks.clone());
     }
 }
 

@@ -136,6 +136,7 @@ const BUILT_IN_TYPES: &[&str] = &[
     "core-metrics-extractor",
     "utilization-detector",
     "inflight-load-producer",
+    "destination-endpoint-served-verifier",
 ];
 
 enum Built {

@@ -63,6 +63,7 @@ impl StreamError {
             Self::Director(DirectorError::BadRequest(_)) => Code::BadRequest,
             Self::Director(DirectorError::NoCandidates(_)) => Code::ServiceUnavailable,
             Self::Director(DirectorError::Schedule(_)) => Code::ResourceExhausted,
+            Self::Director(DirectorError::Shed(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::UnknownEndpoint(_)) => Code::Internal,
             Self::BodyTooLarge { .. } => Code::PayloadTooLarge,
             Self::BodyTimeout(_) => Code::RequestTimeout,
@@ -104,6 +105,7 @@ mod tests {
             (DirectorError::NoCandidates("x").into(), 503),
             (DirectorError::Schedule(ScheduleError::AllFiltered).into(), 429),
             (StreamError::BodyTooLarge { limit: 1 }, 413),
+            (DirectorError::Shed(crate::admission::Shed { priority: -1, saturation: 1.0 }).into(), 429),
         ];
         for (err, status) in cases {
             assert_eq!(err.code().http_status(), status);

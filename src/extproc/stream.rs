@@ -19,6 +19,9 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, Proce
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Response header the conformance verifier writes.
+pub const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
+
 /// Per-stream limits.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -45,6 +48,7 @@ struct RequestMeta {
     has_request_id: bool,
     model_rewrite: Option<String>,
     test_selection: Option<String>,
+    objective: Option<String>,
     subset: Option<Vec<String>>,
 }
 
@@ -58,6 +62,9 @@ pub struct StreamMachine {
     body: Vec<u8>,
     routed: Option<Routed>,
     response: Option<ResponseTracker>,
+    /// `envoy.lb/x-gateway-destination-endpoint-served`, reported by gateways whose load
+    /// balancer (`override_host`) may walk the fallback list.
+    served: Option<String>,
 }
 
 impl StreamMachine {
@@ -72,6 +79,7 @@ impl StreamMachine {
             body: Vec::new(),
             routed: None,
             response: None,
+            served: None,
         }
     }
 
@@ -101,6 +109,9 @@ impl StreamMachine {
             self.response_duplex = pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32;
         }
         let md = msg.metadata_context.as_ref();
+        if matches!(msg.request, Some(Request::ResponseHeaders(_))) {
+            self.served = wire::metadata_string(md, wire::LB_NAMESPACE, wire::SERVED_KEY).map(String::from);
+        }
         match msg.request {
             Some(Request::RequestHeaders(h)) => {
                 self.meta.subset = wire::subset_hint(md);
@@ -128,6 +139,7 @@ impl StreamMachine {
         self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
         self.meta.model_rewrite = wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
         self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
+        self.meta.objective = wire::find_header(map, "x-gateway-inference-objective").map(String::from);
         self.phase = Phase::Body;
         if h.end_of_stream {
             let inc = self.incoming(&[]);
@@ -200,6 +212,7 @@ impl StreamMachine {
             model_rewrite: self.meta.model_rewrite.as_deref(),
             subset: self.meta.subset.as_deref(),
             test_endpoint_selection: self.meta.test_selection.as_deref(),
+            objective: self.meta.objective.as_deref(),
         }
     }
 
@@ -222,7 +235,20 @@ impl StreamMachine {
         let rewrite = self.routed.as_ref().filter(|r| r.target_model != r.model).map(|r| (r.target_model.as_str(), r.model.as_str()));
         let stream = self.routed.as_ref().is_some_and(|r| r.stream);
         self.response = Some(ResponseTracker::new(status, wire::find_header(map, "content-type"), stream, rewrite));
-        out.push(wire::response_headers(None));
+        if let (Some(served), Some(routed)) = (&self.served, &self.routed) {
+            if routed.destinations.first().map(ToString::to_string).as_deref() != Some(served.as_str()) {
+                tracing::debug!(served = %served, picked = %wire::destination_value(&routed.destinations), "gateway served a fallback endpoint");
+                self.director.metrics().served_fallbacks.inc();
+            }
+        }
+        let common = self.director.runtime().served_verifier.then(|| {
+            let value = self.served.clone().unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
+            wire::routing_common(vec![wire::set_header(SERVED_VERIFIER_HEADER, &value)])
+        });
+        out.push(wire::response_headers(common.map(|mut c| {
+            c.clear_route_cache = false;
+            c
+        })));
         if h.end_of_stream {
             self.finish();
         }

@@ -12,11 +12,15 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use prometheus_client::registry::Registry;
 
 fn machine_with_store(ports: &[u16], duplex: bool) -> (StreamMachine, ProtocolConfiguration, Arc<Datastore>) {
+    machine_with_config(ports, duplex, config::DEFAULT_CONFIG)
+}
+
+fn machine_with_config(ports: &[u16], duplex: bool, config: &str) -> (StreamMachine, ProtocolConfiguration, Arc<Datastore>) {
     let ds = Arc::new(Datastore::new());
     ds.set_endpoints(ports.iter().map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap())).collect());
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions { pool_name: "p".into(), staleness: Duration::from_secs(2), subset_filter: true };
-    let director = Arc::new(Director::new(Arc::clone(&ds), Runtime::build(config::DEFAULT_CONFIG, None).unwrap(), metrics, opts));
+    let director = Arc::new(Director::new(Arc::clone(&ds), Runtime::build(config, None).unwrap(), metrics, opts));
     let mode = if duplex { BodySendMode::FullDuplexStreamed } else { BodySendMode::Buffered } as i32;
     let pc = ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() };
     (StreamMachine::new(director, Limits { max_body_bytes: 1 << 20, body_timeout: Duration::from_secs(5) }), pc, ds)
@@ -160,4 +164,28 @@ fn response_phases_pass_through_in_order_and_release_the_endpoint() {
     assert_eq!(out.len(), 3, "each chunk echoed as it came");
     assert!(m.is_done());
     assert_eq!(state.inflight(), 0);
+}
+
+#[test]
+fn the_served_endpoint_is_read_and_echoed_by_the_conformance_verifier() {
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
+    use envoy_types::pb::google::protobuf::{Struct, Value};
+    let cfg = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: destination-endpoint-served-verifier\n";
+    let (mut m, pc, _) = machine_with_config(&[1, 2], true, cfg);
+    run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
+    let mut lb = Struct::default();
+    lb.fields.insert(wire::SERVED_KEY.into(), Value { kind: Some(Kind::StringValue("127.0.0.1:2".into())) });
+    let mut md = Metadata::default();
+    md.filter_metadata.insert(wire::LB_NAMESPACE.into(), lb);
+    let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+    let resp = ProcessingRequest {
+        request: Some(Request::ResponseHeaders(HttpHeaders { headers: Some(HeaderMap { headers: vec![h(":status", "200")] }), ..Default::default() })),
+        metadata_context: Some(md),
+        ..Default::default()
+    };
+    let out = run(&mut m, vec![resp]);
+    let Some(Response::ResponseHeaders(hr)) = &out[0].response else { panic!() };
+    let set = &hr.response.as_ref().unwrap().header_mutation.as_ref().unwrap().set_headers;
+    let header = set[0].header.as_ref().unwrap();
+    assert_eq!((header.key.as_str(), header.raw_value.as_slice()), (SERVED_VERIFIER_HEADER, &b"127.0.0.1:2"[..]));
 }

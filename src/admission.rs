@@ -1,0 +1,94 @@
+//! Admission without flow control, as upstream's `LegacyAdmissionController`: a request whose
+//! priority is below zero is rejected (429) when the pool is saturated; every other request is
+//! admitted and queues on the model servers.
+//!
+//! Saturation follows upstream's `utilization-detector`: per endpoint
+//! `max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`, with stale or missing
+//! metrics counting as 1.0; the pool's saturation is the average over the candidates (1.0 when
+//! there are none) and it is saturated at ≥ 1.0. Pure: the caller passes the clock.
+
+use crate::endpoint::EndpointMetrics;
+use crate::objectives::Priority;
+use std::time::{Duration, Instant};
+
+/// Upstream's defaults: queue 5, KV 0.8.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    pub queue_depth: f64,
+    pub kv_cache_util: f64,
+    /// Metrics older than this count as saturated.
+    pub staleness: Duration,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self { queue_depth: 5.0, kv_cache_util: 0.8, staleness: Duration::from_millis(200) }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("the pool is saturated (saturation {saturation:.2}) and the request's priority {priority} is sheddable")]
+pub struct Shed {
+    pub priority: Priority,
+    pub saturation: f64,
+}
+
+/// One endpoint's saturation.
+pub fn endpoint_saturation(metrics: Option<&EndpointMetrics>, now: Instant, t: &Thresholds) -> f64 {
+    match metrics {
+        Some(m) if m.age(now) <= t.staleness => (m.waiting / t.queue_depth).max(m.kv_usage / t.kv_cache_util),
+        _ => 1.0,
+    }
+}
+
+/// The pool's saturation over `endpoints`.
+pub fn saturation<'a>(endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>, now: Instant, t: &Thresholds) -> f64 {
+    let n = endpoints.len();
+    if n == 0 {
+        return 1.0;
+    }
+    endpoints.map(|m| endpoint_saturation(m, now, t)).sum::<f64>() / n as f64
+}
+
+/// Admits or sheds a request; `saturation` is evaluated only for sheddable requests.
+pub fn admit(priority: Priority, saturation: impl FnOnce() -> f64) -> Result<(), Shed> {
+    if priority >= 0 {
+        return Ok(());
+    }
+    let s = saturation();
+    if s >= 1.0 {
+        return Err(Shed { priority, saturation: s });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(waiting: f64, kv: f64, age_ms: u64, now: Instant) -> EndpointMetrics {
+        EndpointMetrics { waiting, running: 0.0, kv_usage: kv, lora: None, cache: None, updated: now - Duration::from_millis(age_ms) }
+    }
+
+    #[test]
+    fn saturation_averages_queue_and_kv_ratios_and_stale_counts_as_full() {
+        let now = Instant::now();
+        let t = Thresholds::default();
+        let idle = m(0.0, 0.0, 0, now);
+        let queued = m(10.0, 0.0, 0, now);
+        let kv = m(0.0, 0.4, 0, now);
+        let stale = m(0.0, 0.0, 10_000, now);
+        assert_eq!(saturation([Some(&idle), Some(&queued)].into_iter(), now, &t), 1.0);
+        assert_eq!(saturation([Some(&kv)].into_iter(), now, &t), 0.5);
+        assert_eq!(saturation([Some(&stale), None].into_iter(), now, &t), 1.0);
+        assert_eq!(saturation(std::iter::empty(), now, &t), 1.0);
+    }
+
+    #[test]
+    fn only_negative_priorities_are_shed_and_only_when_saturated() {
+        assert!(admit(0, || 5.0).is_ok());
+        assert!(admit(10, || 5.0).is_ok());
+        assert!(admit(-1, || 0.99).is_ok());
+        assert_eq!(admit(-1, || 1.0), Err(Shed { priority: -1, saturation: 1.0 }));
+    }
+}
