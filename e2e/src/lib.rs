@@ -29,3 +29,4 @@ pub mod standin;
 pub mod sim;
 pub mod stack;
 pub mod loadgen;
+pub mod bench;

@@ -1,0 +1,173 @@
+//! The routers compared, each started as its own process(es) in front of the same pods:
+//! Envoy alone (round robin, least request), Envoy + epp (a config file per variant), Envoy +
+//! the do-nothing ext_proc server, vllm-router and sglang-router (from PyPI, in
+//! `.venv-bench`). Every router is ready once a tiny completion through it answers 200.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::procs::{free_ports, log_tail, wait_http_ok, Proc};
+use super::BenchError;
+use crate::envoy::{Envoy, EnvoyConfig, Template};
+
+/// One router configuration of the comparison.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Router {
+    /// Envoy STATIC cluster, ROUND_ROBIN (what a Kubernetes Service gives).
+    EnvoyRoundRobin,
+    /// Envoy STATIC cluster, LEAST_REQUEST (power of two choices).
+    EnvoyLeastRequest,
+    /// Envoy + epp (FULL_DUPLEX_STREAMED ext_proc, ORIGINAL_DST) with this config file.
+    Epp { name: String, config: PathBuf },
+    /// Envoy + the do-nothing ext_proc server (round robin), the overhead floor.
+    EnvoyNoopExtProc,
+    /// vllm-router with this `--policy`.
+    VllmRouter { policy: String },
+    /// sglang-router with this `--policy`.
+    SglangRouter { policy: String },
+}
+
+impl Router {
+    /// The label used in tables and plots.
+    pub fn label(&self) -> String {
+        match self {
+            Router::EnvoyRoundRobin => "envoy-round-robin".into(),
+            Router::EnvoyLeastRequest => "envoy-least-request".into(),
+            Router::Epp { name, .. } => format!("epp-{name}"),
+            Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
+            Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
+            Router::SglangRouter { policy } => format!("sglang-router-{policy}"),
+        }
+    }
+}
+
+/// Where the programs are.
+#[derive(Clone, Debug)]
+pub struct Bins {
+    pub epp: PathBuf,
+    pub noop_extproc: PathBuf,
+    pub inference_sim: PathBuf,
+    pub model_server: PathBuf,
+    pub loadgen: PathBuf,
+    /// The Python venv holding vllm-router and sglang-router.
+    pub venv: PathBuf,
+}
+
+impl Bins {
+    /// The binaries next to the running one (same profile), and `<repo>/.venv-bench`.
+    pub fn beside_current_exe() -> Result<Self, BenchError> {
+        let exe = std::env::current_exe().map_err(BenchError::io("locating the bench binary"))?;
+        let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Self {
+            epp: dir.join("epp"),
+            noop_extproc: dir.join("noop-extproc"),
+            inference_sim: dir.join("inference-sim"),
+            model_server: dir.join("model-server"),
+            loadgen: dir.join("loadgen"),
+            venv: crate::envoy::repo_root().join(".venv-bench"),
+        })
+    }
+}
+
+/// A started router: where to send requests and the processes to measure.
+pub struct Running {
+    pub target: SocketAddr,
+    /// Processes other than Envoy (epp, the noop server, a Python router).
+    pub procs: Vec<Proc>,
+    pub envoy: Option<Envoy>,
+}
+
+impl Running {
+    /// `(name, pid)` of every process of this router.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = self.procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
+        if let Some(e) = &self.envoy {
+            v.push(("envoy".into(), e.pid()));
+        }
+        v
+    }
+}
+
+/// Starts `router` in front of `pods` and waits until a completion through it succeeds.
+pub async fn start(router: &Router, pods: &[SocketAddr], bins: &Bins, dir: &Path, model: &str) -> Result<Running, BenchError> {
+    let running = match router {
+        Router::EnvoyRoundRobin => envoy_only(Template::RoundRobin, pods).await?,
+        Router::EnvoyLeastRequest => envoy_only(Template::LeastRequest, pods).await?,
+        Router::Epp { config, .. } => epp(bins, pods, dir, config).await?,
+        Router::EnvoyNoopExtProc => noop(bins, pods, dir).await?,
+        Router::VllmRouter { policy } => python_router(bins, "vllm-router", &[], policy, pods, dir)?,
+        Router::SglangRouter { policy } => python_router(bins, "sglang-router", &["launch", "--log-level", "warn"], policy, pods, dir)?,
+    };
+    wait_routable(running.target, model, Duration::from_secs(60)).await.map_err(|e| match &running.procs.first() {
+        Some(p) => BenchError::NotReady { what: format!("{} ({e})", router.label()), log: log_tail(&p.log) },
+        None => e,
+    })?;
+    Ok(running)
+}
+
+async fn envoy_only(template: Template, pods: &[SocketAddr]) -> Result<Running, BenchError> {
+    let envoy = EnvoyConfig::new(template).pool(pods.iter().copied()).concurrency(2).start().await?;
+    Ok(Running { target: envoy.listener_addr(), procs: Vec::new(), envoy: Some(envoy) })
+}
+
+fn endpoints(pods: &[SocketAddr]) -> String {
+    pods.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+}
+
+async fn epp(bins: &Bins, pods: &[SocketAddr], dir: &Path, config: &Path) -> Result<Running, BenchError> {
+    let p = free_ports(3)?;
+    let args: Vec<String> = [
+        "--grpc-port", &p[0].to_string(), "--grpc-health-port", &p[1].to_string(), "--metrics-port", &p[2].to_string(),
+        "--secure-serving=false", "--static-endpoints", &endpoints(pods), "--config-file", &config.display().to_string(),
+        "--zap-log-level", "error",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut proc_ = Proc::spawn("epp", &bins.epp, &args, dir)?;
+    wait_http_ok(&mut proc_, SocketAddr::from(([127, 0, 0, 1], p[2])), "/metrics", Duration::from_secs(20)).await?;
+    let envoy = EnvoyConfig::new(Template::Duplex).epp(SocketAddr::from(([127, 0, 0, 1], p[0]))).concurrency(2).start().await?;
+    Ok(Running { target: envoy.listener_addr(), procs: vec![proc_], envoy: Some(envoy) })
+}
+
+async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, BenchError> {
+    let port = free_ports(1)?[0];
+    let args = vec!["--port".to_owned(), port.to_string(), "--endpoints".to_owned(), endpoints(pods)];
+    let proc_ = Proc::spawn("noop-extproc", &bins.noop_extproc, &args, dir)?;
+    let envoy = EnvoyConfig::new(Template::Duplex).epp(SocketAddr::from(([127, 0, 0, 1], port))).concurrency(2).start().await?;
+    Ok(Running { target: envoy.listener_addr(), procs: vec![proc_], envoy: Some(envoy) })
+}
+
+fn python_router(bins: &Bins, program: &str, pre: &[&str], policy: &str, pods: &[SocketAddr], dir: &Path) -> Result<Running, BenchError> {
+    let exe = bins.venv.join("bin").join(program);
+    if !exe.is_file() {
+        return Err(BenchError::Setup(format!("{} is not installed (hack/bench.sh installs it into .venv-bench)", exe.display())));
+    }
+    let p = free_ports(2)?;
+    let mut args: Vec<String> = pre.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(["--host", "127.0.0.1", "--port", &p[0].to_string(), "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", &p[1].to_string()].map(str::to_owned));
+    args.push("--worker-urls".into());
+    args.extend(pods.iter().map(|a| format!("http://{a}")));
+    let proc_ = Proc::spawn(program, &exe, &args, dir)?;
+    Ok(Running { target: SocketAddr::from(([127, 0, 0, 1], p[0])), procs: vec![proc_], envoy: None })
+}
+
+/// Sends a one-token completion through `target` until one answers 200.
+pub async fn wait_routable(target: SocketAddr, model: &str, timeout: Duration) -> Result<(), BenchError> {
+    let body = serde_json::json!({"model": model, "prompt": "ready check", "max_tokens": 1}).to_string();
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match crate::client::post_json(target, "/v1/completions", body.clone()).await {
+            Ok(r) if r.status.is_success() => return Ok(()),
+            Ok(r) => last = format!("status {}: {}", r.status, r.text()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(BenchError::NotReady { what: format!("a completion through {target}"), log: last })
+}

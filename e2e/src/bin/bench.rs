@@ -1,0 +1,105 @@
+//! `bench`: the routing-quality and overhead benchmark (run it through `hack/bench.sh`).
+//! Starts the simulated cluster, each router in turn, `loadgen` against it, then the overhead
+//! paths; writes `results.md`, `results.json` and SVG plots to `--out` and prints the tables.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use epp_e2e::bench::plan::{scenarios, Mode, PlanOptions};
+use epp_e2e::bench::routers::Bins;
+use epp_e2e::bench::{compare, overhead, report};
+
+/// Routing quality of epp against Envoy, vllm-router and sglang-router, and epp's overhead.
+#[derive(Debug, Parser)]
+#[command(name = "bench", about)]
+struct Args {
+    #[arg(long, value_enum, default_value_t = Mode::Quick)]
+    mode: Mode,
+    /// Output directory.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// Offered load of the shared-prefix run (requests/s).
+    #[arg(long, default_value_t = 12.0)]
+    rate: f64,
+    /// Offered load of the no-sharing run (requests/s).
+    #[arg(long, default_value_t = 4.0)]
+    random_rate: f64,
+    /// Seconds of load per routing run [default: smoke 2, quick 25, full 60].
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Skip vllm-router and sglang-router.
+    #[arg(long)]
+    no_peers: bool,
+    /// Skip the routing comparison (overhead only).
+    #[arg(long)]
+    no_routing: bool,
+    /// Skip the overhead runs.
+    #[arg(long)]
+    no_overhead: bool,
+    /// Seconds per overhead case, and rounds of each.
+    #[arg(long, default_value_t = 8.0)]
+    overhead_secs: f64,
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Only these scenarios (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// inference-sim timing profile and time scale.
+    #[arg(long, default_value = "llmd-h100-8b")]
+    profile: String,
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let bins = Bins::beside_current_exe()?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let duration_s = args.duration.unwrap_or(match args.mode {
+        Mode::Smoke => 2.0,
+        Mode::Quick => 25.0,
+        Mode::Full => 60.0,
+    });
+    let opts = PlanOptions {
+        mode: args.mode,
+        shared_prefix_rate: args.rate,
+        random_rate: args.random_rate,
+        duration_s,
+        peers: !args.no_peers && args.mode != Mode::Smoke,
+        profile: args.profile.clone(),
+        time_scale: args.time_scale,
+    };
+    let mut md = format!("# bench {:?}, {}\n\nmachine load before: {}\n", args.mode, now(), uptime());
+    let mut results = Vec::new();
+    if !args.no_routing {
+        for s in scenarios(&opts).into_iter().filter(|s| args.only.is_empty() || args.only.contains(&s.name)) {
+            results.extend(compare::run(&s, &bins, &args.out).await);
+        }
+        md.push_str(&report::tables(&results));
+        md.push_str(&format!("\n### targets\n\n{}", report::targets(&results, "epp-best")));
+        for p in report::plots(&results, &args.out) {
+            md.push_str(&format!("\nplot: {p}"));
+        }
+    }
+    let mut over = Vec::new();
+    if !args.no_overhead && args.mode != Mode::Smoke {
+        over = overhead::run(&bins, &args.out.join("overhead"), args.overhead_secs, args.rounds).await?;
+        md.push_str(&format!("\n\n### overhead\n\n{}", overhead::table(&over)));
+    }
+    md.push_str(&format!("\nmachine load after: {}\n", uptime()));
+    println!("{md}");
+    std::fs::write(args.out.join("results.md"), &md)?;
+    let json = serde_json::json!({"routing": results, "overhead": over, "options": format!("{args:?}")});
+    std::fs::write(args.out.join("results.json"), serde_json::to_vec_pretty(&json)?)?;
+    Ok(())
+}
+
+fn uptime() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|s| format!("load average {}", s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))).unwrap_or_default()
+}
+
+fn now() -> String {
+    std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+}
