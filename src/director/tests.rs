@@ -125,3 +125,33 @@ fn no_endpoints_is_no_candidates_and_bad_body_is_bad_request() {
     assert!(matches!(d.route(&incoming(b"{"), &mut rng), Err(DirectorError::BadRequest(_))));
     assert!(matches!(d.route_bodyless(&incoming(b""), &mut rng), Err(DirectorError::NoCandidates(_))));
 }
+
+#[test]
+fn sheddable_requests_are_shed_only_when_the_pool_is_saturated() {
+    let (d, ds) = director(&[1]);
+    let mut o = crate::objectives::Objectives::default();
+    o.objectives.insert("batch".into(), -1);
+    o.objectives.insert("critical".into(), 10);
+    ds.set_objectives(o);
+    let body = chat("x");
+    let mut rng = SmallRng::seed_from_u64(9);
+    set_metrics(&ds, 1, 1.0, Duration::ZERO);
+    assert!(d.route(&Incoming { objective: Some("batch"), ..incoming(&body) }, &mut rng).is_ok());
+    set_metrics(&ds, 1, 50.0, Duration::ZERO);
+    let err = d.route(&Incoming { objective: Some("batch"), ..incoming(&body) }, &mut rng).unwrap_err();
+    assert!(matches!(err, DirectorError::Shed(_)), "{err}");
+    assert!(d.route(&Incoming { objective: Some("critical"), ..incoming(&body) }, &mut rng).is_ok());
+    assert!(d.route(&incoming(&body), &mut rng).is_ok(), "no objective is priority 0, never shed");
+}
+
+#[test]
+fn inference_model_targets_rewrite_the_body() {
+    let (d, ds) = director(&[1]);
+    let mut o = crate::objectives::Objectives::default();
+    let targets = crate::objectives::WeightedTargets::new(vec![("m-canary".into(), 1)]);
+    o.models.insert("m".into(), crate::objectives::ModelPolicy { priority: 0, targets });
+    ds.set_objectives(o);
+    let routed = d.route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(10)).unwrap();
+    assert_eq!(routed.target_model, "m-canary");
+    assert!(String::from_utf8(routed.body.unwrap()).unwrap().contains(r#""model":"m-canary""#));
+}
