@@ -1,0 +1,15 @@
+//! epp through a real Envoy 1.40: Envoy's ext_proc filter calls epp (in process), and Envoy
+//! forwards to model-server stand-ins. Each test starts its own stack on ephemeral ports and
+//! asserts on what the pods received, on Envoy's access log and on epp's metrics, not only on
+//! status codes.
+//!
+//! Needs Envoy (`hack/install-envoy.sh`); the tests fail, not skip, without it.
+//! Run: `cargo nextest run -p epp-e2e --test epp_envoy`.
+
+#![allow(clippy::unwrap_used)]
+
+mod body;
+mod errors;
+mod routing;
+mod scheduling;
+mod support;
