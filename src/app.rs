@@ -11,7 +11,7 @@ use crate::director::{Director, DirectorOptions, Runtime};
 use crate::extproc::{stream::Limits, ExtProc};
 use crate::health::Health;
 use crate::metrics::{InfoLabels, Metrics};
-use crate::{admin, config, discovery, reload, scrape};
+use crate::{admin, config, discovery, leader, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
 use prometheus_client::registry::Registry;
@@ -55,6 +55,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let tracker = TaskTracker::new();
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
+    let leader = spawn_kubernetes(&opts, &datastore, &tracker, &shutdown).await?;
     tracker.spawn(admin::serve(listeners.metrics, Arc::new(registry), tracker.clone(), shutdown.clone()));
     let grpc = ExtProc::new(Arc::clone(&director), Limits { max_body_bytes: opts.max_request_body_bytes, body_timeout: opts.request_body_timeout });
     let mut ext = tonic::transport::Server::builder();
@@ -77,7 +78,12 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     tracker.spawn(guard("ext_proc", Box::pin(ext_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move { stop.cancelled().await }))));
     let stop = shutdown.clone();
     tracker.spawn(guard("health", Box::pin(health_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.health), async move { stop.cancelled().await }))));
-    health.set_ready(true).await;
+    match leader {
+        None => health.set_ready(true).await,
+        Some(rx) => {
+            tracker.spawn(follow_leader(health.clone(), rx, shutdown.clone()));
+        }
+    }
     tracing::info!(endpoints = datastore.snapshot().len(), tls = opts.secure_serving, "epp ready");
     tokio::select! {
         _ = shutdown.cancelled() => {}
@@ -127,6 +133,47 @@ fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Da
     tracker.spawn(admin::refresh_pool_gauges(Arc::clone(director), Arc::clone(datastore), every, opts.metrics_staleness_threshold, shutdown.clone()));
     if let Some(path) = &opts.config_file {
         tracker.spawn(reload::run(Arc::clone(director), path.clone(), FILE_POLL, shutdown.clone()));
+    }
+}
+
+/// Starts Kubernetes discovery (and leader election) when the options ask for it; returns the
+/// leadership signal readiness must follow, if elections are on.
+async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
+    use discovery::k8s::{self, PoolSource};
+    if !opts.uses_kubernetes() {
+        return Ok(None);
+    }
+    let source = match (&opts.pool_name, &opts.endpoint_selector) {
+        (Some(name), _) => PoolSource::pool(name.clone(), opts.pool_group.clone())?,
+        (None, Some(sel)) => PoolSource::selector(sel, opts.endpoint_target_ports.clone())?,
+        (None, None) => return Ok(None),
+    };
+    let client = k8s::client(opts.kubeconfig.as_deref()).await?;
+    let namespace = opts.namespace();
+    tracing::info!(namespace = %namespace, source = ?source, "Kubernetes discovery");
+    tracker.spawn(k8s::run_endpoints(client.clone(), namespace.clone(), source, Arc::clone(datastore), shutdown.clone()));
+    tracker.spawn(k8s::run_objectives(client.clone(), namespace.clone(), opts.pool_name.clone(), Arc::clone(datastore), shutdown.clone()));
+    if !opts.ha_enable_leader_election {
+        return Ok(None);
+    }
+    let pool = opts.pool_name.clone().unwrap_or_else(|| "standalone".to_owned());
+    let identity = format!("{}_{:016x}", std::env::var("HOSTNAME").unwrap_or_else(|_| "epp".to_owned()), rand::random::<u64>());
+    let timing = leader::Timing { lease_duration: opts.ha_lease_duration, renew_deadline: opts.ha_renew_deadline, retry_period: opts.ha_retry_period };
+    let election = leader::Election { lease_name: leader::Election::lease_name(&namespace, &pool), namespace, identity, timing };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tracker.spawn(election.run(client, tx, shutdown.clone()));
+    Ok(Some(rx))
+}
+
+/// Readiness follows leadership.
+async fn follow_leader(health: Health, mut leader: tokio::sync::watch::Receiver<bool>, shutdown: CancellationToken) {
+    loop {
+        let leading = *leader.borrow_and_update();
+        health.set_ready(leading).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = leader.changed() => if changed.is_err() { return },
+        }
     }
 }
 

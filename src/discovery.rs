@@ -4,6 +4,8 @@
 //! `labels`, `weight`), re-read when it changes. An invalid file keeps the last good set and is
 //! logged. Kubernetes discovery writes into the same datastore.
 
+pub mod k8s;
+
 use crate::datastore::Datastore;
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
 use crate::watch::FileWatch;

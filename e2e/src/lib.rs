@@ -23,6 +23,7 @@
 
 pub mod client;
 pub mod envoy;
+pub mod fake_apiserver;
 pub mod noop_extproc;
 pub mod server;
 pub mod standin;

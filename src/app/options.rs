@@ -8,8 +8,14 @@ use std::time::Duration;
 pub enum OptionsError {
     #[error("--config-file and --config-text are mutually exclusive")]
     ConfigConflict,
-    #[error("no endpoints: Kubernetes discovery (--pool-name, --endpoint-selector) is not available in this build; use --static-endpoints or --static-endpoints-file")]
+    #[error("no endpoints: give --pool-name (InferencePool), --endpoint-selector with --endpoint-target-ports (standalone), or --static-endpoints / --static-endpoints-file")]
     NoDiscovery,
+    #[error("{0} and {1} are mutually exclusive")]
+    Exclusive(&'static str, &'static str),
+    #[error("--endpoint-selector needs 1 to 8 --endpoint-target-ports")]
+    TargetPorts,
+    #[error("--ha-enable-leader-election needs Kubernetes discovery (--pool-name or --endpoint-selector)")]
+    ElectionWithoutKubernetes,
     #[error("{0} is not supported by this build")]
     Unsupported(&'static str),
     #[error("{0} must be greater than zero")]
@@ -57,16 +63,37 @@ pub struct Options {
     /// Also serve gRPC health on the ext_proc port.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub health_checking: bool,
-    /// InferencePool name (used as the pool metric label; Kubernetes discovery is a later feature).
+    /// InferencePool to serve (Kubernetes discovery); also the pool metric label.
     #[arg(long)]
     pub pool_name: Option<String>,
+    /// Namespace of the pool and its pods; then `$NAMESPACE`, then `default`.
     #[arg(long, default_value = "")]
     pub pool_namespace: String,
+    /// API group of the InferencePool: inference.networking.k8s.io (v1) or
+    /// inference.networking.x-k8s.io (v1alpha2).
     #[arg(long, default_value = "inference.networking.k8s.io")]
     pub pool_group: String,
-    /// Standalone mode label selector (requires Kubernetes; not available in this build).
+    /// Standalone mode: pods matching `key=value,...` are the pool (no InferencePool).
     #[arg(long)]
     pub endpoint_selector: Option<String>,
+    /// Standalone mode: the pods' serving ports (1 to 8, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub endpoint_target_ports: Vec<u16>,
+    /// Kubeconfig file (otherwise in-cluster config or `$KUBECONFIG`).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Active-passive HA: only the holder of a coordination.k8s.io Lease reports ready.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub ha_enable_leader_election: bool,
+    /// Leader election lease duration (epp; controller-runtime's 15s).
+    #[arg(long, default_value = "15s", value_parser = parse_duration, hide = true)]
+    pub ha_lease_duration: Duration,
+    /// Leader election renew deadline (epp; controller-runtime's 10s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub ha_renew_deadline: Duration,
+    /// Leader election retry period (epp; controller-runtime's 2s).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, hide = true)]
+    pub ha_retry_period: Duration,
     /// Static endpoints, `ip:port,ip:port`.
     #[arg(long)]
     pub static_endpoints: Option<String>,
@@ -118,8 +145,18 @@ impl Options {
         if self.config_file.is_some() && self.config_text.is_some() {
             return Err(OptionsError::ConfigConflict);
         }
-        if self.static_endpoints.is_none() && self.static_endpoints_file.is_none() {
+        let static_eps = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
+        if !static_eps && self.pool_name.is_none() && self.endpoint_selector.is_none() {
             return Err(OptionsError::NoDiscovery);
+        }
+        if self.pool_name.is_some() && self.endpoint_selector.is_some() {
+            return Err(OptionsError::Exclusive("--pool-name", "--endpoint-selector"));
+        }
+        if self.endpoint_selector.is_some() && !(1..=8).contains(&self.endpoint_target_ports.len()) {
+            return Err(OptionsError::TargetPorts);
+        }
+        if self.ha_enable_leader_election && !self.uses_kubernetes() {
+            return Err(OptionsError::ElectionWithoutKubernetes);
         }
         if self.enable_cert_reload {
             return Err(OptionsError::Unsupported("--enable-cert-reload"));
@@ -131,6 +168,21 @@ impl Options {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
         }
         Ok(())
+    }
+
+    /// Whether endpoints come from Kubernetes: static endpoints win (the pool name then only
+    /// labels metrics), else the pool or the standalone selector.
+    pub fn uses_kubernetes(&self) -> bool {
+        let static_eps = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
+        !static_eps && (self.pool_name.is_some() || self.endpoint_selector.is_some())
+    }
+
+    /// `--pool-namespace`, then `$NAMESPACE`, then `default`.
+    pub fn namespace(&self) -> String {
+        if !self.pool_namespace.is_empty() {
+            return self.pool_namespace.clone();
+        }
+        std::env::var("NAMESPACE").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned())
     }
 
     /// The pool name used in metric labels.
@@ -163,6 +215,16 @@ mod tests {
         assert!(o.secure_serving);
         assert!(matches!(o.validate(), Err(OptionsError::NoDiscovery)));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        let o = Options::try_parse_from(["epp", "--pool-name", "p", "--pool-namespace", "ns", "--ha-enable-leader-election"]).unwrap();
+        o.validate().unwrap();
+        assert_eq!((o.uses_kubernetes(), o.namespace().as_str()), (true, "ns"));
+        let o = Options::try_parse_from(["epp", "--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000,8001"]).unwrap();
+        assert_eq!(o.endpoint_target_ports, [8000, 8001]);
+        o.validate().unwrap();
+        let o = Options::try_parse_from(["epp", "--endpoint-selector", "app=vllm"]).unwrap();
+        assert!(matches!(o.validate(), Err(OptionsError::TargetPorts)));
+        let o = Options::try_parse_from(["epp", "--static-endpoints", "127.0.0.1:1", "--ha-enable-leader-election"]).unwrap();
+        assert!(matches!(o.validate(), Err(OptionsError::ElectionWithoutKubernetes)));
         assert!(parse_duration("5 parsecs").is_err());
     }
 }

@@ -1,0 +1,279 @@
+//! HTTP side of the fake API server: URL → collection/object, verbs → store calls, and watch
+//! streams as newline-delimited JSON events.
+
+use super::store::{Event, Key, Store, StoreError};
+use super::BOOKMARK_EVERY;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+pub async fn serve(listener: TcpListener, store: Arc<Store>, tracker: TaskTracker, cancel: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+        };
+        let (store, cancel) = (Arc::clone(&store), cancel.clone());
+        tracker.spawn(async move {
+            let stop = cancel.clone();
+            let svc = hyper::service::service_fn(move |req| {
+                let (store, cancel) = (Arc::clone(&store), cancel.clone());
+                async move { Ok::<_, Infallible>(handle(req, &store, cancel).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// What a URL names.
+struct Target {
+    collection: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+fn parse_path(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (gv, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => (format!("api/{v}"), rest),
+        ["apis", g, v, rest @ ..] => (format!("apis/{g}/{v}"), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
+        _ => (None, rest),
+    };
+    let (res, name, status) = match rest {
+        [res] => (res, None, false),
+        [res, name] => (res, Some((*name).to_owned()), false),
+        [res, name, "status"] => (res, Some((*name).to_owned()), true),
+        _ => return None,
+    };
+    Some(Target { collection: format!("{gv}/{res}"), namespace, name, status })
+}
+
+fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+    req.uri().query().unwrap_or("").split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (decode(k), decode(v))).collect()
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.unwrap_or(b'%'));
+                i += if hex.is_some() { 3 } else { 1 };
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn respond(code: u16, body: &Value) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn answer(result: Result<Value, StoreError>, ok: u16) -> Response<Body> {
+    match result {
+        Ok(v) => respond(ok, &v),
+        Err(e) => respond(e.code(), &e.status()),
+    }
+}
+
+async fn handle(req: Request<Incoming>, store: &Arc<Store>, cancel: CancellationToken) -> Response<Body> {
+    let Some(t) = parse_path(req.uri().path()) else {
+        return respond(404, &StoreError::NotFound(req.uri().path().to_owned()).status());
+    };
+    let q = query(&req);
+    let method = req.method().clone();
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) if bytes.is_empty() => Value::Null,
+        Err(e) => return respond(400, &StoreError::Invalid(e.to_string()).status()),
+    };
+    let key = |name: String| Key { collection: t.collection.clone(), namespace: t.namespace.clone().unwrap_or_default(), name };
+    match (method, t.name.clone()) {
+        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(store, &t, &q, cancel),
+        (Method::GET, None) => list(store, &t, &q),
+        (Method::GET, Some(name)) => answer(store.get(&key(name)), 200),
+        (Method::POST, None) => {
+            let Some(name) = body.pointer("/metadata/name").and_then(Value::as_str).map(str::to_owned) else {
+                return respond(422, &StoreError::Invalid("metadata.name is required".into()).status());
+            };
+            answer(store.create(key(name), body), 201)
+        }
+        (Method::PUT, Some(name)) => answer(store.replace(key(name), body, t.status), 200),
+        (Method::PATCH, Some(name)) => answer(store.merge_patch(key(name), &body, t.status), 200),
+        (Method::DELETE, Some(name)) => answer(store.delete(key(name)), 200),
+        _ => respond(405, &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "MethodNotAllowed", "code": 405})),
+    }
+}
+
+/// `k=v`, `k==v` and `k!=v` terms, all of which must hold.
+fn matches_selector(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(sel) = selector.filter(|s| !s.is_empty()) else { return true };
+    let labels = obj.pointer("/metadata/labels");
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    sel.split(',').all(|term| {
+        if let Some((k, v)) = term.split_once("!=") {
+            label(k.trim()) != Some(v.trim())
+        } else if let Some((k, v)) = term.split_once('=') {
+            label(k.trim()) == Some(v.trim_start_matches('=').trim())
+        } else {
+            label(term.trim()).is_some()
+        }
+    })
+}
+
+fn list(store: &Store, t: &Target, q: &BTreeMap<String, String>) -> Response<Body> {
+    let (rv, items) = store.list(&t.collection, t.namespace.as_deref());
+    let items: Vec<Value> = items.into_iter().filter(|o| matches_selector(o, q.get("labelSelector"))).collect();
+    respond(200, &json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}))
+}
+
+/// State of one open watch.
+struct Watch {
+    store: Arc<Store>,
+    collection: String,
+    namespace: Option<String>,
+    selector: Option<String>,
+    rx: broadcast::Receiver<Event>,
+    pending: VecDeque<Value>,
+    last_rv: u64,
+    bookmarks: bool,
+    deadline: tokio::time::Instant,
+    cancel: CancellationToken,
+    ended: bool,
+}
+
+impl Watch {
+    fn wants(&self, e: &Event) -> bool {
+        e.rv > self.last_rv && e.key.collection == self.collection && self.namespace.as_ref().is_none_or(|n| *n == e.key.namespace)
+    }
+
+    fn push(&mut self, e: &Event) {
+        let kind = if matches_selector(&e.object, self.selector.as_ref()) { e.kind } else { "DELETED" };
+        self.last_rv = e.rv;
+        self.pending.push_back(json!({"type": kind, "object": e.object}));
+    }
+
+    fn gone(&mut self, err: &StoreError) {
+        self.pending.push_back(json!({"type": "ERROR", "object": err.status()}));
+        self.ended = true;
+    }
+
+    /// The next line to send, or `None` when the watch ends.
+    async fn next(&mut self) -> Option<Value> {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+        loop {
+            if let Some(line) = self.pending.pop_front() {
+                return Some(line);
+            }
+            if self.ended {
+                return None;
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return None,
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+                _ = tick.tick(), if self.bookmarks => {
+                    let rv = self.store.revision().max(self.last_rv);
+                    return Some(json!({"type": "BOOKMARK", "object": {"kind": "Bookmark", "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}}}));
+                }
+                event = self.rx.recv() => match event {
+                    Ok(e) if self.wants(&e) => self.push(&e),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.gone(&StoreError::Gone(self.last_rv, self.store.revision())),
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}
+
+fn watch(store: &Arc<Store>, t: &Target, q: &BTreeMap<String, String>, cancel: CancellationToken) -> Response<Body> {
+    let rx = store.subscribe();
+    let since: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(1800u64);
+    let mut w = Watch {
+        store: Arc::clone(store),
+        collection: t.collection.clone(),
+        namespace: t.namespace.clone(),
+        selector: q.get("labelSelector").cloned(),
+        rx,
+        pending: VecDeque::new(),
+        last_rv: since,
+        bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(timeout),
+        cancel,
+        ended: false,
+    };
+    match store.events_since(&t.collection, since) {
+        Ok(events) => {
+            for e in &events {
+                if w.wants(e) {
+                    w.push(e);
+                }
+            }
+        }
+        Err(e) => w.gone(&e),
+    }
+    let stream = futures::stream::unfold(w, |mut w| async move {
+        let line = w.next().await?;
+        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n")))), w))
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_collections_objects_and_status() {
+        let t = parse_path("/api/v1/namespaces/ns/pods").unwrap();
+        assert_eq!((t.collection.as_str(), t.namespace.as_deref(), t.name), ("api/v1/pods", Some("ns"), None));
+        let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l/status").unwrap();
+        assert_eq!((t.collection.as_str(), t.name.as_deref(), t.status), ("apis/coordination.k8s.io/v1/leases", Some("l"), true));
+        assert_eq!(decode("app%3Dvllm%2Ctier%3Dx"), "app=vllm,tier=x");
+        let pod = json!({"metadata": {"labels": {"app": "vllm"}}});
+        assert!(matches_selector(&pod, Some(&"app=vllm".to_owned())));
+        assert!(!matches_selector(&pod, Some(&"app=vllm,tier==x".to_owned())));
+        assert!(matches_selector(&pod, Some(&"tier!=x".to_owned())));
+    }
+}

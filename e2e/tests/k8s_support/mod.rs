@@ -1,0 +1,200 @@
+//! Support for the Kubernetes tests: epp in-process against the fake API server, objects to
+//! create, and a minimal ext_proc client that reports where a request went and what body was
+//! forwarded.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration};
+use epp::app::{self, Listeners, Options};
+use epp_e2e::fake_apiserver::FakeApiServer;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub const NS: &str = "llm";
+
+/// epp running in-process against a fake API server.
+pub struct Epp {
+    pub grpc: SocketAddr,
+    pub health: SocketAddr,
+    pub metrics: SocketAddr,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Epp {
+    /// Starts epp with `args` plus `--kubeconfig` for `api`, plaintext, fast gauges.
+    pub async fn start(api: &FakeApiServer, args: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("epp-k8s-{}-{}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, NS).unwrap();
+        let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+        let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await };
+        let (grpc, health, metrics) = (listeners.grpc.local_addr().unwrap(), listeners.health.local_addr().unwrap(), listeners.metrics.local_addr().unwrap());
+        let mut full = vec!["epp".to_owned(), "--secure-serving=false".into(), "--refresh-prometheus-metrics-interval".into(), "50ms".into(), "--pool-namespace".into(), NS.into(), "--kubeconfig".into(), kubeconfig.display().to_string()];
+        full.extend(args.iter().map(|s| (*s).to_owned()));
+        let opts: Options = clap::Parser::try_parse_from(full).unwrap();
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let token = shutdown.clone();
+        tracker.spawn(async move {
+            if let Err(e) = app::run(opts, listeners, token).await {
+                panic!("epp failed: {e:#}");
+            }
+        });
+        Self { grpc, health, metrics, shutdown, tracker, _dir: TempDir(dir) }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+
+    /// `inference_pool_ready_pods` (endpoints in the datastore), once the gauge is published.
+    pub async fn ready_pods(&self) -> Option<i64> {
+        let text = epp_e2e::client::get(self.metrics, "/metrics").await.ok()?.text();
+        text.lines().find(|l| l.starts_with("inference_pool_ready_pods{"))?.rsplit(' ').next()?.parse().ok()
+    }
+
+    /// Waits (bounded) until the datastore holds `n` endpoints.
+    pub async fn wait_endpoints(&self, n: i64, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut last = None;
+        while tokio::time::Instant::now() < deadline {
+            last = self.ready_pods().await;
+            if last == Some(n) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("expected {n} endpoints within {within:?}, last saw {last:?}");
+    }
+
+    /// Whether gRPC health reports `readiness` SERVING.
+    pub async fn is_ready(&self) -> bool {
+        use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+        let Ok(endpoint) = tonic::transport::Channel::from_shared(format!("http://{}", self.health)) else { return false };
+        let Ok(channel) = endpoint.connect().await else { return false };
+        let mut client = HealthClient::new(channel);
+        let resp = client.check(HealthCheckRequest { service: "readiness".into() }).await;
+        resp.is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32)
+    }
+}
+
+/// What epp answered for one request.
+#[derive(Debug)]
+pub enum Outcome {
+    Routed { destination: String, body: Vec<u8> },
+    Rejected { status: i32 },
+}
+
+impl Outcome {
+    /// The `model` of the forwarded body.
+    pub fn model(&self) -> Option<String> {
+        let Self::Routed { body, .. } = self else { return None };
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        v["model"].as_str().map(str::to_owned)
+    }
+}
+
+/// Sends one chat request through epp's ext_proc (full duplex), with extra request headers.
+pub async fn send(grpc: SocketAddr, model: &str, headers: &[(&str, &str)]) -> Outcome {
+    let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+    let mut list = vec![h(":path", "/v1/chat/completions"), h(":method", "POST")];
+    list.extend(headers.iter().map(|(k, v)| h(k, v)));
+    let mode = BodySendMode::FullDuplexStreamed as i32;
+    let hdrs = ProcessingRequest {
+        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(HeaderMap { headers: list }), end_of_stream: false, ..Default::default() })),
+        protocol_config: Some(ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() }),
+        ..Default::default()
+    };
+    let payload = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}).to_string().into_bytes();
+    let body = ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: payload, end_of_stream: true, ..Default::default() })), ..Default::default() };
+    let mut client = ExternalProcessorClient::connect(format!("http://{grpc}")).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(hdrs).await.unwrap();
+    tx.send(body).await.unwrap();
+    let mut inbound = client.process(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let (mut destination, mut forwarded) = (None, Vec::new());
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), inbound.message()).await.unwrap().unwrap().unwrap();
+        match msg.response {
+            Some(Response::ImmediateResponse(r)) => return Outcome::Rejected { status: r.status.map_or(0, |s| s.code) },
+            Some(Response::RequestHeaders(r)) => {
+                let set = r.response.and_then(|c| c.header_mutation).map(|m| m.set_headers).unwrap_or_default();
+                destination = set.iter().filter_map(|o| o.header.as_ref()).find(|h| h.key == "x-gateway-destination-endpoint").map(|h| String::from_utf8_lossy(&h.raw_value).into_owned());
+            }
+            Some(Response::RequestBody(r)) => {
+                if let Some(Mutation::StreamedResponse(s)) = r.response.and_then(|c| c.body_mutation).and_then(|m| m.mutation) {
+                    forwarded.extend_from_slice(&s.body);
+                    if s.end_of_stream {
+                        return Outcome::Routed { destination: destination.unwrap_or_default(), body: forwarded };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A Ready pod with labels `app=vllm` at `ip`.
+pub fn pod(name: &str, ip: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "vllm"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+        "status": {"podIP": ip, "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+pub async fn create_pod(client: &kube::Client, name: &str, ip: &str) {
+    Api::<Pod>::namespaced(client.clone(), NS).create(&PostParams::default(), &pod(name, ip)).await.unwrap();
+}
+
+pub async fn delete_pod(client: &kube::Client, name: &str) {
+    Api::<Pod>::namespaced(client.clone(), NS).delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// Creates any object from JSON through the dynamic API.
+pub async fn create(client: &kube::Client, obj: serde_json::Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let ar = kube::api::ApiResource::from_gvk(&gvk);
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    let dynamic: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();
+    api.create(&PostParams::default(), &dynamic).await.unwrap();
+}
+
+/// An InferencePool v1 selecting `app=vllm` on `ports`.
+pub fn pool(ports: &[u16]) -> serde_json::Value {
+    let ports: Vec<_> = ports.iter().map(|p| json!({"number": p})).collect();
+    json!({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": "pool", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": ports, "endpointPickerRef": {"name": "pool-epp", "port": {"number": 9002}}}
+    })
+}

@@ -1,0 +1,226 @@
+//! Kubernetes discovery: watchers that keep the datastore in step with the cluster.
+//!
+//! Two tasks, each the single writer of one datastore source:
+//! - [`run_endpoints`] watches the InferencePool (`--pool-name`, v1 or v1alpha2 by
+//!   `--pool-group`) and the pods of its namespace, and republishes the endpoint set on every
+//!   change (standalone mode takes the selector and ports from `--endpoint-selector` and
+//!   `--endpoint-target-ports` and watches only pods);
+//! - [`run_objectives`] watches InferenceObjectives, InferenceModels and InferenceModelRewrites
+//!   of the namespace and republishes the objective policies.
+//!
+//! kube's `watcher` lists, then watches from the list's resourceVersion, resumes after a broken
+//! connection, and re-lists after `410 Gone`; its `Init … InitDone` sequence is applied
+//! atomically here, so a re-list never publishes a half-empty pool. Errors (API server down,
+//! CRD not installed) are logged and retried with backoff; the last good state stays published.
+
+pub mod objectives;
+pub mod pods;
+
+use crate::crd::{model::InferenceModel, objective::InferenceObjective, pool, pool_v1alpha2, rewrite::InferenceModelRewrite};
+use crate::datastore::Datastore;
+use futures::stream::{BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use pods::PoolTarget;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+pub const GROUP_V1: &str = "inference.networking.k8s.io";
+pub const GROUP_V1ALPHA2: &str = "inference.networking.x-k8s.io";
+
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    #[error("--pool-group {0:?} is not supported (use {GROUP_V1} or {GROUP_V1ALPHA2})")]
+    PoolGroup(String),
+    #[error("invalid --endpoint-selector {0:?}: expected key=value[,key=value]")]
+    Selector(String),
+    #[error("Kubernetes client configuration: {0}")]
+    Config(String),
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// Where the pool's membership comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSource {
+    /// An InferencePool object, by name and API group.
+    Pool { name: String, group: String },
+    /// Standalone mode: a fixed selector and ports.
+    Selector(PoolTarget),
+}
+
+impl PoolSource {
+    /// Checks the group (the pool's API version follows from it).
+    pub fn pool(name: String, group: String) -> Result<Self, K8sError> {
+        if group != GROUP_V1 && group != GROUP_V1ALPHA2 {
+            return Err(K8sError::PoolGroup(group));
+        }
+        Ok(Self::Pool { name, group })
+    }
+
+    /// Parses `k=v,k2=v2` and takes the ports as given.
+    pub fn selector(selector: &str, ports: Vec<u16>) -> Result<Self, K8sError> {
+        let pairs = selector.split(',').filter(|s| !s.trim().is_empty()).map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())));
+        let selector: Option<BTreeMap<String, String>> = pairs.collect();
+        match selector {
+            Some(s) if !s.is_empty() => Ok(Self::Selector(PoolTarget { selector: s, ports })),
+            _ => Err(K8sError::Selector(selector_text(selector))),
+        }
+    }
+}
+
+fn selector_text(s: Option<BTreeMap<String, String>>) -> String {
+    s.map(|m| format!("{m:?}")).unwrap_or_default()
+}
+
+/// Builds a client from `--kubeconfig` or, without it, the in-cluster / `$KUBECONFIG` config.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, K8sError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| K8sError::Config(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| K8sError::Config(e.to_string()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| K8sError::Config(e.to_string()))?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// A collection as last seen, by object name. A re-list is buffered and swapped in whole.
+struct Mirror<V> {
+    items: BTreeMap<String, V>,
+    relist: Option<BTreeMap<String, V>>,
+}
+
+impl<V> Default for Mirror<V> {
+    fn default() -> Self {
+        Self { items: BTreeMap::new(), relist: None }
+    }
+}
+
+impl<V> Mirror<V> {
+    /// Applies one event; true when the visible items changed.
+    fn apply(&mut self, event: Event<(String, V)>) -> bool {
+        match event {
+            Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply((k, v)) => {
+                self.relist.get_or_insert_with(BTreeMap::new).insert(k, v);
+                false
+            }
+            Event::InitDone => {
+                self.items = self.relist.take().unwrap_or_default();
+                true
+            }
+            Event::Apply((k, v)) => {
+                self.items.insert(k, v);
+                true
+            }
+            Event::Delete((k, _)) => self.items.remove(&k).is_some(),
+        }
+    }
+}
+
+type Named<V> = BoxStream<'static, Result<Event<(String, V)>, watcher::Error>>;
+
+/// A watch of `api`, each object mapped to `(name, f(object))`.
+fn watch<K, V>(api: Api<K>, config: watcher::Config, f: fn(K) -> V) -> Named<V>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    V: Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff().map(move |r| r.map(|e| map_event(e, f))).boxed()
+}
+
+fn map_event<K: Resource, V>(e: Event<K>, f: fn(K) -> V) -> Event<(String, V)> {
+    let named = |k: K| (k.meta().name.clone().unwrap_or_default(), f(k));
+    match e {
+        Event::Apply(k) => Event::Apply(named(k)),
+        Event::Delete(k) => Event::Delete(named(k)),
+        Event::Init => Event::Init,
+        Event::InitApply(k) => Event::InitApply(named(k)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+fn v1_target(p: pool::InferencePool) -> PoolTarget {
+    let ports = p.spec.target_ports.iter().filter_map(|p| u16::try_from(p.number).ok()).collect();
+    PoolTarget { selector: p.spec.selector.match_labels, ports }
+}
+
+fn v1alpha2_target(p: pool_v1alpha2::InferencePool) -> PoolTarget {
+    PoolTarget { selector: p.spec.selector, ports: u16::try_from(p.spec.target_port_number).into_iter().collect() }
+}
+
+fn pool_stream(client: &Client, namespace: &str, source: &PoolSource) -> Named<PoolTarget> {
+    match source {
+        PoolSource::Pool { name, group } => {
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            if group == GROUP_V1 {
+                watch(Api::<pool::InferencePool>::namespaced(client.clone(), namespace), config, v1_target)
+            } else {
+                watch(Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace), config, v1alpha2_target)
+            }
+        }
+        PoolSource::Selector(_) => futures::stream::pending().boxed(),
+    }
+}
+
+fn log_error(what: &str, e: &watcher::Error) {
+    tracing::warn!(watch = what, error = %e, "Kubernetes watch failed; retrying");
+}
+
+/// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change.
+pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource, datastore: Arc<Datastore>, shutdown: CancellationToken) {
+    let pod_config = match &source {
+        PoolSource::Selector(t) => watcher::Config::default().labels(&t.selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")),
+        PoolSource::Pool { .. } => watcher::Config::default(),
+    };
+    let mut pods = watch(Api::<Pod>::namespaced(client.clone(), &namespace), pod_config, |p| p);
+    let mut pools = pool_stream(&client, &namespace, &source);
+    let (mut pod_mirror, mut pool_mirror) = (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
+    loop {
+        let changed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            Some(event) = pods.next() => event.map(|e| pod_mirror.apply(e)).unwrap_or_else(|e| { log_error("pods", &e); false }),
+            Some(event) = pools.next() => event.map(|e| pool_mirror.apply(e)).unwrap_or_else(|e| { log_error("inferencepool", &e); false }),
+        };
+        if !changed {
+            continue;
+        }
+        let target = match &source {
+            PoolSource::Selector(t) => Some(t),
+            PoolSource::Pool { name, .. } => pool_mirror.items.get(name),
+        };
+        let endpoints = target.map(|t| pods::endpoints(t, pod_mirror.items.values())).unwrap_or_default();
+        tracing::debug!(count = endpoints.len(), "endpoints from Kubernetes");
+        datastore.set_endpoints(endpoints);
+    }
+}
+
+/// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
+/// restricts them to those referencing the pool.
+pub async fn run_objectives(client: Client, namespace: String, pool: Option<String>, datastore: Arc<Datastore>, shutdown: CancellationToken) {
+    let cfg = watcher::Config::default;
+    let mut objectives = watch(Api::<InferenceObjective>::namespaced(client.clone(), &namespace), cfg(), |o| o);
+    let mut models = watch(Api::<InferenceModel>::namespaced(client.clone(), &namespace), cfg(), |m| m);
+    let mut rewrites = watch(Api::<InferenceModelRewrite>::namespaced(client, &namespace), cfg(), |r| r);
+    let (mut om, mut mm, mut rm) = (Mirror::default(), Mirror::default(), Mirror::default());
+    loop {
+        let changed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            Some(e) = objectives.next() => e.map(|e| om.apply(e)).unwrap_or_else(|e| { log_error("inferenceobjectives", &e); false }),
+            Some(e) = models.next() => e.map(|e| mm.apply(e)).unwrap_or_else(|e| { log_error("inferencemodels", &e); false }),
+            Some(e) = rewrites.next() => e.map(|e| rm.apply(e)).unwrap_or_else(|e| { log_error("inferencemodelrewrites", &e); false }),
+        };
+        if changed {
+            datastore.set_objectives(objectives::build(pool.as_deref(), om.items.values(), mm.items.values(), rm.items.values()));
+        }
+    }
+}
