@@ -1,0 +1,119 @@
+//! The Helm chart `charts/inferencepool`, linted and rendered by Helm's own Go code
+//! (helm-python-sdk in `.venv-helm`, created by `hack/helm/venv.sh` from PyPI on first use).
+//! Every rendered object must decode as the type its `kind` claims and re-encode to the same
+//! object (so a misspelled field fails), the epp args must be flags epp accepts, and the
+//! ConfigMap must be an EndpointPickerConfig epp can build.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Lints (strict) and renders the chart; returns the objects.
+fn render(values: &Value) -> Vec<Value> {
+    let venv = Command::new(root().join("hack/helm/venv.sh")).output().unwrap();
+    assert!(venv.status.success(), "creating the helm venv failed: {}", String::from_utf8_lossy(&venv.stderr));
+    let python = String::from_utf8(venv.stdout).unwrap().trim().to_owned();
+    let out = Command::new(python).arg(root().join("hack/helm/render.py")).arg(root().join("charts/inferencepool")).args(["llama", "llm", &values.to_string()]).output().unwrap();
+    assert!(out.status.success(), "render failed: {}", String::from_utf8_lossy(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lint = &result["lint"];
+    assert_eq!(lint["errors"], json!([]), "{lint}");
+    assert!(lint["messages"].as_array().unwrap().iter().all(|m| m["severity"].as_i64() < Some(2)), "lint warnings: {lint}");
+    let mut objects = Vec::new();
+    for text in result["manifests"].as_object().unwrap().values() {
+        for doc in text.as_str().unwrap().split("\n---") {
+            let v: Value = serde_yaml::from_str(doc).unwrap();
+            if !v.is_null() {
+                objects.push(v);
+            }
+        }
+    }
+    objects
+}
+
+/// Decodes `v` as `T` and checks that nothing was lost (unknown or misspelled fields);
+/// defaults the type fills in are fine.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> T {
+    let t: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{} does not decode: {e}\n{v:#}", v["kind"]));
+    let back = serde_json::to_value(&t).unwrap();
+    if let Err(path) = kept(v, &back, String::new()) {
+        panic!("{} lost {path} in decoding:\n{v:#}", v["kind"]);
+    }
+    t
+}
+
+/// Whether everything in `orig` survives in `back`; the first lost path otherwise.
+fn kept(orig: &Value, back: &Value, path: String) -> Result<(), String> {
+    match (orig, back) {
+        (Value::Object(o), Value::Object(b)) => o.iter().try_for_each(|(k, v)| b.get(k).map_or(Err(format!("{path}.{k}")), |bv| kept(v, bv, format!("{path}.{k}")))),
+        (Value::Array(o), Value::Array(b)) if o.len() == b.len() => o.iter().zip(b).enumerate().try_for_each(|(i, (x, y))| kept(x, y, format!("{path}[{i}]"))),
+        (o, b) if o == b => Ok(()),
+        _ => Err(path),
+    }
+}
+
+fn check_objects(objects: &[Value]) -> Vec<String> {
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::*, rbac::v1::*};
+    let mut kinds = Vec::new();
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap().to_owned();
+        match (o["apiVersion"].as_str().unwrap(), kind.as_str()) {
+            ("apps/v1", "Deployment") => check_deployment(&typed::<Deployment>(o)),
+            ("v1", "Service") => drop(typed::<Service>(o)),
+            ("v1", "ServiceAccount") => drop(typed::<ServiceAccount>(o)),
+            ("v1", "ConfigMap") => {
+                let cm = typed::<ConfigMap>(o);
+                epp::director::Runtime::build(&cm.data.unwrap()["default-plugins.yaml"], None).unwrap();
+            }
+            ("rbac.authorization.k8s.io/v1", "Role") => drop(typed::<Role>(o)),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => drop(typed::<RoleBinding>(o)),
+            ("inference.networking.k8s.io/v1", "InferencePool") => drop(typed::<epp::crd::pool::InferencePool>(o)),
+            ("inference.networking.x-k8s.io/v1alpha2", "InferencePool") => drop(typed::<epp::crd::pool_v1alpha2::InferencePool>(o)),
+            ("inference.networking.x-k8s.io/v1alpha2", "InferenceObjective") => drop(typed::<epp::crd::objective::InferenceObjective>(o)),
+            ("inference.networking.x-k8s.io/v1alpha2", "InferenceModel") => drop(typed::<epp::crd::model::InferenceModel>(o)),
+            ("monitoring.coreos.com/v1", "ServiceMonitor") => assert_eq!(o["spec"]["endpoints"][0]["port"], "http-metrics"),
+            (api, kind) => panic!("unexpected object {api} {kind}"),
+        }
+        kinds.push(kind);
+    }
+    kinds.sort();
+    kinds
+}
+
+fn check_deployment(d: &k8s_openapi::api::apps::v1::Deployment) {
+    let c = &d.spec.template.spec.as_ref().unwrap().containers[0];
+    let args = c.args.clone().unwrap();
+    let opts: epp::app::Options = clap::Parser::try_parse_from(std::iter::once("epp".to_owned()).chain(args.iter().cloned())).unwrap_or_else(|e| panic!("epp rejects the chart's args {args:?}: {e}"));
+    opts.validate().unwrap();
+    assert!(opts.uses_kubernetes());
+    let ports: Vec<i32> = c.ports.as_ref().unwrap().iter().map(|p| p.container_port).collect();
+    assert_eq!(ports, [9002, 9003, 9090]);
+    assert!(c.readiness_probe.as_ref().unwrap().grpc.is_some());
+}
+
+#[test]
+fn the_default_chart_renders_a_pool_epp_and_least_privilege_rbac() {
+    let kinds = check_objects(&render(&json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}})));
+    assert_eq!(kinds, ["ConfigMap", "Deployment", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"]);
+}
+
+#[test]
+fn replicas_monitoring_objectives_and_the_old_pool_api_render() {
+    let values = json!({
+        "inferencePool": {"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "modelServers": {"matchLabels": {"app": "vllm"}}},
+        "inferenceExtension": {"replicas": 2, "monitoring": {"prometheus": {"enabled": true}}, "flags": {"refresh-metrics-interval": "100ms"}, "scorerWeights": {"queue": 1, "kvCacheUtilization": 1, "prefixCache": 5}},
+        "inferenceObjectives": [{"name": "batch", "priority": -1}],
+        "inferenceModels": [{"name": "food-review", "criticality": "Critical", "targetModels": [{"name": "food-review-v1", "weight": 90}, {"name": "food-review-v2", "weight": 10}]}]
+    });
+    let objects = render(&values);
+    let kinds = check_objects(&objects);
+    assert_eq!(kinds.iter().filter(|k| *k == "Role").count(), 2, "leader election adds a Lease role");
+    assert!(kinds.contains(&"ServiceMonitor".to_owned()) && kinds.contains(&"InferenceObjective".to_owned()) && kinds.contains(&"InferenceModel".to_owned()));
+    let lease_rules = objects.iter().find(|o| o["metadata"]["name"] == "llama-epp-leader-election" && o["kind"] == "Role").unwrap();
+    assert_eq!(lease_rules["rules"][0]["resources"], json!(["leases"]));
+}
