@@ -15,10 +15,14 @@ fn root() -> &'static Path {
 
 /// Lints (strict) and renders the chart; returns the objects.
 fn render(values: &Value) -> Vec<Value> {
+    render_release("llama", values)
+}
+
+fn render_release(release: &str, values: &Value) -> Vec<Value> {
     let venv = Command::new(root().join("hack/helm/venv.sh")).output().unwrap();
     assert!(venv.status.success(), "creating the helm venv failed: {}", String::from_utf8_lossy(&venv.stderr));
     let python = String::from_utf8(venv.stdout).unwrap().trim().to_owned();
-    let out = Command::new(python).arg(root().join("hack/helm/render.py")).arg(root().join("charts/inferencepool")).args(["llama", "llm", &values.to_string()]).output().unwrap();
+    let out = Command::new(python).arg(root().join("hack/helm/render.py")).arg(root().join("charts/inferencepool")).args([release, "llm", &values.to_string()]).output().unwrap();
     assert!(out.status.success(), "render failed: {}", String::from_utf8_lossy(&out.stderr));
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let lint = &result["lint"];
@@ -26,12 +30,7 @@ fn render(values: &Value) -> Vec<Value> {
     assert!(lint["messages"].as_array().unwrap().iter().all(|m| m["severity"].as_i64() < Some(2)), "lint warnings: {lint}");
     let mut objects = Vec::new();
     for text in result["manifests"].as_object().unwrap().values() {
-        for doc in text.as_str().unwrap().split("\n---") {
-            let v: Value = serde_yaml::from_str(doc).unwrap();
-            if !v.is_null() {
-                objects.push(v);
-            }
-        }
+        objects.extend(yaml_docs(text.as_str().unwrap()));
     }
     objects
 }
@@ -63,7 +62,7 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
     for o in objects {
         let kind = o["kind"].as_str().unwrap().to_owned();
         match (o["apiVersion"].as_str().unwrap(), kind.as_str()) {
-            ("apps/v1", "Deployment") => check_deployment(&typed::<Deployment>(o)),
+            ("apps/v1", "Deployment") if o["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-epp")) => check_deployment(&typed::<Deployment>(o)),
             ("v1", "Service") => drop(typed::<Service>(o)),
             ("v1", "ServiceAccount") => drop(typed::<ServiceAccount>(o)),
             ("v1", "ConfigMap") => {
@@ -76,6 +75,9 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             ("inference.networking.x-k8s.io/v1alpha2", "InferencePool") => drop(typed::<epp::crd::pool_v1alpha2::InferencePool>(o)),
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceObjective") => drop(typed::<epp::crd::objective::InferenceObjective>(o)),
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceModel") => drop(typed::<epp::crd::model::InferenceModel>(o)),
+            ("inference.networking.x-k8s.io/v1alpha2", "InferenceModelRewrite") => drop(typed::<epp::crd::rewrite::InferenceModelRewrite>(o)),
+            ("apps/v1", "Deployment") => drop(typed::<Deployment>(o)),
+            ("gateway.networking.k8s.io/v1", "Gateway" | "GatewayClass" | "HTTPRoute") => assert!(o["spec"].is_object()),
             ("monitoring.coreos.com/v1", "ServiceMonitor") => assert_eq!(o["spec"]["endpoints"][0]["port"], "http-metrics"),
             (api, kind) => panic!("unexpected object {api} {kind}"),
         }
@@ -116,4 +118,28 @@ fn replicas_monitoring_objectives_and_the_old_pool_api_render() {
     assert!(kinds.contains(&"ServiceMonitor".to_owned()) && kinds.contains(&"InferenceObjective".to_owned()) && kinds.contains(&"InferenceModel".to_owned()));
     let lease_rules = objects.iter().find(|o| o["metadata"]["name"] == "llama-epp-leader-election" && o["kind"] == "Role").unwrap();
     assert_eq!(lease_rules["rules"][0]["resources"], json!(["leases"]));
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    text.split("\n---\n").map(|d| serde_yaml::from_str::<Value>(&format!("{d}\n")).unwrap()).filter(|v| !v.is_null()).collect()
+}
+
+#[test]
+fn the_envoy_gateway_examples_decode_and_epp_yaml_is_the_rendered_chart() {
+    let dir = root().join("config/examples/envoy-gateway");
+    for file in ["gateway.yaml", "httproute.yaml", "model-servers.yaml", "objectives.yaml", "epp.yaml"] {
+        check_objects(&yaml_docs(&std::fs::read_to_string(dir.join(file)).unwrap()));
+    }
+    let committed = yaml_docs(&std::fs::read_to_string(dir.join("epp.yaml")).unwrap());
+    let rendered = render_release("vllm-llama3", &json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm-llama3"}}}}));
+    let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
+    let mut a: Vec<_> = committed.iter().map(|o| (key(o), o.clone())).collect();
+    let mut b: Vec<_> = rendered.into_iter().map(|o| (key(&o), o)).collect();
+    a.sort_by(|x, y| x.0.cmp(&y.0));
+    b.sort_by(|x, y| x.0.cmp(&y.0));
+    let keys = |v: &[(String, Value)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&a), keys(&b), "config/examples/envoy-gateway/epp.yaml: objects differ from the chart's");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.1, y.1, "config/examples/envoy-gateway/epp.yaml differs from the chart in {}", x.0);
+    }
 }
