@@ -106,8 +106,17 @@ impl Driver {
     }
 
     fn on_reset(&self, status: &Status) {
-        if !self.machine.is_done() {
+        if self.machine.interrupted() {
             tracing::debug!(code = ?status.code(), message = status.message(), "ext_proc stream reset before the exchange completed");
+        }
+    }
+}
+
+/// tonic drops the response stream (and this driver) when the gateway resets the stream, often
+/// without the reset ever surfacing as an error here; so interruptions are counted on drop.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if self.machine.interrupted() {
             self.machine.note_reset();
         }
     }

@@ -280,10 +280,38 @@ impl StreamMachine {
     fn fail(&mut self, err: StreamError, out: &mut Vec<ProcessingResponse>) {
         let code = err.code();
         tracing::debug!(error = %err, status = code.http_status(), "request rejected");
-        let labels = ErrorLabels { model_name: String::new(), target_model_name: String::new(), error_code: code.name().to_owned() };
+        let (model_name, target_model_name) = self.error_models();
+        let labels = ErrorLabels { model_name, target_model_name, error_code: code.name().to_owned() };
         self.director.metrics().request_error_total.get_or_create(&labels).inc();
         out.push(status::immediate(&err));
         self.phase = Phase::Done;
+    }
+}
+
+impl StreamMachine {
+    /// Model labels for an error: the requested and target model when the body names one.
+    /// Re-parsing happens only on this failure path; a body never read (413, 408) has none.
+    fn error_models(&self) -> (String, String) {
+        let api = crate::request::ApiKind::from_path(&self.meta.path);
+        match crate::request::parse(api, &self.body, 0) {
+            Ok(req) => {
+                let target = self.meta.model_rewrite.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| req.model.clone());
+                (req.model, target)
+            }
+            Err(_) => (String::new(), String::new()),
+        }
+    }
+
+    /// Whether the stream ended in the middle of an exchange: before the routing decision, or
+    /// after the response started but before it finished. A stream that ends after routing
+    /// without any response phase is a gateway configured not to send responses, not a reset.
+    pub fn interrupted(&self) -> bool {
+        match self.phase {
+            Phase::Start => false,
+            Phase::Body => true,
+            Phase::Routed => self.response.is_some(),
+            Phase::Done => false,
+        }
     }
 }
 

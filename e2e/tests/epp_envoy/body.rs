@@ -266,10 +266,6 @@ async fn a_client_that_leaves_mid_stream_releases_its_running_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "epp bug: epp_extproc_stream_resets_total stays 0 when Envoy resets (RST_STREAM) an \
-            ext_proc stream because the client left mid-response: Driver::on_reset in src/extproc.rs \
-            only runs on an Err from inbound.message() while tonic still polls the response stream, \
-            and tonic drops that stream on reset"]
 async fn a_client_that_leaves_mid_stream_counts_as_a_stream_reset() {
     let stack = start(slow_stream_stack()).await;
     abandon_a_stream(&stack).await;

@@ -260,9 +260,6 @@ async fn a_model_server_error_reaches_the_client_unchanged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "epp bug: inference_objective_request_error_total is labelled model_name=\"\" and \
-            target_model_name=\"\" even when the body named a model (StreamMachine::fail in \
-            src/extproc/stream.rs); upstream labels errors with the incoming and target model"]
 async fn an_error_after_the_body_was_read_counts_against_the_requested_model() {
     let config = example_config("conformance.yaml");
     let stack = start(StackOptions {
