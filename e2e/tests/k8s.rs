@@ -53,9 +53,10 @@ async fn a_90_10_canary_rewrite_splits_a_thousand_requests() {
     while send(epp.grpc, "food-review", &[]).await.model().as_deref() == Some("food-review") {
         assert!(tokio::time::Instant::now() < deadline, "the rewrite never took effect");
     }
+    let channel = connect(epp.grpc).await;
     let mut v2 = 0;
     for _ in 0..1000 {
-        match send(epp.grpc, "food-review", &[]).await.model().as_deref() {
+        match send_on(channel.clone(), "food-review", &[]).await.model().as_deref() {
             Some("food-review-v1") => {}
             Some("food-review-v2") => v2 += 1,
             other => panic!("unexpected model {other:?}"),

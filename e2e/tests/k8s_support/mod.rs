@@ -118,8 +118,18 @@ impl Outcome {
     }
 }
 
+/// A gRPC channel to epp's ext_proc port, to reuse across many requests.
+pub async fn connect(grpc: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{grpc}")).unwrap().connect().await.unwrap()
+}
+
 /// Sends one chat request through epp's ext_proc (full duplex), with extra request headers.
 pub async fn send(grpc: SocketAddr, model: &str, headers: &[(&str, &str)]) -> Outcome {
+    send_on(connect(grpc).await, model, headers).await
+}
+
+/// As [`send`], on an existing channel.
+pub async fn send_on(channel: tonic::transport::Channel, model: &str, headers: &[(&str, &str)]) -> Outcome {
     let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
     let mut list = vec![h(":path", "/v1/chat/completions"), h(":method", "POST")];
     list.extend(headers.iter().map(|(k, v)| h(k, v)));
@@ -131,7 +141,7 @@ pub async fn send(grpc: SocketAddr, model: &str, headers: &[(&str, &str)]) -> Ou
     };
     let payload = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}).to_string().into_bytes();
     let body = ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: payload, end_of_stream: true, ..Default::default() })), ..Default::default() };
-    let mut client = ExternalProcessorClient::connect(format!("http://{grpc}")).await.unwrap();
+    let mut client = ExternalProcessorClient::new(channel);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(hdrs).await.unwrap();
     tx.send(body).await.unwrap();
