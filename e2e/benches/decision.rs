@@ -3,8 +3,9 @@
 //! - `cold_text`: every prompt is new text (no segment of it was tokenized before);
 //! - `shared_prefix_text`: 7.5K tokens shared with earlier prompts plus a new 0.5K-token tail,
 //!   the shape of multi-turn chat and shared system prompts;
-//! - `token_ids`: the prompt arrives as token ids, so nothing is tokenized;
-//! and the parts: `parse_token_ids` (request parsing alone) and `decide_given_tokens` (block
+//! - `token_ids`: the prompt arrives as token ids, so nothing is tokenized.
+//!
+//! And the parts: `parse_token_ids` (request parsing alone) and `decide_given_tokens` (block
 //! hashing, prefix lookup, scoring and picking over 100 candidates, recording the decision).
 //!
 //! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md.
