@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod endpoint;
 pub mod extproc;
 pub mod health;
+pub mod kvevents;
 pub mod leader;
 pub mod metrics;
 pub mod prefix;

@@ -21,6 +21,7 @@
 //! decision) take it briefly. Selection never writes; the director records afterwards.
 
 pub mod index;
+pub mod precise;
 
 use std::hash::Hasher;
 use xxhash_rust::xxh64::Xxh64;
@@ -29,23 +30,42 @@ use xxhash_rust::xxh64::Xxh64;
 /// `max_blocks` of them.
 pub fn block_hashes(model: &str, cache_salt: Option<&str>, tokens: &[u32], block_size: usize, max_blocks: usize) -> Vec<u64> {
     let block_size = block_size.max(1);
+    let mut parent = chain_seed(model, cache_salt);
+    let mut out = Vec::with_capacity((tokens.len() / block_size).min(max_blocks));
+    for block in tokens.chunks_exact(block_size).take(max_blocks) {
+        parent = chain_block(parent, block);
+        out.push(parent);
+    }
+    out
+}
+
+/// The parent of a chain's first block: `xxh64(model ‖ 0x00 ‖ cache_salt)`.
+pub fn chain_seed(model: &str, cache_salt: Option<&str>) -> u64 {
     let mut seed = Xxh64::new(0);
     seed.write(model.as_bytes());
     if let Some(salt) = cache_salt {
         seed.write(&[0]);
         seed.write(salt.as_bytes());
     }
-    let mut parent = seed.finish();
-    let mut out = Vec::with_capacity((tokens.len() / block_size).min(max_blocks));
-    let mut buf = Vec::with_capacity(block_size * 4 + 8);
-    for block in tokens.chunks_exact(block_size).take(max_blocks) {
-        buf.clear();
-        block.iter().for_each(|t| buf.extend_from_slice(&t.to_le_bytes()));
-        buf.extend_from_slice(&parent.to_le_bytes());
-        parent = xxhash_rust::xxh64::xxh64(&buf, 0);
-        out.push(parent);
+    seed.finish()
+}
+
+/// The key of one block: `xxh64(LE32 tokens ‖ LE64 parent)`. Also used by the precise index
+/// to key the token ids carried in vLLM's BlockStored events, so both sides agree.
+pub fn chain_block(parent: u64, block: &[u32]) -> u64 {
+    let mut buf = [0u8; 4 * 64 + 8];
+    if block.len() <= 64 {
+        let n = block.len() * 4;
+        for (chunk, t) in buf[..n].chunks_exact_mut(4).zip(block) {
+            chunk.copy_from_slice(&t.to_le_bytes());
+        }
+        buf[n..n + 8].copy_from_slice(&parent.to_le_bytes());
+        return xxhash_rust::xxh64::xxh64(&buf[..n + 8], 0);
     }
-    out
+    let mut h = Xxh64::new(0);
+    block.iter().for_each(|t| h.write(&t.to_le_bytes()));
+    h.write(&parent.to_le_bytes());
+    h.finish()
 }
 
 #[cfg(test)]

@@ -1,0 +1,110 @@
+//! KV-cache event subscribers: one ZMQ SUB socket per endpoint, feeding the precise prefix
+//! index with what each pod's cache actually holds.
+//!
+//! Why: the approximate index guesses from epp's own routing and is wrong whenever a pod
+//! evicts, restarts, or is sent traffic by another epp replica. vLLM publishes every cache
+//! change (`--kv-events-config`), so every epp replica that subscribes to every pod builds the
+//! same index without talking to the others (active-active).
+//!
+//! A supervisor follows the datastore's endpoint set like the metric scrapers do. An endpoint's
+//! event port is its `kv-events-port` label (pod label or static-file label) or
+//! `--kv-events-port`; its replay port likewise (`kv-events-replay-port`,
+//! `--kv-events-replay-port`). Each subscriber checks the sequence frame: a gap is repaired
+//! through the pod's replay ROUTER when there is one, otherwise the endpoint's entries are
+//! dropped and rebuilt from the following events; a sequence that goes backwards is a restarted
+//! publisher, whose cache starts empty. When an endpoint leaves, its subscriber stops and its
+//! entries are dropped.
+
+pub mod decode;
+mod subscriber;
+
+use crate::datastore::Datastore;
+use crate::endpoint::{Endpoint, EndpointId};
+use crate::prefix::precise::PreciseIndex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Endpoint label naming the pod's KV-event PUB port.
+pub const PORT_LABEL: &str = "kv-events-port";
+/// Endpoint label naming the pod's KV-event replay ROUTER port.
+pub const REPLAY_PORT_LABEL: &str = "kv-events-replay-port";
+
+#[derive(Clone, Debug, Default)]
+pub struct KvEventsOptions {
+    /// PUB port of every endpoint unless its label says otherwise.
+    pub port: Option<u16>,
+    /// Replay ROUTER port of every endpoint unless its label says otherwise.
+    pub replay_port: Option<u16>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KvEventsError {
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+    #[error("receiving from {addr}: {source}")]
+    Recv {
+        addr: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+    #[error("replay from {addr} failed: {reason}")]
+    Replay { addr: String, reason: String },
+}
+
+/// Where one endpoint publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub endpoint: EndpointId,
+    pub publish: String,
+    pub replay: Option<String>,
+}
+
+impl KvEventsOptions {
+    /// The endpoint's sockets, or `None` when it has no event port.
+    pub fn source(&self, e: &Endpoint) -> Option<Source> {
+        let label = |k: &str| e.labels.get(k).and_then(|v| v.parse::<u16>().ok());
+        let port = label(PORT_LABEL).or(self.port)?;
+        let ip = e.id.0.ip();
+        let addr = |port: u16| match ip {
+            std::net::IpAddr::V6(v6) => format!("tcp://[{v6}]:{port}"),
+            std::net::IpAddr::V4(v4) => format!("tcp://{v4}:{port}"),
+        };
+        Some(Source { endpoint: e.id, publish: addr(port), replay: label(REPLAY_PORT_LABEL).or(self.replay_port).map(addr) })
+    }
+}
+
+/// Runs the supervisor until `shutdown`; subscribers are spawned on `tracker`.
+pub async fn run(datastore: Arc<Datastore>, index: Arc<PreciseIndex>, opts: KvEventsOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+    let mut changes = datastore.subscribe();
+    let mut running: HashMap<EndpointId, (Source, CancellationToken)> = HashMap::new();
+    loop {
+        let snapshot = datastore.snapshot();
+        let wanted: HashMap<EndpointId, Source> = snapshot.iter().filter_map(|s| opts.source(&s.endpoint)).map(|s| (s.endpoint, s)).collect();
+        running.retain(|id, (source, token)| {
+            let keep = wanted.get(id) == Some(source);
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+        for (id, source) in wanted {
+            if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(id) {
+                let token = shutdown.child_token();
+                slot.insert((source.clone(), token.clone()));
+                tracker.spawn(subscriber::run(source, Arc::clone(&index), token));
+            }
+        }
+        let live: HashSet<EndpointId> = snapshot.iter().map(|s| s.id()).collect();
+        index.retain(&live);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}

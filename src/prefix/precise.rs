@@ -1,0 +1,367 @@
+//! The precise prefix index: what every endpoint's KV cache actually holds, fed by the vLLM
+//! KV-cache events that `kvevents` decodes, plus short-lived speculative entries for what epp
+//! just routed and the pod has not announced yet.
+//!
+//! # Algorithm
+//! Keys are epp's own chained block keys ([`super::chain_block`] over the block's token ids,
+//! seeded with the model name), **not** the pods' hashes: a BlockStored event carries its
+//! `token_ids`, so the subscriber computes the same key the director computes from the
+//! request's tokens, whatever hash algorithm or `PYTHONHASHSEED` the pods run with (llm-d's
+//! "dual key" design). A block's parent key is found through the per-endpoint map
+//! `engine hash → request key`; a block whose parent the index never saw is skipped
+//! (its key cannot be computed), as are its descendants in the same event.
+//!
+//! State: `engine: HashMap<engine hash, key>`, shared by all endpoints (an engine hash names
+//! content, so pods agree on it or never collide), and `holders: HashMap<key, Holders>`: the
+//! sorted endpoint slots holding the key, each with a reference count (the same hash may be
+//! stored twice, two physical copies announced by two BlockStored and removed by two
+//! BlockRemoved). A
+//! lookup walks the request's keys in order and keeps the set of endpoints that held every key
+//! so far (sorted slot lists, merged linearly), so the answer is the longest **consecutive**
+//! cached prefix per endpoint. Speculative entries `(key, slot, expiry)` live in a side map and a
+//! FIFO; they count as held until they expire.
+//!
+//! Complexity: store/remove O(1) expected per block (one xxh64 of the block's tokens, two map
+//! operations); clear O(blocks of that endpoint); lookup O(Σ holders of matched blocks) and
+//! stops at the first block nobody holds. Memory: 16 bytes per engine hash and 32 per key with
+//! one holder (+4 per further holder: shared prefixes are cheap), plus the hash tables' control
+//! bytes and slack
+//! (BENCHMARKS.md, "Precise prefix").
+//!
+//! Concurrency: one `RwLock`. Each endpoint's subscriber applies a whole event batch under one
+//! write lock ([`PreciseIndex::writer`]); lookups share the read lock. Time comes in as an
+//! `Instant` so tests control expiry.
+
+use super::index::IdentityHasher;
+use crate::endpoint::EndpointId;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::sync::{RwLock, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+type IdBuild = BuildHasherDefault<IdentityHasher>;
+type Slot = u16;
+
+/// One endpoint holding a key, and how many distinct engine hashes of it map there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Holder {
+    slot: Slot,
+    refs: u16,
+}
+
+/// Holders of one key, sorted by slot; one holder is stored inline.
+#[derive(Debug)]
+enum Holders {
+    One(Holder),
+    Many(Vec<Holder>),
+}
+
+impl Holders {
+    fn as_slice(&self) -> &[Holder] {
+        match self {
+            Self::One(h) => std::slice::from_ref(h),
+            Self::Many(v) => v,
+        }
+    }
+
+    fn add(&mut self, slot: Slot) {
+        let mut list = match self {
+            Self::One(h) if h.slot == slot => {
+                h.refs = h.refs.saturating_add(1);
+                return;
+            }
+            Self::One(h) => vec![*h],
+            Self::Many(v) => std::mem::take(v),
+        };
+        match list.binary_search_by_key(&slot, |h| h.slot) {
+            Ok(i) => list[i].refs = list[i].refs.saturating_add(1),
+            Err(i) => list.insert(i, Holder { slot, refs: 1 }),
+        }
+        *self = Self::Many(list);
+    }
+
+    /// Removes `slot` whatever its references; true when nobody holds the key any more.
+    fn drop_slot(&mut self, slot: Slot) -> bool {
+        match self {
+            Self::One(h) => h.slot == slot,
+            Self::Many(v) => {
+                v.retain(|h| h.slot != slot);
+                v.is_empty()
+            }
+        }
+    }
+
+    /// Drops one reference of `slot`; true when nobody holds the key any more.
+    fn release(&mut self, slot: Slot) -> bool {
+        let (single, empty) = match self {
+            Self::One(h) if h.slot == slot => {
+                h.refs -= 1;
+                return h.refs == 0;
+            }
+            Self::One(_) => return false,
+            Self::Many(v) => {
+                if let Ok(i) = v.binary_search_by_key(&slot, |h| h.slot) {
+                    v[i].refs -= 1;
+                    if v[i].refs == 0 {
+                        v.remove(i);
+                    }
+                }
+                (if let [only] = v.as_slice() { Some(*only) } else { None }, v.is_empty())
+            }
+        };
+        if let Some(only) = single {
+            *self = Self::One(only);
+        }
+        empty
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    slots: HashMap<EndpointId, Slot>,
+    /// Slot → endpoint (`None` when free).
+    ids: Vec<Option<EndpointId>>,
+    /// Engine hash → request key, shared by all endpoints (engine hashes name content).
+    engine: HashMap<u64, u64, IdBuild>,
+    holders: HashMap<u64, Holders, IdBuild>,
+    speculative: HashMap<u64, Vec<(Slot, Instant)>, IdBuild>,
+    expiry: VecDeque<(Instant, u64)>,
+    block_size: usize,
+}
+
+/// What every endpoint's KV cache holds; see the module docs.
+#[derive(Debug, Default)]
+pub struct PreciseIndex {
+    inner: RwLock<Inner>,
+}
+
+/// Applies one endpoint's events under a single write lock.
+pub struct Writer<'a> {
+    inner: RwLockWriteGuard<'a, Inner>,
+    slot: Slot,
+}
+
+/// A BlockStored event as the index needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Stored<'a> {
+    /// The model the blocks belong to: the LoRA adapter name when there is one, else the
+    /// base model (from the event topic); it seeds the chain as the director's target model does.
+    pub model: &'a str,
+    pub parent: Option<u64>,
+    pub hashes: &'a [u64],
+    pub tokens: &'a [u32],
+    pub block_size: usize,
+}
+
+impl PreciseIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A writer for `endpoint`'s events (creates its slot on first use).
+    pub fn writer(&self, endpoint: EndpointId) -> Writer<'_> {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let slot = inner.slot_for(endpoint);
+        Writer { inner, slot }
+    }
+
+    /// Block size the pods announce (0 until the first BlockStored).
+    pub fn block_size(&self) -> usize {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).block_size
+    }
+
+    /// Longest run of leading `keys` each endpoint holds (or was speculatively sent before
+    /// `now`'s TTL ran out); endpoints with no match are absent.
+    pub fn longest_prefix(&self, keys: &[u64], now: Instant) -> Vec<(EndpointId, usize)> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let mut alive: Vec<Slot> = Vec::new();
+        let mut cur: Vec<Slot> = Vec::new();
+        let mut matched: Vec<(Slot, usize)> = Vec::new();
+        let mut depth = 0;
+        for (i, key) in keys.iter().enumerate() {
+            inner.holders_at(*key, now, &mut cur);
+            if i == 0 {
+                std::mem::swap(&mut alive, &mut cur);
+            } else if cur != alive {
+                intersect(&mut alive, &cur, |s| matched.push((s, i)));
+            }
+            if alive.is_empty() {
+                break;
+            }
+            depth = i + 1;
+        }
+        matched.extend(alive.into_iter().map(|s| (s, depth)));
+        matched.into_iter().filter_map(|(s, n)| inner.ids.get(usize::from(s))?.map(|id| (id, n))).collect()
+    }
+
+    /// Counts `keys` as held by `endpoint` until `expires` (routing until the first BlockStored).
+    pub fn speculate(&self, endpoint: EndpointId, keys: &[u64], now: Instant, ttl: Duration) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.expire(now);
+        let slot = inner.slot_for(endpoint);
+        let expires = now + ttl;
+        for key in keys {
+            let list = inner.speculative.entry(*key).or_default();
+            match list.iter_mut().find(|(s, _)| *s == slot) {
+                Some(entry) => entry.1 = expires,
+                None => list.push((slot, expires)),
+            }
+            inner.expiry.push_back((expires, *key));
+        }
+    }
+
+    /// Forgets endpoints that no longer exist.
+    pub fn retain(&self, live: &HashSet<EndpointId>) {
+        let gone: Vec<EndpointId> = {
+            let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            inner.slots.keys().filter(|id| !live.contains(id)).copied().collect()
+        };
+        for id in gone {
+            let mut w = self.writer(id);
+            w.clear();
+            let Writer { mut inner, slot } = w;
+            inner.slots.remove(&id);
+            inner.ids[usize::from(slot)] = None;
+            inner.speculative.values_mut().for_each(|l| l.retain(|(s, _)| *s != slot));
+        }
+    }
+
+    /// (endpoint, key) entries confirmed by events.
+    pub fn entries(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.holders.values().map(|h| h.as_slice().len()).sum()
+    }
+
+    /// Heap bytes of the confirmed entries (table capacity × entry size + control bytes, and
+    /// the holder lists), for the memory budget.
+    pub fn heap_bytes(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let engine = inner.engine.capacity() * (16 + 1);
+        let lists: usize = inner.holders.values().map(|h| if let Holders::Many(v) = h { v.capacity() * 4 } else { 0 }).sum();
+        engine + inner.holders.capacity() * (32 + 1) + lists
+    }
+}
+
+/// Keeps the slots of `alive` that are in `cur` (both sorted); reports each dropped one.
+fn intersect(alive: &mut Vec<Slot>, cur: &[Slot], mut dropped: impl FnMut(Slot)) {
+    let mut j = 0;
+    alive.retain(|s| {
+        while j < cur.len() && cur[j] < *s {
+            j += 1;
+        }
+        let keep = j < cur.len() && cur[j] == *s;
+        if !keep {
+            dropped(*s);
+        }
+        keep
+    });
+}
+
+impl Inner {
+    fn slot_for(&mut self, endpoint: EndpointId) -> Slot {
+        if let Some(slot) = self.slots.get(&endpoint) {
+            return *slot;
+        }
+        let slot = match self.ids.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.ids.push(None);
+                self.ids.len() - 1
+            }
+        };
+        self.ids[slot] = Some(endpoint);
+        let slot = Slot::try_from(slot).unwrap_or(Slot::MAX);
+        self.slots.insert(endpoint, slot);
+        slot
+    }
+
+    /// Sorted slots holding `key` (confirmed or speculative and unexpired).
+    fn holders_at(&self, key: u64, now: Instant, out: &mut Vec<Slot>) {
+        out.clear();
+        if let Some(h) = self.holders.get(&key) {
+            out.extend(h.as_slice().iter().map(|h| h.slot));
+        }
+        if let Some(spec) = self.speculative.get(&key) {
+            let before = out.len();
+            out.extend(spec.iter().filter(|(_, t)| *t > now).map(|(s, _)| *s));
+            if out.len() > before {
+                out.sort_unstable();
+                out.dedup();
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((t, key)) = self.expiry.front().copied() {
+            if t > now {
+                break;
+            }
+            self.expiry.pop_front();
+            if let Some(list) = self.speculative.get_mut(&key) {
+                list.retain(|(_, t)| *t > now);
+                if list.is_empty() {
+                    self.speculative.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl Writer<'_> {
+    /// Applies a BlockStored: each new block's key chains from its parent's key.
+    pub fn store(&mut self, ev: &Stored<'_>) {
+        let bs = ev.block_size.max(1);
+        let slot = self.slot;
+        let inner = &mut *self.inner;
+        inner.block_size = bs;
+        let mut parent = match ev.parent {
+            None => super::chain_seed(ev.model, None),
+            Some(p) => match inner.engine.get(&p) {
+                Some(key) => *key,
+                None => return,
+            },
+        };
+        for (hash, block) in ev.hashes.iter().zip(ev.tokens.chunks_exact(bs)) {
+            let key = super::chain_block(parent, block);
+            parent = key;
+            inner.engine.insert(*hash, key);
+            match inner.holders.entry(key) {
+                Entry::Occupied(mut o) => o.get_mut().add(slot),
+                Entry::Vacant(v) => {
+                    v.insert(Holders::One(Holder { slot, refs: 1 }));
+                }
+            }
+        }
+    }
+
+    /// Applies a BlockRemoved: one copy of each hash is gone from this endpoint.
+    pub fn remove(&mut self, hashes: &[u64]) {
+        let slot = self.slot;
+        let inner = &mut *self.inner;
+        for hash in hashes {
+            let Some(key) = inner.engine.get(hash).copied() else { continue };
+            let Entry::Occupied(mut h) = inner.holders.entry(key) else { continue };
+            if h.get_mut().release(slot) {
+                h.remove();
+                inner.engine.remove(hash);
+            }
+        }
+    }
+
+    /// Drops every entry of this endpoint (AllBlocksCleared, a restart, an unrepaired gap).
+    /// O(entries of the whole index): rare, and it also collects engine hashes nobody holds.
+    pub fn clear(&mut self) {
+        let slot = self.slot;
+        let inner = &mut *self.inner;
+        inner.holders.retain(|_, h| !h.drop_slot(slot));
+        let holders = &inner.holders;
+        inner.engine.retain(|_, key| holders.contains_key(key));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+use super::*;
+use crate::prefix::block_hashes;
+
+fn ep(n: u16) -> EndpointId {
+    format!("10.0.0.1:{n}").parse().unwrap()
+}
+
+/// A BlockStored for `tokens` (whole blocks of 4) with engine hashes `base + i`.
+fn store(idx: &PreciseIndex, e: EndpointId, parent: Option<u64>, hashes: &[u64], tokens: &[u32]) {
+    idx.writer(e).store(&Stored { model: "m", parent, hashes, tokens, block_size: 4 });
+}
+
+fn keys(tokens: &[u32]) -> Vec<u64> {
+    block_hashes("m", None, tokens, 4, 100)
+}
+
+#[test]
+fn event_keys_match_request_keys_whatever_the_engine_hashes() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..12).collect();
+    store(&idx, ep(1), None, &[901, 902], &t[..8]);
+    store(&idx, ep(1), Some(902), &[903], &t[8..]);
+    store(&idx, ep(2), None, &[5], &t[..4]);
+    let now = Instant::now();
+    let mut m = idx.longest_prefix(&keys(&t), now);
+    m.sort();
+    assert_eq!(m, vec![(ep(1), 3), (ep(2), 1)]);
+    assert_eq!(idx.block_size(), 4);
+}
+
+#[test]
+fn a_hash_stored_twice_survives_one_removal() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..4).collect();
+    store(&idx, ep(1), None, &[7], &t);
+    store(&idx, ep(1), None, &[7], &t);
+    let now = Instant::now();
+    idx.writer(ep(1)).remove(&[7]);
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![(ep(1), 1)]);
+    idx.writer(ep(1)).remove(&[7]);
+    assert!(idx.longest_prefix(&keys(&t), now).is_empty());
+    assert_eq!(idx.entries(), 0);
+}
+
+#[test]
+fn eviction_of_a_middle_block_cuts_the_consecutive_prefix() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..12).collect();
+    store(&idx, ep(1), None, &[1, 2, 3], &t);
+    idx.writer(ep(1)).remove(&[2]);
+    assert_eq!(idx.longest_prefix(&keys(&t), Instant::now()), vec![(ep(1), 1)]);
+}
+
+#[test]
+fn clear_empties_one_endpoint_only() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..8).collect();
+    store(&idx, ep(1), None, &[1, 2], &t);
+    store(&idx, ep(2), None, &[1, 2], &t);
+    idx.writer(ep(1)).clear();
+    assert_eq!(idx.longest_prefix(&keys(&t), Instant::now()), vec![(ep(2), 2)]);
+    idx.retain(&[ep(1)].into_iter().collect());
+    assert!(idx.longest_prefix(&keys(&t), Instant::now()).is_empty());
+    assert_eq!(idx.entries(), 0);
+}
+
+#[test]
+fn a_block_with_an_unknown_parent_is_skipped() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..8).collect();
+    store(&idx, ep(1), Some(999), &[2], &t[4..]);
+    assert_eq!(idx.entries(), 0);
+}
+
+#[test]
+fn speculative_entries_count_until_their_ttl() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..8).collect();
+    let now = Instant::now();
+    idx.speculate(ep(3), &keys(&t), now, Duration::from_secs(2));
+    assert_eq!(idx.longest_prefix(&keys(&t), now + Duration::from_secs(1)), vec![(ep(3), 2)]);
+    assert!(idx.longest_prefix(&keys(&t), now + Duration::from_secs(3)).is_empty());
+    store(&idx, ep(1), None, &[1], &t[..4]);
+    idx.speculate(ep(1), &keys(&t), now, Duration::from_secs(2));
+    let m = idx.longest_prefix(&keys(&t), now);
+    assert!(m.contains(&(ep(1), 2)), "confirmed and speculative blocks chain: {m:?}");
+}
+
+#[test]
+fn memory_per_entry_stays_within_budget() {
+    let idx = PreciseIndex::new();
+    let tokens: Vec<u32> = (0..4 * 20_000).collect();
+    let hashes: Vec<u64> = (1..=20_000).collect();
+    for e in 0..10 {
+        let mut w = idx.writer(ep(e));
+        // Each endpoint holds its own prompt: a different first token makes every key distinct.
+        let mut t = tokens.clone();
+        t[0] = 1_000_000 + u32::from(e);
+        w.store(&Stored { model: "m", parent: None, hashes: &hashes, tokens: &t, block_size: 4 });
+    }
+    assert_eq!(idx.entries(), 200_000);
+    let per_entry = idx.heap_bytes() as f64 / idx.entries() as f64;
+    assert!(per_entry <= 128.0, "{per_entry} bytes per entry");
+}
