@@ -11,7 +11,7 @@ use crate::director::{Director, DirectorOptions, Runtime};
 use crate::extproc::{stream::Limits, ExtProc};
 use crate::health::Health;
 use crate::metrics::{InfoLabels, Metrics};
-use crate::{admin, config, discovery, leader, reload, scrape};
+use crate::{admin, config, discovery, kvevents, leader, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
 use prometheus_client::registry::Registry;
@@ -129,6 +129,8 @@ fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Da
     }
     let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout };
     tracker.spawn(scrape::run(Arc::clone(datastore), Arc::clone(director.metrics()), sopts, tracker.clone(), shutdown.clone()));
+    let kv = kvevents::KvEventsOptions { port: opts.kv_events_port, replay_port: opts.kv_events_replay_port };
+    tracker.spawn(kvevents::run(Arc::clone(datastore), Arc::clone(director.precise_index()), kv, tracker.clone(), shutdown.clone()));
     let every = opts.refresh_prometheus_metrics_interval;
     tracker.spawn(admin::refresh_pool_gauges(Arc::clone(director), Arc::clone(datastore), every, opts.metrics_staleness_threshold, shutdown.clone()));
     if let Some(path) = &opts.config_file {

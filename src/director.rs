@@ -8,9 +8,10 @@ use crate::datastore::{Datastore, EndpointState, InflightGuard};
 use crate::endpoint::EndpointId;
 use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
-use crate::prefix::{self, index::PrefixIndex};
+use crate::prefix::{self, index::PrefixIndex, precise::PreciseIndex};
 use crate::request::tokenize::Tokenizer;
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
+use crate::scheduling::scorer::PrecisePrefixParams;
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use arc_swap::ArcSwap;
 use rand::Rng;
@@ -42,11 +43,12 @@ impl Runtime {
             Ok(s) if problems.is_empty() => s,
             _ => return Err(problems.into()),
         };
-        let tokenizer = match scheduler.prefix_params() {
+        let vocabulary = scheduler.prefix_params().map(|p| p.tokenizer).or_else(|| scheduler.precise_params().map(|p| p.tokenizer));
+        let tokenizer = match vocabulary {
             None => None,
-            Some(p) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.vocabulary() == p.tokenizer) {
+            Some(v) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.vocabulary() == v) {
                 Some(t) => Some(t),
-                None => Some(Tokenizer::new(p.tokenizer).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
+                None => Some(Tokenizer::new(v).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
             },
         };
         let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");
@@ -133,6 +135,8 @@ pub struct Director {
     datastore: Arc<Datastore>,
     runtime: ArcSwap<Runtime>,
     index: PrefixIndex,
+    /// What the pods' KV-cache events say they hold (fed by `kvevents`).
+    precise: Arc<PreciseIndex>,
     metrics: Arc<Metrics>,
     opts: DirectorOptions,
 }
@@ -144,11 +148,14 @@ struct PrefixLookup {
     capacity: usize,
     auto_tune: bool,
     matches: Vec<(EndpointId, usize)>,
+    /// From the precise index: the decision is recorded as speculative entries with this TTL
+    /// (`Some(None)`: not recorded) instead of in the approximate index.
+    precise: Option<Option<Duration>>,
 }
 
 impl Director {
     pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>, opts: DirectorOptions) -> Self {
-        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), metrics, opts }
+        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), precise: Arc::default(), metrics, opts }
     }
 
     pub fn runtime(&self) -> Arc<Runtime> {
@@ -168,6 +175,11 @@ impl Director {
         &self.index
     }
 
+    /// The KV-event-fed index, for the `kvevents` subscribers to write into.
+    pub fn precise_index(&self) -> &Arc<PreciseIndex> {
+        &self.precise
+    }
+
     pub fn pool_name(&self) -> &str {
         &self.opts.pool_name
     }
@@ -177,6 +189,7 @@ impl Director {
         let started = Instant::now();
         let runtime = self.runtime.load();
         let max_text = runtime.scheduler.prefix_params().map_or(0, |p| p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8);
+        let max_text = runtime.scheduler.precise_params().map_or(max_text, |p| max_text.max(p.max_prefix_blocks_to_match * self.precise_block_size(p) * 8));
         let req = request::parse(ApiKind::from_path(inc.path), inc.body, max_text.max(4096))?;
         let objectives = self.datastore.objectives();
         let target = match inc.model_rewrite.filter(|m| !m.is_empty()) {
@@ -187,7 +200,10 @@ impl Director {
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
         self.admit(priority, &states)?;
-        let lookup = self.lookup_prefix(&runtime, &req, &target, &states);
+        let lookup = match runtime.scheduler.precise_params() {
+            Some(p) => self.lookup_precise(&runtime, p, &req, inc.body, &target),
+            None => self.lookup_prefix(&runtime, &req, &target, &states),
+        };
         let candidates = self.candidates(&states, lookup.as_ref());
         let sreq = SchedulingRequest {
             target_model: &target,
@@ -243,6 +259,7 @@ impl Director {
     pub fn prune_index(&self) {
         let live: HashSet<EndpointId> = self.datastore.snapshot().iter().map(|s| s.id()).collect();
         self.index.retain(&live);
+        self.precise.retain(&live);
     }
 
     fn candidate_states<'s>(&self, snapshot: &'s crate::datastore::EndpointSet, subset: Option<&[String]>) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
@@ -282,7 +299,30 @@ impl Director {
         };
         let hashes = prefix::block_hashes(target, req.cache_salt.as_deref(), &tokens, block_size, max_blocks);
         let matches = self.index.longest_prefix(&hashes);
-        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches })
+        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches, precise: None })
+    }
+
+    fn precise_block_size(&self, p: &PrecisePrefixParams) -> usize {
+        match self.precise.block_size() {
+            0 => p.block_size,
+            announced => announced,
+        }
+    }
+
+    /// Block keys of the tokens the pod will see (the prompt as-is, or the rendered chat
+    /// template) and the longest prefix each endpoint actually holds.
+    fn lookup_precise(&self, runtime: &Runtime, p: &PrecisePrefixParams, req: &LlmRequest, body: &[u8], target: &str) -> Option<PrefixLookup> {
+        let block_size = self.precise_block_size(p);
+        let max_tokens = p.max_prefix_blocks_to_match * block_size;
+        let tokens = match (&req.prompt, req.api) {
+            (Prompt::Tokens(t), _) => std::borrow::Cow::Borrowed(t.as_slice()),
+            (_, ApiKind::ChatCompletions) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(&request::chat::render(body)?, max_tokens)),
+            (Prompt::Text(text), _) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_tokens)),
+        };
+        let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
+        let matches = self.precise.longest_prefix(&hashes, Instant::now());
+        let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
+        Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, precise: Some(ttl) })
     }
 
     fn candidates(&self, states: &[&Arc<EndpointState>], lookup: Option<&PrefixLookup>) -> Vec<Candidate> {
@@ -333,6 +373,12 @@ impl Director {
         let matched = l.matches.iter().find(|(id, _)| *id == primary.id()).map_or(0, |(_, n)| *n);
         self.metrics.prefix_hit_ratio.observe(matched as f64 / total as f64);
         self.metrics.prefix_hit_bytes.observe((matched * l.block_size * 4) as f64);
+        if let Some(ttl) = l.precise {
+            if let Some(ttl) = ttl {
+                self.precise.speculate(primary.id(), &l.hashes, Instant::now(), ttl);
+            }
+            return;
+        }
         let reported = primary.metrics().and_then(|m| m.cache).filter(|_| l.auto_tune);
         let capacity = reported.map_or(l.capacity, |c| c.num_blocks as usize);
         self.index.record(primary.id(), &l.hashes, capacity);

@@ -5,6 +5,7 @@
 //! client's bytes unchanged (upstream re-marshals and sorts keys, llm-d-router #2590). The only
 //! edit epp makes is the `model` value, patched in place at the byte range recorded here.
 
+pub mod chat;
 pub mod tokenize;
 
 use serde::Deserialize;

@@ -121,6 +121,12 @@ impl Scheduler {
         self.prefix.as_ref()
     }
 
+    /// Parameters of the precise prefix scorer, when one is configured: the director then fills
+    /// the candidates' prefix matches from the KV-event index instead of the approximate one.
+    pub fn precise_params(&self) -> Option<&scorer::PrecisePrefixParams> {
+        self.scorers.iter().find_map(|(s, _)| s.precise_params())
+    }
+
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
     pub fn max_endpoints(&self) -> usize {
         self.picker.max_endpoints()

@@ -114,6 +114,15 @@ pub struct Options {
     /// Metrics older than this make an endpoint a last resort.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub metrics_staleness_threshold: Duration,
+    /// KV-cache events (precise prefix index): the ZMQ PUB port every endpoint publishes on
+    /// (vLLM `--kv-events-config` `endpoint: tcp://*:<port>`); an endpoint's `kv-events-port`
+    /// label overrides it. Without either, the endpoint is not subscribed.
+    #[arg(long)]
+    pub kv_events_port: Option<u16>,
+    /// The endpoints' KV-event replay ROUTER port (vLLM `replay_endpoint`), used to repair
+    /// sequence gaps; label `kv-events-replay-port` overrides it.
+    #[arg(long)]
+    pub kv_events_replay_port: Option<u16>,
     /// EndpointPickerConfig file, reloaded on change.
     #[arg(long)]
     pub config_file: Option<PathBuf>,

@@ -2,6 +2,7 @@
 
 mod kv_cache;
 mod lora_affinity;
+mod precise_prefix;
 mod prefix;
 mod queue;
 mod running_requests;
@@ -9,6 +10,7 @@ mod running_requests;
 use super::{Candidate, SchedulingRequest};
 pub use kv_cache::KvCacheScorer;
 pub use lora_affinity::LoraAffinityScorer;
+pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
@@ -28,6 +30,7 @@ pub enum Scorer {
     Queue(QueueScorer),
     KvCache(KvCacheScorer),
     Prefix(PrefixScorer),
+    PrecisePrefix(PrecisePrefixScorer),
     LoraAffinity(LoraAffinityScorer),
     RunningRequests(RunningRequestsScorer),
 }
@@ -39,6 +42,7 @@ impl Scorer {
             QueueScorer::TYPE => Self::Queue(params(p)?),
             KvCacheScorer::TYPE => Self::KvCache(params(p)?),
             PrefixScorer::TYPE => Self::Prefix(PrefixScorer::new(PrefixParams::from_yaml(p)?)),
+            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(PrecisePrefixScorer::new(PrecisePrefixParams::from_yaml(p)?)),
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             _ => return Ok(None),
@@ -51,6 +55,7 @@ impl Scorer {
             Self::Queue(s) => s.score(pool, out),
             Self::KvCache(s) => s.score(pool, out),
             Self::Prefix(s) => s.score(req, pool, out),
+            Self::PrecisePrefix(s) => s.score(req, pool, out),
             Self::LoraAffinity(s) => s.score(req, pool, out),
             Self::RunningRequests(s) => s.score(pool, out),
         }
@@ -59,6 +64,13 @@ impl Scorer {
     pub fn prefix_params(&self) -> Option<&PrefixParams> {
         match self {
             Self::Prefix(s) => Some(&s.params),
+            _ => None,
+        }
+    }
+
+    pub fn precise_params(&self) -> Option<&PrecisePrefixParams> {
+        match self {
+            Self::PrecisePrefix(s) => Some(&s.params),
             _ => None,
         }
     }

@@ -1,0 +1,73 @@
+//! The chat template epp renders before tokenizing, for the precise prefix index.
+//!
+//! Why: the precise index keys blocks by the token ids the pods announce in their KV events, so
+//! epp's tokens for a request must equal the pod's prompt tokens. For completions that is the
+//! prompt text as-is; for chat it is the model's chat template applied to the messages. epp
+//! ships one documented template, the one inference-sim uses (and a deployment can give its
+//! model an equivalent): each message renders as `<|{role}|>\n{content}\n`, then
+//! `<|assistant|>\n` when `add_generation_prompt` (default true). Content given as parts is the
+//! concatenation of the parts' `text`. The markers are ordinary text, tokenized with the rest.
+
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct ChatBody {
+    messages: Vec<Message>,
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// The rendered prompt of a chat-completions `body`, or `None` when it has no usable messages.
+pub fn render(body: &[u8]) -> Option<String> {
+    let chat: ChatBody = serde_json::from_slice(body).ok()?;
+    let mut out = String::new();
+    for m in &chat.messages {
+        out.push_str("<|");
+        out.push_str(&m.role);
+        out.push_str("|>\n");
+        match &m.content {
+            None => {}
+            Some(Content::Text(t)) => out.push_str(t),
+            Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_deref()).for_each(|t| out.push_str(t)),
+        }
+        out.push('\n');
+    }
+    if chat.add_generation_prompt.unwrap_or(true) {
+        out.push_str("<|assistant|>\n");
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_roles_contents_and_the_generation_prompt() {
+        let body = br#"{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
+        assert_eq!(render(body).unwrap(), "<|system|>\nBe brief.\n<|user|>\nab\n<|assistant|>\n");
+        let no_gen = br#"{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false}"#;
+        assert_eq!(render(no_gen).unwrap(), "<|user|>\nx\n");
+        assert!(render(b"{}").is_none());
+    }
+}

@@ -1,0 +1,160 @@
+//! `precise-prefix-cache-scorer` (llm-d's name): prefer endpoints whose KV cache **actually**
+//! holds the longest consecutive prefix of the prompt, as announced by the pods' KV-cache events
+//! (`crate::kvevents` → `crate::prefix::precise`), rather than as epp guesses from its own
+//! routing.
+//!
+//! Score: `matched / total` blocks, as llm-d normalises it, **except** on a saturated
+//! candidate (queue ≥ `saturationQueueDepth` or KV usage ≥ `saturationKvUsage`, upstream's
+//! saturation thresholds by default), which scores 0: a cached prefix saves prefill time, but
+//! never as much as a long queue costs, so affinity must not pile requests onto a pod that is
+//! already saturated. Below saturation the weights decide: in the recommended profile
+//! (README, "Precise prefix") the queue and KV-cache scorers weigh as much together as this one,
+//! so a full prefix match beats an idle pod only while the cached pod's queue is shorter than the
+//! others' by less than the match is worth.
+//!
+//! The director computes the request's block keys from the same tokens the pod hashed
+//! (completions: the prompt as-is; chat: `crate::request::chat`'s template) and looks them up;
+//! the block size is the one the pods announce in their events (`blockSize` until the first).
+
+use crate::request::tokenize::Vocabulary;
+use crate::scheduling::{Candidate, SchedulingRequest};
+use std::time::Duration;
+
+/// Parameters of `precise-prefix-cache-scorer`.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct PrecisePrefixParams {
+    /// Tokens per block until the pods announce theirs (vLLM's default 16).
+    pub block_size: usize,
+    pub max_prefix_blocks_to_match: usize,
+    /// Count the blocks of a routed request as held until its BlockStored arrives.
+    pub speculative_indexing: bool,
+    /// How long a speculative entry lives (llm-d: `speculativeTTL`, "2s").
+    #[serde(rename = "speculativeTTL", deserialize_with = "duration")]
+    pub speculative_ttl: Duration,
+    /// A candidate with this many waiting requests or more gets no prefix credit.
+    pub saturation_queue_depth: f64,
+    /// A candidate with this KV-cache usage or more gets no prefix credit.
+    pub saturation_kv_usage: f64,
+    /// The tiktoken vocabulary of the model (the pods' tokenizer).
+    pub tokenizer: Vocabulary,
+    /// llm-d's nested configuration blocks, accepted so its files load; `blockSize` in
+    /// `tokenProcessorConfig` is honoured, the rest (hash seed, ZMQ, index backends) does not
+    /// apply: keys do not depend on the pods' seed, and the event sockets are flags.
+    pub token_processor_config: Option<serde_yaml::Value>,
+    pub kv_events_config: Option<serde_yaml::Value>,
+    pub indexer_config: Option<serde_yaml::Value>,
+}
+
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s: String = serde::Deserialize::deserialize(d)?;
+    let (num, scale) = match s.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (s.strip_suffix('s').unwrap_or(&s), 1.0),
+    };
+    let secs = num.trim().parse::<f64>().map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms or s)")))?;
+    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
+}
+
+impl Default for PrecisePrefixParams {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            max_prefix_blocks_to_match: 256,
+            speculative_indexing: true,
+            speculative_ttl: Duration::from_secs(2),
+            saturation_queue_depth: 5.0,
+            saturation_kv_usage: 0.8,
+            tokenizer: Vocabulary::default(),
+            token_processor_config: None,
+            kv_events_config: None,
+            indexer_config: None,
+        }
+    }
+}
+
+impl PrecisePrefixParams {
+    pub fn from_yaml(v: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
+        let mut p: Self = super::params(v)?;
+        let invalid = |m: &str| <serde_yaml::Error as serde::de::Error>::custom(m);
+        if let Some(bs) = p.token_processor_config.as_ref().and_then(|t| t.get("blockSize")).and_then(serde_yaml::Value::as_u64) {
+            p.block_size = bs as usize;
+        }
+        if p.block_size == 0 || p.max_prefix_blocks_to_match == 0 {
+            return Err(invalid("blockSize and maxPrefixBlocksToMatch must be > 0"));
+        }
+        if p.saturation_queue_depth <= 0.0 || p.saturation_kv_usage <= 0.0 {
+            return Err(invalid("saturationQueueDepth and saturationKvUsage must be > 0"));
+        }
+        Ok(p)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PrecisePrefixScorer {
+    pub params: PrecisePrefixParams,
+}
+
+impl PrecisePrefixScorer {
+    pub const TYPE: &'static str = "precise-prefix-cache-scorer";
+
+    pub fn new(params: PrecisePrefixParams) -> Self {
+        Self { params }
+    }
+
+    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+        let p = &self.params;
+        for (o, c) in out.iter_mut().zip(pool) {
+            let saturated = c.waiting >= p.saturation_queue_depth || c.kv_usage >= p.saturation_kv_usage;
+            *o = if req.prefix_total_blocks == 0 || saturated { 0.0 } else { c.prefix_blocks as f64 / req.prefix_total_blocks as f64 };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use crate::scheduling::testing::cand;
+    use rand::{rngs::SmallRng, SeedableRng};
+
+    fn scores(total: usize, cands: &[Candidate]) -> Vec<f64> {
+        let req = SchedulingRequest { prefix_total_blocks: total, block_size: 16, ..Default::default() };
+        let mut out = vec![0.0; cands.len()];
+        PrecisePrefixScorer::new(PrecisePrefixParams::default()).score(&req, &cands.iter().collect::<Vec<_>>(), &mut out);
+        out
+    }
+
+    #[test]
+    fn scores_the_matched_fraction_and_nothing_on_saturated_pods() {
+        assert_eq!(scores(4, &[cand(1, 0.0, 0.0, 4), cand(2, 0.0, 0.0, 1), cand(3, 0.0, 0.0, 0)]), vec![1.0, 0.25, 0.0]);
+        assert_eq!(scores(4, &[cand(1, 5.0, 0.0, 4), cand(2, 0.0, 0.9, 4)]), vec![0.0, 0.0]);
+        assert_eq!(scores(0, &[cand(1, 0.0, 0.0, 0)]), vec![0.0]);
+    }
+
+    #[test]
+    fn prefix_affinity_never_piles_onto_a_saturated_pod() {
+        let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n- type: precise-prefix-cache-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 1\n  - pluginRef: kv-cache-utilization-scorer\n    weight: 1\n  - pluginRef: precise-prefix-cache-scorer\n    weight: 2\n  - pluginRef: max-score-picker\n";
+        let sched = crate::scheduling::build(&config::parse_document(text).unwrap()).unwrap();
+        let req = SchedulingRequest { target_model: "m", prefix_total_blocks: 10, block_size: 16, ..Default::default() };
+        let mut rng = SmallRng::seed_from_u64(1);
+        let pick = |c: &[Candidate], rng: &mut SmallRng| sched.schedule(&req, c, rng).unwrap().endpoints[0].0.port();
+        // Cached and lightly loaded beats idle and cold.
+        assert_eq!(pick(&[cand(1, 2.0, 0.3, 10), cand(2, 0.0, 0.0, 0), cand(3, 4.0, 0.0, 0)], &mut rng), 1);
+        // Cached but saturated (queue 6) loses to a cold pod with a short queue.
+        assert_eq!(pick(&[cand(1, 6.0, 0.3, 10), cand(2, 1.0, 0.1, 0), cand(3, 4.0, 0.0, 0)], &mut rng), 2);
+        // Cached but KV-saturated likewise.
+        assert_eq!(pick(&[cand(1, 2.0, 0.85, 10), cand(2, 1.0, 0.1, 0)], &mut rng), 2);
+    }
+
+    #[test]
+    fn parameters_are_strict_and_accept_llm_d_blocks() {
+        let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
+        let p = PrecisePrefixParams::from_yaml(&v).unwrap();
+        assert_eq!((p.block_size, p.speculative_ttl), (64, Duration::from_millis(500)));
+        for bad in ["{blockSize: 0}", "{speculativeTTL: soon}", "{bogus: 1}", "{saturationKvUsage: 0}"] {
+            let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
+            assert!(PrecisePrefixParams::from_yaml(&v).is_err(), "{bad}");
+        }
+    }
+}
