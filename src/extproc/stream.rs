@@ -57,6 +57,8 @@ pub struct StreamMachine {
     limits: Limits,
     request_duplex: bool,
     response_duplex: bool,
+    /// Envoy will send the response body (its body mode is not NONE).
+    response_body_expected: bool,
     phase: Phase,
     meta: RequestMeta,
     body: Vec<u8>,
@@ -74,6 +76,7 @@ impl StreamMachine {
             limits,
             request_duplex: true,
             response_duplex: true,
+            response_body_expected: false,
             phase: Phase::Start,
             meta: RequestMeta::default(),
             body: Vec::new(),
@@ -107,6 +110,7 @@ impl StreamMachine {
         if let Some(pc) = &msg.protocol_config {
             self.request_duplex = pc.request_body_mode == BodySendMode::FullDuplexStreamed as i32;
             self.response_duplex = pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32;
+            self.response_body_expected = pc.response_body_mode != BodySendMode::None as i32;
         }
         let md = msg.metadata_context.as_ref();
         if matches!(msg.request, Some(Request::ResponseHeaders(_))) {
@@ -303,14 +307,14 @@ impl StreamMachine {
     }
 
     /// Whether the stream ended in the middle of an exchange: before the routing decision, or
-    /// after the response started but before it finished. A stream that ends after routing
-    /// without any response phase is a gateway configured not to send responses, not a reset.
+    /// after it while a response was still due (started, or announced by a response body mode
+    /// other than NONE). A gateway configured to send no response phases ends every stream
+    /// after routing; that is not an interruption.
     pub fn interrupted(&self) -> bool {
         match self.phase {
-            Phase::Start => false,
+            Phase::Start | Phase::Done => false,
             Phase::Body => true,
-            Phase::Routed => self.response.is_some(),
-            Phase::Done => false,
+            Phase::Routed => self.response.is_some() || self.response_body_expected,
         }
     }
 }

@@ -189,3 +189,14 @@ fn the_served_endpoint_is_read_and_echoed_by_the_conformance_verifier() {
     let header = set[0].header.as_ref().unwrap();
     assert_eq!((header.key.as_str(), header.raw_value.as_slice()), (SERVED_VERIFIER_HEADER, &b"127.0.0.1:2"[..]));
 }
+
+#[test]
+fn a_stream_ending_before_its_response_is_an_interruption_only_when_a_response_was_due() {
+    let (mut m, pc) = machine(&[1], true);
+    run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
+    assert!(m.interrupted(), "duplex response body announced, none arrived");
+    let (mut m, mut pc) = machine(&[1], false);
+    pc.response_body_mode = BodySendMode::None as i32;
+    run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
+    assert!(!m.interrupted(), "request-only processing ends streams after routing");
+}
