@@ -57,7 +57,8 @@ pub struct StreamMachine {
     limits: Limits,
     request_duplex: bool,
     response_duplex: bool,
-    /// Envoy will send the response body (its body mode is not NONE).
+    /// Envoy will send the response body: its body mode is not NONE (assumed when Envoy does
+    /// not say, since ending the stream early would stall a response that does come).
     response_body_expected: bool,
     phase: Phase,
     meta: RequestMeta,
@@ -76,7 +77,7 @@ impl StreamMachine {
             limits,
             request_duplex: true,
             response_duplex: true,
-            response_body_expected: false,
+            response_body_expected: true,
             phase: Phase::Start,
             meta: RequestMeta::default(),
             body: Vec::new(),
@@ -253,7 +254,7 @@ impl StreamMachine {
             c.clear_route_cache = false;
             c
         })));
-        if h.end_of_stream {
+        if h.end_of_stream || !self.response_body_expected {
             self.finish();
         }
     }

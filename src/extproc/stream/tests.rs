@@ -200,3 +200,18 @@ fn a_stream_ending_before_its_response_is_an_interruption_only_when_a_response_w
     run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
     assert!(!m.interrupted(), "request-only processing ends streams after routing");
 }
+
+#[test]
+fn without_a_response_body_mode_the_exchange_ends_at_the_response_headers() {
+    let (mut m, mut pc) = machine(&[1], false);
+    pc.response_body_mode = BodySendMode::None as i32;
+    run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
+    let h = HeaderValue { key: ":status".into(), raw_value: b"200".to_vec(), ..Default::default() };
+    let resp = ProcessingRequest {
+        request: Some(Request::ResponseHeaders(HttpHeaders { headers: Some(HeaderMap { headers: vec![h] }), ..Default::default() })),
+        ..Default::default()
+    };
+    let out = run(&mut m, vec![resp]);
+    assert!(matches!(out[0].response, Some(Response::ResponseHeaders(_))));
+    assert!(m.is_done() && !m.interrupted());
+}
