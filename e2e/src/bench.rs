@@ -9,6 +9,7 @@
 //!   CPU per request;
 //! - [`overhead`] measures Envoy alone, Envoy + noop ext_proc and Envoy + epp on cheap stand-in
 //!   backends (small chat request and a 220 KB prompt);
+//! - [`crosscheck`] runs inference-perf and `loadgen` on the same workload and router;
 //! - [`plan`] holds the quick, full and smoke plans; [`report`] writes the tables, the target
 //!   ratios and the plots.
 //!
@@ -16,6 +17,7 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod crosscheck;
 pub mod overhead;
 pub mod plan;
 pub mod procs;

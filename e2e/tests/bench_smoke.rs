@@ -32,7 +32,7 @@ async fn loadgen_through_epp_writes_a_well_formed_summary() {
     let before = scrape_all(&pods).await;
     let records = run(cfg).await;
     let pod_delta = delta(&scrape_all(&pods).await, &before);
-    let ctx = Context { label: "epp", workload: &workload, stage_rates: &[10.0], pod_delta: &pod_delta, block_size: 16 };
+    let ctx = Context { label: "epp", workload: &workload, stage_rates: &[10.0], pod_delta: &pod_delta, block_size: 16, warmup_s: 0.0 };
     let summary = summarize(&records, &ctx);
     stack.stop().await;
 

@@ -1,12 +1,16 @@
 //! What each mode runs. The cluster is llm-d's published shape scaled to this machine: 8 pods
-//! whose KV cache (32,000 tokens each) is exceeded six times over by the shared prefixes of the
-//! workload (64 system prompts × 3,000 tokens = 192,000 tokens, 75% of the cluster's cache;
-//! llm-d's 73-capacity run: ≈ 6× one pod, 73%).
+//! whose KV cache (16,000 tokens each) is exceeded six times over by the shared prefixes of the
+//! workload (48 system prompts × 2,000 tokens = 96,000 tokens, 75% of the cluster's cache;
+//! llm-d's 73-capacity run: ≈ 6× one pod, 73%). The pods use inference-sim's `llmd-h100-8b`
+//! profile (llm-d-inference-sim's timing, what upstream benchmarks on) at time scale 0.5, so
+//! the request rates stay within what the 2-core machine can drive.
 //!
 //! - `smoke`: 2 pods, a few requests, epp and round robin only (what CI runs, in-process);
-//! - `quick`: shared prefix at the target load and the no-sharing workload, every router;
-//! - `full`: quick plus a shared-prefix load sweep (latency against offered load), multi-turn
-//!   chat, the long/short mix and the LoRA mix.
+//! - `quick`: shared prefix at the target load through every router, no sharing through Envoy
+//!   least request and epp-best;
+//! - `full`: every router on every workload: shared prefix, no sharing, a shared-prefix load
+//!   sweep (latency against offered load), multi-turn chat, the long/short mix, the LoRA mix;
+//!   plus the overhead runs and the inference-perf cross-check.
 
 use std::path::PathBuf;
 
@@ -32,16 +36,27 @@ pub struct PlanOptions {
     pub random_rate: f64,
     /// Seconds of load per run.
     pub duration_s: f64,
+    /// Seconds at the start of each run left out of the figures (caches warm up).
+    pub warmup_s: f64,
     /// Include vllm-router and sglang-router.
     pub peers: bool,
     pub profile: String,
     pub time_scale: f64,
+    /// More epp configurations to compare: (name, config file).
+    pub extra_epp: Vec<(String, PathBuf)>,
 }
 
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn config(name: &str) -> PathBuf {
     repo_root().join("hack").join("bench").join(name)
+}
+
+/// The routers of a full comparison, in table order, plus `o.extra_epp`.
+fn routers_of(o: &PlanOptions) -> Vec<Router> {
+    let mut r = routers(o.peers);
+    r.extend(o.extra_epp.iter().map(|(name, config)| Router::Epp { name: name.clone(), config: config.clone() }));
+    r
 }
 
 /// The routers of a full comparison, in table order.
@@ -63,7 +78,7 @@ pub fn routers(peers: bool) -> Vec<Router> {
 pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
     SimOptions {
         pods,
-        num_gpu_blocks: 2001,
+        num_gpu_blocks: 1001,
         block_size: 16,
         max_model_len: 16384,
         profile: opts.profile.clone(),
@@ -79,11 +94,13 @@ fn args(list: &[&str]) -> Vec<String> {
 
 /// `loadgen` flags of the shared-prefix workload (without the load).
 pub fn shared_prefix_args() -> Vec<String> {
-    args(&["--workload", "shared-prefix", "--groups", "64", "--prompts-per-group", "16", "--system-len", "3000", "--question-len", "300", "--output-len", "100"])
+    args(&["--workload", "shared-prefix", "--groups", "48", "--prompts-per-group", "16", "--system-len", "2000", "--question-len", "200", "--output-len", "50"])
 }
 
-fn open(rate_stages: String, drain_s: f64) -> Vec<String> {
-    vec!["--rate-stages".into(), rate_stages, "--drain-secs".into(), drain_s.to_string(), "--seed".into(), "1".into()]
+fn open(rate_stages: String, drain_s: f64, warmup_s: f64) -> Vec<String> {
+    let mut v = vec!["--rate-stages".into(), rate_stages, "--drain-secs".into(), drain_s.to_string(), "--seed".into(), "1".into()];
+    v.extend(["--warmup-secs".into(), warmup_s.to_string()]);
+    v
 }
 
 fn scenario(name: &str, sim: SimOptions, mut workload: Vec<String>, load: Vec<String>, routers: Vec<Router>) -> Scenario {
@@ -93,35 +110,43 @@ fn scenario(name: &str, sim: SimOptions, mut workload: Vec<String>, load: Vec<St
 
 /// The scenarios of a mode.
 pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
-    let d = o.duration_s;
-    let drain = (d / 2.0).max(10.0);
+    let (d, w) = (o.duration_s, o.warmup_s);
+    let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
     if o.mode == Mode::Smoke {
         let routers = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml") }];
-        let w = args(&["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "2", "--system-len", "200", "--question-len", "20", "--output-len", "4"]);
-        return vec![scenario("smoke", sim(o, 2), w, open(format!("4:{d}"), 5.0), routers)];
+        let wl = args(&["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "2", "--system-len", "200", "--question-len", "20", "--output-len", "4"]);
+        return vec![scenario("smoke", sim(o, 2), wl, open(format!("4:{d}"), 5.0, 0.0), routers)];
+    }
+    let random = args(&["--workload", "random", "--input-len", "1000", "--output-len", "50"]);
+    let mut no_sharing_routers = routers_of(o);
+    if o.mode == Mode::Quick {
+        no_sharing_routers.retain(|r| matches!(r, Router::EnvoyLeastRequest) || r.label() == "epp-best");
     }
     let mut v = vec![
-        scenario("shared-prefix", sim(o, 8), shared_prefix_args(), open(format!("{}:{d}", o.shared_prefix_rate), drain), routers(o.peers)),
-        scenario(
-            "no-sharing",
-            sim(o, 8),
-            args(&["--workload", "random", "--input-len", "1000", "--output-len", "100"]),
-            open(format!("{}:{d}", o.random_rate), drain),
-            routers(o.peers),
-        ),
+        scenario("shared-prefix", sim(o, 8), shared_prefix_args(), open(format!("{}:{d}", o.shared_prefix_rate), drain, w), routers_of(o)),
+        scenario("no-sharing", sim(o, 8), random, open(format!("{}:{d}", o.random_rate), drain, w), no_sharing_routers),
     ];
     if o.mode == Mode::Full {
         let r = o.shared_prefix_rate;
-        let sweep = format!("{}:{d},{}:{d},{}:{d},{}:{d}", r * 0.25, r * 0.5, r * 0.75, r);
-        v.push(scenario("shared-prefix-sweep", sim(o, 8), shared_prefix_args(), open(sweep, drain), routers(o.peers)));
-        let chat = args(&["--workload", "multi-turn", "--sessions", "48", "--turns", "6", "--system-len", "1500", "--question-len", "200", "--output-len", "100"]);
-        v.push(scenario("multi-turn", sim(o, 8), chat, open(format!("{}:{d}", o.shared_prefix_rate * 0.6), drain), routers(o.peers)));
-        let mix = args(&["--workload", "mix", "--short-len", "200", "--long-fraction", "0.1", "--long-min", "2000", "--long-max", "12000", "--output-len", "100"]);
-        v.push(scenario("long-short-mix", sim(o, 8), mix, open(format!("{}:{d}", o.random_rate), drain), routers(o.peers)));
+        let st = (d / 2.0).max(10.0);
+        let sweep = format!("{}:{st},{}:{st},{}:{st},{}:{st}", r * 0.25, r * 0.5, r * 0.75, r);
+        v.push(scenario("shared-prefix-sweep", sim(o, 8), shared_prefix_args(), open(sweep, drain, 0.0), routers_of(o)));
+        let chat = args(&["--workload", "multi-turn", "--sessions", "48", "--turns", "6", "--system-len", "1000", "--question-len", "150", "--output-len", "50"]);
+        v.push(scenario("multi-turn", sim(o, 8), chat, open(format!("{}:{d}", r * 0.6), drain, w), routers_of(o)));
+        let mix = args(&["--workload", "mix", "--short-len", "200", "--long-fraction", "0.1", "--long-min", "1500", "--long-max", "8000", "--output-len", "50"]);
+        v.push(scenario("long-short-mix", sim(o, 8), mix, open(format!("{}:{d}", o.random_rate), drain, w), routers_of(o)));
         let mut lora_sim = sim(o, 8);
         lora_sim.lora_adapters = (0..8).map(crate::loadgen::workload::lora_name).collect();
-        let lora = args(&["--workload", "lora", "--adapters", "8", "--input-len", "1000", "--output-len", "100"]);
-        v.push(scenario("lora-mix", lora_sim, lora, open(format!("{}:{d}", o.random_rate), drain), routers(o.peers)));
+        let lora = args(&["--workload", "lora", "--adapters", "8", "--input-len", "1000", "--output-len", "50"]);
+        v.push(scenario("lora-mix", lora_sim, lora, open(format!("{}:{d}", o.random_rate), drain, w), routers_of(o)));
     }
     v
+}
+
+/// The cross-check scenario: shared prefix through epp (default profile) at half the target
+/// load, no warm-up (inference-perf has none), `secs` seconds.
+pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
+    let router = Router::Epp { name: "default".into(), config: config("epp-default.yaml") };
+    let load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
+    scenario("crosscheck", sim(o, 8), shared_prefix_args(), load, vec![router])
 }

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use epp_e2e::bench::plan::{scenarios, Mode, PlanOptions};
 use epp_e2e::bench::routers::Bins;
-use epp_e2e::bench::{compare, overhead, report};
+use epp_e2e::bench::{compare, crosscheck, overhead, report};
 
 /// Routing quality of epp against Envoy, vllm-router and sglang-router, and epp's overhead.
 #[derive(Debug, Parser)]
@@ -20,23 +20,29 @@ struct Args {
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
     /// Offered load of the shared-prefix run (requests/s).
-    #[arg(long, default_value_t = 12.0)]
+    #[arg(long, default_value_t = 17.0)]
     rate: f64,
     /// Offered load of the no-sharing run (requests/s).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = 5.5)]
     random_rate: f64,
-    /// Seconds of load per routing run [default: smoke 2, quick 25, full 60].
+    /// Seconds of load per routing run [default: smoke 2, quick 20, full 45].
     #[arg(long)]
     duration: Option<f64>,
+    /// Seconds at the start of each routing run left out of the figures [default: quick 6, full 10].
+    #[arg(long)]
+    warmup: Option<f64>,
     /// Skip vllm-router and sglang-router.
     #[arg(long)]
     no_peers: bool,
     /// Skip the routing comparison (overhead only).
     #[arg(long)]
     no_routing: bool,
-    /// Skip the overhead runs.
+    /// Skip the overhead runs (full mode).
     #[arg(long)]
     no_overhead: bool,
+    /// Run the overhead runs in quick mode too.
+    #[arg(long)]
+    overhead: bool,
     /// Seconds per overhead case, and rounds of each.
     #[arg(long, default_value_t = 8.0)]
     overhead_secs: f64,
@@ -45,10 +51,22 @@ struct Args {
     /// Only these scenarios (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Only these routers (comma-separated labels, e.g. envoy-round-robin,epp-best).
+    #[arg(long, value_delimiter = ',')]
+    routers: Vec<String>,
+    /// Another epp configuration to compare, `name=path` (repeatable).
+    #[arg(long)]
+    epp: Vec<String>,
+    /// Cross-check loadgen against inference-perf (default in full mode).
+    #[arg(long)]
+    crosscheck: bool,
+    /// Hugging Face tokenizer directory for inference-perf (made by hack/bench.sh).
+    #[arg(long, default_value = "target/bench/tokenizer-cl100k")]
+    tokenizer: PathBuf,
     /// inference-sim timing profile and time scale.
     #[arg(long, default_value = "llmd-h100-8b")]
     profile: String,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     time_scale: f64,
 }
 
@@ -59,22 +77,30 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let duration_s = args.duration.unwrap_or(match args.mode {
         Mode::Smoke => 2.0,
-        Mode::Quick => 25.0,
-        Mode::Full => 60.0,
+        Mode::Quick => 20.0,
+        Mode::Full => 45.0,
+    });
+    let warmup_s = args.warmup.unwrap_or(match args.mode {
+        Mode::Smoke => 0.0,
+        Mode::Quick => 6.0,
+        Mode::Full => 10.0,
     });
     let opts = PlanOptions {
         mode: args.mode,
         shared_prefix_rate: args.rate,
         random_rate: args.random_rate,
         duration_s,
+        warmup_s,
         peers: !args.no_peers && args.mode != Mode::Smoke,
         profile: args.profile.clone(),
         time_scale: args.time_scale,
+        extra_epp: args.epp.iter().filter_map(|e| e.split_once('=')).map(|(n, p)| (n.to_owned(), PathBuf::from(p))).collect(),
     };
     let mut md = format!("# bench {:?}, {}\n\nmachine load before: {}\n", args.mode, now(), uptime());
     let mut results = Vec::new();
     if !args.no_routing {
-        for s in scenarios(&opts).into_iter().filter(|s| args.only.is_empty() || args.only.contains(&s.name)) {
+        for mut s in scenarios(&opts).into_iter().filter(|s| args.only.is_empty() || args.only.contains(&s.name)) {
+            s.routers.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
             results.extend(compare::run(&s, &bins, &args.out).await);
         }
         md.push_str(&report::tables(&results));
@@ -83,8 +109,15 @@ async fn main() -> anyhow::Result<()> {
             md.push_str(&format!("\nplot: {p}"));
         }
     }
+    if args.crosscheck || (args.mode == Mode::Full && args.only.is_empty()) {
+        let secs = 30.0;
+        let s = epp_e2e::bench::plan::crosscheck(&opts, secs);
+        let tok = std::fs::canonicalize(&args.tokenizer).unwrap_or(args.tokenizer.clone());
+        let rows = crosscheck::run(&s, &bins, &args.out.join("crosscheck"), &tok, opts.shared_prefix_rate / 2.0, secs as u64).await;
+        md.push_str(&format!("\n\n### cross-check with inference-perf (shared prefix, epp-default, {} req/s, {secs} s)\n\n{}", opts.shared_prefix_rate / 2.0, crosscheck::table(&rows)));
+    }
     let mut over = Vec::new();
-    if !args.no_overhead && args.mode != Mode::Smoke {
+    if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
         over = overhead::run(&bins, &args.out.join("overhead"), args.overhead_secs, args.rounds).await?;
         md.push_str(&format!("\n\n### overhead\n\n{}", overhead::table(&over)));
     }

@@ -85,6 +85,9 @@ struct Args {
     /// Stop sending after this long (defaults to the stages' total, else 10 s).
     #[arg(long)]
     duration_secs: Option<f64>,
+    /// Requests sent in the first this-many seconds warm the caches and are left out of the summary.
+    #[arg(long, default_value_t = 0.0)]
+    warmup_secs: f64,
     /// Requests still running this long after the end are cut off.
     #[arg(long, default_value_t = 30.0)]
     drain_secs: f64,
@@ -170,12 +173,12 @@ async fn main() -> anyhow::Result<()> {
     let before = scrape_all(&args.pods).await;
     let records = run(cfg.clone()).await;
     let pod_delta = delta(&scrape_all(&args.pods).await, &before);
-    let ctx = Context { label: &args.label, workload: &cfg.workload, stage_rates: &stage_rates, pod_delta: &pod_delta, block_size: args.block_size };
+    let ctx = Context { label: &args.label, workload: &cfg.workload, stage_rates: &stage_rates, pod_delta: &pod_delta, block_size: args.block_size, warmup_s: args.warmup_secs };
     let summary = summarize(&records, &ctx);
     println!("{MARKDOWN_HEADER}\n{}", summary.markdown_row());
     if let Some(out) = &args.out {
         let config = serde_json::json!({"workload": cfg.workload, "load": load, "seed": args.seed,
-            "max_requests": args.max_requests, "duration_s": duration.as_secs_f64(), "target": args.target.to_string()});
+            "max_requests": args.max_requests, "warmup_s": args.warmup_secs, "duration_s": duration.as_secs_f64(), "target": args.target.to_string()});
         let ttfts: Vec<f64> = records.iter().filter(|r| r.ok()).filter_map(|r| r.ttft_ms).collect();
         let report = Report { config, summary, requests: records };
         std::fs::write(out, serde_json::to_vec_pretty(&report)?).with_context(|| format!("writing {}", out.display()))?;

@@ -18,6 +18,9 @@ use super::schedule::{arrivals, Load};
 use super::stream::{self, HttpClient, Outcome};
 use super::workload::{Body, Generator, RequestSpec, Workload};
 
+/// The error of a request still running when the run ended.
+pub const CUT_OFF: &str = "cut off at the end of the run";
+
 /// Everything a run needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -61,6 +64,11 @@ pub struct RequestRecord {
 impl RequestRecord {
     pub fn ok(&self) -> bool {
         self.error.is_none() && (200..300).contains(&self.status)
+    }
+
+    /// Still waiting for its first token when the run ended.
+    pub fn cut_off(&self) -> bool {
+        self.error.as_deref() == Some(CUT_OFF)
     }
 
     fn from_outcome(id: usize, stage: usize, spec: &RequestSpec, sent_s: f64, o: Outcome) -> Self {
@@ -146,7 +154,7 @@ impl Ctx {
         let started = Instant::now();
         match tokio::time::timeout_at(hard_end, stream::send(&self.client, self.cfg.target, path, bytes, keep_text)).await {
             Ok(o) => o,
-            Err(_) => Outcome { e2e: started.elapsed(), error: Some("cut off at the end of the run".into()), ..Outcome::default() },
+            Err(_) => Outcome { e2e: started.elapsed(), error: Some(CUT_OFF.into()), ..Outcome::default() },
         }
     }
 }

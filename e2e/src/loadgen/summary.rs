@@ -53,12 +53,18 @@ pub struct Summary {
     pub duration_s: f64,
     pub throughput_rps: f64,
     pub output_tokens_per_s: f64,
+    /// Over the finished requests and, as lower bounds, those cut off at the end of the run
+    /// (their time so far), so an overloaded router's backlog shows in the tail.
     pub ttft_ms: Percentiles,
     pub itl_ms: Percentiles,
     pub e2e_ms: Percentiles,
+    /// Requests still waiting for a first token when the run ended.
+    pub cut_off: usize,
+    /// Requests sent during the warm-up, left out of every figure.
+    pub warmup_requests: usize,
     /// Cached / prompt tokens as the responses' usage reported them.
     pub usage_cached_ratio: Option<f64>,
-    /// Prefix-cache hits / queries (tokens) from the pods' counters.
+    /// Prefix-cache hits / queries (tokens) from the pods' counters (whole run, warm-up included).
     pub prefix_hit_rate: Option<f64>,
     /// Hit rate if every request went to a pod already holding its prefix (unbounded caches).
     pub oracle_hit_rate: Option<f64>,
@@ -79,11 +85,17 @@ pub struct Context<'a> {
     pub stage_rates: &'a [f64],
     pub pod_delta: &'a BTreeMap<String, PodCounters>,
     pub block_size: usize,
+    /// Requests sent before this many seconds are warm-up: left out of the figures.
+    pub warmup_s: f64,
 }
 
-pub fn summarize(records: &[RequestRecord], ctx: &Context<'_>) -> Summary {
+pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
+    let records: Vec<RequestRecord> = all.iter().filter(|r| r.sent_s >= ctx.warmup_s).cloned().collect();
+    let records = &records[..];
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
-    let duration_s = records.iter().map(|r| r.sent_s + r.e2e_ms / 1e3).fold(0.0, f64::max).max(1e-9);
+    let end = records.iter().map(|r| r.sent_s + r.e2e_ms / 1e3).fold(0.0, f64::max);
+    let duration_s = (end - ctx.warmup_s).max(1e-9);
+    let ttfts = ok.iter().filter_map(|r| r.ttft_ms).chain(records.iter().filter(|r| r.cut_off()).map(|r| r.e2e_ms)).collect();
     let out_tokens: u64 = ok.iter().map(|r| r.output_tokens).sum();
     let prompt: u64 = ok.iter().filter_map(|r| r.prompt_tokens).sum();
     let cached: u64 = ok.iter().filter_map(|r| r.cached_tokens).sum();
@@ -101,15 +113,17 @@ pub fn summarize(records: &[RequestRecord], ctx: &Context<'_>) -> Summary {
         duration_s,
         throughput_rps: ok.len() as f64 / duration_s,
         output_tokens_per_s: out_tokens as f64 / duration_s,
-        ttft_ms: Percentiles::of(ok.iter().filter_map(|r| r.ttft_ms).collect()),
+        ttft_ms: Percentiles::of(ttfts),
+        cut_off: records.iter().filter(|r| r.cut_off()).count(),
+        warmup_requests: all.len() - records.len(),
         itl_ms: Percentiles::of(ok.iter().flat_map(|r| r.itls_ms.iter().copied()).collect()),
         e2e_ms: Percentiles::of(ok.iter().map(|r| r.e2e_ms).collect()),
         usage_cached_ratio: (prompt > 0).then(|| cached as f64 / prompt as f64),
         prefix_hit_rate: (q > 0.0).then(|| h / q),
-        oracle_hit_rate: oracle_hit_rate(&ok, ctx.workload, ctx.block_size),
+        oracle_hit_rate: oracle_hit_rate(&all.iter().filter(|r| r.ok()).collect::<Vec<_>>(), ctx.workload, ctx.block_size),
         pod_spread_cv: cv(per_pod.values().copied()),
         per_pod_requests: per_pod,
-        stages: stages(records, ctx.stage_rates),
+        stages: stages(all, ctx.stage_rates),
         errors_by_status,
     }
 }
@@ -216,7 +230,7 @@ mod tests {
         let mut records: Vec<RequestRecord> = (0..4).map(|i| rec(i, i % 2, i as f64, 10.0 * i as f64)).collect();
         records.push(RequestRecord { id: 4, status: 503, error: Some("x".into()), ..RequestRecord::default() });
         let w = Workload::SharedPrefix { groups: 2, prompts_per_group: 1, system_len: 80, question_len: 20, output_len: 10 };
-        let ctx = Context { label: "t", workload: &w, stage_rates: &[1.0], pod_delta: &BTreeMap::new(), block_size: 16 };
+        let ctx = Context { label: "t", workload: &w, stage_rates: &[1.0], pod_delta: &BTreeMap::new(), block_size: 16, warmup_s: 0.0 };
         let s = summarize(&records, &ctx);
         assert_eq!((s.requests, s.ok, s.errors_by_status.get(&503)), (5, 4, Some(&1)));
         assert!((s.error_rate - 0.2).abs() < 1e-9);
