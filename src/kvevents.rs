@@ -11,8 +11,8 @@
 //! `--kv-events-port`; its replay port likewise (`kv-events-replay-port`,
 //! `--kv-events-replay-port`). Each subscriber checks the sequence frame: a gap is repaired
 //! through the pod's replay ROUTER when there is one, otherwise the endpoint's entries are
-//! dropped and rebuilt from the following events; a sequence that goes backwards is a restarted
-//! publisher, whose cache starts empty. When an endpoint leaves, its subscriber stops and its
+//! dropped and rebuilt from the following events; a sequence that goes backwards, or a disconnect, is a
+//! restarted publisher, whose cache starts empty. When an endpoint leaves, its subscriber stops and its
 //! entries are dropped.
 
 pub mod decode;
@@ -53,6 +53,8 @@ pub enum KvEventsError {
         #[source]
         source: zeromq::ZmqError,
     },
+    #[error("{addr} disconnected; its entries were dropped")]
+    Disconnected { addr: String },
     #[error("replay from {addr} failed: {reason}")]
     Replay { addr: String, reason: String },
 }

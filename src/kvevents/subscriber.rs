@@ -8,7 +8,8 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use futures::StreamExt;
+use zeromq::{DealerSocket, Socket, SocketEvent, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 /// Pause between failed sessions (the socket itself reconnects within a session).
 const RETRY: Duration = Duration::from_millis(200);
@@ -64,13 +65,29 @@ async fn session(source: &Source, index: &PreciseIndex) -> Result<(), KvEventsEr
     sub.connect(addr).await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
     sub.subscribe("").await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
     tracing::info!(endpoint = %source.endpoint, %addr, "KV-event subscription started");
+    let mut monitor = sub.monitor();
     let mut next: Option<u64> = None;
+    let mut monitoring = true;
     loop {
-        let msg = sub.recv().await.map_err(|e| KvEventsError::Recv { addr: addr.clone(), source: e })?;
+        let msg = tokio::select! {
+            msg = sub.recv() => msg.map_err(|e| KvEventsError::Recv { addr: addr.clone(), source: e })?,
+            event = monitor.next(), if monitoring => {
+                monitoring = event.is_some();
+                // The pod went away: whatever comes back is a new process with an empty cache,
+                // or a gap we cannot see. Drop its entries and start a fresh session (a new
+                // socket: relying on the socket's own reconnection lost the restarted pod).
+                if let Some(SocketEvent::Disconnected(_)) = event {
+                    index.writer(source.endpoint).clear();
+                    return Err(KvEventsError::Disconnected { addr: addr.clone() });
+                }
+                continue;
+            }
+        };
         let frames = msg.into_vec();
         let [topic, seq, payload] = frames.as_slice() else { continue };
         let Some(seq) = seq_of(seq) else { continue };
         let model = topic_model(topic);
+        tracing::trace!(endpoint = %source.endpoint, seq, "KV-event batch");
         match classify(next, seq) {
             Arrival::InOrder => {}
             Arrival::Restarted => {
@@ -95,10 +112,14 @@ async fn repair(source: &Source, index: &PreciseIndex, model: &str, from: u64, t
                 tracing::warn!(endpoint = %source.endpoint, error = %e, "KV-event replay failed");
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                tracing::warn!(endpoint = %source.endpoint, "KV-event replay timed out");
+                None
+            }
         },
         None => None,
     };
+    tracing::debug!(endpoint = %source.endpoint, from, to, replayed = ?replayed.as_ref().map(|b| b.iter().map(|(s, _)| *s).collect::<Vec<_>>()), "KV-event replay");
     let complete = replayed.as_ref().is_some_and(|b| b.first().is_some_and(|(s, _)| *s <= from));
     if !complete && !first {
         tracing::info!(endpoint = %source.endpoint, from, to, "KV-event gap not repairable; rebuilding the endpoint's entries");
