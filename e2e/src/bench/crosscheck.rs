@@ -37,7 +37,7 @@ fn flag(scenario: &Scenario, name: &str) -> String {
 
 fn config_yaml(scenario: &Scenario, base_url: &str, tokenizer: &Path, rate: f64, secs: u64, out: &Path) -> String {
     format!(
-        "load:\n  type: poisson\n  num_workers: 1\n  stages:\n  - {{rate: {rate}, duration: {secs}}}\n\
+        "load:\n  type: constant\n  num_workers: 1\n  stages:\n  - {{rate: {rate}, duration: {secs}}}\n\
          api:\n  type: completion\n  streaming: true\n\
          server:\n  type: vllm\n  model_name: {model}\n  base_url: {base_url}\n  ignore_eos: true\n\
          tokenizer:\n  pretrained_model_name_or_path: {tok}\n\

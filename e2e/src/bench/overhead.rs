@@ -58,6 +58,7 @@ pub fn paths() -> Vec<Router> {
 
 /// Runs every shape × path × round for `secs` seconds each.
 pub async fn run(bins: &Bins, dir: &Path, secs: f64, rounds: usize) -> Result<Vec<OverheadResult>, BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let backends = Backends::start(bins, dir, 4).await?;
     let mut out = Vec::new();
     for shape in shapes() {

@@ -144,9 +144,11 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
 }
 
 /// The cross-check scenario: shared prefix through epp (default profile) at half the target
-/// load, no warm-up (inference-perf has none), `secs` seconds.
+/// load, evenly spaced arrivals (so both tools offer exactly the same load), no warm-up
+/// (inference-perf has none), `secs` seconds.
 pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
     let router = Router::Epp { name: "default".into(), config: config("epp-default.yaml") };
-    let load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
+    let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
+    load.push("--constant".into());
     scenario("crosscheck", sim(o, 8), shared_prefix_args(), load, vec![router])
 }

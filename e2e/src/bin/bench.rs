@@ -25,7 +25,7 @@ struct Args {
     /// Offered load of the no-sharing run (requests/s).
     #[arg(long, default_value_t = 5.5)]
     random_rate: f64,
-    /// Seconds of load per routing run [default: smoke 2, quick 20, full 45].
+    /// Seconds of load per routing run [default: smoke 2, quick 18, full 45].
     #[arg(long)]
     duration: Option<f64>,
     /// Seconds at the start of each routing run left out of the figures [default: quick 6, full 10].
@@ -77,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let duration_s = args.duration.unwrap_or(match args.mode {
         Mode::Smoke => 2.0,
-        Mode::Quick => 20.0,
+        Mode::Quick => 18.0,
         Mode::Full => 45.0,
     });
     let warmup_s = args.warmup.unwrap_or(match args.mode {

@@ -115,4 +115,12 @@ mod tests {
         assert_eq!(a, arrivals(&stages, true, 10_000, 5));
         assert_eq!(arrivals(&stages, true, 7, 5).len(), 7);
     }
+
+    #[test]
+    fn poisson_arrivals_are_unbiased_over_many_seeds() {
+        let stages = Load::parse_stages("8.5:30").expect("stages");
+        let counts: Vec<usize> = (0..200).map(|seed| arrivals(&stages, true, 10_000, seed).len()).collect();
+        let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
+        assert!((mean - 255.0).abs() < 4.0, "mean {mean} arrivals, expected 255; seed 1 gives {}", counts[1]);
+    }
 }
