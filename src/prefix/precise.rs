@@ -23,8 +23,8 @@
 //!
 //! Complexity: store/remove O(1) expected per block (one xxh64 of the block's tokens, two map
 //! operations); clear O(blocks of that endpoint); lookup O(Σ holders of matched blocks) and
-//! stops at the first block nobody holds. Memory: 16 bytes per engine hash and 32 per key with
-//! one holder (+4 per further holder: shared prefixes are cheap), plus the hash tables' control
+//! stops at the first block nobody holds. Memory: 16 bytes per engine hash and 24 per key with
+//! one holder (a shared key: +24 once, +4 per holder, so shared prefixes are cheap), plus the hash tables' control
 //! bytes and slack
 //! (BENCHMARKS.md, "Precise prefix").
 //!
@@ -50,11 +50,13 @@ struct Holder {
     refs: u16,
 }
 
-/// Holders of one key, sorted by slot; one holder is stored inline.
+/// Holders of one key, sorted by slot; one holder is stored inline. The list is boxed so the
+/// value is 16 bytes: most keys have one holder, and the table entry is what costs.
 #[derive(Debug)]
 enum Holders {
     One(Holder),
-    Many(Vec<Holder>),
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<Holder>>),
 }
 
 impl Holders {
@@ -71,7 +73,7 @@ impl Holders {
                 h.refs = h.refs.saturating_add(1);
                 return;
             }
-            Self::One(h) => vec![*h],
+            Self::One(h) => Box::new(vec![*h]),
             Self::Many(v) => std::mem::take(v),
         };
         match list.binary_search_by_key(&slot, |h| h.slot) {
@@ -180,11 +182,12 @@ impl PreciseIndex {
         let mut matched: Vec<(Slot, usize)> = Vec::new();
         let mut depth = 0;
         for (i, key) in keys.iter().enumerate() {
-            inner.holders_at(*key, now, &mut cur);
-            if i == 0 {
-                std::mem::swap(&mut alive, &mut cur);
-            } else if cur != alive {
-                intersect(&mut alive, &cur, |s| matched.push((s, i)));
+            let holders = inner.holders.get(key).map_or(&[][..], Holders::as_slice);
+            if inner.has_speculative(*key, now) {
+                inner.holders_at(*key, now, &mut cur);
+                intersect(&mut alive, &cur, i == 0, |s| *s, |s| matched.push((s, i)));
+            } else {
+                intersect(&mut alive, holders, i == 0, |h| h.slot, |s| matched.push((s, i)));
             }
             if alive.is_empty() {
                 break;
@@ -241,19 +244,27 @@ impl PreciseIndex {
     pub fn heap_bytes(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let engine = inner.engine.capacity() * (16 + 1);
-        let lists: usize = inner.holders.values().map(|h| if let Holders::Many(v) = h { v.capacity() * 4 } else { 0 }).sum();
-        engine + inner.holders.capacity() * (32 + 1) + lists
+        let lists: usize = inner.holders.values().map(|h| if let Holders::Many(v) = h { 24 + v.capacity() * 4 } else { 0 }).sum();
+        engine + inner.holders.capacity() * (24 + 1) + lists
     }
 }
 
-/// Keeps the slots of `alive` that are in `cur` (both sorted); reports each dropped one.
-fn intersect(alive: &mut Vec<Slot>, cur: &[Slot], mut dropped: impl FnMut(Slot)) {
+/// Keeps the slots of `alive` that are in `cur` (both sorted by slot), or takes all of `cur`
+/// on the first block; reports each dropped slot. Linear in both lengths.
+fn intersect<T>(alive: &mut Vec<Slot>, cur: &[T], first: bool, slot: impl Fn(&T) -> Slot, mut dropped: impl FnMut(Slot)) {
+    if first {
+        alive.extend(cur.iter().map(&slot));
+        return;
+    }
+    if cur.len() == alive.len() && cur.iter().zip(alive.iter()).all(|(c, a)| slot(c) == *a) {
+        return;
+    }
     let mut j = 0;
     alive.retain(|s| {
-        while j < cur.len() && cur[j] < *s {
+        while j < cur.len() && slot(&cur[j]) < *s {
             j += 1;
         }
-        let keep = j < cur.len() && cur[j] == *s;
+        let keep = j < cur.len() && slot(&cur[j]) == *s;
         if !keep {
             dropped(*s);
         }
@@ -277,6 +288,10 @@ impl Inner {
         let slot = Slot::try_from(slot).unwrap_or(Slot::MAX);
         self.slots.insert(endpoint, slot);
         slot
+    }
+
+    fn has_speculative(&self, key: u64, now: Instant) -> bool {
+        !self.speculative.is_empty() && self.speculative.get(&key).is_some_and(|l| l.iter().any(|(_, t)| *t > now))
     }
 
     /// Sorted slots holding `key` (confirmed or speculative and unexpired).

@@ -102,3 +102,8 @@ fn memory_per_entry_stays_within_budget() {
     let per_entry = idx.heap_bytes() as f64 / idx.entries() as f64;
     assert!(per_entry <= 128.0, "{per_entry} bytes per entry");
 }
+
+#[test]
+fn a_key_with_one_holder_costs_a_24_byte_table_entry() {
+    assert_eq!(std::mem::size_of::<(u64, Holders)>(), 24);
+}
