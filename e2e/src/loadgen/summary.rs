@@ -53,6 +53,11 @@ pub struct Summary {
     pub duration_s: f64,
     pub throughput_rps: f64,
     pub output_tokens_per_s: f64,
+    /// Output tokens of every finished request, warm-up included, over the whole run (start to
+    /// last completion): what the cluster delivered, even when an overloaded router finishes
+    /// only its warm-up backlog after the warm-up.
+    #[serde(default)]
+    pub whole_run_output_tokens_per_s: f64,
     /// Over the finished requests and, as lower bounds, those cut off at the end of the run
     /// (their time so far), so an overloaded router's backlog shows in the tail.
     pub ttft_ms: Percentiles,
@@ -113,6 +118,7 @@ pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
         duration_s,
         throughput_rps: ok.len() as f64 / duration_s,
         output_tokens_per_s: out_tokens as f64 / duration_s,
+        whole_run_output_tokens_per_s: whole_run_throughput(all),
         ttft_ms: Percentiles::of(ttfts),
         cut_off: records.iter().filter(|r| r.cut_off()).count(),
         warmup_requests: all.len() - records.len(),
@@ -125,6 +131,16 @@ pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
         per_pod_requests: per_pod,
         stages: stages(all, ctx.stage_rates),
         errors_by_status,
+    }
+}
+
+fn whole_run_throughput(all: &[RequestRecord]) -> f64 {
+    let end = all.iter().map(|r| r.sent_s + r.e2e_ms / 1e3).fold(0.0, f64::max);
+    let tokens: u64 = all.iter().filter(|r| r.ok()).map(|r| r.output_tokens).sum();
+    if end > 0.0 {
+        tokens as f64 / end
+    } else {
+        0.0
     }
 }
 
@@ -196,14 +212,14 @@ fn stages(records: &[RequestRecord], rates: &[f64]) -> Vec<StageSummary> {
 }
 
 /// The header of [`Summary::markdown_row`].
-pub const MARKDOWN_HEADER: &str = "| run | requests | errors | req/s | output tok/s | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | prefix hit rate | pod spread (CV) |\n|---|---:|---:|---:|---:|---|---|---|---:|---:|";
+pub const MARKDOWN_HEADER: &str = "| run | requests | errors | req/s | output tok/s (window / whole run) | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | prefix hit rate | pod spread (CV) |\n|---|---:|---:|---:|---:|---|---|---|---:|---:|";
 
 impl Summary {
     pub fn markdown_row(&self) -> String {
         let pct = |v: Option<f64>| v.map_or("–".to_owned(), |x| format!("{:.1}%", x * 100.0));
         format!(
-            "| {} | {} | {:.1}% | {:.2} | {:.0} | {:.0} / {:.0} / {:.0} | {:.1} / {:.1} | {:.0} / {:.0} | {} | {:.2} |",
-            self.label, self.requests, self.error_rate * 100.0, self.throughput_rps, self.output_tokens_per_s,
+            "| {} | {} | {:.1}% | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.1} / {:.1} | {:.0} / {:.0} | {} | {:.2} |",
+            self.label, self.requests, self.error_rate * 100.0, self.throughput_rps, self.output_tokens_per_s, self.whole_run_output_tokens_per_s,
             self.ttft_ms.p50, self.ttft_ms.p90, self.ttft_ms.p99, self.itl_ms.p50, self.itl_ms.p90,
             self.e2e_ms.p50, self.e2e_ms.p90, pct(self.prefix_hit_rate), self.pod_spread_cv
         )
