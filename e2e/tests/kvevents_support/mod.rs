@@ -211,13 +211,18 @@ pub struct SimPods {
 
 impl SimPods {
     pub async fn start(n: usize, num_gpu_blocks: usize) -> Self {
+        Self::start_with(n, EngineConfig { model: MODEL.into(), num_gpu_blocks, max_num_seqs: 8, ..EngineConfig::default() }).await
+    }
+
+    pub async fn start_with(n: usize, engine: EngineConfig) -> Self {
         let mut configs = Vec::new();
         let mut ports = Vec::new();
         for i in 0..n {
             let (port, replay) = (free_port(), free_port());
             let cfg = PodConfig {
-                engine: EngineConfig { model: MODEL.into(), num_gpu_blocks, max_num_seqs: 8, ..EngineConfig::default() },
+                engine: engine.clone(),
                 pod_name: format!("sim-{i}"),
+                prompt_tokens_details: true,
                 seed: i as u64,
                 kv_events: Some(KvEventsConfig {
                     endpoint: format!("tcp://127.0.0.1:{port}"),
@@ -240,6 +245,10 @@ impl SimPods {
 
     pub fn id(&self, pod: usize) -> EndpointId {
         EndpointId(self.cluster.addrs()[pod])
+    }
+
+    pub fn addr(&self, pod: usize) -> SocketAddr {
+        self.cluster.addrs()[pod]
     }
 
     pub fn endpoints(&self) -> Vec<Endpoint> {
@@ -274,6 +283,7 @@ pub fn long_prompt(seed: &str, words: usize) -> String {
 /// One epp replica in-process: datastore, director, and the KV-event supervisor.
 pub struct Replica {
     pub director: Arc<Director>,
+    pub datastore: Arc<Datastore>,
     ids: Vec<EndpointId>,
     tokenizer: Tokenizer,
     rng: Mutex<SmallRng>,
@@ -283,28 +293,35 @@ pub struct Replica {
 
 impl Replica {
     pub async fn start(endpoints: &[Endpoint]) -> Self {
-        Self::build(endpoints, true)
+        Self::build(endpoints, PRECISE_CONFIG, true, false)
     }
 
     pub async fn start_without_events(endpoints: &[Endpoint]) -> Self {
-        Self::build(endpoints, false)
+        Self::build(endpoints, PRECISE_CONFIG, false, false)
     }
 
-    fn build(endpoints: &[Endpoint], events: bool) -> Self {
+    /// A replica with `config`, subscribing to KV events when `events`, scraping the pods'
+    /// metrics every 50 ms when `scrape` (as epp does by default).
+    pub fn build(endpoints: &[Endpoint], config: &str, events: bool, scrape: bool) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(epp::metrics::Metrics::register(&mut registry));
-        let runtime = Runtime::build(PRECISE_CONFIG, None).expect("config");
+        let runtime = Runtime::build(config, None).expect("config");
         let opts = DirectorOptions { pool_name: "test".into(), staleness: Duration::from_secs(2), subset_filter: true };
-        let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, metrics, opts));
+        let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts));
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
         if events {
             let index = Arc::clone(director.precise_index());
-            tracker.spawn(kvevents::run(datastore, index, KvEventsOptions::default(), tracker.clone(), stop.clone()));
+            tracker.spawn(kvevents::run(Arc::clone(&datastore), index, KvEventsOptions::default(), tracker.clone(), stop.clone()));
         }
+        if scrape {
+            let sopts = epp::scrape::ScrapeOptions { interval: Duration::from_millis(50), timeout: Duration::from_secs(1) };
+            tracker.spawn(epp::scrape::run(Arc::clone(&datastore), metrics, sopts, tracker.clone(), stop.clone()));
+        }
+        let datastore_for_tests = Arc::clone(&datastore);
         let tokenizer = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
-        Self { director, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(7)), tracker, stop }
+        Self { director, datastore: datastore_for_tests, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(7)), tracker, stop }
     }
 
     pub fn matched(&self, id: EndpointId, keys: &[u64]) -> usize {
@@ -320,10 +337,15 @@ impl Replica {
         keys_of(&self.tokenizer.encode_prefix(&rendered, 4096))
     }
 
-    fn route(&self, path: &str, body: &str) -> usize {
+    pub fn route(&self, path: &str, body: &str) -> usize {
+        self.route_held(path, body).0
+    }
+
+    /// Routes and keeps the decision (its in-flight count lasts until the `Routed` drops).
+    pub fn route_held(&self, path: &str, body: &str) -> (usize, epp::director::Routed) {
         let inc = Incoming { path, body: body.as_bytes(), ..Default::default() };
         let routed = self.director.route(&inc, &mut *self.rng.lock().expect("lock")).expect("routed");
-        self.ids.iter().position(|id| *id == routed.destinations[0]).expect("a known pod")
+        (self.ids.iter().position(|id| *id == routed.destinations[0]).expect("a known pod"), routed)
     }
 
     pub fn route_chat(&self, text: &str) -> usize {

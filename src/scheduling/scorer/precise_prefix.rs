@@ -148,6 +148,13 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_builds() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/precise-prefix.yaml")).unwrap();
+        let sched = crate::scheduling::build(&config::parse(&text).unwrap()).unwrap();
+        assert_eq!(sched.precise_params().unwrap().speculative_ttl, Duration::from_secs(2));
+    }
+
+    #[test]
     fn parameters_are_strict_and_accept_llm_d_blocks() {
         let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
         let p = PrecisePrefixParams::from_yaml(&v).unwrap();
