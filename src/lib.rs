@@ -16,7 +16,8 @@
 //!    releasing the in-flight count when the response ends.
 //!
 //! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
-//! [`scrape`] (one metrics poller per endpoint) and [`reload`] (the config file watcher).
+//! [`scrape`] (one metrics poller per endpoint), [`kvevents`] (one KV-cache event subscriber per
+//! endpoint, feeding the precise prefix index) and [`reload`] (the config file watcher).
 
 pub mod app;
 pub mod config;
