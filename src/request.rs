@@ -184,19 +184,33 @@ fn completion_prompt(raw: &RawValue, cap: usize) -> Result<Prompt, RequestError>
 }
 
 /// A JSON array of unsigned integers (`[1, 2 ,3]`), already validated as JSON by the caller.
-/// Hand-rolled: token-id prompts are long and serde's generic path costs ~20 ns per id.
+/// One pass over the bytes: token-id prompts are long (8K ids ≈ 45 KB).
 fn token_array(text: &str) -> Option<Vec<u32>> {
-    let body = text.strip_prefix('[')?.strip_suffix(']')?;
+    let body = text.strip_prefix('[')?.strip_suffix(']')?.as_bytes();
     let mut out = Vec::with_capacity(body.len() / 5);
-    if body.trim().is_empty() {
-        return Some(out);
-    }
-    for item in body.split(',') {
-        let item = item.trim_matches(|c: char| c.is_ascii_whitespace());
-        if item.is_empty() || !item.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+    let mut current: Option<u64> = None;
+    let mut expect_item = false;
+    for &b in body {
+        match b {
+            b'0'..=b'9' => {
+                let v = current.unwrap_or(0) * 10 + u64::from(b - b'0');
+                if v > u64::from(u32::MAX) {
+                    return None;
+                }
+                current = Some(v);
+            }
+            b',' => {
+                out.push(u32::try_from(current.take()?).ok()?);
+                expect_item = true;
+            }
+            b' ' | b'\n' | b'\t' | b'\r' => {}
+            _ => return None,
         }
-        out.push(item.parse().ok()?);
+    }
+    match current {
+        Some(v) => out.push(u32::try_from(v).ok()?),
+        None if expect_item => return None,
+        None => {}
     }
     Some(out)
 }
