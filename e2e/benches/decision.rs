@@ -11,15 +11,11 @@
 //! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Incoming, Runtime};
-use epp::endpoint::{CacheInfo, Endpoint, EndpointMetrics};
-use epp::metrics::Metrics;
+use epp::director::{Incoming, Runtime};
 use epp::scheduling::{Candidate, SchedulingRequest};
 use rand::{rngs::SmallRng, SeedableRng};
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONFIG: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -36,17 +32,6 @@ schedulingProfiles:
   - {pluginRef: prefix-cache-scorer, weight: 3}
 ";
 
-fn director(endpoints: u16) -> Director {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints((0..endpoints).map(|i| Endpoint::from_id(format!("10.0.{}.{}:8000", i / 250, i % 250 + 1).parse().expect("addr"))).collect());
-    for (i, s) in ds.snapshot().iter().enumerate() {
-        let cache = Some(CacheInfo { block_size: 16, num_blocks: 30_000 });
-        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, updated: Instant::now() + Duration::from_secs(3600) });
-    }
-    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
-    let opts = DirectorOptions { pool_name: "bench".into(), staleness: Duration::from_secs(7200), subset_filter: true };
-    Director::new(ds, Runtime::build(CONFIG, None).expect("config"), metrics, opts)
-}
 
 const WORDS: [&str; 16] = ["model", "server", "routing", "cache", "prefix", "token", "latency", "queue", "gateway", "envoy", "kernel", "batch", "tensor", "shard", "replica", "stream"];
 
@@ -67,7 +52,7 @@ fn token_body(tokens: usize, seed: u32) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let d = director(100);
+    let d = epp_e2e::fixtures::bench_director(100, CONFIG).expect("bench director");
     let mut rng = SmallRng::seed_from_u64(1);
     let mut text_rng = SmallRng::seed_from_u64(2);
     let ids = token_body(8192, 0);

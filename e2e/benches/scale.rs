@@ -5,13 +5,9 @@
 //! `cargo bench -p epp-e2e --bench scale`.
 
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Incoming, Runtime};
-use epp::endpoint::{CacheInfo, Endpoint, EndpointMetrics};
-use epp::metrics::Metrics;
+use epp::director::{Director, Incoming};
 use epp_e2e::loadgen::workload::words;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -31,19 +27,6 @@ schedulingProfiles:
   - {pluginRef: prefix-cache-scorer, weight: 3}
 ";
 
-fn director(endpoints: u32) -> anyhow::Result<Director> {
-    let ds = Arc::new(Datastore::new());
-    let ids = (0..endpoints).map(|i| format!("10.{}.{}.{}:8000", i / 62_500, (i / 250) % 250, i % 250 + 1).parse().map(Endpoint::from_id));
-    ds.set_endpoints(ids.collect::<Result<Vec<_>, _>>()?);
-    for (i, s) in ds.snapshot().iter().enumerate() {
-        let cache = Some(CacheInfo { block_size: 16, num_blocks: 30_000 });
-        let updated = Instant::now() + Duration::from_secs(3600);
-        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, updated });
-    }
-    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
-    let opts = DirectorOptions { pool_name: "bench".into(), staleness: Duration::from_secs(7200), subset_filter: true };
-    Ok(Director::new(ds, Runtime::build(CONFIG, None)?, metrics, opts))
-}
 
 fn body(system: &str, question: &str) -> Vec<u8> {
     serde_json::json!({"model": "m", "prompt": format!("{system}{question}")}).to_string().into_bytes()
@@ -91,7 +74,7 @@ fn index_memory(blocks: usize, endpoints: u16) -> anyhow::Result<f64> {
 fn main() -> anyhow::Result<()> {
     println!("| endpoints | prompt tokens | decision p50 (µs) | p99 (µs) |\n|---:|---:|---:|---:|");
     for endpoints in [10, 100, 1000] {
-        let d = director(endpoints)?;
+        let d = epp_e2e::fixtures::bench_director(endpoints, CONFIG)?;
         for tokens in [1_000, 8_000, 32_000] {
             let n = if tokens > 8_000 { 200 } else { 1_000 };
             let (p50, p99) = measure(&d, tokens, n);

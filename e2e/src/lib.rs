@@ -31,3 +31,4 @@ pub mod sim;
 pub mod stack;
 pub mod loadgen;
 pub mod bench;
+pub mod fixtures;
