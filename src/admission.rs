@@ -6,23 +6,35 @@
 //! `max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`, with stale or missing
 //! metrics counting as 1.0; the pool's saturation is the average over the candidates (1.0 when
 //! there are none) and it is saturated at ≥ 1.0. Pure: the caller passes the clock.
+//!
+//! The thresholds are the detector plugin's `parameters` in the EndpointPickerConfig
+//! ([`Thresholds::from_config`]), with upstream's names, defaults and checks.
+
+mod params;
 
 use crate::endpoint::EndpointMetrics;
 use crate::objectives::Priority;
 use std::time::{Duration, Instant};
 
-/// Upstream's defaults: queue 5, KV 0.8.
+/// Upstream's defaults: queue 5, KV 0.8, headroom 0.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {
+    /// `queueDepthThreshold`.
     pub queue_depth: f64,
+    /// `kvCacheUtilThreshold`, in (0, 1].
     pub kv_cache_util: f64,
-    /// Metrics older than this count as saturated.
-    pub staleness: Duration,
+    /// `metricsStalenessThreshold`: metrics older than this count as saturated. Unset, epp uses
+    /// `--metrics-staleness-threshold` (one staleness for the scheduler, the gauges and
+    /// admission) where upstream's detector uses 200 ms.
+    pub staleness: Option<Duration>,
+    /// `headroom`: upstream applies it only when the detector also runs as a filter, which
+    /// epp does not; accepted and checked so upstream configurations load unchanged.
+    pub headroom: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Self { queue_depth: 5.0, kv_cache_util: 0.8, staleness: Duration::from_millis(200) }
+        Self { queue_depth: 5.0, kv_cache_util: 0.8, staleness: None, headroom: 0.0 }
     }
 }
 
@@ -33,21 +45,21 @@ pub struct Shed {
     pub saturation: f64,
 }
 
-/// One endpoint's saturation.
-pub fn endpoint_saturation(metrics: Option<&EndpointMetrics>, now: Instant, t: &Thresholds) -> f64 {
+/// One endpoint's saturation; `staleness` applies when the thresholds set none.
+pub fn endpoint_saturation(metrics: Option<&EndpointMetrics>, now: Instant, t: &Thresholds, staleness: Duration) -> f64 {
     match metrics {
-        Some(m) if m.age(now) <= t.staleness => (m.waiting / t.queue_depth).max(m.kv_usage / t.kv_cache_util),
+        Some(m) if m.age(now) <= t.staleness.unwrap_or(staleness) => (m.waiting / t.queue_depth).max(m.kv_usage / t.kv_cache_util),
         _ => 1.0,
     }
 }
 
 /// The pool's saturation over `endpoints`.
-pub fn saturation<'a>(endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>, now: Instant, t: &Thresholds) -> f64 {
+pub fn saturation<'a>(endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>, now: Instant, t: &Thresholds, staleness: Duration) -> f64 {
     let n = endpoints.len();
     if n == 0 {
         return 1.0;
     }
-    endpoints.map(|m| endpoint_saturation(m, now, t)).sum::<f64>() / n as f64
+    endpoints.map(|m| endpoint_saturation(m, now, t, staleness)).sum::<f64>() / n as f64
 }
 
 /// Admits or sheds a request; `saturation` is evaluated only for sheddable requests.
@@ -73,15 +85,15 @@ mod tests {
     #[test]
     fn saturation_averages_queue_and_kv_ratios_and_stale_counts_as_full() {
         let now = Instant::now();
-        let t = Thresholds::default();
+        let t = Thresholds { staleness: Some(Duration::from_millis(200)), ..Thresholds::default() };
         let idle = m(0.0, 0.0, 0, now);
         let queued = m(10.0, 0.0, 0, now);
         let kv = m(0.0, 0.4, 0, now);
         let stale = m(0.0, 0.0, 10_000, now);
-        assert_eq!(saturation([Some(&idle), Some(&queued)].into_iter(), now, &t), 1.0);
-        assert_eq!(saturation([Some(&kv)].into_iter(), now, &t), 0.5);
-        assert_eq!(saturation([Some(&stale), None].into_iter(), now, &t), 1.0);
-        assert_eq!(saturation(std::iter::empty(), now, &t), 1.0);
+        assert_eq!(saturation([Some(&idle), Some(&queued)].into_iter(), now, &t, Duration::ZERO), 1.0);
+        assert_eq!(saturation([Some(&kv)].into_iter(), now, &t, Duration::ZERO), 0.5);
+        assert_eq!(saturation([Some(&stale), None].into_iter(), now, &t, Duration::ZERO), 1.0);
+        assert_eq!(saturation(std::iter::empty(), now, &t, Duration::ZERO), 1.0);
     }
 
     #[test]

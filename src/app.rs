@@ -55,7 +55,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let tracker = TaskTracker::new();
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
-    let leader = spawn_kubernetes(&opts, &datastore, &tracker, &shutdown).await?;
+    let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
     tracker.spawn(admin::serve(listeners.metrics, Arc::new(registry), tracker.clone(), shutdown.clone()));
     let grpc = ExtProc::new(Arc::clone(&director), Limits { max_body_bytes: opts.max_request_body_bytes, body_timeout: opts.request_body_timeout });
     let mut ext = tonic::transport::Server::builder();
@@ -140,7 +140,7 @@ fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Da
 
 /// Starts Kubernetes discovery (and leader election) when the options ask for it; returns the
 /// leadership signal readiness must follow, if elections are on.
-async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
+async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, metrics: &Arc<Metrics>, tracker: &TaskTracker, shutdown: &CancellationToken) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
     use discovery::k8s::{self, PoolSource};
     if !opts.uses_kubernetes() {
         return Ok(None);
@@ -153,8 +153,8 @@ async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, tracker: &
     let client = k8s::client(opts.kubeconfig.as_deref()).await?;
     let namespace = opts.namespace();
     tracing::info!(namespace = %namespace, source = ?source, "Kubernetes discovery");
-    tracker.spawn(k8s::run_endpoints(client.clone(), namespace.clone(), source, Arc::clone(datastore), shutdown.clone()));
-    tracker.spawn(k8s::run_objectives(client.clone(), namespace.clone(), opts.pool_name.clone(), Arc::clone(datastore), shutdown.clone()));
+    tracker.spawn(k8s::run_endpoints(client.clone(), namespace.clone(), source, Arc::clone(datastore), Arc::clone(metrics), shutdown.clone()));
+    tracker.spawn(k8s::run_objectives(client.clone(), namespace.clone(), opts.pool_name.clone(), Arc::clone(datastore), Arc::clone(metrics), shutdown.clone()));
     if !opts.ha_enable_leader_election {
         return Ok(None);
     }

@@ -11,6 +11,7 @@ pub mod objective;
 pub mod pool;
 pub mod pool_v1alpha2;
 pub mod rewrite;
+pub mod validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -26,6 +26,8 @@ pub struct Runtime {
     /// The conformance hook `destination-endpoint-served-verifier` is configured: echo the
     /// endpoint the gateway reports as served into `x-conformance-test-served-endpoint`.
     pub served_verifier: bool,
+    /// The saturation detector's thresholds (`utilization-detector` parameters).
+    pub thresholds: admission::Thresholds,
     pub source: String,
 }
 
@@ -39,6 +41,10 @@ impl Runtime {
         if let Err(p) = &built {
             problems.extend(p.iter().cloned());
         }
+        let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
+            problems.extend(p);
+            admission::Thresholds::default()
+        });
         let scheduler = match built {
             Ok(s) if problems.is_empty() => s,
             _ => return Err(problems.into()),
@@ -52,7 +58,7 @@ impl Runtime {
             },
         };
         let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");
-        Ok(Self { scheduler, tokenizer, served_verifier, source: text.to_owned() })
+        Ok(Self { scheduler, tokenizer, served_verifier, thresholds, source: text.to_owned() })
     }
 }
 
@@ -192,14 +198,11 @@ impl Director {
         let max_text = runtime.scheduler.precise_params().map_or(max_text, |p| max_text.max(p.max_prefix_blocks_to_match * self.precise_block_size(p) * 8));
         let req = request::parse(ApiKind::from_path(inc.path), inc.body, max_text.max(4096))?;
         let objectives = self.datastore.objectives();
-        let target = match inc.model_rewrite.filter(|m| !m.is_empty()) {
-            Some(m) => m.to_owned(),
-            None => objectives.rewrite(&req.model, rng).unwrap_or_else(|| req.model.clone()),
-        };
+        let target = objectives.target(&req.model, inc.model_rewrite, rng);
         let priority = objectives.priority(inc.objective, &req.model);
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
-        self.admit(priority, &states)?;
+        self.admit(&runtime.thresholds, priority, &states)?;
         let lookup = match runtime.scheduler.precise_params() {
             Some(p) => self.lookup_precise(&runtime, p, &req, inc.body, &target),
             None => self.lookup_prefix(&runtime, &req, &target, &states),
@@ -278,11 +281,10 @@ impl Director {
     }
 
     /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
-    fn admit(&self, priority: Priority, states: &[&Arc<EndpointState>]) -> Result<(), DirectorError> {
-        let thresholds = admission::Thresholds { staleness: self.opts.staleness, ..Default::default() };
+    fn admit(&self, thresholds: &admission::Thresholds, priority: Priority, states: &[&Arc<EndpointState>]) -> Result<(), DirectorError> {
         let saturation = || {
             let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
-            admission::saturation(metrics.iter().map(|m| m.as_deref()), Instant::now(), &thresholds)
+            admission::saturation(metrics.iter().map(|m| m.as_deref()), Instant::now(), thresholds, self.opts.staleness)
         };
         Ok(admission::admit(priority, saturation)?)
     }

@@ -75,6 +75,40 @@ pub struct InfoLabels {
     pub build_ref: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrdRuleLabels {
+    pub kind: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KvEventLabels {
+    pub kind: KvEventKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KvGapLabels {
+    pub outcome: KvGapOutcome,
+}
+
+/// What a KV event did to the index (`ignored`: another medium than the GPU).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum KvEventKind {
+    stored,
+    removed,
+    cleared,
+    ignored,
+}
+
+/// How a KV-event sequence gap ended: filled through replay, or the endpoint's entries dropped.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum KvGapOutcome {
+    replayed,
+    dropped,
+}
+
 /// Outcome of a background operation (scrape, config reload).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -126,6 +160,23 @@ pub struct Metrics {
     pub config_reloads: Family<OutcomeLabels, Counter>,
     pub stream_resets: Counter,
     pub served_fallbacks: Counter,
+    pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
+    pub kv: KvEventMetrics,
+}
+
+/// The KV-event subscribers' metrics (`kvevents`).
+#[derive(Default)]
+pub struct KvEventMetrics {
+    /// Batches received, decodable or not.
+    pub batches: Family<OutcomeLabels, Counter>,
+    pub events: Family<KvEventLabels, Counter>,
+    pub gaps: Family<KvGapLabels, Counter>,
+    /// Publisher restarts and disconnects (the endpoint's entries are dropped).
+    pub resets: Counter,
+    /// 1 while an endpoint's subscription is connected, 0 while it retries.
+    pub connected: Family<EndpointLabels, Gauge>,
+    /// (endpoint, block) entries in the precise index.
+    pub index_entries: Gauge,
 }
 
 impl Metrics {
@@ -165,6 +216,8 @@ impl Metrics {
             config_reloads: Family::default(),
             stream_resets: Counter::default(),
             served_fallbacks: Counter::default(),
+            crd_validation_failures: Family::default(),
+            kv: KvEventMetrics::default(),
         }
     }
 
@@ -200,6 +253,18 @@ impl Metrics {
         r.register("epp_config_reloads", "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)", self.config_reloads.clone());
         r.register("epp_extproc_stream_resets", "epp: ext_proc streams reset by the gateway before the request finished", self.stream_resets.clone());
         r.register("epp_served_fallbacks", "epp: responses the gateway served from an endpoint other than the primary pick", self.served_fallbacks.clone());
+        r.register("epp_crd_validation_failures", "epp: watched objects ignored because they break their CRD's validation rule", self.crd_validation_failures.clone());
+        self.register_kv(r);
+    }
+
+    fn register_kv(&self, r: &mut Registry) {
+        let kv = &self.kv;
+        r.register("epp_kv_event_batches", "epp: KV-event batches received, by decode outcome", kv.batches.clone());
+        r.register("epp_kv_events", "epp: KV events applied to the precise index, by kind", kv.events.clone());
+        r.register("epp_kv_event_gaps", "epp: KV-event sequence gaps, by how they were repaired", kv.gaps.clone());
+        r.register("epp_kv_event_resets", "epp: KV-event publisher restarts and disconnects (entries dropped)", kv.resets.clone());
+        r.register("epp_kv_event_subscription_connected", "epp: 1 while the endpoint's KV-event subscription is connected", kv.connected.clone());
+        r.register("epp_kv_event_index_entries", "epp: (endpoint, block) entries in the precise prefix index", kv.index_entries.clone());
     }
 }
 

@@ -72,6 +72,14 @@ impl Objectives {
         self.models.get(model).map_or(0, |m| m.priority)
     }
 
+    /// The model a request for `model` goes to. As upstream's `mutateModel`: the
+    /// `x-gateway-model-name-rewrite` header (`header`, ignored when empty) replaces the body's
+    /// model, and a rewrite matching the body's model (not the header's) replaces that in turn.
+    pub fn target(&self, model: &str, header: Option<&str>, rng: &mut impl Rng) -> String {
+        let header = header.filter(|h| !h.is_empty());
+        self.rewrite(model, rng).or_else(|| header.map(str::to_owned)).unwrap_or_else(|| model.to_owned())
+    }
+
     /// The model to send `model` to, if something rewrites it: an exact rewrite rule, else a
     /// generic one, else the InferenceModel's weighted targets.
     pub fn rewrite(&self, model: &str, rng: &mut impl Rng) -> Option<String> {
@@ -119,5 +127,18 @@ mod tests {
         o.rewrites.clear();
         assert_eq!(o.rewrite("m", &mut rng).as_deref(), Some("m-v2"));
         assert_eq!(o.rewrite("other", &mut rng), None);
+    }
+
+    #[test]
+    fn a_rewrite_rule_beats_the_rewrite_header_which_beats_the_body() {
+        let mut o = Objectives::default();
+        o.rewrites.push(RewriteRule { model: Some("m".into()), targets: targets(&[("m-v2", 1)]) });
+        let mut rng = SmallRng::seed_from_u64(3);
+        assert_eq!(o.target("m", Some("from-header"), &mut rng), "m-v2");
+        assert_eq!(o.target("other", Some("from-header"), &mut rng), "from-header");
+        assert_eq!(o.target("other", Some(""), &mut rng), "other");
+        assert_eq!(o.target("other", None, &mut rng), "other");
+        // The rule matches the body's model, not the header's.
+        assert_eq!(o.target("x", Some("m"), &mut rng), "m");
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct InferenceModelSpec {
     /// The model name clients send in the body's `model`; unique per pool (the oldest wins).
-    #[schemars(length(min = 1, max = 256))]
+    #[schemars(length(min = 1, max = 256), extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::MODEL_NAME_IMMUTABLE])))]
     pub model_name: String,
     /// Whether requests may be shed under saturation; Standard when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -21,7 +21,7 @@ pub struct InferenceModelSpec {
     pub criticality: Option<Criticality>,
     /// Models to send the traffic to, split by weight; the model name itself when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 10))]
+    #[schemars(length(max = 10), extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::TARGET_WEIGHTS_ALL_OR_NONE])))]
     pub target_models: Vec<TargetModel>,
     /// The pool serving this model.
     pub pool_ref: PoolRef,

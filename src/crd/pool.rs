@@ -17,7 +17,7 @@ pub struct InferencePoolSpec {
     pub selector: LabelSelector,
     /// Ports of the selected pods that serve; each port of a pod is a separate endpoint
     /// (data-parallel ranks).
-    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["number"]))]
+    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "atomic", "x-kubernetes-validations" = super::validate::schema(&[super::validate::TARGET_PORTS_UNIQUE])))]
     pub target_ports: Vec<Port>,
     /// Protocol the gateway speaks to the model servers.
     #[serde(default)]
@@ -64,6 +64,7 @@ pub enum FailureMode {
 /// Reference to the endpoint picker (normally its Service).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::PICKER_PORT_REQUIRED])))]
 pub struct EndpointPickerRef {
     /// API group of the referent; "" is the core group.
     #[serde(default)]

@@ -40,3 +40,26 @@ fn upstream_examples_decode() {
     .unwrap();
     assert_eq!(rw.spec.rules[0].targets.len(), 2);
 }
+
+/// The CEL rules reach the generated schemas at the fields upstream puts them on.
+#[test]
+fn generated_schemas_carry_the_cel_rules() {
+    use validate::*;
+    let yaml: std::collections::HashMap<String, String> = definitions().iter().map(|(f, c)| (f.clone(), render(c).unwrap())).collect();
+    let schema = |file: &str| -> serde_json::Value {
+        let crd: serde_json::Value = serde_yaml::from_str(&yaml[file]).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].clone()
+    };
+    let rules = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v["x-kubernetes-validations"].as_array().unwrap().iter().map(|r| (r["rule"].as_str().unwrap().to_owned(), r["message"].as_str().unwrap().to_owned())).collect()
+    };
+    let pair = |r: Rule| (r.rule.to_owned(), r.message.to_owned());
+    let v1 = schema("inference.networking.k8s.io_inferencepools.yaml");
+    assert_eq!(rules(&v1["targetPorts"]), [pair(TARGET_PORTS_UNIQUE)]);
+    assert_eq!(v1["targetPorts"]["x-kubernetes-list-type"], "atomic");
+    assert_eq!(rules(&v1["endpointPickerRef"]), [pair(PICKER_PORT_REQUIRED)]);
+    let model = schema("inference.networking.x-k8s.io_inferencemodels.yaml");
+    assert_eq!(rules(&model["modelName"]), [pair(MODEL_NAME_IMMUTABLE)]);
+    assert_eq!(rules(&model["targetModels"]), [pair(TARGET_WEIGHTS_ALL_OR_NONE)]);
+    assert!(yaml["inference.networking.k8s.io_inferencepools.yaml"].contains("x-kubernetes-validations:\n"));
+}

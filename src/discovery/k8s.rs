@@ -12,12 +12,17 @@
 //! connection, and re-lists after `410 Gone`; its `Init … InitDone` sequence is applied
 //! atomically here, so a re-list never publishes a half-empty pool. Errors (API server down,
 //! CRD not installed) are logged and retried with backoff; the last good state stays published.
+//! CRD objects pass through a [`gate::Gate`] first, which drops those breaking the CRDs' CEL rules.
 
+pub mod gate;
 pub mod objectives;
 pub mod pods;
 
+use crate::crd::validate::Validate;
 use crate::crd::{model::InferenceModel, objective::InferenceObjective, pool, pool_v1alpha2, rewrite::InferenceModelRewrite};
 use crate::datastore::Datastore;
+use crate::metrics::Metrics;
+use gate::Gate;
 use futures::stream::{BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
@@ -138,6 +143,21 @@ where
     watcher::watcher(api, config).default_backoff().map(move |r| r.map(|e| map_event(e, f))).boxed()
 }
 
+/// Like [`watch`], with CRD objects passed through `gate` first.
+fn watch_checked<K, V>(api: Api<K>, config: watcher::Config, f: fn(K) -> V, mut gate: Gate<K>) -> Named<V>
+where
+    K: Validate + Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    V: Send + 'static,
+{
+    let admit = move |r: Result<Event<K>, watcher::Error>| {
+        futures::future::ready(match r {
+            Ok(e) => gate.admit(e).map(|e| Ok(map_event(e, f))),
+            Err(e) => Some(Err(e)),
+        })
+    };
+    watcher::watcher(api, config).default_backoff().filter_map(admit).boxed()
+}
+
 fn map_event<K: Resource, V>(e: Event<K>, f: fn(K) -> V) -> Event<(String, V)> {
     let named = |k: K| (k.meta().name.clone().unwrap_or_default(), f(k));
     match e {
@@ -158,14 +178,14 @@ fn v1alpha2_target(p: pool_v1alpha2::InferencePool) -> PoolTarget {
     PoolTarget { selector: p.spec.selector, ports: u16::try_from(p.spec.target_port_number).into_iter().collect() }
 }
 
-fn pool_stream(client: &Client, namespace: &str, source: &PoolSource) -> Named<PoolTarget> {
+fn pool_stream(client: &Client, namespace: &str, source: &PoolSource, metrics: &Arc<Metrics>) -> Named<PoolTarget> {
     match source {
         PoolSource::Pool { name, group } => {
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
             if group == GROUP_V1 {
-                watch(Api::<pool::InferencePool>::namespaced(client.clone(), namespace), config, v1_target)
+                watch_checked(Api::<pool::InferencePool>::namespaced(client.clone(), namespace), config, v1_target, Gate::new("InferencePool", Arc::clone(metrics)))
             } else {
-                watch(Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace), config, v1alpha2_target)
+                watch_checked(Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace), config, v1alpha2_target, Gate::new("InferencePool", Arc::clone(metrics)))
             }
         }
         PoolSource::Selector(_) => futures::stream::pending().boxed(),
@@ -177,13 +197,13 @@ fn log_error(what: &str, e: &watcher::Error) {
 }
 
 /// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change.
-pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource, datastore: Arc<Datastore>, shutdown: CancellationToken) {
+pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource, datastore: Arc<Datastore>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let pod_config = match &source {
         PoolSource::Selector(t) => watcher::Config::default().labels(&t.selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")),
         PoolSource::Pool { .. } => watcher::Config::default(),
     };
     let mut pods = watch(Api::<Pod>::namespaced(client.clone(), &namespace), pod_config, |p| p);
-    let mut pools = pool_stream(&client, &namespace, &source);
+    let mut pools = pool_stream(&client, &namespace, &source, &metrics);
     let (mut pod_mirror, mut pool_mirror) = (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
     loop {
         let changed = tokio::select! {
@@ -206,11 +226,11 @@ pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource
 
 /// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
 /// restricts them to those referencing the pool.
-pub async fn run_objectives(client: Client, namespace: String, pool: Option<String>, datastore: Arc<Datastore>, shutdown: CancellationToken) {
+pub async fn run_objectives(client: Client, namespace: String, pool: Option<String>, datastore: Arc<Datastore>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let cfg = watcher::Config::default;
-    let mut objectives = watch(Api::<InferenceObjective>::namespaced(client.clone(), &namespace), cfg(), |o| o);
-    let mut models = watch(Api::<InferenceModel>::namespaced(client.clone(), &namespace), cfg(), |m| m);
-    let mut rewrites = watch(Api::<InferenceModelRewrite>::namespaced(client, &namespace), cfg(), |r| r);
+    let mut objectives = watch_checked(Api::<InferenceObjective>::namespaced(client.clone(), &namespace), cfg(), |o| o, Gate::new("InferenceObjective", Arc::clone(&metrics)));
+    let mut models = watch_checked(Api::<InferenceModel>::namespaced(client.clone(), &namespace), cfg(), |m| m, Gate::new("InferenceModel", Arc::clone(&metrics)));
+    let mut rewrites = watch_checked(Api::<InferenceModelRewrite>::namespaced(client, &namespace), cfg(), |r| r, Gate::new("InferenceModelRewrite", Arc::clone(&metrics)));
     let (mut om, mut mm, mut rm) = (Mirror::default(), Mirror::default(), Mirror::default());
     loop {
         let changed = tokio::select! {

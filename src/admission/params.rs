@@ -1,0 +1,155 @@
+//! The `utilization-detector` plugin's parameters, as upstream's
+//! `saturationdetector/utilization/config.go`: `queueDepthThreshold` (integer > 0, default 5),
+//! `kvCacheUtilThreshold` (in (0, 1], default 0.8), `metricsStalenessThreshold` (Go duration
+//! > 0) and `headroom` (≥ 0, default 0). Unknown fields are errors, as upstream's strict decoder;
+//! every invalid field is reported, by name.
+
+use super::Thresholds;
+use crate::config::{EndpointPickerConfig, PluginSpec, Problem};
+use serde::Deserialize;
+use std::time::Duration;
+
+/// The plugin type whose parameters these are.
+pub const DETECTOR_TYPE: &str = "utilization-detector";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Params {
+    queue_depth_threshold: Option<i64>,
+    kv_cache_util_threshold: Option<f64>,
+    metrics_staleness_threshold: Option<String>,
+    headroom: Option<f64>,
+}
+
+impl Thresholds {
+    /// The thresholds of the configuration's saturation detector: the plugin that
+    /// `saturationDetector.pluginRef` names, else the first `utilization-detector` plugin, else
+    /// the defaults.
+    pub fn from_config(doc: &EndpointPickerConfig) -> Result<Self, Vec<Problem>> {
+        let named = doc.saturation_detector.as_ref().map(|r| r.plugin_ref.as_str());
+        let spec = match named {
+            Some(name) => doc.plugins.iter().find(|p| p.name() == name),
+            None => doc.plugins.iter().find(|p| p.plugin_type == DETECTOR_TYPE),
+        };
+        match spec {
+            Some(spec) if spec.plugin_type == DETECTOR_TYPE => from_spec(spec),
+            _ => Ok(Self::default()),
+        }
+    }
+}
+
+fn from_spec(spec: &PluginSpec) -> Result<Thresholds, Vec<Problem>> {
+    let problem = |message: String| Problem::Parameters { plugin: spec.name().to_owned(), message };
+    let params: Params = match &spec.parameters {
+        None | Some(serde_yaml::Value::Null) => Params::default(),
+        Some(v) => serde_yaml::from_value(v.clone()).map_err(|e| vec![problem(e.to_string())])?,
+    };
+    let mut problems = Vec::new();
+    let mut t = Thresholds::default();
+    match params.queue_depth_threshold {
+        Some(q) if q <= 0 => problems.push(problem(format!("queueDepthThreshold must be strictly positive, got {q}"))),
+        Some(q) => t.queue_depth = q as f64,
+        None => {}
+    }
+    match params.kv_cache_util_threshold {
+        Some(k) if !(k > 0.0 && k <= 1.0) => problems.push(problem(format!("kvCacheUtilThreshold must be in (0.0, 1.0], got {k}"))),
+        Some(k) => t.kv_cache_util = k,
+        None => {}
+    }
+    match params.metrics_staleness_threshold.as_deref().map(go_duration) {
+        Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
+        Some(Ok(_)) => problems.push(problem("metricsStalenessThreshold must be strictly positive".to_owned())),
+        Some(Err(e)) => problems.push(problem(format!("metricsStalenessThreshold: {e}"))),
+        None => {}
+    }
+    match params.headroom {
+        Some(h) if !(h >= 0.0 && h.is_finite()) => problems.push(problem(format!("headroom must be a non-negative value, got {h}"))),
+        Some(h) => t.headroom = h,
+        None => {}
+    }
+    if problems.is_empty() {
+        Ok(t)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers with units
+/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, such as `200ms` or `1m30s`. Negative durations are errors.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {text:?} (expected e.g. 200ms, 2s, 1m30s)");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total = 0.0f64;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(invalid)?;
+        let (num, tail) = rest.split_at(num_len);
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let n: f64 = num.parse().map_err(|_| invalid())?;
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += n * scale;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(extra: &str) -> EndpointPickerConfig {
+        crate::config::parse_document(&format!("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn parameters_override_the_defaults() {
+        let d = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 10, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 1m30s, headroom: 0.2}\n");
+        let t = Thresholds::from_config(&d).unwrap();
+        assert_eq!(t, Thresholds { queue_depth: 10.0, kv_cache_util: 0.9, staleness: Some(Duration::from_secs(90)), headroom: 0.2 });
+        assert_eq!(Thresholds::from_config(&doc("plugins:\n- type: utilization-detector\n")).unwrap(), Thresholds::default());
+        assert_eq!(Thresholds::from_config(&doc("plugins: []\n")).unwrap(), Thresholds::default());
+    }
+
+    #[test]
+    fn the_saturation_detector_reference_picks_the_instance() {
+        let d = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 3}\n- name: strict\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 1}\nsaturationDetector: {pluginRef: strict}\n");
+        assert_eq!(Thresholds::from_config(&d).unwrap().queue_depth, 1.0);
+    }
+
+    #[test]
+    fn invalid_parameters_name_the_field() {
+        let d = doc("plugins:\n- name: sd\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 0, kvCacheUtilThreshold: 1.5, metricsStalenessThreshold: 5 parsecs, headroom: -1}\n");
+        let problems = Thresholds::from_config(&d).unwrap_err();
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 4, "{text:?}");
+        for (p, field) in text.iter().zip(["queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"]) {
+            assert!(p.starts_with("plugin \"sd\" parameters: ") && p.contains(field), "{p}");
+        }
+        let typo = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepth: 3}\n");
+        assert!(Thresholds::from_config(&typo).unwrap_err()[0].to_string().contains("unknown field `queueDepth`"));
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(go_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(go_duration("1h2m3.5s"), Ok(Duration::from_millis(3_723_500)));
+        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
+        assert!(go_duration("5").is_err());
+        assert!(go_duration("-1s").is_err());
+        assert!(go_duration("").is_err());
+    }
+}
