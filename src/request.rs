@@ -4,8 +4,14 @@
 //! Parsing borrows the body and never re-serialises it: the model server must receive the
 //! client's bytes unchanged (upstream re-marshals and sorts keys, llm-d-router #2590). The only
 //! edit epp makes is the `model` value, patched in place at the byte range recorded here.
+//!
+//! The prompt text of chat and responses requests starts with the conversation (`messages`,
+//! `input`) and only then adds `tools` and `instructions`: a field's absence is only known at the
+//! end of the body, so with the conversation first the prefix the index hashes is known as soon
+//! as enough of it has arrived (the early decision, [`scan`]).
 
 pub mod chat;
+pub mod scan;
 pub mod tokenize;
 
 use serde::Deserialize;
@@ -79,6 +85,10 @@ pub struct LlmRequest {
 pub enum RequestError {
     #[error("request body is not valid JSON: {0}")]
     NotJson(#[source] serde_json::Error),
+    #[error("request body nests JSON deeper than {limit} levels")]
+    TooDeep { limit: usize },
+    #[error("request body is not valid UTF-8 at byte {at}")]
+    NotUtf8 { at: usize },
     #[error("request body must be a JSON object")]
     NotObject,
     #[error("model not found in request body")]
@@ -119,11 +129,11 @@ pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRe
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            Err(e) => Err(RequestError::NotJson(e)),
+            Err(e) => Err(json_error(body, e)),
             Ok(_) => Err(RequestError::NotObject),
         };
     }
-    let wire: Wire<'_> = serde_json::from_slice(body).map_err(RequestError::NotJson)?;
+    let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| json_error(body, e))?;
     let raw_model = wire.model.ok_or(RequestError::MissingModel)?;
     let model: String = serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
     let model_span = span_of(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
@@ -131,6 +141,21 @@ pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRe
     let prompt = prompt_of(api, &wire, max_prompt_bytes)?;
     Ok(LlmRequest { api, model, model_span, stream, prompt, cache_salt: wire.cache_salt })
 }
+
+/// serde_json's error, or the named limit it hit: its recursion limit (128 levels), or bytes
+/// that are not UTF-8 (inside a prompt string, typically).
+fn json_error(body: &[u8], e: serde_json::Error) -> RequestError {
+    if e.to_string().starts_with("recursion limit exceeded") {
+        return RequestError::TooDeep { limit: MAX_DEPTH };
+    }
+    match std::str::from_utf8(body) {
+        Err(u) => RequestError::NotUtf8 { at: u.valid_up_to() },
+        Ok(_) => RequestError::NotJson(e),
+    }
+}
+
+/// serde_json's nesting limit: deeper bodies are refused (400), never recursed into.
+pub const MAX_DEPTH: usize = 128;
 
 /// Byte range of `inner` within `outer`, when `inner` borrows from it.
 fn span_of(outer: &[u8], inner: &str) -> Option<Range<usize>> {
@@ -150,7 +175,7 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
     .filter(|v| v.get() != "null")
     .ok_or(RequestError::MissingField(field))?;
     match api {
-        ApiKind::Completions => completion_prompt(required, cap),
+        ApiKind::Completions => completion_prompt(required.get(), cap),
         ApiKind::ChatCompletions => {
             if !required.get().starts_with('[') {
                 return Err(RequestError::InvalidField { field, reason: "must be an array" });
@@ -158,10 +183,10 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
             if serde_json::from_str::<[serde::de::IgnoredAny; 0]>(required.get()).is_ok() {
                 return Err(RequestError::InvalidField { field, reason: "must not be empty" });
             }
-            Ok(Prompt::Text(concat_raw(&[w.tools, Some(required)], cap)))
+            Ok(Prompt::Text(concat_raw(&[Some(required), w.tools], cap)))
         }
-        ApiKind::Responses => Ok(Prompt::Text(concat_raw(&[w.instructions, w.tools, Some(required)], cap))),
-        ApiKind::Embeddings => completion_prompt(required, cap),
+        ApiKind::Responses => Ok(Prompt::Text(concat_raw(&[Some(required), w.instructions, w.tools], cap))),
+        ApiKind::Embeddings => completion_prompt(required.get(), cap),
         ApiKind::Conversations => Ok(Prompt::Text(concat_raw(&[Some(required)], cap))),
     }
 }
@@ -169,9 +194,8 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
 /// A completions prompt: a string, a list of strings, token ids, or a list of token-id lists.
 /// The shape is chosen from the leading characters, so each is decoded once, directly (an
 /// untagged enum would buffer the whole value first: 8K token ids cost ~300 µs that way).
-fn completion_prompt(raw: &RawValue, cap: usize) -> Result<Prompt, RequestError> {
+fn completion_prompt(text: &str, cap: usize) -> Result<Prompt, RequestError> {
     let invalid = || RequestError::InvalidField { field: "prompt", reason: "must be a string, strings or token ids" };
-    let text = raw.get();
     let inner = text.strip_prefix('[').map(|rest| rest.trim_start().chars().next());
     let prompt = match (text.chars().next(), inner) {
         (Some('"'), _) => serde_json::from_str::<String>(text).map(|t| Prompt::Text(truncate(t, cap))),
@@ -266,13 +290,13 @@ mod tests {
     }
 
     #[test]
-    fn extracts_model_stream_and_chat_prompt_with_tools_first() {
+    fn extracts_model_stream_and_chat_prompt_with_messages_first() {
         let body = r#"{"messages":[{"role":"system","content":"be brief"}],"tools":[{"t":1}], "model" : "m\u0031","stream":true}"#;
         let r = chat(body).unwrap();
         assert_eq!(r.model, "m1");
         assert!(r.stream);
         assert_eq!(&body[r.model_span.clone()], r#""m\u0031""#);
-        assert_eq!(r.prompt, Prompt::Text(r#"[{"t":1}][{"role":"system","content":"be brief"}]"#.into()));
+        assert_eq!(r.prompt, Prompt::Text(r#"[{"role":"system","content":"be brief"}][{"t":1}]"#.into()));
     }
 
     #[test]
@@ -311,6 +335,17 @@ mod tests {
         assert_eq!(ok.prompt, Prompt::Tokens(vec![1, 2, 3]));
         let empty = parse(ApiKind::Completions, br#"{"model":"m","prompt":[ ]}"#, 9).unwrap();
         assert_eq!(empty.prompt, Prompt::Tokens(vec![]));
+    }
+
+    #[test]
+    fn deep_nesting_and_invalid_utf8_are_named() {
+        let deep = format!(r#"{{"model":"m","prompt":"p","x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let err = parse(ApiKind::Completions, deep.as_bytes(), 9).unwrap_err();
+        assert!(matches!(err, RequestError::TooDeep { limit: 128 }), "{err}");
+        let mut bad = br#"{"model":"m","prompt":"ab"#.to_vec();
+        bad.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
+        let err = parse(ApiKind::Completions, &bad, 9).unwrap_err();
+        assert!(matches!(err, RequestError::NotUtf8 { at: 24 }), "{err}");
     }
 
     #[test]
