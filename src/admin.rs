@@ -1,4 +1,5 @@
-//! The metrics port (`--metrics-port`, 9090): Prometheus `/metrics`, plus the task that
+//! The metrics port (`--metrics-port`, 9090): Prometheus `/metrics`, `GET /debug/snapshot`
+//! (what the picker currently believes, as JSON: see [`debug_snapshot`]), plus the task that
 //! refreshes the pool gauges every `--refresh-prometheus-metrics-interval`.
 
 use crate::director::Director;
@@ -15,8 +16,20 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Serves `/metrics` on `listener` until `shutdown`; connections run on `tracker`.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, tracker: TaskTracker, shutdown: CancellationToken) {
+/// What the metrics port serves.
+pub struct AdminState {
+    pub registry: Registry,
+    pub director: Arc<Director>,
+    pub datastore: Arc<crate::datastore::Datastore>,
+    /// Where the active configuration came from (`--config-file <path>`, `--config-text`, or
+    /// the built-in default).
+    pub config_origin: String,
+    /// Metrics older than this are reported stale (`--metrics-staleness-threshold`).
+    pub staleness: Duration,
+}
+
+/// Serves the metrics port on `listener` until `shutdown`; connections run on `tracker`.
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>, tracker: TaskTracker, shutdown: CancellationToken) {
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -28,10 +41,10 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, tracker: Task
                 }
             },
         };
-        let registry = Arc::clone(&registry);
+        let state = Arc::clone(&state);
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| std::future::ready(Ok::<_, std::convert::Infallible>(handle(&req, &registry))));
+            let svc = hyper::service::service_fn(move |req| std::future::ready(Ok::<_, std::convert::Infallible>(handle(&req, &state))));
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::select! {
@@ -42,23 +55,84 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, tracker: Task
     }
 }
 
-fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
-    let reply = |status: StatusCode, ctype: &str, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        if let Ok(v) = http::HeaderValue::from_str(ctype) {
-            r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(ctype) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn handle(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "application/json", r#"{"error":{"message":"only GET is served","code":405}}"#.into());
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+                Ok(()) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
+            }
         }
-        r
-    };
-    if req.method() != Method::GET || req.uri().path() != "/metrics" {
-        return reply(StatusCode::NOT_FOUND, "application/json", r#"{"error":{"message":"not found; try GET /metrics","code":404}}"#.into());
+        "/debug/snapshot" => {
+            let body = debug_snapshot(state, Instant::now());
+            reply(StatusCode::OK, "application/json", serde_json::to_string_pretty(&body).unwrap_or_default())
+        }
+        _ => reply(StatusCode::NOT_FOUND, "application/json", r#"{"error":{"message":"not found; try GET /metrics or GET /debug/snapshot","code":404}}"#.into()),
     }
-    let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, registry) {
-        Ok(()) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
-    }
+}
+
+/// The picker's current view, for operators: every endpoint with its scraped metrics and their
+/// age, in-flight counts, the prefix index sizes and the active configuration.
+pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
+    let snapshot = state.datastore.snapshot();
+    let endpoints: Vec<serde_json::Value> = snapshot.iter().map(|s| endpoint_json(s, now, state.staleness)).collect();
+    let precise = state.director.precise_index();
+    let runtime = state.director.runtime();
+    serde_json::json!({
+        "pool": state.director.pool_name(),
+        "endpoints": endpoints,
+        "inflight_total": snapshot.iter().map(|s| u64::from(s.inflight())).sum::<u64>(),
+        "prefix_index": {
+            "approximate_blocks": state.director.prefix_index().size(),
+            "precise_entries": precise.entries(),
+            "precise_heap_bytes": precise.heap_bytes(),
+        },
+        "config": { "origin": state.config_origin, "text": runtime.source },
+        "metrics_staleness_ms": millis(state.staleness),
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn endpoint_json(s: &crate::datastore::EndpointState, now: Instant, staleness: Duration) -> serde_json::Value {
+    let e = &s.endpoint;
+    let metrics = s.metrics().map(|m| {
+        let age = m.age(now);
+        serde_json::json!({
+            "age_ms": millis(age),
+            "stale": age > staleness,
+            "waiting": m.waiting,
+            "running": m.running,
+            "kv_usage": m.kv_usage,
+            "lora": m.lora.as_ref().map(|l| serde_json::json!({ "running": l.running, "waiting": l.waiting, "max_loras": l.max_loras })),
+            "cache": m.cache.as_ref().map(|c| serde_json::json!({ "block_size": c.block_size, "num_blocks": c.num_blocks })),
+        })
+    });
+    serde_json::json!({
+        "name": e.name,
+        "address": e.id.to_string(),
+        "engine": format!("{:?}", e.engine),
+        "labels": e.labels,
+        "weight": e.weight,
+        "inflight": s.inflight(),
+        "dispatched_since_scrape": s.dispatched_since_scrape(),
+        "metrics": metrics,
+    })
 }
 
 /// Refreshes the pool gauges and prunes the prefix index of removed endpoints, until `shutdown`.

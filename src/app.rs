@@ -44,6 +44,7 @@ impl Listeners {
 pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
+    let telemetry = crate::telemetry::Telemetry::from_env()?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let info = InfoLabels { commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(), build_ref: env!("CARGO_PKG_VERSION").into() };
@@ -56,7 +57,8 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
     let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
-    tracker.spawn(admin::serve(listeners.metrics, Arc::new(registry), tracker.clone(), shutdown.clone()));
+    let admin_state = admin::AdminState { registry, director: Arc::clone(&director), datastore: Arc::clone(&datastore), config_origin: config_origin(&opts), staleness: opts.metrics_staleness_threshold };
+    tracker.spawn(admin::serve(listeners.metrics, Arc::new(admin_state), tracker.clone(), shutdown.clone()));
     let grpc = ExtProc::new(Arc::clone(&director), Limits { max_body_bytes: opts.max_request_body_bytes, body_timeout: opts.request_body_timeout });
     let mut ext = tonic::transport::Server::builder();
     if opts.secure_serving {
@@ -93,6 +95,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     shutdown.cancel();
     tracker.close();
     tracker.wait().await;
+    telemetry.shutdown().await;
     if failed.is_cancelled() {
         anyhow::bail!("a server failed; see the log");
     }
@@ -106,6 +109,15 @@ fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         _ => config::DEFAULT_CONFIG.to_owned(),
     };
     Ok(Runtime::build(&text, None)?)
+}
+
+/// Where the configuration comes from, for `/debug/snapshot`.
+fn config_origin(opts: &Options) -> String {
+    match (&opts.config_file, &opts.config_text) {
+        (Some(path), _) => format!("--config-file {}", path.display()),
+        (None, Some(_)) => "--config-text".to_owned(),
+        (None, None) => "default".to_owned(),
+    }
 }
 
 type EndpointSources = (Vec<crate::endpoint::Endpoint>, Option<std::path::PathBuf>);

@@ -218,17 +218,22 @@ impl Director {
         let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
+        let parse_span = crate::telemetry::child("parse");
         }
+        crate::telemetry::annotate(|| vec![opentelemetry::KeyValue::new("epp.model", req.model.clone()), opentelemetry::KeyValue::new("epp.stream", req.stream)]);
+        drop(parse_span);
         let body = (target != req.model).then(|| request::rewrite_model(inc.body, &req.model_span, &target));
         let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: priority.to_string() };
         self.metrics.request_total.get_or_create(&labels).inc();
         let lease = self.lease(primary, &req.model);
         Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease })
     }
+        let tokenize_span = crate::telemetry::child("tokenize");
 
     /// Routes a request without a body (GET and friends): load-aware, no prompt.
     pub fn route_bodyless(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
         let started = Instant::now();
+        drop(tokenize_span);
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
@@ -239,7 +244,9 @@ impl Director {
         let lease = self.lease(primary, "");
         Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease })
     }
+        let schedule_span = crate::telemetry::child("schedule");
 
+        drop(schedule_span);
     /// Records a finished response in the objective metrics.
     pub fn finish(&self, routed: &Routed, summary: &ResponseSummary) {
         let labels = ModelLabels { model_name: routed.model.clone(), target_model_name: routed.target_model.clone() };
@@ -404,3 +411,6 @@ fn in_subset(id: EndpointId, list: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests;
+        if let Ok(d) = &result {
+            crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
+        }

@@ -69,6 +69,8 @@ pub struct StreamMachine {
     /// balancer (`override_host`) may walk the fallback list.
     served: Option<String>,
 }
+    /// OpenTelemetry spans of this request (`None` when tracing is off).
+    trace: Option<crate::telemetry::RequestTrace>,
 
 impl StreamMachine {
     pub fn new(director: Arc<Director>, limits: Limits) -> Self {
@@ -85,6 +87,7 @@ impl StreamMachine {
             response: None,
             served: None,
         }
+            trace: None,
     }
 
     /// Whether the routing decision is still pending (the body deadline applies).
@@ -143,12 +146,13 @@ impl StreamMachine {
         self.meta.path = path.unwrap_or("/v1/completions").to_owned();
         self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
         self.meta.model_rewrite = wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
+        self.trace = crate::telemetry::RequestTrace::start(wire::find_header(map, "traceparent"), wire::find_header(map, "tracestate"));
         self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
         self.meta.objective = wire::find_header(map, "x-gateway-inference-objective").map(String::from);
         self.phase = Phase::Body;
         if h.end_of_stream {
             let inc = self.incoming(&[]);
-            match self.director.route_bodyless(&inc, &mut rand::rng()) {
+            match crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route_bodyless(&inc, &mut rand::rng())) {
                 Ok(routed) => {
                     let (common, md) = self.routing(&routed, None);
                     out.push(wire::request_headers(Some(common), Some(md)));
@@ -188,7 +192,7 @@ impl StreamMachine {
 
     /// The body is complete: route and answer. `body_eos` is false when trailers end the body.
     fn decide(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
-        let result = self.director.route(&self.incoming(&self.body), &mut rand::rng());
+        let result = crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route(&self.incoming(&self.body), &mut rand::rng()));
         let routed = match result {
             Ok(r) => r,
             Err(e) => return self.fail(e.into(), out),
@@ -241,6 +245,9 @@ impl StreamMachine {
         let stream = self.routed.as_ref().is_some_and(|r| r.stream);
         self.response = Some(ResponseTracker::new(status, wire::find_header(map, "content-type"), stream, rewrite));
         if let (Some(served), Some(routed)) = (&self.served, &self.routed) {
+        if let Some(t) = &mut self.trace {
+            t.response_started(status);
+        }
             if routed.destinations.first().map(ToString::to_string).as_deref() != Some(served.as_str()) {
                 tracing::debug!(served = %served, picked = %wire::destination_value(&routed.destinations), "gateway served a fallback endpoint");
                 self.director.metrics().served_fallbacks.inc();
@@ -288,11 +295,15 @@ impl StreamMachine {
         let (model_name, target_model_name) = self.error_models();
         let labels = ErrorLabels { model_name, target_model_name, error_code: code.name().to_owned() };
         self.director.metrics().request_error_total.get_or_create(&labels).inc();
+        self.trace = None; // ends the request's spans
         out.push(status::immediate(&err));
         self.phase = Phase::Done;
     }
 }
 
+        if let Some(t) = &self.trace {
+            t.fail(err.to_string());
+        }
 impl StreamMachine {
     /// Model labels for an error: the requested and target model when the body names one.
     /// Re-parsing happens only on this failure path; a body never read (413, 408) has none.
