@@ -19,11 +19,18 @@ fn render(values: &Value) -> Vec<Value> {
 }
 
 fn render_release(release: &str, values: &Value) -> Vec<Value> {
+    try_render(release, values).unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+/// Lints and renders; `Err` carries Helm's error text (a template's `fail`, say).
+fn try_render(release: &str, values: &Value) -> Result<Vec<Value>, String> {
     let venv = Command::new(root().join("hack/helm/venv.sh")).output().unwrap();
     assert!(venv.status.success(), "creating the helm venv failed: {}", String::from_utf8_lossy(&venv.stderr));
     let python = String::from_utf8(venv.stdout).unwrap().trim().to_owned();
     let out = Command::new(python).arg(root().join("hack/helm/render.py")).arg(root().join("charts/inferencepool")).args([release, "llm", &values.to_string()]).output().unwrap();
-    assert!(out.status.success(), "render failed: {}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let lint = &result["lint"];
     assert_eq!(lint["errors"], json!([]), "{lint}");
@@ -32,7 +39,7 @@ fn render_release(release: &str, values: &Value) -> Vec<Value> {
     for text in result["manifests"].as_object().unwrap().values() {
         objects.extend(yaml_docs(text.as_str().unwrap()));
     }
-    objects
+    Ok(objects)
 }
 
 /// Decodes `v` as `T` and checks that nothing was lost (unknown or misspelled fields);
@@ -78,6 +85,8 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceModelRewrite") => drop(typed::<epp::crd::rewrite::InferenceModelRewrite>(o)),
             ("apps/v1", "Deployment") => drop(typed::<Deployment>(o)),
             ("gateway.networking.k8s.io/v1", "Gateway" | "GatewayClass" | "HTTPRoute") => assert!(o["spec"].is_object()),
+            ("networking.gke.io/v1", "HealthCheckPolicy" | "GCPBackendPolicy") => assert_eq!(o["spec"]["targetRef"]["kind"], "InferencePool"),
+            ("networking.istio.io/v1beta1", "DestinationRule") => assert!(o["spec"]["host"].is_string()),
             ("monitoring.coreos.com/v1", "ServiceMonitor") => assert_eq!(o["spec"]["endpoints"][0]["port"], "http-metrics"),
             (api, kind) => panic!("unexpected object {api} {kind}"),
         }
@@ -118,6 +127,62 @@ fn replicas_monitoring_objectives_and_the_old_pool_api_render() {
     assert!(kinds.contains(&"ServiceMonitor".to_owned()) && kinds.contains(&"InferenceObjective".to_owned()) && kinds.contains(&"InferenceModel".to_owned()));
     let lease_rules = objects.iter().find(|o| o["metadata"]["name"] == "llama-epp-leader-election" && o["kind"] == "Role").unwrap();
     assert_eq!(lease_rules["rules"][0]["resources"], json!(["leases"]));
+    assert_eq!(lease_rules["rules"][1], json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}), "events as upstream's leader-election role");
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
+}
+
+#[test]
+fn the_image_defaults_to_the_charts_app_version() {
+    let objects = render(&json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}}));
+    let chart: Value = serde_yaml::from_str(&std::fs::read_to_string(root().join("charts/inferencepool/Chart.yaml")).unwrap()).unwrap();
+    let image = &find(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert_eq!(image.as_str().unwrap(), format!("ghcr.io/epp-rs/epp:{}", chart["appVersion"].as_str().unwrap()));
+    assert!(std::fs::read_to_string(root().join("Dockerfile")).unwrap().contains("ghcr.io/epp-rs/epp:"), "the Dockerfile documents the image name");
+}
+
+#[test]
+fn the_gke_provider_adds_health_check_and_backend_policies_for_the_pool() {
+    let values = |protocol: &str| json!({"provider": {"name": "gke"}, "inferencePool": {"modelServerProtocol": protocol, "targetPorts": [{"number": 8200}, {"number": 8201}], "modelServers": {"matchLabels": {"app": "vllm"}}}});
+    let objects = render(&values("http"));
+    let kinds = check_objects(&objects);
+    assert!(kinds.contains(&"HealthCheckPolicy".to_owned()) && kinds.contains(&"GCPBackendPolicy".to_owned()), "{kinds:?}");
+    let pool = find(&objects, "InferencePool");
+    let target = json!({"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool["metadata"]["name"]});
+    let hc = find(&objects, "HealthCheckPolicy");
+    assert_eq!(hc["spec"]["targetRef"], target);
+    assert_eq!(hc["spec"]["default"], json!({"timeoutSec": 2, "checkIntervalSec": 2, "config": {"type": "HTTP", "httpHealthCheck": {"requestPath": "/health", "port": 8200}}}));
+    let bp = find(&objects, "GCPBackendPolicy");
+    assert_eq!(bp["spec"], json!({"targetRef": target, "default": {"timeoutSec": 300, "logging": {"enabled": true}}}));
+    let grpc = render(&values("grpc"));
+    let config = &find(&grpc, "HealthCheckPolicy")["spec"]["default"]["config"];
+    assert_eq!(config["type"], "GRPC");
+    assert_eq!(config["grpcHealthCheck"], json!({"portSpecification": "USE_FIXED_PORT", "port": 8200, "grpcServiceName": "/vllm.grpc.engine.VllmEngine/HealthCheck"}));
+    assert!(!kinds.contains(&"DestinationRule".to_owned()));
+}
+
+#[test]
+fn the_istio_provider_adds_a_tls_destination_rule_for_epps_service() {
+    let base = json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}});
+    let mut values = base.clone();
+    values["provider"] = json!({"name": "istio", "istio": {"destinationRule": {"trafficPolicy": {"connectionPool": {"http": {"maxRequestsPerConnection": 256000}}}}}});
+    let objects = render(&values);
+    let kinds = check_objects(&objects);
+    assert!(!kinds.contains(&"HealthCheckPolicy".to_owned()));
+    let service = find(&objects, "Service");
+    let dr = find(&objects, "DestinationRule");
+    assert_eq!(dr["spec"]["host"].as_str().unwrap(), format!("{}.llm.svc.cluster.local", service["metadata"]["name"].as_str().unwrap()));
+    assert_eq!(dr["spec"]["trafficPolicy"], json!({"tls": {"mode": "SIMPLE", "insecureSkipVerify": true}, "connectionPool": {"http": {"maxRequestsPerConnection": 256000}}}));
+    values["provider"]["istio"]["destinationRule"]["host"] = json!("epp.example.internal");
+    assert_eq!(find(&render(&values), "DestinationRule")["spec"]["host"], "epp.example.internal");
+    let none = check_objects(&render(&base));
+    assert!(!none.iter().any(|k| ["DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy"].contains(&k.as_str())), "{none:?}");
+    let mut bogus = base;
+    bogus["provider"] = json!({"name": "aws"});
+    let err = try_render("llama", &bogus).unwrap_err();
+    assert!(err.contains("provider.name \"aws\" is not one of gke, istio, none"), "{err}");
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {

@@ -1,0 +1,23 @@
+# The epp image: `docker build -t ghcr.io/epp-rs/epp:0.1.0 .` from the repository root.
+# The Helm chart (charts/inferencepool) runs ghcr.io/epp-rs/epp:<appVersion> by default;
+# push the image under that name, or set inferenceExtension.image.{hub,name,tag}.
+#
+# Stage 1 builds the release binary with the locked dependency set (the workspace manifest
+# names the e2e crate, so it is copied too; only the epp package is compiled).
+FROM docker.io/library/rust:1.89-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock clippy.toml ./
+COPY src ./src
+COPY e2e ./e2e
+COPY config ./config
+RUN cargo build --release --locked -p epp --bin epp \
+ && install -D target/release/epp /out/epp
+
+# Stage 2: glibc and libgcc only, no shell, non-root (uid 65532). epp needs no files at run
+# time: the tokenizer vocabularies are compiled in and its TLS certificate is generated in memory.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/epp /epp
+# ext_proc gRPC, gRPC health, Prometheus metrics.
+EXPOSE 9002 9003 9090
+USER 65532:65532
+ENTRYPOINT ["/epp"]
