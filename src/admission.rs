@@ -79,7 +79,7 @@ mod tests {
     use super::*;
 
     fn m(waiting: f64, kv: f64, age_ms: u64, now: Instant) -> EndpointMetrics {
-        EndpointMetrics { waiting, running: 0.0, kv_usage: kv, lora: None, cache: None, updated: now - Duration::from_millis(age_ms) }
+        EndpointMetrics { waiting, running: 0.0, kv_usage: kv, lora: None, cache: None, gpu: None, updated: now - Duration::from_millis(age_ms) }
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub struct Incoming<'a> {
     pub test_endpoint_selection: Option<&'a str>,
     /// `x-gateway-inference-objective`: the InferenceObjective giving the request's priority.
     pub objective: Option<&'a str>,
+    /// `x-session-token`: the session's endpoint, as a previous response told the client.
+    pub session_token: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +127,9 @@ pub struct Routed {
     pub stream: bool,
     pub started: Instant,
     pub lease: Lease,
+    /// The `x-session-token` response header value (the primary's token) when a
+    /// `session-affinity-scorer` is configured.
+    pub session_token: Option<String>,
 }
 
 /// Usage and size figures of a finished response, for metrics.
@@ -213,6 +218,9 @@ impl Director {
             prefix_total_blocks: lookup.as_ref().map_or(0, |l| l.hashes.len()),
             block_size: lookup.as_ref().map_or(16, |l| l.block_size),
             test_endpoint_selection: inc.test_endpoint_selection,
+            session_token: inc.session_token,
+            session_endpoint: session_endpoint(&states, inc.session_token),
+            affinity_key: affinity_key(inc.session_token, lookup.as_ref().and_then(|l| l.hashes.first().copied())),
         };
         let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
@@ -226,7 +234,8 @@ impl Director {
         let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: priority.to_string() };
         self.metrics.request_total.get_or_create(&labels).inc();
         let lease = self.lease(primary, &req.model);
-        Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease })
+        let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
+        Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease, session_token })
     }
         let tokenize_span = crate::telemetry::child("tokenize");
 
@@ -238,11 +247,19 @@ impl Director {
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
         let candidates = self.candidates(&states, None);
-        let sreq = SchedulingRequest { block_size: 16, test_endpoint_selection: inc.test_endpoint_selection, ..Default::default() };
+        let sreq = SchedulingRequest {
+            block_size: 16,
+            test_endpoint_selection: inc.test_endpoint_selection,
+            session_token: inc.session_token,
+            session_endpoint: session_endpoint(&states, inc.session_token),
+            affinity_key: affinity_key(inc.session_token, None),
+            ..Default::default()
+        };
         let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
         let lease = self.lease(primary, "");
-        Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease })
+        let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
+        Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease, session_token })
     }
         let schedule_span = crate::telemetry::child("schedule");
 
@@ -397,6 +414,20 @@ impl Director {
         let running = self.metrics.running_requests.get_or_create(&RunningLabels { model_name: model.to_owned() }).clone();
         running.inc();
         Lease { _inflight: primary.acquire(), running }
+    }
+}
+
+/// The candidate a session token names (the token is base64 of the endpoint name).
+fn session_endpoint(states: &[&Arc<EndpointState>], token: Option<&str>) -> Option<EndpointId> {
+    let name = scheduling::scorer::decode_token(token?)?;
+    states.iter().find(|s| s.endpoint.name == name).map(|s| s.id())
+}
+
+/// The consistent-hash key: the session token's hash, else the first prompt block hash.
+fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
+    match token.filter(|t| !t.is_empty()) {
+        Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
+        None => first_block,
     }
 }
 

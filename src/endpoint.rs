@@ -108,6 +108,20 @@ pub struct CacheInfo {
     pub num_blocks: u64,
 }
 
+/// GPU readings from the NVIDIA DCGM exporter (`DCGM_FI_DEV_*`), aggregated over the GPUs a
+/// pod uses: a tensor-parallel pod is as constrained as its fullest GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuMetrics {
+    /// Mean `DCGM_FI_DEV_GPU_UTIL` as a fraction in 0..=1 (the exporter reports percent).
+    pub utilization: Option<f64>,
+    /// Sum of `DCGM_FI_DEV_FB_USED` over the GPUs, MiB.
+    pub fb_used_mib: Option<f64>,
+    /// Smallest `DCGM_FI_DEV_FB_FREE` over the GPUs, MiB: the headroom of the fullest GPU.
+    pub fb_free_mib: Option<f64>,
+    /// How many GPUs reported.
+    pub devices: u32,
+}
+
 /// One successful scrape of an endpoint's metrics.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndpointMetrics {
@@ -117,6 +131,8 @@ pub struct EndpointMetrics {
     pub kv_usage: f64,
     pub lora: Option<LoraState>,
     pub cache: Option<CacheInfo>,
+    /// NVIDIA DCGM exporter readings, when the scrape carried them.
+    pub gpu: Option<GpuMetrics>,
     /// When the scrape completed; staleness is measured from here.
     pub updated: Instant,
 }

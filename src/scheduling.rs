@@ -58,6 +58,15 @@ pub struct SchedulingRequest<'a> {
 /// The chosen endpoints in rank order (first is primary), with every candidate's total score.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
+    /// The `x-session-token` header as the client sent it (opaque; hashed by the
+    /// consistent-hash picker).
+    pub session_token: Option<&'a str>,
+    /// The endpoint the session token names, resolved by the director against the snapshot
+    /// (`None` when there is no token, it does not decode, or that endpoint is gone).
+    pub session_endpoint: Option<EndpointId>,
+    /// Key for hash-based affinity: a hash of the session token when present, else the first
+    /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
+    pub affinity_key: Option<u64>,
     pub endpoints: Vec<EndpointId>,
     pub scores: Vec<(EndpointId, f64)>,
 }
@@ -97,7 +106,7 @@ impl Scheduler {
         }
         let totals = self.score(req, &pool);
         let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
-        let endpoints = self.picker.pick(&scored, rng);
+        let endpoints = self.picker.pick(req, &scored, rng);
         let scores = scored.iter().map(|(c, s)| (c.id, *s)).collect();
         Ok(Decision { endpoints, scores })
     }
@@ -132,6 +141,11 @@ impl Scheduler {
         self.picker.max_endpoints()
     }
 }
+
+    /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
+    pub fn session_affinity(&self) -> bool {
+        self.scorers.iter().any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+    }
 
 /// Plugin types that upstream configurations name and that epp accepts without a plugin of its
 /// own, because epp does the same thing built in (profile handling, parsing, metric collection).
@@ -249,7 +263,7 @@ mod tests {
     }
 
     fn req(total: usize) -> SchedulingRequest<'static> {
-        SchedulingRequest { target_model: "m", prefix_total_blocks: total, block_size: 16, test_endpoint_selection: None }
+        SchedulingRequest { target_model: "m", prefix_total_blocks: total, block_size: 16, ..Default::default() }
     }
 
     #[test]

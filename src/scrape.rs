@@ -5,6 +5,7 @@
 //! they age past the staleness threshold and the scheduler then treats the endpoint as a last
 //! resort. Failures are logged once per failing streak and counted in `epp_metrics_scrapes`.
 
+pub mod dcgm;
 pub mod parse;
 
 use crate::datastore::{Datastore, EndpointState};

@@ -112,7 +112,7 @@ fn bench(c: &mut Criterion) {
                     c.prefix_blocks = *n;
                 }
             }
-            let req = SchedulingRequest { target_model: "m", prefix_total_blocks: hashes.len(), block_size: 16, test_endpoint_selection: None };
+            let req = SchedulingRequest { target_model: "m", prefix_total_blocks: hashes.len(), block_size: 16, ..Default::default() };
             let d = runtime.scheduler.schedule(&req, &cands, &mut rng).expect("decision");
             index.record(d.endpoints[0], &hashes, 30_000);
             black_box(d.endpoints.len())

@@ -17,7 +17,7 @@ pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> 
     for (i, s) in ds.snapshot().iter().enumerate() {
         let cache = Some(CacheInfo { block_size: 16, num_blocks: 30_000 });
         let updated = Instant::now() + Duration::from_secs(3600);
-        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, updated });
+        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, gpu: None, updated });
     }
     let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
     let opts = DirectorOptions { pool_name: "bench".into(), staleness: Duration::from_secs(7200), subset_filter: true };

@@ -14,7 +14,7 @@ fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
 
 fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
     let id: EndpointId = format!("127.0.0.1:{port}").parse().unwrap();
-    let m = EndpointMetrics { waiting, running: 0.0, kv_usage: 0.1, lora: None, cache: None, updated: Instant::now() - age };
+    let m = EndpointMetrics { waiting, running: 0.0, kv_usage: 0.1, lora: None, cache: None, gpu: None, updated: Instant::now() - age };
     ds.snapshot().get(&id).unwrap().store_metrics(m);
 }
 

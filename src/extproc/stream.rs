@@ -50,6 +50,7 @@ struct RequestMeta {
     test_selection: Option<String>,
     objective: Option<String>,
     subset: Option<Vec<String>>,
+    session_token: Option<String>,
 }
 
 pub struct StreamMachine {
@@ -149,6 +150,7 @@ impl StreamMachine {
         self.trace = crate::telemetry::RequestTrace::start(wire::find_header(map, "traceparent"), wire::find_header(map, "tracestate"));
         self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
         self.meta.objective = wire::find_header(map, "x-gateway-inference-objective").map(String::from);
+        self.meta.session_token = wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
         self.phase = Phase::Body;
         if h.end_of_stream {
             let inc = self.incoming(&[]);
@@ -222,6 +224,7 @@ impl StreamMachine {
             subset: self.meta.subset.as_deref(),
             test_endpoint_selection: self.meta.test_selection.as_deref(),
             objective: self.meta.objective.as_deref(),
+            session_token: self.meta.session_token.as_deref(),
         }
     }
 
@@ -253,10 +256,15 @@ impl StreamMachine {
                 self.director.metrics().served_fallbacks.inc();
             }
         }
-        let common = self.director.runtime().served_verifier.then(|| {
+        let mut set = Vec::new();
+        if self.director.runtime().served_verifier {
             let value = self.served.clone().unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
-            wire::routing_common(vec![wire::set_header(SERVED_VERIFIER_HEADER, &value)])
-        });
+            set.push(wire::set_header(SERVED_VERIFIER_HEADER, &value));
+        }
+        if let Some(token) = self.routed.as_ref().and_then(|r| r.session_token.as_deref()) {
+            set.push(wire::set_header(crate::scheduling::scorer::SESSION_HEADER, token));
+        }
+        let common = (!set.is_empty()).then(|| wire::routing_common(set));
         out.push(wire::response_headers(common.map(|mut c| {
             c.clear_route_cache = false;
             c

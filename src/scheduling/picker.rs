@@ -1,16 +1,25 @@
 //! Pickers: choose the destination endpoints, in rank order, from the scored candidates.
 //! One per file under `picker/`. All take `maxNumOfEndpoints` (default 1); more than one
-//! yields a fallback list the gateway may walk on retry.
+//! yields a fallback list the gateway may walk on retry (see `config/envoy/` and the README's
+//! "Fallback lists").
 
+mod consistent_hash;
+mod least_request;
 mod max_score;
+mod p2c;
 mod random;
+mod round_robin;
 mod weighted_random;
 
-use super::Candidate;
+use super::{Candidate, SchedulingRequest};
 use crate::endpoint::EndpointId;
+pub use consistent_hash::{ConsistentHashParams, ConsistentHashPicker};
+pub use least_request::WeightedLeastRequestPicker;
 pub use max_score::MaxScorePicker;
+pub use p2c::PowerOfTwoChoicesPicker;
 use rand::Rng;
 pub use random::RandomPicker;
+pub use round_robin::RoundRobinPicker;
 pub use weighted_random::WeightedRandomPicker;
 
 /// Parameters every picker accepts.
@@ -31,6 +40,10 @@ pub enum Picker {
     MaxScore(MaxScorePicker),
     Random(RandomPicker),
     WeightedRandom(WeightedRandomPicker),
+    RoundRobin(RoundRobinPicker),
+    WeightedLeastRequest(WeightedLeastRequestPicker),
+    PowerOfTwoChoices(PowerOfTwoChoicesPicker),
+    ConsistentHash(ConsistentHashPicker),
 }
 
 impl Default for Picker {
@@ -39,13 +52,17 @@ impl Default for Picker {
     }
 }
 
+fn invalid(message: String) -> serde_yaml::Error {
+    <serde_yaml::Error as serde::de::Error>::custom(message)
+}
+
 impl Picker {
     /// Builds the picker for `plugin_type`, or `None` when the type is not a picker.
     pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
         let params = || -> Result<PickerParams, serde_yaml::Error> {
             let params: PickerParams = super::scorer::params(p)?;
             if params.max_num_of_endpoints == 0 {
-                return Err(<serde_yaml::Error as serde::de::Error>::custom("maxNumOfEndpoints must be >= 1"));
+                return Err(invalid("maxNumOfEndpoints must be >= 1".into()));
             }
             Ok(params)
         };
@@ -53,15 +70,27 @@ impl Picker {
             MaxScorePicker::TYPE => Self::MaxScore(MaxScorePicker { params: params()? }),
             RandomPicker::TYPE => Self::Random(RandomPicker { params: params()? }),
             WeightedRandomPicker::TYPE => Self::WeightedRandom(WeightedRandomPicker { params: params()? }),
+            RoundRobinPicker::TYPE => Self::RoundRobin(RoundRobinPicker::new(params()?, false)),
+            RoundRobinPicker::WEIGHTED_TYPE => Self::RoundRobin(RoundRobinPicker::new(params()?, true)),
+            WeightedLeastRequestPicker::TYPE => Self::WeightedLeastRequest(WeightedLeastRequestPicker { params: params()? }),
+            PowerOfTwoChoicesPicker::TYPE | PowerOfTwoChoicesPicker::ALIAS => Self::PowerOfTwoChoices(PowerOfTwoChoicesPicker { params: params()? }),
+            ConsistentHashPicker::TYPE => {
+                let params: ConsistentHashParams = super::scorer::params(p)?;
+                Self::ConsistentHash(ConsistentHashPicker { params: params.validate().map_err(invalid)? })
+            }
             _ => return Ok(None),
         }))
     }
 
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub fn pick(&self, req: &SchedulingRequest<'_>, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         match self {
             Self::MaxScore(p) => p.pick(scored, rng),
             Self::Random(p) => p.pick(scored, rng),
             Self::WeightedRandom(p) => p.pick(scored, rng),
+            Self::RoundRobin(p) => p.pick(scored),
+            Self::WeightedLeastRequest(p) => p.pick(scored, rng),
+            Self::PowerOfTwoChoices(p) => p.pick(scored, rng),
+            Self::ConsistentHash(p) => p.pick(req, scored, rng),
         }
     }
 
@@ -70,6 +99,36 @@ impl Picker {
             Self::MaxScore(p) => p.params.max_num_of_endpoints,
             Self::Random(p) => p.params.max_num_of_endpoints,
             Self::WeightedRandom(p) => p.params.max_num_of_endpoints,
+            Self::RoundRobin(p) => p.params.max_num_of_endpoints,
+            Self::WeightedLeastRequest(p) => p.params.max_num_of_endpoints,
+            Self::PowerOfTwoChoices(p) => p.params.max_num_of_endpoints,
+            Self::ConsistentHash(p) => p.params.max_num_of_endpoints,
         }
+    }
+}
+
+/// `primary` first, then up to `n - 1` other candidates by descending score (candidate order
+/// among equal scores): the fallback list of pickers whose primary is not the best score.
+pub(crate) fn fill_by_score(primary: EndpointId, scored: &[(&Candidate, f64)], n: usize) -> Vec<EndpointId> {
+    let mut rest: Vec<(EndpointId, f64)> = scored.iter().filter(|(c, _)| c.id != primary).map(|(c, s)| (c.id, *s)).collect();
+    rest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    std::iter::once(primary).chain(rest.into_iter().map(|(id, _)| id)).take(n.max(1)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_picker_type_builds_and_bad_parameters_are_rejected() {
+        let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
+        for t in ["max-score-picker", "random-picker", "weighted-random-picker", "round-robin-picker", "weighted-round-robin-picker", "weighted-least-request-picker", "power-of-two-choices-picker", "p2c", "consistent-hash-picker"] {
+            let p = Picker::build(t, &yaml("{maxNumOfEndpoints: 2}")).unwrap().unwrap();
+            assert_eq!(p.max_endpoints(), 2, "{t}");
+            assert!(Picker::build(t, &yaml("{maxNumOfEndpoints: 0}")).is_err(), "{t}");
+            assert!(Picker::build(t, &yaml("{bogus: 1}")).is_err(), "{t}");
+        }
+        assert!(Picker::build("consistent-hash-picker", &yaml("{loadFactor: 0.9}")).unwrap_err().to_string().contains("loadFactor"));
+        assert!(Picker::build("queue-scorer", &serde_yaml::Value::Null).unwrap().is_none());
     }
 }

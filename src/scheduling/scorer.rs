@@ -1,5 +1,6 @@
 //! Scorers: rate each candidate in [0, 1] (higher is better). One per file under `scorer/`.
 
+mod gpu_utilization;
 mod kv_cache;
 mod lora_affinity;
 mod precise_prefix;
@@ -7,8 +8,10 @@ mod prefix;
 mod queue;
 mod running_requests;
 
+mod session_affinity;
 use super::{Candidate, SchedulingRequest};
 pub use kv_cache::KvCacheScorer;
+pub use gpu_utilization::GpuUtilizationScorer;
 pub use lora_affinity::LoraAffinityScorer;
 pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
@@ -16,6 +19,7 @@ pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
 
 /// Decodes plugin parameters strictly; absent parameters mean the defaults.
+pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
 pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(v: &serde_yaml::Value) -> Result<T, serde_yaml::Error> {
     if v.is_null() {
         Ok(T::default())
@@ -35,6 +39,8 @@ pub enum Scorer {
     RunningRequests(RunningRequestsScorer),
 }
 
+    SessionAffinity(SessionAffinityScorer),
+    GpuUtilization(GpuUtilizationScorer),
 impl Scorer {
     /// Builds the scorer for `plugin_type`, or `None` when the type is not a scorer.
     pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
@@ -47,6 +53,8 @@ impl Scorer {
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             _ => return Ok(None),
         }))
+            SessionAffinityScorer::TYPE => Self::SessionAffinity(params(p)?),
+            GpuUtilizationScorer::TYPE => Self::GpuUtilization(params::<GpuUtilizationScorer>(p)?.validate().map_err(<serde_yaml::Error as serde::de::Error>::custom)?),
     }
 
     /// Writes one score per candidate of `pool` into `out` (same length).
@@ -60,6 +68,8 @@ impl Scorer {
             Self::RunningRequests(s) => s.score(pool, out),
         }
     }
+            Self::SessionAffinity(s) => s.score(req, pool, out),
+            Self::GpuUtilization(s) => s.score(pool, out),
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {
         match self {

@@ -164,6 +164,7 @@ pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointM
     let mut kv: Vec<Option<f64>> = vec![None; n.kv.len()];
     let (mut block_size, mut num_blocks) = (None, None);
     let mut lora: Option<(f64, LoraState)> = None;
+    let mut gpu = super::dcgm::GpuAccumulator::new(None);
     for s in samples(text) {
         if n.waiting.matches(&s) {
             *waiting.get_or_insert(0.0) += s.value;
@@ -175,6 +176,8 @@ pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointM
             if lora.as_ref().is_none_or(|(ts, _)| s.value > *ts) {
                 lora = Some((s.value, lora_state(&s)));
             }
+        } else if super::dcgm::GpuAccumulator::wants(s.name) {
+            gpu.observe(&s);
         } else {
             cache_field(&n.cache, &s, &mut block_size, &mut num_blocks);
         }
@@ -189,6 +192,7 @@ pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointM
         kv_usage: kv.into_iter().flatten().next().ok_or(ExtractError::Missing(n.kv[0].0))?,
         lora: lora.map(|(_, l)| l),
         cache,
+        gpu: gpu.finish(),
         updated: now,
     })
 }

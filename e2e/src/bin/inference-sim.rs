@@ -160,6 +160,9 @@ struct MetricsArgs {
     /// Omit the `_created` gauges (vLLM with --api-server-count > 1).
     #[arg(long)]
     no_created_series: bool,
+    /// Append NVIDIA DCGM exporter series (GPU util, framebuffer used/free).
+    #[arg(long)]
+    dcgm_metrics: bool,
     /// Omit usage.prompt_tokens_details.cached_tokens.
     #[arg(long)]
     no_prompt_tokens_details: bool,
@@ -294,6 +297,7 @@ impl Args {
             metrics: MetricsOptions {
                 kv_usage: self.metrics.kv_usage_metric,
                 created_series: !self.metrics.no_created_series,
+                dcgm: self.metrics.dcgm_metrics,
             },
             kv_events: self.kv_events(i, addr),
             faults: Faults {
@@ -303,6 +307,7 @@ impl Args {
                 hang: f.hang,
                 stall_metrics: f.stall_metrics,
                 unhealthy: false,
+                gpu_memory_exhausted: false,
             },
         }
     }

@@ -162,11 +162,14 @@ pub struct MetricsOptions {
     /// Emit `<name>_created` gauges after counters and histograms, as a single
     /// API server's default registry does.
     pub created_series: bool,
+    /// Append NVIDIA DCGM exporter series (GPU util, framebuffer used/free), as a
+    /// dcgm-exporter sidecar would (`--dcgm-metrics`).
+    pub dcgm: bool,
 }
 
 impl Default for MetricsOptions {
     fn default() -> Self {
-        Self { kv_usage: KvUsageMetric::Both, created_series: true }
+        Self { kv_usage: KvUsageMetric::Both, created_series: true, dcgm: false }
     }
 }
 

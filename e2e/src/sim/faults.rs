@@ -12,6 +12,7 @@
 //! | `hang` | inference requests are accepted and never answered while set |
 //! | `stall_metrics` | `/metrics` keeps serving the text it had when the stall began |
 //! | `unhealthy` | `/health` answers 503 |
+//! | `gpu_memory_exhausted` | DCGM series report the GPU memory full (`/health` still 200) |
 //!
 //! Start-up delay and killing/restarting a pod live in `pod` and `cluster`.
 
@@ -39,6 +40,8 @@ pub struct Faults {
     pub stall_metrics: bool,
     /// Fail `/health`.
     pub unhealthy: bool,
+    /// Report the framebuffer exhausted in the DCGM series (needs `--dcgm-metrics`).
+    pub gpu_memory_exhausted: bool,
 }
 
 impl Default for Faults {
@@ -50,6 +53,7 @@ impl Default for Faults {
             hang: false,
             stall_metrics: false,
             unhealthy: false,
+            gpu_memory_exhausted: false,
         }
     }
 }

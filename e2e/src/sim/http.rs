@@ -143,7 +143,11 @@ fn metrics(state: &PodState) -> Response<Body> {
         None => {
             let mut m = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
             m.initialised = state.ready();
-            let text = render(&m, &state.cfg);
+            let mut text = render(&m, &state.cfg);
+            if state.cfg.metrics.dcgm {
+                let exhausted = state.faults.current().gpu_memory_exhausted;
+                super::metrics::dcgm::append(&mut text, &m.gauges, &state.cfg, exhausted);
+            }
             if stalled {
                 *frozen = Some(text.clone());
             }

@@ -11,6 +11,7 @@
 
 use super::engine::{EngineGauges, FinishReason, StepReport};
 
+pub mod dcgm;
 mod exposition;
 
 pub use exposition::{py_float, render};

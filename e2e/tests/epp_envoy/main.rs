@@ -10,6 +10,7 @@
 
 mod body;
 mod errors;
+mod policies;
 mod routing;
 mod scheduling;
 mod support;

@@ -12,6 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 
 pub const ACTIVE_PORTS_ANNOTATION: &str = "inference.networking.k8s.io/active-ports";
 pub const ENGINE_TYPE_LABEL: &str = "inference.networking.k8s.io/engine-type";
+/// Relative capacity for weighted pickers: an annotation, else a label; a positive integer.
+pub const WEIGHT_KEY: &str = "inference.networking.k8s.io/weight";
 
 /// Which pods and ports make up the pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,14 +55,28 @@ fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let engine = labels.get(ENGINE_TYPE_LABEL).and_then(|v| EngineType::from_label(v)).unwrap_or_default();
+    let weight = pod_weight(pod, &labels);
     let active: Option<Vec<u16>> = pod.metadata.annotations.as_ref().and_then(|a| a.get(ACTIVE_PORTS_ANNOTATION)).map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect());
     target
         .ports
         .iter()
         .enumerate()
         .filter(|(_, port)| active.as_ref().is_none_or(|a| a.contains(port)))
-        .map(|(rank, port)| Endpoint { id: EndpointId(SocketAddr::new(ip, *port)), name: format!("{name}-rank-{rank}"), engine, labels: labels.clone(), weight: 1 })
+        .map(|(rank, port)| Endpoint { id: EndpointId(SocketAddr::new(ip, *port)), name: format!("{name}-rank-{rank}"), engine, labels: labels.clone(), weight })
         .collect()
+}
+
+/// The `inference.networking.k8s.io/weight` annotation, else label; 1 when absent or invalid.
+fn pod_weight(pod: &Pod, labels: &std::collections::BTreeMap<String, String>) -> u32 {
+    let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(WEIGHT_KEY));
+    match annotation.or_else(|| labels.get(WEIGHT_KEY)).map(|v| v.trim().parse::<u32>()) {
+        Some(Ok(w)) => w,
+        Some(Err(_)) => {
+            tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or(""), "invalid {WEIGHT_KEY} (not a non-negative integer); using 1");
+            1
+        }
+        None => 1,
+    }
 }
 
 #[cfg(test)]
@@ -95,5 +111,18 @@ mod tests {
         let ids: Vec<String> = eps.iter().map(|e| format!("{} {}", e.id, e.name)).collect();
         assert_eq!(ids, ["10.0.0.1:8000 a-rank-0", "10.0.0.1:8001 a-rank-1", "10.0.0.4:8001 d-rank-1"]);
         assert_eq!(eps[0].engine, EngineType::Sglang);
+    }
+
+    #[test]
+    fn weight_comes_from_the_annotation_then_the_label() {
+        let target = PoolTarget { selector: [("app".to_owned(), "vllm".to_owned())].into(), ports: vec![8000] };
+        let pods = [
+            pod("a", "10.0.0.1", true, json!({"annotations": {WEIGHT_KEY: "5"}, "labels": {"app": "vllm", WEIGHT_KEY: "2"}})),
+            pod("b", "10.0.0.2", true, json!({"labels": {"app": "vllm", WEIGHT_KEY: "2"}})),
+            pod("c", "10.0.0.3", true, json!({"annotations": {WEIGHT_KEY: "heavy"}})),
+            pod("d", "10.0.0.4", true, json!({})),
+        ];
+        let weights: Vec<u32> = endpoints(&target, &pods).iter().map(|e| e.weight).collect();
+        assert_eq!(weights, [5, 2, 1, 1]);
     }
 }

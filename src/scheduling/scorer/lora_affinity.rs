@@ -39,7 +39,7 @@ mod tests {
             waiting: waiting.iter().map(|s| s.to_string()).collect(),
             max_loras: max,
         };
-        let m = EndpointMetrics { waiting: 0.0, running: 0.0, kv_usage: 0.0, lora: Some(lora), cache: None, updated: Instant::now() };
+        let m = EndpointMetrics { waiting: 0.0, running: 0.0, kv_usage: 0.0, lora: Some(lora), cache: None, gpu: None, updated: Instant::now() };
         c.metrics = Some(Arc::new(m));
         c
     }
