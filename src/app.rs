@@ -141,6 +141,10 @@ fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Da
     }
     let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout };
     tracker.spawn(scrape::run(Arc::clone(datastore), Arc::clone(director.metrics()), sopts, tracker.clone(), shutdown.clone()));
+    if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
+        let popts = crate::probe::ProbeOptions { interval, timeout: opts.health_check_timeout, path: opts.health_check_path.clone() };
+        tracker.spawn(crate::probe::run(Arc::clone(datastore), Arc::clone(director.metrics()), popts, tracker.clone(), shutdown.clone()));
+    }
     let kv = kvevents::KvEventsOptions { port: opts.kv_events_port, replay_port: opts.kv_events_replay_port };
     tracker.spawn(kvevents::run(Arc::clone(datastore), Arc::clone(director.precise_index()), kv, tracker.clone(), shutdown.clone()));
     let every = opts.refresh_prometheus_metrics_interval;

@@ -4,14 +4,70 @@
 //! writer: discovery replaces the endpoint set; each endpoint's scraper stores that endpoint's
 //! metrics; the director counts what it dispatched. An endpoint that survives a set replacement
 //! keeps its state (metrics, counters), so re-reading an unchanged endpoints file costs nothing.
+//!
+//! The response phase reports each request's outcome ([`Observation`]: status, connection
+//! failure, TTFT, TPOT) into the served endpoint's passive state: a peak-EWMA of its latency
+//! (`latency`) and its outlier-detection / slow-start state (`health`), one small mutex per
+//! endpoint and no allocation per request.
+
+pub mod health;
+pub mod latency;
 
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
+use crate::metrics::{EndpointLabels, Metrics};
 use crate::objectives::Objectives;
 use arc_swap::{ArcSwap, ArcSwapOption};
+use health::{Health, HealthPolicy, Mode, Signal, Transition};
+use latency::Latency;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// How a request reached (or failed to reach) its endpoint, as the gateway reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The gateway could not connect (Envoy's `upstream connect error ...` local reply, `UF`).
+    Connect,
+    /// The stream was reset after dispatch and before any response header.
+    ResetBeforeHeaders,
+}
+
+/// What the response phase saw of one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// `:status` of the response headers, when they came.
+    pub status: Option<u16>,
+    pub failure: Option<Failure>,
+    /// Dispatch to the first response body chunk.
+    pub ttft: Option<Duration>,
+    /// Time per output token after the first, when the token count is known.
+    pub tpot: Option<Duration>,
+}
+
+impl Observation {
+    /// How the outcome counts for passive health. A 4xx is the client's fault and counts as the
+    /// endpoint working; so do 501 and 505, which say the request asked for something the
+    /// server does not do. Every other 5xx counts against the endpoint.
+    pub fn signal(&self) -> Option<Signal> {
+        if self.failure.is_some() {
+            return Some(Signal::RequestLocal);
+        }
+        match self.status? {
+            501 | 505 => Some(Signal::RequestOk),
+            500..=599 => Some(Signal::Request5xx),
+            _ => Some(Signal::RequestOk),
+        }
+    }
+}
+
+/// The passive state of an endpoint: changes together, so locked together.
+#[derive(Clone, Copy, Debug)]
+struct Passive {
+    health: Health,
+    latency: Latency,
+}
 
 /// Live state of one endpoint.
 #[derive(Debug)]
@@ -20,6 +76,7 @@ pub struct EndpointState {
     metrics: ArcSwapOption<EndpointMetrics>,
     inflight: AtomicU32,
     dispatched_since_scrape: AtomicU32,
+    passive: Mutex<Passive>,
 }
 
 impl EndpointState {
@@ -29,7 +86,52 @@ impl EndpointState {
             metrics: ArcSwapOption::empty(),
             inflight: AtomicU32::new(0),
             dispatched_since_scrape: AtomicU32::new(0),
+            passive: Mutex::new(Passive { health: Health::new(Instant::now()), latency: Latency::default() }),
         }
+    }
+
+    /// The passive state; a poisoned lock still holds valid plain data.
+    fn passive(&self) -> MutexGuard<'_, Passive> {
+        self.passive.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether outlier detection lets this endpoint be picked now (always, without it). An
+    /// expired ejection becomes half-open here: one request at a time until one succeeds.
+    pub fn available(&self, policy: &HealthPolicy, now: Instant) -> bool {
+        policy.outlier.as_ref().is_none_or(|p| self.passive().health.available(now, p))
+    }
+
+    /// Whether the endpoint is ejected or half-open (for gauges and logs).
+    pub fn ejected(&self) -> bool {
+        self.passive().health.mode != Mode::Healthy
+    }
+
+    /// The slow-start share multiplier in `[min, 1]` (1 without slow start).
+    pub fn ramp(&self, policy: &HealthPolicy, now: Instant) -> f64 {
+        policy.slow_start.as_ref().map_or(1.0, |s| s.ramp(now.saturating_duration_since(self.passive().health.warm_since)))
+    }
+
+    /// Peak-EWMA TTFT and TPOT in seconds at `now`; `None` for what was never observed.
+    pub fn latency(&self, now: Instant) -> (Option<f64>, Option<f64>) {
+        let l = self.passive().latency;
+        (l.ttft.value(now), l.tpot.value(now))
+    }
+
+    /// Records a finished (or failed) request.
+    pub fn record(&self, obs: &Observation, policy: &HealthPolicy, now: Instant) -> Transition {
+        let Some(signal) = obs.signal() else { return Transition::None };
+        let mut p = self.passive();
+        match signal {
+            Signal::RequestOk => p.latency.observe(obs.ttft, obs.tpot, now),
+            _ => p.latency.penalize(now),
+        }
+        policy.outlier.as_ref().map_or(Transition::None, |o| p.health.observe(signal, now, o))
+    }
+
+    /// Records an active health probe or metrics scrape.
+    pub fn record_probe(&self, ok: bool, policy: &HealthPolicy, now: Instant) -> Transition {
+        let signal = if ok { Signal::ProbeOk } else { Signal::ProbeFailed };
+        policy.outlier.as_ref().map_or(Transition::None, |o| self.passive().health.observe(signal, now, o))
     }
 
     pub fn id(&self) -> EndpointId {
@@ -62,6 +164,7 @@ impl EndpointState {
     pub fn acquire(self: &Arc<Self>) -> InflightGuard {
         self.inflight.fetch_add(1, Ordering::Relaxed);
         self.dispatched_since_scrape.fetch_add(1, Ordering::Relaxed);
+        self.passive().health.dispatched(Instant::now());
         InflightGuard(Arc::clone(self))
     }
 }
@@ -112,6 +215,8 @@ pub struct Datastore {
     set: ArcSwap<EndpointSet>,
     changed: watch::Sender<u64>,
     objectives: ArcSwap<Objectives>,
+    /// Outlier detection and slow start, from the configuration (the director swaps it).
+    health: ArcSwap<HealthPolicy>,
 }
 
 impl Default for Datastore {
@@ -122,7 +227,7 @@ impl Default for Datastore {
 
 impl Datastore {
     pub fn new() -> Self {
-        Self { set: ArcSwap::from_pointee(EndpointSet::default()), changed: watch::channel(0).0, objectives: ArcSwap::from_pointee(Objectives::default()) }
+        Self { set: ArcSwap::from_pointee(EndpointSet::default()), changed: watch::channel(0).0, objectives: ArcSwap::from_pointee(Objectives::default()), health: ArcSwap::from_pointee(HealthPolicy::default()) }
     }
 
     pub fn snapshot(&self) -> Arc<EndpointSet> {
@@ -165,6 +270,16 @@ impl Datastore {
         self.objectives.store(Arc::new(objectives));
     }
 
+    /// The passive-health policy in force.
+    pub fn health_policy(&self) -> Arc<HealthPolicy> {
+        self.health.load_full()
+    }
+
+    /// Replaces the passive-health policy (the director, on every configuration).
+    pub fn set_health_policy(&self, policy: HealthPolicy) {
+        self.health.store(Arc::new(policy));
+    }
+
     /// A receiver that wakes whenever the endpoint set changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
@@ -175,7 +290,26 @@ fn carry_over(old: &EndpointState, endpoint: Endpoint) -> EndpointState {
     let s = EndpointState::new(endpoint);
     s.metrics.store(old.metrics());
     s.inflight.store(old.inflight(), Ordering::Relaxed);
+    *s.passive() = *old.passive();
     s
+}
+
+/// Logs and counts a passive-health transition of `endpoint`.
+pub fn report(metrics: &Metrics, endpoint: &Endpoint, transition: Transition, cause: &str) {
+    let labels = || EndpointLabels { endpoint: endpoint.id.to_string() };
+    match transition {
+        Transition::None => {}
+        Transition::Ejected { period, ejections } => {
+            tracing::warn!(endpoint = %endpoint.id, name = %endpoint.name, cause, period = ?period, consecutive_ejections = ejections, "endpoint ejected by outlier detection");
+            metrics.outlier_ejections.get_or_create(&labels()).inc();
+            metrics.endpoint_ejected.get_or_create(&labels()).set(1);
+        }
+        Transition::Restored => {
+            tracing::info!(endpoint = %endpoint.id, name = %endpoint.name, "endpoint restored: the half-open probe succeeded");
+            metrics.outlier_restores.get_or_create(&labels()).inc();
+            metrics.endpoint_ejected.get_or_create(&labels()).set(0);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -224,5 +358,56 @@ mod tests {
         assert_eq!((s.inflight(), s.dispatched_since_scrape()), (1, 0));
         drop(g2);
         assert_eq!(s.inflight(), 0);
+    }
+
+    fn policy() -> HealthPolicy {
+        let outlier = health::OutlierParams { consecutive_5xx: 2, consecutive_local_origin_failure: 2, base_ejection_time: Duration::from_secs(5), max_ejection_time: Duration::from_secs(60) };
+        let slow_start = health::SlowStartParams { slow_start_window: Duration::from_secs(10), aggression: 1.0, min_weight_percent: 10.0 };
+        HealthPolicy { outlier: Some(outlier), slow_start: Some(slow_start) }
+    }
+
+    fn status(code: u16) -> Observation {
+        Observation { status: Some(code), ttft: Some(Duration::from_millis(20)), ..Default::default() }
+    }
+
+    #[test]
+    fn client_errors_never_eject_but_server_errors_do_and_count_as_slow() {
+        let (ds, p, t0) = (Datastore::new(), policy(), Instant::now());
+        ds.set_endpoints(vec![ep(1)]);
+        let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
+        for _ in 0..10 {
+            assert_eq!(s.record(&status(400), &p, t0), Transition::None);
+            assert_eq!(s.record(&status(501), &p, t0), Transition::None);
+        }
+        assert!(s.available(&p, t0) && !s.ejected());
+        assert!(s.latency(t0).0.unwrap() < 0.1);
+        s.record(&status(500), &p, t0);
+        assert!(s.latency(t0).0.unwrap() >= 1.0, "an error is slow");
+        assert!(matches!(s.record(&status(503), &p, t0), Transition::Ejected { .. }));
+        assert!(!s.available(&p, t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_restored_endpoint_ramps_up_again_and_state_survives_a_set_replacement() {
+        let (ds, p) = (Datastore::new(), policy());
+        ds.set_endpoints(vec![ep(1)]);
+        let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
+        let t0 = Instant::now();
+        let connect = Observation { failure: Some(Failure::Connect), ..Default::default() };
+        s.record(&connect, &p, t0);
+        s.record(&connect, &p, t0);
+        let mut relabelled = ep(1);
+        relabelled.weight = 2;
+        ds.set_endpoints(vec![relabelled]);
+        let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
+        assert!(s.ejected() && !s.available(&p, t0), "carried over");
+        let t1 = t0 + Duration::from_secs(5);
+        assert!(s.available(&p, t1));
+        drop(s.acquire());
+        assert!(!s.available(&p, t1), "half-open: the one probe is out");
+        assert_eq!(s.record(&status(200), &p, t1), Transition::Restored);
+        assert!((s.ramp(&p, t1) - 0.1).abs() < 1e-9, "restored: back to the minimum share");
+        assert!((s.ramp(&p, t1 + Duration::from_secs(5)) - 0.5).abs() < 1e-9);
+        assert_eq!(s.ramp(&HealthPolicy::default(), t1), 1.0, "no slow start configured");
     }
 }

@@ -4,7 +4,8 @@
 
 use crate::admission;
 use crate::config::{self, ConfigError, Problem};
-use crate::datastore::{Datastore, EndpointState, InflightGuard};
+use crate::datastore::health::HealthPolicy;
+use crate::datastore::{self as ds, Datastore, EndpointState, InflightGuard, Observation};
 use crate::endpoint::EndpointId;
 use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
@@ -26,6 +27,8 @@ pub struct Runtime {
     /// The conformance hook `destination-endpoint-served-verifier` is configured: echo the
     /// endpoint the gateway reports as served into `x-conformance-test-served-endpoint`.
     pub served_verifier: bool,
+    /// Outlier detection and slow start (`outlier-detection`, `slow-start` plugins).
+    pub health: HealthPolicy,
     /// The saturation detector's thresholds (`utilization-detector` parameters).
     pub thresholds: admission::Thresholds,
     pub source: String,
@@ -41,6 +44,11 @@ impl Runtime {
         if let Err(p) = &built {
             problems.extend(p.iter().cloned());
         }
+        let health = HealthPolicy::from_plugins(doc.plugins.iter().map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())));
+        if let Err(p) = &health {
+            problems.extend(p.iter().map(|(plugin, message)| Problem::Parameters { plugin: plugin.clone(), message: message.clone() }));
+        }
+        let health = health.unwrap_or_default();
         let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
             problems.extend(p);
             admission::Thresholds::default()
@@ -58,7 +66,7 @@ impl Runtime {
             },
         };
         let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");
-        Ok(Self { scheduler, tokenizer, served_verifier, thresholds, source: text.to_owned() })
+        Ok(Self { scheduler, tokenizer, served_verifier, health, thresholds, source: text.to_owned() })
     }
 }
 
@@ -132,7 +140,7 @@ pub struct Routed {
     pub session_token: Option<String>,
 }
 
-/// Usage and size figures of a finished response, for metrics.
+/// Usage, size and timing figures of a finished response, for metrics and passive health.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ResponseSummary {
     pub request_bytes: usize,
@@ -140,6 +148,13 @@ pub struct ResponseSummary {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
+    /// `:status` of the response headers.
+    pub status: Option<u16>,
+    /// The answer is the gateway's own: it could not connect to the endpoint.
+    pub connect_failure: bool,
+    pub headers_at: Option<Instant>,
+    pub first_body_at: Option<Instant>,
+    pub last_body_at: Option<Instant>,
 }
 
 pub struct Director {
@@ -166,6 +181,7 @@ struct PrefixLookup {
 
 impl Director {
     pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>, opts: DirectorOptions) -> Self {
+        datastore.set_health_policy(runtime.health.clone());
         Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), precise: Arc::default(), metrics, opts }
     }
 
@@ -175,6 +191,7 @@ impl Director {
 
     /// Swaps in a new configuration; requests in progress finish with the old one.
     pub fn set_runtime(&self, runtime: Runtime) {
+        self.datastore.set_health_policy(runtime.health.clone());
         self.runtime.store(Arc::new(runtime));
     }
 
@@ -280,6 +297,22 @@ impl Director {
         if let Some(t) = summary.cached_tokens {
             m.prompt_cached_tokens.get_or_create(&labels).observe(t as f64);
         }
+        self.record_outcome(routed, &observation(routed, summary));
+    }
+
+    /// The stream ended without response headers for a routed request (`None`: nothing to
+    /// record): a gateway reset, a client gone, or a pod that never answered. Counts as a
+    /// local-origin failure of the endpoint.
+    pub fn abandoned(&self, routed: Option<&Routed>) {
+        if let Some(r) = routed {
+            self.record_outcome(r, &Observation { failure: Some(ds::Failure::ResetBeforeHeaders), ..Default::default() });
+        }
+    }
+
+    fn record_outcome(&self, routed: &Routed, obs: &Observation) {
+        let served = routed.lease._inflight.endpoint();
+        let transition = served.record(obs, &self.datastore.health_policy(), Instant::now());
+        ds::report(&self.metrics, &served.endpoint, transition, if obs.failure.is_some() { "connection" } else { "5xx" });
     }
 
     /// Forgets prefix entries of endpoints that are gone.
@@ -301,7 +334,23 @@ impl Director {
         if states.is_empty() {
             return Err(DirectorError::NoCandidates("no endpoint matches the subset hint"));
         }
-        Ok(states)
+        Ok(self.without_ejected(states))
+    }
+
+    /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
+    /// every one stays (a degraded pool beats no pool) and a warning is logged.
+    fn without_ejected<'s>(&self, states: Vec<&'s Arc<EndpointState>>) -> Vec<&'s Arc<EndpointState>> {
+        let policy = self.datastore.health_policy();
+        if policy.outlier.is_none() {
+            return states;
+        }
+        let now = Instant::now();
+        let available: Vec<&Arc<EndpointState>> = states.iter().copied().filter(|s| s.available(&policy, now)).collect();
+        if available.is_empty() {
+            tracing::warn!(candidates = states.len(), "every candidate endpoint is ejected; routing to them anyway");
+            return states;
+        }
+        available
     }
 
     /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
@@ -353,6 +402,7 @@ impl Director {
 
     fn candidates(&self, states: &[&Arc<EndpointState>], lookup: Option<&PrefixLookup>) -> Vec<Candidate> {
         let now = Instant::now();
+        let policy = self.datastore.health_policy();
         states
             .iter()
             .map(|s| {
@@ -369,6 +419,8 @@ impl Director {
                     kv_usage: kv,
                     fresh,
                     prefix_blocks,
+                    latency: Some(s.latency(now)).filter(|l| l.0.is_some() || l.1.is_some()).map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
+                    ramp: s.ramp(&policy, now),
                 }
             })
             .collect()
@@ -429,6 +481,29 @@ fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
         Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
         None => first_block,
     }
+}
+
+/// What passive health learns from a finished response: status, connection failure, and
+/// latency. Streaming: TTFT to the first body chunk, TPOT over the chunks after it. Not
+/// streaming: the whole answer arrives at once, so time per output token covers everything
+/// (TTFT when the token count is unknown).
+fn observation(routed: &Routed, s: &ResponseSummary) -> Observation {
+    let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(routed.started));
+    let failure = s.connect_failure.then_some(ds::Failure::Connect);
+    let (ttft, tpot) = if routed.stream {
+        let tpot = match (s.first_body_at, s.last_body_at, s.completion_tokens) {
+            (Some(f), Some(l), Some(n)) if n > 1 => Some(l.saturating_duration_since(f).div_f64((n - 1) as f64)),
+            _ => None,
+        };
+        (since(s.first_body_at.or(s.headers_at)), tpot)
+    } else {
+        let total = since(s.last_body_at.or(s.headers_at));
+        match s.completion_tokens.filter(|n| *n > 0) {
+            Some(n) => (None, total.map(|t| t.div_f64(n as f64))),
+            None => (total, None),
+        }
+    };
+    Observation { status: s.status, failure, ttft, tpot }
 }
 
 /// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every

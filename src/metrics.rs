@@ -160,6 +160,11 @@ pub struct Metrics {
     pub config_reloads: Family<OutcomeLabels, Counter>,
     pub stream_resets: Counter,
     pub served_fallbacks: Counter,
+    /// Passive health (#7): ejections, restorations, whether an endpoint is out now, probes.
+    pub outlier_ejections: Family<EndpointLabels, Counter>,
+    pub outlier_restores: Family<EndpointLabels, Counter>,
+    pub endpoint_ejected: Family<EndpointLabels, Gauge>,
+    pub health_probes: Family<OutcomeLabels, Counter>,
     pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
     pub kv: KvEventMetrics,
 }
@@ -216,6 +221,10 @@ impl Metrics {
             config_reloads: Family::default(),
             stream_resets: Counter::default(),
             served_fallbacks: Counter::default(),
+            outlier_ejections: Family::default(),
+            outlier_restores: Family::default(),
+            endpoint_ejected: Family::default(),
+            health_probes: Family::default(),
             crd_validation_failures: Family::default(),
             kv: KvEventMetrics::default(),
         }
@@ -253,6 +262,10 @@ impl Metrics {
         r.register("epp_config_reloads", "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)", self.config_reloads.clone());
         r.register("epp_extproc_stream_resets", "epp: ext_proc streams reset by the gateway before the request finished", self.stream_resets.clone());
         r.register("epp_served_fallbacks", "epp: responses the gateway served from an endpoint other than the primary pick", self.served_fallbacks.clone());
+        r.register("epp_outlier_ejections", "epp: endpoints ejected by outlier detection (consecutive 5xx or local-origin failures)", self.outlier_ejections.clone());
+        r.register("epp_outlier_restores", "epp: ejected endpoints restored after a successful half-open request", self.outlier_restores.clone());
+        r.register("epp_endpoint_ejected", "epp: 1 while an endpoint is ejected or half-open, else 0", self.endpoint_ejected.clone());
+        r.register("epp_health_probes", "epp: active /health probes by outcome (--health-check-interval)", self.health_probes.clone());
         r.register("epp_crd_validation_failures", "epp: watched objects ignored because they break their CRD's validation rule", self.crd_validation_failures.clone());
         self.register_kv(r);
     }

@@ -41,6 +41,11 @@ pub struct Candidate {
     pub fresh: bool,
     /// Consecutive leading prompt blocks this endpoint is believed to hold.
     pub prefix_blocks: usize,
+    /// Observed latency (peak-EWMA TTFT / TPOT), for the latency scorer; `None` if unknown.
+    pub latency: Option<scorer::LatencyEstimate>,
+    /// Slow-start share in (0, 1]: a cold or just-restored endpoint takes part in a request's
+    /// selection with probability `ramp / max ramp` (1 = full share).
+    pub ramp: f64,
 }
 
 /// What the scheduler needs to know about the request.
@@ -104,6 +109,7 @@ impl Scheduler {
         if pool.iter().any(|c| c.fresh) {
             pool.retain(|c| c.fresh);
         }
+        slow_start(&mut pool, rng);
         let totals = self.score(req, &pool);
         let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
         let endpoints = self.picker.pick(req, &scored, rng);
@@ -147,6 +153,20 @@ impl Scheduler {
         self.scorers.iter().any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
     }
 
+/// Slow start: each warming candidate stays in this request's pool with probability
+/// `ramp / max ramp`, so its expected share is its ramp whatever the picker; if that would
+/// leave no one, the pool is left as it was.
+fn slow_start(pool: &mut Vec<&Candidate>, rng: &mut impl Rng) {
+    let top = pool.iter().map(|c| c.ramp).fold(0.0, f64::max);
+    if top <= 0.0 || pool.iter().all(|c| c.ramp >= top) {
+        return;
+    }
+    let kept: Vec<&Candidate> = pool.iter().copied().filter(|c| c.ramp >= top || rng.random::<f64>() * top < c.ramp).collect();
+    if !kept.is_empty() {
+        *pool = kept;
+    }
+}
+
 /// Plugin types that upstream configurations name and that epp accepts without a plugin of its
 /// own, because epp does the same thing built in (profile handling, parsing, metric collection).
 const BUILT_IN_TYPES: &[&str] = &[
@@ -157,6 +177,9 @@ const BUILT_IN_TYPES: &[&str] = &[
     "utilization-detector",
     "inflight-load-producer",
     "destination-endpoint-served-verifier",
+    // Passive health, applied by the director and the datastore (`datastore::health`).
+    "outlier-detection",
+    "slow-start",
 ];
 
 enum Built {
@@ -246,6 +269,8 @@ pub(crate) mod testing {
             kv_usage: kv,
             fresh: true,
             prefix_blocks,
+            latency: None,
+            ramp: 1.0,
         }
     }
 }
@@ -287,6 +312,20 @@ mod tests {
         assert_eq!(d.endpoints, vec![busy.id]);
         let d = s.schedule(&req(0), &[idle_but_stale.clone()], &mut rng).unwrap();
         assert_eq!(d.endpoints, vec![idle_but_stale.id]);
+    }
+
+    #[test]
+    fn a_warming_endpoint_gets_about_its_ramp_share() {
+        let s = build(&config::parse("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n").unwrap()).unwrap();
+        let mut rng = SmallRng::seed_from_u64(4);
+        let mut cold = cand(1, 0.0, 0.0, 0);
+        cold.ramp = 0.2;
+        let cands = [cold.clone(), cand(2, 0.0, 0.0, 0)];
+        let picked = (0..4000).filter(|_| s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints[0] == cold.id).count();
+        // Full share would be 1/2; at ramp 0.2 the cold pod takes part in 20% of selections: 10%.
+        assert!((300..500).contains(&picked), "{picked}");
+        let only_cold = [cold.clone()];
+        assert_eq!(s.schedule(&req(0), &only_cold, &mut rng).unwrap().endpoints, vec![cold.id], "never emptied");
     }
 
     #[test]

@@ -55,6 +55,8 @@ struct Shared {
     client: HttpClient,
     opts: ScrapeOptions,
     metrics: Arc<Metrics>,
+    /// For the health policy: a failed scrape counts as a local-origin failure (passive health).
+    datastore: Arc<Datastore>,
 }
 
 /// Runs the supervisor until `shutdown`; pollers are spawned on `tracker`.
@@ -63,7 +65,7 @@ pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ScrapeO
     connector.set_connect_timeout(Some(opts.timeout));
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
-    let shared = Arc::new(Shared { client, opts, metrics });
+    let shared = Arc::new(Shared { client, opts, metrics, datastore: Arc::clone(&datastore) });
     let mut changes = datastore.subscribe();
     let mut pollers: HashMap<EndpointId, CancellationToken> = HashMap::new();
     loop {
@@ -120,6 +122,8 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
             }
         };
         shared.metrics.scrapes.get_or_create(&OutcomeLabels { outcome }).inc();
+        let health = state.record_probe(outcome == Outcome::success, &shared.datastore.health_policy(), Instant::now());
+        crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
     }
 }
 

@@ -108,6 +108,16 @@ pub struct Options {
     /// Per-scrape timeout.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub metrics_scrape_timeout: Duration,
+    /// Active health: probe every endpoint's --health-check-path this often (off by default;
+    /// upstream's GKE chart uses 2s). Failures feed the `outlier-detection` plugin.
+    #[arg(long, value_parser = parse_duration)]
+    pub health_check_interval: Option<Duration>,
+    /// Timeout of one active health probe.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub health_check_timeout: Duration,
+    /// Path of the active health probe on each endpoint's serving port.
+    #[arg(long, default_value = "/health")]
+    pub health_check_path: String,
     /// How often the pool gauges are refreshed.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub refresh_prometheus_metrics_interval: Duration,

@@ -5,11 +5,19 @@
 //! Streaming (SSE) chunks are forwarded at once, so tokens reach the client as they are made.
 //! A non-streaming body is forwarded at once too, unless the model name must be restored: then
 //! it is held until its end so a name split across chunks is still replaced.
+//!
+//! For passive health it also notes when the headers and the first and last body chunks came,
+//! the status, and whether the answer is the gateway's own connection-failure reply (Envoy's
+//! `upstream connect error or disconnect/reset before headers`, response flag `UF`).
 
 use super::wire;
 use crate::director::ResponseSummary;
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
 use serde::Deserialize;
+use std::time::Instant;
+
+/// How Envoy's local reply starts when it could not reach the upstream (flags `UF`/`UC`/`URX`).
+const ENVOY_CONNECT_FAILURE: &[u8] = b"upstream connect error or disconnect/reset before headers";
 
 /// Bytes kept for usage parsing of a non-streaming body, and the longest SSE line considered.
 const USAGE_WINDOW: usize = 4 << 20;
@@ -94,11 +102,26 @@ impl ResponseTracker {
     /// `rewrite` is `(target, incoming)` when the request's model was rewritten.
     pub fn new(status: Option<u16>, content_type: Option<&str>, request_stream: bool, rewrite: Option<(&str, &str)>) -> Self {
         let sse = content_type.is_some_and(|c| c.contains("text/event-stream"));
-        Self { restore: rewrite.map(|(t, i)| Restore::new(t, i)), streaming: sse || request_stream, status, ..Default::default() }
+        let summary = ResponseSummary { status, headers_at: Some(Instant::now()), ..Default::default() };
+        Self { restore: rewrite.map(|(t, i)| Restore::new(t, i)), streaming: sse || request_stream, status, summary, ..Default::default() }
+    }
+
+    /// Notes a body chunk's arrival (and, on the first, whether it is Envoy's connect failure).
+    fn stamp(&mut self, chunk: &[u8]) {
+        let now = Instant::now();
+        let s = &mut self.summary;
+        if s.first_body_at.is_none() {
+            s.first_body_at = Some(now);
+            s.connect_failure = matches!(s.status, Some(502..=504)) && chunk.starts_with(ENVOY_CONNECT_FAILURE);
+        }
+        s.last_body_at = Some(now);
     }
 
     /// Handles one duplex response-body chunk.
     pub fn on_chunk(&mut self, chunk: &[u8], end_of_stream: bool, out: &mut Vec<ProcessingResponse>) {
+        if !chunk.is_empty() {
+            self.stamp(chunk);
+        }
         self.summary.response_bytes += chunk.len();
         self.observe(chunk, end_of_stream);
         match (&self.restore, self.streaming) {
@@ -115,6 +138,7 @@ impl ResponseTracker {
 
     /// The whole body at once (buffered response mode): the restored body if it changed.
     pub fn on_buffered(&mut self, body: &[u8]) -> Option<Vec<u8>> {
+        self.stamp(body);
         self.summary.response_bytes += body.len();
         self.observe(body, true);
         self.restore.as_ref().map(|r| r.apply(body)).filter(|b| b != body)
@@ -200,5 +224,23 @@ mod tests {
         t.on_chunk(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"prompt_token_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n", true, &mut out);
         let s = t.summary(0);
         assert_eq!((s.prompt_tokens, s.completion_tokens, s.cached_tokens), (Some(9), Some(3), Some(8)));
+        assert_eq!(s.status, Some(200));
+        let (h, f, l) = (s.headers_at.unwrap(), s.first_body_at.unwrap(), s.last_body_at.unwrap());
+        assert!(h <= f && f <= l, "headers, first chunk, last chunk in order");
+        assert!(!s.connect_failure);
+    }
+
+    #[test]
+    fn recognises_envoys_connect_failure_reply_and_nothing_else() {
+        let envoy = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
+        let mut t = ResponseTracker::new(Some(503), Some("text/plain"), false, None);
+        t.on_chunk(envoy, true, &mut Vec::new());
+        assert!(t.summary(0).connect_failure);
+        let mut t = ResponseTracker::new(Some(503), Some("application/json"), false, None);
+        t.on_chunk(br#"{"error":"overloaded"}"#, true, &mut Vec::new());
+        assert!(!t.summary(0).connect_failure, "a pod's own 503 is a 5xx, not a connection failure");
+        let mut t = ResponseTracker::new(Some(200), Some("text/plain"), false, None);
+        t.on_chunk(envoy, true, &mut Vec::new());
+        assert!(!t.summary(0).connect_failure, "a 200 quoting the text is an answer");
     }
 }

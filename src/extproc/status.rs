@@ -4,6 +4,11 @@
 //! Bodies are OpenAI-shaped JSON whose message is upstream's text, so both OpenAI clients and
 //! tools matching upstream's `inference error: <Code> - <message>` understand them:
 //! `{"error":{"message":"inference error: BadRequest - ...","type":"BadRequest","code":400}}`.
+//!
+//! Backpressure clients can act on (upstream issue #1082: a 429 or 503 did not say why): every
+//! 429 and 503 carries a `Retry-After` header (seconds) and two more fields in `error`,
+//! `reason` (`pool_saturated`, `no_ready_endpoints`, `shed_by_priority`) and
+//! `retry_after_seconds`. The message text is unchanged, so matching on it keeps working.
 
 use crate::director::DirectorError;
 use crate::request::RequestError;
@@ -46,6 +51,38 @@ impl Code {
     }
 }
 
+/// Why a request was turned away for lack of capacity: what a client should do differs (retry
+/// soon, retry later, lower its priority or back off harder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Every candidate was filtered out as busy (or otherwise unsuitable): retry shortly.
+    PoolSaturated,
+    /// The pool has no endpoint to route to (none discovered, none in the subset): pods take
+    /// seconds to come up, so retry later.
+    NoReadyEndpoints,
+    /// A sheddable request (priority < 0) met a saturated pool.
+    ShedByPriority,
+}
+
+impl Backpressure {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::PoolSaturated => "pool_saturated",
+            Self::NoReadyEndpoints => "no_ready_endpoints",
+            Self::ShedByPriority => "shed_by_priority",
+        }
+    }
+
+    /// The `Retry-After` value, in seconds.
+    pub fn retry_after_secs(self) -> u32 {
+        match self {
+            Self::PoolSaturated => 1,
+            Self::NoReadyEndpoints => 5,
+            Self::ShedByPriority => 2,
+        }
+    }
+}
+
 /// Errors that end a stream before routing, besides the director's.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -71,6 +108,18 @@ impl StreamError {
     }
 }
 
+impl StreamError {
+    /// The backpressure class of a 429/503, `None` for every other error.
+    pub fn backpressure(&self) -> Option<Backpressure> {
+        match self {
+            Self::Director(DirectorError::NoCandidates(_)) => Some(Backpressure::NoReadyEndpoints),
+            Self::Director(DirectorError::Schedule(_)) => Some(Backpressure::PoolSaturated),
+            Self::Director(DirectorError::Shed(_)) => Some(Backpressure::ShedByPriority),
+            _ => None,
+        }
+    }
+}
+
 impl From<RequestError> for StreamError {
     fn from(e: RequestError) -> Self {
         Self::Director(DirectorError::BadRequest(e))
@@ -81,8 +130,15 @@ impl From<RequestError> for StreamError {
 pub fn immediate(err: &StreamError) -> ProcessingResponse {
     let code = err.code();
     let message = format!("inference error: {} - {}", code.name(), err);
-    let body = serde_json::json!({"error": {"message": message, "type": code.name(), "code": code.http_status()}}).to_string();
-    let headers = HeaderMutation { set_headers: vec![super::wire::set_header("content-type", "application/json")], remove_headers: Vec::new() };
+    let mut error = serde_json::json!({"message": message, "type": code.name(), "code": code.http_status()});
+    let mut set_headers = vec![super::wire::set_header("content-type", "application/json")];
+    if let Some(bp) = err.backpressure() {
+        error["reason"] = bp.reason().into();
+        error["retry_after_seconds"] = bp.retry_after_secs().into();
+        set_headers.push(super::wire::set_header("retry-after", &bp.retry_after_secs().to_string()));
+    }
+    let body = serde_json::json!({ "error": error }).to_string();
+    let headers = HeaderMutation { set_headers, remove_headers: Vec::new() };
     let resp = ImmediateResponse {
         status: Some(HttpStatus { code: i32::from(code.http_status()) }),
         headers: Some(headers),
@@ -115,5 +171,30 @@ mod tests {
             assert!(body["error"]["message"].as_str().unwrap().starts_with("inference error: "), "{body}");
             assert_eq!(body["error"]["code"], status);
         }
+    }
+
+    #[test]
+    fn backpressure_answers_say_why_and_when_to_retry() {
+        let shed = crate::admission::Shed { priority: -1, saturation: 1.2 };
+        let cases = [
+            (StreamError::from(DirectorError::NoCandidates("no ready endpoints in the pool")), 503, "no_ready_endpoints", "5"),
+            (DirectorError::Schedule(ScheduleError::AllFiltered).into(), 429, "pool_saturated", "1"),
+            (DirectorError::Shed(shed).into(), 429, "shed_by_priority", "2"),
+        ];
+        for (err, status, reason, retry) in cases {
+            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else { panic!() };
+            assert_eq!(r.status.unwrap().code, status);
+            let headers = r.headers.unwrap().set_headers;
+            let value = |name: &str| headers.iter().find(|h| h.header.as_ref().unwrap().key == name).map(|h| String::from_utf8(h.header.as_ref().unwrap().raw_value.clone()).unwrap());
+            assert_eq!(value("retry-after").as_deref(), Some(retry), "{reason}");
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(body["error"]["reason"], reason);
+            assert_eq!(body["error"]["retry_after_seconds"].to_string(), retry);
+            assert!(body["error"]["message"].as_str().unwrap().contains(&err.to_string()), "upstream text kept: {body}");
+        }
+        let Some(Response::ImmediateResponse(r)) = immediate(&StreamError::from(RequestError::MissingModel)).response else { panic!() };
+        assert!(r.headers.unwrap().set_headers.iter().all(|h| h.header.as_ref().unwrap().key != "retry-after"), "a 400 is not backpressure");
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert!(body["error"].get("reason").is_none());
     }
 }

@@ -103,6 +103,7 @@ impl StreamMachine {
     /// The gateway reset the stream before the exchange completed (client gone, gateway error).
     pub fn note_reset(&self) {
         self.director.metrics().stream_resets.inc();
+        self.director.abandoned(self.routed.as_ref().filter(|_| self.response.is_none()));
     }
 
     /// The request body did not arrive in time.

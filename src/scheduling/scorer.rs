@@ -2,6 +2,7 @@
 
 mod gpu_utilization;
 mod kv_cache;
+mod latency;
 mod lora_affinity;
 mod precise_prefix;
 mod prefix;
@@ -11,6 +12,7 @@ mod running_requests;
 mod session_affinity;
 use super::{Candidate, SchedulingRequest};
 pub use kv_cache::KvCacheScorer;
+pub use latency::{LatencyEstimate, LatencyScorer};
 pub use gpu_utilization::GpuUtilizationScorer;
 pub use lora_affinity::LoraAffinityScorer;
 pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
@@ -37,6 +39,7 @@ pub enum Scorer {
     PrecisePrefix(PrecisePrefixScorer),
     LoraAffinity(LoraAffinityScorer),
     RunningRequests(RunningRequestsScorer),
+    Latency(LatencyScorer),
 }
 
     SessionAffinity(SessionAffinityScorer),
@@ -51,6 +54,7 @@ impl Scorer {
             PrecisePrefixScorer::TYPE => Self::PrecisePrefix(PrecisePrefixScorer::new(PrecisePrefixParams::from_yaml(p)?)),
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
+            LatencyScorer::TYPE => Self::Latency(params(p)?),
             _ => return Ok(None),
         }))
             SessionAffinityScorer::TYPE => Self::SessionAffinity(params(p)?),
@@ -66,6 +70,7 @@ impl Scorer {
             Self::PrecisePrefix(s) => s.score(req, pool, out),
             Self::LoraAffinity(s) => s.score(req, pool, out),
             Self::RunningRequests(s) => s.score(pool, out),
+            Self::Latency(s) => s.score(pool, out),
         }
     }
             Self::SessionAffinity(s) => s.score(req, pool, out),

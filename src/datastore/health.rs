@@ -1,0 +1,411 @@
+//! Passive health (outlier detection) and slow start for one endpoint.
+//!
+//! Why: a pod that fails fast looks idle to load-aware scorers (empty queue, low KV usage) and
+//! would attract *more* traffic the worse it gets. Outcomes seen in the response phase, and
+//! failures of the active `/health` probe and of metric scrapes, drive a small per-endpoint state
+//! machine modelled on Envoy's outlier detection:
+//!
+//! ```text
+//! Healthy ──N consecutive failures──▶ Ejected(until = now + base·2^(k−1), capped at max)
+//!    ▲                                   │ until passes
+//!    │ a request succeeds                ▼
+//!    └──────────────────────────── HalfOpen (one probe request at a time)
+//!                                        │ it fails
+//!                                        └──▶ Ejected again, k + 1 (the backoff grows)
+//! ```
+//!
+//! Two counters, as Envoy's `split_external_local_origin_errors`: `consecutive5xx` counts
+//! model-server 5xx answers (a 4xx, the client's fault, never counts and resets nothing), plus
+//! local-origin failures; `consecutiveLocalOriginFailure` counts only failures to reach the pod
+//! (connection failure, reset before headers, failed `/health` probe, failed scrape). Only a
+//! request success resets the 5xx counter (a pod whose `/metrics` answers but whose inference
+//! fails must still be ejected); any success resets the local-origin counter. `k`, the ejection
+//! multiplier, restarts at 1 once the endpoint has stayed restored for `maxEjectionTime`.
+//!
+//! Slow start: after it appears or is restored, an endpoint's share ramps as Envoy's
+//! `slow_start_config`: `max(minWeightPercent, (elapsed / window)^(1/aggression))`.
+
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+
+/// Parameters of the `outlier-detection` plugin (Envoy's names, camelCase).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct OutlierParams {
+    /// Consecutive 5xx (or local-origin failures) that eject; 0 disables this trigger.
+    #[serde(rename = "consecutive5xx")]
+    pub consecutive_5xx: u32,
+    /// Consecutive local-origin failures that eject; 0 disables this trigger.
+    pub consecutive_local_origin_failure: u32,
+    /// First ejection period; the k-th consecutive ejection lasts `base · 2^(k−1)`.
+    #[serde(deserialize_with = "duration")]
+    pub base_ejection_time: Duration,
+    /// Cap of the ejection period.
+    #[serde(deserialize_with = "duration")]
+    pub max_ejection_time: Duration,
+}
+
+impl Default for OutlierParams {
+    fn default() -> Self {
+        Self { consecutive_5xx: 5, consecutive_local_origin_failure: 3, base_ejection_time: Duration::from_secs(30), max_ejection_time: Duration::from_secs(300) }
+    }
+}
+
+impl OutlierParams {
+    pub const TYPE: &'static str = "outlier-detection";
+
+    /// Problems with the values (reported with the plugin's name by the caller).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.base_ejection_time.is_zero() {
+            out.push("baseEjectionTime must be greater than zero".to_owned());
+        }
+        if self.max_ejection_time < self.base_ejection_time {
+            out.push("maxEjectionTime must be at least baseEjectionTime".to_owned());
+        }
+        out
+    }
+
+    /// How long the `k`-th consecutive ejection lasts (k ≥ 1).
+    pub fn ejection_time(&self, k: u32) -> Duration {
+        let factor = 1u32.checked_shl(k.saturating_sub(1).min(30)).unwrap_or(u32::MAX);
+        self.base_ejection_time.saturating_mul(factor).min(self.max_ejection_time)
+    }
+}
+
+/// Parameters of the `slow-start` plugin (Envoy's `slow_start_config`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SlowStartParams {
+    /// Time for a new or restored endpoint to reach its full share.
+    #[serde(deserialize_with = "duration")]
+    pub slow_start_window: Duration,
+    /// Shape of the ramp: 1 is linear, larger ramps faster at first.
+    pub aggression: f64,
+    /// Share at the start of the window, in percent of full.
+    pub min_weight_percent: f64,
+}
+
+impl Default for SlowStartParams {
+    fn default() -> Self {
+        Self { slow_start_window: Duration::from_secs(30), aggression: 1.0, min_weight_percent: 10.0 }
+    }
+}
+
+impl SlowStartParams {
+    pub const TYPE: &'static str = "slow-start";
+
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(self.aggression.is_finite() && self.aggression > 0.0) {
+            out.push("aggression must be a number greater than zero".to_owned());
+        }
+        if !(0.0..=100.0).contains(&self.min_weight_percent) {
+            out.push("minWeightPercent must be in 0..=100".to_owned());
+        }
+        out
+    }
+
+    /// The share multiplier, in `[minWeightPercent/100, 1]`, `elapsed` after the ramp began.
+    pub fn ramp(&self, elapsed: Duration) -> f64 {
+        let min = self.min_weight_percent / 100.0;
+        if self.slow_start_window.is_zero() || elapsed >= self.slow_start_window {
+            return 1.0;
+        }
+        let t = elapsed.as_secs_f64() / self.slow_start_window.as_secs_f64();
+        t.powf(1.0 / self.aggression).max(min).min(1.0)
+    }
+}
+
+/// The health policy in force: from the configuration, swapped on reload.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthPolicy {
+    pub outlier: Option<OutlierParams>,
+    pub slow_start: Option<SlowStartParams>,
+}
+
+impl HealthPolicy {
+    /// The policy named by a configuration's plugins: `(name, type, parameters)` of each.
+    /// Listing `outlier-detection` or `slow-start` turns it on (they need no profile entry);
+    /// errors are `(plugin name, message)`, every one reported.
+    pub fn from_plugins<'a>(plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>) -> Result<Self, Vec<(String, String)>> {
+        let mut policy = Self::default();
+        let mut problems = Vec::new();
+        for (name, kind, params) in plugins {
+            let mut report = |msgs: Vec<String>| problems.extend(msgs.into_iter().map(|m| (name.to_owned(), m)));
+            match kind {
+                OutlierParams::TYPE => match decode::<OutlierParams>(params) {
+                    Ok(p) if p.problems().is_empty() => policy.outlier = Some(p),
+                    Ok(p) => report(p.problems()),
+                    Err(e) => report(vec![e.to_string()]),
+                },
+                SlowStartParams::TYPE => match decode::<SlowStartParams>(params) {
+                    Ok(p) if p.problems().is_empty() => policy.slow_start = Some(p),
+                    Ok(p) => report(p.problems()),
+                    Err(e) => report(vec![e.to_string()]),
+                },
+                _ => {}
+            }
+        }
+        if problems.is_empty() {
+            Ok(policy)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned + Default>(v: Option<&serde_yaml::Value>) -> Result<T, serde_yaml::Error> {
+    match v {
+        None | Some(serde_yaml::Value::Null) => Ok(T::default()),
+        Some(v) => serde_yaml::from_value(v.clone()),
+    }
+}
+
+/// What one observation did to an endpoint's state, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    None,
+    Ejected { period: Duration, ejections: u32 },
+    Restored,
+}
+
+/// Where an endpoint is in the state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Healthy,
+    Ejected { until: Instant },
+    /// Ejection over; `probe` is when the one request let through was dispatched.
+    HalfOpen { probe: Option<Instant> },
+}
+
+/// One endpoint's passive-health state (kept behind a small mutex in `EndpointState`).
+#[derive(Clone, Copy, Debug)]
+pub struct Health {
+    pub mode: Mode,
+    fails_5xx: u32,
+    fails_local: u32,
+    /// Consecutive ejections (the backoff exponent).
+    ejections: u32,
+    /// When the endpoint last appeared or was restored: the slow-start ramp begins here.
+    pub warm_since: Instant,
+}
+
+/// How an observation is classified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// A request succeeded (any answer other than a counted 5xx).
+    RequestOk,
+    /// The model server answered 5xx.
+    Request5xx,
+    /// A request could not reach the pod (connection failure, reset before headers).
+    RequestLocal,
+    /// An active probe or scrape succeeded.
+    ProbeOk,
+    /// An active probe or scrape failed.
+    ProbeFailed,
+}
+
+impl Health {
+    pub fn new(now: Instant) -> Self {
+        Self { mode: Mode::Healthy, fails_5xx: 0, fails_local: 0, ejections: 0, warm_since: now }
+    }
+
+    /// Whether the endpoint may be picked now; moves an expired ejection to half-open.
+    pub fn available(&mut self, now: Instant, p: &OutlierParams) -> bool {
+        match self.mode {
+            Mode::Healthy => true,
+            Mode::Ejected { until } if now >= until => {
+                self.mode = Mode::HalfOpen { probe: None };
+                true
+            }
+            Mode::Ejected { .. } => false,
+            // A probe that never reported (client gone) frees the slot after one base period.
+            Mode::HalfOpen { probe: Some(at) } => now.saturating_duration_since(at) >= p.base_ejection_time,
+            Mode::HalfOpen { probe: None } => true,
+        }
+    }
+
+    /// A request was dispatched here: in half-open it is the probe.
+    pub fn dispatched(&mut self, now: Instant) {
+        if let Mode::HalfOpen { .. } = self.mode {
+            self.mode = Mode::HalfOpen { probe: Some(now) };
+        }
+    }
+
+    /// Feeds one observation.
+    pub fn observe(&mut self, signal: Signal, now: Instant, p: &OutlierParams) -> Transition {
+        match signal {
+            Signal::RequestOk => {
+                (self.fails_5xx, self.fails_local) = (0, 0);
+                self.restore_if_half_open(now)
+            }
+            Signal::ProbeOk => {
+                self.fails_local = 0;
+                Transition::None
+            }
+            Signal::Request5xx => {
+                self.fails_5xx += 1;
+                self.failed(now, p)
+            }
+            Signal::RequestLocal | Signal::ProbeFailed => {
+                self.fails_5xx += 1;
+                self.fails_local += 1;
+                self.failed(now, p)
+            }
+        }
+    }
+
+    fn restore_if_half_open(&mut self, now: Instant) -> Transition {
+        if let Mode::HalfOpen { .. } = self.mode {
+            self.mode = Mode::Healthy;
+            self.warm_since = now;
+            return Transition::Restored;
+        }
+        Transition::None
+    }
+
+    fn failed(&mut self, now: Instant, p: &OutlierParams) -> Transition {
+        let tripped = |n: u32, limit: u32| limit > 0 && n >= limit;
+        let eject = match self.mode {
+            Mode::Ejected { .. } => false,
+            Mode::HalfOpen { .. } => true,
+            Mode::Healthy => tripped(self.fails_5xx, p.consecutive_5xx) || tripped(self.fails_local, p.consecutive_local_origin_failure),
+        };
+        if !eject {
+            return Transition::None;
+        }
+        let long_healthy = self.mode == Mode::Healthy && now.saturating_duration_since(self.warm_since) >= p.max_ejection_time;
+        self.ejections = if long_healthy { 1 } else { self.ejections.saturating_add(1) };
+        let period = p.ejection_time(self.ejections);
+        self.mode = Mode::Ejected { until: now + period };
+        (self.fails_5xx, self.fails_local) = (0, 0);
+        Transition::Ejected { period, ejections: self.ejections }
+    }
+}
+
+/// A duration as `500ms`, `30s`, `2m`, or a bare number of seconds.
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(f64),
+        Text(String),
+    }
+    let s = match Raw::deserialize(d)? {
+        Raw::Secs(n) => return Duration::try_from_secs_f64(n).map_err(serde::de::Error::custom),
+        Raw::Text(s) => s,
+    };
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t.strip_suffix('s').unwrap_or(t), 1.0)
+    };
+    let secs = num.trim().parse::<f64>().map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms, s or m)")))?;
+    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> OutlierParams {
+        OutlierParams { consecutive_5xx: 3, consecutive_local_origin_failure: 2, base_ejection_time: Duration::from_secs(10), max_ejection_time: Duration::from_secs(60) }
+    }
+
+    #[test]
+    fn consecutive_5xx_eject_and_a_success_in_between_resets_the_count() {
+        let (p, t0) = (params(), Instant::now());
+        let mut h = Health::new(t0);
+        h.observe(Signal::Request5xx, t0, &p);
+        h.observe(Signal::Request5xx, t0, &p);
+        h.observe(Signal::RequestOk, t0, &p);
+        h.observe(Signal::Request5xx, t0, &p);
+        assert_eq!(h.observe(Signal::Request5xx, t0, &p), Transition::None);
+        assert_eq!(h.observe(Signal::Request5xx, t0, &p), Transition::Ejected { period: Duration::from_secs(10), ejections: 1 });
+        assert!(!h.available(t0 + Duration::from_secs(9), &p));
+    }
+
+    #[test]
+    fn probe_successes_do_not_hide_inference_5xx() {
+        let (p, t0) = (params(), Instant::now());
+        let mut h = Health::new(t0);
+        for _ in 0..2 {
+            h.observe(Signal::Request5xx, t0, &p);
+            h.observe(Signal::ProbeOk, t0, &p);
+        }
+        assert!(matches!(h.observe(Signal::Request5xx, t0, &p), Transition::Ejected { .. }));
+    }
+
+    #[test]
+    fn local_origin_failures_trip_their_own_lower_threshold() {
+        let (p, t0) = (params(), Instant::now());
+        let mut h = Health::new(t0);
+        h.observe(Signal::ProbeFailed, t0, &p);
+        assert!(matches!(h.observe(Signal::RequestLocal, t0, &p), Transition::Ejected { .. }));
+    }
+
+    #[test]
+    fn half_open_lets_one_probe_through_and_a_failure_doubles_the_backoff() {
+        let (p, t0) = (params(), Instant::now());
+        let mut h = Health::new(t0);
+        h.observe(Signal::RequestLocal, t0, &p);
+        h.observe(Signal::RequestLocal, t0, &p);
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(h.available(t1, &p), "ejection over: half-open");
+        h.dispatched(t1);
+        assert!(!h.available(t1, &p), "one probe at a time");
+        assert!(h.available(t1 + Duration::from_secs(10), &p), "a probe that never reported frees the slot");
+        assert_eq!(h.observe(Signal::Request5xx, t1, &p), Transition::Ejected { period: Duration::from_secs(20), ejections: 2 });
+        let t2 = t1 + Duration::from_secs(20);
+        assert!(h.available(t2, &p));
+        assert_eq!(h.observe(Signal::RequestOk, t2, &p), Transition::Restored);
+        assert_eq!((h.mode, h.warm_since), (Mode::Healthy, t2));
+    }
+
+    #[test]
+    fn backoff_is_capped_and_resets_after_a_long_healthy_spell() {
+        let p = params();
+        assert_eq!(p.ejection_time(3), Duration::from_secs(40));
+        assert_eq!(p.ejection_time(4), Duration::from_secs(60));
+        assert_eq!(p.ejection_time(40), Duration::from_secs(60));
+        let t0 = Instant::now();
+        let mut h = Health::new(t0);
+        h.ejections = 3;
+        let later = t0 + Duration::from_secs(61);
+        h.observe(Signal::RequestLocal, later, &p);
+        assert_eq!(h.observe(Signal::RequestLocal, later, &p), Transition::Ejected { period: Duration::from_secs(10), ejections: 1 });
+    }
+
+    #[test]
+    fn slow_start_ramps_from_the_minimum_to_full() {
+        let s = SlowStartParams { slow_start_window: Duration::from_secs(10), aggression: 1.0, min_weight_percent: 10.0 };
+        assert_eq!(s.ramp(Duration::ZERO), 0.1);
+        assert!((s.ramp(Duration::from_secs(5)) - 0.5).abs() < 1e-9);
+        assert_eq!(s.ramp(Duration::from_secs(10)), 1.0);
+        let eager = SlowStartParams { aggression: 2.0, ..s };
+        assert!((eager.ramp(Duration::from_secs(1)) - 0.1f64.sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parameters_parse_with_envoy_names_and_reject_nonsense() {
+        let p: OutlierParams = serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m").unwrap();
+        assert_eq!((p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time), (2, Duration::from_millis(500), Duration::from_secs(60)));
+        assert!(serde_yaml::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
+        assert!(serde_yaml::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
+        let bad = OutlierParams { base_ejection_time: Duration::from_secs(9), max_ejection_time: Duration::from_secs(1), ..p };
+        assert_eq!(bad.problems().len(), 1);
+        let s = SlowStartParams { aggression: 0.0, min_weight_percent: 120.0, ..Default::default() };
+        assert_eq!(s.problems().len(), 2);
+        let yaml: serde_yaml::Value = serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
+        let policy = HealthPolicy::from_plugins([("od", OutlierParams::TYPE, None), ("ss", SlowStartParams::TYPE, Some(&yaml)), ("q", "queue-scorer", None)]).unwrap();
+        assert_eq!(policy.outlier, Some(OutlierParams::default()));
+        assert_eq!(policy.slow_start.unwrap().min_weight_percent, 5.0);
+        let bad: serde_yaml::Value = serde_yaml::from_str("baseEjectionTime: 0s").unwrap();
+        let errs = HealthPolicy::from_plugins([("od", OutlierParams::TYPE, Some(&bad))]).unwrap_err();
+        assert_eq!(errs, vec![("od".to_owned(), "baseEjectionTime must be greater than zero".to_owned())]);
+    }
+}
