@@ -59,7 +59,12 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
     let admin_state = admin::AdminState { registry, director: Arc::clone(&director), datastore: Arc::clone(&datastore), config_origin: config_origin(&opts), staleness: opts.metrics_staleness_threshold };
     tracker.spawn(admin::serve(listeners.metrics, Arc::new(admin_state), tracker.clone(), shutdown.clone()));
-    let grpc = ExtProc::new(Arc::clone(&director), Limits { max_body_bytes: opts.max_request_body_bytes, body_timeout: opts.request_body_timeout });
+    let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts));
+    if opts.flow_control {
+        let flow = flow_control(&opts, &director);
+        tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
+        grpc = grpc.with_flow_control(flow);
+    }
     let mut ext = tonic::transport::Server::builder();
     if opts.secure_serving {
         ext = ext.tls_config(tls_config(&opts)?).context("configuring TLS")?;
@@ -134,19 +139,45 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
     Ok((fixed, opts.static_endpoints_file.clone()))
 }
 
+/// The per-stream limits from the flags.
+fn limits(opts: &Options) -> Limits {
+    Limits {
+        max_body_bytes: opts.max_request_body_bytes,
+        body_timeout: opts.request_body_timeout,
+        early_decision: opts.early_decision,
+        max_request_messages: opts.max_request_messages,
+        max_header_bytes: opts.max_request_header_bytes,
+        max_chat_messages: opts.max_chat_messages,
+    }
+}
+
+/// The flow-control queue, released by the pool's saturation.
+fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcontrol::FlowControl> {
+    let config = crate::flowcontrol::FlowConfig {
+        max_requests: opts.flow_control_max_requests,
+        max_bytes: opts.flow_control_max_bytes,
+        band_max_bytes: opts.flow_control_band_max_bytes,
+        ttl: opts.flow_control_default_request_ttl,
+        ..Default::default()
+    };
+    let director = Arc::clone(director);
+    crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation())
+}
+
 fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {
     let (fixed, file) = endpoints;
     if file.is_some() {
         tracker.spawn(discovery::run(Arc::clone(datastore), fixed, file, FILE_POLL, shutdown.clone()));
     }
-    let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout };
+    let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout, gpu_metrics_url: opts.gpu_metrics_url.clone() };
     tracker.spawn(scrape::run(Arc::clone(datastore), Arc::clone(director.metrics()), sopts, tracker.clone(), shutdown.clone()));
     if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
         let popts = crate::probe::ProbeOptions { interval, timeout: opts.health_check_timeout, path: opts.health_check_path.clone() };
         tracker.spawn(crate::probe::run(Arc::clone(datastore), Arc::clone(director.metrics()), popts, tracker.clone(), shutdown.clone()));
     }
-    let kv = kvevents::KvEventsOptions { port: opts.kv_events_port, replay_port: opts.kv_events_replay_port };
-    tracker.spawn(kvevents::run(Arc::clone(datastore), Arc::clone(director.precise_index()), kv, tracker.clone(), shutdown.clone()));
+    let kv = kvevents::KvEventsOptions { port: opts.kv_events_port, replay_port: opts.kv_events_replay_port, bind: opts.kv_events_bind.clone() };
+    let sink = kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(director.metrics()));
+    tracker.spawn(kvevents::run(Arc::clone(datastore), sink, kv, tracker.clone(), shutdown.clone()));
     let every = opts.refresh_prometheus_metrics_interval;
     tracker.spawn(admin::refresh_pool_gauges(Arc::clone(director), Arc::clone(datastore), every, opts.metrics_staleness_threshold, shutdown.clone()));
     if let Some(path) = &opts.config_file {

@@ -215,20 +215,69 @@ impl Director {
     /// Routes a request with a body.
     pub fn route(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
         let started = Instant::now();
+        let parse_span = crate::telemetry::child("parse");
+        let req = request::parse(ApiKind::from_path(inc.path), inc.body, self.prompt_cap())?;
+        crate::telemetry::annotate(|| vec![opentelemetry::KeyValue::new("epp.model", req.model.clone()), opentelemetry::KeyValue::new("epp.stream", req.stream)]);
+        drop(parse_span);
+        self.route_parsed(inc, req, started, rng)
+    }
+
+    /// The prompt text the prefix scorers read: what parsing keeps of it.
+    pub fn prompt_cap(&self) -> usize {
         let runtime = self.runtime.load();
         let max_text = runtime.scheduler.prefix_params().map_or(0, |p| p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8);
         let max_text = runtime.scheduler.precise_params().map_or(max_text, |p| max_text.max(p.max_prefix_blocks_to_match * self.precise_block_size(p) * 8));
-        let req = request::parse(ApiKind::from_path(inc.path), inc.body, max_text.max(4096))?;
+        max_text.max(4096)
+    }
+
+    /// What an early decision (before the whole body) must have seen of the prompt: `Some(0)`
+    /// when the model alone decides (no prefix scorer), `Some(n)` for the first `n` bytes of
+    /// prompt text, `None` when only the whole body will do (the precise scorer renders the
+    /// whole chat template).
+    pub fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
+        let runtime = self.runtime.load();
+        let precise = runtime.scheduler.precise_params().is_some();
+        if precise && api == ApiKind::ChatCompletions {
+            return None;
+        }
+        let prefix = precise || runtime.scheduler.prefix_params().is_some();
+        Some(if prefix { self.prompt_cap() } else { 0 })
+    }
+
+    /// The priority of a request for `model` under the named objective.
+    pub fn priority(&self, objective: Option<&str>, model: &str) -> Priority {
+        self.datastore.objectives().priority(objective, model)
+    }
+
+    /// The pool's saturation as flow control sees it: the detector's formula over every
+    /// endpoint, counting the requests epp sent since an endpoint's last scrape as waiting
+    /// there (scrapes lag, and a queue released on stale figures would herd).
+    pub fn pool_saturation(&self) -> f64 {
+        let runtime = self.runtime.load();
+        let snapshot = self.datastore.snapshot();
+        let adjusted = |s: &Arc<EndpointState>| {
+            s.metrics().map(|m| crate::endpoint::EndpointMetrics { waiting: m.waiting + f64::from(s.dispatched_since_scrape()), ..(*m).clone() })
+        };
+        let metrics: Vec<_> = snapshot.iter().map(adjusted).collect();
+        admission::saturation(metrics.iter().map(Option::as_ref), Instant::now(), &runtime.thresholds, self.opts.staleness)
+    }
+
+    /// Routes a parsed request; for an early decision `req` comes from the scan of the part of
+    /// the body received so far, and `inc.body` is that part.
+    pub fn route_parsed(&self, inc: &Incoming<'_>, req: LlmRequest, started: Instant, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
+        let runtime = self.runtime.load();
         let objectives = self.datastore.objectives();
         let target = objectives.target(&req.model, inc.model_rewrite, rng);
         let priority = objectives.priority(inc.objective, &req.model);
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
         self.admit(&runtime.thresholds, priority, &states)?;
+        let tokenize_span = crate::telemetry::child("tokenize");
         let lookup = match runtime.scheduler.precise_params() {
             Some(p) => self.lookup_precise(&runtime, p, &req, inc.body, &target),
             None => self.lookup_prefix(&runtime, &req, &target, &states),
         };
+        drop(tokenize_span);
         let candidates = self.candidates(&states, lookup.as_ref());
         let sreq = SchedulingRequest {
             target_model: &target,
@@ -239,14 +288,13 @@ impl Director {
             session_endpoint: session_endpoint(&states, inc.session_token),
             affinity_key: affinity_key(inc.session_token, lookup.as_ref().and_then(|l| l.hashes.first().copied())),
         };
+        let schedule_span = crate::telemetry::child("schedule");
         let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        drop(schedule_span);
         let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
-        let parse_span = crate::telemetry::child("parse");
         }
-        crate::telemetry::annotate(|| vec![opentelemetry::KeyValue::new("epp.model", req.model.clone()), opentelemetry::KeyValue::new("epp.stream", req.stream)]);
-        drop(parse_span);
         let body = (target != req.model).then(|| request::rewrite_model(inc.body, &req.model_span, &target));
         let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: priority.to_string() };
         self.metrics.request_total.get_or_create(&labels).inc();
@@ -254,12 +302,10 @@ impl Director {
         let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
         Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease, session_token })
     }
-        let tokenize_span = crate::telemetry::child("tokenize");
 
     /// Routes a request without a body (GET and friends): load-aware, no prompt.
     pub fn route_bodyless(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
         let started = Instant::now();
-        drop(tokenize_span);
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
@@ -278,9 +324,7 @@ impl Director {
         let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
         Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease, session_token })
     }
-        let schedule_span = crate::telemetry::child("schedule");
 
-        drop(schedule_span);
     /// Records a finished response in the objective metrics.
     pub fn finish(&self, routed: &Routed, summary: &ResponseSummary) {
         let labels = ModelLabels { model_name: routed.model.clone(), target_model_name: routed.target_model.clone() };
@@ -428,6 +472,9 @@ impl Director {
 
     fn schedule(&self, scheduler: &Scheduler, sreq: &SchedulingRequest<'_>, candidates: &[Candidate], rng: &mut impl Rng, started: Instant) -> Result<Vec<EndpointId>, DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
+        if let Ok(d) = &result {
+            crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
+        }
         self.metrics.scheduler_e2e.observe(started.elapsed().as_secs_f64());
         let (status, pod) = match &result {
             Ok(d) => ("success", d.endpoints.first().map(|e| e.to_string()).unwrap_or_default()),
@@ -517,6 +564,3 @@ fn in_subset(id: EndpointId, list: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests;
-        if let Ok(d) = &result {
-            crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
-        }

@@ -6,6 +6,9 @@
 //! stalled client cannot hold a stream forever. Envoy ends every stream with a reset
 //! (`RST_STREAM INTERNAL_ERROR`); after a complete exchange that is a normal end and is neither
 //! logged as an error nor counted.
+//!
+//! With flow control, a stream whose decision is parked awaits its turn here before reading
+//! on; if the gateway drops the stream meanwhile, the wait is dropped and leaves the queue.
 
 pub mod response;
 pub mod status;
@@ -13,6 +16,7 @@ pub mod stream;
 pub mod wire;
 
 use crate::director::Director;
+use crate::flowcontrol::FlowControl;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{ExternalProcessor, ExternalProcessorServer};
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures::Stream;
@@ -28,11 +32,18 @@ pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
 pub struct ExtProc {
     director: Arc<Director>,
     limits: Limits,
+    flow: Option<Arc<FlowControl>>,
 }
 
 impl ExtProc {
     pub fn new(director: Arc<Director>, limits: Limits) -> Self {
-        Self { director, limits }
+        Self { director, limits, flow: None }
+    }
+
+    /// Routing decisions wait for their turn in `flow` (flow control on).
+    pub fn with_flow_control(mut self, flow: Arc<FlowControl>) -> Self {
+        self.flow = Some(flow);
+        self
     }
 
     /// The tonic service, accepting buffered bodies up to the body limit.
@@ -46,6 +57,7 @@ type Responses = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> +
 
 struct Driver {
     inbound: Streaming<ProcessingRequest>,
+    flow: Option<Arc<FlowControl>>,
     machine: StreamMachine,
     pending: VecDeque<ProcessingResponse>,
     deadline: tokio::time::Instant,
@@ -56,9 +68,14 @@ impl ExternalProcessor for ExtProc {
     type ProcessStream = Responses;
 
     async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
+        let mut machine = StreamMachine::new(Arc::clone(&self.director), self.limits);
+        if self.flow.is_some() {
+            machine.use_flow_control();
+        }
         let driver = Driver {
             inbound: request.into_inner(),
-            machine: StreamMachine::new(Arc::clone(&self.director), self.limits),
+            flow: self.flow.clone(),
+            machine,
             pending: VecDeque::new(),
             deadline: tokio::time::Instant::now() + self.limits.body_timeout,
         };
@@ -81,6 +98,12 @@ impl Driver {
                 return None;
             }
             let mut out = Vec::new();
+            if let (Some(flow), Some(ticket)) = (&self.flow, self.machine.take_flow_ticket()) {
+                let result = flow.admit(ticket).await;
+                self.machine.on_admission(result, &mut out);
+                self.pending.extend(out);
+                continue;
+            }
             let message = if self.machine.awaiting_decision() {
                 match tokio::time::timeout_at(self.deadline, self.inbound.message()).await {
                     Ok(m) => m,

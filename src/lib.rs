@@ -27,6 +27,9 @@ pub mod director;
 pub mod discovery;
 pub mod endpoint;
 pub mod extproc;
+pub mod flowcontrol;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod health;
 pub mod kvevents;
 pub mod leader;

@@ -89,6 +89,8 @@ pub enum RequestError {
     TooDeep { limit: usize },
     #[error("request body is not valid UTF-8 at byte {at}")]
     NotUtf8 { at: usize },
+    #[error("request has more than {limit} messages")]
+    TooManyMessages { limit: usize },
     #[error("request body must be a JSON object")]
     NotObject,
     #[error("model not found in request body")]

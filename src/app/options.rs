@@ -108,6 +108,11 @@ pub struct Options {
     /// Per-scrape timeout.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub metrics_scrape_timeout: Duration,
+    /// NVIDIA DCGM exporter to read GPU series from (per node, or a Prometheus `/federate`
+    /// URL); series are matched to endpoints by their `pod` label. Without it, DCGM series in
+    /// a pod's own /metrics (a sidecar exporter) are used.
+    #[arg(long)]
+    pub gpu_metrics_url: Option<String>,
     /// Active health: probe every endpoint's --health-check-path this often (off by default;
     /// upstream's GKE chart uses 2s). Failures feed the `outlier-detection` plugin.
     #[arg(long, value_parser = parse_duration)]
@@ -133,6 +138,12 @@ pub struct Options {
     /// sequence gaps; label `kv-events-replay-port` overrides it.
     #[arg(long)]
     pub kv_events_replay_port: Option<u16>,
+    /// KV-event bind mode: bind one SUB socket here (e.g. `tcp://*:5557`, llm-d's
+    /// `zmqEndpoint`) and let every pod's PUB connect to it (vLLM `--kv-events-config` with
+    /// `endpoint: tcp://<epp>:5557`); the topic `kv@<ip>:<port>@<model>` names the pod. Replaces
+    /// the per-endpoint connections of `--kv-events-port`.
+    #[arg(long)]
+    pub kv_events_bind: Option<String>,
     /// EndpointPickerConfig file, reloaded on change.
     #[arg(long)]
     pub config_file: Option<PathBuf>,
@@ -145,6 +156,35 @@ pub struct Options {
     /// Time allowed from a stream's start to the end of its request body (408 beyond).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub request_body_timeout: Duration,
+    /// Duplex mode: route as soon as the model and the prompt prefix the scorers read have
+    /// arrived, and stream the rest of the body through (`false`: decide on the whole body).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub early_decision: bool,
+    /// Most ext_proc messages on the request side of one stream (413 beyond).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_request_messages: usize,
+    /// Largest request headers, names and values (431 beyond).
+    #[arg(long, default_value_t = 64 << 10)]
+    pub max_request_header_bytes: usize,
+    /// Most elements in a chat `messages` array (400 beyond).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_chat_messages: usize,
+    /// Flow control (upstream's `flowControl` feature gate): requests wait in epp while the
+    /// pool is saturated, by priority and fairness key.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub flow_control: bool,
+    /// Flow control: most requests waiting (`maxRequests`; 0 = unlimited; 429 beyond).
+    #[arg(long, default_value_t = 0)]
+    pub flow_control_max_requests: usize,
+    /// Flow control: most bytes waiting (`maxBytes`; 0 = unlimited; 429 beyond).
+    #[arg(long, default_value_t = 10 << 30)]
+    pub flow_control_max_bytes: u64,
+    /// Flow control: most bytes waiting per priority band (`defaultPriorityBand.maxBytes`).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    pub flow_control_band_max_bytes: u64,
+    /// Flow control: how long a request may wait (`defaultRequestTTL`; 503 beyond).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub flow_control_default_request_ttl: Duration,
     /// Metrics endpoint authentication (needs Kubernetes TokenReview; must stay false here).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub metrics_endpoint_auth: bool,

@@ -25,6 +25,7 @@ pub enum Code {
     Internal,
     RequestTimeout,
     PayloadTooLarge,
+    HeadersTooLarge,
 }
 
 impl Code {
@@ -33,6 +34,7 @@ impl Code {
             Self::BadRequest => 400,
             Self::RequestTimeout => 408,
             Self::PayloadTooLarge => 413,
+            Self::HeadersTooLarge => 431,
             Self::ResourceExhausted => 429,
             Self::Internal => 500,
             Self::ServiceUnavailable => 503,
@@ -44,6 +46,7 @@ impl Code {
             Self::BadRequest => "BadRequest",
             Self::RequestTimeout => "RequestTimeout",
             Self::PayloadTooLarge => "PayloadTooLarge",
+            Self::HeadersTooLarge => "RequestHeaderFieldsTooLarge",
             Self::ResourceExhausted => "ResourceExhausted",
             Self::Internal => "Internal",
             Self::ServiceUnavailable => "ServiceUnavailable",
@@ -92,6 +95,12 @@ pub enum StreamError {
     BodyTooLarge { limit: usize },
     #[error("request body not received within {0:?}")]
     BodyTimeout(std::time::Duration),
+    #[error("request exceeds {limit} ext_proc messages")]
+    TooManyMessages { limit: usize },
+    #[error("request headers exceed {limit} bytes")]
+    HeadersTooLarge { limit: usize },
+    #[error(transparent)]
+    Flow(#[from] crate::flowcontrol::FlowError),
 }
 
 impl StreamError {
@@ -104,6 +113,10 @@ impl StreamError {
             Self::Director(DirectorError::UnknownEndpoint(_)) => Code::Internal,
             Self::BodyTooLarge { .. } => Code::PayloadTooLarge,
             Self::BodyTimeout(_) => Code::RequestTimeout,
+            Self::TooManyMessages { .. } => Code::PayloadTooLarge,
+            Self::HeadersTooLarge { .. } => Code::HeadersTooLarge,
+            Self::Flow(e) if e.is_capacity() => Code::ResourceExhausted,
+            Self::Flow(_) => Code::ServiceUnavailable,
         }
     }
 }
@@ -115,6 +128,9 @@ impl StreamError {
             Self::Director(DirectorError::NoCandidates(_)) => Some(Backpressure::NoReadyEndpoints),
             Self::Director(DirectorError::Schedule(_)) => Some(Backpressure::PoolSaturated),
             Self::Director(DirectorError::Shed(_)) => Some(Backpressure::ShedByPriority),
+            // Flow control: the queue is full (429) or the request waited out its TTL (503);
+            // either way the pool stayed saturated.
+            Self::Flow(_) => Some(Backpressure::PoolSaturated),
             _ => None,
         }
     }

@@ -7,6 +7,15 @@
 //! Buffered mode: headers are answered at once and the decision rides on the body response.
 //! Anything after the first end of stream is ignored (upstream bug #2988: a duplicate
 //! end-of-stream chunk corrupted the body).
+//!
+//! Early decision (duplex mode, on by default): as soon as the model and the prompt prefix the
+//! scorers read are known, epp routes, answers the headers and streams the rest of the body
+//! through as it arrives ([`early`]). With flow control, the decision first waits for the
+//! request's turn ([`crate::flowcontrol`]); the driver awaits it.
+//!
+//! The destination is epp's alone: the routing mutation overwrites a client's
+//! `x-gateway-destination-endpoint` and removes the other routing headers a client could
+//! forge ([`wire::routing_common`]).
 
 use super::response::ResponseTracker;
 use super::status::{self, StreamError};
@@ -19,6 +28,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, Proce
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod early;
+
 /// Response header the conformance verifier writes.
 pub const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
 
@@ -27,6 +38,27 @@ pub const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
 pub struct Limits {
     pub max_body_bytes: usize,
     pub body_timeout: Duration,
+    /// Duplex mode: route once the model and the scored prompt prefix are known.
+    pub early_decision: bool,
+    /// ext_proc messages on the request side of one stream (headers, body chunks, trailers).
+    pub max_request_messages: usize,
+    /// Bytes of request header names and values.
+    pub max_header_bytes: usize,
+    /// Elements of a chat `messages` array.
+    pub max_chat_messages: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 << 20,
+            body_timeout: Duration::from_secs(60),
+            early_decision: true,
+            max_request_messages: 100_000,
+            max_header_bytes: 64 << 10,
+            max_chat_messages: 100_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +83,8 @@ struct RequestMeta {
     objective: Option<String>,
     subset: Option<Vec<String>>,
     session_token: Option<String>,
+    content_length: Option<usize>,
+    fairness_id: Option<String>,
 }
 
 pub struct StreamMachine {
@@ -69,9 +103,11 @@ pub struct StreamMachine {
     /// `envoy.lb/x-gateway-destination-endpoint-served`, reported by gateways whose load
     /// balancer (`override_host`) may walk the fallback list.
     served: Option<String>,
-}
     /// OpenTelemetry spans of this request (`None` when tracing is off).
     trace: Option<crate::telemetry::RequestTrace>,
+    /// Request-side progress: the body scan, early decision, flow-control wait.
+    req: early::RequestSide,
+}
 
 impl StreamMachine {
     pub fn new(director: Arc<Director>, limits: Limits) -> Self {
@@ -87,8 +123,9 @@ impl StreamMachine {
             routed: None,
             response: None,
             served: None,
-        }
             trace: None,
+            req: early::RequestSide::default(),
+        }
     }
 
     /// Whether the routing decision is still pending (the body deadline applies).
@@ -122,6 +159,10 @@ impl StreamMachine {
         if matches!(msg.request, Some(Request::ResponseHeaders(_))) {
             self.served = wire::metadata_string(md, wire::LB_NAMESPACE, wire::SERVED_KEY).map(String::from);
         }
+        let request_side = matches!(msg.request, Some(Request::RequestHeaders(_) | Request::RequestBody(_) | Request::RequestTrailers(_)));
+        if request_side && self.count_request_message(out) {
+            return;
+        }
         match msg.request {
             Some(Request::RequestHeaders(h)) => {
                 self.meta.subset = wire::subset_hint(md);
@@ -146,12 +187,17 @@ impl StreamMachine {
         let map = h.headers.as_ref();
         let path = wire::find_header(map, ":path").or_else(|| wire::find_header(map, "x-original-path")).or_else(|| wire::find_header(map, "x-forwarded-path"));
         self.meta.path = path.unwrap_or("/v1/completions").to_owned();
+        self.trace = crate::telemetry::RequestTrace::start(wire::find_header(map, "traceparent"), wire::find_header(map, "tracestate"));
         self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
         self.meta.model_rewrite = wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
-        self.trace = crate::telemetry::RequestTrace::start(wire::find_header(map, "traceparent"), wire::find_header(map, "tracestate"));
         self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
         self.meta.objective = wire::find_header(map, "x-gateway-inference-objective").map(String::from);
         self.meta.session_token = wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
+        self.meta.content_length = wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
+        self.meta.fairness_id = wire::find_header(map, early::FAIRNESS_HEADER).map(String::from);
+        if let Err(e) = self.check_headers(map) {
+            return self.fail(e, out);
+        }
         self.phase = Phase::Body;
         if h.end_of_stream {
             let inc = self.incoming(&[]);
@@ -170,23 +216,33 @@ impl StreamMachine {
     }
 
     fn on_request_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
-        if self.phase != Phase::Body {
+        if self.request_open() {
+            return self.forward_chunk(b, out);
+        }
+        if self.phase != Phase::Body || self.req.waiting() {
             return;
         }
-        if self.body.len() + b.body.len() > self.limits.max_body_bytes {
-            return self.fail(StreamError::BodyTooLarge { limit: self.limits.max_body_bytes }, out);
+        if let Err(e) = self.take_chunk(&b) {
+            return self.fail(e, out);
         }
         self.body.extend_from_slice(&b.body);
         if b.end_of_stream {
-            self.decide(true, out);
+            self.proceed(early::Pending::Whole { body_eos: true }, out);
         } else if !self.request_duplex {
             out.push(wire::request_body(None, None));
+        } else {
+            self.try_early(out);
         }
     }
 
     fn on_request_trailers(&mut self, out: &mut Vec<ProcessingResponse>) {
-        if self.phase == Phase::Body && self.request_duplex {
-            self.decide(false, out);
+        if self.request_open() {
+            self.close_request();
+        } else if self.phase == Phase::Body && self.request_duplex && !self.req.waiting() {
+            self.proceed(early::Pending::Whole { body_eos: false }, out);
+        }
+        if self.req.waiting() {
+            return;
         }
         if self.phase != Phase::Done {
             out.push(wire::request_trailers());
@@ -194,7 +250,7 @@ impl StreamMachine {
     }
 
     /// The body is complete: route and answer. `body_eos` is false when trailers end the body.
-    fn decide(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
+    fn route_whole(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
         let result = crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route(&self.incoming(&self.body), &mut rand::rng()));
         let routed = match result {
             Ok(r) => r,
@@ -239,19 +295,19 @@ impl StreamMachine {
         if !self.meta.has_request_id {
             set.push(wire::set_header("x-request-id", &request_id()));
         }
-        (wire::routing_common(set), wire::destination_metadata(&value))
+        (wire::request_routing(set), wire::destination_metadata(&value))
     }
 
     fn on_response_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
         let map = h.headers.as_ref();
         let status = wire::find_header(map, ":status").and_then(|s| s.parse().ok());
+        if let Some(t) = &mut self.trace {
+            t.response_started(status);
+        }
         let rewrite = self.routed.as_ref().filter(|r| r.target_model != r.model).map(|r| (r.target_model.as_str(), r.model.as_str()));
         let stream = self.routed.as_ref().is_some_and(|r| r.stream);
         self.response = Some(ResponseTracker::new(status, wire::find_header(map, "content-type"), stream, rewrite));
         if let (Some(served), Some(routed)) = (&self.served, &self.routed) {
-        if let Some(t) = &mut self.trace {
-            t.response_started(status);
-        }
             if routed.destinations.first().map(ToString::to_string).as_deref() != Some(served.as_str()) {
                 tracing::debug!(served = %served, picked = %wire::destination_value(&routed.destinations), "gateway served a fallback endpoint");
                 self.director.metrics().served_fallbacks.inc();
@@ -293,26 +349,26 @@ impl StreamMachine {
     /// The response is complete: record it and release the endpoint.
     fn finish(&mut self) {
         if let (Some(routed), Some(resp)) = (self.routed.take(), self.response.as_ref()) {
-            self.director.finish(&routed, &resp.summary(self.body.len()));
+            self.director.finish(&routed, &resp.summary(self.req.body_len));
         }
+        self.trace = None; // ends the request's spans
         self.phase = Phase::Done;
     }
 
     fn fail(&mut self, err: StreamError, out: &mut Vec<ProcessingResponse>) {
         let code = err.code();
+        if let Some(t) = &self.trace {
+            t.fail(err.to_string());
+        }
         tracing::debug!(error = %err, status = code.http_status(), "request rejected");
         let (model_name, target_model_name) = self.error_models();
         let labels = ErrorLabels { model_name, target_model_name, error_code: code.name().to_owned() };
         self.director.metrics().request_error_total.get_or_create(&labels).inc();
-        self.trace = None; // ends the request's spans
         out.push(status::immediate(&err));
         self.phase = Phase::Done;
     }
 }
 
-        if let Some(t) = &self.trace {
-            t.fail(err.to_string());
-        }
 impl StreamMachine {
     /// Model labels for an error: the requested and target model when the body names one.
     /// Re-parsing happens only on this failure path; a body never read (413, 408) has none.

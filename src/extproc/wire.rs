@@ -62,6 +62,19 @@ pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
     CommonResponse { header_mutation: Some(HeaderMutation { set_headers: set, remove_headers: Vec::new() }), clear_route_cache: true, ..Default::default() }
 }
 
+/// Request headers a client could send to steer routing; epp's routing mutation removes them
+/// (the destination header itself is overwritten).
+pub const FORGEABLE_HEADERS: [&str; 2] = ["x-gateway-destination-endpoint-served", "x-gateway-destination-endpoint-subset"];
+
+/// The request routing mutation: [`routing_common`] that also strips [`FORGEABLE_HEADERS`].
+pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
+    let mut common = routing_common(set);
+    if let Some(m) = common.header_mutation.as_mut() {
+        m.remove_headers = FORGEABLE_HEADERS.iter().map(|h| (*h).to_owned()).collect();
+    }
+    common
+}
+
 pub fn request_headers(common: Option<CommonResponse>, metadata: Option<Struct>) -> ProcessingResponse {
     ProcessingResponse { response: Some(Response::RequestHeaders(HeadersResponse { response: common })), dynamic_metadata: metadata, ..Default::default() }
 }

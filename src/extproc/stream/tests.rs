@@ -23,7 +23,7 @@ fn machine_with_config(ports: &[u16], duplex: bool, config: &str) -> (StreamMach
     let director = Arc::new(Director::new(Arc::clone(&ds), Runtime::build(config, None).unwrap(), metrics, opts));
     let mode = if duplex { BodySendMode::FullDuplexStreamed } else { BodySendMode::Buffered } as i32;
     let pc = ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() };
-    (StreamMachine::new(director, Limits { max_body_bytes: 1 << 20, body_timeout: Duration::from_secs(5) }), pc, ds)
+    (StreamMachine::new(director, Limits { max_body_bytes: 1 << 20, body_timeout: Duration::from_secs(5), ..Limits::default() }), pc, ds)
 }
 
 fn machine(ports: &[u16], duplex: bool) -> (StreamMachine, ProtocolConfiguration) {
@@ -214,4 +214,125 @@ fn without_a_response_body_mode_the_exchange_ends_at_the_response_headers() {
     let out = run(&mut m, vec![resp]);
     assert!(matches!(out[0].response, Some(Response::ResponseHeaders(_))));
     assert!(m.is_done() && !m.interrupted());
+}
+
+fn headers_with(path: &str, extra: &[(&str, &str)], pc: ProtocolConfiguration) -> ProcessingRequest {
+    let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+    let mut list = vec![h(":path", path), h(":method", "POST"), h("x-request-id", "r1")];
+    list.extend(extra.iter().map(|(k, v)| h(k, v)));
+    ProcessingRequest { request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(HeaderMap { headers: list }), ..Default::default() })), protocol_config: Some(pc), ..Default::default() }
+}
+
+fn set_header<'a>(r: &'a ProcessingResponse, key: &str) -> Option<&'a [u8]> {
+    let Some(Response::RequestHeaders(h)) = &r.response else { return None };
+    let m = h.response.as_ref()?.header_mutation.as_ref()?;
+    m.set_headers.iter().map(|o| o.header.as_ref().unwrap()).find(|h| h.key == key).map(|h| h.raw_value.as_slice())
+}
+
+fn long_completion(model: &str, prompt_bytes: usize) -> Vec<u8> {
+    serde_json::json!({"model": model, "prompt": "abcd ".repeat(prompt_bytes / 5), "stream": true}).to_string().into_bytes()
+}
+
+#[test]
+fn early_decision_routes_once_the_prefix_is_in_and_streams_the_rest() {
+    let (mut m, pc) = machine(&[1, 2], true);
+    let whole = long_completion("m", 100_000);
+    let mut out = run(&mut m, vec![headers("/v1/completions", false, Some(pc))]);
+    let mut decided_at = None;
+    for (i, chunk) in whole.chunks(10_000).enumerate() {
+        let before = out.len();
+        m.handle(body(chunk, false), &mut out);
+        if decided_at.is_none() && out.len() > before {
+            decided_at = Some(i);
+        }
+    }
+    m.handle(body(b"", true), &mut out);
+    assert_eq!(decided_at, Some(3), "the default prefix scorer reads 32 KiB of prompt");
+    destination(&out[0]);
+    assert_eq!(streamed_bytes(&out), (whole, true), "every byte passes through, in order");
+    assert!(m.routed.as_ref().unwrap().stream, "`stream` came after the decision point and is still seen");
+}
+
+#[test]
+fn early_rewrite_patches_the_model_and_fixes_the_content_length() {
+    let (mut m, pc) = machine(&[1], true);
+    let whole = long_completion("short", 50_000);
+    let len = whole.len().to_string();
+    let mut out = run(&mut m, vec![headers_with("/v1/completions", &[("x-gateway-model-name-rewrite", "a-longer-name"), ("content-length", &len)], pc)]);
+    for chunk in whole.chunks(40_000) {
+        m.handle(body(chunk, false), &mut out);
+    }
+    m.handle(body(b"", true), &mut out);
+    let expected = String::from_utf8(whole.clone()).unwrap().replacen("\"short\"", "\"a-longer-name\"", 1).into_bytes();
+    assert_eq!(set_header(&out[0], "content-length"), Some(expected.len().to_string().as_bytes()));
+    assert_eq!(streamed_bytes(&out), (expected, true));
+}
+
+#[test]
+fn without_early_decision_or_in_buffered_mode_the_whole_body_decides() {
+    let (director, pc) = {
+        let (m, pc, _) = machine_with_store(&[1], true);
+        (m.director, pc)
+    };
+    let mut m = StreamMachine::new(director, Limits { early_decision: false, ..Limits::default() });
+    let whole = long_completion("m", 100_000);
+    let mut out = run(&mut m, vec![headers("/v1/completions", false, Some(pc))]);
+    for chunk in whole.chunks(10_000) {
+        m.handle(body(chunk, false), &mut out);
+    }
+    assert!(out.is_empty());
+    m.handle(body(b"", true), &mut out);
+    destination(&out[0]);
+    let (mut m, pc) = machine(&[1], false);
+    let out = run(&mut m, vec![headers("/v1/completions", false, Some(pc)), body(&whole[..60_000], false)]);
+    assert!(out.iter().all(|r| set_header(r, wire::DESTINATION_HEADER).is_none()));
+}
+
+#[test]
+fn routing_strips_headers_a_client_could_forge() {
+    let (mut m, pc) = machine(&[1], true);
+    let out = run(&mut m, vec![headers_with("/v1/chat/completions", &[(wire::DESTINATION_HEADER, "10.9.9.9:80")], pc), body(CHAT, true)]);
+    assert_eq!(destination(&out[0]).0, "127.0.0.1:1");
+    let Some(Response::RequestHeaders(h)) = &out[0].response else { panic!() };
+    let removed = &h.response.as_ref().unwrap().header_mutation.as_ref().unwrap().remove_headers;
+    assert_eq!(removed, &wire::FORGEABLE_HEADERS.map(String::from));
+}
+
+#[test]
+fn limits_answer_with_their_own_status() {
+    let director = machine_with_store(&[1], true).0.director;
+    let limited = |l: Limits| StreamMachine::new(Arc::clone(&director), l);
+    let pc = machine(&[1], true).1;
+    let mut m = limited(Limits { max_header_bytes: 100, ..Limits::default() });
+    let out = run(&mut m, vec![headers_with("/v1/completions", &[("x-big", &"v".repeat(100))], pc)]);
+    assert_eq!(immediate_status(&out), Some(431));
+    let mut m = limited(Limits { max_request_messages: 3, ..Limits::default() });
+    let out = run(&mut m, vec![headers("/v1/completions", false, Some(pc)), body(b"{", false), body(b" ", false), body(b" ", false)]);
+    assert_eq!(immediate_status(&out), Some(413));
+    let mut m = limited(Limits { max_chat_messages: 2, ..Limits::default() });
+    let chat = br#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"#;
+    let out = run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(chat, false)]);
+    assert_eq!(immediate_status(&out), Some(400), "refused before the body ends");
+}
+
+#[test]
+fn flow_control_parks_the_decision_until_admitted_or_refused() {
+    let (mut m, pc) = machine(&[1], true);
+    m.use_flow_control();
+    let out = run(&mut m, vec![headers_with("/v1/chat/completions", &[("x-gateway-inference-fairness-id", "tenant-a")], pc), body(CHAT, true)]);
+    assert!(out.is_empty());
+    let ticket = m.take_flow_ticket().unwrap();
+    assert_eq!((ticket.fairness_id.as_str(), ticket.priority, ticket.bytes), ("tenant-a", 0, CHAT.len() as u64));
+    assert!(m.take_flow_ticket().is_none(), "one ticket per request");
+    let mut out = Vec::new();
+    m.on_admission(Ok(()), &mut out);
+    destination(&out[0]);
+    assert_eq!(streamed_bytes(&out), (CHAT.to_vec(), true));
+    let (mut m, pc) = machine(&[1], true);
+    m.use_flow_control();
+    run(&mut m, vec![headers("/v1/chat/completions", false, Some(pc)), body(CHAT, true)]);
+    assert_eq!(m.take_flow_ticket().unwrap().fairness_id, "default-flow");
+    let mut out = Vec::new();
+    m.on_admission(Err(crate::flowcontrol::FlowError::Full { limit: "maxRequests", value: 1 }), &mut out);
+    assert_eq!(immediate_status(&out), Some(429));
 }

@@ -1,0 +1,119 @@
+use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn ticket(priority: Priority, flow: &str, bytes: u64) -> Ticket {
+    Ticket { priority, fairness_id: flow.into(), bytes }
+}
+
+#[test]
+fn higher_bands_first_round_robin_between_keys_fifo_within() {
+    let mut q = Queues::new(FlowConfig::default());
+    for (p, f, name) in [(0, "a", "a1"), (0, "a", "a2"), (0, "a", "a3"), (0, "b", "b1"), (-1, "a", "shed"), (10, "c", "crit"), (0, "b", "b2")] {
+        q.push(&ticket(p, f, 1), name).unwrap();
+    }
+    let order: Vec<&str> = std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect();
+    assert_eq!(order, ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]);
+    assert!(q.is_empty());
+    assert_eq!(q.bytes(), 0);
+}
+
+#[test]
+fn capacity_is_counted_in_requests_total_bytes_and_band_bytes() {
+    let config = FlowConfig { max_requests: 3, max_bytes: 100, band_max_bytes: 60, ..FlowConfig::default() };
+    let mut q = Queues::new(config);
+    q.push(&ticket(0, "a", 50), ()).unwrap();
+    assert_eq!(q.push(&ticket(0, "a", 11), ()), Err(FlowError::Full { limit: "priority band maxBytes", value: 60 }));
+    q.push(&ticket(1, "a", 40), ()).unwrap();
+    assert_eq!(q.push(&ticket(2, "a", 11), ()), Err(FlowError::Full { limit: "maxBytes", value: 100 }));
+    q.push(&ticket(2, "a", 1), ()).unwrap();
+    assert_eq!(q.push(&ticket(3, "a", 0), ()), Err(FlowError::Full { limit: "maxRequests", value: 3 }));
+    assert!(q.push(&ticket(0, "a", 0), ()).unwrap_err().is_capacity());
+    assert_eq!((q.len(), q.bytes()), (3, 91));
+}
+
+#[test]
+fn removal_frees_capacity_and_keeps_the_rotation() {
+    let mut q = Queues::new(FlowConfig { max_requests: 2, ..FlowConfig::default() });
+    let a = q.push(&ticket(0, "a", 5), "a").unwrap();
+    q.push(&ticket(0, "b", 5), "b").unwrap();
+    assert_eq!(q.remove(a), Some("a"));
+    assert_eq!(q.remove(a), None);
+    q.push(&ticket(0, "c", 5), "c").unwrap();
+    assert_eq!(q.pop().map(|(_, n)| n), Some("b"));
+    assert_eq!(q.pop().map(|(_, n)| n), Some("c"));
+    assert_eq!((q.len(), q.bytes()), (0, 0));
+}
+
+/// A flow control whose saturation the test sets (in thousandths).
+fn flow(config: FlowConfig) -> (Arc<FlowControl>, Arc<AtomicU64>) {
+    let level = Arc::new(AtomicU64::new(0));
+    let read = Arc::clone(&level);
+    (FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0), level)
+}
+
+#[tokio::test(start_paused = true)]
+async fn passes_at_once_when_idle_and_waits_while_saturated() {
+    let (fc, level) = flow(FlowConfig::default());
+    fc.admit(ticket(0, "a", 1)).await.unwrap();
+    level.store(1000, Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(Arc::clone(&fc).run(shutdown.clone()));
+    let mut waiter = tokio::task::JoinSet::new();
+    let fc2 = Arc::clone(&fc);
+    waiter.spawn(async move { fc2.admit(ticket(0, "a", 1)).await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(fc.len(), 1, "still waiting while saturated");
+    level.store(500, Ordering::SeqCst);
+    waiter.join_next().await.unwrap().unwrap().unwrap();
+    assert!(fc.is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn critical_is_released_before_sheddable_and_expiry_is_503() {
+    let config = FlowConfig { ttl: Duration::from_secs(30), ..FlowConfig::default() };
+    let (fc, level) = flow(config);
+    level.store(1000, Ordering::SeqCst);
+    let released = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = tokio::task::JoinSet::new();
+    for (p, name) in [(-1, "sheddable"), (0, "standard"), (10, "critical")] {
+        let (fc, released) = (Arc::clone(&fc), Arc::clone(&released));
+        waiters.spawn(async move {
+            let r = fc.admit(ticket(p, "t", 1)).await;
+            released.lock().unwrap().push(name);
+            r
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(Arc::clone(&fc).run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    level.store(0, Ordering::SeqCst);
+    while let Some(r) = waiters.join_next().await {
+        r.unwrap().unwrap();
+    }
+    assert_eq!(*released.lock().unwrap(), ["critical", "standard", "sheddable"]);
+    level.store(1000, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    assert_eq!(fc.admit(ticket(0, "t", 1)).await, Err(FlowError::Expired(Duration::from_secs(30))));
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert!(fc.is_empty(), "an expired request leaves the queue");
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_leaves_the_queue_and_a_full_queue_refuses() {
+    let (fc, level) = flow(FlowConfig { max_requests: 1, ..FlowConfig::default() });
+    level.store(2000, Ordering::SeqCst);
+    let mut set = tokio::task::JoinSet::new();
+    let fc2 = Arc::clone(&fc);
+    let first = set.spawn(async move { fc2.admit(ticket(0, "a", 1)).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(fc.len(), 1);
+    assert!(matches!(fc.admit(ticket(5, "b", 1)).await, Err(FlowError::Full { limit: "maxRequests", .. })));
+    first.abort();
+    assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
+    assert!(fc.is_empty(), "the client left: its request is gone from the queue");
+}
