@@ -24,10 +24,13 @@ pub struct SimOptions {
     /// LoRA adapters every pod serves (empty = none).
     pub lora_adapters: Vec<String>,
     pub max_loras: usize,
+    /// Publish KV-cache events (ZMQ PUB + replay ROUTER per pod, bound on 127.0.0.1), for
+    /// epp's precise prefix scorer.
+    pub kv_events: bool,
 }
 
 impl SimOptions {
-    fn args(&self, base_port: u16) -> Vec<String> {
+    fn args(&self, base_port: u16, kv: Option<(u16, u16)>) -> Vec<String> {
         let mut a: Vec<String> = [
             "--pods", &self.pods.to_string(), "--base-port", &base_port.to_string(),
             "--num-gpu-blocks", &self.num_gpu_blocks.to_string(), "--block-size", &self.block_size.to_string(),
@@ -39,6 +42,11 @@ impl SimOptions {
         .collect();
         if !self.lora_adapters.is_empty() {
             a.extend(["--lora-modules".to_owned(), self.lora_adapters.join(","), "--max-loras".to_owned(), self.max_loras.to_string()]);
+        }
+        if let Some((publish, replay)) = kv {
+            // Pod i binds port + i of each.
+            a.extend(["--kv-events-endpoint".to_owned(), format!("tcp://127.0.0.1:{publish}"), "--kv-events-mode".to_owned(), "bind".to_owned()]);
+            a.extend(["--kv-events-replay-endpoint".to_owned(), format!("tcp://127.0.0.1:{replay}")]);
         }
         a
     }
@@ -53,16 +61,46 @@ impl SimOptions {
 pub struct SimCluster {
     pub proc_: Proc,
     pub pods: Vec<SocketAddr>,
+    /// Per pod, its KV-event PUB and replay ports (empty without `kv_events`).
+    pub kv_ports: Vec<(u16, u16)>,
 }
 
 impl SimCluster {
     pub async fn start(sim: &Path, opts: &SimOptions, dir: &Path) -> Result<Self, BenchError> {
-        let base = free_port_range(opts.pods)?;
-        let mut proc_ = Proc::spawn("inference-sim", sim, &opts.args(base), dir)?;
-        let pods: Vec<SocketAddr> = (0..opts.pods as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], base + i))).collect();
+        // One range: HTTP ports, then (with KV events) PUB ports, then replay ports.
+        let n = opts.pods as u16;
+        let base = free_port_range(opts.pods * if opts.kv_events { 3 } else { 1 })?;
+        let kv = opts.kv_events.then_some((base + n, base + 2 * n));
+        let mut proc_ = Proc::spawn("inference-sim", sim, &opts.args(base, kv), dir)?;
+        let pods: Vec<SocketAddr> = (0..n).map(|i| SocketAddr::from(([127, 0, 0, 1], base + i))).collect();
+        let kv_ports = kv.map(|(p, r)| (0..n).map(|i| (p + i, r + i)).collect()).unwrap_or_default();
         for pod in &pods {
             wait_http_ok(&mut proc_, *pod, "/health", Duration::from_secs(20)).await?;
         }
-        Ok(Self { proc_, pods })
+        Ok(Self { proc_, pods, kv_ports })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_events_bind_on_loopback_after_the_http_ports() {
+        let opts = SimOptions {
+            pods: 2,
+            num_gpu_blocks: 11,
+            block_size: 16,
+            max_model_len: 1024,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 1.0,
+            lora_adapters: Vec::new(),
+            max_loras: 1,
+            kv_events: true,
+        };
+        let a = opts.args(9000, Some((9002, 9004))).join(" ");
+        assert!(a.contains("--kv-events-endpoint tcp://127.0.0.1:9002 --kv-events-mode bind"), "{a}");
+        assert!(a.contains("--kv-events-replay-endpoint tcp://127.0.0.1:9004"), "{a}");
+        assert!(!opts.args(9000, None).join(" ").contains("kv-events"));
     }
 }

@@ -60,8 +60,9 @@ pub async fn run(scenario: &Scenario, bins: &Bins, dir: &Path) -> Vec<RouterResu
 }
 
 async fn one(scenario: &Scenario, router: &Router, bins: &Bins, dir: &Path) -> Result<RouterResult, BenchError> {
-    let cluster = SimCluster::start(&bins.inference_sim, &scenario.sim, dir).await?;
-    let running = routers::start(router, &cluster.pods, bins, dir, &scenario.model).await?;
+    let sim = SimOptions { kv_events: router.needs_kv_events(), ..scenario.sim.clone() };
+    let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
+    let running = routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, &scenario.model).await?;
     let mut pids = running.pids();
     pids.push(("pods".into(), cluster.proc_.pid()));
     let before: Vec<_> = pids.iter().map(|(_, p)| cpu_time(*p).unwrap_or_default()).collect();

@@ -65,7 +65,7 @@ pub async fn inference_perf(scenario: &Scenario, bins: &Bins, dir: &Path, tokeni
     let router = scenario.routers.first().ok_or_else(|| BenchError::Setup("no router".into()))?;
     std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let cluster = SimCluster::start(&bins.inference_sim, &scenario.sim, dir).await?;
-    let running = routers::start(router, &cluster.pods, bins, dir, &scenario.model).await?;
+    let running = routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, &scenario.model).await?;
     let reports = dir.join("inference-perf");
     let cfg = dir.join("inference-perf.yaml");
     std::fs::write(&cfg, config_yaml(scenario, &format!("http://{}", running.target), tokenizer, rate, secs, &reports))

@@ -102,7 +102,7 @@ impl Backends {
 }
 
 async fn case(bins: &Bins, be: &Backends, path: &Router, shape: &Shape, secs: f64, dir: &Path) -> Result<OverheadResult, BenchError> {
-    let running = routers::start(path, &be.addrs, bins, dir, super::plan::MODEL).await?;
+    let running = routers::start(path, &be.addrs, &[], bins, dir, super::plan::MODEL).await?;
     let mut pids = running.pids();
     pids.push(("backends".into(), be.proc_.pid()));
     let before: Vec<Duration> = pids.iter().map(|(_, p)| cpu_time(*p).unwrap_or_default()).collect();

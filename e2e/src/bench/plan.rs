@@ -55,8 +55,19 @@ fn config(name: &str) -> PathBuf {
 /// The routers of a full comparison, in table order, plus `o.extra_epp`.
 fn routers_of(o: &PlanOptions) -> Vec<Router> {
     let mut r = routers(o.peers);
-    r.extend(o.extra_epp.iter().map(|(name, config)| Router::Epp { name: name.clone(), config: config.clone() }));
+    r.extend(o.extra_epp.iter().map(|(name, config)| epp_router(name, config)));
     r
+}
+
+/// An epp router for `config`: with the pods' KV events when the config uses the precise scorer.
+pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
+    let precise = std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
+    let (name, config) = (name.to_owned(), config.to_path_buf());
+    if precise {
+        Router::EppPrecise { name, config }
+    } else {
+        Router::Epp { name, config }
+    }
 }
 
 /// The routers of a full comparison, in table order.
@@ -66,6 +77,7 @@ pub fn routers(peers: bool) -> Vec<Router> {
         Router::EnvoyLeastRequest,
         Router::Epp { name: "default".into(), config: config("epp-default.yaml") },
         Router::Epp { name: "best".into(), config: config("epp-best.yaml") },
+        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml") },
     ];
     if peers {
         r.push(Router::VllmRouter { policy: "cache_aware".into() });
@@ -85,6 +97,7 @@ pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
         time_scale: opts.time_scale,
         lora_adapters: Vec::new(),
         max_loras: 4,
+        kv_events: false,
     }
 }
 
@@ -151,4 +164,17 @@ pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
     let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
     load.push("--constant".into());
     scenario("crosscheck", sim(o, 8), shared_prefix_args(), load, vec![router])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_with_the_precise_scorer_run_with_kv_events() {
+        assert!(epp_router("precise", &config("epp-precise.yaml")).needs_kv_events());
+        assert!(!epp_router("best", &config("epp-best.yaml")).needs_kv_events());
+        let labels: Vec<String> = routers(false).iter().map(Router::label).collect();
+        assert!(labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned()));
+    }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::compare::{read_report, RouterResult};
 use crate::loadgen::plot::{self, Series};
+use crate::loadgen::summary::Percentiles;
 use crate::loadgen::Summary;
 
 /// [`crate::loadgen::MARKDOWN_HEADER`] plus the routers' CPU per request.
@@ -34,8 +35,25 @@ pub fn tables(results: &[RouterResult]) -> String {
                 }
             }
         }
+        stage_table(&mut out, results.iter().filter(|r| r.scenario == s));
     }
     out
+}
+
+/// Per-stage TTFT of multi-stage (load sweep) runs: latency against offered load.
+fn stage_table<'a>(out: &mut String, results: impl Iterator<Item = &'a RouterResult>) {
+    let mut header = false;
+    for r in results {
+        let Some(sum) = r.summary.as_ref().filter(|s| s.stages.len() > 1) else { continue };
+        if !header {
+            let _ = writeln!(out, "\n| router | offered req/s | sent | ok | TTFT p50 / p90 (ms) | E2E p50 / p90 (ms) |\n|---|---:|---:|---:|---|---|");
+            header = true;
+        }
+        for st in &sum.stages {
+            let (t, e) = (&st.ttft_ms, &st.e2e_ms);
+            let _ = writeln!(out, "| {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} |", r.router, st.offered_rps, st.sent, st.ok, t.p50, t.p90, e.p50, e.p90);
+        }
+    }
 }
 
 fn find<'a>(results: &'a [RouterResult], scenario: &str, router: &str) -> Option<&'a Summary> {
@@ -90,16 +108,19 @@ pub fn plots(results: &[RouterResult], dir: &Path) -> Vec<String> {
         if plot::ttft_cdf(&path, &format!("TTFT CDF, {s}"), &cdfs).is_ok() {
             written.push(path.display().to_string());
         }
-        let sweep: Vec<Series> = of
-            .iter()
-            .filter_map(|r| {
-                let st = &r.summary.as_ref()?.stages;
-                (st.len() > 1).then(|| Series { label: r.router.clone(), points: st.iter().map(|x| (x.offered_rps, x.ttft_ms.p90)).collect() })
-            })
-            .collect();
-        if !sweep.is_empty() {
-            let path = dir.join(format!("{s}-ttft-p90-vs-load.svg"));
-            if plot::latency_vs_load(&path, &format!("TTFT p90 against offered load, {s}"), "TTFT p90 (ms)", &sweep).is_ok() {
+        for (name, pick) in [("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64), ("p90", |p: &Percentiles| p.p90)] {
+            let sweep: Vec<Series> = of
+                .iter()
+                .filter_map(|r| {
+                    let st = &r.summary.as_ref()?.stages;
+                    (st.len() > 1).then(|| Series { label: r.router.clone(), points: st.iter().map(|x| (x.offered_rps, pick(&x.ttft_ms))).collect() })
+                })
+                .collect();
+            if sweep.is_empty() {
+                continue;
+            }
+            let path = dir.join(format!("{s}-ttft-{name}-vs-load.svg"));
+            if plot::latency_vs_load(&path, &format!("TTFT {name} against offered load, {s}"), &format!("TTFT {name} (ms)"), &sweep).is_ok() {
                 written.push(path.display().to_string());
             }
         }

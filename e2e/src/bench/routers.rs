@@ -23,6 +23,9 @@ pub enum Router {
     EnvoyLeastRequest,
     /// Envoy + epp (FULL_DUPLEX_STREAMED ext_proc, ORIGINAL_DST) with this config file.
     Epp { name: String, config: PathBuf },
+    /// Envoy + epp subscribed to the pods' KV-cache events (the pods publish them), for a
+    /// config with `precise-prefix-cache-scorer`.
+    EppPrecise { name: String, config: PathBuf },
     /// Envoy + the do-nothing ext_proc server (round robin), the overhead floor.
     EnvoyNoopExtProc,
     /// vllm-router with this `--policy`.
@@ -37,11 +40,16 @@ impl Router {
         match self {
             Router::EnvoyRoundRobin => "envoy-round-robin".into(),
             Router::EnvoyLeastRequest => "envoy-least-request".into(),
-            Router::Epp { name, .. } => format!("epp-{name}"),
+            Router::Epp { name, .. } | Router::EppPrecise { name, .. } => format!("epp-{name}"),
             Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
             Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
             Router::SglangRouter { policy } => format!("sglang-router-{policy}"),
         }
+    }
+
+    /// Whether the pods must publish KV-cache events for this router.
+    pub fn needs_kv_events(&self) -> bool {
+        matches!(self, Router::EppPrecise { .. })
     }
 }
 
@@ -93,11 +101,19 @@ impl Running {
 }
 
 /// Starts `router` in front of `pods` and waits until a completion through it succeeds.
-pub async fn start(router: &Router, pods: &[SocketAddr], bins: &Bins, dir: &Path, model: &str) -> Result<Running, BenchError> {
+/// `kv_ports` are the pods' KV-event (PUB, replay) ports, needed by [`Router::EppPrecise`].
+pub async fn start(router: &Router, pods: &[SocketAddr], kv_ports: &[(u16, u16)], bins: &Bins, dir: &Path, model: &str) -> Result<Running, BenchError> {
     let running = match router {
         Router::EnvoyRoundRobin => envoy_only(Template::RoundRobin, pods).await?,
         Router::EnvoyLeastRequest => envoy_only(Template::LeastRequest, pods).await?,
-        Router::Epp { config, .. } => epp(bins, pods, dir, config).await?,
+        Router::Epp { config, .. } => epp(bins, &["--static-endpoints".into(), endpoints(pods)], dir, config).await?,
+        Router::EppPrecise { config, .. } => {
+            if kv_ports.len() != pods.len() {
+                return Err(BenchError::Setup(format!("{} needs pods that publish KV events", router.label())));
+            }
+            let file = endpoints_file(pods, kv_ports, dir)?;
+            epp(bins, &["--static-endpoints-file".into(), file], dir, config).await?
+        }
         Router::EnvoyNoopExtProc => noop(bins, pods, dir).await?,
         Router::VllmRouter { policy } => python_router(bins, "vllm-router", &[], policy, pods, dir)?,
         Router::SglangRouter { policy } => python_router(bins, "sglang-router", &["launch", "--log-level", "warn"], policy, pods, dir)?,
@@ -118,16 +134,28 @@ fn endpoints(pods: &[SocketAddr]) -> String {
     pods.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
-async fn epp(bins: &Bins, pods: &[SocketAddr], dir: &Path, config: &Path) -> Result<Running, BenchError> {
+/// A `--static-endpoints-file` naming each pod's KV-event ports in its labels.
+fn endpoints_file(pods: &[SocketAddr], kv_ports: &[(u16, u16)], dir: &Path) -> Result<String, BenchError> {
+    let yaml: String = pods
+        .iter()
+        .zip(kv_ports)
+        .map(|(a, (p, r))| format!("- {{address: {}, port: {}, labels: {{kv-events-port: \"{p}\", kv-events-replay-port: \"{r}\"}}}}\n", a.ip(), a.port()))
+        .collect();
+    let path = dir.join("endpoints.yaml");
+    std::fs::write(&path, yaml).map_err(BenchError::io(format!("writing {}", path.display())))?;
+    Ok(path.display().to_string())
+}
+
+async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path) -> Result<Running, BenchError> {
     let p = free_ports(3)?;
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "--grpc-port", &p[0].to_string(), "--grpc-health-port", &p[1].to_string(), "--metrics-port", &p[2].to_string(),
-        "--secure-serving=false", "--static-endpoints", &endpoints(pods), "--config-file", &config.display().to_string(),
-        "--zap-log-level", "error",
+        "--secure-serving=false", "--config-file", &config.display().to_string(), "--zap-log-level", "error",
     ]
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
+    args.extend_from_slice(discovery);
     let mut proc_ = Proc::spawn("epp", &bins.epp, &args, dir)?;
     wait_http_ok(&mut proc_, SocketAddr::from(([127, 0, 0, 1], p[2])), "/metrics", Duration::from_secs(20)).await?;
     let envoy = EnvoyConfig::new(Template::Duplex).epp(SocketAddr::from(([127, 0, 0, 1], p[0]))).concurrency(2).start().await?;
@@ -170,4 +198,25 @@ pub async fn wait_routable(target: SocketAddr, model: &str, timeout: Duration) -
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Err(BenchError::NotReady { what: format!("a completion through {target}"), log: last })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_precise_router_gets_each_pods_event_ports_as_labels() {
+        let dir = std::env::temp_dir().join(format!("epp-bench-routers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pods = [SocketAddr::from(([127, 0, 0, 1], 9000)), SocketAddr::from(([127, 0, 0, 1], 9001))];
+        let file = endpoints_file(&pods, &[(9100, 9200), (9101, 9201)], &dir).unwrap();
+        let parsed = epp::discovery::parse_file(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[1].id.0, pods[1]);
+        assert_eq!(parsed[1].labels.get(epp::kvevents::PORT_LABEL).map(String::as_str), Some("9101"));
+        assert_eq!(parsed[1].labels.get(epp::kvevents::REPLAY_PORT_LABEL).map(String::as_str), Some("9201"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(Router::EppPrecise { name: "p".into(), config: PathBuf::new() }.needs_kv_events());
+        assert!(!Router::Epp { name: "p".into(), config: PathBuf::new() }.needs_kv_events());
+    }
 }
