@@ -14,15 +14,22 @@
 //! dropped and rebuilt from the following events; a sequence that goes backwards, or a disconnect, is a
 //! restarted publisher, whose cache starts empty. When an endpoint leaves, its subscriber stops and its
 //! entries are dropped.
+//!
+//! Everything above is counted in the `epp_kv_event*` metric families ([`KvEventMetrics`]):
+//! batches by decode outcome, events by kind, gaps by repair, resets, per-endpoint connection
+//! state, and the index's size (sampled every [`INDEX_GAUGE_EVERY`]; counting walks the index).
 
+pub mod bound;
 pub mod decode;
 mod subscriber;
 
 use crate::datastore::Datastore;
 use crate::endpoint::{Endpoint, EndpointId};
+use crate::metrics::{KvEventMetrics, Metrics};
 use crate::prefix::precise::PreciseIndex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -31,12 +38,35 @@ pub const PORT_LABEL: &str = "kv-events-port";
 /// Endpoint label naming the pod's KV-event replay ROUTER port.
 pub const REPLAY_PORT_LABEL: &str = "kv-events-replay-port";
 
+/// How often the index-size gauge is refreshed.
+pub const INDEX_GAUGE_EVERY: Duration = Duration::from_secs(1);
+
+/// Where subscribers put what they receive: the index, and the counts of it.
+#[derive(Clone)]
+pub struct Sink {
+    pub index: Arc<PreciseIndex>,
+    metrics: Arc<Metrics>,
+}
+
+impl Sink {
+    pub fn new(index: Arc<PreciseIndex>, metrics: Arc<Metrics>) -> Self {
+        Self { index, metrics }
+    }
+
+    fn metrics(&self) -> &KvEventMetrics {
+        &self.metrics.kv
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct KvEventsOptions {
     /// PUB port of every endpoint unless its label says otherwise.
     pub port: Option<u16>,
     /// Replay ROUTER port of every endpoint unless its label says otherwise.
     pub replay_port: Option<u16>,
+    /// Bind mode ([`bound`]): the SUB socket's address, which the pods' PUB sockets connect to;
+    /// no per-endpoint connections are made then.
+    pub bind: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,12 +112,17 @@ impl KvEventsOptions {
 }
 
 /// Runs the supervisor until `shutdown`; subscribers are spawned on `tracker`.
-pub async fn run(datastore: Arc<Datastore>, index: Arc<PreciseIndex>, opts: KvEventsOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+pub async fn run(datastore: Arc<Datastore>, sink: Sink, opts: KvEventsOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+    if let Some(bind) = opts.bind.clone() {
+        tracker.spawn(bound::supervise(bind, Arc::clone(&datastore), sink.clone(), opts.clone(), shutdown.clone()));
+    }
     let mut changes = datastore.subscribe();
+    let mut gauge = tokio::time::interval(INDEX_GAUGE_EVERY);
     let mut running: HashMap<EndpointId, (Source, CancellationToken)> = HashMap::new();
     loop {
         let snapshot = datastore.snapshot();
-        let wanted: HashMap<EndpointId, Source> = snapshot.iter().filter_map(|s| opts.source(&s.endpoint)).map(|s| (s.endpoint, s)).collect();
+        let connect = opts.bind.is_none();
+        let wanted: HashMap<EndpointId, Source> = snapshot.iter().filter(|_| connect).filter_map(|s| opts.source(&s.endpoint)).map(|s| (s.endpoint, s)).collect();
         running.retain(|id, (source, token)| {
             let keep = wanted.get(id) == Some(source);
             if !keep {
@@ -99,14 +134,19 @@ pub async fn run(datastore: Arc<Datastore>, index: Arc<PreciseIndex>, opts: KvEv
             if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(id) {
                 let token = shutdown.child_token();
                 slot.insert((source.clone(), token.clone()));
-                tracker.spawn(subscriber::run(source, Arc::clone(&index), token));
+                tracker.spawn(subscriber::run(source, sink.clone(), token));
             }
         }
         let live: HashSet<EndpointId> = snapshot.iter().map(|s| s.id()).collect();
-        index.retain(&live);
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+        sink.index.retain(&live);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return } else { break },
+                _ = gauge.tick() => {
+                    sink.metrics().index_entries.set(i64::try_from(sink.index.entries()).unwrap_or(i64::MAX));
+                }
+            }
         }
     }
 }

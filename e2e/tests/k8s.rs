@@ -102,6 +102,46 @@ async fn sheddable_models_are_shed_under_saturation_and_critical_ones_are_served
     epp.stop().await;
 }
 
+/// Objects a real API server would reject for their CEL rules are ignored (the pool with a
+/// duplicate port, a renamed InferenceModel) and counted; fixing them takes effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_breaking_the_crd_validation_rules_are_ignored_and_counted() {
+    let api = FakeApiServer::bind().await.unwrap();
+    let client = api.client(NS).unwrap();
+    create(&client, pool(&[8000, 8000])).await;
+    create_pod(&client, "a", "10.0.0.1").await;
+    create(&client, json!({
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceModel",
+        "metadata": {"name": "food", "namespace": NS},
+        "spec": {"modelName": "food", "poolRef": {"name": "pool"}, "targetModels": [{"name": "food-v2"}]}
+    }))
+    .await;
+    let epp = Epp::start(&api, &["--pool-name", "pool"]).await;
+    let pool_failures = r#"epp_crd_validation_failures_total{kind="InferencePool",rule="target-ports-unique"}"#;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while epp.metric(pool_failures).await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the duplicate-port pool was never rejected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ne!(epp.ready_pods().await, Some(2), "a rejected pool selects nothing");
+    patch(&client, "inference.networking.k8s.io/v1", "InferencePool", "pool", json!({"spec": {"targetPorts": [{"number": 8000}, {"number": 8001}]}})).await;
+    epp.wait_endpoints(2, WITHIN).await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while send(epp.grpc, "food", &[]).await.model().as_deref() != Some("food-v2") {
+        assert!(tokio::time::Instant::now() < deadline, "the InferenceModel never took effect");
+    }
+    patch(&client, "inference.networking.x-k8s.io/v1alpha2", "InferenceModel", "food", json!({"spec": {"modelName": "drink"}})).await;
+    let renamed = r#"epp_crd_validation_failures_total{kind="InferenceModel",rule="model-name-immutable"}"#;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while epp.metric(renamed).await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the rename was never rejected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(send(epp.grpc, "food", &[]).await.model().as_deref(), Some("food-v2"), "the previous version stays");
+    assert_eq!(send(epp.grpc, "drink", &[]).await.model().as_deref(), Some("drink"), "the rename did not apply");
+    epp.stop().await;
+}
+
 /// Repeats `f` (bounded) until it returns `want`; returns the last value.
 async fn eventually<F, Fut>(f: F, want: i32) -> i32
 where

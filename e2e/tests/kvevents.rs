@@ -6,6 +6,7 @@
 mod kvevents_support;
 
 use epp::kvevents::decode::{decode_batch, KvEvent};
+use epp::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels};
 use kvevents_support::*;
 use serde_json::{json, Value};
 
@@ -47,6 +48,12 @@ async fn a_gap_is_repaired_through_the_replay_socket() {
     pod.send(2, b).await;
     let keys = keys_of(&chain_tokens(3));
     wait_for(|| replica.matched(pod.id(), &keys) == 3, "blocks 0..3 after replaying seq 1").await;
+    let kv = &replica.metrics.kv;
+    assert_eq!(kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::replayed }).get(), 1);
+    assert_eq!(kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::dropped }).get(), 0);
+    assert!(kv.batches.get_or_create(&OutcomeLabels { outcome: Outcome::success }).get() >= 3);
+    assert!(kv.events.get_or_create(&KvEventLabels { kind: KvEventKind::stored }).get() >= 3);
+    assert_eq!(kv.connected.get_or_create(&EndpointLabels { endpoint: pod.id().to_string() }).get(), 1);
     replica.stop().await;
 }
 
@@ -59,6 +66,7 @@ async fn an_unrepairable_gap_drops_and_rebuilds_the_endpoint() {
     pod.send(2, other.clone()).await;
     wait_for(|| replica.matched(pod.id(), &keys_of(&other_tokens())) == 1, "the block after the gap").await;
     assert_eq!(replica.matched(pod.id(), &keys_of(&chain_tokens(1))), 0, "entries from before the gap are dropped");
+    assert_eq!(replica.metrics.kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::dropped }).get(), 1);
     replica.stop().await;
 }
 
@@ -83,6 +91,8 @@ async fn simulator_events_in_both_encodings_track_storage_eviction_and_restart()
     // A restarted pod starts empty.
     sims.cluster.restart(1).await.expect("restart");
     wait_for(|| replica.matched(sims.id(1), &keys) == 0, "pod 1's entries dropped on restart").await;
+    assert!(replica.metrics.kv.resets.get() >= 1, "the restart is counted");
+    wait_for(|| replica.metrics.kv.index_entries.get() > 0, "the index-size gauge").await;
     // The subscriber reconnects by itself; batches published before it has re-subscribed are
     // recovered through the replay socket when the next one shows the gap.
     sims.complete(1, &prompt).await;
@@ -130,5 +140,47 @@ async fn speculative_entries_keep_a_burst_together_before_events_arrive() {
     }
     assert_ne!(r.route_completion(&prompt), first, "a saturated pod gets no prefix credit");
     r.stop().await;
+    sims.cluster.shutdown().await;
+}
+
+/// Bind mode: epp binds one SUB socket, the simulator pods' PUB sockets connect to it, and the
+/// topic tells the pods apart; a restarted pod's sequence starts over and its entries go.
+/// Batches published before a pod's PUB has connected are lost (ZMQ's slow joiner), so each
+/// step nudges the pod until a later batch shows the gap and the replay socket fills it.
+#[tokio::test]
+async fn pods_connecting_to_a_bound_sub_socket_feed_the_index() {
+    let bind = format!("tcp://127.0.0.1:{}", free_port());
+    let sims = SimPods::start_connecting(2, 40, &bind).await;
+    let replica = Replica::start_bound(&sims.bound_endpoints(), &bind).await;
+    let prompt = long_prompt("bound", 150);
+    let keys = replica.prompt_keys(&prompt);
+    assert!(keys.len() >= 8);
+    let until_held = |pod: usize, keys: Vec<u64>, prompt: String| {
+        let (sims, replica) = (&sims, &replica);
+        async move {
+            sims.complete(pod, &prompt).await;
+            for i in 0.. {
+                if replica.matched(sims.id(pod), &keys) >= keys.len() - 1 {
+                    return;
+                }
+                assert!(i < 100, "pod {pod}'s blocks never arrived through the bound socket");
+                sims.complete(pod, &long_prompt(&format!("nudge {i}"), 20)).await;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    until_held(0, keys.clone(), prompt.clone()).await;
+    assert_eq!(replica.matched(sims.id(1), &keys), 0, "the topic keeps the pods apart");
+    until_held(1, keys.clone(), prompt.clone()).await;
+    for pod in 0..2 {
+        assert_eq!(replica.metrics.kv.connected.get_or_create(&EndpointLabels { endpoint: sims.id(pod).to_string() }).get(), 1);
+    }
+    sims.cluster.restart(1).await.expect("restart");
+    let other = long_prompt("after restart", 80);
+    until_held(1, replica.prompt_keys(&other), other).await;
+    assert_eq!(replica.matched(sims.id(1), &keys), 0, "the restart (sequence back to 0) dropped pod 1's old entries");
+    assert!(replica.metrics.kv.resets.get() >= 1);
+    assert!(replica.matched(sims.id(0), &keys) >= keys.len() - 1, "pod 0 is untouched");
+    replica.stop().await;
     sims.cluster.shutdown().await;
 }

@@ -2,30 +2,32 @@
 //! batches to the index.
 
 use super::decode::{decode_batch, KvEvent};
-use super::{KvEventsError, Source};
-use crate::prefix::precise::{PreciseIndex, Stored};
+use super::{KvEventsError, Sink, Source};
+use crate::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels};
+use crate::prefix::precise::Stored;
 use bytes::Bytes;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use futures::StreamExt;
 use zeromq::{DealerSocket, Socket, SocketEvent, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 /// Pause between failed sessions (the socket itself reconnects within a session).
-const RETRY: Duration = Duration::from_millis(200);
+pub(super) const RETRY: Duration = Duration::from_millis(200);
 /// Longest wait for a replay to finish.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Sequence frame of the replay end marker.
 const END_OF_REPLAY: [u8; 8] = [0xff; 8];
 
 /// Subscribes until cancelled, starting a new session after a failure.
-pub(super) async fn run(source: Source, index: Arc<PreciseIndex>, cancel: CancellationToken) {
+pub(super) async fn run(source: Source, sink: Sink, cancel: CancellationToken) {
     let mut failing = false;
+    let labels = EndpointLabels { endpoint: source.endpoint.to_string() };
     loop {
         let result = tokio::select! {
-            r = session(&source, &index) => r,
-            () = cancel.cancelled() => return,
+            r = session(&source, &sink) => r,
+            () = cancel.cancelled() => break,
         };
+        sink.metrics().connected.get_or_create(&labels).set(0);
         if let Err(e) = result {
             if !std::mem::replace(&mut failing, true) {
                 tracing::warn!(endpoint = %source.endpoint, error = %e, "KV-event subscription failing; retrying");
@@ -33,14 +35,15 @@ pub(super) async fn run(source: Source, index: Arc<PreciseIndex>, cancel: Cancel
         }
         tokio::select! {
             () = tokio::time::sleep(RETRY) => {}
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => break,
         }
     }
+    sink.metrics().connected.remove(&labels);
 }
 
 /// What the sequence number of an arriving batch means.
 #[derive(Debug, PartialEq, Eq)]
-enum Arrival {
+pub(super) enum Arrival {
     /// The next one (or the first one seen from sequence 0).
     InOrder,
     /// Batches `from..seq` were missed.
@@ -49,7 +52,7 @@ enum Arrival {
     Restarted,
 }
 
-fn classify(next: Option<u64>, seq: u64) -> Arrival {
+pub(super) fn classify(next: Option<u64>, seq: u64) -> Arrival {
     match next {
         None if seq == 0 => Arrival::InOrder,
         None => Arrival::Gap { from: 0 },
@@ -59,12 +62,14 @@ fn classify(next: Option<u64>, seq: u64) -> Arrival {
     }
 }
 
-async fn session(source: &Source, index: &PreciseIndex) -> Result<(), KvEventsError> {
+async fn session(source: &Source, sink: &Sink) -> Result<(), KvEventsError> {
+    let index = &*sink.index;
     let mut sub = SubSocket::new();
     let addr = &source.publish;
     sub.connect(addr).await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
     sub.subscribe("").await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
     tracing::info!(endpoint = %source.endpoint, %addr, "KV-event subscription started");
+    sink.metrics().connected.get_or_create(&EndpointLabels { endpoint: source.endpoint.to_string() }).set(1);
     let mut monitor = sub.monitor();
     let mut next: Option<u64> = None;
     let mut monitoring = true;
@@ -78,6 +83,7 @@ async fn session(source: &Source, index: &PreciseIndex) -> Result<(), KvEventsEr
                 // socket: relying on the socket's own reconnection lost the restarted pod).
                 if let Some(SocketEvent::Disconnected(_)) = event {
                     index.writer(source.endpoint).clear();
+                    sink.metrics().resets.inc();
                     return Err(KvEventsError::Disconnected { addr: addr.clone() });
                 }
                 continue;
@@ -93,10 +99,11 @@ async fn session(source: &Source, index: &PreciseIndex) -> Result<(), KvEventsEr
             Arrival::Restarted => {
                 tracing::info!(endpoint = %source.endpoint, seq, "KV-event publisher restarted; dropping the endpoint's entries");
                 index.writer(source.endpoint).clear();
+                sink.metrics().resets.inc();
             }
-            Arrival::Gap { from } => repair(source, index, &model, from, seq, next.is_none()).await,
+            Arrival::Gap { from } => repair(source, sink, &model, from, seq, next.is_none()).await,
         }
-        apply(index, source, &model, payload);
+        apply(sink, source, &model, payload);
         next = Some(seq + 1);
     }
 }
@@ -104,7 +111,7 @@ async fn session(source: &Source, index: &PreciseIndex) -> Result<(), KvEventsEr
 /// Fills batches `from..to` through the replay socket; without one (or when the pod's buffer
 /// no longer reaches back to `from`), drops the endpoint's entries so that they are rebuilt from
 /// what follows. A first batch with a sequence above 0 is a late join: nothing to drop.
-async fn repair(source: &Source, index: &PreciseIndex, model: &str, from: u64, to: u64, first: bool) {
+pub(super) async fn repair(source: &Source, sink: &Sink, model: &str, from: u64, to: u64, first: bool) {
     let replayed = match &source.replay {
         Some(addr) => match tokio::time::timeout(REPLAY_TIMEOUT, replay(addr, from)).await {
             Ok(Ok(batches)) => Some(batches),
@@ -123,10 +130,14 @@ async fn repair(source: &Source, index: &PreciseIndex, model: &str, from: u64, t
     let complete = replayed.as_ref().is_some_and(|b| b.first().is_some_and(|(s, _)| *s <= from));
     if !complete && !first {
         tracing::info!(endpoint = %source.endpoint, from, to, "KV-event gap not repairable; rebuilding the endpoint's entries");
-        index.writer(source.endpoint).clear();
+        sink.index.writer(source.endpoint).clear();
+    }
+    let outcome = if complete { Some(KvGapOutcome::replayed) } else { (!first).then_some(KvGapOutcome::dropped) };
+    if let Some(outcome) = outcome {
+        sink.metrics().gaps.get_or_create(&KvGapLabels { outcome }).inc();
     }
     for (_, payload) in replayed.unwrap_or_default().iter().filter(|(s, _)| (from..to).contains(s)) {
-        apply(index, source, model, payload);
+        apply(sink, source, model, payload);
     }
 }
 
@@ -150,40 +161,64 @@ async fn replay(addr: &str, start: u64) -> Result<Vec<(u64, Bytes)>, KvEventsErr
     }
 }
 
-fn seq_of(frame: &[u8]) -> Option<u64> {
+pub(super) fn seq_of(frame: &[u8]) -> Option<u64> {
     frame.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes)
 }
 
 /// The model part of `kv@<ip>:<port>@<model>` (the whole topic when it has another shape).
 fn topic_model(topic: &[u8]) -> String {
+    topic_parts(topic).1
+}
+
+/// The publisher and model parts of `kv@<ip>:<port>@<model>`; for another shape, no publisher
+/// and the whole topic as the model.
+pub(super) fn topic_parts(topic: &[u8]) -> (String, String) {
     let topic = String::from_utf8_lossy(topic);
     let mut parts = topic.splitn(3, '@');
     match (parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(_), Some(model)) => model.to_owned(),
-        _ => topic.into_owned(),
+        (Some(_), Some(publisher), Some(model)) => (publisher.to_owned(), model.to_owned()),
+        _ => (String::new(), topic.into_owned()),
     }
 }
 
-/// Decodes one batch and applies it under one write lock.
-fn apply(index: &PreciseIndex, source: &Source, model: &str, payload: &[u8]) {
+/// Decodes one batch and applies it under one write lock, counting batches and events.
+pub(super) fn apply(sink: &Sink, source: &Source, model: &str, payload: &[u8]) {
+    let m = sink.metrics();
     let batch = match decode_batch(payload) {
         Ok(b) => b,
         Err(e) => {
             tracing::debug!(endpoint = %source.endpoint, error = %e, "undecodable KV-event batch skipped");
+            m.batches.get_or_create(&OutcomeLabels { outcome: Outcome::failure }).inc();
             return;
         }
     };
-    let mut w = index.writer(source.endpoint);
+    m.batches.get_or_create(&OutcomeLabels { outcome: Outcome::success }).inc();
+    let mut counts = [0u64; 4];
+    let mut w = sink.index.writer(source.endpoint);
     let gpu = |m: &Option<String>| m.as_deref().is_none_or(|m| m.eq_ignore_ascii_case("gpu"));
     for event in &batch.events {
-        match event {
+        let kind = match event {
             KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium } if gpu(medium) => {
                 let model = lora_name.as_deref().unwrap_or(model);
                 w.store(&Stored { model, parent: *parent_block_hash, hashes: block_hashes, tokens: token_ids, block_size: *block_size });
+                KvEventKind::stored
             }
-            KvEvent::BlockRemoved { block_hashes, medium } if gpu(medium) => w.remove(block_hashes),
-            KvEvent::AllBlocksCleared => w.clear(),
-            _ => {}
+            KvEvent::BlockRemoved { block_hashes, medium } if gpu(medium) => {
+                w.remove(block_hashes);
+                KvEventKind::removed
+            }
+            KvEvent::AllBlocksCleared => {
+                w.clear();
+                KvEventKind::cleared
+            }
+            _ => KvEventKind::ignored,
+        };
+        counts[kind as usize] += 1;
+    }
+    drop(w);
+    for (kind, n) in [KvEventKind::stored, KvEventKind::removed, KvEventKind::cleared, KvEventKind::ignored].into_iter().zip(counts) {
+        if n > 0 {
+            m.events.get_or_create(&KvEventLabels { kind }).inc_by(n);
         }
     }
 }

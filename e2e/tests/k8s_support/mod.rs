@@ -77,6 +77,12 @@ impl Epp {
         text.lines().find(|l| l.starts_with("inference_pool_ready_pods{"))?.rsplit(' ').next()?.parse().ok()
     }
 
+    /// The value of the metric line starting with `prefix` (name and labels), if exported.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let text = epp_e2e::client::get(self.metrics, "/metrics").await.ok()?.text();
+        text.lines().find(|l| l.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
+    }
+
     /// Waits (bounded) until the datastore holds `n` endpoints.
     pub async fn wait_endpoints(&self, n: i64, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
@@ -185,6 +191,14 @@ pub async fn create_pod(client: &kube::Client, name: &str, ip: &str) {
 
 pub async fn delete_pod(client: &kube::Client, name: &str) {
     Api::<Pod>::namespaced(client.clone(), NS).delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// Merge-patches the object `kind`/`name` (of `api_version`) through the dynamic API.
+pub async fn patch(client: &kube::Client, api_version: &str, kind: &str, name: &str, patch: serde_json::Value) {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.unwrap();
 }
 
 /// Creates any object from JSON through the dynamic API.

@@ -66,7 +66,7 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
@@ -243,6 +243,45 @@ impl SimPods {
         Self { cluster, ports }
     }
 
+    /// Pods whose PUB sockets connect to epp's bound SUB at `bind` (bind mode); the topic names
+    /// each pod by its HTTP address, and each pod still binds a replay socket.
+    pub async fn start_connecting(n: usize, num_gpu_blocks: usize, bind: &str) -> Self {
+        let engine = EngineConfig { model: MODEL.into(), num_gpu_blocks, max_num_seqs: 8, ..EngineConfig::default() };
+        let (mut configs, mut addrs, mut ports) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            let (http, replay) = (free_port(), free_port());
+            configs.push(PodConfig {
+                engine: engine.clone(),
+                pod_name: format!("sim-{i}"),
+                prompt_tokens_details: true,
+                seed: i as u64,
+                kv_events: Some(KvEventsConfig {
+                    endpoint: bind.to_owned(),
+                    mode: SocketMode::Connect,
+                    replay_endpoint: Some(format!("tcp://127.0.0.1:{replay}")),
+                    topic: format!("kv@127.0.0.1:{http}@{MODEL}"),
+                    encoding: if i % 2 == 0 { EventEncoding::Array } else { EventEncoding::Map },
+                    buffer_steps: 1000,
+                    dp_rank: 0,
+                }),
+                ..PodConfig::default()
+            });
+            addrs.push(SocketAddr::from(([127, 0, 0, 1], http)));
+            ports.push((0, replay));
+        }
+        let cluster = Cluster::start(configs, &addrs).await.expect("cluster starts");
+        Self { cluster, ports }
+    }
+
+    /// Endpoints of pods started with [`Self::start_connecting`]: a replay port, no event port.
+    pub fn bound_endpoints(&self) -> Vec<Endpoint> {
+        self.ports.iter().enumerate().map(|(i, (_, r))| {
+            let mut e = labelled(self.id(i), 1, Some(*r));
+            e.labels.remove(kvevents::PORT_LABEL);
+            e
+        }).collect()
+    }
+
     pub fn id(&self, pod: usize) -> EndpointId {
         EndpointId(self.cluster.addrs()[pod])
     }
@@ -284,6 +323,7 @@ pub fn long_prompt(seed: &str, words: usize) -> String {
 pub struct Replica {
     pub director: Arc<Director>,
     pub datastore: Arc<Datastore>,
+    pub metrics: Arc<epp::metrics::Metrics>,
     ids: Vec<EndpointId>,
     tokenizer: Tokenizer,
     rng: Mutex<SmallRng>,
@@ -303,6 +343,16 @@ impl Replica {
     /// A replica with `config`, subscribing to KV events when `events`, scraping the pods'
     /// metrics every 50 ms when `scrape` (as epp does by default).
     pub fn build(endpoints: &[Endpoint], config: &str, events: bool, scrape: bool) -> Self {
+        Self::build_with(endpoints, config, events.then(KvEventsOptions::default), scrape)
+    }
+
+    /// A replica in KV-event bind mode: its SUB socket binds `bind`.
+    pub async fn start_bound(endpoints: &[Endpoint], bind: &str) -> Self {
+        Self::build_with(endpoints, PRECISE_CONFIG, Some(KvEventsOptions { bind: Some(bind.to_owned()), ..KvEventsOptions::default() }), false)
+    }
+
+    /// As [`Self::build`], with the KV-event options (`None`: no subscription).
+    pub fn build_with(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
         let mut registry = prometheus_client::registry::Registry::default();
@@ -311,17 +361,17 @@ impl Replica {
         let opts = DirectorOptions { pool_name: "test".into(), staleness: Duration::from_secs(2), subset_filter: true };
         let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts));
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
-        if events {
-            let index = Arc::clone(director.precise_index());
-            tracker.spawn(kvevents::run(Arc::clone(&datastore), index, KvEventsOptions::default(), tracker.clone(), stop.clone()));
+        if let Some(kv) = events {
+            let sink = kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(&metrics));
+            tracker.spawn(kvevents::run(Arc::clone(&datastore), sink, kv, tracker.clone(), stop.clone()));
         }
         if scrape {
-            let sopts = epp::scrape::ScrapeOptions { interval: Duration::from_millis(50), timeout: Duration::from_secs(1) };
-            tracker.spawn(epp::scrape::run(Arc::clone(&datastore), metrics, sopts, tracker.clone(), stop.clone()));
+            let sopts = epp::scrape::ScrapeOptions { interval: Duration::from_millis(50), timeout: Duration::from_secs(1), gpu_metrics_url: None };
+            tracker.spawn(epp::scrape::run(Arc::clone(&datastore), Arc::clone(&metrics), sopts, tracker.clone(), stop.clone()));
         }
         let datastore_for_tests = Arc::clone(&datastore);
         let tokenizer = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
-        Self { director, datastore: datastore_for_tests, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(7)), tracker, stop }
+        Self { director, datastore: datastore_for_tests, metrics, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(7)), tracker, stop }
     }
 
     pub fn matched(&self, id: EndpointId, keys: &[u64]) -> usize {
