@@ -6,7 +6,8 @@
 //! - `token_ids`: the prompt arrives as token ids, so nothing is tokenized.
 //!
 //! And the parts: `parse_token_ids` (request parsing alone) and `decide_given_tokens` (block
-//! hashing, prefix lookup, scoring and picking over 100 candidates, recording the decision).
+//! hashing, prefix lookup, scoring and picking over 100 candidates, recording the decision);
+//! `tokenize_8k_tokens_cold`: epp's tokenizer against tiktoken-rs on the same new text.
 //!
 //! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md.
 
@@ -97,6 +98,8 @@ fn bench(c: &mut Criterion) {
             kv_usage: 0.3,
             fresh: true,
             prefix_blocks: 0,
+            latency: None,
+            ramp: 1.0,
         })
         .collect();
     for c in candidates.iter().take(10) {
@@ -118,6 +121,18 @@ fn bench(c: &mut Criterion) {
             black_box(d.endpoints.len())
         })
     });
+    g.finish();
+    tokenizers(c, &mut text_rng);
+}
+
+/// Tokenizing 8K tokens of new text (what `cold_text` pays), epp's tokenizer (bpe-openai behind
+/// a segment cache that never hits here) against tiktoken-rs's CoreBPE, which epp used before.
+fn tokenizers(c: &mut Criterion, text_rng: &mut SmallRng) {
+    let ours = epp::request::tokenize::Tokenizer::new(epp::request::tokenize::Vocabulary::Cl100kBase).expect("tokenizer");
+    let tiktoken = tiktoken_rs::cl100k_base().expect("tiktoken");
+    let mut g = c.benchmark_group("tokenize_8k_tokens_cold");
+    g.bench_function("epp", |b| b.iter_batched(|| words(8192, text_rng), |t| black_box(ours.encode_prefix(&t, 8192).len()), BatchSize::LargeInput));
+    g.bench_function("tiktoken_rs", |b| b.iter_batched(|| words(8192, text_rng), |t| black_box(tiktoken.encode_ordinary(&t).len()), BatchSize::LargeInput));
     g.finish();
 }
 
