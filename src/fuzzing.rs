@@ -20,8 +20,11 @@ use std::time::{Duration, Instant};
 
 pub mod extproc_input;
 
-/// Every target, by the name of its cargo-fuzz binary and its corpus directory.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A target: the name of its cargo-fuzz binary and corpus directory, and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target.
+pub const TARGETS: &[Target] = &[
     ("request_parser", request_parser),
     ("prefix_hasher", prefix_hasher),
     ("prometheus_text", prometheus_text),
