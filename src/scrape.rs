@@ -28,6 +28,9 @@ const MAX_BODY: usize = 16 << 20;
 pub struct ScrapeOptions {
     pub interval: Duration,
     pub timeout: Duration,
+    /// A DCGM exporter (per node, or a Prometheus `/federate` URL) whose GPU series, matched
+    /// to each endpoint by their `pod` label, replace those of the pod's own `/metrics`.
+    pub gpu_metrics_url: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +109,13 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
             Ok(r) => r.and_then(|text| Ok(parse::extract(&text, engine, Instant::now())?)),
             Err(_) => Err(ScrapeError::Timeout(shared.opts.timeout)),
         };
+        let result = match (result, &shared.opts.gpu_metrics_url) {
+            (Ok(mut m), Some(url)) => {
+                m.gpu = node_gpu(&shared, url, &state.endpoint.name).await.or(m.gpu);
+                Ok(m)
+            }
+            (other, _) => other,
+        };
         let outcome = match result {
             Ok(m) => {
                 state.store_metrics(m);
@@ -125,6 +135,22 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
         let health = state.record_probe(outcome == Outcome::success, &shared.datastore.health_policy(), Instant::now());
         crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
     }
+}
+
+/// This endpoint's GPU readings from the shared DCGM exporter; `None` (logged) when that
+/// scrape fails or names no GPU of this pod.
+async fn node_gpu(shared: &Shared, url: &str, endpoint_name: &str) -> Option<crate::endpoint::GpuMetrics> {
+    let text = match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, url)).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(e)) => return log_gpu_failure(url, &e),
+        Err(_) => return log_gpu_failure(url, &ScrapeError::Timeout(shared.opts.timeout)),
+    };
+    dcgm::extract_for_pod(&text, dcgm::pod_label(endpoint_name))
+}
+
+fn log_gpu_failure(url: &str, e: &ScrapeError) -> Option<crate::endpoint::GpuMetrics> {
+    tracing::debug!(url, error = %e, "GPU metrics scrape failed");
+    None
 }
 
 async fn scrape_once(client: &HttpClient, uri: &str) -> Result<String, ScrapeError> {

@@ -12,7 +12,7 @@ use epp_e2e::stack::{Epp, StackOptions};
 use http::{Method, StatusCode};
 use tokio::net::TcpListener;
 
-use crate::support::{access_log, args, completion, post, sample, start, wait_for_metrics};
+use crate::support::{access_log, args, completion, post, sample, start, wait_for_metrics, MODEL};
 
 /// Simulated pods with DCGM series, epp with `config`, Envoy (duplex, ORIGINAL_DST).
 struct GpuStack {
@@ -27,19 +27,19 @@ impl GpuStack {
         let mut configs = Vec::new();
         for i in 0..pods {
             listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-            let mut cfg = PodConfig { engine: EngineConfig { time_scale: 20.0, ..EngineConfig::default() }, pod_name: format!("sim-{i}"), seed: i as u64, ..Default::default() };
+            let mut cfg = PodConfig { engine: EngineConfig { model: MODEL.into(), time_scale: 20.0, ..EngineConfig::default() }, pod_name: format!("sim-{i}"), seed: i as u64, ..Default::default() };
             cfg.metrics.dcgm = true;
             configs.push(cfg);
         }
         let cluster = Cluster::start_on(configs, listeners).await.unwrap();
         let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
-        let flags = ["--static-endpoints", &endpoints.join(","), "--config-text", config, "--refresh-metrics-interval", "20ms"];
+        let flags = ["--static-endpoints", &endpoints.join(","), "--secure-serving", "false", "--config-text", config, "--refresh-metrics-interval", "20ms"];
         let epp = Epp::start(&args(&flags)).await.unwrap();
         let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).pool(cluster.addrs().iter().copied()).start().await.unwrap();
         Self { cluster, epp, envoy }
     }
 
-    async fn post(&self, prompt: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    async fn post(&self, prompt: &str, headers: &[(&'static str, &str)]) -> HttpResponse {
         let mut req = client::request(Method::POST, "/v1/completions", completion(prompt)).unwrap();
         for (k, v) in headers {
             req = client::with_header(req, k, v).unwrap();

@@ -1,0 +1,181 @@
+//! `bench-policies`: issue #7's balancing-policy benchmarks on the simulator, through a real
+//! Envoy and epp, each policy on a fresh stack with the same seeded workload.
+//!
+//! - `mixed-fleet`: two fast pods (speed 2.0, weight 4) and two slow ones (speed 0.5, weight 1);
+//!   plain round robin against weighted round robin and weighted least-request. Reported: each
+//!   pod's share of the requests and its TTFT, and the overall TTFT / E2E.
+//! - `bursty`: four equal pods, quiet stretches broken by short bursts far above the quiet rate;
+//!   max-score (queue + KV scorers) against power-of-two-choices (same scorers) and round robin.
+//!   Reported: TTFT and E2E tails.
+//!
+//! Everything (pods, epp, loadgen) runs in this process except Envoy, on loopback; a run is
+//! bounded by `--secs` of load plus a drain. Run: `cargo run --release -p epp-e2e --bin
+//! bench-policies -- --scenario all` (EPP_ENVOY set, see `hack/install-envoy.sh`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use epp_e2e::envoy::{EnvoyConfig, Template};
+use epp_e2e::loadgen::summary::Percentiles;
+use epp_e2e::loadgen::{self, Load, RequestRecord, RunConfig, Stage, Workload};
+use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
+use epp_e2e::stack::Epp;
+use tokio::net::TcpListener;
+
+#[derive(Debug, Parser)]
+#[command(name = "bench-policies", about)]
+struct Args {
+    /// `mixed-fleet`, `bursty` or `all`.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Seconds of offered load per policy run.
+    #[arg(long, default_value_t = 30.0)]
+    secs: f64,
+    /// Offered rate of the mixed-fleet run (requests/s).
+    #[arg(long, default_value_t = 12.0)]
+    rate: f64,
+    /// Quiet and burst rates of the bursty run (requests/s).
+    #[arg(long, default_value_t = 4.0)]
+    quiet_rate: f64,
+    #[arg(long, default_value_t = 60.0)]
+    burst_rate: f64,
+    /// Simulated seconds per wall second.
+    #[arg(long, default_value_t = 10.0)]
+    time_scale: f64,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Where the endpoints files go.
+    #[arg(long, default_value = "target/bench-policies")]
+    out: PathBuf,
+}
+
+/// One pod of a fleet: speed factor and the weight epp is told.
+#[derive(Clone, Copy)]
+struct PodSpec {
+    speed: f64,
+    weight: u32,
+}
+
+fn config(plugins: &[&str]) -> String {
+    let mut text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n".to_owned();
+    for p in plugins {
+        text.push_str(&format!("- type: {p}\n"));
+    }
+    text
+}
+
+/// Starts pods + epp + Envoy, runs the load, stops everything; returns the records and the
+/// pods' addresses (index = pod).
+async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &str, load: Load) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
+    let mut listeners = Vec::new();
+    let mut configs = Vec::new();
+    for (i, p) in fleet.iter().enumerate() {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+        let engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, ..EngineConfig::default() };
+        configs.push(PodConfig { engine, pod_name: format!("pod-{i}"), seed: args.seed + i as u64, ..Default::default() });
+    }
+    let cluster = Cluster::start_on(configs, listeners).await?;
+    let addrs = cluster.addrs().to_vec();
+    std::fs::create_dir_all(&args.out)?;
+    let file = args.out.join(format!("endpoints-{label}.yaml"));
+    let yaml: String = addrs.iter().zip(fleet).enumerate().map(|(i, (a, p))| format!("- {{address: {}, port: {}, name: pod-{i}, weight: {}}}\n", a.ip(), a.port(), p.weight)).collect();
+    std::fs::write(&file, yaml).with_context(|| format!("writing {}", file.display()))?;
+    let flags = ["--static-endpoints-file", &file.display().to_string(), "--config-text", epp_config, "--secure-serving", "false"].map(str::to_owned);
+    let epp = Epp::start(&flags).await?;
+    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).pool(addrs.iter().copied()).start().await?;
+    let secs = Duration::from_secs_f64(args.secs);
+    let cfg = RunConfig {
+        target: envoy.listener_addr(),
+        workload: Workload::Random { input_len: 256, output_len: 64 },
+        load,
+        max_requests: 100_000,
+        max_duration: secs,
+        drain: Duration::from_secs(20),
+        seed: args.seed,
+        model: EngineConfig::default().model,
+    };
+    let records = loadgen::run(cfg).await;
+    drop(envoy);
+    epp.stop().await;
+    cluster.shutdown().await;
+    Ok((records, addrs.iter().map(ToString::to_string).collect()))
+}
+
+fn ttft(records: &[&RequestRecord]) -> Percentiles {
+    Percentiles::of(records.iter().filter_map(|r| r.ttft_ms).collect())
+}
+
+/// One markdown row: overall figures then each pod's share and TTFT p50.
+fn row(label: &str, records: &[RequestRecord], pods: usize) -> String {
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let t = ttft(&ok);
+    let e2e = Percentiles::of(ok.iter().map(|r| r.e2e_ms).collect());
+    let mut per_pod: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
+    for r in &ok {
+        per_pod.entry(r.pod.clone().unwrap_or_default()).or_default().push(r);
+    }
+    let cells: Vec<String> = (0..pods)
+        .map(|i| {
+            let rs = per_pod.get(&format!("pod-{i}")).map(Vec::as_slice).unwrap_or(&[]);
+            format!("{:.0}% / {:.0}", 100.0 * rs.len() as f64 / ok.len().max(1) as f64, ttft(rs).p50)
+        })
+        .collect();
+    format!(
+        "| {label} | {} | {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {} |",
+        records.len(),
+        records.len() - ok.len(),
+        t.p50,
+        t.p90,
+        t.p99,
+        e2e.p50,
+        e2e.p99,
+        cells.join(" | ")
+    )
+}
+
+async fn mixed_fleet(args: &Args) -> anyhow::Result<()> {
+    let fleet = [PodSpec { speed: 2.0, weight: 4 }, PodSpec { speed: 2.0, weight: 4 }, PodSpec { speed: 0.5, weight: 1 }, PodSpec { speed: 0.5, weight: 1 }];
+    println!("\n### mixed fleet: pods 0-1 speed 2.0 weight 4, pods 2-3 speed 0.5 weight 1; Poisson {} req/s for {} s\n", args.rate, args.secs);
+    println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 (slow) | pod-3 (slow) |\n|---|---:|---:|---|---|---|---|---|---|");
+    for (label, picker) in [("round-robin", "round-robin-picker"), ("weighted-round-robin", "weighted-round-robin-picker"), ("weighted-least-request", "weighted-least-request-picker")] {
+        let load = Load::Open { stages: vec![Stage { rate: args.rate, duration: Duration::from_secs_f64(args.secs) }], poisson: true };
+        let (records, _) = run_policy(args, label, &fleet, &config(&[picker]), load).await?;
+        println!("{}", row(label, &records, fleet.len()));
+    }
+    Ok(())
+}
+
+async fn bursty(args: &Args) -> anyhow::Result<()> {
+    let fleet = [PodSpec { speed: 1.0, weight: 1 }; 4];
+    let quiet = Stage { rate: args.quiet_rate, duration: Duration::from_secs(4) };
+    let burst = Stage { rate: args.burst_rate, duration: Duration::from_secs(1) };
+    let cycles = (args.secs / 5.0).ceil().max(1.0) as usize;
+    let stages: Vec<Stage> = (0..cycles).flat_map(|_| [quiet.clone(), burst.clone()]).collect();
+    println!("\n### bursty: 4 equal pods; {cycles} cycles of 4 s at {} req/s then 1 s at {} req/s (Poisson)\n", args.quiet_rate, args.burst_rate);
+    println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 | pod-3 |\n|---|---:|---:|---|---|---|---|---|---|");
+    let scorers = ["queue-scorer", "kv-cache-utilization-scorer"];
+    for (label, picker) in [("max-score", "max-score-picker"), ("power-of-two-choices", "power-of-two-choices-picker"), ("round-robin", "round-robin-picker")] {
+        let plugins: Vec<&str> = if picker == "round-robin-picker" { vec![picker] } else { scorers.iter().copied().chain([picker]).collect() };
+        let load = Load::Open { stages: stages.clone(), poisson: true };
+        let (records, _) = run_policy(args, label, &fleet, &config(&plugins), load).await?;
+        println!("{}", row(label, &records, fleet.len()));
+    }
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.scenario.as_str() {
+        "mixed-fleet" => mixed_fleet(&args).await,
+        "bursty" => bursty(&args).await,
+        "all" => {
+            mixed_fleet(&args).await?;
+            bursty(&args).await
+        }
+        other => anyhow::bail!("unknown scenario {other:?}: mixed-fleet, bursty or all"),
+    }
+}
