@@ -391,6 +391,16 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_turns_everything_on() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/resilient.yaml")).unwrap();
+        let doc = crate::config::parse(&text).unwrap();
+        crate::scheduling::build(&doc).unwrap();
+        let policy = HealthPolicy::from_plugins(doc.plugins.iter().map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref()))).unwrap();
+        assert_eq!(policy.outlier, Some(OutlierParams::default()));
+        assert_eq!(policy.slow_start, Some(SlowStartParams::default()));
+    }
+
+    #[test]
     fn parameters_parse_with_envoy_names_and_reject_nonsense() {
         let p: OutlierParams = serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m").unwrap();
         assert_eq!((p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time), (2, Duration::from_millis(500), Duration::from_secs(60)));

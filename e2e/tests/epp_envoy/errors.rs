@@ -31,6 +31,15 @@ fn assert_rejected(response: &HttpResponse, status: StatusCode, code: &str, name
     assert!(message.contains(names), "expected {names:?} in {message:?}");
 }
 
+/// Asserts the backpressure details of a 429/503 (#7, upstream issue #1082): a `Retry-After`
+/// header and `error.reason` saying why, with the same delay in `error.retry_after_seconds`.
+fn assert_backpressure(response: &HttpResponse, reason: &str, retry_after: u64) {
+    let body = response.json().unwrap();
+    assert_eq!(body["error"]["reason"], reason, "{body}");
+    assert_eq!(body["error"]["retry_after_seconds"], retry_after, "{body}");
+    assert_eq!(response.header("retry-after"), Some(retry_after.to_string().as_str()));
+}
+
 /// Asserts that Envoy logged `count` rejections by epp with `code` and connected to no pod.
 async fn assert_logged_rejections(stack: &Stack, count: usize, status: u16, code: &str) {
     let log = access_log(stack, count).await;
@@ -81,6 +90,7 @@ async fn malformed_requests_are_a_400_naming_the_problem() {
     for (path, body, names) in cases {
         let response = post(&stack, path, body, &[]).await;
         assert_rejected(&response, StatusCode::BAD_REQUEST, "BadRequest", names);
+        assert_eq!(response.header("retry-after"), None, "a 400 is not backpressure");
     }
     assert_logged_rejections(&stack, cases.len(), 400, "BadRequest").await;
     stack.stop().await;
@@ -145,6 +155,7 @@ async fn an_empty_pool_is_a_503() {
         "ServiceUnavailable",
         "no ready endpoints",
     );
+    assert_backpressure(&response, "no_ready_endpoints", 5);
     assert_logged_rejections(&stack, 1, 503, "ServiceUnavailable").await;
     stack.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
@@ -165,6 +176,7 @@ async fn the_conformance_filter_rejects_with_429_unless_the_header_names_a_pod()
         "ResourceExhausted",
         "failed to find target endpoint",
     );
+    assert_backpressure(&response, "pool_saturated", 1);
     assert_logged_rejections(&stack, 1, 429, "ResourceExhausted").await;
     let named = stack.pods[2].endpoint();
     for i in 0..4 {
