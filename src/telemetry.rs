@@ -180,6 +180,21 @@ pub fn child(name: &'static str) -> Option<ContextGuard> {
     Some(parent.with_span(span).attach())
 }
 
+/// The `parse` span of an early decision: the body was scanned incrementally as its chunks
+/// arrived, so this span marks the scan's result (the model, the stream flag and how much of
+/// the body it had read) at the moment of the decision rather than timing one parse.
+pub fn parsed_early(model: &str, stream: bool, body_bytes_seen: usize) {
+    let Some(_span) = child("parse") else { return };
+    annotate(|| {
+        vec![
+            KeyValue::new("epp.model", model.to_owned()),
+            KeyValue::new("epp.stream", stream),
+            KeyValue::new("epp.early_decision", true),
+            KeyValue::new("epp.body_bytes_seen", i64::try_from(body_bytes_seen).unwrap_or(i64::MAX)),
+        ]
+    });
+}
+
 /// Adds attributes to the current span; `attrs` runs only when that span records.
 pub fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
     if TRACER.load().is_none() {

@@ -157,7 +157,10 @@ impl StreamMachine {
     /// Routes on the part of the body received so far; the rest streams through.
     fn route_early(&mut self, req: LlmRequest, out: &mut Vec<ProcessingResponse>) {
         let started = Instant::now();
-        let result = crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route_parsed(&self.incoming(&self.body), req, started, &mut rand::rng()));
+        let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
+            crate::telemetry::parsed_early(&req.model, req.stream, self.body.len());
+            self.director.route_parsed(&self.incoming(&self.body), req, started, &mut rand::rng())
+        });
         let routed = match result {
             Ok(r) => r,
             Err(e) => return self.fail(e.into(), out),
