@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
+const BIG_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// An OTLP collector that keeps every span it receives (and the service name it came with).
 #[derive(Clone, Default)]
@@ -82,6 +83,12 @@ async fn run(listener: std::net::TcpListener) {
     assert_eq!(r.status, 200, "{}", r.text());
     let pod = stack.pod_index(r.header("x-inference-pod")).unwrap();
     let chosen = stack.pods[pod].endpoint();
+    // A large body streams in chunks (in duplex mode epp may decide early): same spans.
+    let big = serde_json::json!({"model": "test-model", "prompt": "a long prompt that keeps going ".repeat(12_000), "max_tokens": 2}).to_string();
+    let req = client::request(Method::POST, "/v1/completions", Bytes::from(big)).unwrap();
+    let req = client::with_header(req, "traceparent", &format!("00-{BIG_TRACE_ID}-{PARENT_SPAN}-01")).unwrap();
+    let r = client::send(stack.envoy.listener_addr(), req).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
     // A request without traceparent starts its own trace.
     let plain = client::post_json(stack.envoy.listener_addr(), "/v1/completions", Bytes::from(body)).await.unwrap();
     assert_eq!(plain.status, 200);
@@ -111,6 +118,17 @@ fn check(spans: &[(String, Span)], chosen: &str) {
     assert!(scores.contains(&format!("{chosen}=")), "scores list the chosen endpoint: {scores}");
     assert_eq!(attr(ours.iter().find(|s| s.name == "parse").unwrap(), "epp.model").as_deref(), Some("test-model"));
     assert_eq!(attr(ours.iter().find(|s| s.name == "response").unwrap(), "http.response.status_code").as_deref(), Some("200"));
-    let other_roots = spans.iter().filter(|(_, s)| s.name == "epp.request" && hex(&s.trace_id) != TRACE_ID).count();
+    let big: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == BIG_TRACE_ID).collect();
+    let big_root = big.iter().find(|s| s.name == "epp.request").unwrap();
+    for name in ["parse", "schedule", "response"] {
+        let child = big.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name} span for the large request"));
+        assert_eq!(child.parent_span_id, big_root.span_id);
+    }
+    let parse = big.iter().find(|s| s.name == "parse").unwrap();
+    assert_eq!(attr(parse, "epp.model").as_deref(), Some("test-model"));
+    if let Some(seen) = attr(parse, "epp.body_bytes_seen") {
+        assert!(seen.parse::<usize>().unwrap() <= 372_049, "an early decision reports the bytes it had read: {seen}");
+    }
+    let other_roots = spans.iter().filter(|(_, s)| s.name == "epp.request" && ![TRACE_ID, BIG_TRACE_ID].contains(&hex(&s.trace_id).as_str())).count();
     assert_eq!(other_roots, 1, "the request without traceparent got a trace of its own");
 }
