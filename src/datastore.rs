@@ -129,8 +129,8 @@ impl EndpointState {
     }
 
     /// Records an active health probe or metrics scrape.
-    pub fn record_probe(&self, ok: bool, policy: &HealthPolicy, now: Instant) -> Transition {
-        let signal = if ok { Signal::ProbeOk } else { Signal::ProbeFailed };
+    pub fn record_probe(&self, who: health::Prober, ok: bool, policy: &HealthPolicy, now: Instant) -> Transition {
+        let signal = if ok { Signal::ProbeOk(who) } else { Signal::ProbeFailed(who) };
         policy.outlier.as_ref().map_or(Transition::None, |o| self.passive().health.observe(signal, now, o))
     }
 

@@ -104,7 +104,7 @@ async fn probe_loop(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Canc
         }
         let outcome = if result.is_ok() { Outcome::success } else { Outcome::failure };
         shared.metrics.health_probes.get_or_create(&OutcomeLabels { outcome }).inc();
-        let transition = state.record_probe(result.is_ok(), &shared.datastore.health_policy(), Instant::now());
+        let transition = state.record_probe(datastore::health::Prober::Health, result.is_ok(), &shared.datastore.health_policy(), Instant::now());
         datastore::report(&shared.metrics, &state.endpoint, transition, "health probe");
     }
 }

@@ -132,7 +132,7 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
             }
         };
         shared.metrics.scrapes.get_or_create(&OutcomeLabels { outcome }).inc();
-        let health = state.record_probe(outcome == Outcome::success, &shared.datastore.health_policy(), Instant::now());
+        let health = state.record_probe(crate::datastore::health::Prober::Scrape, outcome == Outcome::success, &shared.datastore.health_policy(), Instant::now());
         crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
     }
 }

@@ -217,6 +217,42 @@ async fn connection_failures_seen_in_the_response_phase_eject_a_dead_pod() {
     stack.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_failing_its_health_probe_is_ejected_while_its_metrics_still_answer() {
+    let cfg = config("{consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}", 0);
+    let mut listeners = Vec::new();
+    let mut configs = Vec::new();
+    for i in 0..2 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        configs.push(PodConfig { engine: engine(1.0), pod_name: format!("sim-{i}"), seed: i, ..Default::default() });
+    }
+    let cluster = Cluster::start_on(configs, listeners).await.unwrap();
+    cluster.faults(1).await.unwrap().update(|f| f.unhealthy = true);
+    let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
+    let args: Vec<String> = ["--static-endpoints", &endpoints.join(","), "--secure-serving", "false", "--refresh-metrics-interval", "50ms", "--health-check-interval", "100ms", "--config-text", &cfg].iter().map(|s| s.to_string()).collect();
+    let epp = Epp::start(&args).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).start().await.unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut m = String::new();
+    while Instant::now() < deadline {
+        m = epp.metrics_text().await.unwrap();
+        if metric(&m, "epp_endpoint_ejected") >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&m, "epp_endpoint_ejected"), 1.0, "{m}");
+    assert!(metric(&m, "epp_health_probes_total{outcome=\"failure\"}") >= 2.0, "{m}");
+    for i in 0..10 {
+        let body = serde_json::json!({"model": "m", "prompt": format!("request {i}"), "max_tokens": 4});
+        let r = client::post_json(envoy.listener_addr(), "/v1/completions", Bytes::from(body.to_string())).await.unwrap();
+        assert_eq!((r.status.as_u16(), r.header("x-inference-pod")), (200, Some("sim-0")));
+    }
+    drop(envoy);
+    epp.stop().await;
+    cluster.shutdown().await;
+}
+
 /// epp in this process on a given gRPC port (so a restart reuses it).
 struct OwnEpp {
     shutdown: CancellationToken,

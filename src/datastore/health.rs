@@ -14,13 +14,15 @@
 //!                                        └──▶ Ejected again, k + 1 (the backoff grows)
 //! ```
 //!
-//! Two counters, as Envoy's `split_external_local_origin_errors`: `consecutive5xx` counts
-//! model-server 5xx answers (a 4xx, the client's fault, never counts and resets nothing), plus
-//! local-origin failures; `consecutiveLocalOriginFailure` counts only failures to reach the pod
-//! (connection failure, reset before headers, failed `/health` probe, failed scrape). Only a
-//! request success resets the 5xx counter (a pod whose `/metrics` answers but whose inference
-//! fails must still be ejected); any success resets the local-origin counter. `k`, the ejection
-//! multiplier, restarts at 1 once the endpoint has stayed restored for `maxEjectionTime`.
+//! Counters, as Envoy's `split_external_local_origin_errors`: `consecutive5xx` counts
+//! model-server 5xx answers (a 4xx, the client's fault, never counts) plus requests that could
+//! not reach the pod; `consecutiveLocalOriginFailure` is the threshold for requests that could
+//! not reach the pod (connection failure, reset before headers), and separately for each
+//! prober's streak (failed `/health` probes; failed metric scrapes). A request success resets
+//! every counter; a probe success resets only its own prober's streak, so a pod whose
+//! `/metrics` answers while its `/health` (or its inference) fails is still ejected. `k`, the
+//! ejection multiplier, restarts at 1 once the endpoint has stayed restored for
+//! `maxEjectionTime`.
 //!
 //! Slow start: after it appears or is restored, an endpoint's share ramps as Envoy's
 //! `slow_start_config`: `max(minWeightPercent, (elapsed / window)^(1/aggression))`.
@@ -35,7 +37,8 @@ pub struct OutlierParams {
     /// Consecutive 5xx (or local-origin failures) that eject; 0 disables this trigger.
     #[serde(rename = "consecutive5xx")]
     pub consecutive_5xx: u32,
-    /// Consecutive local-origin failures that eject; 0 disables this trigger.
+    /// Consecutive local-origin failures (of requests, or of one prober) that eject; 0 disables
+    /// this trigger.
     pub consecutive_local_origin_failure: u32,
     /// First ejection period; the k-th consecutive ejection lasts `base · 2^(k−1)`.
     #[serde(deserialize_with = "duration")]
@@ -185,10 +188,21 @@ pub struct Health {
     pub mode: Mode,
     fails_5xx: u32,
     fails_local: u32,
+    /// Failure streak of each prober ([`Prober`] as index).
+    fails_probe: [u32; 2],
     /// Consecutive ejections (the backoff exponent).
     ejections: u32,
     /// When the endpoint last appeared or was restored: the slow-start ramp begins here.
     pub warm_since: Instant,
+}
+
+/// Who probes an endpoint besides its traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prober {
+    /// The active `/health` probe (`--health-check-interval`).
+    Health = 0,
+    /// The metrics scraper.
+    Scrape = 1,
 }
 
 /// How an observation is classified.
@@ -201,14 +215,14 @@ pub enum Signal {
     /// A request could not reach the pod (connection failure, reset before headers).
     RequestLocal,
     /// An active probe or scrape succeeded.
-    ProbeOk,
+    ProbeOk(Prober),
     /// An active probe or scrape failed.
-    ProbeFailed,
+    ProbeFailed(Prober),
 }
 
 impl Health {
     pub fn new(now: Instant) -> Self {
-        Self { mode: Mode::Healthy, fails_5xx: 0, fails_local: 0, ejections: 0, warm_since: now }
+        Self { mode: Mode::Healthy, fails_5xx: 0, fails_local: 0, fails_probe: [0; 2], ejections: 0, warm_since: now }
     }
 
     /// Whether the endpoint may be picked now; moves an expired ejection to half-open.
@@ -237,23 +251,31 @@ impl Health {
     pub fn observe(&mut self, signal: Signal, now: Instant, p: &OutlierParams) -> Transition {
         match signal {
             Signal::RequestOk => {
-                (self.fails_5xx, self.fails_local) = (0, 0);
+                self.reset();
                 self.restore_if_half_open(now)
             }
-            Signal::ProbeOk => {
-                self.fails_local = 0;
+            Signal::ProbeOk(who) => {
+                self.fails_probe[who as usize] = 0;
                 Transition::None
             }
             Signal::Request5xx => {
                 self.fails_5xx += 1;
                 self.failed(now, p)
             }
-            Signal::RequestLocal | Signal::ProbeFailed => {
+            Signal::RequestLocal => {
                 self.fails_5xx += 1;
                 self.fails_local += 1;
                 self.failed(now, p)
             }
+            Signal::ProbeFailed(who) => {
+                self.fails_probe[who as usize] += 1;
+                self.failed(now, p)
+            }
         }
+    }
+
+    fn reset(&mut self) {
+        (self.fails_5xx, self.fails_local, self.fails_probe) = (0, 0, [0; 2]);
     }
 
     fn restore_if_half_open(&mut self, now: Instant) -> Transition {
@@ -270,7 +292,10 @@ impl Health {
         let eject = match self.mode {
             Mode::Ejected { .. } => false,
             Mode::HalfOpen { .. } => true,
-            Mode::Healthy => tripped(self.fails_5xx, p.consecutive_5xx) || tripped(self.fails_local, p.consecutive_local_origin_failure),
+            Mode::Healthy => {
+                let local = self.fails_local.max(self.fails_probe[0]).max(self.fails_probe[1]);
+                tripped(self.fails_5xx, p.consecutive_5xx) || tripped(local, p.consecutive_local_origin_failure)
+            }
         };
         if !eject {
             return Transition::None;
@@ -279,7 +304,7 @@ impl Health {
         self.ejections = if long_healthy { 1 } else { self.ejections.saturating_add(1) };
         let period = p.ejection_time(self.ejections);
         self.mode = Mode::Ejected { until: now + period };
-        (self.fails_5xx, self.fails_local) = (0, 0);
+        self.reset();
         Transition::Ejected { period, ejections: self.ejections }
     }
 }
@@ -335,7 +360,8 @@ mod tests {
         let mut h = Health::new(t0);
         for _ in 0..2 {
             h.observe(Signal::Request5xx, t0, &p);
-            h.observe(Signal::ProbeOk, t0, &p);
+            h.observe(Signal::ProbeOk(Prober::Health), t0, &p);
+            h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
         }
         assert!(matches!(h.observe(Signal::Request5xx, t0, &p), Transition::Ejected { .. }));
     }
@@ -344,8 +370,21 @@ mod tests {
     fn local_origin_failures_trip_their_own_lower_threshold() {
         let (p, t0) = (params(), Instant::now());
         let mut h = Health::new(t0);
-        h.observe(Signal::ProbeFailed, t0, &p);
+        h.observe(Signal::RequestLocal, t0, &p);
         assert!(matches!(h.observe(Signal::RequestLocal, t0, &p), Transition::Ejected { .. }));
+    }
+
+    #[test]
+    fn a_failing_health_probe_is_not_hidden_by_successful_scrapes() {
+        let (p, t0) = (params(), Instant::now());
+        let mut h = Health::new(t0);
+        h.observe(Signal::ProbeFailed(Prober::Health), t0, &p);
+        h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
+        assert!(matches!(h.observe(Signal::ProbeFailed(Prober::Health), t0, &p), Transition::Ejected { .. }));
+        let mut h = Health::new(t0);
+        h.observe(Signal::ProbeFailed(Prober::Scrape), t0, &p);
+        h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
+        assert_eq!(h.observe(Signal::ProbeFailed(Prober::Scrape), t0, &p), Transition::None, "its own success resets a streak");
     }
 
     #[test]
