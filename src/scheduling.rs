@@ -329,6 +329,16 @@ mod tests {
     }
 
     #[test]
+    fn balancing_policy_examples_build() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
+        for name in ["chwbl.yaml", "gpu-aware.yaml", "weighted.yaml"] {
+            let text = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
+            let s = build(&config::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!(s.max_endpoints(), 2, "{name}");
+        }
+    }
+
+    #[test]
     fn empty_candidates_and_unknown_types_are_errors() {
         let s = default_scheduler();
         let mut rng = SmallRng::seed_from_u64(3);

@@ -155,3 +155,42 @@ fn inference_model_targets_rewrite_the_body() {
     assert_eq!(routed.target_model, "m-canary");
     assert!(String::from_utf8(routed.body.unwrap()).unwrap().contains(r#""model":"m-canary""#));
 }
+
+fn director_with(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
+    let (d, ds) = director(ports);
+    d.set_runtime(Runtime::build(config_text, None).unwrap());
+    for p in ports {
+        set_metrics(&ds, *p, 0.0, Duration::ZERO);
+    }
+    (d, ds)
+}
+
+#[test]
+fn a_session_token_routes_back_to_the_pod_it_names() {
+    let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: session-affinity-scorer\n- type: random-picker\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: session-affinity-scorer\n  - pluginRef: max-score-picker\n";
+    let (d, _ds) = director_with(&[1, 2, 3], text);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let body = chat("hello");
+    let first = d.route(&incoming(&body), &mut rng).unwrap();
+    let token = first.session_token.clone().unwrap();
+    assert_eq!(scheduling::scorer::decode_token(&token), Some(first.destinations[0].to_string()));
+    for _ in 0..10 {
+        let r = d.route(&Incoming { session_token: Some(&token), ..incoming(&body) }, &mut rng).unwrap();
+        assert_eq!(r.destinations[0], first.destinations[0]);
+    }
+}
+
+#[test]
+fn consistent_hashing_keys_on_the_first_prompt_block_without_a_prefix_scorer() {
+    let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n- type: consistent-hash-picker\n  parameters: {loadFactor: 100}\n";
+    let (d, _ds) = director_with(&[1, 2, 3, 4], text);
+    let mut rng = SmallRng::seed_from_u64(6);
+    let system = "You are a careful assistant who answers briefly. ".repeat(20);
+    let owner = d.route(&incoming(&chat(&format!("{system} first"))), &mut rng).unwrap().destinations[0];
+    for i in 0..8 {
+        let r = d.route(&incoming(&chat(&format!("{system} question {i}"))), &mut rng).unwrap();
+        assert_eq!(r.destinations[0], owner, "same system prompt, same pod");
+    }
+    let owners: HashSet<EndpointId> = (0..40).map(|i| d.route(&incoming(&chat(&format!("{i} distinct {}", "x ".repeat(100)))), &mut rng).unwrap().destinations[0]).collect();
+    assert!(owners.len() >= 3, "distinct prompts spread over the ring: {owners:?}");
+}

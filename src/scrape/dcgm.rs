@@ -134,6 +134,16 @@ DCGM_FI_DEV_FB_FREE{gpu="2",pod="llama-1"} 61000
     }
 
     #[test]
+    fn a_pods_own_exposition_carries_its_gpu_readings() {
+        let text = format!("vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.5\n{NODE}");
+        let m = super::super::parse::extract(&text, crate::endpoint::EngineType::Vllm, std::time::Instant::now()).unwrap();
+        let g = m.gpu.unwrap();
+        assert_eq!((g.devices, g.fb_free_mib), (4, Some(1000.0)), "no pod filter: every GPU of the exposition");
+        let plain = super::super::parse::extract("vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.5\n", crate::endpoint::EngineType::Vllm, std::time::Instant::now()).unwrap();
+        assert_eq!(plain.gpu, None);
+    }
+
+    #[test]
     fn data_parallel_ranks_map_to_their_pod() {
         assert_eq!(pod_label("llama-0-rank-1"), "llama-0");
         assert_eq!(pod_label("llama-0"), "llama-0");

@@ -8,6 +8,9 @@
 //!   max-score (queue + KV scorers) against power-of-two-choices (same scorers) and round robin.
 //!   Reported: TTFT and E2E tails.
 //!
+//! Pods use inference-sim's `llmd-h100-8b` timing (llm-d-inference-sim's: 12 ms step overhead,
+//! 0.8 ms per running sequence, so latency grows with the batch) in real time; requests are 256
+//! prompt tokens and 64 output tokens with no sharing.
 //! Everything (pods, epp, loadgen) runs in this process except Envoy, on loopback; a run is
 //! bounded by `--secs` of load plus a drain. Run: `cargo run --release -p epp-e2e --bin
 //! bench-policies -- --scenario all` (EPP_ENVOY set, see `hack/install-envoy.sh`).
@@ -21,7 +24,7 @@ use clap::Parser;
 use epp_e2e::envoy::{EnvoyConfig, Template};
 use epp_e2e::loadgen::summary::Percentiles;
 use epp_e2e::loadgen::{self, Load, RequestRecord, RunConfig, Stage, Workload};
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
+use epp_e2e::sim::{Cluster, EngineConfig, PodConfig, Profile};
 use epp_e2e::stack::Epp;
 use tokio::net::TcpListener;
 
@@ -35,15 +38,15 @@ struct Args {
     #[arg(long, default_value_t = 30.0)]
     secs: f64,
     /// Offered rate of the mixed-fleet run (requests/s).
-    #[arg(long, default_value_t = 12.0)]
+    #[arg(long, default_value_t = 20.0)]
     rate: f64,
     /// Quiet and burst rates of the bursty run (requests/s).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = 8.0)]
     quiet_rate: f64,
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 80.0)]
     burst_rate: f64,
     /// Simulated seconds per wall second.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -74,7 +77,8 @@ async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &st
     let mut configs = Vec::new();
     for (i, p) in fleet.iter().enumerate() {
         listeners.push(TcpListener::bind("127.0.0.1:0").await?);
-        let engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, ..EngineConfig::default() };
+        let timing = Profile::LlmdH100Llama8b.timing();
+        let engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, timing, ..EngineConfig::default() };
         configs.push(PodConfig { engine, pod_name: format!("pod-{i}"), seed: args.seed + i as u64, ..Default::default() });
     }
     let cluster = Cluster::start_on(configs, listeners).await?;

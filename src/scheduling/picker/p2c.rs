@@ -51,7 +51,7 @@ mod tests {
     #[test]
     fn spreads_over_all_but_the_worst_in_proportion_to_rank() {
         let cands: Vec<_> = (1..=4).map(|p| cand(p, 0.0, 0.0, 0)).collect();
-        let scored: Vec<_> = cands.iter().zip([4.0, 3.0, 2.0, 1.0]).map(|(c, s)| (c, s)).collect();
+        let scored: Vec<_> = cands.iter().zip([4.0, 3.0, 2.0, 1.0]).collect();
         let p = PowerOfTwoChoicesPicker { params: PickerParams::default() };
         let mut rng = SmallRng::seed_from_u64(5);
         let mut wins = [0usize; 4];
