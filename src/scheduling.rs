@@ -58,11 +58,6 @@ pub struct SchedulingRequest<'a> {
     pub block_size: usize,
     /// The `test-epp-endpoint-selection` header, for the conformance filter.
     pub test_endpoint_selection: Option<&'a str>,
-}
-
-/// The chosen endpoints in rank order (first is primary), with every candidate's total score.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
     /// The `x-session-token` header as the client sent it (opaque; hashed by the
     /// consistent-hash picker).
     pub session_token: Option<&'a str>,
@@ -72,6 +67,11 @@ pub struct Decision {
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
+}
+
+/// The chosen endpoints in rank order (first is primary), with every candidate's total score.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
     pub endpoints: Vec<EndpointId>,
     pub scores: Vec<(EndpointId, f64)>,
 }
@@ -142,16 +142,16 @@ impl Scheduler {
         self.scorers.iter().find_map(|(s, _)| s.precise_params())
     }
 
+    /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
+    pub fn session_affinity(&self) -> bool {
+        self.scorers.iter().any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+    }
+
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
     pub fn max_endpoints(&self) -> usize {
         self.picker.max_endpoints()
     }
 }
-
-    /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
-    pub fn session_affinity(&self) -> bool {
-        self.scorers.iter().any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
-    }
 
 /// Slow start: each warming candidate stays in this request's pool with probability
 /// `ramp / max ramp`, so its expected share is its ramp whatever the picker; if that would

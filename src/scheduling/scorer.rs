@@ -8,20 +8,20 @@ mod precise_prefix;
 mod prefix;
 mod queue;
 mod running_requests;
-
 mod session_affinity;
+
 use super::{Candidate, SchedulingRequest};
+pub use gpu_utilization::GpuUtilizationScorer;
 pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
-pub use gpu_utilization::GpuUtilizationScorer;
 pub use lora_affinity::LoraAffinityScorer;
 pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
+pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
 
 /// Decodes plugin parameters strictly; absent parameters mean the defaults.
-pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
 pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(v: &serde_yaml::Value) -> Result<T, serde_yaml::Error> {
     if v.is_null() {
         Ok(T::default())
@@ -40,10 +40,10 @@ pub enum Scorer {
     LoraAffinity(LoraAffinityScorer),
     RunningRequests(RunningRequestsScorer),
     Latency(LatencyScorer),
-}
-
     SessionAffinity(SessionAffinityScorer),
     GpuUtilization(GpuUtilizationScorer),
+}
+
 impl Scorer {
     /// Builds the scorer for `plugin_type`, or `None` when the type is not a scorer.
     pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
@@ -55,10 +55,10 @@ impl Scorer {
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             LatencyScorer::TYPE => Self::Latency(params(p)?),
-            _ => return Ok(None),
-        }))
             SessionAffinityScorer::TYPE => Self::SessionAffinity(params(p)?),
             GpuUtilizationScorer::TYPE => Self::GpuUtilization(params::<GpuUtilizationScorer>(p)?.validate().map_err(<serde_yaml::Error as serde::de::Error>::custom)?),
+            _ => return Ok(None),
+        }))
     }
 
     /// Writes one score per candidate of `pool` into `out` (same length).
@@ -71,10 +71,10 @@ impl Scorer {
             Self::LoraAffinity(s) => s.score(req, pool, out),
             Self::RunningRequests(s) => s.score(pool, out),
             Self::Latency(s) => s.score(pool, out),
-        }
-    }
             Self::SessionAffinity(s) => s.score(req, pool, out),
             Self::GpuUtilization(s) => s.score(pool, out),
+        }
+    }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {
         match self {
