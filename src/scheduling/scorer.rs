@@ -36,7 +36,8 @@ pub enum Scorer {
     Queue(QueueScorer),
     KvCache(KvCacheScorer),
     Prefix(PrefixScorer),
-    PrecisePrefix(PrecisePrefixScorer),
+    /// Boxed: its parameters make it several times larger than every other scorer.
+    PrecisePrefix(Box<PrecisePrefixScorer>),
     LoraAffinity(LoraAffinityScorer),
     RunningRequests(RunningRequestsScorer),
     Latency(LatencyScorer),
@@ -51,7 +52,7 @@ impl Scorer {
             QueueScorer::TYPE => Self::Queue(params(p)?),
             KvCacheScorer::TYPE => Self::KvCache(params(p)?),
             PrefixScorer::TYPE => Self::Prefix(PrefixScorer::new(PrefixParams::from_yaml(p)?)),
-            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(PrecisePrefixScorer::new(PrecisePrefixParams::from_yaml(p)?)),
+            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(PrecisePrefixParams::from_yaml(p)?))),
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             LatencyScorer::TYPE => Self::Latency(params(p)?),

@@ -51,7 +51,7 @@ pub fn encode_token(name: &str) -> String {
 /// The endpoint name in a token; `None` when it is not padded standard base64 of UTF-8.
 pub fn decode_token(token: &str) -> Option<String> {
     let t = token.trim().as_bytes();
-    if t.is_empty() || t.len() % 4 != 0 {
+    if t.is_empty() || !t.len().is_multiple_of(4) {
         return None;
     }
     let value = |c: u8| ALPHABET.iter().position(|a| *a == c).map(|v| v as u32);
