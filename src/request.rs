@@ -11,6 +11,7 @@
 //! as enough of it has arrived (the early decision, [`scan`]).
 
 pub mod chat;
+pub mod hf;
 pub mod scan;
 pub mod tokenize;
 
@@ -145,7 +146,8 @@ pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRe
 }
 
 /// serde_json's error, or the named limit it hit: its recursion limit (128 levels), or bytes
-/// that are not UTF-8 (inside a prompt string, typically).
+/// that are not UTF-8 (inside a prompt string, typically). serde_json skips unknown fields
+/// without recursing, so deep nesting there is refused by the stream's scan instead.
 fn json_error(body: &[u8], e: serde_json::Error) -> RequestError {
     if e.to_string().starts_with("recursion limit exceeded") {
         return RequestError::TooDeep { limit: MAX_DEPTH };
@@ -341,13 +343,14 @@ mod tests {
 
     #[test]
     fn deep_nesting_and_invalid_utf8_are_named() {
-        let deep = format!(r#"{{"model":"m","prompt":"p","x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
-        let err = parse(ApiKind::Completions, deep.as_bytes(), 9).unwrap_err();
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let recursion = serde_json::from_str::<serde_json::Value>(&deep).unwrap_err();
+        let err = json_error(deep.as_bytes(), recursion);
         assert!(matches!(err, RequestError::TooDeep { limit: 128 }), "{err}");
         let mut bad = br#"{"model":"m","prompt":"ab"#.to_vec();
         bad.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
         let err = parse(ApiKind::Completions, &bad, 9).unwrap_err();
-        assert!(matches!(err, RequestError::NotUtf8 { at: 24 }), "{err}");
+        assert!(matches!(err, RequestError::NotUtf8 { at: 25 }), "{err}");
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct Scanner {
     /// An escaped or repeated field name: the structure is still followed (messages are
     /// counted) but only the whole body decides.
     no_early: bool,
+    /// Nested deeper than the parser accepts.
+    too_deep: bool,
 }
 
 impl Default for Scanner {
@@ -124,6 +126,7 @@ impl Scanner {
             messages_nonempty: false,
             broken: false,
             no_early: false,
+            too_deep: false,
         }
     }
 
@@ -135,6 +138,12 @@ impl Scanner {
     /// Bytes scanned so far.
     pub fn position(&self) -> usize {
         self.pos
+    }
+
+    /// Whether the body nests deeper than the parser accepts ([`super::MAX_DEPTH`]): refused
+    /// even when it shows after an early decision.
+    pub fn too_deep(&self) -> bool {
+        self.too_deep
     }
 
     /// Elements of the top-level `messages` array seen so far.
@@ -255,7 +264,14 @@ impl Scanner {
         let in_messages = self.current.is_some_and(|c| self.seen[c].field == Field::Messages);
         match b {
             b'"' => self.in_string = true,
-            b'{' | b'[' => self.depth += 1,
+            b'{' | b'[' => {
+                self.depth += 1;
+                // serde_json accepts 128 levels (the top-level object included).
+                if self.depth as usize > super::MAX_DEPTH {
+                    self.too_deep = true;
+                    self.no_early = true;
+                }
+            }
             b'}' | b']' => {
                 self.depth -= 1;
                 if self.depth == 1 {

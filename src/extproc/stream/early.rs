@@ -69,11 +69,15 @@ impl StreamMachine {
         false
     }
 
-    /// Header bytes (names and values) within the limit.
+    /// Header bytes (names and values) within the limit, and a declared body length within the
+    /// body limit (refused before any byte of the body, so never after an early decision).
     pub(super) fn check_headers(&self, map: Option<&HeaderMap>) -> Result<(), StreamError> {
         let bytes: usize = map.map_or(0, |m| m.headers.iter().map(|h| h.key.len() + wire::header_value(h).len()).sum());
         if bytes > self.limits.max_header_bytes {
             return Err(StreamError::HeadersTooLarge { limit: self.limits.max_header_bytes });
+        }
+        if self.meta.content_length.is_some_and(|len| len > self.limits.max_body_bytes) {
+            return Err(StreamError::BodyTooLarge { limit: self.limits.max_body_bytes });
         }
         Ok(())
     }
@@ -86,6 +90,9 @@ impl StreamMachine {
         }
         self.req.body_len += b.body.len();
         self.req.scanner.feed(&b.body);
+        if self.req.scanner.too_deep() {
+            return Err(RequestError::TooDeep { limit: crate::request::MAX_DEPTH }.into());
+        }
         if self.req.scanner.messages_seen() > self.limits.max_chat_messages {
             return Err(RequestError::TooManyMessages { limit: self.limits.max_chat_messages }.into());
         }

@@ -78,6 +78,17 @@ fn gives_up_on_what_only_the_whole_body_can_judge() {
 }
 
 #[test]
+fn flags_nesting_deeper_than_128_levels_wherever_it_is() {
+    // serde_json skips unknown fields without recursing, so the parser alone would pass these
+    // on to the model server; the scan refuses them (the top-level object is level 1).
+    for (levels, deep) in [(126, false), (127, false), (128, true), (5000, true)] {
+        let body = format!(r#"{{"model":"m","prompt":"p","x":{}{}}}"#, "[".repeat(levels), "]".repeat(levels));
+        let (_, s) = first_early(ApiKind::Completions, body.as_bytes(), &[7, 300], 0);
+        assert_eq!(s.too_deep(), deep, "{levels} levels");
+    }
+}
+
+#[test]
 fn counts_messages_across_chunks() {
     let body = br#"{"messages":[{"a":[1,2]},{"b":"x,y"},{}],"model":"m"}"#;
     let (_, s) = first_early(ApiKind::ChatCompletions, body, &[3, 17, 18, 30], 0);
