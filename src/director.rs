@@ -274,7 +274,7 @@ impl Director {
         self.admit(&runtime.thresholds, priority, &states)?;
         let tokenize_span = crate::telemetry::child("tokenize");
         let lookup = match runtime.scheduler.precise_params() {
-            Some(p) => self.lookup_precise(&runtime, p, &req, inc.body, &target),
+            Some(p) => self.lookup_precise(&runtime, p, &req, inc.body, &target, &states),
             None => self.lookup_prefix(&runtime, &req, &target, &states),
         };
         drop(tokenize_span);
@@ -430,7 +430,7 @@ impl Director {
 
     /// Block keys of the tokens the pod will see (the prompt as-is, or the rendered chat
     /// template) and the longest prefix each endpoint actually holds.
-    fn lookup_precise(&self, runtime: &Runtime, p: &PrecisePrefixParams, req: &LlmRequest, body: &[u8], target: &str) -> Option<PrefixLookup> {
+    fn lookup_precise(&self, runtime: &Runtime, p: &PrecisePrefixParams, req: &LlmRequest, body: &[u8], target: &str, states: &[&Arc<EndpointState>]) -> Option<PrefixLookup> {
         let block_size = self.precise_block_size(p);
         let max_tokens = p.max_prefix_blocks_to_match * block_size;
         let tokens = match (&req.prompt, req.api) {
@@ -439,7 +439,9 @@ impl Director {
             (Prompt::Text(text), _) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_tokens)),
         };
         let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
-        let matches = self.precise.longest_prefix(&hashes, Instant::now());
+        let mut matches = self.precise.longest_prefix(&hashes, Instant::now());
+        // A prompt no endpoint holds goes to the same home in every replica (active-active).
+        matches.extend(prefix::precise::home::cold_home(&hashes, &matches, states.iter().map(|s| s.id())));
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
         Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, precise: Some(ttl) })
     }

@@ -184,3 +184,24 @@ async fn pods_connecting_to_a_bound_sub_socket_feed_the_index() {
     replica.stop().await;
     sims.cluster.shutdown().await;
 }
+
+/// Active-active before any event: three replicas that never heard of a prompt send it to the
+/// same pod (its rendezvous-hash home), and different prompts spread over the pods.
+#[tokio::test]
+async fn replicas_agree_on_a_cold_prompts_pod_before_any_event() {
+    let sims = SimPods::start(4, 2000).await;
+    let replicas = [Replica::start_without_events(&sims.endpoints()).await, Replica::start_without_events(&sims.endpoints()).await, Replica::start_without_events(&sims.endpoints()).await];
+    // The replicas see the same (idle) loads but break ties with their own random draws.
+    let mut homes = std::collections::HashSet::new();
+    for group in 0..16 {
+        let prompt = long_prompt(&format!("tenant {group} system prompt"), 200);
+        let picks: Vec<usize> = replicas.iter().map(|r| r.route_completion(&prompt)).collect();
+        assert!(picks.iter().all(|p| *p == picks[0]), "group {group}: replicas disagree {picks:?}");
+        homes.insert(picks[0]);
+    }
+    assert!(homes.len() >= 3, "16 cold prompts should spread over the 4 pods, got {homes:?}");
+    for r in replicas {
+        r.stop().await;
+    }
+    sims.cluster.shutdown().await;
+}

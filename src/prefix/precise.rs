@@ -32,6 +32,8 @@
 //! write lock ([`PreciseIndex::writer`]); lookups share the read lock. Time comes in as an
 //! `Instant` so tests control expiry.
 
+pub mod home;
+
 use super::index::IdentityHasher;
 use crate::endpoint::EndpointId;
 use std::collections::hash_map::Entry;

@@ -319,6 +319,9 @@ pub fn long_prompt(seed: &str, words: usize) -> String {
     s
 }
 
+/// Each replica draws its own random tie-breaks, as separate processes do.
+static NEXT_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(7);
+
 /// One epp replica in-process: datastore, director, and the KV-event supervisor.
 pub struct Replica {
     pub director: Arc<Director>,
@@ -371,7 +374,7 @@ impl Replica {
         }
         let datastore_for_tests = Arc::clone(&datastore);
         let tokenizer = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
-        Self { director, datastore: datastore_for_tests, metrics, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(7)), tracker, stop }
+        Self { director, datastore: datastore_for_tests, metrics, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(NEXT_SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed))), tracker, stop }
     }
 
     pub fn matched(&self, id: EndpointId, keys: &[u64]) -> usize {

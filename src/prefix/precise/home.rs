@@ -1,0 +1,91 @@
+//! A cold prompt's home endpoint: where every epp replica sends a prompt that no endpoint holds
+//! any block of, without talking to the others.
+//!
+//! Why: speculative entries ([`super::PreciseIndex::speculate`]) keep a burst on a new prefix
+//! together only inside the replica that routed it. Until the chosen pod's first BlockStored
+//! arrives (one prefill), the other replicas see the prefix as cold and place it by load, so a
+//! burst spread over three replicas prefills the same prefix on up to three pods, and the copies
+//! evict other prefixes. Rendezvous hashing on the prompt's first block key picks the same
+//! endpoint in every replica; crediting it with the whole prompt makes the precise scorer prefer
+//! it the way it prefers a real holder, so the load scorers and the scorer's saturation cut-off
+//! still override it for a busy or saturated pod.
+//!
+//! Only fully cold prompts get a home: once any endpoint holds (or speculatively holds) the first
+//! block, real matches decide, so a warm prefix is never pulled away from its holders.
+
+use crate::endpoint::EndpointId;
+use std::net::IpAddr;
+
+/// `(home, keys.len())` when `matches` is empty and there are keys and candidates.
+pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = EndpointId>) -> Option<(EndpointId, usize)> {
+    let first = *keys.first()?;
+    if !matches.is_empty() {
+        return None;
+    }
+    let home = candidates.into_iter().max_by_key(|id| (mix(first ^ endpoint_hash(*id)), *id))?;
+    Some((home, keys.len()))
+}
+
+/// A hash of the endpoint's address that every replica computes alike (no per-process seed).
+fn endpoint_hash(id: EndpointId) -> u64 {
+    let ip = match id.0.ip() {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    };
+    mix((ip as u64) ^ mix((ip >> 64) as u64) ^ (u64::from(id.0.port()) << 48))
+}
+
+/// SplitMix64's finalizer: a bijective, well-mixed 64-bit hash.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u8) -> Vec<EndpointId> {
+        (1..=n).map(|i| EndpointId(format!("10.0.0.{i}:8000").parse().unwrap())).collect()
+    }
+
+    #[test]
+    fn every_replica_picks_the_same_home_whatever_the_candidate_order() {
+        let mut c = ids(4);
+        let home = cold_home(&[7, 8, 9], &[], c.clone()).unwrap();
+        c.reverse();
+        assert_eq!(cold_home(&[7, 8, 9], &[], c).unwrap(), home);
+        assert_eq!(home.1, 3, "credited with the whole prompt");
+    }
+
+    #[test]
+    fn first_blocks_spread_over_the_endpoints() {
+        let c = ids(4);
+        let mut per = std::collections::HashMap::new();
+        for key in 0..4000u64 {
+            *per.entry(cold_home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone()).unwrap().0).or_insert(0) += 1;
+        }
+        assert_eq!(per.len(), 4);
+        assert!(per.values().all(|n| (800..1200).contains(n)), "{per:?}");
+    }
+
+    #[test]
+    fn held_or_empty_prompts_have_no_home() {
+        let c = ids(3);
+        assert_eq!(cold_home(&[1, 2], &[(c[0], 1)], c.clone()), None);
+        assert_eq!(cold_home(&[], &[], c.clone()), None);
+        assert_eq!(cold_home(&[1], &[], Vec::new()), None);
+    }
+
+    #[test]
+    fn removing_an_endpoint_moves_only_its_homes() {
+        let c = ids(4);
+        let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9)).collect();
+        let before: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
+        let after: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c[..3].to_vec()).unwrap().0).collect();
+        let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+        assert_eq!(moved, before.iter().filter(|b| **b == c[3]).count());
+    }
+}
