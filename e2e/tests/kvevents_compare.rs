@@ -6,7 +6,7 @@
 //! Ignored by default (it runs for minutes); BENCHMARKS.md ("Precise prefix") has the command
 //! and the numbers: `cargo nextest run -p epp-e2e --release --test kvevents_compare
 //! --run-ignored only --no-capture`. Environment: `KV_COMPARE_SECS` (default 20),
-//! `KV_COMPARE_RATE` (requests/s, default 24).
+//! `KV_COMPARE_RATE` (requests/s, default 24), `KV_COMPARE_ONLY` (rows, e.g. `Precise1,Precise3`).
 
 mod kvevents_support;
 
@@ -160,7 +160,12 @@ async fn precise_vs_approximate_vs_random_with_one_and_three_replicas() {
     println!("shared prefix: {PODS} pods × {BLOCKS} blocks, {GROUPS} groups × ~2,000-token system prompts, ~200-token questions, {rate} req/s for {secs} s");
     println!("| router | epp replicas | requests | TTFT p90 (ms) | TTFT mean (ms) | prefix hit rate | mean queue per pod | failed |");
     println!("|---|---|---|---|---|---|---|---|");
+    // KV_COMPARE_ONLY=Precise1,Precise3 (mode and replica count) runs a subset of the rows.
+    let only = std::env::var("KV_COMPARE_ONLY").ok();
     for (mode, replicas) in [(Mode::Precise, 1), (Mode::Approximate, 1), (Mode::Random, 1), (Mode::RoundRobin, 1), (Mode::Precise, 3), (Mode::Approximate, 3)] {
+        if only.as_deref().is_some_and(|o| !o.split(',').any(|r| r.trim() == format!("{mode:?}{replicas}"))) {
+            continue;
+        }
         println!("{}", run(mode, replicas, secs, rate).await);
     }
 }
