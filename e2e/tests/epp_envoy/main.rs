@@ -9,8 +9,12 @@
 #![allow(clippy::unwrap_used)]
 
 mod body;
+mod early;
 mod errors;
+mod flow;
+mod limits;
 mod policies;
 mod routing;
 mod scheduling;
+mod security;
 mod support;

@@ -1,0 +1,120 @@
+//! Flow control through Envoy (issue #7): with `--flow-control`, requests wait in epp while the
+//! pool is saturated; when capacity frees they are served, the Critical objective before the
+//! standard one before the Sheddable one; a full queue answers 429 at once, and a request that
+//! waits past the TTL 503. Priorities come from InferenceObjectives served by the fake API
+//! server (Kubernetes mode); the pod is a stand-in whose reported queue the test sets, so
+//! saturation is exact: queue 50 saturates, queue 4 leaves room for one request per scrape
+//! (epp counts what it sent since the last scrape as queued), which releases the waiting
+//! requests one by one, in order.
+
+use std::time::Duration;
+
+use epp_e2e::envoy::{EnvoyConfig, Template};
+use epp_e2e::fake_apiserver::FakeApiServer;
+use epp_e2e::stack::Epp;
+use epp_e2e::standin::{StandIn, StandInOptions};
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::json;
+
+use crate::support::{args, completion, sample, traffic, wait_for_metrics};
+
+const NS: &str = "llm";
+const OBJECTIVE: &str = "x-gateway-inference-objective";
+
+async fn create(client: &kube::Client, obj: serde_json::Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &kube::api::ApiResource::from_gvk(&gvk));
+    api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.unwrap();
+}
+
+async fn cluster(client: &kube::Client, port: u16) {
+    create(client, json!({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": "pool", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": port}], "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}
+    }))
+    .await;
+    create(client, json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pod-0", "namespace": NS, "labels": {"app": "vllm"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+        "status": {"podIP": "127.0.0.1", "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .await;
+    for (name, priority) in [("critical", 100), ("sheddable", -10)] {
+        create(client, json!({
+            "apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceObjective",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"priority": priority, "poolRef": {"name": "pool"}}
+        }))
+        .await;
+    }
+}
+
+async fn send(envoy: std::net::SocketAddr, objective: &'static str) -> (u16, String, &'static str) {
+    let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(objective)).unwrap();
+    let req = epp_e2e::client::with_header(req, OBJECTIVE, objective).unwrap();
+    let r = epp_e2e::client::send(envoy, req).await.unwrap();
+    (r.status.as_u16(), r.text(), objective)
+}
+
+/// Lets a request just sent reach epp's queue before the next is sent (no metric exposes the
+/// queue yet, so this waits a fixed time; the 429 below depends on the three being queued).
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(150)).await;
+}
+
+/// Waits until epp has scraped the pod's queue (Kubernetes mode names the pod, not its address).
+async fn wait_queue(epp: &Epp, waiting: f64) {
+    wait_for_metrics(epp, &format!("pool queue {waiting}"), |t| sample(t, "inference_pool_average_queue_size", &[]) == Some(waiting)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_503() {
+    let api = FakeApiServer::bind().await.unwrap();
+    let client = api.client(NS).unwrap();
+    let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
+    cluster(&client, pod.addr().port()).await;
+    let dir = std::env::temp_dir().join(format!("epp-flow-{}-{}", std::process::id(), rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, NS).unwrap();
+    let flags = ["--pool-name", "pool", "--pool-namespace", NS, "--kubeconfig", &kubeconfig.display().to_string(), "--secure-serving=false",
+        "--refresh-prometheus-metrics-interval", "50ms", "--flow-control", "--flow-control-max-requests", "3", "--flow-control-default-request-ttl", "3s"];
+    let epp = Epp::start(&args(&flags)).await.unwrap();
+    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).start().await.unwrap_or_else(|e| panic!("{e:#}"));
+    let addr = envoy.listener_addr();
+    pod.set_waiting(Some(50));
+    wait_queue(&epp, 50.0).await;
+
+    let mut waiting = tokio::task::JoinSet::new();
+    for objective in ["sheddable", "standard", "critical"] {
+        waiting.spawn(send(addr, objective));
+        settle().await;
+    }
+    let (status, text, _) = send(addr, "critical").await;
+    assert_eq!(status, 429, "the queue holds 3: {text}");
+    assert!(text.contains("flow control queue is full: maxRequests 3"), "{text}");
+    assert!(traffic(&pod).is_empty(), "nothing passes while the pool is saturated");
+
+    pod.set_waiting(Some(4));
+    while let Some(done) = waiting.join_next().await {
+        let (status, text, objective) = done.unwrap();
+        assert_eq!(status, 200, "{objective}: {text}");
+    }
+    let order: Vec<String> = traffic(&pod).iter().map(|r| r.header(OBJECTIVE).unwrap_or_default().to_owned()).collect();
+    assert_eq!(order, ["critical", "standard", "sheddable"], "released by priority when capacity freed");
+
+    pod.set_waiting(Some(50));
+    wait_queue(&epp, 50.0).await;
+    let started = std::time::Instant::now();
+    let (status, text, _) = send(addr, "critical").await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("request timed out in queue"), "{text}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "{:?}", started.elapsed());
+    drop(envoy);
+    epp.stop().await;
+    pod.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
