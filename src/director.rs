@@ -10,7 +10,7 @@ use crate::endpoint::EndpointId;
 use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
 use crate::prefix::{self, index::PrefixIndex, precise::PreciseIndex};
-use crate::request::tokenize::Tokenizer;
+use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
 use crate::scheduling::scorer::PrecisePrefixParams;
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
@@ -57,12 +57,14 @@ impl Runtime {
             Ok(s) if problems.is_empty() => s,
             _ => return Err(problems.into()),
         };
-        let vocabulary = scheduler.prefix_params().map(|p| p.tokenizer).or_else(|| scheduler.precise_params().map(|p| p.tokenizer));
-        let tokenizer = match vocabulary {
+        // A local tokenizer.json (precise scorer) must win: its block keys must equal the pods'.
+        let precise_hf = scheduler.precise_params().map(|p| p.tokenizer_source()).filter(|s| matches!(s, TokenizerSource::HuggingFace(_)));
+        let source = precise_hf.or_else(|| scheduler.prefix_params().map(|p| TokenizerSource::Tiktoken(p.tokenizer))).or_else(|| scheduler.precise_params().map(|p| p.tokenizer_source()));
+        let tokenizer = match source {
             None => None,
-            Some(v) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.vocabulary() == v) {
+            Some(s) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.is_built_from(&s)) {
                 Some(t) => Some(t),
-                None => Some(Tokenizer::new(v).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
+                None => Some(Tokenizer::from_source(&s).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
             },
         };
         let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");

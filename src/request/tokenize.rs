@@ -18,7 +18,14 @@
 //! can differ from a single-pass encoding only where a boundary splits what one pass would have
 //! merged across whitespace; for the approximate prefix index that is immaterial, since the same
 //! text always yields the same tokens.
+//!
+//! A Hugging Face `tokenizer.json` ([`crate::request::hf`]) serves the precise prefix scorer,
+//! whose block keys must equal the pod's, so its segments are cut only before a space that
+//! follows a non-space (a pre-token boundary for the GPT-2, Llama 3, Qwen 2 and cl100k regexes:
+//! none continues a piece into a following space) and never mid-run: a long text without such
+//! a place is encoded in one pass.
 
+use crate::request::hf::{HfError, HfTokenizer, LocalTokenizer};
 use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -41,11 +48,20 @@ pub enum Vocabulary {
     P50kBase,
 }
 
+/// Where a tokenizer's vocabulary comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenizerSource {
+    Tiktoken(Vocabulary),
+    /// A `tokenizer.json` found through llm-d's `tokenizersPoolConfig.local`.
+    HuggingFace(LocalTokenizer),
+}
+
 #[derive(Debug, thiserror::Error)]
-#[error("building the {vocab:?} tokenizer failed: {message}")]
-pub struct TokenizerError {
-    vocab: Vocabulary,
-    message: String,
+pub enum TokenizerError {
+    #[error("building the {vocab:?} tokenizer failed: {message}")]
+    Tiktoken { vocab: Vocabulary, message: String },
+    #[error(transparent)]
+    HuggingFace(#[from] HfError),
 }
 
 type SegmentCache = Mutex<LruCache<u64, Arc<[u32]>>>;
@@ -56,6 +72,8 @@ enum Bpe {
     /// bpe-openai's prebuilt encoder (a process-wide static, built on first use).
     Fast(&'static bpe_openai::Tokenizer),
     Tiktoken(Arc<CoreBPE>),
+    /// A Hugging Face byte-level BPE `tokenizer.json`, with its origin and content digest.
+    Hf(Arc<HfTokenizer>, Arc<(LocalTokenizer, u64)>),
 }
 
 impl Bpe {
@@ -63,6 +81,7 @@ impl Bpe {
         match self {
             Bpe::Fast(t) => t.encode(text),
             Bpe::Tiktoken(t) => t.encode_ordinary(text),
+            Bpe::Hf(t, _) => t.encode(text),
         }
     }
 }
@@ -90,7 +109,7 @@ impl Tokenizer {
             Vocabulary::Cl100kBase => Bpe::Fast(bpe_openai::cl100k_base()),
             Vocabulary::O200kBase => Bpe::Fast(bpe_openai::o200k_base()),
             Vocabulary::P50kBase => {
-                let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError { vocab, message: e.to_string() })?;
+                let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError::Tiktoken { vocab, message: e.to_string() })?;
                 Bpe::Tiktoken(Arc::new(built))
             }
         };
@@ -100,6 +119,32 @@ impl Tokenizer {
 
     pub fn vocabulary(&self) -> Vocabulary {
         self.vocab
+    }
+
+    /// Builds the tokenizer `source` names (a `tokenizer.json` is read and parsed).
+    pub fn from_source(source: &TokenizerSource) -> Result<Self, TokenizerError> {
+        let local = match source {
+            TokenizerSource::Tiktoken(v) => return Self::new(*v),
+            TokenizerSource::HuggingFace(local) => local,
+        };
+        let path = local.resolve()?;
+        let digest = file_digest(&path)?;
+        let hf = HfTokenizer::from_file(&path)?;
+        let cap = NonZeroUsize::new(CACHE_SEGMENTS).unwrap_or(NonZeroUsize::MIN);
+        let bpe = Bpe::Hf(Arc::new(hf), Arc::new((local.clone(), digest)));
+        Ok(Self { bpe, vocab: Vocabulary::default(), cache: Arc::new(Mutex::new(LruCache::new(cap))) })
+    }
+
+    /// Whether this tokenizer is what `source` builds now (for a `tokenizer.json`: the same
+    /// configuration and an unchanged file), so a reload can keep it.
+    pub fn is_built_from(&self, source: &TokenizerSource) -> bool {
+        match (&self.bpe, source) {
+            (Bpe::Hf(_, built), TokenizerSource::HuggingFace(local)) => {
+                built.0 == *local && local.resolve().ok().and_then(|p| file_digest(&p).ok()) == Some(built.1)
+            }
+            (Bpe::Hf(..), _) | (_, TokenizerSource::HuggingFace(_)) => false,
+            (_, TokenizerSource::Tiktoken(v)) => self.vocab == *v,
+        }
     }
 
     /// Tokens of the first `max_tokens` of `text`. The text is cut before tokenizing; the token
@@ -116,7 +161,8 @@ impl Tokenizer {
             (text, false)
         };
         let mut tokens = Vec::new();
-        for segment in segments(slice) {
+        let strict = matches!(self.bpe, Bpe::Hf(..));
+        for segment in segments(slice, strict) {
             if tokens.len() >= max_tokens {
                 break;
             }
@@ -144,27 +190,31 @@ impl Tokenizer {
 
 /// Splits `text` into segments of about [`SEGMENT_BYTES`], each cut just before a whitespace
 /// byte that follows a non-whitespace byte; a text without such a place within four segment
-/// lengths is cut at a character boundary.
-fn segments(text: &str) -> impl Iterator<Item = &str> {
+/// lengths is cut at a character boundary. `strict` (exact tokens): cut only before a space
+/// byte that follows a non-whitespace byte, and nowhere else.
+fn segments(text: &str, strict: bool) -> impl Iterator<Item = &str> {
     let mut rest = text;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        let end = cut_point(rest);
+        let end = cut_point(rest, strict);
         let (head, tail) = rest.split_at(end);
         rest = tail;
         Some(head)
     })
 }
 
-fn cut_point(text: &str) -> usize {
+fn cut_point(text: &str, strict: bool) -> usize {
     let bytes = text.as_bytes();
     if bytes.len() <= SEGMENT_BYTES {
         return bytes.len();
     }
     let horizon = bytes.len().min(SEGMENT_BYTES * 4);
     let ws = |b: u8| b == b' ' || b == b'\n' || b == b'\t' || b == b'\r';
+    if strict {
+        return (SEGMENT_BYTES..bytes.len()).find(|&i| bytes[i] == b' ' && !ws(bytes[i - 1])).unwrap_or(bytes.len());
+    }
     if let Some(i) = (SEGMENT_BYTES..horizon).find(|&i| ws(bytes[i]) && !ws(bytes[i - 1])) {
         return i;
     }
@@ -173,6 +223,12 @@ fn cut_point(text: &str) -> usize {
         end -= 1;
     }
     end
+}
+
+/// xxh64 of a file's bytes (a changed `tokenizer.json` is rebuilt on reload).
+fn file_digest(path: &std::path::Path) -> Result<u64, HfError> {
+    let bytes = std::fs::read(path).map_err(|source| HfError::Io { path: path.to_owned(), source })?;
+    Ok(xxhash_rust::xxh64::xxh64(&bytes, 0))
 }
 
 #[cfg(test)]
@@ -194,13 +250,14 @@ mod tests {
     fn segments_cover_the_text_and_share_prefixes() {
         let a = "word ".repeat(2000) + "tail one";
         let b = "word ".repeat(2000) + "other tail";
-        let sa: Vec<&str> = segments(&a).collect();
-        let sb: Vec<&str> = segments(&b).collect();
+        let sa: Vec<&str> = segments(&a, false).collect();
+        let sb: Vec<&str> = segments(&b, false).collect();
         assert_eq!(sa.concat(), a);
         assert!(sa.len() > 5 && sa.iter().all(|s| s.len() <= SEGMENT_BYTES * 4));
         assert_eq!(sa[..sa.len() - 1], sb[..sb.len() - 1], "a shared text prefix gives shared segments");
         let unbroken = "é".repeat(5000);
-        assert_eq!(segments(&unbroken).collect::<Vec<_>>().concat(), unbroken);
+        assert_eq!(segments(&unbroken, false).collect::<Vec<_>>().concat(), unbroken);
+        assert_eq!(segments(&unbroken, true).count(), 1, "strict: no cut inside a run");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! (completions: the prompt as-is; chat: `crate::request::chat`'s template) and looks them up;
 //! the block size is the one the pods announce in their events (`blockSize` until the first).
 
-use crate::request::tokenize::Vocabulary;
+use crate::request::hf::LocalTokenizer;
+use crate::request::tokenize::{TokenizerSource, Vocabulary};
 use crate::scheduling::{Candidate, SchedulingRequest};
 use std::time::Duration;
 
@@ -36,8 +37,12 @@ pub struct PrecisePrefixParams {
     pub saturation_queue_depth: f64,
     /// A candidate with this KV-cache usage or more gets no prefix credit.
     pub saturation_kv_usage: f64,
-    /// The tiktoken vocabulary of the model (the pods' tokenizer).
+    /// The tiktoken vocabulary of the model (the pods' tokenizer), unless `local` names a file.
     pub tokenizer: Vocabulary,
+    /// The model's Hugging Face `tokenizer.json`, from llm-d's
+    /// `indexerConfig.tokenizersPoolConfig.local` (takes precedence over `tokenizer`).
+    #[serde(skip)]
+    pub local_tokenizer: Option<LocalTokenizer>,
     /// llm-d's nested configuration blocks, accepted so its files load; `blockSize` in
     /// `tokenProcessorConfig` is honoured, the rest (hash seed, ZMQ, index backends) does not
     /// apply: keys do not depend on the pods' seed, and the event sockets are flags.
@@ -66,6 +71,7 @@ impl Default for PrecisePrefixParams {
             saturation_queue_depth: 5.0,
             saturation_kv_usage: 0.8,
             tokenizer: Vocabulary::default(),
+            local_tokenizer: None,
             token_processor_config: None,
             kv_events_config: None,
             indexer_config: None,
@@ -80,6 +86,9 @@ impl PrecisePrefixParams {
         if let Some(bs) = p.token_processor_config.as_ref().and_then(|t| t.get("blockSize")).and_then(serde_yaml::Value::as_u64) {
             p.block_size = bs as usize;
         }
+        if let Some(indexer) = &p.indexer_config {
+            p.local_tokenizer = LocalTokenizer::from_indexer_config(indexer).map_err(|e| invalid(&e.to_string()))?;
+        }
         if p.block_size == 0 || p.max_prefix_blocks_to_match == 0 {
             return Err(invalid("blockSize and maxPrefixBlocksToMatch must be > 0"));
         }
@@ -87,6 +96,13 @@ impl PrecisePrefixParams {
             return Err(invalid("saturationQueueDepth and saturationKvUsage must be > 0"));
         }
         Ok(p)
+    }
+}
+
+impl PrecisePrefixParams {
+    /// The tokenizer the pods use: the local `tokenizer.json` if configured, else tiktoken.
+    pub fn tokenizer_source(&self) -> TokenizerSource {
+        self.local_tokenizer.clone().map_or(TokenizerSource::Tiktoken(self.tokenizer), TokenizerSource::HuggingFace)
     }
 }
 
@@ -159,7 +175,10 @@ mod tests {
         let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
         let p = PrecisePrefixParams::from_yaml(&v).unwrap();
         assert_eq!((p.block_size, p.speculative_ttl), (64, Duration::from_millis(500)));
-        for bad in ["{blockSize: 0}", "{speculativeTTL: soon}", "{bogus: 1}", "{saturationKvUsage: 0}"] {
+        let v: serde_yaml::Value = serde_yaml::from_str("{indexerConfig: {tokenizersPoolConfig: {modelName: m, local: {modelTokenizerMap: {m: /t.json}}}}}").unwrap();
+        let local = PrecisePrefixParams::from_yaml(&v).unwrap().local_tokenizer.unwrap();
+        assert_eq!(local.resolve().unwrap(), std::path::PathBuf::from("/t.json"));
+        for bad in ["{blockSize: 0}", "{speculativeTTL: soon}", "{bogus: 1}", "{saturationKvUsage: 0}", "{indexerConfig: {tokenizersPoolConfig: {local: {typo: 1}}}}"] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
             assert!(PrecisePrefixParams::from_yaml(&v).is_err(), "{bad}");
         }
