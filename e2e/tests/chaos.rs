@@ -22,7 +22,11 @@ use tokio_util::task::TaskTracker;
 /// Queue and KV scorers, the latency scorer (weight 3; 0 leaves it out), and outlier detection
 /// with the given parameters.
 fn config(outlier: &str, latency_weight: u32) -> String {
-    let latency = if latency_weight > 0 { format!("  - pluginRef: latency-scorer\n    weight: {latency_weight}\n") } else { String::new() };
+    let latency = if latency_weight > 0 {
+        format!("  - pluginRef: latency-scorer\n    weight: {latency_weight}\n")
+    } else {
+        String::new()
+    };
     format!(
         "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
          - type: queue-scorer\n- type: kv-cache-utilization-scorer\n- type: latency-scorer\n\
@@ -33,7 +37,11 @@ fn config(outlier: &str, latency_weight: u32) -> String {
 }
 
 fn engine(speed: f64) -> EngineConfig {
-    EngineConfig { model: "m".into(), speed, ..EngineConfig::default() }
+    EngineConfig {
+        model: "m".into(),
+        speed,
+        ..EngineConfig::default()
+    }
 }
 
 /// Sim pods `sim-<i>` with the given speeds, epp with `config`, Envoy from `template`.
@@ -42,14 +50,40 @@ async fn start(speeds: &[f64], template: Template, config: &str, scrape_every: &
     let mut configs = Vec::new();
     for (i, speed) in speeds.iter().enumerate() {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-        configs.push(PodConfig { engine: engine(*speed), pod_name: format!("sim-{i}"), seed: i as u64, ..Default::default() });
+        configs.push(PodConfig {
+            engine: engine(*speed),
+            pod_name: format!("sim-{i}"),
+            seed: i as u64,
+            ..Default::default()
+        });
     }
     let cluster = Cluster::start_on(configs, listeners).await.unwrap();
     let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
-    let args: Vec<String> = ["--static-endpoints", &endpoints.join(","), "--secure-serving", "false", "--refresh-metrics-interval", scrape_every, "--config-text", config].iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> = [
+        "--static-endpoints",
+        &endpoints.join(","),
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        scrape_every,
+        "--config-text",
+        config,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let epp = Epp::start(&args).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let envoy = EnvoyConfig::new(template).epp(epp.grpc).pool(cluster.addrs().iter().copied()).start().await.unwrap_or_else(|e| panic!("{e}"));
-    SimStack { cluster, epp, envoy }
+    let envoy = EnvoyConfig::new(template)
+        .epp(epp.grpc)
+        .pool(cluster.addrs().iter().copied())
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    SimStack {
+        cluster,
+        epp,
+        envoy,
+    }
 }
 
 /// One request as the client saw it; times are since the load began.
@@ -64,7 +98,13 @@ struct Sample {
 
 /// `workers` closed loops of completions with `max_tokens` for `run_for` (each request bounded
 /// by 10 s, each worker by 2,000 requests).
-async fn load(gateway: SocketAddr, t0: Instant, run_for: Duration, workers: usize, max_tokens: u32) -> Vec<Sample> {
+async fn load(
+    gateway: SocketAddr,
+    t0: Instant,
+    run_for: Duration,
+    workers: usize,
+    max_tokens: u32,
+) -> Vec<Sample> {
     let mut set = tokio::task::JoinSet::new();
     for w in 0..workers {
         set.spawn(async move {
@@ -94,17 +134,26 @@ async fn load(gateway: SocketAddr, t0: Instant, run_for: Duration, workers: usiz
 }
 
 fn share(samples: &[Sample], pod: &str) -> f64 {
-    let n = samples.iter().filter(|s| s.pod.as_deref() == Some(pod)).count();
+    let n = samples
+        .iter()
+        .filter(|s| s.pod.as_deref() == Some(pod))
+        .count();
     n as f64 / samples.len().max(1) as f64
 }
 
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_pod_loses_only_its_inflight_requests_and_gets_nothing_new_within_a_second() {
-    let cfg = config("{consecutive5xx: 3, consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}", 3);
+    let cfg = config(
+        "{consecutive5xx: 3, consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}",
+        3,
+    );
     let stack = start(&[1.0, 1.0, 1.0], Template::Duplex, &cfg, "50ms").await;
     let t0 = Instant::now();
     let kill_at = Duration::from_millis(1500);
@@ -114,17 +163,48 @@ async fn a_killed_pod_loses_only_its_inflight_requests_and_gets_nothing_new_with
         cluster.kill(1).await.unwrap();
         t0.elapsed()
     };
-    let (samples, killed) = tokio::join!(load(stack.envoy.listener_addr(), t0, Duration::from_secs(4), 6, 48), killer);
+    let (samples, killed) = tokio::join!(
+        load(
+            stack.envoy.listener_addr(),
+            t0,
+            Duration::from_secs(4),
+            6,
+            48
+        ),
+        killer
+    );
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.status != 200).collect();
     let inflight_lost = failed.iter().filter(|s| s.sent < killed).count();
     let after: Vec<&&Sample> = failed.iter().filter(|s| s.sent >= killed).collect();
-    let window = after.iter().map(|s| s.sent - killed).max().unwrap_or_default();
+    let window = after
+        .iter()
+        .map(|s| s.sent - killed)
+        .max()
+        .unwrap_or_default();
     println!("kill: {} requests, {} failed: {inflight_lost} in flight at the kill, {} sent after it (last sent {window:?} after the kill)", samples.len(), failed.len(), after.len());
-    assert!(samples.iter().filter(|s| s.sent < killed).any(|s| s.pod.as_deref() == Some("sim-1")), "pod 1 served before the kill");
-    assert!(window < Duration::from_secs(1), "a request sent {window:?} after the kill still failed: {after:?}");
-    let late = samples.iter().filter(|s| s.sent >= killed + Duration::from_secs(1)).collect::<Vec<_>>();
-    assert!(!late.is_empty() && late.iter().all(|s| s.status == 200), "every request a second after the kill succeeds");
-    assert!(after.len() <= 3, "at most a couple of requests reach the dead pod: {after:?}");
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.sent < killed)
+            .any(|s| s.pod.as_deref() == Some("sim-1")),
+        "pod 1 served before the kill"
+    );
+    assert!(
+        window < Duration::from_secs(1),
+        "a request sent {window:?} after the kill still failed: {after:?}"
+    );
+    let late = samples
+        .iter()
+        .filter(|s| s.sent >= killed + Duration::from_secs(1))
+        .collect::<Vec<_>>();
+    assert!(
+        !late.is_empty() && late.iter().all(|s| s.status == 200),
+        "every request a second after the kill succeeds"
+    );
+    assert!(
+        after.len() <= 3,
+        "at most a couple of requests reach the dead pod: {after:?}"
+    );
     let m = stack.epp.metrics_text().await.unwrap();
     assert_eq!(metric(&m, "epp_outlier_ejections_total"), 1.0, "{m}");
     stack.stop().await;
@@ -134,25 +214,65 @@ async fn a_killed_pod_loses_only_its_inflight_requests_and_gets_nothing_new_with
 async fn a_gray_failing_pod_is_drained_by_the_latency_scorer() {
     // Pod 0 is alive and answers 200, at a quarter of the others' speed. Without the latency
     // scorer (the baseline, printed for BENCHMARKS.md) only its longer queue steers traffic away.
-    let baseline = start(&[0.25, 1.0, 1.0], Template::Duplex, &config("{}", 0), "50ms").await;
+    let baseline = start(
+        &[0.25, 1.0, 1.0],
+        Template::Duplex,
+        &config("{}", 0),
+        "50ms",
+    )
+    .await;
     let t0 = Instant::now();
-    let samples = load(baseline.envoy.listener_addr(), t0, Duration::from_secs(5), 4, 32).await;
-    let base_steady: Vec<Sample> = samples.into_iter().filter(|s| s.sent >= Duration::from_secs(1)).collect();
+    let samples = load(
+        baseline.envoy.listener_addr(),
+        t0,
+        Duration::from_secs(5),
+        4,
+        32,
+    )
+    .await;
+    let base_steady: Vec<Sample> = samples
+        .into_iter()
+        .filter(|s| s.sent >= Duration::from_secs(1))
+        .collect();
     println!("gray baseline (queue + kv only): {} requests after the first second, slow pod share {:.1}%", base_steady.len(), share(&base_steady, "sim-0") * 100.0);
     baseline.stop().await;
-    let stack = start(&[0.25, 1.0, 1.0], Template::Duplex, &config("{}", 3), "50ms").await;
+    let stack = start(
+        &[0.25, 1.0, 1.0],
+        Template::Duplex,
+        &config("{}", 3),
+        "50ms",
+    )
+    .await;
     let t0 = Instant::now();
-    let samples = load(stack.envoy.listener_addr(), t0, Duration::from_secs(5), 4, 32).await;
-    let (warm, steady): (Vec<Sample>, Vec<Sample>) = samples.iter().cloned().partition(|s| s.sent < Duration::from_secs(1));
+    let samples = load(
+        stack.envoy.listener_addr(),
+        t0,
+        Duration::from_secs(5),
+        4,
+        32,
+    )
+    .await;
+    let (warm, steady): (Vec<Sample>, Vec<Sample>) = samples
+        .iter()
+        .cloned()
+        .partition(|s| s.sent < Duration::from_secs(1));
     let (slow_warm, slow_steady) = (share(&warm, "sim-0"), share(&steady, "sim-0"));
     let p = |v: &[Sample], pod: &str| {
-        let mut lat: Vec<f64> = v.iter().filter(|s| s.pod.as_deref() == Some(pod)).map(|s| (s.done - s.sent).as_secs_f64()).collect();
+        let mut lat: Vec<f64> = v
+            .iter()
+            .filter(|s| s.pod.as_deref() == Some(pod))
+            .map(|s| (s.done - s.sent).as_secs_f64())
+            .collect();
         lat.sort_by(f64::total_cmp);
         lat.get(lat.len() / 2).copied().unwrap_or(0.0)
     };
     println!("gray: {} requests; slow pod share {:.1}% in the first second, {:.1}% after; median latency slow {:.0} ms, fast {:.0} ms", samples.len(), slow_warm * 100.0, slow_steady * 100.0, p(&samples, "sim-0") * 1e3, p(&samples, "sim-1") * 1e3);
     assert!(samples.iter().all(|s| s.status == 200));
-    assert!(slow_steady < 0.15, "the slow pod keeps {:.1}% of the traffic", slow_steady * 100.0);
+    assert!(
+        slow_steady < 0.15,
+        "the slow pod keeps {:.1}% of the traffic",
+        slow_steady * 100.0
+    );
     stack.stop().await;
 }
 
@@ -160,7 +280,10 @@ async fn a_gray_failing_pod_is_drained_by_the_latency_scorer() {
 async fn a_flapping_pod_is_not_thrashed_the_ejection_backoff_grows() {
     // No latency scorer here: its error penalty alone would starve the flapping pod, and this
     // test is about the ejection backoff.
-    let cfg = config("{consecutive5xx: 2, baseEjectionTime: 100ms, maxEjectionTime: 10s}", 0);
+    let cfg = config(
+        "{consecutive5xx: 2, baseEjectionTime: 100ms, maxEjectionTime: 10s}",
+        0,
+    );
     let stack = start(&[1.0, 1.0, 1.0], Template::Duplex, &cfg, "50ms").await;
     let faults = stack.cluster.faults(1).await.unwrap();
     let t0 = Instant::now();
@@ -175,10 +298,19 @@ async fn a_flapping_pod_is_not_thrashed_the_ejection_backoff_grows() {
         }
         faults.update(|f| f.failure_rate = 0.0);
     };
-    let (samples, ()) = tokio::join!(load(stack.envoy.listener_addr(), t0, run_for, 4, 16), flapper);
+    let (samples, ()) = tokio::join!(
+        load(stack.envoy.listener_addr(), t0, run_for, 4, 16),
+        flapper
+    );
     let failed = samples.iter().filter(|s| s.status != 200).count();
-    let to_flapper_late = samples.iter().filter(|s| s.sent >= Duration::from_secs(3) && s.pod.as_deref() == Some("sim-1")).count();
-    let late = samples.iter().filter(|s| s.sent >= Duration::from_secs(3)).count();
+    let to_flapper_late = samples
+        .iter()
+        .filter(|s| s.sent >= Duration::from_secs(3) && s.pod.as_deref() == Some("sim-1"))
+        .count();
+    let late = samples
+        .iter()
+        .filter(|s| s.sent >= Duration::from_secs(3))
+        .count();
     let m = stack.epp.metrics_text().await.unwrap();
     let ejections = metric(&m, "epp_outlier_ejections_total");
     println!("flap: {} requests, {failed} failed, {ejections} ejections in {run_for:?}; flapping pod served {to_flapper_late} of {late} in the last 3 s", samples.len());
@@ -186,7 +318,10 @@ async fn a_flapping_pod_is_not_thrashed_the_ejection_backoff_grows() {
     // failing phase: about 15 ejections. Doubling caps it near log2(6 s / 100 ms) ≈ 6.
     assert!((2.0..=8.0).contains(&ejections), "{ejections} ejections");
     assert!(failed <= 20, "{failed} failed requests");
-    assert!((to_flapper_late as f64) < 0.1 * late as f64, "the flapping pod still takes {to_flapper_late} of {late}");
+    assert!(
+        (to_flapper_late as f64) < 0.1 * late as f64,
+        "the flapping pod still takes {to_flapper_late} of {late}"
+    );
     stack.stop().await;
 }
 
@@ -194,14 +329,24 @@ async fn a_flapping_pod_is_not_thrashed_the_ejection_backoff_grows() {
 async fn connection_failures_seen_in_the_response_phase_eject_a_dead_pod() {
     // Scrapes every 10 s: only the requests themselves can reveal that pod 1 is gone (Envoy's
     // 503 "upstream connect error" reply passes through epp's response phase).
-    let cfg = config("{consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}", 0);
+    let cfg = config(
+        "{consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}",
+        0,
+    );
     let stack = start(&[1.0, 1.0], Template::Duplex, &cfg, "10s").await;
     stack.cluster.kill(1).await.unwrap();
     let t0 = Instant::now();
     let mut statuses = Vec::new();
     for i in 0..20 {
-        let body = serde_json::json!({"model": "m", "prompt": format!("request {i}"), "max_tokens": 4});
-        let r = client::post_json(stack.envoy.listener_addr(), "/v1/completions", Bytes::from(body.to_string())).await.unwrap();
+        let body =
+            serde_json::json!({"model": "m", "prompt": format!("request {i}"), "max_tokens": 4});
+        let r = client::post_json(
+            stack.envoy.listener_addr(),
+            "/v1/completions",
+            Bytes::from(body.to_string()),
+        )
+        .await
+        .unwrap();
         statuses.push(r.status.as_u16());
     }
     let failed = statuses.iter().filter(|s| **s != 200).count();
@@ -210,7 +355,10 @@ async fn connection_failures_seen_in_the_response_phase_eject_a_dead_pod() {
     // the replies were recognised as connection failures; after that every request succeeds.
     assert!((1..=2).contains(&failed), "{statuses:?}");
     let last_failure = statuses.iter().rposition(|s| *s != 200).unwrap();
-    assert!(last_failure < 8, "the dead pod kept receiving requests: {statuses:?}");
+    assert!(
+        last_failure < 8,
+        "the dead pod kept receiving requests: {statuses:?}"
+    );
     let m = stack.epp.metrics_text().await.unwrap();
     assert_eq!(metric(&m, "epp_outlier_ejections_total"), 1.0, "{m}");
     assert_eq!(metric(&m, "epp_endpoint_ejected"), 1.0, "{m}");
@@ -219,19 +367,49 @@ async fn connection_failures_seen_in_the_response_phase_eject_a_dead_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_failing_its_health_probe_is_ejected_while_its_metrics_still_answer() {
-    let cfg = config("{consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}", 0);
+    let cfg = config(
+        "{consecutiveLocalOriginFailure: 2, baseEjectionTime: 30s}",
+        0,
+    );
     let mut listeners = Vec::new();
     let mut configs = Vec::new();
     for i in 0..2 {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-        configs.push(PodConfig { engine: engine(1.0), pod_name: format!("sim-{i}"), seed: i, ..Default::default() });
+        configs.push(PodConfig {
+            engine: engine(1.0),
+            pod_name: format!("sim-{i}"),
+            seed: i,
+            ..Default::default()
+        });
     }
     let cluster = Cluster::start_on(configs, listeners).await.unwrap();
-    cluster.faults(1).await.unwrap().update(|f| f.unhealthy = true);
+    cluster
+        .faults(1)
+        .await
+        .unwrap()
+        .update(|f| f.unhealthy = true);
     let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
-    let args: Vec<String> = ["--static-endpoints", &endpoints.join(","), "--secure-serving", "false", "--refresh-metrics-interval", "50ms", "--health-check-interval", "100ms", "--config-text", &cfg].iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> = [
+        "--static-endpoints",
+        &endpoints.join(","),
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        "50ms",
+        "--health-check-interval",
+        "100ms",
+        "--config-text",
+        &cfg,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let epp = Epp::start(&args).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).start().await.unwrap_or_else(|e| panic!("{e}"));
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut m = String::new();
     while Instant::now() < deadline {
@@ -242,11 +420,24 @@ async fn a_pod_failing_its_health_probe_is_ejected_while_its_metrics_still_answe
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(metric(&m, "epp_endpoint_ejected"), 1.0, "{m}");
-    assert!(metric(&m, "epp_health_probes_total{outcome=\"failure\"}") >= 2.0, "{m}");
+    assert!(
+        metric(&m, "epp_health_probes_total{outcome=\"failure\"}") >= 2.0,
+        "{m}"
+    );
     for i in 0..10 {
-        let body = serde_json::json!({"model": "m", "prompt": format!("request {i}"), "max_tokens": 4});
-        let r = client::post_json(envoy.listener_addr(), "/v1/completions", Bytes::from(body.to_string())).await.unwrap();
-        assert_eq!((r.status.as_u16(), r.header("x-inference-pod")), (200, Some("sim-0")));
+        let body =
+            serde_json::json!({"model": "m", "prompt": format!("request {i}"), "max_tokens": 4});
+        let r = client::post_json(
+            envoy.listener_addr(),
+            "/v1/completions",
+            Bytes::from(body.to_string()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (r.status.as_u16(), r.header("x-inference-pod")),
+            (200, Some("sim-0"))
+        );
     }
     drop(envoy);
     epp.stop().await;
@@ -269,8 +460,15 @@ impl OwnEpp {
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        let listeners = Listeners { grpc: grpc_listener, health: TcpListener::bind("127.0.0.1:0").await.unwrap(), metrics: TcpListener::bind("127.0.0.1:0").await.unwrap() };
-        let opts: app::Options = clap::Parser::try_parse_from(std::iter::once("epp".to_owned()).chain(args.iter().cloned())).unwrap();
+        let listeners = Listeners {
+            grpc: grpc_listener,
+            health: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            metrics: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        };
+        let opts: app::Options = clap::Parser::try_parse_from(
+            std::iter::once("epp".to_owned()).chain(args.iter().cloned()),
+        )
+        .unwrap();
         let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
         let token = shutdown.clone();
         tracker.spawn(async move { app::run(opts, listeners, token).await.unwrap() });
@@ -292,15 +490,39 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
         let mut configs = Vec::new();
         for i in 0..3 {
             listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-            configs.push(PodConfig { engine: engine(1.0), pod_name: format!("sim-{i}"), seed: i, ..Default::default() });
+            configs.push(PodConfig {
+                engine: engine(1.0),
+                pod_name: format!("sim-{i}"),
+                seed: i,
+                ..Default::default()
+            });
         }
         Cluster::start_on(configs, listeners).await.unwrap()
     };
     let endpoints: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
-    let args: Vec<String> = ["--static-endpoints", &endpoints.join(","), "--secure-serving", "false", "--refresh-metrics-interval", "50ms"].iter().map(|s| s.to_string()).collect();
-    let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let args: Vec<String> = [
+        "--static-endpoints",
+        &endpoints.join(","),
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        "50ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let grpc = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let epp = OwnEpp::start(grpc, &args).await;
-    let envoy = EnvoyConfig::new(template.clone()).epp(grpc).pool(cluster.addrs().iter().copied()).start().await.unwrap_or_else(|e| panic!("{e}"));
+    let envoy = EnvoyConfig::new(template.clone())
+        .epp(grpc)
+        .pool(cluster.addrs().iter().copied())
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
     let restart = async {
         tokio::time::sleep_until((t0 + Duration::from_millis(1500)).into()).await;
@@ -310,15 +532,27 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
         let again = OwnEpp::start(grpc, &args).await;
         (down, t0.elapsed(), again)
     };
-    let (samples, (down, up, epp)) = tokio::join!(load(envoy.listener_addr(), t0, Duration::from_secs(4), 6, 16), restart);
+    let (samples, (down, up, epp)) = tokio::join!(
+        load(envoy.listener_addr(), t0, Duration::from_secs(4), 6, 16),
+        restart
+    );
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.status != 200).collect();
     let window = match (failed.first(), failed.last()) {
         (Some(a), Some(b)) => b.done.saturating_sub(a.sent),
         _ => Duration::ZERO,
     };
-    let during = samples.iter().filter(|s| s.sent >= down && s.sent < up).count();
+    let during = samples
+        .iter()
+        .filter(|s| s.sent >= down && s.sent < up)
+        .count();
     println!("epp restart ({}): down at {down:?}, back at {up:?}; {} requests, {during} sent while epp was down, {} failed, error window {window:?}", template.path().display(), samples.len(), failed.len());
-    assert!(samples.iter().filter(|s| s.sent >= up + Duration::from_millis(500)).all(|s| s.status == 200), "serving again after the restart");
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.sent >= up + Duration::from_millis(500))
+            .all(|s| s.status == 200),
+        "serving again after the restart"
+    );
     drop(envoy);
     epp.stop().await;
     cluster.shutdown().await;
@@ -327,11 +561,19 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn epp_restarted_under_load_with_envoy_failing_open_keeps_serving() {
-    let failopen = Template::File(epp_e2e::envoy::repo_root().join("config/envoy/buffered-override-host-failopen.yaml"));
+    let failopen = Template::File(
+        epp_e2e::envoy::repo_root().join("config/envoy/buffered-override-host-failopen.yaml"),
+    );
     let (during, failed, _) = restart_under_load(failopen).await;
     assert!(during > 0, "load continued through the outage");
-    assert!(failed <= 6, "only requests in flight in epp at the stop may fail: {failed}");
+    assert!(
+        failed <= 6,
+        "only requests in flight in epp at the stop may fail: {failed}"
+    );
     // The contrast: upstream's fail-closed setup (ORIGINAL_DST, failure_mode_allow: false).
     let (during, failed, _) = restart_under_load(Template::Buffered).await;
-    assert!(during > 0 && failed > 0, "fail-closed: requests sent while epp is down fail");
+    assert!(
+        during > 0 && failed > 0,
+        "fail-closed: requests sent while epp is down fail"
+    );
 }
