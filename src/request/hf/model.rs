@@ -33,12 +33,16 @@ fn decode(s: &str, inverse: &HashMap<char, u8>) -> Option<Vec<u8>> {
     s.chars().map(|c| inverse.get(&c).copied()).collect()
 }
 
+/// (left id, right id) → (rank, merged id).
+type Merges = HashMap<(u32, u32), (u32, u32)>;
+/// Added tokens by first byte: (content, id), longest first.
+type ByFirstByte = HashMap<u8, Vec<(Box<[u8]>, u32)>>;
+
 /// The merge table and the tokens that start every word.
 pub struct Bpe {
     /// Id of each single byte (`None`: not in the vocabulary).
     bytes: [Option<u32>; 256],
-    /// (left id, right id) → (rank, merged id).
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: Merges,
     /// `ignore_merges` (Llama 3): a whole pre-token found in the vocabulary is one token.
     words: Option<HashMap<Vec<u8>, u32>>,
     unk: Option<u32>,
@@ -154,7 +158,7 @@ impl Bpe {
 }
 
 /// `merges` as `"a b"` lines or `["a", "b"]` pairs → (ids of the parts) → (rank, merged id).
-fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<HashMap<(u32, u32), (u32, u32)>, HfError> {
+fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<Merges, HfError> {
     let list = v.and_then(Value::as_array).ok_or_else(|| HfError::Invalid("model.merges is missing".into()))?;
     let id = |s: &str| vocab.get(s).copied().ok_or_else(|| HfError::Invalid(format!("merge part {s:?} is not in the vocabulary")));
     let mut out = HashMap::with_capacity(list.len());
@@ -182,14 +186,13 @@ fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<HashMap<(u3
 
 /// Added tokens, matched in the raw text leftmost-longest (what `tokenizers` does).
 pub struct AddedTokens {
-    /// By first byte: (content, id), longest first.
-    by_first: HashMap<u8, Vec<(Box<[u8]>, u32)>>,
+    by_first: ByFirstByte,
     len: usize,
 }
 
 impl AddedTokens {
     pub fn from_json(v: Option<&Value>) -> Result<Self, HfError> {
-        let mut by_first: HashMap<u8, Vec<(Box<[u8]>, u32)>> = HashMap::new();
+        let mut by_first = ByFirstByte::new();
         let list = v.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         for t in list {
             let content = t.get("content").and_then(Value::as_str).ok_or_else(|| HfError::Invalid(format!("added token {t} has no content")))?;
