@@ -78,8 +78,10 @@ fn texts() -> Vec<String> {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            match state % 6 {
-                0 => s.extend(char::from_u32(0x20 + (state >> 40) as u32 % 0x2fe0)),
+            match state % 7 {
+                // Any character of the BMP's first 12K (controls, odd spaces, marks) or astral.
+                0 => s.extend(char::from_u32((state >> 40) as u32 % 0x3000)),
+                1 => s.extend(char::from_u32(0x1_0000 + (state >> 40) as u32 % 0x2_0000)),
                 _ => s.push_str(ATOMS[(state >> 32) as usize % ATOMS.len()]),
             }
         }

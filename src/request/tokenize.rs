@@ -96,7 +96,10 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer").field("vocab", &self.vocab).finish()
+        match &self.bpe {
+            Bpe::Hf(t, built) => f.debug_struct("Tokenizer").field("hf", t).field("source", &built.0).finish(),
+            _ => f.debug_struct("Tokenizer").field("vocab", &self.vocab).finish(),
+        }
     }
 }
 
