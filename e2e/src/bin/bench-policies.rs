@@ -50,10 +50,16 @@ struct Args {
     time_scale: f64,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Bursty run's requests: `random` (256 prompt / 64 output tokens) or `long-short` (mostly
+    /// 128-token prompts, 10% of 2,000-6,000 tokens; 64 output tokens).
+    #[arg(long, default_value = "random")]
+    bursty_workload: String,
     /// Where the endpoints files go.
     #[arg(long, default_value = "target/bench-policies")]
     out: PathBuf,
 }
+
+const RANDOM: Workload = Workload::Random { input_len: 256, output_len: 64 };
 
 /// One pod of a fleet: speed factor and the weight epp is told.
 #[derive(Clone, Copy)]
@@ -72,7 +78,7 @@ fn config(plugins: &[&str]) -> String {
 
 /// Starts pods + epp + Envoy, runs the load, stops everything; returns the records and the
 /// pods' addresses (index = pod).
-async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &str, load: Load) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
+async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &str, load: Load, workload: Workload) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
     let mut listeners = Vec::new();
     let mut configs = Vec::new();
     for (i, p) in fleet.iter().enumerate() {
@@ -93,7 +99,7 @@ async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &st
     let secs = Duration::from_secs_f64(args.secs);
     let cfg = RunConfig {
         target: envoy.listener_addr(),
-        workload: Workload::Random { input_len: 256, output_len: 64 },
+        workload,
         load,
         max_requests: 100_000,
         max_duration: secs,
@@ -146,7 +152,7 @@ async fn mixed_fleet(args: &Args) -> anyhow::Result<()> {
     println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 (slow) | pod-3 (slow) |\n|---|---:|---:|---|---|---|---|---|---|");
     for (label, picker) in [("round-robin", "round-robin-picker"), ("weighted-round-robin", "weighted-round-robin-picker"), ("weighted-least-request", "weighted-least-request-picker")] {
         let load = Load::Open { stages: vec![Stage { rate: args.rate, duration: Duration::from_secs_f64(args.secs) }], poisson: true };
-        let (records, _) = run_policy(args, label, &fleet, &config(&[picker]), load).await?;
+        let (records, _) = run_policy(args, label, &fleet, &config(&[picker]), load, RANDOM).await?;
         println!("{}", row(label, &records, fleet.len()));
     }
     Ok(())
@@ -157,14 +163,19 @@ async fn bursty(args: &Args) -> anyhow::Result<()> {
     let quiet = Stage { rate: args.quiet_rate, duration: Duration::from_secs(4) };
     let burst = Stage { rate: args.burst_rate, duration: Duration::from_secs(1) };
     let cycles = (args.secs / 5.0).ceil().max(1.0) as usize;
+    let workload = match args.bursty_workload.as_str() {
+        "random" => RANDOM,
+        "long-short" => Workload::LongShortMix { short_len: 128, long_fraction: 0.1, long_min: 2000, long_max: 6000, output_len: 64 },
+        other => anyhow::bail!("unknown --bursty-workload {other:?}: random or long-short"),
+    };
     let stages: Vec<Stage> = (0..cycles).flat_map(|_| [quiet.clone(), burst.clone()]).collect();
-    println!("\n### bursty: 4 equal pods; {cycles} cycles of 4 s at {} req/s then 1 s at {} req/s (Poisson)\n", args.quiet_rate, args.burst_rate);
+    println!("\n### bursty: 4 equal pods; {cycles} cycles of 4 s at {} req/s then 1 s at {} req/s (Poisson), {} requests\n", args.quiet_rate, args.burst_rate, args.bursty_workload);
     println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 | pod-3 |\n|---|---:|---:|---|---|---|---|---|---|");
     let scorers = ["queue-scorer", "kv-cache-utilization-scorer"];
     for (label, picker) in [("max-score", "max-score-picker"), ("power-of-two-choices", "power-of-two-choices-picker"), ("round-robin", "round-robin-picker")] {
         let plugins: Vec<&str> = if picker == "round-robin-picker" { vec![picker] } else { scorers.iter().copied().chain([picker]).collect() };
         let load = Load::Open { stages: stages.clone(), poisson: true };
-        let (records, _) = run_policy(args, label, &fleet, &config(&plugins), load).await?;
+        let (records, _) = run_policy(args, label, &fleet, &config(&plugins), load, workload.clone()).await?;
         println!("{}", row(label, &records, fleet.len()));
     }
     Ok(())
