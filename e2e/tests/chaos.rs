@@ -577,3 +577,74 @@ async fn epp_restarted_under_load_with_envoy_failing_open_keeps_serving() {
         "fail-closed: requests sent while epp is down fail"
     );
 }
+
+/// Kills pod 1 at 1 s and restarts it at 1.5 s under load; returns its share of the requests
+/// sent in the first second after the restart and in the last 1.5 s (of 7.5 s), and the counts.
+async fn restarted_pod_share(slow_start: bool) -> (f64, f64, usize, usize) {
+    let mut cfg = config(
+        "{consecutiveLocalOriginFailure: 2, baseEjectionTime: 300ms, maxEjectionTime: 300ms}",
+        0,
+    );
+    if slow_start {
+        cfg = cfg.replace(
+            "schedulingProfiles:",
+            "- type: slow-start\n  parameters: {slowStartWindow: 4s, minWeightPercent: 5}\nschedulingProfiles:",
+        );
+    }
+    let stack = start(&[1.0, 1.0, 1.0], Template::Duplex, &cfg, "50ms").await;
+    let t0 = Instant::now();
+    let cluster = stack.cluster.clone();
+    let chaos = async move {
+        tokio::time::sleep_until((t0 + Duration::from_secs(1)).into()).await;
+        cluster.kill(1).await.unwrap();
+        tokio::time::sleep_until((t0 + Duration::from_millis(1500)).into()).await;
+        cluster.restart(1).await.unwrap();
+        t0.elapsed()
+    };
+    let (samples, restarted) = tokio::join!(
+        load(
+            stack.envoy.listener_addr(),
+            t0,
+            Duration::from_millis(7500),
+            8,
+            16
+        ),
+        chaos
+    );
+    let early: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.sent >= restarted && s.sent < restarted + Duration::from_secs(1))
+        .cloned()
+        .collect();
+    let late: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.sent >= Duration::from_secs(6))
+        .cloned()
+        .collect();
+    assert!(late.iter().all(|s| s.status == 200), "{late:?}");
+    stack.stop().await;
+    (
+        share(&early, "sim-1"),
+        share(&late, "sim-1"),
+        early.len(),
+        late.len(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_pod_ramps_up_under_slow_start_instead_of_being_flooded() {
+    let (base_early, base_late, n_early, n_late) = restarted_pod_share(false).await;
+    println!("restart without slow start: restarted pod share {:.1}% in its first second ({n_early} requests), {:.1}% at the end ({n_late})", base_early * 100.0, base_late * 100.0);
+    let (early, late, n_early, n_late) = restarted_pod_share(true).await;
+    println!("restart with slow start (4 s, 5%): restarted pod share {:.1}% in its first second ({n_early} requests), {:.1}% at the end ({n_late})", early * 100.0, late * 100.0);
+    assert!(
+        early < 0.2,
+        "the cold pod took {:.1}% in its first second",
+        early * 100.0
+    );
+    assert!(
+        late > 0.2,
+        "back to a full share after the window: {:.1}%",
+        late * 100.0
+    );
+}
