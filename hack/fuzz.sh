@@ -7,6 +7,8 @@
 #
 # usage: hack/fuzz.sh [-r RUNS] [-t SECONDS] [TARGET...]
 #   defaults: RUNS=10000000, SECONDS=3600 per target, all targets, one after another.
+#   FUZZ_ARGS adds libFuzzer flags, e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" to keep going
+#   past a known crash (each crash is still saved under hack/fuzz/artifacts/<target>/).
 # The stable test suite runs the same bodies briefly: e2e/tests/fuzz_smoke.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,11 +38,12 @@ for t in "${targets[@]}"; do
   mkdir -p "$fz/target/corpus/$t" "$fz/artifacts/$t"
   log="$fz/target/fuzz-$t.log"
   start=$(date +%s)
+  touch "$log.start"
   set +e
   nice -n 19 timeout $((seconds + 120)) cargo +nightly fuzz run --fuzz-dir "$fz" --sanitizer none --debug-assertions "$t" \
     "$fz/target/corpus/$t" "$fz/corpus/$t" -- \
     -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-    -artifact_prefix="$fz/artifacts/$t/" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$fz/artifacts/$t/" -print_final_stats=1 ${FUZZ_ARGS:-} >"$log" 2>&1
   rc=$?
   set -e
   took=$(( $(date +%s) - start ))
@@ -48,7 +51,12 @@ for t in "${targets[@]}"; do
   if [ "$execs" = 0 ]; then
     execs=$(grep -o 'Done [0-9]* runs' "$log" | awk '{s += $2} END {print s + 0}')
   fi
-  result=ok
-  [ $rc -ne 0 ] && result="FAILED (exit $rc; see $log and $fz/artifacts/$t)"
+  if [ "$execs" = 0 ]; then # fork mode, or stopped by a crash: the last status line's count
+    execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
+    execs=${execs:-0}
+  fi
+  crashes=$(find "$fz/artifacts/$t" -name 'crash-*' -newer "$log.start" 2>/dev/null | wc -l)
+  result="ok, $crashes crash inputs"
+  [ $rc -ne 0 ] && result="FAILED (exit $rc, $crashes crash inputs; see $log and $fz/artifacts/$t)"
   printf '%-16s %12s %8s %10s %s\n' "$t" "$execs" "$took" "$(( execs / (took > 0 ? took : 1) ))" "$result"
 done
