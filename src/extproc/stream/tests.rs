@@ -336,3 +336,19 @@ fn flow_control_parks_the_decision_until_admitted_or_refused() {
     m.on_admission(Err(crate::flowcontrol::FlowError::Full { limit: "maxRequests", value: 1 }), &mut out);
     assert_eq!(immediate_status(&out), Some(429));
 }
+
+#[test]
+fn an_early_decision_also_waits_for_flow_control() {
+    let (mut m, pc) = machine(&[1], true);
+    m.use_flow_control();
+    let whole = long_completion("m", 100_000);
+    let mut out = run(&mut m, vec![headers("/v1/completions", false, Some(pc))]);
+    m.handle(body(&whole[..50_000], false), &mut out);
+    assert!(out.is_empty(), "parked, not routed");
+    let ticket = m.take_flow_ticket().unwrap();
+    assert_eq!(ticket.bytes, 50_000, "no content-length: the bytes so far");
+    m.on_admission(Ok(()), &mut out);
+    destination(&out[0]);
+    m.handle(body(&whole[50_000..], true), &mut out);
+    assert_eq!(streamed_bytes(&out), (whole, true));
+}
