@@ -82,7 +82,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
         }
     };
     let stop = shutdown.clone();
-    tracker.spawn(guard("ext_proc", Box::pin(ext_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move { stop.cancelled().await }))));
+    tracker.spawn(guard("ext_proc", Box::pin(ext_router.serve_with_incoming_shutdown(nodelay(listeners.grpc), async move { stop.cancelled().await }))));
     let stop = shutdown.clone();
     tracker.spawn(guard("health", Box::pin(health_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.health), async move { stop.cancelled().await }))));
     match leader {
@@ -137,6 +137,19 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
     }
     datastore.set_endpoints(all);
     Ok((fixed, opts.static_endpoints_file.clone()))
+}
+
+/// Accepted ext_proc connections with Nagle's algorithm off: epp answers a streamed body chunk
+/// by chunk, and each small write would otherwise wait for the gateway's delayed ACK (~40 ms).
+fn nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set on an ext_proc connection");
+            }
+        })
+    })
 }
 
 /// The per-stream limits from the flags.
