@@ -55,6 +55,8 @@ fn config(name: &str) -> PathBuf {
 /// The routers of a full comparison, in table order, plus `o.extra_epp`.
 fn routers_of(o: &PlanOptions) -> Vec<Router> {
     let mut r = routers(o.peers);
+    // An extra configuration named like a built-in one replaces it.
+    r.retain(|b| !o.extra_epp.iter().any(|(n, _)| b.label() == format!("epp-{n}")));
     r.extend(o.extra_epp.iter().map(|(name, config)| epp_router(name, config)));
     r
 }
@@ -132,11 +134,15 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
     }
     let random = args(&["--workload", "random", "--input-len", "1000", "--output-len", "50"]);
     let mut no_sharing_routers = routers_of(o);
+    let mut shared_routers = routers_of(o);
     if o.mode == Mode::Quick {
         no_sharing_routers.retain(|r| matches!(r, Router::EnvoyLeastRequest) || r.label() == "epp-best");
+        // Under 5 minutes: the precise router runs in full mode (or quick with `--epp
+        // precise=hack/bench/epp-precise.yaml`).
+        shared_routers.retain(|r| r.label() != "epp-precise" || o.extra_epp.iter().any(|(n, _)| n == "precise"));
     }
     let mut v = vec![
-        scenario("shared-prefix", sim(o, 8), shared_prefix_args(), open(format!("{}:{d}", o.shared_prefix_rate), drain, w), routers_of(o)),
+        scenario("shared-prefix", sim(o, 8), shared_prefix_args(), open(format!("{}:{d}", o.shared_prefix_rate), drain, w), shared_routers),
         scenario("no-sharing", sim(o, 8), random, open(format!("{}:{d}", o.random_rate), drain, w), no_sharing_routers),
     ];
     if o.mode == Mode::Full {
@@ -176,5 +182,27 @@ mod tests {
         assert!(!epp_router("best", &config("epp-best.yaml")).needs_kv_events());
         let labels: Vec<String> = routers(false).iter().map(Router::label).collect();
         assert!(labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned()));
+    }
+
+    #[test]
+    fn quick_mode_runs_the_precise_router_only_when_asked() {
+        let mut o = PlanOptions {
+            mode: Mode::Quick,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+        };
+        let precise = |o: &PlanOptions| scenarios(o)[0].routers.iter().filter(|r| r.label() == "epp-precise").count();
+        assert_eq!(precise(&o), 0);
+        o.extra_epp.push(("precise".into(), config("epp-precise.yaml")));
+        assert_eq!(precise(&o), 1, "the extra configuration replaces the built-in one");
+        o.mode = Mode::Full;
+        o.extra_epp.clear();
+        assert_eq!(precise(&o), 1);
     }
 }
