@@ -188,9 +188,8 @@ fn regression_latency_penalty_overflow() {
 /// `block_size` is huge overflows `block_hashes.len() * block_size` in the token-count check
 /// (src/kvevents/decode.rs:151). Debug builds panic; release builds wrap, so a bogus event can
 /// pass the check (e.g. 2 hashes × 2^63 = 0 tokens). The payload comes from a model server's
-/// ZMQ publisher.
+/// ZMQ publisher. Fixed with a checked multiply; the input must now decode to an error.
 #[test]
-#[ignore = "open bug in src/kvevents/decode.rs (not this suite's file): unchecked multiply; reported"]
 fn regression_kv_event_block_size_overflow() {
     let input = std::fs::read(repo_root().join("hack/fuzz/regressions/kv_events_block_size_overflow")).unwrap();
     run_one("kv_events", epp::fuzzing::kv_events, &input);

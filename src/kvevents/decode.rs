@@ -148,7 +148,8 @@ fn keyed(r: &mut Reader<'_>, fields: usize) -> Result<KvEvent, DecodeError> {
 }
 
 fn stored(block_hashes: Vec<u64>, parent_block_hash: Option<u64>, token_ids: Vec<u32>, block_size: usize, lora_name: Option<String>, medium: Option<String>) -> Result<KvEvent, DecodeError> {
-    if block_size == 0 || token_ids.len() != block_hashes.len() * block_size {
+    // checked: block_size comes off the wire, and a wrapped product could match a bogus count
+    if block_size == 0 || block_hashes.len().checked_mul(block_size) != Some(token_ids.len()) {
         return Err(DecodeError::TokenCount { tokens: token_ids.len(), blocks: block_hashes.len(), block_size });
     }
     Ok(KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium })
