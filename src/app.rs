@@ -44,6 +44,8 @@ impl Listeners {
 pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
+    // Upstream turns flow control on with `featureGates: [flowControl]` in the config.
+    let flow_gate = config::parse_document(&runtime.source).is_ok_and(|d| d.feature_gates.iter().any(|g| g == "flowControl"));
     let telemetry = crate::telemetry::Telemetry::from_env()?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
@@ -60,7 +62,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let admin_state = admin::AdminState { registry, director: Arc::clone(&director), datastore: Arc::clone(&datastore), config_origin: config_origin(&opts), staleness: opts.metrics_staleness_threshold };
     tracker.spawn(admin::serve(listeners.metrics, Arc::new(admin_state), tracker.clone(), shutdown.clone()));
     let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts));
-    if opts.flow_control {
+    if opts.flow_control || flow_gate {
         let flow = flow_control(&opts, &director);
         tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
         grpc = grpc.with_flow_control(flow);
