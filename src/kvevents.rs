@@ -100,14 +100,25 @@ pub struct Source {
 impl KvEventsOptions {
     /// The endpoint's sockets, or `None` when it has no event port.
     pub fn source(&self, e: &Endpoint) -> Option<Source> {
-        let label = |k: &str| e.labels.get(k).and_then(|v| v.parse::<u16>().ok());
-        let port = label(PORT_LABEL).or(self.port)?;
-        let ip = e.id.0.ip();
-        let addr = |port: u16| match ip {
-            std::net::IpAddr::V6(v6) => format!("tcp://[{v6}]:{port}"),
-            std::net::IpAddr::V4(v4) => format!("tcp://{v4}:{port}"),
-        };
-        Some(Source { endpoint: e.id, publish: addr(port), replay: label(REPLAY_PORT_LABEL).or(self.replay_port).map(addr) })
+        let port = label_port(e, PORT_LABEL).or(self.port)?;
+        Some(Source { endpoint: e.id, publish: tcp(e, port), replay: self.replay(e) })
+    }
+
+    /// The endpoint's replay ROUTER address, if it has one.
+    pub fn replay(&self, e: &Endpoint) -> Option<String> {
+        label_port(e, REPLAY_PORT_LABEL).or(self.replay_port).map(|p| tcp(e, p))
+    }
+}
+
+fn label_port(e: &Endpoint, key: &str) -> Option<u16> {
+    e.labels.get(key).and_then(|v| v.parse().ok())
+}
+
+/// `tcp://<endpoint ip>:<port>`.
+fn tcp(e: &Endpoint, port: u16) -> String {
+    match e.id.0.ip() {
+        std::net::IpAddr::V6(v6) => format!("tcp://[{v6}]:{port}"),
+        std::net::IpAddr::V4(v4) => format!("tcp://{v4}:{port}"),
     }
 }
 

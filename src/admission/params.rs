@@ -1,8 +1,8 @@
 //! The `utilization-detector` plugin's parameters, as upstream's
-//! `saturationdetector/utilization/config.go`: `queueDepthThreshold` (integer > 0, default 5),
-//! `kvCacheUtilThreshold` (in (0, 1], default 0.8), `metricsStalenessThreshold` (Go duration
-//! > 0) and `headroom` (≥ 0, default 0). Unknown fields are errors, as upstream's strict decoder;
-//! every invalid field is reported, by name.
+//! `saturationdetector/utilization/config.go`: `queueDepthThreshold` (an integer above 0,
+//! default 5), `kvCacheUtilThreshold` (in (0, 1], default 0.8), `metricsStalenessThreshold` (a
+//! Go duration above 0) and `headroom` (at least 0, default 0). Unknown fields are errors, as
+//! upstream's strict decoder; every invalid field is reported, by name.
 
 use super::Thresholds;
 use crate::config::{EndpointPickerConfig, PluginSpec, Problem};

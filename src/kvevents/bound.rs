@@ -36,7 +36,7 @@ pub fn resolve<'a>(publisher: &str, endpoints: impl IntoIterator<Item = &'a Endp
         if let Some(e) = on_ip.iter().find(|e| e.id.0.port() == port) {
             return Some(e.id);
         }
-        let kv_port = |e: &Endpoint| e.labels.get(super::PORT_LABEL).and_then(|v| v.parse::<u16>().ok()).or(opts.port);
+        let kv_port = |e: &Endpoint| super::label_port(e, super::PORT_LABEL).or(opts.port);
         if let Some(e) = on_ip.iter().find(|e| kv_port(e) == Some(port)) {
             return Some(e.id);
         }
@@ -65,7 +65,7 @@ pub(super) async fn run(endpoint: &str, datastore: &Datastore, sink: &Sink, opts
             tracing::debug!(topic = %String::from_utf8_lossy(topic), "KV events from a publisher that is no endpoint; skipped");
             continue;
         };
-        let Some(source) = snapshot.iter().find(|s| s.id() == id).and_then(|s| source_of(&s.endpoint, endpoint, opts)) else { continue };
+        let Some(source) = snapshot.iter().find(|s| s.id() == id).map(|s| source_of(&s.endpoint, endpoint, opts)) else { continue };
         next.retain(|id, _| {
             let live = snapshot.get(id).is_some();
             if !live {
@@ -90,17 +90,8 @@ pub(super) async fn run(endpoint: &str, datastore: &Datastore, sink: &Sink, opts
 }
 
 /// The endpoint's replay socket, with the bound address standing in for its publisher.
-fn source_of(e: &Endpoint, bound: &str, opts: &KvEventsOptions) -> Option<Source> {
-    let replay = opts.source(&Endpoint { labels: with_port(e), ..e.clone() })?.replay;
-    Some(Source { endpoint: e.id, publish: bound.to_owned(), replay })
-}
-
-/// `e`'s labels with a KV-event port, so [`KvEventsOptions::source`] always yields a source
-/// (bind mode needs no publisher port).
-fn with_port(e: &Endpoint) -> std::collections::BTreeMap<String, String> {
-    let mut labels = e.labels.clone();
-    labels.entry(super::PORT_LABEL.to_owned()).or_insert_with(|| "1".to_owned());
-    labels
+fn source_of(e: &Endpoint, bound: &str, opts: &KvEventsOptions) -> Source {
+    Source { endpoint: e.id, publish: bound.to_owned(), replay: opts.replay(e) }
 }
 
 /// Keeps the bound socket up until `shutdown`, rebinding after a failure.
