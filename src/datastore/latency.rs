@@ -17,6 +17,8 @@ pub const DECAY: Duration = Duration::from_secs(10);
 pub const TTFT_PENALTY_FLOOR: Duration = Duration::from_secs(1);
 /// Smallest penalty recorded for a failed request, for time per output token.
 pub const TPOT_PENALTY_FLOOR: Duration = Duration::from_millis(50);
+/// The largest estimate a run of failures can push an endpoint to.
+pub const PENALTY_CEILING: Duration = Duration::from_secs(60);
 
 /// One peak-EWMA, in seconds.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,10 +49,13 @@ impl PeakEwma {
         self.stamp = Some(now);
     }
 
-    /// Records a failure as a slow observation.
+    /// Records a failure as a slow observation: twice the current estimate, at least `floor`,
+    /// at most [`PENALTY_CEILING`] (doubling without a bound overflowed `Duration` after a
+    /// hundred failures in a row: a fuzz finding; a minute already ranks a pod last).
     pub fn penalize(&mut self, floor: Duration, now: Instant) {
         let current = self.value(now).unwrap_or(0.0);
-        self.observe(Duration::from_secs_f64(current * 2.0).max(floor), now);
+        let doubled = (current * 2.0).min(PENALTY_CEILING.as_secs_f64());
+        self.observe(Duration::from_secs_f64(doubled).max(floor).min(PENALTY_CEILING.max(floor)), now);
     }
 }
 
@@ -121,5 +126,16 @@ mod tests {
         slow.observe(Some(Duration::from_secs(3)), None, t0);
         slow.penalize(t0);
         assert!((slow.ttft.value(t0).unwrap() - 6.0).abs() < 1e-9, "twice the estimate when above the floor");
+    }
+
+    #[test]
+    fn a_long_run_of_failures_is_capped_not_overflowed() {
+        let t0 = Instant::now();
+        let mut e = Latency::default();
+        for _ in 0..2000 {
+            e.penalize(t0);
+        }
+        assert_eq!(e.ttft.value(t0), Some(PENALTY_CEILING.as_secs_f64()));
+        assert_eq!(e.tpot.value(t0), Some(PENALTY_CEILING.as_secs_f64()));
     }
 }
