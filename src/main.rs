@@ -4,6 +4,12 @@ use clap::Parser;
 use epp::app::{self, Listeners, Options};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc instead of the system allocator: epp makes ~180 small allocations per request
+/// (prost messages, h2 frames, header maps) and malloc/free were about a fifth of its
+/// instructions per small request (BENCHMARKS.md, "Overhead").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging(opts: &Options) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(opts.log_directive()));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
