@@ -176,7 +176,8 @@ fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcont
         ..Default::default()
     };
     let director = Arc::clone(director);
-    crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation())
+    let metrics = Arc::clone(director.metrics());
+    crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation(), metrics, opts.pool_label())
 }
 
 fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {

@@ -14,13 +14,22 @@
 //! per request) and the dispatcher, which releases one request per tick while the saturation
 //! it is given is below 1.0 (the tick lets the released request's routing count before the
 //! next look).
+//!
+//! Metrics (upstream's `inference_extension_flow_control_*`): queue size and bytes per fairness
+//! key, priority and model; the time each request spent here with its outcome (`Dispatched`,
+//! `RejectedCapacity`, `EvictedTTL`, `EvictedContextCancelled`, ...; a request that passes at
+//! once counts as `Dispatched` with ~0 s); and the saturation last read (on each arrival and
+//! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
+//! so `target_model_name` repeats `model_name`.
 
+use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
 use crate::objectives::Priority;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Capacities and timing; names follow upstream's `flowControl` config.
@@ -67,6 +76,8 @@ pub struct Ticket {
     pub priority: Priority,
     pub fairness_id: String,
     pub bytes: u64,
+    /// The requested model (metric label only).
+    pub model_name: String,
 }
 
 struct Entry<T> {
@@ -185,22 +196,63 @@ impl<T> Queues<T> {
 
 type Saturation = Box<dyn Fn() -> f64 + Send + Sync>;
 
+/// A queued request: its wake-up, and what its queue gauges count.
+struct Waiter {
+    tx: oneshot::Sender<()>,
+    labels: FlowQueueLabels,
+    bytes: u64,
+}
+
 /// The queue shared by every stream, and its dispatcher.
 pub struct FlowControl {
-    queues: Mutex<Queues<oneshot::Sender<()>>>,
+    queues: Mutex<Queues<Waiter>>,
     wake: Notify,
     saturation: Saturation,
     config: FlowConfig,
+    metrics: Arc<Metrics>,
+    pool: String,
 }
 
 impl FlowControl {
-    /// `saturation` is the pool's (≥ 1.0: saturated); requests wait while it is.
-    pub fn new(config: FlowConfig, saturation: impl Fn() -> f64 + Send + Sync + 'static) -> Arc<Self> {
-        Arc::new(Self { queues: Mutex::new(Queues::new(config)), wake: Notify::new(), saturation: Box::new(saturation), config })
+    /// `saturation` is the pool's (≥ 1.0: saturated); requests wait while it is. `pool` labels
+    /// the metrics.
+    pub fn new(config: FlowConfig, saturation: impl Fn() -> f64 + Send + Sync + 'static, metrics: Arc<Metrics>, pool: String) -> Arc<Self> {
+        let queues = Mutex::new(Queues::new(config));
+        Arc::new(Self { queues, wake: Notify::new(), saturation: Box::new(saturation), config, metrics, pool })
     }
 
-    fn queues(&self) -> std::sync::MutexGuard<'_, Queues<oneshot::Sender<()>>> {
+    fn queues(&self) -> std::sync::MutexGuard<'_, Queues<Waiter>> {
         self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pool's saturation, recorded as the gauge.
+    fn saturation(&self) -> f64 {
+        let level = (self.saturation)();
+        self.metrics.flow.pool_saturation.get_or_create(&FlowPoolLabels { inference_pool: self.pool.clone() }).set(level);
+        level
+    }
+
+    fn labels(&self, ticket: &Ticket) -> FlowQueueLabels {
+        let model = ticket.model_name.clone();
+        FlowQueueLabels { fairness_id: ticket.fairness_id.clone(), priority: ticket.priority.to_string(), inference_pool: self.pool.clone(), model_name: model.clone(), target_model_name: model }
+    }
+
+    /// Counts a request into (`sign` 1) or out of (-1) the queue gauges.
+    fn count(&self, labels: &FlowQueueLabels, bytes: u64, sign: i64) {
+        self.metrics.flow.queue_size.get_or_create(labels).inc_by(sign);
+        self.metrics.flow.queue_bytes.get_or_create(labels).inc_by(sign.saturating_mul(i64::try_from(bytes).unwrap_or(i64::MAX)));
+    }
+
+    fn observe(&self, l: &FlowQueueLabels, outcome: FlowOutcome, waited: Duration) {
+        let labels = FlowDurationLabels {
+            fairness_id: l.fairness_id.clone(),
+            priority: l.priority.clone(),
+            outcome,
+            inference_pool: l.inference_pool.clone(),
+            model_name: l.model_name.clone(),
+            target_model_name: l.target_model_name.clone(),
+        };
+        self.metrics.flow.queue_duration.get_or_create(&labels).observe(waited.as_secs_f64());
     }
 
     /// Requests waiting.
@@ -215,25 +267,37 @@ impl FlowControl {
     /// Waits for the request's turn. Passes at once when nothing waits and the pool is not
     /// saturated. Dropping the future (the stream ended) takes the request out of the queue.
     pub async fn admit(&self, ticket: Ticket) -> Result<(), FlowError> {
+        let labels = self.labels(&ticket);
+        let mut guard = Dequeue { flow: self, id: None, labels, started: Instant::now(), outcome: FlowOutcome::EvictedContextCancelled };
         let (tx, rx) = oneshot::channel();
-        let id = {
+        {
             let mut q = self.queues();
-            if q.is_empty() && (self.saturation)() < 1.0 {
+            if q.is_empty() && self.saturation() < 1.0 {
+                guard.outcome = FlowOutcome::Dispatched;
                 return Ok(());
             }
-            q.push(&ticket, tx)?
-        };
+            let waiter = Waiter { tx, labels: guard.labels.clone(), bytes: ticket.bytes };
+            match q.push(&ticket, waiter) {
+                Ok(id) => guard.id = Some(id),
+                Err(e) => {
+                    guard.outcome = if e.is_capacity() { FlowOutcome::RejectedCapacity } else { FlowOutcome::RejectedOther };
+                    return Err(e);
+                }
+            }
+            self.count(&guard.labels, ticket.bytes, 1);
+        }
         self.wake.notify_one();
-        let mut guard = Dequeue { flow: self, id: Some(id) };
         let result = tokio::time::timeout(self.config.ttl, rx).await;
-        match result {
+        let (outcome, result) = match result {
             Ok(Ok(())) => {
                 guard.id = None;
-                Ok(())
+                (FlowOutcome::Dispatched, Ok(()))
             }
-            Ok(Err(_)) => Err(FlowError::Closed),
-            Err(_) => Err(FlowError::Expired(self.config.ttl)),
-        }
+            Ok(Err(_)) => (FlowOutcome::EvictedOther, Err(FlowError::Closed)),
+            Err(_) => (FlowOutcome::EvictedTTL, Err(FlowError::Expired(self.config.ttl))),
+        };
+        guard.outcome = outcome;
+        result
     }
 
     /// The dispatcher: until `shutdown`, releases one waiting request per tick while the pool
@@ -246,7 +310,7 @@ impl FlowControl {
                     () = shutdown.cancelled() => return,
                 }
             }
-            if (self.saturation)() < 1.0 {
+            if self.saturation() < 1.0 {
                 self.release_one();
             }
             tokio::select! {
@@ -258,25 +322,34 @@ impl FlowControl {
 
     fn release_one(&self) {
         let mut q = self.queues();
-        while let Some((_, tx)) = q.pop() {
-            if tx.send(()).is_ok() {
+        while let Some((_, waiter)) = q.pop() {
+            self.count(&waiter.labels, waiter.bytes, -1);
+            if waiter.tx.send(()).is_ok() {
                 return;
             }
         }
     }
 }
 
-/// Removes a request from the queue unless it was released.
+/// Removes a request from the queue unless it was released, and records how it left; the
+/// outcome stays `EvictedContextCancelled` when the future is dropped (the stream ended).
 struct Dequeue<'a> {
     flow: &'a FlowControl,
     id: Option<u64>,
+    labels: FlowQueueLabels,
+    started: Instant,
+    outcome: FlowOutcome,
 }
 
 impl Drop for Dequeue<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            self.flow.queues().remove(id);
+            let removed = self.flow.queues().remove(id);
+            if let Some(waiter) = removed {
+                self.flow.count(&waiter.labels, waiter.bytes, -1);
+            }
         }
+        self.flow.observe(&self.labels, self.outcome, self.started.elapsed());
     }
 }
 

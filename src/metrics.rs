@@ -91,6 +91,42 @@ pub struct KvGapLabels {
     pub outcome: KvGapOutcome,
 }
 
+/// A flow-control queue's series (upstream's labels; model names as requested, see `flowcontrol`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowQueueLabels {
+    pub fairness_id: String,
+    pub priority: String,
+    pub inference_pool: String,
+    pub model_name: String,
+    pub target_model_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowDurationLabels {
+    pub fairness_id: String,
+    pub priority: String,
+    pub outcome: FlowOutcome,
+    pub inference_pool: String,
+    pub model_name: String,
+    pub target_model_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowPoolLabels {
+    pub inference_pool: String,
+}
+
+/// How a request's time in flow control ended (upstream's `QueueOutcome` names).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+pub enum FlowOutcome {
+    Dispatched,
+    RejectedCapacity,
+    RejectedOther,
+    EvictedTTL,
+    EvictedContextCancelled,
+    EvictedOther,
+}
+
 /// What a KV event did to the index (`ignored`: another medium than the GPU).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -167,6 +203,19 @@ pub struct Metrics {
     pub health_probes: Family<OutcomeLabels, Counter>,
     pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
     pub kv: KvEventMetrics,
+    pub flow: FlowControlMetrics,
+}
+
+/// The flow-control queue's metrics (`flowcontrol`).
+pub struct FlowControlMetrics {
+    /// Requests waiting now.
+    pub queue_size: Family<FlowQueueLabels, Gauge>,
+    /// Bytes of the requests waiting now.
+    pub queue_bytes: Family<FlowQueueLabels, Gauge>,
+    /// Time from arrival to the outcome, every request through flow control.
+    pub queue_duration: HistFamily<FlowDurationLabels>,
+    /// The saturation flow control last read (≥ 1.0: requests wait).
+    pub pool_saturation: Family<FlowPoolLabels, GaugeF>,
 }
 
 /// The KV-event subscribers' metrics (`kvevents`).
@@ -227,6 +276,12 @@ impl Metrics {
             health_probes: Family::default(),
             crd_validation_failures: Family::default(),
             kv: KvEventMetrics::default(),
+            flow: FlowControlMetrics {
+                queue_size: Family::default(),
+                queue_bytes: Family::default(),
+                queue_duration: Family::new_with_constructor(latency_buckets),
+                pool_saturation: Family::default(),
+            },
         }
     }
 
@@ -268,6 +323,15 @@ impl Metrics {
         r.register("epp_health_probes", "epp: active /health probes by outcome (--health-check-interval)", self.health_probes.clone());
         r.register("epp_crd_validation_failures", "epp: watched objects ignored because they break their CRD's validation rule", self.crd_validation_failures.clone());
         self.register_kv(r);
+        self.register_flow(r);
+    }
+
+    fn register_flow(&self, r: &mut Registry) {
+        let f = &self.flow;
+        r.register("inference_extension_flow_control_queue_size", "Number of requests waiting in the flow control queue", f.queue_size.clone());
+        r.register("inference_extension_flow_control_queue_bytes", "Bytes of the requests waiting in the flow control queue", f.queue_bytes.clone());
+        r.register("inference_extension_flow_control_request_queue_duration_seconds", "Time a request spent in flow control, by outcome", f.queue_duration.clone());
+        r.register("inference_extension_flow_control_pool_saturation", "Pool saturation as flow control last read it (>= 1: requests wait)", f.pool_saturation.clone());
     }
 
     fn register_kv(&self, r: &mut Registry) {

@@ -1,8 +1,9 @@
 use super::*;
+use crate::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn ticket(priority: Priority, flow: &str, bytes: u64) -> Ticket {
-    Ticket { priority, fairness_id: flow.into(), bytes }
+    Ticket { priority, fairness_id: flow.into(), bytes, model_name: "m".into() }
 }
 
 #[test]
@@ -48,7 +49,8 @@ fn removal_frees_capacity_and_keeps_the_rotation() {
 fn flow(config: FlowConfig) -> (Arc<FlowControl>, Arc<AtomicU64>) {
     let level = Arc::new(AtomicU64::new(0));
     let read = Arc::clone(&level);
-    (FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0), level)
+    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
+    (FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0, metrics, "pool".into()), level)
 }
 
 #[tokio::test(start_paused = true)]
@@ -116,4 +118,58 @@ async fn a_dropped_waiter_leaves_the_queue_and_a_full_queue_refuses() {
     first.abort();
     assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
     assert!(fc.is_empty(), "the client left: its request is gone from the queue");
+}
+
+/// The value of the series `name{labels}` in the registry's text, if present.
+fn value(registry: &prometheus_client::registry::Registry, series: &str) -> Option<f64> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_gauges_and_wait_times_by_outcome_are_recorded() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let level = Arc::new(AtomicU64::new(2000));
+    let read = Arc::clone(&level);
+    let config = FlowConfig { max_requests: 2, ttl: Duration::from_secs(30), ..FlowConfig::default() };
+    let fc = FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0, metrics, "pool".into());
+    let series = |name: &str, flow: &str, priority: &str, outcome: Option<&str>| {
+        let outcome = outcome.map(|o| format!(",outcome=\"{o}\"")).unwrap_or_default();
+        let labels = format!("fairness_id=\"{flow}\",priority=\"{priority}\"{outcome},inference_pool=\"pool\",model_name=\"m\",target_model_name=\"m\"");
+        format!("inference_extension_flow_control_{name}{{{labels}}}")
+    };
+    let mut set = tokio::task::JoinSet::new();
+    let (a, b) = (Arc::clone(&fc), Arc::clone(&fc));
+    set.spawn(async move { a.admit(ticket(5, "a", 100)).await });
+    let gone = set.spawn(async move { b.admit(ticket(0, "b", 7)).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(value(&registry, &series("queue_size", "a", "5", None)), Some(1.0));
+    assert_eq!(value(&registry, &series("queue_bytes", "a", "5", None)), Some(100.0));
+    assert_eq!(value(&registry, &series("queue_bytes", "b", "0", None)), Some(7.0));
+    assert_eq!(value(&registry, "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"), Some(2.0));
+    assert!(fc.admit(ticket(5, "a", 1)).await.unwrap_err().is_capacity());
+    let duration = |flow, priority, outcome, part: &str| value(&registry, &series(&format!("request_queue_duration_seconds_{part}"), flow, priority, Some(outcome)));
+    assert_eq!(duration("a", "5", "RejectedCapacity", "count"), Some(1.0));
+
+    gone.abort();
+    assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
+    assert_eq!(value(&registry, &series("queue_size", "b", "0", None)), Some(0.0), "the client left");
+    assert_eq!(duration("b", "0", "EvictedContextCancelled", "sum"), Some(1.0));
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(Arc::clone(&fc).run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    level.store(0, Ordering::SeqCst);
+    set.join_next().await.unwrap().unwrap().unwrap();
+    assert_eq!(value(&registry, &series("queue_size", "a", "5", None)), Some(0.0));
+    assert_eq!(value(&registry, &series("queue_bytes", "a", "5", None)), Some(0.0));
+    assert!(duration("a", "5", "Dispatched", "sum").is_some_and(|s| (2.0..2.01).contains(&s)), "waited 2 s");
+
+    level.store(1000, Ordering::SeqCst);
+    assert!(fc.admit(ticket(5, "a", 1)).await.is_err());
+    assert_eq!(duration("a", "5", "EvictedTTL", "sum"), Some(30.0));
+    assert_eq!(value(&registry, "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"), Some(1.0));
+    shutdown.cancel();
 }

@@ -59,10 +59,22 @@ async fn send(envoy: std::net::SocketAddr, objective: &'static str) -> (u16, Str
     (r.status.as_u16(), r.text(), objective)
 }
 
-/// Lets a request just sent reach epp's queue before the next is sent (no metric exposes the
-/// queue yet, so this waits a fixed time; the 429 below depends on the three being queued).
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(150)).await;
+/// Requests waiting in epp's flow-control queue, summed over its series (one per priority here).
+fn queued(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("inference_extension_flow_control_queue_size{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until `n` requests wait in epp's queue (the 429 below depends on the three being queued).
+async fn wait_queued(epp: &Epp, n: usize) {
+    wait_for_metrics(epp, &format!("{n} queued"), |t| queued(t) == n as f64).await;
+}
+
+/// Requests that left flow control with `outcome`.
+fn outcomes(text: &str, outcome: &str) -> Option<f64> {
+    sample(text, "inference_extension_flow_control_request_queue_duration_seconds_count", &[("outcome", outcome)])
 }
 
 /// Waits until epp has scraped the pod's queue (Kubernetes mode names the pod, not its address).
@@ -89,13 +101,15 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     wait_queue(&epp, 50.0).await;
 
     let mut waiting = tokio::task::JoinSet::new();
-    for objective in ["sheddable", "standard", "critical"] {
+    for (n, objective) in ["sheddable", "standard", "critical"].into_iter().enumerate() {
         waiting.spawn(send(addr, objective));
-        settle().await;
+        wait_queued(&epp, n + 1).await;
     }
     let (status, text, _) = send(addr, "critical").await;
     assert_eq!(status, 429, "the queue holds 3: {text}");
     assert!(text.contains("flow control queue is full: maxRequests 3"), "{text}");
+    let text = epp.metrics_text().await.unwrap();
+    assert_eq!(outcomes(&text, "RejectedCapacity"), Some(1.0), "{text}");
     assert!(traffic(&pod).is_empty(), "nothing passes while the pool is saturated");
 
     pod.set_waiting(Some(4));
@@ -105,6 +119,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     }
     let order: Vec<String> = traffic(&pod).iter().map(|r| r.header(OBJECTIVE).unwrap_or_default().to_owned()).collect();
     assert_eq!(order, ["critical", "standard", "sheddable"], "released by priority when capacity freed");
+    wait_queued(&epp, 0).await;
 
     pod.set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
@@ -113,6 +128,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("request timed out in queue"), "{text}");
     assert!(started.elapsed() >= Duration::from_secs(3), "{:?}", started.elapsed());
+    wait_for_metrics(&epp, "an EvictedTTL outcome", |t| outcomes(t, "EvictedTTL") == Some(1.0) && queued(t) == 0.0).await;
     drop(envoy);
     epp.stop().await;
     pod.shutdown().await;

@@ -133,7 +133,8 @@ impl StreamMachine {
         };
         let priority = self.director.priority(self.meta.objective.as_deref(), model.as_deref().unwrap_or(""));
         let fairness_id = self.meta.fairness_id.clone().filter(|f| !f.is_empty()).unwrap_or_else(|| DEFAULT_FLOW.to_owned());
-        Some(Ticket { priority, fairness_id, bytes: self.meta.content_length.unwrap_or(self.req.body_len) as u64 })
+        let bytes = self.meta.content_length.unwrap_or(self.req.body_len) as u64;
+        Some(Ticket { priority, fairness_id, bytes, model_name: model.unwrap_or_default() })
     }
 
     fn whole_body_model(&self) -> Option<String> {
