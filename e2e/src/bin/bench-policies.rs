@@ -7,6 +7,12 @@
 //! - `bursty`: four equal pods, quiet stretches broken by short bursts far above the quiet rate;
 //!   max-score (queue + KV scorers) against power-of-two-choices (same scorers) and round robin.
 //!   Reported: TTFT and E2E tails.
+//! - `shared-prefix`: four equal pods whose KV pool holds only a few of the groups' system
+//!   prompts; round robin against consistent hashing with bounded loads (`config/examples/
+//!   chwbl.yaml` with one endpoint per pick, no prefix index) and the default profile
+//!   (approximate prefix index).
+//!   Reported: prefix-cache hit rate (cached / prompt tokens from the responses' usage), TTFT and
+//!   each pod's share.
 //!
 //! Pods use inference-sim's `llmd-h100-8b` timing (llm-d-inference-sim's: 12 ms step overhead,
 //! 0.8 ms per running sequence, so latency grows with the batch) in real time; requests are 256
@@ -31,7 +37,7 @@ use tokio::net::TcpListener;
 #[derive(Debug, Parser)]
 #[command(name = "bench-policies", about)]
 struct Args {
-    /// `mixed-fleet`, `bursty` or `all`.
+    /// `mixed-fleet`, `bursty`, `shared-prefix` or `all`.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Seconds of offered load per policy run.
@@ -54,6 +60,13 @@ struct Args {
     /// 128-token prompts, 10% of 2,000-6,000 tokens; 64 output tokens).
     #[arg(long, default_value = "random")]
     bursty_workload: String,
+    /// Offered rate of the shared-prefix run (requests/s).
+    #[arg(long, default_value_t = 8.0)]
+    prefix_rate: f64,
+    /// KV blocks (16 tokens each) per pod in the shared-prefix run: 256 hold about three of
+    /// the eight 1,024-token system prompts.
+    #[arg(long, default_value_t = 256)]
+    kv_blocks: usize,
     /// Where the endpoints files go.
     #[arg(long, default_value = "target/bench-policies")]
     out: PathBuf,
@@ -66,6 +79,8 @@ const RANDOM: Workload = Workload::Random { input_len: 256, output_len: 64 };
 struct PodSpec {
     speed: f64,
     weight: u32,
+    /// KV pool size; `None` keeps the engine's default.
+    kv_blocks: Option<usize>,
 }
 
 fn config(plugins: &[&str]) -> String {
@@ -84,8 +99,9 @@ async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &st
     for (i, p) in fleet.iter().enumerate() {
         listeners.push(TcpListener::bind("127.0.0.1:0").await?);
         let timing = Profile::LlmdH100Llama8b.timing();
-        let engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, timing, ..EngineConfig::default() };
-        configs.push(PodConfig { engine, pod_name: format!("pod-{i}"), seed: args.seed + i as u64, ..Default::default() });
+        let mut engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, timing, ..EngineConfig::default() };
+        engine.num_gpu_blocks = p.kv_blocks.unwrap_or(engine.num_gpu_blocks);
+        configs.push(PodConfig { engine, pod_name: format!("pod-{i}"), seed: args.seed + i as u64, prompt_tokens_details: true, ..Default::default() });
     }
     let cluster = Cluster::start_on(configs, listeners).await?;
     let addrs = cluster.addrs().to_vec();
@@ -108,6 +124,9 @@ async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &st
         model: EngineConfig::default().model,
     };
     let records = loadgen::run(cfg).await;
+    if let Some(r) = records.iter().find(|r| !r.ok()) {
+        eprintln!("{label}: first failure: status {} {}", r.status, r.error.as_deref().unwrap_or(""));
+    }
     drop(envoy);
     epp.stop().await;
     cluster.shutdown().await;
@@ -147,7 +166,7 @@ fn row(label: &str, records: &[RequestRecord], pods: usize) -> String {
 }
 
 async fn mixed_fleet(args: &Args) -> anyhow::Result<()> {
-    let fleet = [PodSpec { speed: 2.0, weight: 4 }, PodSpec { speed: 2.0, weight: 4 }, PodSpec { speed: 0.5, weight: 1 }, PodSpec { speed: 0.5, weight: 1 }];
+    let fleet = [PodSpec { speed: 2.0, weight: 4, kv_blocks: None }, PodSpec { speed: 2.0, weight: 4, kv_blocks: None }, PodSpec { speed: 0.5, weight: 1, kv_blocks: None }, PodSpec { speed: 0.5, weight: 1, kv_blocks: None }];
     println!("\n### mixed fleet: pods 0-1 speed 2.0 weight 4, pods 2-3 speed 0.5 weight 1; Poisson {} req/s for {} s\n", args.rate, args.secs);
     println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 (slow) | pod-3 (slow) |\n|---|---:|---:|---|---|---|---|---|---|");
     for (label, picker) in [("round-robin", "round-robin-picker"), ("weighted-round-robin", "weighted-round-robin-picker"), ("weighted-least-request", "weighted-least-request-picker")] {
@@ -159,7 +178,7 @@ async fn mixed_fleet(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn bursty(args: &Args) -> anyhow::Result<()> {
-    let fleet = [PodSpec { speed: 1.0, weight: 1 }; 4];
+    let fleet = [PodSpec { speed: 1.0, weight: 1, kv_blocks: None }; 4];
     let quiet = Stage { rate: args.quiet_rate, duration: Duration::from_secs(4) };
     let burst = Stage { rate: args.burst_rate, duration: Duration::from_secs(1) };
     let cycles = (args.secs / 5.0).ceil().max(1.0) as usize;
@@ -181,16 +200,61 @@ async fn bursty(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prefix-cache hit rate (cached / prompt tokens, from the responses' usage), TTFT and each
+/// pod's share of the requests; `spread` is the busiest pod's share over the idlest one's.
+fn prefix_row(label: &str, records: &[RequestRecord], pods: usize) -> String {
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let t = ttft(&ok);
+    let prompt: u64 = ok.iter().filter_map(|r| r.prompt_tokens).sum();
+    let cached: u64 = ok.iter().filter_map(|r| r.cached_tokens).sum();
+    let counts: Vec<usize> = (0..pods).map(|i| ok.iter().filter(|r| r.pod.as_deref() == Some(&format!("pod-{i}"))).count()).collect();
+    let shares: Vec<String> = counts.iter().map(|c| format!("{:.0}%", 100.0 * *c as f64 / ok.len().max(1) as f64)).collect();
+    let (max, min) = (counts.iter().max().copied().unwrap_or(0), counts.iter().min().copied().unwrap_or(0));
+    let spread = if min == 0 { "∞".to_owned() } else { format!("{:.2}", max as f64 / min as f64) };
+    format!(
+        "| {label} | {} | {} | {:.1}% | {:.0} / {:.0} / {:.0} | {} | {spread} |",
+        records.len(),
+        records.len() - ok.len(),
+        100.0 * cached as f64 / prompt.max(1) as f64,
+        t.p50,
+        t.p90,
+        t.p99,
+        shares.join(" / ")
+    )
+}
+
+async fn shared_prefix(args: &Args) -> anyhow::Result<()> {
+    let fleet = [PodSpec { speed: 1.0, weight: 1, kv_blocks: Some(args.kv_blocks) }; 4];
+    let workload = Workload::SharedPrefix { groups: 8, prompts_per_group: 16, system_len: 1024, question_len: 32, output_len: 16 };
+    println!(
+        "\n### shared prefix: 4 equal pods with {} KV blocks each; 8 groups of 1,024-token system prompts + 32-token questions, 16 output tokens; Poisson {} req/s for {} s\n",
+        args.kv_blocks, args.prefix_rate, args.secs
+    );
+    println!("| policy | requests | errors | prefix hit rate | TTFT p50 / p90 / p99 (ms) | share pod-0 / 1 / 2 / 3 | spread (max/min) |\n|---|---:|---:|---:|---|---|---:|");
+    // config/examples/chwbl.yaml with one endpoint: its `maxNumOfEndpoints: 2` fallback list is
+    // for a gateway that retries over it; this Envoy (ORIGINAL_DST) answers it 503.
+    let chwbl = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeTokens: 16, autoTune: false}\n- type: consistent-hash-picker\n  parameters: {loadFactor: 1.25, virtualNodes: 100, maxNumOfEndpoints: 1}\n";
+    let default = include_str!("../../../config/examples/default.yaml");
+    for (label, cfg) in [("round-robin", config(&["round-robin-picker"])), ("chwbl", chwbl.to_owned()), ("default (prefix index)", default.to_owned())] {
+        let load = Load::Open { stages: vec![Stage { rate: args.prefix_rate, duration: Duration::from_secs_f64(args.secs) }], poisson: true };
+        let (records, _) = run_policy(args, label.split(' ').next().unwrap_or(label), &fleet, &cfg, load, workload.clone()).await?;
+        println!("{}", prefix_row(label, &records, fleet.len()));
+    }
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match args.scenario.as_str() {
         "mixed-fleet" => mixed_fleet(&args).await,
         "bursty" => bursty(&args).await,
+        "shared-prefix" => shared_prefix(&args).await,
         "all" => {
             mixed_fleet(&args).await?;
-            bursty(&args).await
+            bursty(&args).await?;
+            shared_prefix(&args).await
         }
-        other => anyhow::bail!("unknown scenario {other:?}: mixed-fleet, bursty or all"),
+        other => anyhow::bail!("unknown scenario {other:?}: mixed-fleet, bursty, shared-prefix or all"),
     }
 }
