@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// How a request reached (or failed to reach) its endpoint, as the gateway reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,6 +285,37 @@ impl Datastore {
     /// A receiver that wakes whenever the endpoint set changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// Keeps one task per endpoint until `shutdown`: `start` is called for each endpoint that
+    /// appears and spawns its task on `tracker`; the token it receives is cancelled when the
+    /// endpoint leaves the set. Shared by the metric scrapers and the health probers.
+    pub async fn per_endpoint<F>(&self, tracker: &TaskTracker, shutdown: &CancellationToken, mut start: F)
+    where
+        F: FnMut(&TaskTracker, Arc<EndpointState>, CancellationToken),
+    {
+        let mut changes = self.subscribe();
+        let mut running: HashMap<EndpointId, CancellationToken> = HashMap::new();
+        loop {
+            let snapshot = self.snapshot();
+            running.retain(|id, token| {
+                let keep = snapshot.get(id).is_some();
+                if !keep {
+                    token.cancel();
+                }
+                keep
+            });
+            for state in snapshot.iter() {
+                if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(state.id()) {
+                    let token = slot.insert(shutdown.child_token()).clone();
+                    start(tracker, Arc::clone(state), token);
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+            }
+        }
     }
 }
 

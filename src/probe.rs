@@ -12,13 +12,11 @@
 //! more. Metric scrape failures feed the same state (`scrape`).
 
 use crate::datastore::{self, Datastore, EndpointState};
-use crate::endpoint::EndpointId;
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -59,28 +57,11 @@ pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ProbeOp
     connector.set_connect_timeout(Some(opts.timeout));
     let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
     let shared = Arc::new(Shared { client, opts, metrics, datastore: Arc::clone(&datastore) });
-    let mut changes = datastore.subscribe();
-    let mut probers: HashMap<EndpointId, CancellationToken> = HashMap::new();
-    loop {
-        let snapshot = datastore.snapshot();
-        probers.retain(|id, token| {
-            let keep = snapshot.get(id).is_some();
-            if !keep {
-                token.cancel();
-            }
-            keep
-        });
-        for state in snapshot.iter() {
-            if let std::collections::hash_map::Entry::Vacant(slot) = probers.entry(state.id()) {
-                let token = slot.insert(shutdown.child_token()).clone();
-                tracker.spawn(probe_loop(Arc::clone(state), Arc::clone(&shared), token));
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
-        }
-    }
+    datastore
+        .per_endpoint(&tracker, &shutdown, |tracker, state, token| {
+            tracker.spawn(probe_loop(state, Arc::clone(&shared), token));
+        })
+        .await;
 }
 
 async fn probe_loop(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
@@ -122,7 +103,7 @@ async fn probe_once(client: &HttpClient, uri: &str) -> Result<(), ProbeError> {
 mod tests {
     use super::*;
     use crate::datastore::health::{HealthPolicy, OutlierParams};
-    use crate::endpoint::Endpoint;
+    use crate::endpoint::{Endpoint, EndpointId};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A one-route HTTP server answering every request with `status` (bounded: `max` requests).

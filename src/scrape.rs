@@ -9,13 +9,11 @@ pub mod dcgm;
 pub mod parse;
 
 use crate::datastore::{Datastore, EndpointState};
-use crate::endpoint::EndpointId;
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -69,28 +67,11 @@ pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ScrapeO
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
     let shared = Arc::new(Shared { client, opts, metrics, datastore: Arc::clone(&datastore) });
-    let mut changes = datastore.subscribe();
-    let mut pollers: HashMap<EndpointId, CancellationToken> = HashMap::new();
-    loop {
-        let snapshot = datastore.snapshot();
-        pollers.retain(|id, token| {
-            let keep = snapshot.get(id).is_some();
-            if !keep {
-                token.cancel();
-            }
-            keep
-        });
-        for state in snapshot.iter() {
-            if let std::collections::hash_map::Entry::Vacant(slot) = pollers.entry(state.id()) {
-                let token = slot.insert(shutdown.child_token()).clone();
-                tracker.spawn(poll(Arc::clone(state), Arc::clone(&shared), token));
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
-        }
-    }
+    datastore
+        .per_endpoint(&tracker, &shutdown, |tracker, state, token| {
+            tracker.spawn(poll(state, Arc::clone(&shared), token));
+        })
+        .await;
 }
 
 async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
