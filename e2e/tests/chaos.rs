@@ -214,44 +214,13 @@ async fn a_killed_pod_loses_only_its_inflight_requests_and_gets_nothing_new_with
 async fn a_gray_failing_pod_is_drained_by_the_latency_scorer() {
     // Pod 0 is alive and answers 200, at a quarter of the others' speed. Without the latency
     // scorer (the baseline, printed for BENCHMARKS.md) only its longer queue steers traffic away.
-    let baseline = start(
-        &[0.25, 1.0, 1.0],
-        Template::Duplex,
-        &config("{}", 0),
-        "50ms",
-    )
-    .await;
-    let t0 = Instant::now();
-    let samples = load(
-        baseline.envoy.listener_addr(),
-        t0,
-        Duration::from_secs(5),
-        4,
-        32,
-    )
-    .await;
-    let base_steady: Vec<Sample> = samples
+    let base_steady: Vec<Sample> = gray_run(0)
+        .await
         .into_iter()
         .filter(|s| s.sent >= Duration::from_secs(1))
         .collect();
     println!("gray baseline (queue + kv only): {} requests after the first second, slow pod share {:.1}%", base_steady.len(), share(&base_steady, "sim-0") * 100.0);
-    baseline.stop().await;
-    let stack = start(
-        &[0.25, 1.0, 1.0],
-        Template::Duplex,
-        &config("{}", 3),
-        "50ms",
-    )
-    .await;
-    let t0 = Instant::now();
-    let samples = load(
-        stack.envoy.listener_addr(),
-        t0,
-        Duration::from_secs(5),
-        4,
-        32,
-    )
-    .await;
+    let samples = gray_run(3).await;
     let (warm, steady): (Vec<Sample>, Vec<Sample>) = samples
         .iter()
         .cloned()
@@ -273,7 +242,15 @@ async fn a_gray_failing_pod_is_drained_by_the_latency_scorer() {
         "the slow pod keeps {:.1}% of the traffic",
         slow_steady * 100.0
     );
+}
+
+/// Five seconds of load on one quarter-speed pod and two normal ones, with the latency scorer
+/// at `latency_weight` (0: off); the stack is stopped before returning.
+async fn gray_run(latency_weight: u32) -> Vec<Sample> {
+    let stack = start(&[0.25, 1.0, 1.0], Template::Duplex, &config("{}", latency_weight), "50ms").await;
+    let samples = load(stack.envoy.listener_addr(), Instant::now(), Duration::from_secs(5), 4, 32).await;
     stack.stop().await;
+    samples
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
