@@ -75,16 +75,13 @@ impl Restore {
 
 fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(hay.len());
-    let mut i = 0;
-    while i < hay.len() {
-        if hay[i..].starts_with(from) {
-            out.extend_from_slice(to);
-            i += from.len();
-        } else {
-            out.push(hay[i]);
-            i += 1;
-        }
+    let mut last = 0;
+    for at in memchr::memmem::find_iter(hay, from) {
+        out.extend_from_slice(&hay[last..at]);
+        out.extend_from_slice(to);
+        last = at + from.len();
     }
+    out.extend_from_slice(&hay[last..]);
     out
 }
 
@@ -162,17 +159,40 @@ impl ResponseTracker {
         }
     }
 
+    /// Reads complete SSE lines straight from the chunk; only an unfinished last line is kept
+    /// (in `window`) until its end arrives.
     fn observe_sse(&mut self, chunk: &[u8]) {
-        self.window.extend_from_slice(chunk);
-        while let Some(nl) = self.window.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.window.drain(..=nl).collect();
-            let payload = line.strip_prefix(b"data:").map(|p| p.trim_ascii());
-            if let Some(p) = payload.filter(|p| *p != b"[DONE]" && p.windows(7).any(|w| w == b"\"usage\"")) {
-                self.take_usage(p);
-            }
+        let mut rest = chunk;
+        if !self.window.is_empty() {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                self.window.extend_from_slice(rest);
+                if self.window.len() > USAGE_WINDOW {
+                    self.window.clear();
+                }
+                return;
+            };
+            let mut line = std::mem::take(&mut self.window);
+            line.extend_from_slice(&rest[..nl]);
+            self.sse_line(&line);
+            line.clear();
+            self.window = line;
+            rest = &rest[nl + 1..];
         }
-        if self.window.len() > USAGE_WINDOW {
-            self.window.clear();
+        while let Some(nl) = memchr::memchr(b'\n', rest) {
+            self.sse_line(&rest[..nl]);
+            rest = &rest[nl + 1..];
+        }
+        if rest.len() <= USAGE_WINDOW {
+            self.window.extend_from_slice(rest);
+        }
+    }
+
+    /// One SSE line (without its newline): a `data:` payload that mentions `"usage"` is parsed.
+    fn sse_line(&mut self, line: &[u8]) {
+        let Some(payload) = line.strip_prefix(b"data:") else { return };
+        let payload = payload.trim_ascii();
+        if payload != b"[DONE]" && memchr::memmem::find(payload, b"\"usage\"").is_some() {
+            self.take_usage(payload);
         }
     }
 
@@ -228,6 +248,23 @@ mod tests {
         let (h, f, l) = (s.headers_at.unwrap(), s.first_body_at.unwrap(), s.last_body_at.unwrap());
         assert!(h <= f && f <= l, "headers, first chunk, last chunk in order");
         assert!(!s.connect_failure);
+    }
+
+    #[test]
+    fn reads_usage_from_an_sse_line_split_across_chunks() {
+        let line = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4}}\r\n\r\ndata: [DONE]\r\n\r\n";
+        for cuts in [(1, 2), (10, 30), (40, 41), (70, line.len() - 3)] {
+            let mut t = ResponseTracker::new(Some(200), Some("text/event-stream"), true, None);
+            let mut out = Vec::new();
+            let first: &[u8] = b"data: {\"choices\":[{\"text\":\"usage\"}]}\n\n";
+            t.on_chunk(first, false, &mut out);
+            t.on_chunk(&line[..cuts.0], false, &mut out);
+            t.on_chunk(&line[cuts.0..cuts.1], false, &mut out);
+            t.on_chunk(&line[cuts.1..], true, &mut out);
+            let s = t.summary(0);
+            assert_eq!((s.prompt_tokens, s.completion_tokens), (Some(12), Some(4)), "cut at {cuts:?}");
+            assert_eq!(bodies(&out), [first, &line[..]].concat(), "every byte forwarded");
+        }
     }
 
     #[test]

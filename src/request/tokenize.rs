@@ -27,8 +27,9 @@
 
 use crate::request::hf::{HfError, HfTokenizer, LocalTokenizer};
 use lru::LruCache;
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use tiktoken_rs::CoreBPE;
 
 /// Target segment length in bytes.
@@ -69,8 +70,9 @@ type SegmentCache = Mutex<LruCache<u64, Arc<[u32]>>>;
 /// The BPE implementation behind a vocabulary.
 #[derive(Clone)]
 enum Bpe {
-    /// bpe-openai's prebuilt encoder (a process-wide static, built on first use).
-    Fast(&'static bpe_openai::Tokenizer),
+    /// bpe-openai's prebuilt encoder (a process-wide static, built on first use), with the
+    /// whole-piece lookup.
+    Fast(&'static FastBpe),
     Tiktoken(Arc<CoreBPE>),
     /// A Hugging Face byte-level BPE `tokenizer.json`, with its origin and content digest.
     Hf(Arc<HfTokenizer>, Arc<(LocalTokenizer, u64)>),
@@ -83,6 +85,50 @@ impl Bpe {
             Bpe::Tiktoken(t) => t.encode_ordinary(text),
             Bpe::Hf(t, _) => t.encode(text),
         }
+    }
+}
+
+/// bpe-openai's encoder plus tiktoken's shortcut: a pre-tokenized piece that is itself a
+/// vocabulary entry is that one token (tiktoken's `CoreBPE` does the same lookup first, so the
+/// ids do not change). Most pieces of ordinary text are whole tokens (" the", " model"), and
+/// the lookup skips the backtracking encoder's per-piece set-up (two allocations and a bit
+/// field), which dominated the cost of short prompts.
+pub(crate) struct FastBpe {
+    tok: &'static bpe_openai::Tokenizer,
+    whole: HashMap<&'static [u8], u32, rustc_hash::FxBuildHasher>,
+}
+
+impl FastBpe {
+    fn cl100k() -> &'static FastBpe {
+        static CL100K: OnceLock<FastBpe> = OnceLock::new();
+        CL100K.get_or_init(|| FastBpe::new(bpe_openai::cl100k_base()))
+    }
+
+    fn o200k() -> &'static FastBpe {
+        static O200K: OnceLock<FastBpe> = OnceLock::new();
+        O200K.get_or_init(|| FastBpe::new(bpe_openai::o200k_base()))
+    }
+
+    fn new(tok: &'static bpe_openai::Tokenizer) -> Self {
+        let n = tok.bpe.num_tokens();
+        let mut whole = HashMap::with_capacity_and_hasher(n, rustc_hash::FxBuildHasher);
+        for id in 0..n {
+            let id = u32::try_from(id).unwrap_or(u32::MAX);
+            whole.entry(tok.bpe.token_bytes(id)).or_insert(id);
+        }
+        Self { tok, whole }
+    }
+
+    /// cl100k_base and o200k_base do not normalize, so pieces are cut from `text` as is.
+    fn encode(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+        for piece in self.tok.split(text) {
+            match self.whole.get(piece.as_bytes()) {
+                Some(&id) => out.push(id),
+                None => out.extend(self.tok.bpe.encode_via_backtracking(piece.as_bytes())),
+            }
+        }
+        out
     }
 }
 
@@ -109,8 +155,8 @@ const MAX_BYTES_PER_TOKEN: usize = 8;
 impl Tokenizer {
     pub fn new(vocab: Vocabulary) -> Result<Self, TokenizerError> {
         let bpe = match vocab {
-            Vocabulary::Cl100kBase => Bpe::Fast(bpe_openai::cl100k_base()),
-            Vocabulary::O200kBase => Bpe::Fast(bpe_openai::o200k_base()),
+            Vocabulary::Cl100kBase => Bpe::Fast(FastBpe::cl100k()),
+            Vocabulary::O200kBase => Bpe::Fast(FastBpe::o200k()),
             Vocabulary::P50kBase => {
                 let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError::Tiktoken { vocab, message: e.to_string() })?;
                 Bpe::Tiktoken(Arc::new(built))
