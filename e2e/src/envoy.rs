@@ -77,6 +77,7 @@ pub struct EnvoyConfig {
     template: Template,
     epp: Option<SocketAddr>,
     epp_tls: bool,
+    epp_replicas: Vec<SocketAddr>,
     pool: Vec<SocketAddr>,
     buffer_limit: Option<u32>,
     vars: BTreeMap<String, String>,
@@ -93,6 +94,7 @@ impl EnvoyConfig {
             template,
             epp: None,
             epp_tls: false,
+            epp_replicas: Vec::new(),
             pool: Vec::new(),
             buffer_limit: None,
             vars: BTreeMap::new(),
@@ -105,6 +107,14 @@ impl EnvoyConfig {
     /// The ext_proc server. Only its port is used: the templates connect to 127.0.0.1.
     pub fn epp(mut self, addr: SocketAddr) -> Self {
         self.epp = Some(addr);
+        self
+    }
+
+    /// Several ext_proc servers (active-active epp replicas) in the ext_proc cluster, for
+    /// templates that list `EPP_ENDPOINTS` ([`Template::Duplex`]); the others use the first.
+    pub fn epp_replicas(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.epp_replicas = addrs.into_iter().collect();
+        self.epp = self.epp_replicas.first().copied();
         self
     }
 
@@ -175,6 +185,9 @@ impl EnvoyConfig {
         match self.epp {
             Some(addr) => {
                 vars.insert("EPP_PORT".into(), addr.port().to_string());
+                let all = if self.epp_replicas.is_empty() { vec![addr] } else { self.epp_replicas.clone() };
+                let local: Vec<SocketAddr> = all.iter().map(|a| SocketAddr::from(([127, 0, 0, 1], a.port()))).collect();
+                vars.insert("EPP_ENDPOINTS".into(), pool_endpoints_yaml(&local));
             }
             None if self.template.uses_ext_proc() => {
                 return Err(EnvoyError::Template(format!(

@@ -6,7 +6,9 @@
 //! Ignored by default (it runs for minutes); BENCHMARKS.md ("Precise prefix") has the command
 //! and the numbers: `cargo nextest run -p epp-e2e --release --test kvevents_compare
 //! --run-ignored only --no-capture`. Environment: `KV_COMPARE_SECS` (default 20),
-//! `KV_COMPARE_RATE` (requests/s, default 24), `KV_COMPARE_ONLY` (rows, e.g. `Precise1,Precise3`).
+//! `KV_COMPARE_RATE` (requests/s, default 24), `KV_COMPARE_ONLY` (rows, e.g. `Precise1,Precise3`),
+//! `KV_COMPARE_CONTROL=1` (all replicas run, only the first routes), `KV_COMPARE_PRECISE_PARAMS`
+//! (the precise scorer's parameters, YAML flow mapping without braces).
 
 mod kvevents_support;
 
@@ -70,13 +72,21 @@ fn system_prompt(group: usize) -> String {
 async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
     let engine = EngineConfig { model: MODEL.into(), num_gpu_blocks: BLOCKS, max_num_seqs: 16, ..EngineConfig::default() };
     let sims = SimPods::start_with(PODS, engine).await;
+    // KV_COMPARE_PRECISE_PARAMS: parameters of the precise scorer, e.g. `speculativeIndexing: false`.
+    let precise = match std::env::var("KV_COMPARE_PRECISE_PARAMS") {
+        Ok(p) => PRECISE_CONFIG.replace("- type: precise-prefix-cache-scorer\n", &format!("- type: precise-prefix-cache-scorer\n  parameters: {{{p}}}\n")),
+        Err(_) => PRECISE_CONFIG.to_owned(),
+    };
     let config = match mode {
-        Mode::Precise => PRECISE_CONFIG,
+        Mode::Precise => precise.as_str(),
         Mode::Approximate => APPROX_CONFIG,
         Mode::Random | Mode::RoundRobin => RANDOM_CONFIG,
     };
     let reps: Vec<Arc<Replica>> = (0..replicas).map(|_| Arc::new(Replica::build(&sims.endpoints(), config, mode == Mode::Precise, true))).collect();
     tokio::time::sleep(Duration::from_millis(300)).await; // first scrapes and subscriptions
+    // KV_COMPARE_CONTROL=1: every replica runs (scrapers, subscribers) but only the first
+    // routes, which separates the cost of running replicas from their routing disagreements.
+    let routing = if std::env::var("KV_COMPARE_CONTROL").is_ok_and(|v| v == "1") { 1 } else { replicas };
     let systems: Vec<String> = (0..GROUPS).map(system_prompt).collect();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let waiting = Arc::new(Mutex::new(Vec::<f64>::new()));
@@ -98,7 +108,7 @@ async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
         let group = rng.random_range(0..GROUPS);
         let prompt = format!("{} Question {n}: {}", systems[group], long_prompt("why", 100));
         let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
-        let replica = Arc::clone(&reps[n % replicas]);
+        let replica = Arc::clone(&reps[n % routing]);
         n += 1;
         let (sims_addrs, samples, rr) = (sims.cluster.addrs().to_vec(), Arc::clone(&samples), Arc::clone(&rr));
         tasks.spawn(async move {

@@ -346,6 +346,17 @@ impl Writer<'_> {
             let key = super::chain_block(parent, block);
             parent = key;
             inner.engine.insert(*hash, key);
+            // Confirmed: the speculative entry has done its job. Dropping it keeps the index
+            // what the events say, so a later BlockRemoved is not outlived by a guess, and every
+            // replica, whichever routed the request, sees the same holders from here on.
+            if !inner.speculative.is_empty() {
+                if let Some(list) = inner.speculative.get_mut(&key) {
+                    list.retain(|(s, _)| *s != slot);
+                    if list.is_empty() {
+                        inner.speculative.remove(&key);
+                    }
+                }
+            }
             match inner.holders.entry(key) {
                 Entry::Occupied(mut o) => o.get_mut().add(slot),
                 Entry::Vacant(v) => {

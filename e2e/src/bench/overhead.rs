@@ -53,7 +53,7 @@ pub struct OverheadResult {
 /// The three paths, in table order.
 pub fn paths() -> Vec<Router> {
     let default = crate::envoy::repo_root().join("hack").join("bench").join("epp-default.yaml");
-    vec![Router::EnvoyRoundRobin, Router::EnvoyNoopExtProc, Router::Epp { name: "default".into(), config: default }]
+    vec![Router::EnvoyRoundRobin, Router::EnvoyNoopExtProc, Router::Epp { name: "default".into(), config: default, replicas: 1 }]
 }
 
 /// Runs every shape × path × round for `secs` seconds each.

@@ -44,6 +44,9 @@ pub struct PlanOptions {
     pub time_scale: f64,
     /// More epp configurations to compare: (name, config file).
     pub extra_epp: Vec<(String, PathBuf)>,
+    /// Each epp router runs once per count here (active-active replicas behind Envoy; a count
+    /// above 1 adds `-x<count>` to the label). Empty means `[1]`.
+    pub epp_replicas: Vec<usize>,
 }
 
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -58,7 +61,23 @@ fn routers_of(o: &PlanOptions) -> Vec<Router> {
     // An extra configuration named like a built-in one replaces it.
     r.retain(|b| !o.extra_epp.iter().any(|(n, _)| b.label() == format!("epp-{n}")));
     r.extend(o.extra_epp.iter().map(|(name, config)| epp_router(name, config)));
-    r
+    with_replicas(r, &o.epp_replicas)
+}
+
+/// Every epp router once per replica count in `counts` (empty: unchanged).
+fn with_replicas(routers: Vec<Router>, counts: &[usize]) -> Vec<Router> {
+    if counts.is_empty() {
+        return routers;
+    }
+    let mut out = Vec::new();
+    for r in routers {
+        match r {
+            Router::Epp { name, config, .. } => out.extend(counts.iter().map(|&n| Router::Epp { name: name.clone(), config: config.clone(), replicas: n })),
+            Router::EppPrecise { name, config, .. } => out.extend(counts.iter().map(|&n| Router::EppPrecise { name: name.clone(), config: config.clone(), replicas: n })),
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// An epp router for `config`: with the pods' KV events when the config uses the precise scorer.
@@ -66,9 +85,9 @@ pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
     let precise = std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
     let (name, config) = (name.to_owned(), config.to_path_buf());
     if precise {
-        Router::EppPrecise { name, config }
+        Router::EppPrecise { name, config, replicas: 1 }
     } else {
-        Router::Epp { name, config }
+        Router::Epp { name, config, replicas: 1 }
     }
 }
 
@@ -77,9 +96,9 @@ pub fn routers(peers: bool) -> Vec<Router> {
     let mut r = vec![
         Router::EnvoyRoundRobin,
         Router::EnvoyLeastRequest,
-        Router::Epp { name: "default".into(), config: config("epp-default.yaml") },
-        Router::Epp { name: "best".into(), config: config("epp-best.yaml") },
-        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml") },
+        Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 },
+        Router::Epp { name: "best".into(), config: config("epp-best.yaml"), replicas: 1 },
+        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml"), replicas: 1 },
     ];
     if peers {
         r.push(Router::VllmRouter { policy: "cache_aware".into() });
@@ -128,7 +147,7 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
     let (d, w) = (o.duration_s, o.warmup_s);
     let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
     if o.mode == Mode::Smoke {
-        let routers = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml") }];
+        let routers = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 }];
         let wl = args(&["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "2", "--system-len", "200", "--question-len", "20", "--output-len", "4"]);
         return vec![scenario("smoke", sim(o, 2), wl, open(format!("4:{d}"), 5.0, 0.0), routers)];
     }
@@ -166,7 +185,7 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
 /// load, evenly spaced arrivals (so both tools offer exactly the same load), no warm-up
 /// (inference-perf has none), `secs` seconds.
 pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
-    let router = Router::Epp { name: "default".into(), config: config("epp-default.yaml") };
+    let router = Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 };
     let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
     load.push("--constant".into());
     scenario("crosscheck", sim(o, 8), shared_prefix_args(), load, vec![router])
@@ -185,6 +204,14 @@ mod tests {
     }
 
     #[test]
+    fn replica_counts_multiply_the_epp_routers_only() {
+        let base = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 }];
+        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3]).iter().map(Router::label).collect();
+        assert_eq!(labels, ["envoy-round-robin", "epp-default", "epp-default-x3"]);
+        assert_eq!(with_replicas(base.clone(), &[]), base);
+    }
+
+    #[test]
     fn quick_mode_runs_the_precise_router_only_when_asked() {
         let mut o = PlanOptions {
             mode: Mode::Quick,
@@ -196,6 +223,7 @@ mod tests {
             profile: "llmd-h100-8b".into(),
             time_scale: 0.5,
             extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
         };
         let precise = |o: &PlanOptions| scenarios(o)[0].routers.iter().filter(|r| r.label() == "epp-precise").count();
         assert_eq!(precise(&o), 0);

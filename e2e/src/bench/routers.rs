@@ -21,11 +21,13 @@ pub enum Router {
     EnvoyRoundRobin,
     /// Envoy STATIC cluster, LEAST_REQUEST (power of two choices).
     EnvoyLeastRequest,
-    /// Envoy + epp (FULL_DUPLEX_STREAMED ext_proc, ORIGINAL_DST) with this config file.
-    Epp { name: String, config: PathBuf },
+    /// Envoy + epp (FULL_DUPLEX_STREAMED ext_proc, ORIGINAL_DST) with this config file;
+    /// `replicas` epp processes (active-active) in Envoy's ext_proc cluster.
+    Epp { name: String, config: PathBuf, replicas: usize },
     /// Envoy + epp subscribed to the pods' KV-cache events (the pods publish them), for a
-    /// config with `precise-prefix-cache-scorer`.
-    EppPrecise { name: String, config: PathBuf },
+    /// config with `precise-prefix-cache-scorer`; `replicas` as for [`Router::Epp`], each
+    /// replica subscribed to every pod.
+    EppPrecise { name: String, config: PathBuf, replicas: usize },
     /// Envoy + the do-nothing ext_proc server (round robin), the overhead floor.
     EnvoyNoopExtProc,
     /// vllm-router with this `--policy`.
@@ -40,6 +42,7 @@ impl Router {
         match self {
             Router::EnvoyRoundRobin => "envoy-round-robin".into(),
             Router::EnvoyLeastRequest => "envoy-least-request".into(),
+            Router::Epp { name, replicas, .. } | Router::EppPrecise { name, replicas, .. } if *replicas > 1 => format!("epp-{name}-x{replicas}"),
             Router::Epp { name, .. } | Router::EppPrecise { name, .. } => format!("epp-{name}"),
             Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
             Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
@@ -106,13 +109,13 @@ pub async fn start(router: &Router, pods: &[SocketAddr], kv_ports: &[(u16, u16)]
     let running = match router {
         Router::EnvoyRoundRobin => envoy_only(Template::RoundRobin, pods).await?,
         Router::EnvoyLeastRequest => envoy_only(Template::LeastRequest, pods).await?,
-        Router::Epp { config, .. } => epp(bins, &["--static-endpoints".into(), endpoints(pods)], dir, config).await?,
-        Router::EppPrecise { config, .. } => {
+        Router::Epp { config, replicas, .. } => epp(bins, &["--static-endpoints".into(), endpoints(pods)], dir, config, *replicas).await?,
+        Router::EppPrecise { config, replicas, .. } => {
             if kv_ports.len() != pods.len() {
                 return Err(BenchError::Setup(format!("{} needs pods that publish KV events", router.label())));
             }
             let file = endpoints_file(pods, kv_ports, dir)?;
-            epp(bins, &["--static-endpoints-file".into(), file], dir, config).await?
+            epp(bins, &["--static-endpoints-file".into(), file], dir, config, *replicas).await?
         }
         Router::EnvoyNoopExtProc => noop(bins, pods, dir).await?,
         Router::VllmRouter { policy } => python_router(bins, "vllm-router", &[], policy, pods, dir)?,
@@ -146,20 +149,29 @@ fn endpoints_file(pods: &[SocketAddr], kv_ports: &[(u16, u16)], dir: &Path) -> R
     Ok(path.display().to_string())
 }
 
-async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path) -> Result<Running, BenchError> {
-    let p = free_ports(3)?;
-    let mut args: Vec<String> = [
-        "--grpc-port", &p[0].to_string(), "--grpc-health-port", &p[1].to_string(), "--metrics-port", &p[2].to_string(),
-        "--secure-serving=false", "--config-file", &config.display().to_string(), "--zap-log-level", "error",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    args.extend_from_slice(discovery);
-    let mut proc_ = Proc::spawn("epp", &bins.epp, &args, dir)?;
-    wait_http_ok(&mut proc_, SocketAddr::from(([127, 0, 0, 1], p[2])), "/metrics", Duration::from_secs(20)).await?;
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(SocketAddr::from(([127, 0, 0, 1], p[0]))).concurrency(2).start().await?;
-    Ok(Running { target: envoy.listener_addr(), procs: vec![proc_], envoy: Some(envoy) })
+/// `replicas` epp processes with the same flags, each its own process with its own ports (as
+/// separate pods would be), all in Envoy's ext_proc cluster.
+async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path, replicas: usize) -> Result<Running, BenchError> {
+    let mut procs = Vec::new();
+    let mut grpc = Vec::new();
+    for i in 0..replicas.max(1) {
+        let p = free_ports(3)?;
+        let mut args: Vec<String> = [
+            "--grpc-port", &p[0].to_string(), "--grpc-health-port", &p[1].to_string(), "--metrics-port", &p[2].to_string(),
+            "--secure-serving=false", "--config-file", &config.display().to_string(), "--zap-log-level", "error",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend_from_slice(discovery);
+        let name = if i == 0 { "epp".to_owned() } else { format!("epp-{}", i + 1) };
+        let mut proc_ = Proc::spawn(&name, &bins.epp, &args, dir)?;
+        wait_http_ok(&mut proc_, SocketAddr::from(([127, 0, 0, 1], p[2])), "/metrics", Duration::from_secs(20)).await?;
+        procs.push(proc_);
+        grpc.push(SocketAddr::from(([127, 0, 0, 1], p[0])));
+    }
+    let envoy = EnvoyConfig::new(Template::Duplex).epp_replicas(grpc).concurrency(2).start().await?;
+    Ok(Running { target: envoy.listener_addr(), procs, envoy: Some(envoy) })
 }
 
 async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, BenchError> {
@@ -216,7 +228,8 @@ mod tests {
         assert_eq!(parsed[1].labels.get(epp::kvevents::PORT_LABEL).map(String::as_str), Some("9101"));
         assert_eq!(parsed[1].labels.get(epp::kvevents::REPLAY_PORT_LABEL).map(String::as_str), Some("9201"));
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(Router::EppPrecise { name: "p".into(), config: PathBuf::new() }.needs_kv_events());
-        assert!(!Router::Epp { name: "p".into(), config: PathBuf::new() }.needs_kv_events());
+        assert!(Router::EppPrecise { name: "p".into(), config: PathBuf::new(), replicas: 1 }.needs_kv_events());
+        assert!(!Router::Epp { name: "p".into(), config: PathBuf::new(), replicas: 3 }.needs_kv_events());
+        assert_eq!(Router::Epp { name: "p".into(), config: PathBuf::new(), replicas: 3 }.label(), "epp-p-x3");
     }
 }

@@ -57,6 +57,10 @@ struct Args {
     /// Another epp configuration to compare, `name=path` (repeatable).
     #[arg(long)]
     epp: Vec<String>,
+    /// Run every epp router once per replica count, e.g. `1,3`: N active-active epp processes
+    /// in Envoy's ext_proc cluster (labels `epp-<name>-x<N>`).
+    #[arg(long, value_delimiter = ',')]
+    epp_replicas: Vec<usize>,
     /// Cross-check loadgen against inference-perf (default in full mode).
     #[arg(long)]
     crosscheck: bool,
@@ -94,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         peers: !args.no_peers && args.mode != Mode::Smoke,
         profile: args.profile.clone(),
         time_scale: args.time_scale,
+        epp_replicas: args.epp_replicas.clone(),
         extra_epp: args.epp.iter().filter_map(|e| e.split_once('=')).map(|(n, p)| (n.to_owned(), PathBuf::from(p))).collect(),
     };
     let mut md = format!("# bench {:?}, {}\n\nmachine load before: {}\n", args.mode, now(), uptime());

@@ -65,18 +65,23 @@ fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(&e))?;
         lines(&mut chart, series).map_err(|e| err(&e))?;
     } else {
-        let mut chart = builder.build_cartesian_2d(0.0..x_max, 0.0..y_max).map_err(|e| err(&e))?;
+        // Latency on a log axis: cache-aware routers (hundreds of ms) and cache-blind ones (tens
+        // of seconds) differ by two orders of magnitude; a linear axis flattens the former.
+        let y_min = all().map(|p| p.1).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
+        let lo = if y_min.is_finite() { y_min * 0.8 } else { 1.0 };
+        let mut chart = builder.build_cartesian_2d(0.0..x_max, (lo..y_max).log_scale()).map_err(|e| err(&e))?;
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(&e))?;
         lines(&mut chart, series).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))
 }
 
-type Chart<'a, X> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>;
+type Chart<'a, X, Y> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>;
 
-fn lines<X>(chart: &mut Chart<'_, X>, series: &[Series]) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
+fn lines<X, Y>(chart: &mut Chart<'_, X, Y>, series: &[Series]) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
 where
     X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
 {
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
@@ -103,8 +108,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let s = vec![Series { label: "a".into(), points: cdf(vec![10.0, 20.0, 400.0]) }];
         ttft_cdf(&dir.join("cdf.svg"), "t", &s).unwrap();
-        let l = vec![Series { label: "b".into(), points: vec![(1.0, 10.0), (2.0, 30.0)] }];
+        let l = vec![Series { label: "b".into(), points: vec![(1.0, 10.0), (2.0, 30.0)] }, Series { label: "c".into(), points: vec![(1.0, 20.0), (2.0, 25_000.0)] }];
         latency_vs_load(&dir.join("load.svg"), "t", "TTFT p90 (ms)", &l).unwrap();
+        let load = std::fs::read_to_string(dir.join("load.svg")).unwrap();
+        assert!(load.contains("TTFT p90 (ms)") && load.matches("<polyline").count() >= 2, "both series drawn on the log axis");
         let text = std::fs::read_to_string(dir.join("cdf.svg")).unwrap();
         assert!(text.starts_with("<svg") && text.contains("TTFT"));
         std::fs::remove_dir_all(&dir).unwrap();

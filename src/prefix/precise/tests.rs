@@ -107,3 +107,21 @@ fn memory_per_entry_stays_within_budget() {
 fn a_key_with_one_holder_costs_a_24_byte_table_entry() {
     assert_eq!(std::mem::size_of::<(u64, Holders)>(), 24);
 }
+
+#[test]
+fn a_confirmed_guess_does_not_outlive_the_eviction() {
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..8).collect();
+    let now = Instant::now();
+    idx.speculate(ep(1), &keys(&t), now, Duration::from_secs(2));
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![(ep(1), 2)], "routed, not yet stored");
+    store(&idx, ep(1), None, &[11, 12], &t);
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![(ep(1), 2)], "stored");
+    idx.writer(ep(1)).remove(&[11, 12]);
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![], "evicted: the speculative entry went with the BlockStored");
+    idx.speculate(ep(2), &keys(&t), now, Duration::from_secs(2));
+    store(&idx, ep(1), None, &[11, 12], &t);
+    let mut m = idx.longest_prefix(&keys(&t), now);
+    m.sort();
+    assert_eq!(m, vec![(ep(1), 2), (ep(2), 2)], "another endpoint's store leaves ep(2)'s guess alone");
+}
