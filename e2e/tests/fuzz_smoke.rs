@@ -170,6 +170,17 @@ fn regression_early_decision_before_cache_salt() {
     run_one("request_parser", epp::fuzzing::request_parser, &input);
 }
 
+/// cargo-fuzz finding (request_parser, 2026-11-22, after 6.46 M executions): byte 0 = 0 asks
+/// for a prompt cap of 0, for which the early scan leaves the prompt out (`Text("")`) while
+/// the whole-body parse kept the empty token array (`Tokens([])`). In epp a cap of 0 only
+/// reaches the scan, when no scorer reads the prompt, so the invariant was too strict, not the
+/// code; it now compares prompts only for a cap above 0. The input stays in the corpus.
+#[test]
+fn regression_prompt_cap_zero() {
+    let input = std::fs::read(repo_root().join("hack/fuzz/corpus/request_parser/regression_prompt_cap_zero")).unwrap();
+    run_one("request_parser", epp::fuzzing::request_parser, &input);
+}
+
 /// cargo-fuzz finding (extproc_stream, 2026-11-21): every 5xx response doubles the endpoint's
 /// peak-EWMA latency (`PeakEwma::penalize`, src/datastore/latency.rs:53:
 /// `Duration::from_secs_f64(current * 2.0)`), so a few dozen failures in a row overflow
