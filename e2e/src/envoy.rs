@@ -75,9 +75,9 @@ impl EnvoyError {
 #[derive(Debug, Clone)]
 pub struct EnvoyConfig {
     template: Template,
-    epp: Option<SocketAddr>,
+    /// The ext_proc servers: one epp, or several active-active replicas.
+    epps: Vec<SocketAddr>,
     epp_tls: bool,
-    epp_replicas: Vec<SocketAddr>,
     pool: Vec<SocketAddr>,
     buffer_limit: Option<u32>,
     vars: BTreeMap<String, String>,
@@ -92,9 +92,8 @@ impl EnvoyConfig {
     pub fn new(template: Template) -> Self {
         Self {
             template,
-            epp: None,
+            epps: Vec::new(),
             epp_tls: false,
-            epp_replicas: Vec::new(),
             pool: Vec::new(),
             buffer_limit: None,
             vars: BTreeMap::new(),
@@ -106,15 +105,14 @@ impl EnvoyConfig {
 
     /// The ext_proc server. Only its port is used: the templates connect to 127.0.0.1.
     pub fn epp(mut self, addr: SocketAddr) -> Self {
-        self.epp = Some(addr);
+        self.epps = vec![addr];
         self
     }
 
     /// Several ext_proc servers (active-active epp replicas) in the ext_proc cluster, for
     /// templates that list `EPP_ENDPOINTS` ([`Template::Duplex`]); the others use the first.
     pub fn epp_replicas(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
-        self.epp_replicas = addrs.into_iter().collect();
-        self.epp = self.epp_replicas.first().copied();
+        self.epps = addrs.into_iter().collect();
         self
     }
 
@@ -182,11 +180,10 @@ impl EnvoyConfig {
             .map(|b| format!("per_connection_buffer_limit_bytes: {b}"))
             .unwrap_or_default();
         vars.insert("LISTENER_BUFFER_LIMIT".into(), limit);
-        match self.epp {
-            Some(addr) => {
-                vars.insert("EPP_PORT".into(), addr.port().to_string());
-                let all = if self.epp_replicas.is_empty() { vec![addr] } else { self.epp_replicas.clone() };
-                let local: Vec<SocketAddr> = all.iter().map(|a| SocketAddr::from(([127, 0, 0, 1], a.port()))).collect();
+        match self.epps.first() {
+            Some(first) => {
+                vars.insert("EPP_PORT".into(), first.port().to_string());
+                let local: Vec<SocketAddr> = self.epps.iter().map(|a| SocketAddr::from(([127, 0, 0, 1], a.port()))).collect();
                 vars.insert("EPP_ENDPOINTS".into(), pool_endpoints_yaml(&local));
             }
             None if self.template.uses_ext_proc() => {

@@ -7,8 +7,7 @@
 //! and the numbers: `cargo nextest run -p epp-e2e --release --test kvevents_compare
 //! --run-ignored only --no-capture`. Environment: `KV_COMPARE_SECS` (default 20),
 //! `KV_COMPARE_RATE` (requests/s, default 24), `KV_COMPARE_ONLY` (rows, e.g. `Precise1,Precise3`),
-//! `KV_COMPARE_CONTROL=1` (all replicas run, only the first routes), `KV_COMPARE_PRECISE_PARAMS`
-//! (the precise scorer's parameters, YAML flow mapping without braces).
+//! `KV_COMPARE_CONTROL=1` (all replicas run, only the first routes).
 
 mod kvevents_support;
 
@@ -72,13 +71,8 @@ fn system_prompt(group: usize) -> String {
 async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
     let engine = EngineConfig { model: MODEL.into(), num_gpu_blocks: BLOCKS, max_num_seqs: 16, ..EngineConfig::default() };
     let sims = SimPods::start_with(PODS, engine).await;
-    // KV_COMPARE_PRECISE_PARAMS: parameters of the precise scorer, e.g. `speculativeIndexing: false`.
-    let precise = match std::env::var("KV_COMPARE_PRECISE_PARAMS") {
-        Ok(p) => PRECISE_CONFIG.replace("- type: precise-prefix-cache-scorer\n", &format!("- type: precise-prefix-cache-scorer\n  parameters: {{{p}}}\n")),
-        Err(_) => PRECISE_CONFIG.to_owned(),
-    };
     let config = match mode {
-        Mode::Precise => precise.as_str(),
+        Mode::Precise => PRECISE_CONFIG,
         Mode::Approximate => APPROX_CONFIG,
         Mode::Random | Mode::RoundRobin => RANDOM_CONFIG,
     };
@@ -142,24 +136,22 @@ async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
         }
     }
     sims.cluster.shutdown().await;
-    let s = samples.lock().expect("lock");
-    let mut lat = s.latency.clone();
-    lat.sort_by(f64::total_cmp);
-    let p90 = lat.get(lat.len() * 9 / 10).copied().unwrap_or(f64::NAN);
-    let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
     let w = waiting.lock().expect("lock");
     let mean_wait = w.iter().sum::<f64>() / w.len().max(1) as f64;
-    let hit = s.cached as f64 / s.prompt.max(1) as f64;
-    format!(
-        "| {:?} | {replicas} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {} |",
-        mode,
-        lat.len(),
-        p90 * 1000.0,
-        mean * 1000.0,
-        hit * 100.0,
-        mean_wait,
-        s.failed
-    )
+    let row = samples.lock().expect("lock").row(mode, replicas, mean_wait);
+    row
+}
+
+impl Samples {
+    /// The table row: requests, TTFT p90 and mean, hit rate, mean queue, failures.
+    fn row(&self, mode: Mode, replicas: usize, mean_wait: f64) -> String {
+        let mut lat = self.latency.clone();
+        lat.sort_by(f64::total_cmp);
+        let p90 = lat.get(lat.len() * 9 / 10).copied().unwrap_or(f64::NAN);
+        let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
+        let hit = self.cached as f64 / self.prompt.max(1) as f64;
+        format!("| {mode:?} | {replicas} | {} | {:.0} | {:.0} | {:.1}% | {mean_wait:.2} | {} |", lat.len(), p90 * 1000.0, mean * 1000.0, hit * 100.0, self.failed)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

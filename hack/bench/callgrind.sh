@@ -38,7 +38,7 @@ else
   "${vg[@]}" "$bin" --port "$grpc" --endpoints "$eps" >"$d/server.log" 2>&1 &
 fi
 server=$!; pids+=($server)
-ADMIN_PORT=$admin LISTENER_PORT=$listen EPP_PORT=$grpc EPP_ENDPOINTS="[{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $grpc}}}}]" ACCESS_LOG=/dev/null EPP_TRANSPORT_SOCKET= LISTENER_BUFFER_LIMIT= \
+ADMIN_PORT=$admin LISTENER_PORT=$listen EPP_ENDPOINTS="[{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $grpc}}}}]" ACCESS_LOG=/dev/null EPP_TRANSPORT_SOCKET= LISTENER_BUFFER_LIMIT= \
   envsubst <config/envoy/duplex.yaml >"$d/envoy.yaml"
 "$envoy" -c "$d/envoy.yaml" --concurrency 1 -l error >"$d/envoy.log" 2>&1 &
 pids+=($!)

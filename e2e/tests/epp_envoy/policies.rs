@@ -54,8 +54,13 @@ impl GpuStack {
     }
 
     /// Waits until epp has scraped every pod at least `rounds` times in total (bounded).
-    async fn wait_for_scrapes(&self, rounds: f64) {
-        wait_for_metrics(&self.epp, "successful scrapes", |t| sample(t, "epp_metrics_scrapes_total", &[("outcome", "success")]).unwrap_or(0.0) >= rounds).await;
+    /// Waits for `scrapes` more successful scrapes than epp has done so far, so every pod has
+    /// been scraped since the caller changed it (a total since start-up can already be reached
+    /// on a slow machine before the change, leaving a pod's last scrape stale).
+    async fn wait_for_scrapes(&self, scrapes: f64) {
+        let count = |t: &str| sample(t, "epp_metrics_scrapes_total", &[("outcome", "success")]).unwrap_or(0.0);
+        let now = count(&self.epp.metrics_text().await.unwrap());
+        wait_for_metrics(&self.epp, "successful scrapes", |t| count(t) >= now + scrapes).await;
     }
 
     async fn stop(self) {

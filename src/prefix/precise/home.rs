@@ -17,17 +17,18 @@ use crate::endpoint::EndpointId;
 use std::net::IpAddr;
 
 /// How far above the mean scraped load (waiting + running) a home may be: CHWBL's bound.
-pub const HOME_LOAD_FACTOR: f64 = 1.25;
+const HOME_LOAD_FACTOR: f64 = 1.25;
 
 /// `(home, keys.len())` when `matches` is empty and there are keys and candidates.
 ///
 /// `candidates` carry their scraped load (waiting + running as the pod last reported it). The
 /// home is the rendezvous winner among those within [`HOME_LOAD_FACTOR`] × the mean load + 1
-/// (bounded-load rendezvous, as CHWBL bounds consistent hashing): rendezvous alone put 10 of 48
-/// groups on one pod and 2 on another, and a home's credit outweighs the load scorers in
-/// prefix-heavy profiles, so an unlucky pod took a double share and thrashed its cache. The
-/// bound uses only what every replica scrapes alike, never a replica's own dispatch counts, so
-/// the replicas still agree (up to one scrape interval).
+/// (bounded-load rendezvous, as CHWBL bounds consistent hashing). Plain rendezvous ignores load,
+/// and a home's credit outweighs the load scorers in prefix-heavy profiles: with it the precise
+/// router's pods served 13 to 61 of 345 requests in the quick bench (CV 0.40), with the bound
+/// CV 0.20 (BENCHMARKS.md, "Three replicas behind a real Envoy"). The bound uses only what every
+/// replica scrapes alike, never a replica's own dispatch counts, so the replicas still agree
+/// (up to one scrape interval).
 pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = (EndpointId, f64)>) -> Option<(EndpointId, usize)> {
     let first = *keys.first()?;
     if !matches.is_empty() {
