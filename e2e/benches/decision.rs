@@ -9,7 +9,8 @@
 //! hashing, prefix lookup, scoring and picking over 100 candidates, recording the decision);
 //! `tokenize_8k_tokens_cold`: epp's tokenizer against tiktoken-rs on the same new text.
 //!
-//! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md.
+//! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md. Allocation goes
+//! through mimalloc, the epp binary's global allocator.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use epp::director::{Incoming, Runtime};
@@ -17,6 +18,9 @@ use epp::scheduling::{Candidate, SchedulingRequest};
 use rand::{rngs::SmallRng, SeedableRng};
 use std::hint::black_box;
 use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONFIG: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig

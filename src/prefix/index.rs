@@ -4,6 +4,7 @@
 
 use crate::endpoint::EndpointId;
 use lru::LruCache;
+use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroUsize;
@@ -30,11 +31,15 @@ impl Hasher for IdentityHasher {
 type IdBuild = BuildHasherDefault<IdentityHasher>;
 type Slot = u32;
 type Lru = LruCache<u64, (), IdBuild>;
+/// The endpoints holding a block, sorted. Inline up to four: most blocks have one holder, and a
+/// heap list per block cost an allocation on every insert and a free on every eviction (about a
+/// tenth of a cold 8K-token route, perf on `cold_text` in `e2e/benches/decision.rs`).
+type Holders = SmallVec<[Slot; 4]>;
 
 struct Inner {
     slots: HashMap<EndpointId, Slot>,
     lrus: Vec<Option<(EndpointId, Lru)>>,
-    holders: HashMap<u64, Vec<Slot>, IdBuild>,
+    holders: HashMap<u64, Holders, IdBuild>,
 }
 
 /// Which endpoints were routed which prefixes. Shared by every request; see module docs.
@@ -64,7 +69,7 @@ impl PrefixIndex {
         let mut matched: Vec<(Slot, usize)> = Vec::new();
         let mut depth = 0;
         for (i, h) in hashes.iter().enumerate() {
-            let holders = inner.holders.get(h).map_or(&[][..], Vec::as_slice);
+            let holders = inner.holders.get(h).map_or(&[][..], Holders::as_slice);
             if i == 0 {
                 alive.extend_from_slice(holders);
             } else if holders != alive.as_slice() {
