@@ -79,9 +79,16 @@ fn tokenizer() -> Option<&'static Tokenizer> {
 }
 
 /// Prompt text → tokens → chained block hashes. Byte 0 picks the token cap, block size and
-/// block cap; the rest is the prompt (lossy UTF-8, as a JSON string could carry it).
+/// block cap; the rest is the prompt (lossy UTF-8, as a JSON string could carry it). The rest,
+/// folded to ASCII, must also be cut by the hand-written cl100k pre-tokenizer exactly where
+/// bpe-openai's regex cuts it.
 pub fn prefix_hasher(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
+    let ascii: String = rest.iter().map(|&b| char::from(b & 0x7F)).collect();
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    crate::request::tokenize::cl100k_ascii_pieces(ascii.as_bytes(), |p| pieces.push(p));
+    let regex: Vec<&[u8]> = bpe_openai::cl100k_base().split(&ascii).map(str::as_bytes).collect();
+    assert_eq!(pieces, regex, "ASCII pre-tokenizer and regex disagree on {ascii:?}");
     let text = String::from_utf8_lossy(rest);
     let max_tokens = 1 + usize::from(sel) * 2;
     let Some(tok) = tokenizer() else { panic!("the cl100k vocabulary failed to load") };

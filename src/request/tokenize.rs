@@ -143,7 +143,7 @@ impl FastBpe {
 /// and `\s` is `[\t\n\x0B\x0C\r ]`. The lazy DFA behind the regex took about 60% of the
 /// tokenizer's time (perf, `cold_text` in `e2e/benches/decision.rs`); this loop gives the same
 /// pieces (`ascii_pieces_equal_the_regex`) in a fraction of it.
-fn cl100k_ascii_pieces<'a>(s: &'a [u8], mut emit: impl FnMut(&'a [u8])) {
+pub(crate) fn cl100k_ascii_pieces<'a>(s: &'a [u8], mut emit: impl FnMut(&'a [u8])) {
     let letter = |b: u8| b.is_ascii_alphabetic();
     let digit = |b: u8| b.is_ascii_digit();
     let space = |b: u8| matches!(b, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ');

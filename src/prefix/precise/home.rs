@@ -6,9 +6,9 @@
 //! arrives (one prefill), the other replicas see the prefix as cold and place it by load, so a
 //! burst spread over three replicas prefills the same prefix on up to three pods, and the copies
 //! evict other prefixes. Rendezvous hashing on the prompt's first block key picks the same
-//! endpoint in every replica; crediting it with the whole prompt makes the precise scorer prefer
-//! it the way it prefers a real holder, so the load scorers and the scorer's saturation cut-off
-//! still override it for a busy or saturated pod.
+//! endpoint in every replica. The home is credited with half the prompt ([`HOME_CREDIT`]), so
+//! the precise scorer prefers it among pods of similar load while the load scorers (and the
+//! scorer's saturation cut-off) still send the prompt elsewhere when the home is busier.
 //!
 //! Only fully cold prompts get a home: once any endpoint holds (or speculatively holds) the first
 //! block, real matches decide, so a warm prefix is never pulled away from its holders.
@@ -19,7 +19,17 @@ use std::net::IpAddr;
 /// How far above the mean scraped load (waiting + running) a home may be: CHWBL's bound.
 const HOME_LOAD_FACTOR: f64 = 1.25;
 
-/// `(home, keys.len())` when `matches` is empty and there are keys and candidates.
+/// The share of the prompt a home is credited with, as if it held that many blocks. Half, not
+/// all: with the whole prompt credited, a cold prompt went to its home over any load difference
+/// (prefix weight 4 against load scorers worth 3 in `hack/bench/epp-precise.yaml`), and one
+/// replica's pods ended up unevenly loaded. Quick shared-prefix bench at 12 req/s, TTFT p90 of
+/// one replica in 5 runs: 5.5–18 s (median 10.2 s; pod spread CV 0.25–0.36); with half, 1.1,
+/// 1.4 and 16 s in 3 runs. Three replicas: 1.6–8.9 s (median 2.9 s) with the whole prompt,
+/// 2.9–5.0 s with half, 5.3–8.0 s with no home at all. BENCHMARKS.md, "cold-prompt home credit".
+pub const HOME_CREDIT: f64 = 0.5;
+
+/// `(home, blocks credited)` when `matches` is empty and there are keys and candidates: the
+/// credit is [`HOME_CREDIT`] of `keys.len()`, at least one block.
 ///
 /// `candidates` carry their scraped load (waiting + running as the pod last reported it). The
 /// home is the rendezvous winner among those within [`HOME_LOAD_FACTOR`] × the mean load + 1
@@ -40,7 +50,8 @@ pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl
     let rank = |id: &EndpointId| (mix(first ^ endpoint_hash(*id)), *id);
     // The least loaded candidate is always within the bound, so the filter never empties.
     let home = all.iter().filter(|(_, l)| *l <= bound).map(|(id, _)| *id).max_by_key(rank)?;
-    Some((home, keys.len()))
+    let credit = (keys.len() as f64 * HOME_CREDIT).round() as usize;
+    Some((home, credit.max(1)))
 }
 
 /// A hash of the endpoint's address that every replica computes alike (no per-process seed).
@@ -71,10 +82,11 @@ mod tests {
     #[test]
     fn every_replica_picks_the_same_home_whatever_the_candidate_order() {
         let mut c = ids(4);
-        let home = cold_home(&[7, 8, 9], &[], c.clone()).unwrap();
+        let home = cold_home(&[7, 8, 9, 10], &[], c.clone()).unwrap();
         c.reverse();
-        assert_eq!(cold_home(&[7, 8, 9], &[], c).unwrap(), home);
-        assert_eq!(home.1, 3, "credited with the whole prompt");
+        assert_eq!(cold_home(&[7, 8, 9, 10], &[], c).unwrap(), home);
+        assert_eq!(home.1, 2, "credited with half the prompt");
+        assert_eq!(cold_home(&[7], &[], ids(4)).unwrap().1, 1, "at least one block");
     }
 
     #[test]
