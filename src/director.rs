@@ -9,7 +9,7 @@ use crate::datastore::{self as ds, Datastore, EndpointState, InflightGuard, Obse
 use crate::endpoint::EndpointId;
 use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
-use crate::prefix::{self, index::PrefixIndex, precise::PreciseIndex};
+use crate::prefix::{self, index::PrefixIndex, precise::home::HomeCandidate, precise::PreciseIndex};
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
 use crate::scheduling::scorer::PrecisePrefixParams;
@@ -443,8 +443,11 @@ impl Director {
         let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
         let mut matches = self.precise.longest_prefix(&hashes, Instant::now());
         // A prompt no endpoint holds goes to the same home in every replica (active-active).
-        let loads = states.iter().map(|s| (s.id(), s.metrics().map_or(0.0, |m| m.waiting + m.running)));
-        matches.extend(prefix::precise::home::cold_home(&hashes, &matches, loads));
+        if matches.is_empty() && !hashes.is_empty() {
+            let held = self.precise.prefixes(states.iter().map(|s| s.id()));
+            let candidates = states.iter().zip(held).map(|(s, prefixes)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), prefixes });
+            matches.extend(prefix::precise::home::cold_home(&hashes, &matches, candidates));
+        }
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
         Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, precise: Some(ttl) })
     }

@@ -69,20 +69,28 @@ impl Holders {
         }
     }
 
-    fn add(&mut self, slot: Slot) {
+    /// Adds one reference of `slot`; true when `slot` did not hold the key before.
+    fn add(&mut self, slot: Slot) -> bool {
         let mut list = match self {
             Self::One(h) if h.slot == slot => {
                 h.refs = h.refs.saturating_add(1);
-                return;
+                return false;
             }
             Self::One(h) => Box::new(vec![*h]),
             Self::Many(v) => std::mem::take(v),
         };
-        match list.binary_search_by_key(&slot, |h| h.slot) {
-            Ok(i) => list[i].refs = list[i].refs.saturating_add(1),
-            Err(i) => list.insert(i, Holder { slot, refs: 1 }),
-        }
+        let new = match list.binary_search_by_key(&slot, |h| h.slot) {
+            Ok(i) => {
+                list[i].refs = list[i].refs.saturating_add(1);
+                false
+            }
+            Err(i) => {
+                list.insert(i, Holder { slot, refs: 1 });
+                true
+            }
+        };
         *self = Self::Many(list);
+        new
     }
 
     /// Removes `slot` whatever its references; true when nobody holds the key any more.
@@ -96,28 +104,30 @@ impl Holders {
         }
     }
 
-    /// Drops one reference of `slot`; true when nobody holds the key any more.
-    fn release(&mut self, slot: Slot) -> bool {
-        let (single, empty) = match self {
+    /// Drops one reference of `slot`: `(slot no longer holds the key, nobody holds it)`.
+    fn release(&mut self, slot: Slot) -> (bool, bool) {
+        let (single, gone, empty) = match self {
             Self::One(h) if h.slot == slot => {
                 h.refs -= 1;
-                return h.refs == 0;
+                return (h.refs == 0, h.refs == 0);
             }
-            Self::One(_) => return false,
+            Self::One(_) => return (false, false),
             Self::Many(v) => {
+                let mut gone = false;
                 if let Ok(i) = v.binary_search_by_key(&slot, |h| h.slot) {
                     v[i].refs -= 1;
                     if v[i].refs == 0 {
                         v.remove(i);
+                        gone = true;
                     }
                 }
-                (if let [only] = v.as_slice() { Some(*only) } else { None }, v.is_empty())
+                (if let [only] = v.as_slice() { Some(*only) } else { None }, gone, v.is_empty())
             }
         };
         if let Some(only) = single {
             *self = Self::One(only);
         }
-        empty
+        (gone, empty)
     }
 }
 
@@ -132,6 +142,10 @@ struct Inner {
     speculative: HashMap<u64, Vec<(Slot, Instant)>, IdBuild>,
     expiry: VecDeque<(Instant, u64)>,
     block_size: usize,
+    /// Keys of first blocks (stored with no parent) that somebody holds.
+    roots: HashSet<u64, IdBuild>,
+    /// Per slot: how many of `roots` it holds, i.e. how many distinct prompt beginnings.
+    prefixes: Vec<u32>,
 }
 
 /// What every endpoint's KV cache holds; see the module docs.
@@ -235,6 +249,14 @@ impl PreciseIndex {
         }
     }
 
+    /// How many distinct prompt beginnings (first blocks) each endpoint holds, as the events
+    /// say (speculative entries do not count): the same in every replica. 0 for an endpoint
+    /// the index has not seen.
+    pub fn prefixes(&self, ids: impl IntoIterator<Item = EndpointId>) -> Vec<u32> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        ids.into_iter().map(|id| inner.slots.get(&id).and_then(|s| inner.prefixes.get(usize::from(*s)).copied()).unwrap_or(0)).collect()
+    }
+
     /// (endpoint, key) entries confirmed by events.
     pub fn entries(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
@@ -287,6 +309,10 @@ impl Inner {
             }
         };
         self.ids[slot] = Some(endpoint);
+        if self.prefixes.len() < self.ids.len() {
+            self.prefixes.resize(self.ids.len(), 0);
+        }
+        self.prefixes[slot] = 0;
         let slot = Slot::try_from(slot).unwrap_or(Slot::MAX);
         self.slots.insert(endpoint, slot);
         slot
@@ -342,6 +368,7 @@ impl Writer<'_> {
                 None => return,
             },
         };
+        let mut root = ev.parent.is_none();
         for (hash, block) in ev.hashes.iter().zip(ev.tokens.chunks_exact(bs)) {
             let key = super::chain_block(parent, block);
             parent = key;
@@ -357,12 +384,20 @@ impl Writer<'_> {
                     }
                 }
             }
-            match inner.holders.entry(key) {
+            let new = match inner.holders.entry(key) {
                 Entry::Occupied(mut o) => o.get_mut().add(slot),
                 Entry::Vacant(v) => {
                     v.insert(Holders::One(Holder { slot, refs: 1 }));
+                    true
+                }
+            };
+            if root && new {
+                inner.roots.insert(key);
+                if let Some(n) = inner.prefixes.get_mut(usize::from(slot)) {
+                    *n += 1;
                 }
             }
+            root = false;
         }
     }
 
@@ -373,9 +408,18 @@ impl Writer<'_> {
         for hash in hashes {
             let Some(key) = inner.engine.get(hash).copied() else { continue };
             let Entry::Occupied(mut h) = inner.holders.entry(key) else { continue };
-            if h.get_mut().release(slot) {
+            let (gone, empty) = h.get_mut().release(slot);
+            if empty {
                 h.remove();
                 inner.engine.remove(hash);
+            }
+            if gone && !inner.roots.is_empty() && inner.roots.contains(&key) {
+                if let Some(n) = inner.prefixes.get_mut(usize::from(slot)) {
+                    *n = n.saturating_sub(1);
+                }
+                if empty {
+                    inner.roots.remove(&key);
+                }
             }
         }
     }
@@ -388,6 +432,10 @@ impl Writer<'_> {
         inner.holders.retain(|_, h| !h.drop_slot(slot));
         let holders = &inner.holders;
         inner.engine.retain(|_, key| holders.contains_key(key));
+        inner.roots.retain(|key| holders.contains_key(key));
+        if let Some(n) = inner.prefixes.get_mut(usize::from(slot)) {
+            *n = 0;
+        }
     }
 }
 

@@ -19,6 +19,15 @@ use std::net::IpAddr;
 /// How far above the mean scraped load (waiting + running) a home may be: CHWBL's bound.
 const HOME_LOAD_FACTOR: f64 = 1.25;
 
+/// How many of the best-ranked endpoints compete for a home; the one with the lower
+/// [`HomeCandidate::cost`] wins, the better rank on equal cost. One (plain rendezvous) placed a
+/// cold prefix by its hash alone: at low load the scorers' load differences were too small to
+/// override it, so 48 prefixes hashed over 8 pods gave one pod 9 of them and another 2, and a
+/// single replica's hit rate fell to 53% against the approximate router's 82% (quick
+/// shared-prefix bench at 9 req/s: pod spread CV 0.38, TTFT p90 4.9 s). Two choices is the
+/// power-of-two-choices bound on the fullest bin.
+const HOME_CHOICES: usize = 2;
+
 /// The share of the prompt a home is credited with, as if it held that many blocks. Half, not
 /// all: with the whole prompt credited, a cold prompt went to its home over any load difference
 /// (prefix weight 4 against load scorers worth 3 in `hack/bench/epp-precise.yaml`), and one
@@ -28,28 +37,55 @@ const HOME_LOAD_FACTOR: f64 = 1.25;
 /// 2.9–5.0 s with half, 5.3–8.0 s with no home at all. BENCHMARKS.md, "cold-prompt home credit".
 pub const HOME_CREDIT: f64 = 0.5;
 
+/// An endpoint as the home choice sees it: only what every replica knows alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HomeCandidate {
+    pub id: EndpointId,
+    /// Waiting + running as the pod last reported them (scraped, never this replica's own
+    /// dispatch counts).
+    pub load: f64,
+    /// Distinct prompt beginnings the pod holds, from its KV events
+    /// ([`super::PreciseIndex::prefixes`]).
+    pub prefixes: u32,
+}
+
+impl HomeCandidate {
+    /// Load and held prefixes, each against its pool mean (+1, so an idle pool compares
+    /// counts rather than dividing by zero). Load is what a request waits behind now; held
+    /// prefixes are what stays: a prefix homed on a pod keeps coming back to it, and a pod
+    /// holding more prefixes than its cache fits evicts them in turn. At low load the scraped
+    /// loads are mostly equal and the prefix count decides.
+    fn cost(&self, mean_load: f64, mean_prefixes: f64) -> f64 {
+        self.load.max(0.0) / (mean_load + 1.0) + f64::from(self.prefixes) / (mean_prefixes + 1.0)
+    }
+}
+
 /// `(home, blocks credited)` when `matches` is empty and there are keys and candidates: the
 /// credit is [`HOME_CREDIT`] of `keys.len()`, at least one block.
 ///
-/// `candidates` carry their scraped load (waiting + running as the pod last reported it). The
-/// home is the rendezvous winner among those within [`HOME_LOAD_FACTOR`] × the mean load + 1
-/// (bounded-load rendezvous, as CHWBL bounds consistent hashing). Plain rendezvous ignores load,
-/// and a home's credit outweighs the load scorers in prefix-heavy profiles: with it the precise
-/// router's pods served 13 to 61 of 345 requests in the quick bench (CV 0.40), with the bound
-/// CV 0.20 (BENCHMARKS.md, "Three replicas behind a real Envoy"). The bound uses only what every
-/// replica scrapes alike, never a replica's own dispatch counts, so the replicas still agree
-/// (up to one scrape interval).
-pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = (EndpointId, f64)>) -> Option<(EndpointId, usize)> {
+/// The home is the cheaper of the [`HOME_CHOICES`] rendezvous winners among the candidates whose
+/// load is within [`HOME_LOAD_FACTOR`] × the mean load + 1 (bounded-load rendezvous, as CHWBL
+/// bounds consistent hashing). Plain rendezvous ignores load, and a home's credit outweighs the
+/// load scorers in prefix-heavy profiles: with it the precise router's pods served 13 to 61 of
+/// 345 requests in the quick bench (CV 0.40), with the bound CV 0.20 (BENCHMARKS.md, "Three
+/// replicas behind a real Envoy"). Everything compared is what every replica scrapes and
+/// receives alike, so the replicas agree (up to one scrape interval and event delivery).
+pub fn cold_home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = HomeCandidate>) -> Option<(EndpointId, usize)> {
     let first = *keys.first()?;
     if !matches.is_empty() {
         return None;
     }
-    let all: Vec<(EndpointId, f64)> = candidates.into_iter().collect();
-    let mean = all.iter().map(|(_, l)| l.max(0.0)).sum::<f64>() / all.len().max(1) as f64;
-    let bound = mean * HOME_LOAD_FACTOR + 1.0;
-    let rank = |id: &EndpointId| (mix(first ^ endpoint_hash(*id)), *id);
+    let all: Vec<HomeCandidate> = candidates.into_iter().collect();
+    let n = all.len().max(1) as f64;
+    let mean_load = all.iter().map(|c| c.load.max(0.0)).sum::<f64>() / n;
+    let mean_prefixes = all.iter().map(|c| f64::from(c.prefixes)).sum::<f64>() / n;
+    let bound = mean_load * HOME_LOAD_FACTOR + 1.0;
     // The least loaded candidate is always within the bound, so the filter never empties.
-    let home = all.iter().filter(|(_, l)| *l <= bound).map(|(id, _)| *id).max_by_key(rank)?;
+    let mut ranked: Vec<(u64, HomeCandidate)> = all.iter().filter(|c| c.load <= bound).map(|c| (mix(first ^ endpoint_hash(c.id)), *c)).collect();
+    ranked.sort_unstable_by(|a, b| (b.0, b.1.id).cmp(&(a.0, a.1.id)));
+    // `min_by` keeps the first of equal costs: the better rank wins ties.
+    let cost = |c: &HomeCandidate| c.cost(mean_load, mean_prefixes);
+    let home = ranked.iter().take(HOME_CHOICES).min_by(|a, b| cost(&a.1).total_cmp(&cost(&b.1)))?.1.id;
     let credit = (keys.len() as f64 * HOME_CREDIT).round() as usize;
     Some((home, credit.max(1)))
 }
@@ -75,8 +111,8 @@ fn mix(mut z: u64) -> u64 {
 mod tests {
     use super::*;
 
-    fn ids(n: u8) -> Vec<(EndpointId, f64)> {
-        (1..=n).map(|i| (EndpointId(format!("10.0.0.{i}:8000").parse().unwrap()), 0.0)).collect()
+    fn ids(n: u8) -> Vec<HomeCandidate> {
+        (1..=n).map(|i| HomeCandidate { id: EndpointId(format!("10.0.0.{i}:8000").parse().unwrap()), load: 0.0, prefixes: 0 }).collect()
     }
 
     #[test]
@@ -103,7 +139,7 @@ mod tests {
     #[test]
     fn held_or_empty_prompts_have_no_home() {
         let c = ids(3);
-        assert_eq!(cold_home(&[1, 2], &[(c[0].0, 1)], c.clone()), None);
+        assert_eq!(cold_home(&[1, 2], &[(c[0].id, 1)], c.clone()), None);
         assert_eq!(cold_home(&[], &[], c.clone()), None);
         assert_eq!(cold_home(&[1], &[], Vec::new()), None);
     }
@@ -115,7 +151,7 @@ mod tests {
         let before: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
         let after: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c[..3].to_vec()).unwrap().0).collect();
         let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
-        assert_eq!(moved, before.iter().filter(|b| **b == c[3].0).count());
+        assert_eq!(moved, before.iter().filter(|b| **b == c[3].id).count());
     }
 
     #[test]
@@ -123,13 +159,61 @@ mod tests {
         let mut c = ids(4);
         let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9)).collect();
         let idle: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
-        c[0].1 = 12.0; // mean 3, bound 4.75: pod 0 is over it; the others (0) are not
+        c[0].load = 12.0; // mean 3, bound 4.75: pod 0 is over it; the others (0) are not
         let busy: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
-        assert!(busy.iter().all(|h| *h != c[0].0), "no new home on the overloaded pod");
-        let kept = idle.iter().zip(&busy).filter(|(i, b)| **i != c[0].0 && i == b).count();
-        assert_eq!(kept, idle.iter().filter(|i| **i != c[0].0).count(), "other homes stay put");
-        c[0].1 = 1.0; // mean 0.25, bound 1.31: within it, so plain rendezvous again
+        assert!(busy.iter().all(|h| *h != c[0].id), "no new home on the overloaded pod");
+        let kept = idle.iter().zip(&busy).filter(|(i, b)| **i != c[0].id && i == b).count();
+        assert_eq!(kept, idle.iter().filter(|i| **i != c[0].id).count(), "other homes stay put");
+        c[0].load = 1.0; // mean 0.25, bound 1.31: within it, but busier than any rival
         let near: Vec<EndpointId> = keys.iter().map(|k| cold_home(&[*k], &[], c.clone()).unwrap().0).collect();
-        assert_eq!(near, idle);
+        assert_eq!(near, busy, "its homes go to their second choice, the others stay");
+    }
+
+    #[test]
+    fn the_cheaper_of_the_two_best_ranks_is_the_home() {
+        let mut c = ids(4);
+        let key = [42u64];
+        let at = |c: &[HomeCandidate], id: EndpointId| c.iter().position(|x| x.id == id).unwrap();
+        let first = cold_home(&key, &[], c.clone()).unwrap().0;
+        let i = at(&c, first);
+        c[i].load = 2.0;
+        let second = cold_home(&key, &[], c.clone()).unwrap().0;
+        assert_ne!(second, first, "busier than its rival");
+        let j = at(&c, second);
+        c[j].load = 2.0;
+        assert_eq!(cold_home(&key, &[], c.clone()).unwrap().0, first, "equal cost: the better rank");
+        c[i].prefixes = 3;
+        assert_eq!(cold_home(&key, &[], c.clone()).unwrap().0, second, "equal load: fewer prefixes held");
+        c[j].prefixes = 3;
+        c[i].load = 1.0;
+        c[j].load = 1.0;
+        // The other two are idle and hold nothing, but only the two best ranks compete.
+        assert_eq!(cold_home(&key, &[], c.clone()).unwrap().0, first);
+    }
+
+    #[test]
+    fn homes_placed_one_by_one_stay_even() {
+        // Idle pods: each new home holds one more prefix. Then busy pods with equal prefixes:
+        // each new home carries one more request.
+        let spread = |v: Vec<f64>| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min);
+        let place = |c: &mut Vec<HomeCandidate>, by_load: bool| {
+            for key in 0..480u64 {
+                let home = cold_home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone()).unwrap().0;
+                let h = c.iter_mut().find(|x| x.id == home).unwrap();
+                if by_load {
+                    h.load += 1.0;
+                } else {
+                    h.prefixes += 1;
+                }
+            }
+        };
+        let mut c = ids(8);
+        place(&mut c, false);
+        let held = spread(c.iter().map(|x| f64::from(x.prefixes)).collect());
+        assert!(held <= 4.0, "{c:?}");
+        let mut c = ids(8);
+        place(&mut c, true);
+        let load = spread(c.iter().map(|x| x.load).collect());
+        assert!(load <= 4.0, "{c:?}");
     }
 }

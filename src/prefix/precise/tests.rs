@@ -125,3 +125,26 @@ fn a_confirmed_guess_does_not_outlive_the_eviction() {
     m.sort();
     assert_eq!(m, vec![(ep(1), 2), (ep(2), 2)], "another endpoint's store leaves ep(2)'s guess alone");
 }
+
+#[test]
+fn prefixes_count_distinct_first_blocks_per_endpoint() {
+    let idx = PreciseIndex::new();
+    let a: Vec<u32> = (0..8).collect();
+    let b: Vec<u32> = (100..108).collect();
+    store(&idx, ep(1), None, &[1, 2], &a);
+    store(&idx, ep(1), Some(2), &[3], &b[..4]); // a continuation, not a beginning
+    store(&idx, ep(1), None, &[1], &a[..4]); // the same first block again: a second reference
+    store(&idx, ep(1), None, &[11, 12], &b);
+    store(&idx, ep(2), None, &[1], &a[..4]);
+    assert_eq!(idx.prefixes([ep(1), ep(2), ep(3)]), vec![2, 1, 0]);
+    idx.writer(ep(1)).remove(&[1]);
+    assert_eq!(idx.prefixes([ep(1)]), vec![2], "one of two references left");
+    idx.writer(ep(1)).remove(&[1, 3]);
+    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![1, 1]);
+    idx.writer(ep(2)).clear();
+    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![1, 0]);
+    idx.retain(&[ep(2)].into_iter().collect());
+    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![0, 0], "a gone endpoint holds nothing");
+    store(&idx, ep(3), None, &[11], &b[..4]);
+    assert_eq!(idx.prefixes([ep(3)]), vec![1], "a reused slot starts from zero");
+}
