@@ -444,8 +444,8 @@ impl Director {
         let mut matches = self.precise.longest_prefix(&hashes, Instant::now());
         // A prompt no endpoint holds goes to the same home in every replica (active-active).
         if matches.is_empty() && !hashes.is_empty() {
-            let held = self.precise.prefixes(states.iter().map(|s| s.id()));
-            let candidates = states.iter().zip(held).map(|(s, prefixes)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), prefixes });
+            let shapes = self.precise.shapes(states.iter().map(|s| s.id()), Instant::now());
+            let candidates = states.iter().zip(shapes).map(|(s, cache)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), cache });
             matches.extend(prefix::precise::home::cold_home(&hashes, &matches, candidates));
         }
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);

@@ -146,6 +146,42 @@ struct Inner {
     roots: HashSet<u64, IdBuild>,
     /// Per slot: how many of `roots` it holds, i.e. how many distinct prompt beginnings.
     prefixes: Vec<u32>,
+    /// Per slot: prompt beginnings it evicted, decayed with [`LOST_DECAY`].
+    lost: Vec<Decayed>,
+}
+
+/// How fast the count of evicted prompt beginnings fades: e-folding time. A pod that evicts the
+/// first block of a prompt held a chain past everything after it (vLLM evicts a chain's tail
+/// first), so its cache holds more than it fits; a minute later that is old news.
+pub const LOST_DECAY: Duration = Duration::from_secs(30);
+
+/// A count that decays exponentially with [`LOST_DECAY`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Decayed {
+    value: f64,
+    at: Option<Instant>,
+}
+
+impl Decayed {
+    fn at(&self, now: Instant) -> f64 {
+        match self.at {
+            Some(t) => self.value * (-now.saturating_duration_since(t).as_secs_f64() / LOST_DECAY.as_secs_f64()).exp(),
+            None => 0.0,
+        }
+    }
+
+    fn add(&mut self, n: f64, now: Instant) {
+        *self = Self { value: self.at(now) + n, at: Some(now) };
+    }
+}
+
+/// What the events say about an endpoint's cache, for choosing a cold prompt's home.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CacheShape {
+    /// Distinct prompt beginnings (first blocks) held.
+    pub prefixes: u32,
+    /// Prompt beginnings evicted lately (decayed count, see [`LOST_DECAY`]).
+    pub lost: f64,
 }
 
 /// What every endpoint's KV cache holds; see the module docs.
@@ -158,6 +194,7 @@ pub struct PreciseIndex {
 pub struct Writer<'a> {
     inner: RwLockWriteGuard<'a, Inner>,
     slot: Slot,
+    now: Instant,
 }
 
 /// A BlockStored event as the index needs it.
@@ -179,9 +216,14 @@ impl PreciseIndex {
 
     /// A writer for `endpoint`'s events (creates its slot on first use).
     pub fn writer(&self, endpoint: EndpointId) -> Writer<'_> {
+        self.writer_at(endpoint, Instant::now())
+    }
+
+    /// [`Self::writer`] with the events' arrival time given (tests).
+    pub fn writer_at(&self, endpoint: EndpointId, now: Instant) -> Writer<'_> {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let slot = inner.slot_for(endpoint);
-        Writer { inner, slot }
+        Writer { inner, slot, now }
     }
 
     /// Block size the pods announce (0 until the first BlockStored).
@@ -242,19 +284,23 @@ impl PreciseIndex {
         for id in gone {
             let mut w = self.writer(id);
             w.clear();
-            let Writer { mut inner, slot } = w;
+            let Writer { mut inner, slot, .. } = w;
             inner.slots.remove(&id);
             inner.ids[usize::from(slot)] = None;
             inner.speculative.values_mut().for_each(|l| l.retain(|(s, _)| *s != slot));
         }
     }
 
-    /// How many distinct prompt beginnings (first blocks) each endpoint holds, as the events
-    /// say (speculative entries do not count): the same in every replica. 0 for an endpoint
-    /// the index has not seen.
-    pub fn prefixes(&self, ids: impl IntoIterator<Item = EndpointId>) -> Vec<u32> {
+    /// Each endpoint's [`CacheShape`] at `now`, as the events say (speculative entries do not
+    /// count), so every replica computes the same. Zero for an endpoint the index has not seen.
+    pub fn shapes(&self, ids: impl IntoIterator<Item = EndpointId>, now: Instant) -> Vec<CacheShape> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        ids.into_iter().map(|id| inner.slots.get(&id).and_then(|s| inner.prefixes.get(usize::from(*s)).copied()).unwrap_or(0)).collect()
+        ids.into_iter()
+            .map(|id| {
+                let Some(s) = inner.slots.get(&id).map(|s| usize::from(*s)) else { return CacheShape::default() };
+                CacheShape { prefixes: inner.prefixes.get(s).copied().unwrap_or(0), lost: inner.lost.get(s).map_or(0.0, |d| d.at(now)) }
+            })
+            .collect()
     }
 
     /// (endpoint, key) entries confirmed by events.
@@ -311,8 +357,10 @@ impl Inner {
         self.ids[slot] = Some(endpoint);
         if self.prefixes.len() < self.ids.len() {
             self.prefixes.resize(self.ids.len(), 0);
+            self.lost.resize(self.ids.len(), Decayed::default());
         }
         self.prefixes[slot] = 0;
+        self.lost[slot] = Decayed::default();
         let slot = Slot::try_from(slot).unwrap_or(Slot::MAX);
         self.slots.insert(endpoint, slot);
         slot
@@ -403,7 +451,7 @@ impl Writer<'_> {
 
     /// Applies a BlockRemoved: one copy of each hash is gone from this endpoint.
     pub fn remove(&mut self, hashes: &[u64]) {
-        let slot = self.slot;
+        let (slot, now) = (self.slot, self.now);
         let inner = &mut *self.inner;
         for hash in hashes {
             let Some(key) = inner.engine.get(hash).copied() else { continue };
@@ -416,6 +464,9 @@ impl Writer<'_> {
             if gone && !inner.roots.is_empty() && inner.roots.contains(&key) {
                 if let Some(n) = inner.prefixes.get_mut(usize::from(slot)) {
                     *n = n.saturating_sub(1);
+                }
+                if let Some(l) = inner.lost.get_mut(usize::from(slot)) {
+                    l.add(1.0, now);
                 }
                 if empty {
                     inner.roots.remove(&key);

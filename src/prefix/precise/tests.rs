@@ -126,6 +126,10 @@ fn a_confirmed_guess_does_not_outlive_the_eviction() {
     assert_eq!(m, vec![(ep(1), 2), (ep(2), 2)], "another endpoint's store leaves ep(2)'s guess alone");
 }
 
+fn prefixes(idx: &PreciseIndex, ids: &[EndpointId]) -> Vec<u32> {
+    idx.shapes(ids.iter().copied(), Instant::now()).iter().map(|s| s.prefixes).collect()
+}
+
 #[test]
 fn prefixes_count_distinct_first_blocks_per_endpoint() {
     let idx = PreciseIndex::new();
@@ -136,15 +140,37 @@ fn prefixes_count_distinct_first_blocks_per_endpoint() {
     store(&idx, ep(1), None, &[1], &a[..4]); // the same first block again: a second reference
     store(&idx, ep(1), None, &[11, 12], &b);
     store(&idx, ep(2), None, &[1], &a[..4]);
-    assert_eq!(idx.prefixes([ep(1), ep(2), ep(3)]), vec![2, 1, 0]);
+    assert_eq!(prefixes(&idx, &[ep(1), ep(2), ep(3)]), vec![2, 1, 0]);
     idx.writer(ep(1)).remove(&[1]);
-    assert_eq!(idx.prefixes([ep(1)]), vec![2], "one of two references left");
+    assert_eq!(prefixes(&idx, &[ep(1)]), vec![2], "one of two references left");
     idx.writer(ep(1)).remove(&[1, 3]);
-    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![1, 1]);
+    assert_eq!(prefixes(&idx, &[ep(1), ep(2)]), vec![1, 1]);
     idx.writer(ep(2)).clear();
-    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![1, 0]);
+    assert_eq!(prefixes(&idx, &[ep(1), ep(2)]), vec![1, 0]);
     idx.retain(&[ep(2)].into_iter().collect());
-    assert_eq!(idx.prefixes([ep(1), ep(2)]), vec![0, 0], "a gone endpoint holds nothing");
+    assert_eq!(prefixes(&idx, &[ep(1), ep(2)]), vec![0, 0], "a gone endpoint holds nothing");
     store(&idx, ep(3), None, &[11], &b[..4]);
-    assert_eq!(idx.prefixes([ep(3)]), vec![1], "a reused slot starts from zero");
+    assert_eq!(prefixes(&idx, &[ep(3)]), vec![1], "a reused slot starts from zero");
+}
+
+#[test]
+fn evicted_prompt_beginnings_count_and_fade() {
+    let idx = PreciseIndex::new();
+    let t0 = Instant::now();
+    let a: Vec<u32> = (0..8).collect();
+    let b: Vec<u32> = (100..104).collect();
+    store(&idx, ep(1), None, &[1, 2], &a);
+    store(&idx, ep(1), None, &[3], &b);
+    store(&idx, ep(2), None, &[3], &b);
+    idx.writer_at(ep(1), t0).remove(&[2]); // a tail block: not a beginning
+    let lost = |at: Instant| idx.shapes([ep(1), ep(2)], at).iter().map(|s| s.lost).collect::<Vec<f64>>();
+    assert_eq!(lost(t0), vec![0.0, 0.0]);
+    idx.writer_at(ep(1), t0).remove(&[1, 3]);
+    assert_eq!(lost(t0), vec![2.0, 0.0], "two beginnings evicted; the other holder of one is untouched");
+    let later = lost(t0 + LOST_DECAY);
+    assert!((later[0] - 2.0 / std::f64::consts::E).abs() < 1e-9, "{later:?}");
+    idx.writer_at(ep(2), t0 + LOST_DECAY).remove(&[3]);
+    assert_eq!(lost(t0 + LOST_DECAY)[1], 1.0);
+    idx.writer(ep(1)).clear();
+    assert!(lost(Instant::now())[0] > 0.0, "a cleared cache keeps its eviction history");
 }
