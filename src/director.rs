@@ -176,6 +176,9 @@ struct PrefixLookup {
     capacity: usize,
     auto_tune: bool,
     matches: Vec<(EndpointId, usize)>,
+    /// Precise: the endpoint credited with the part of the prompt nobody holds, and the blocks
+    /// credited ([`prefix::precise::home`]); scored as held, not reported as a hit.
+    home: Option<(EndpointId, usize)>,
     /// From the precise index: the decision is recorded as speculative entries with this TTL
     /// (`Some(None)`: not recorded) instead of in the approximate index.
     precise: Option<Option<Duration>>,
@@ -420,7 +423,7 @@ impl Director {
         };
         let hashes = prefix::block_hashes(target, req.cache_salt.as_deref(), &tokens, block_size, max_blocks);
         let matches = self.index.longest_prefix(&hashes);
-        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches, precise: None })
+        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches, home: None, precise: None })
     }
 
     fn precise_block_size(&self, p: &PrecisePrefixParams) -> usize {
@@ -441,15 +444,14 @@ impl Director {
             (Prompt::Text(text), _) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_tokens)),
         };
         let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
-        let mut matches = self.precise.longest_prefix(&hashes, Instant::now());
-        // A prompt no endpoint holds goes to the same home in every replica (active-active).
-        if matches.is_empty() && !hashes.is_empty() {
-            let shapes = self.precise.shapes(states.iter().map(|s| s.id()), Instant::now());
-            let candidates = states.iter().zip(shapes).map(|(s, cache)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), cache });
-            matches.extend(prefix::precise::home::cold_home(&hashes, &matches, candidates));
-        }
+        let now = Instant::now();
+        let matches = self.precise.longest_prefix(&hashes, now);
+        // The part no endpoint holds goes to the same home in every replica (active-active).
+        let shapes = self.precise.shapes(states.iter().map(|s| s.id()), now);
+        let candidates = states.iter().zip(shapes).map(|(s, cache)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), cache });
+        let home = prefix::precise::home::home(&hashes, &matches, candidates);
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
-        Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, precise: Some(ttl) })
+        Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, home, precise: Some(ttl) })
     }
 
     fn candidates(&self, states: &[&Arc<EndpointState>], lookup: Option<&PrefixLookup>) -> Vec<Candidate> {
@@ -461,7 +463,9 @@ impl Director {
                 let m = s.metrics();
                 let fresh = m.as_ref().is_some_and(|m| m.age(now) <= self.opts.staleness);
                 let (waiting, running, kv) = m.as_ref().map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
-                let prefix_blocks = lookup.and_then(|l| l.matches.iter().find(|(id, _)| *id == s.id())).map_or(0, |(_, n)| *n);
+                let held = lookup.and_then(|l| l.matches.iter().find(|(id, _)| *id == s.id())).map_or(0, |(_, n)| *n);
+                let credited = lookup.and_then(|l| l.home).filter(|(id, _)| *id == s.id()).map_or(0, |(_, n)| n);
+                let prefix_blocks = held.max(credited);
                 Candidate {
                     id: s.id(),
                     weight: s.endpoint.weight,

@@ -148,7 +148,17 @@ struct Inner {
     prefixes: Vec<u32>,
     /// Per slot: prompt beginnings it evicted, decayed with [`LOST_DECAY`].
     lost: Vec<Decayed>,
+    /// Prompt beginnings this replica sent to a slot that did not hold them: `(counted until,
+    /// slot, first block key)`, oldest first. Counted as held until the slot's BlockStored
+    /// confirms them or [`PLACED_WINDOW`] passes.
+    placed: VecDeque<(Instant, Slot, u64)>,
 }
+
+/// How long a prompt beginning this replica placed counts towards [`CacheShape::prefixes`]
+/// before the pod's events confirm it: about one prefill behind a short queue. Without it a
+/// burst of new prefixes (the first seconds of a run) was placed on counts that lagged by a
+/// prefill, and one replica's pods ended up holding 4 to 8 of 48 prefixes.
+pub const PLACED_WINDOW: Duration = Duration::from_secs(5);
 
 /// How fast the count of evicted prompt beginnings fades: e-folding time. A pod that evicts the
 /// first block of a prompt held a chain past everything after it (vLLM evicts a chain's tail
@@ -178,7 +188,8 @@ impl Decayed {
 /// What the events say about an endpoint's cache, for choosing a cold prompt's home.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CacheShape {
-    /// Distinct prompt beginnings (first blocks) held.
+    /// Distinct prompt beginnings (first blocks) held, plus those this replica just placed
+    /// there and the events have not confirmed yet ([`PLACED_WINDOW`]).
     pub prefixes: u32,
     /// Prompt beginnings evicted lately (decayed count, see [`LOST_DECAY`]).
     pub lost: f64,
@@ -264,6 +275,10 @@ impl PreciseIndex {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.expire(now);
         let slot = inner.slot_for(endpoint);
+        let root = keys[0];
+        if !inner.holds(root, slot) && !inner.placed.iter().any(|(_, s, k)| *s == slot && *k == root) {
+            inner.placed.push_back((now + PLACED_WINDOW, slot, root));
+        }
         let expires = now + ttl;
         for key in keys {
             let list = inner.speculative.entry(*key).or_default();
@@ -288,17 +303,29 @@ impl PreciseIndex {
             inner.slots.remove(&id);
             inner.ids[usize::from(slot)] = None;
             inner.speculative.values_mut().for_each(|l| l.retain(|(s, _)| *s != slot));
+            inner.placed.retain(|(_, s, _)| *s != slot);
         }
     }
 
-    /// Each endpoint's [`CacheShape`] at `now`, as the events say (speculative entries do not
-    /// count), so every replica computes the same. Zero for an endpoint the index has not seen.
+    /// Each endpoint's [`CacheShape`] at `now`: what the events say, which every replica
+    /// computes alike, plus the prompt beginnings this replica placed in the last
+    /// [`PLACED_WINDOW`] and the events have not confirmed. Zero for an endpoint the index has
+    /// not seen.
     pub fn shapes(&self, ids: impl IntoIterator<Item = EndpointId>, now: Instant) -> Vec<CacheShape> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let mut pending = vec![0u32; inner.ids.len()];
+        for (until, slot, key) in &inner.placed {
+            if *until > now && !inner.holds(*key, *slot) {
+                if let Some(n) = pending.get_mut(usize::from(*slot)) {
+                    *n += 1;
+                }
+            }
+        }
         ids.into_iter()
             .map(|id| {
                 let Some(s) = inner.slots.get(&id).map(|s| usize::from(*s)) else { return CacheShape::default() };
-                CacheShape { prefixes: inner.prefixes.get(s).copied().unwrap_or(0), lost: inner.lost.get(s).map_or(0.0, |d| d.at(now)) }
+                let held = inner.prefixes.get(s).copied().unwrap_or(0);
+                CacheShape { prefixes: held + pending.get(s).copied().unwrap_or(0), lost: inner.lost.get(s).map_or(0.0, |d| d.at(now)) }
             })
             .collect()
     }
@@ -366,6 +393,11 @@ impl Inner {
         slot
     }
 
+    /// Whether `slot` holds `key` by the events.
+    fn holds(&self, key: u64, slot: Slot) -> bool {
+        self.holders.get(&key).is_some_and(|h| h.as_slice().iter().any(|h| h.slot == slot))
+    }
+
     fn has_speculative(&self, key: u64, now: Instant) -> bool {
         !self.speculative.is_empty() && self.speculative.get(&key).is_some_and(|l| l.iter().any(|(_, t)| *t > now))
     }
@@ -387,6 +419,9 @@ impl Inner {
     }
 
     fn expire(&mut self, now: Instant) {
+        while self.placed.front().is_some_and(|(until, _, _)| *until <= now) {
+            self.placed.pop_front();
+        }
         while let Some((t, key)) = self.expiry.front().copied() {
             if t > now {
                 break;

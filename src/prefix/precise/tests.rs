@@ -174,3 +174,23 @@ fn evicted_prompt_beginnings_count_and_fade() {
     idx.writer(ep(1)).clear();
     assert!(lost(Instant::now())[0] > 0.0, "a cleared cache keeps its eviction history");
 }
+
+#[test]
+fn placed_prompt_beginnings_count_until_confirmed_or_stale() {
+    let idx = PreciseIndex::new();
+    let t0 = Instant::now();
+    let a: Vec<u32> = (0..8).collect();
+    let b: Vec<u32> = (100..108).collect();
+    let shape = |at: Instant| idx.shapes([ep(1), ep(2)], at).iter().map(|s| s.prefixes).collect::<Vec<u32>>();
+    idx.speculate(ep(1), &keys(&a), t0, Duration::from_secs(30));
+    idx.speculate(ep(1), &keys(&a), t0, Duration::from_secs(30)); // the same beginning again
+    idx.speculate(ep(1), &keys(&b), t0, Duration::from_secs(30));
+    assert_eq!(shape(t0), vec![2, 0], "two beginnings placed, none confirmed yet");
+    store(&idx, ep(1), None, &[1, 2], &a);
+    assert_eq!(shape(t0), vec![2, 0], "a confirmed one counts once");
+    idx.speculate(ep(1), &keys(&a), t0, Duration::from_secs(30));
+    assert_eq!(shape(t0), vec![2, 0], "placing a held beginning adds nothing");
+    assert_eq!(shape(t0 + PLACED_WINDOW), vec![1, 0], "the unconfirmed one no longer counts");
+    idx.speculate(ep(2), &keys(&b), t0 + PLACED_WINDOW, Duration::from_secs(30));
+    assert_eq!(shape(t0 + PLACED_WINDOW), vec![1, 1]);
+}
