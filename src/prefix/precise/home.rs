@@ -106,7 +106,7 @@ pub fn home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl Into
     // With nothing held, the least loaded candidate is always within the bound; holders may all
     // be over it, and then there is no home: the scorers place the prompt by load.
     let mut ranked: Vec<(u64, HomeCandidate)> = all.iter().filter(|c| holds(c) && c.load <= bound).map(|c| (mix(first ^ endpoint_hash(c.id)), *c)).collect();
-    ranked.sort_unstable_by(|a, b| (b.0, b.1.id).cmp(&(a.0, a.1.id)));
+    ranked.sort_unstable_by_key(|(rank, c)| std::cmp::Reverse((*rank, c.id)));
     let (_, top) = ranked.first()?;
     let cost = |c: &HomeCandidate| c.cost(mean_prefixes, mean_lost);
     // `min_by` keeps the first of equal costs: the better rank.
