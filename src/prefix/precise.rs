@@ -336,13 +336,14 @@ impl PreciseIndex {
         inner.holders.values().map(|h| h.as_slice().len()).sum()
     }
 
-    /// Heap bytes of the confirmed entries (table capacity × entry size + control bytes, and
-    /// the holder lists), for the memory budget.
+    /// Heap bytes of the confirmed entries (table capacity × entry size + control bytes, the
+    /// holder lists and the set of first-block keys), for the memory budget.
     pub fn heap_bytes(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let engine = inner.engine.capacity() * (16 + 1);
         let lists: usize = inner.holders.values().map(|h| if let Holders::Many(v) = h { 24 + v.capacity() * 4 } else { 0 }).sum();
-        engine + inner.holders.capacity() * (24 + 1) + lists
+        let roots = inner.roots.capacity() * (8 + 1);
+        engine + inner.holders.capacity() * (24 + 1) + lists + roots
     }
 }
 
