@@ -66,8 +66,31 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     }
 }
 
+/// A port that was free a moment ago, for a simulator's ZMQ socket to bind later.
+///
+/// Drawn at random from 20000–31999, below Linux's ephemeral range (32768–60999), and checked by
+/// binding it. A port the kernel hands out for `127.0.0.1:0` was free only until the next such
+/// bind: the pods' own HTTP listeners, or a parallel test process, could be given it before the
+/// simulator bound it (seen once in CI as `AddrInUse`). Ports outside the range are never handed
+/// out that way; the random draw keeps parallel test processes apart, and this process never
+/// hands out the same port twice.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..10_000 {
+        let mut z = seed.wrapping_add(DRAWS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let port = 20_000 + ((z ^ (z >> 31)) % 12_000) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
 }
 
 fn labelled(id: EndpointId, port: u16, replay: Option<u16>) -> Endpoint {
