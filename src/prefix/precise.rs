@@ -148,10 +148,13 @@ struct Inner {
     prefixes: Vec<u32>,
     /// Per slot: prompt beginnings it evicted, decayed with [`LOST_DECAY`].
     lost: Vec<Decayed>,
-    /// Prompt beginnings this replica sent to a slot that did not hold them: `(counted until,
-    /// slot, first block key)`, oldest first. Counted as held until the slot's BlockStored
-    /// confirms them or [`PLACED_WINDOW`] passes.
-    placed: VecDeque<(Instant, Slot, u64)>,
+    /// Prompt beginnings this replica sent to a slot that did not hold them, until the slot's
+    /// BlockStored confirms them or [`PLACED_WINDOW`] passes: `(slot, first block key) → counted
+    /// until`, with the same entries oldest first in `placed_order`, and `pending` counting
+    /// them per slot (so neither routing nor reading scans them).
+    placed: HashMap<(Slot, u64), Instant, rustc_hash::FxBuildHasher>,
+    placed_order: VecDeque<(Instant, Slot, u64)>,
+    pending: Vec<u32>,
 }
 
 /// How long a prompt beginning this replica placed counts towards [`CacheShape::prefixes`]
@@ -276,8 +279,14 @@ impl PreciseIndex {
         inner.expire(now);
         let slot = inner.slot_for(endpoint);
         let root = keys[0];
-        if !inner.holds(root, slot) && !inner.placed.iter().any(|(_, s, k)| *s == slot && *k == root) {
-            inner.placed.push_back((now + PLACED_WINDOW, slot, root));
+        if !inner.holds(root, slot) {
+            if let Entry::Vacant(v) = inner.placed.entry((slot, root)) {
+                v.insert(now + PLACED_WINDOW);
+                inner.placed_order.push_back((now + PLACED_WINDOW, slot, root));
+                if let Some(n) = inner.pending.get_mut(usize::from(slot)) {
+                    *n += 1;
+                }
+            }
         }
         let expires = now + ttl;
         for key in keys {
@@ -303,7 +312,8 @@ impl PreciseIndex {
             inner.slots.remove(&id);
             inner.ids[usize::from(slot)] = None;
             inner.speculative.values_mut().for_each(|l| l.retain(|(s, _)| *s != slot));
-            inner.placed.retain(|(_, s, _)| *s != slot);
+            inner.placed.retain(|(s, _), _| *s != slot);
+            inner.placed_order.retain(|(_, s, _)| *s != slot);
         }
     }
 
@@ -313,12 +323,11 @@ impl PreciseIndex {
     /// not seen.
     pub fn shapes(&self, ids: impl IntoIterator<Item = EndpointId>, now: Instant) -> Vec<CacheShape> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        let mut pending = vec![0u32; inner.ids.len()];
-        for (until, slot, key) in &inner.placed {
-            if *until > now && !inner.holds(*key, *slot) {
-                if let Some(n) = pending.get_mut(usize::from(*slot)) {
-                    *n += 1;
-                }
+        // Entries past their window that no write has expired yet (the oldest ones) no longer count.
+        let mut pending = inner.pending.clone();
+        for (until, slot, key) in inner.placed_order.iter().take_while(|(until, _, _)| *until <= now) {
+            if let Some(n) = pending.get_mut(usize::from(*slot)).filter(|_| inner.placed.get(&(*slot, *key)) == Some(until)) {
+                *n = n.saturating_sub(1);
             }
         }
         ids.into_iter()
@@ -386,9 +395,11 @@ impl Inner {
         if self.prefixes.len() < self.ids.len() {
             self.prefixes.resize(self.ids.len(), 0);
             self.lost.resize(self.ids.len(), Decayed::default());
+            self.pending.resize(self.ids.len(), 0);
         }
         self.prefixes[slot] = 0;
         self.lost[slot] = Decayed::default();
+        self.pending[slot] = 0;
         let slot = Slot::try_from(slot).unwrap_or(Slot::MAX);
         self.slots.insert(endpoint, slot);
         slot
@@ -420,8 +431,17 @@ impl Inner {
     }
 
     fn expire(&mut self, now: Instant) {
-        while self.placed.front().is_some_and(|(until, _, _)| *until <= now) {
-            self.placed.pop_front();
+        while let Some((until, slot, key)) = self.placed_order.front().copied() {
+            if until > now {
+                break;
+            }
+            self.placed_order.pop_front();
+            if self.placed.get(&(slot, key)) == Some(&until) {
+                self.placed.remove(&(slot, key));
+                if let Some(n) = self.pending.get_mut(usize::from(slot)) {
+                    *n = n.saturating_sub(1);
+                }
+            }
         }
         while let Some((t, key)) = self.expiry.front().copied() {
             if t > now {
@@ -479,6 +499,12 @@ impl Writer<'_> {
                 inner.roots.insert(key);
                 if let Some(n) = inner.prefixes.get_mut(usize::from(slot)) {
                     *n += 1;
+                }
+                // A placement of this beginning is confirmed: it now counts as held.
+                if !inner.placed.is_empty() && inner.placed.remove(&(slot, key)).is_some() {
+                    if let Some(n) = inner.pending.get_mut(usize::from(slot)) {
+                        *n = n.saturating_sub(1);
+                    }
                 }
             }
             root = false;

@@ -75,16 +75,12 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
 /// out that way; the random draw keeps parallel test processes apart, and this process never
 /// hands out the same port twice.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static DRAWS: AtomicU64 = AtomicU64::new(0);
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    use rand::Rng;
+    let mut rng = rand::rng();
     for _ in 0..10_000 {
-        let mut z = seed.wrapping_add(DRAWS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        let port = 20_000 + ((z ^ (z >> 31)) % 12_000) as u16;
+        let port = rng.random_range(20_000..32_000);
         if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.push(port);
             return port;

@@ -74,10 +74,11 @@ impl HomeCandidate {
     }
 }
 
-/// The second rank becomes the home only when it is cheaper by more than this, in units of one
+/// Another of the best ranks becomes the home only when it is cheaper than the best rank by more
+/// than this, in units of one
 /// prefix at the pool mean: one prompt beginning arriving or leaving elsewhere between two
 /// replicas' decisions does not flip the choice, two do (1.5 rather than 1: floating-point
-/// equality at exactly one). A wider margin (3 and 3.5, 7 runs) did not help three replicas
+/// equality at exactly one). A wider margin (3 and 3.5, 7 pairs of runs) did not help three replicas
 /// (mean TTFT 349 ms against 347) and hurt one (442 ms against 262: its pods evened out less);
 /// BENCHMARKS.md, "Where a home goes".
 const HOME_HYSTERESIS: f64 = 1.5;
@@ -86,9 +87,9 @@ const HOME_HYSTERESIS: f64 = 1.5;
 /// the held and speculative runs per endpoint) is shorter than the prompt: the home holds that
 /// prefix, and is credited with it plus [`HOME_CREDIT`] of the rest, at least one block more.
 ///
-/// Ranks are by the key of the first block nobody holds. The home is the better-ranked of the [`HOME_CHOICES`] rendezvous winners, or the other when
-/// its cache is clearly less committed ([`HomeCandidate::cost`], [`HOME_HYSTERESIS`]), among the
-/// candidates whose load is within [`HOME_LOAD_FACTOR`] × the mean load + 1 (bounded-load
+/// Ranks are by the key of the first block nobody holds. The home is the best rank, or the
+/// cheapest of the [`HOME_CHOICES`] best when its cache is clearly less committed
+/// ([`HomeCandidate::cost`], [`HOME_HYSTERESIS`]), among the candidates whose load is within [`HOME_LOAD_FACTOR`] × the mean load + 1 (bounded-load
 /// rendezvous, as CHWBL bounds consistent hashing). Plain rendezvous ignores load, and a home's
 /// credit outweighs the load scorers in prefix-heavy profiles: with it the precise router's pods
 /// served 13 to 61 of 345 requests in the quick bench (CV 0.40), with the bound CV 0.20
@@ -108,11 +109,17 @@ pub fn home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl Into
     // With nothing held, the least loaded candidate is always within the bound; holders may all
     // be over it, and then there is no home: the scorers place the prompt by load.
     let mut ranked: Vec<(u64, HomeCandidate)> = all.iter().filter(|c| holds(c) && c.load <= bound).map(|c| (mix(first ^ endpoint_hash(c.id)), *c)).collect();
-    ranked.sort_unstable_by_key(|(rank, c)| std::cmp::Reverse((*rank, c.id)));
+    // Only the best few are compared: select them (linear), then order those.
+    let by_rank = |(rank, c): &(u64, HomeCandidate)| std::cmp::Reverse((*rank, c.id));
+    if ranked.len() > HOME_CHOICES {
+        ranked.select_nth_unstable_by_key(HOME_CHOICES - 1, by_rank);
+        ranked.truncate(HOME_CHOICES);
+    }
+    ranked.sort_unstable_by_key(by_rank);
     let (_, top) = ranked.first()?;
     let cost = |c: &HomeCandidate| c.cost(mean_prefixes, mean_lost);
     // `min_by` keeps the first of equal costs: the better rank.
-    let cheapest = ranked.iter().take(HOME_CHOICES).map(|(_, c)| c).min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
+    let cheapest = ranked.iter().map(|(_, c)| c).min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
     let home = if cost(cheapest) + HOME_HYSTERESIS / (mean_prefixes + 1.0) < cost(top) { cheapest } else { top };
     let credit = held + ((keys.len() - held) as f64 * HOME_CREDIT).round() as usize;
     Some((home.id, credit.max(held + 1)))
