@@ -11,13 +11,14 @@ use crate::director::{Director, DirectorOptions, Runtime};
 use crate::extproc::{stream::Limits, ExtProc};
 use crate::health::Health;
 use crate::metrics::{InfoLabels, Metrics};
+use crate::kvevents::peers;
 use crate::{admin, config, discovery, kvevents, leader, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,13 +31,23 @@ pub struct Listeners {
     pub grpc: TcpListener,
     pub health: TcpListener,
     pub metrics: TcpListener,
+    /// Speculative entries from and to the other replicas (`--speculative-peer-port`,
+    /// `--speculative-peers`); `None` turns sharing off.
+    pub peers: Option<UdpSocket>,
 }
 
 impl Listeners {
     /// Binds the ports named in `opts` on all interfaces, as upstream does.
     pub async fn bind(opts: &Options) -> anyhow::Result<Self> {
         let bind = |port: u16| async move { TcpListener::bind(("0.0.0.0", port)).await.with_context(|| format!("binding port {port}")) };
-        Ok(Self { grpc: bind(opts.grpc_port).await?, health: bind(opts.grpc_health_port).await?, metrics: bind(opts.metrics_port).await? })
+        let peers = match (opts.speculative_peer_port, opts.speculative_peers.is_empty()) {
+            (None, true) => None,
+            (port, _) => {
+                let port = port.unwrap_or(0);
+                Some(UdpSocket::bind(("0.0.0.0", port)).await.with_context(|| format!("binding UDP port {port} (--speculative-peer-port)"))?)
+            }
+        };
+        Ok(Self { grpc: bind(opts.grpc_port).await?, health: bind(opts.grpc_health_port).await?, metrics: bind(opts.metrics_port).await?, peers })
     }
 }
 
@@ -54,8 +65,12 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let datastore = Arc::new(Datastore::new());
     let (fixed, file) = initial_endpoints(&opts, &datastore)?;
     let dopts = DirectorOptions { pool_name: opts.pool_label(), staleness: opts.metrics_staleness_threshold, subset_filter: !opts.disable_endpoint_subset_filter };
-    let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts));
+    let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts);
     let tracker = TaskTracker::new();
+    if let Some(socket) = listeners.peers {
+        director = share_placements(&opts, director, socket, &datastore, &tracker, &shutdown);
+    }
+    let director = Arc::new(director);
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
     let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
@@ -178,6 +193,20 @@ fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcont
     let director = Arc::clone(director);
     let metrics = Arc::clone(director.metrics());
     crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation(), metrics, opts.pool_label())
+}
+
+/// Sends this replica's speculative entries to `--speculative-peers` and applies theirs.
+fn share_placements(opts: &Options, director: Director, socket: UdpSocket, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> Director {
+    let metrics = Arc::clone(director.metrics());
+    let sock = peers::PeerSocket { socket: Arc::new(socket), sender: rand::random(), metrics: Arc::clone(&metrics) };
+    let receive = peers::receive(sock.clone(), Arc::clone(datastore), Arc::clone(director.precise_index()), shutdown.clone());
+    tracker.spawn(receive);
+    if opts.speculative_peers.is_empty() {
+        return director;
+    }
+    let (outbox, rx) = peers::outbox(metrics);
+    tracker.spawn(peers::send(sock, opts.speculative_peers.clone(), rx, shutdown.clone()));
+    director.with_placement_sink(Box::new(outbox))
 }
 
 fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {

@@ -167,6 +167,15 @@ pub struct Director {
     precise: Arc<PreciseIndex>,
     metrics: Arc<Metrics>,
     opts: DirectorOptions,
+    /// Where this replica's speculative entries go besides its own index: the other replicas
+    /// (`--speculative-peers`, [`crate::kvevents::peers`]).
+    placements: Option<Box<dyn PlacementSink>>,
+}
+
+/// Told of every speculative entry the director records (precise prefix), so other epp replicas
+/// can record it too. Must not block: it runs on the request path.
+pub trait PlacementSink: Send + Sync {
+    fn placed(&self, endpoint: EndpointId, keys: &[u64], ttl: Duration);
 }
 
 /// The prompt's block hashes and what the index believes about them.
@@ -187,7 +196,14 @@ struct PrefixLookup {
 impl Director {
     pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>, opts: DirectorOptions) -> Self {
         datastore.set_health_policy(runtime.health.clone());
-        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), precise: Arc::default(), metrics, opts }
+        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), precise: Arc::default(), metrics, opts, placements: None }
+    }
+
+    /// Shares every speculative entry with `sink` as well (before the director is shared).
+    #[must_use]
+    pub fn with_placement_sink(mut self, sink: Box<dyn PlacementSink>) -> Self {
+        self.placements = Some(sink);
+        self
     }
 
     pub fn runtime(&self) -> Arc<Runtime> {
@@ -513,6 +529,9 @@ impl Director {
         if let Some(ttl) = l.precise {
             if let Some(ttl) = ttl {
                 self.precise.speculate(primary.id(), &l.hashes, Instant::now(), ttl);
+                if let Some(sink) = &self.placements {
+                    sink.placed(primary.id(), &l.hashes, ttl);
+                }
             }
             return;
         }

@@ -21,6 +21,7 @@
 
 pub mod bound;
 pub mod decode;
+pub mod peers;
 mod subscriber;
 
 use crate::datastore::Datastore;

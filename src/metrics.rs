@@ -137,6 +137,30 @@ pub enum KvEventKind {
     ignored,
 }
 
+/// What became of a placement shared with other epp replicas ([`crate::kvevents::peers`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PeerOutcome {
+    /// A datagram sent to one peer address.
+    sent,
+    send_failed,
+    /// Not sent: the send queue was full.
+    dropped,
+    /// Received from another replica and recorded as a speculative entry.
+    applied,
+    /// Received from this replica itself (a peer name that includes it).
+    own,
+    /// Received for an endpoint this replica does not know.
+    unknown_endpoint,
+    /// Received and malformed.
+    rejected,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    pub outcome: PeerOutcome,
+}
+
 /// How a KV-event sequence gap ended: filled through replay, or the endpoint's entries dropped.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -203,6 +227,8 @@ pub struct Metrics {
     pub health_probes: Family<OutcomeLabels, Counter>,
     pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
     pub kv: KvEventMetrics,
+    /// Placements shared with other replicas, by outcome.
+    pub peer_messages: Family<PeerLabels, Counter>,
     pub flow: FlowControlMetrics,
 }
 
@@ -276,6 +302,7 @@ impl Metrics {
             health_probes: Family::default(),
             crd_validation_failures: Family::default(),
             kv: KvEventMetrics::default(),
+            peer_messages: Family::default(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),
@@ -342,6 +369,7 @@ impl Metrics {
         r.register("epp_kv_event_resets", "epp: KV-event publisher restarts and disconnects (entries dropped)", kv.resets.clone());
         r.register("epp_kv_event_subscription_connected", "epp: 1 while the endpoint's KV-event subscription is connected", kv.connected.clone());
         r.register("epp_kv_event_index_entries", "epp: (endpoint, block) entries in the precise prefix index", kv.index_entries.clone());
+        r.register("epp_speculative_peer_messages", "epp: speculative placements shared with other epp replicas, by outcome", self.peer_messages.clone());
     }
 }
 

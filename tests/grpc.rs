@@ -23,7 +23,7 @@ struct Running {
 
 async fn start(extra: &[&str]) -> Running {
     let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-    let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await };
+    let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await, peers: None };
     let (grpc, health, metrics) = (listeners.grpc.local_addr().unwrap(), listeners.health.local_addr().unwrap(), listeners.metrics.local_addr().unwrap());
     let mut args = vec!["epp", "--static-endpoints", "127.0.0.1:1,127.0.0.1:2"];
     args.extend_from_slice(extra);

@@ -24,7 +24,7 @@ impl Epp {
     /// ports are chosen here. Fails if epp exits during start-up.
     pub async fn start(args: &[String]) -> anyhow::Result<Self> {
         let bind = || async { TcpListener::bind("127.0.0.1:0").await.context("binding epp port") };
-        let listeners = Listeners { grpc: bind().await?, health: bind().await?, metrics: bind().await? };
+        let listeners = Listeners { grpc: bind().await?, health: bind().await?, metrics: bind().await?, peers: None };
         let (grpc, health, metrics) = (listeners.grpc.local_addr()?, listeners.health.local_addr()?, listeners.metrics.local_addr()?);
         let opts: Options = clap::Parser::try_parse_from(std::iter::once("epp".to_owned()).chain(args.iter().cloned()))?;
         let shutdown = CancellationToken::new();

@@ -441,6 +441,7 @@ impl OwnEpp {
             grpc: grpc_listener,
             health: TcpListener::bind("127.0.0.1:0").await.unwrap(),
             metrics: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            peers: None,
         };
         let opts: app::Options = clap::Parser::try_parse_from(
             std::iter::once("epp".to_owned()).chain(args.iter().cloned()),

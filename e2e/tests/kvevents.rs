@@ -6,7 +6,7 @@
 mod kvevents_support;
 
 use epp::kvevents::decode::{decode_batch, KvEvent};
-use epp::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels};
+use epp::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels, PeerLabels, PeerOutcome};
 use kvevents_support::*;
 use serde_json::{json, Value};
 
@@ -140,6 +140,35 @@ async fn speculative_entries_keep_a_burst_together_before_events_arrive() {
     }
     assert_ne!(r.route_completion(&prompt), first, "a saturated pod gets no prefix credit");
     r.stop().await;
+    sims.cluster.shutdown().await;
+}
+
+/// Before any pod's first BlockStored, three replicas that share their speculative entries
+/// (`--speculative-peers`) keep a prompt's requests on the pod the first one went to, whichever
+/// replica routes them; without sharing the others know nothing of it.
+#[tokio::test]
+async fn replicas_sharing_speculative_entries_keep_a_new_prefix_together() {
+    let sims = SimPods::start(4, 2000).await;
+    let replicas = Replica::start_sharing(&sims.endpoints(), 3).await;
+    let alone = Replica::start_without_events(&sims.endpoints()).await;
+    let system = long_prompt("You answer in verse", 300);
+    let pod = replicas[0].route_chat(&format!("{system} Question one?"));
+    let keys = replicas[1].chat_keys(&format!("{system} Question two?"));
+    let pod_id = sims.id(pod);
+    for r in &replicas[1..] {
+        wait_for(|| r.matched(pod_id, &keys) >= 20, "the other replicas record the placement").await;
+    }
+    assert_eq!(alone.matched(pod_id, &keys), 0, "a replica outside the group knows nothing of it");
+    for (i, q) in ["two", "three", "four", "five"].iter().enumerate() {
+        let r = &replicas[1 + i % 2];
+        assert_eq!(r.route_chat(&format!("{system} Question {q}?")), pod, "replica {} follows replica 0's placement", 1 + i % 2);
+    }
+    let applied = replicas[1].metrics.peer_messages.get_or_create(&PeerLabels { outcome: PeerOutcome::applied }).get();
+    assert!(applied >= 1, "applied placements are counted");
+    for r in replicas {
+        r.stop().await;
+    }
+    alone.stop().await;
     sims.cluster.shutdown().await;
 }
 

@@ -144,6 +144,15 @@ pub struct Options {
     /// the per-endpoint connections of `--kv-events-port`.
     #[arg(long)]
     pub kv_events_bind: Option<String>,
+    /// Active-active with the precise prefix scorer: the UDP port on which this replica receives
+    /// the other replicas' speculative entries ([`crate::kvevents::peers`]). Off when unset.
+    #[arg(long)]
+    pub speculative_peer_port: Option<u16>,
+    /// The replicas this one sends its speculative entries to: `host:port`, comma-separated. A
+    /// name resolving to several addresses (a headless Service) reaches each; names are resolved
+    /// again every 5 s, and this replica ignores its own datagrams.
+    #[arg(long, value_delimiter = ',')]
+    pub speculative_peers: Vec<String>,
     /// EndpointPickerConfig file, reloaded on change.
     #[arg(long)]
     pub config_file: Option<PathBuf>,

@@ -47,6 +47,9 @@ pub struct PlanOptions {
     /// Each epp router runs once per count here (active-active replicas behind Envoy; a count
     /// above 1 adds `-x<count>` to the label). Empty means `[1]`.
     pub epp_replicas: Vec<usize>,
+    /// Also run each multi-replica precise router with the replicas sharing their speculative
+    /// entries (label suffix `-shared`).
+    pub share_speculative: bool,
 }
 
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -61,11 +64,12 @@ fn routers_of(o: &PlanOptions) -> Vec<Router> {
     // An extra configuration named like a built-in one replaces it.
     r.retain(|b| !o.extra_epp.iter().any(|(n, _)| b.label() == format!("epp-{n}")));
     r.extend(o.extra_epp.iter().map(|(name, config)| epp_router(name, config)));
-    with_replicas(r, &o.epp_replicas)
+    with_replicas(r, &o.epp_replicas, o.share_speculative)
 }
 
-/// Every epp router once per replica count in `counts` (empty: unchanged).
-fn with_replicas(routers: Vec<Router>, counts: &[usize]) -> Vec<Router> {
+/// Every epp router once per replica count in `counts` (empty: unchanged); with `share`, each
+/// multi-replica precise router a second time with shared speculative entries.
+fn with_replicas(routers: Vec<Router>, counts: &[usize], share: bool) -> Vec<Router> {
     if counts.is_empty() {
         return routers;
     }
@@ -73,7 +77,13 @@ fn with_replicas(routers: Vec<Router>, counts: &[usize]) -> Vec<Router> {
     for r in routers {
         match r {
             Router::Epp { name, config, .. } => out.extend(counts.iter().map(|&n| Router::Epp { name: name.clone(), config: config.clone(), replicas: n })),
-            Router::EppPrecise { name, config, .. } => out.extend(counts.iter().map(|&n| Router::EppPrecise { name: name.clone(), config: config.clone(), replicas: n })),
+            Router::EppPrecise { name, config, .. } => {
+                for &n in counts {
+                    for shared in [false, true].into_iter().filter(|s| !s || (share && n > 1)) {
+                        out.push(Router::EppPrecise { name: name.clone(), config: config.clone(), replicas: n, shared });
+                    }
+                }
+            }
             other => out.push(other),
         }
     }
@@ -85,7 +95,7 @@ pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
     let precise = std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
     let (name, config) = (name.to_owned(), config.to_path_buf());
     if precise {
-        Router::EppPrecise { name, config, replicas: 1 }
+        Router::EppPrecise { name, config, replicas: 1, shared: false }
     } else {
         Router::Epp { name, config, replicas: 1 }
     }
@@ -98,7 +108,7 @@ pub fn routers(peers: bool) -> Vec<Router> {
         Router::EnvoyLeastRequest,
         Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 },
         Router::Epp { name: "best".into(), config: config("epp-best.yaml"), replicas: 1 },
-        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml"), replicas: 1 },
+        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml"), replicas: 1, shared: false },
     ];
     if peers {
         r.push(Router::VllmRouter { policy: "cache_aware".into() });
@@ -206,9 +216,16 @@ mod tests {
     #[test]
     fn replica_counts_multiply_the_epp_routers_only() {
         let base = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 }];
-        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3]).iter().map(Router::label).collect();
+        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3], false).iter().map(Router::label).collect();
         assert_eq!(labels, ["envoy-round-robin", "epp-default", "epp-default-x3"]);
-        assert_eq!(with_replicas(base.clone(), &[]), base);
+        assert_eq!(with_replicas(base.clone(), &[], false), base);
+    }
+
+    #[test]
+    fn sharing_adds_a_shared_run_of_multi_replica_precise_routers_only() {
+        let base = vec![epp_router("precise", &config("epp-precise.yaml")), Router::Epp { name: "best".into(), config: config("epp-best.yaml"), replicas: 1 }];
+        let labels: Vec<String> = with_replicas(base, &[1, 3], true).iter().map(Router::label).collect();
+        assert_eq!(labels, ["epp-precise", "epp-precise-x3", "epp-precise-x3-shared", "epp-best", "epp-best-x3"]);
     }
 
     #[test]
@@ -224,6 +241,7 @@ mod tests {
             time_scale: 0.5,
             extra_epp: Vec::new(),
             epp_replicas: Vec::new(),
+            share_speculative: false,
         };
         let precise = |o: &PlanOptions| scenarios(o)[0].routers.iter().filter(|r| r.label() == "epp-precise").count();
         assert_eq!(precise(&o), 0);

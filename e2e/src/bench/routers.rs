@@ -26,8 +26,9 @@ pub enum Router {
     Epp { name: String, config: PathBuf, replicas: usize },
     /// Envoy + epp subscribed to the pods' KV-cache events (the pods publish them), for a
     /// config with `precise-prefix-cache-scorer`; `replicas` as for [`Router::Epp`], each
-    /// replica subscribed to every pod.
-    EppPrecise { name: String, config: PathBuf, replicas: usize },
+    /// replica subscribed to every pod; `shared`: the replicas send each other their
+    /// speculative entries (`--speculative-peers`).
+    EppPrecise { name: String, config: PathBuf, replicas: usize, shared: bool },
     /// Envoy + the do-nothing ext_proc server (round robin), the overhead floor.
     EnvoyNoopExtProc,
     /// vllm-router with this `--policy`.
@@ -42,6 +43,7 @@ impl Router {
         match self {
             Router::EnvoyRoundRobin => "envoy-round-robin".into(),
             Router::EnvoyLeastRequest => "envoy-least-request".into(),
+            Router::EppPrecise { name, replicas, shared: true, .. } => format!("epp-{name}-x{replicas}-shared"),
             Router::Epp { name, replicas, .. } | Router::EppPrecise { name, replicas, .. } if *replicas > 1 => format!("epp-{name}-x{replicas}"),
             Router::Epp { name, .. } | Router::EppPrecise { name, .. } => format!("epp-{name}"),
             Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
@@ -109,13 +111,13 @@ pub async fn start(router: &Router, pods: &[SocketAddr], kv_ports: &[(u16, u16)]
     let running = match router {
         Router::EnvoyRoundRobin => envoy_only(Template::RoundRobin, pods).await?,
         Router::EnvoyLeastRequest => envoy_only(Template::LeastRequest, pods).await?,
-        Router::Epp { config, replicas, .. } => epp(bins, &["--static-endpoints".into(), endpoints(pods)], dir, config, *replicas).await?,
-        Router::EppPrecise { config, replicas, .. } => {
+        Router::Epp { config, replicas, .. } => epp(bins, &["--static-endpoints".into(), endpoints(pods)], dir, config, *replicas, false).await?,
+        Router::EppPrecise { config, replicas, shared, .. } => {
             if kv_ports.len() != pods.len() {
                 return Err(BenchError::Setup(format!("{} needs pods that publish KV events", router.label())));
             }
             let file = endpoints_file(pods, kv_ports, dir)?;
-            epp(bins, &["--static-endpoints-file".into(), file], dir, config, *replicas).await?
+            epp(bins, &["--static-endpoints-file".into(), file], dir, config, *replicas, *shared).await?
         }
         Router::EnvoyNoopExtProc => noop(bins, pods, dir).await?,
         Router::VllmRouter { policy } => python_router(bins, "vllm-router", &[], policy, pods, dir)?,
@@ -150,12 +152,14 @@ fn endpoints_file(pods: &[SocketAddr], kv_ports: &[(u16, u16)], dir: &Path) -> R
 }
 
 /// `replicas` epp processes with the same flags, each its own process with its own ports (as
-/// separate pods would be), all in Envoy's ext_proc cluster.
-async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path, replicas: usize) -> Result<Running, BenchError> {
+/// separate pods would be), all in Envoy's ext_proc cluster; `shared`: each sends its
+/// speculative entries to all (UDP, `--speculative-peer-port` / `--speculative-peers`).
+async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path, replicas: usize, shared: bool) -> Result<Running, BenchError> {
     let mut procs = Vec::new();
     let mut grpc = Vec::new();
-    for i in 0..replicas.max(1) {
-        let p = free_ports(3)?;
+    let ports: Vec<Vec<u16>> = (0..replicas.max(1)).map(|_| free_ports(4)).collect::<Result<_, _>>()?;
+    let peers = ports.iter().map(|p| format!("127.0.0.1:{}", p[3])).collect::<Vec<_>>().join(",");
+    for (i, p) in ports.iter().enumerate() {
         let mut args: Vec<String> = [
             "--grpc-port", &p[0].to_string(), "--grpc-health-port", &p[1].to_string(), "--metrics-port", &p[2].to_string(),
             "--secure-serving=false", "--config-file", &config.display().to_string(), "--zap-log-level", "error",
@@ -164,6 +168,9 @@ async fn epp(bins: &Bins, discovery: &[String], dir: &Path, config: &Path, repli
         .map(|s| (*s).to_owned())
         .collect();
         args.extend_from_slice(discovery);
+        if shared {
+            args.extend(["--speculative-peer-port".to_owned(), p[3].to_string(), "--speculative-peers".to_owned(), peers.clone()]);
+        }
         let name = if i == 0 { "epp".to_owned() } else { format!("epp-{}", i + 1) };
         let mut proc_ = Proc::spawn(&name, &bins.epp, &args, dir)?;
         wait_http_ok(&mut proc_, SocketAddr::from(([127, 0, 0, 1], p[2])), "/metrics", Duration::from_secs(20)).await?;
@@ -228,7 +235,7 @@ mod tests {
         assert_eq!(parsed[1].labels.get(epp::kvevents::PORT_LABEL).map(String::as_str), Some("9101"));
         assert_eq!(parsed[1].labels.get(epp::kvevents::REPLAY_PORT_LABEL).map(String::as_str), Some("9201"));
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(Router::EppPrecise { name: "p".into(), config: PathBuf::new(), replicas: 1 }.needs_kv_events());
+        assert!(Router::EppPrecise { name: "p".into(), config: PathBuf::new(), replicas: 1, shared: false }.needs_kv_events());
         assert!(!Router::Epp { name: "p".into(), config: PathBuf::new(), replicas: 3 }.needs_kv_events());
         assert_eq!(Router::Epp { name: "p".into(), config: PathBuf::new(), replicas: 3 }.label(), "epp-p-x3");
     }

@@ -61,6 +61,10 @@ struct Args {
     /// in Envoy's ext_proc cluster (labels `epp-<name>-x<N>`).
     #[arg(long, value_delimiter = ',')]
     epp_replicas: Vec<usize>,
+    /// With `--epp-replicas`: run each multi-replica precise router a second time with the
+    /// replicas sharing their speculative entries (labels `epp-<name>-x<N>-shared`).
+    #[arg(long)]
+    share_speculative: bool,
     /// Cross-check loadgen against inference-perf (default in full mode).
     #[arg(long)]
     crosscheck: bool,
@@ -99,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         profile: args.profile.clone(),
         time_scale: args.time_scale,
         epp_replicas: args.epp_replicas.clone(),
+        share_speculative: args.share_speculative,
         extra_epp: args.epp.iter().filter_map(|e| e.split_once('=')).map(|(n, p)| (n.to_owned(), PathBuf::from(p))).collect(),
     };
     let mut md = format!("# bench {:?}, {}\n\nmachine load before: {}\n", args.mode, now(), uptime());

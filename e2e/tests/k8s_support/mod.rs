@@ -49,7 +49,7 @@ impl Epp {
         let kubeconfig = dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, NS).unwrap();
         let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-        let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await };
+        let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await, peers: None };
         let (grpc, health, metrics) = (listeners.grpc.local_addr().unwrap(), listeners.health.local_addr().unwrap(), listeners.metrics.local_addr().unwrap());
         let mut full = vec!["epp".to_owned(), "--secure-serving=false".into(), "--refresh-prometheus-metrics-interval".into(), "50ms".into(), "--pool-namespace".into(), NS.into(), "--kubeconfig".into(), kubeconfig.display().to_string()];
         full.extend(args.iter().map(|s| (*s).to_owned()));

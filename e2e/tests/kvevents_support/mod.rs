@@ -8,7 +8,7 @@ use bytes::Bytes;
 use epp::datastore::Datastore;
 use epp::director::{Director, DirectorOptions, Incoming, Runtime};
 use epp::endpoint::{Endpoint, EndpointId};
-use epp::kvevents::{self, KvEventsOptions};
+use epp::kvevents::{self, peers, KvEventsOptions};
 use epp::request::tokenize::{Tokenizer, Vocabulary};
 use epp_e2e::sim::kv_cache::KvEvent;
 use epp_e2e::sim::kv_events::encode_batch;
@@ -373,16 +373,46 @@ impl Replica {
         Self::build_with(endpoints, PRECISE_CONFIG, Some(KvEventsOptions { bind: Some(bind.to_owned()), ..KvEventsOptions::default() }), false)
     }
 
+    /// Replicas without KV events (the window before a pod's first BlockStored) that send each
+    /// other their speculative entries over loopback UDP, as `--speculative-peers` wires it.
+    pub async fn start_sharing(endpoints: &[Endpoint], n: usize) -> Vec<Self> {
+        let mut sockets = Vec::new();
+        for _ in 0..n {
+            sockets.push(Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind UDP")));
+        }
+        let peers: Vec<String> = sockets.iter().map(|s| s.local_addr().expect("addr").to_string()).collect();
+        let placeholder = Arc::new(epp::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default()));
+        (0u64..).zip(sockets).map(|(sender, socket)| Self::build_sharing(endpoints, peers.clone(), peers::PeerSocket { socket, sender, metrics: Arc::clone(&placeholder) })).collect()
+    }
+
+    fn build_sharing(endpoints: &[Endpoint], peers: Vec<String>, sock: peers::PeerSocket) -> Self {
+        Self::build_full(endpoints, PRECISE_CONFIG, None, false, Some((peers, sock)))
+    }
+
     /// As [`Self::build`], with the KV-event options (`None`: no subscription).
     pub fn build_with(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool) -> Self {
+        Self::build_full(endpoints, config, events, scrape, None)
+    }
+
+    /// As [`Self::build_with`]; `share`: send speculative entries to these peers from this
+    /// socket and apply theirs.
+    fn build_full(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool, share: Option<(Vec<String>, peers::PeerSocket)>) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(epp::metrics::Metrics::register(&mut registry));
         let runtime = Runtime::build(config, None).expect("config");
         let opts = DirectorOptions { pool_name: "test".into(), staleness: Duration::from_secs(2), subset_filter: true };
-        let director = Arc::new(Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts));
+        let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
+        if let Some((peers, mut sock)) = share {
+            sock.metrics = Arc::clone(&metrics);
+            let (outbox, rx) = peers::outbox(Arc::clone(&metrics));
+            tracker.spawn(peers::receive(sock.clone(), Arc::clone(&datastore), Arc::clone(director.precise_index()), stop.clone()));
+            tracker.spawn(peers::send(sock, peers, rx, stop.clone()));
+            director = director.with_placement_sink(Box::new(outbox));
+        }
+        let director = Arc::new(director);
         if let Some(kv) = events {
             let sink = kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(&metrics));
             tracker.spawn(kvevents::run(Arc::clone(&datastore), sink, kv, tracker.clone(), stop.clone()));
