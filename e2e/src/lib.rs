@@ -32,3 +32,4 @@ pub mod stack;
 pub mod loadgen;
 pub mod bench;
 pub mod fixtures;
+pub mod ports;

@@ -103,7 +103,7 @@ fn check_deployment(d: &k8s_openapi::api::apps::v1::Deployment) {
     opts.validate().unwrap();
     assert!(opts.uses_kubernetes());
     let ports: Vec<i32> = c.ports.as_ref().unwrap().iter().map(|p| p.container_port).collect();
-    assert_eq!(ports, [9002, 9003, 9090]);
+    assert_eq!(ports[..3], [9002, 9003, 9090]);
     assert!(c.readiness_probe.as_ref().unwrap().grpc.is_some());
 }
 
@@ -128,6 +128,29 @@ fn replicas_monitoring_objectives_and_the_old_pool_api_render() {
     let lease_rules = objects.iter().find(|o| o["metadata"]["name"] == "llama-epp-leader-election" && o["kind"] == "Role").unwrap();
     assert_eq!(lease_rules["rules"][0]["resources"], json!(["leases"]));
     assert_eq!(lease_rules["rules"][1], json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}), "events as upstream's leader-election role");
+}
+
+#[test]
+fn active_active_replicas_share_speculative_entries_through_a_headless_service() {
+    let values = json!({
+        "inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}},
+        "inferenceExtension": {"replicas": 3, "haMode": "active-active", "kvEvents": {"port": 5557, "replayPort": 5558}}
+    });
+    let objects = render(&values);
+    check_objects(&objects);
+    let peers = objects.iter().find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "llama-epp-peers").expect("the peers Service");
+    assert_eq!(peers["spec"]["clusterIP"], "None");
+    assert_eq!(peers["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(peers["spec"]["ports"][0]["protocol"], "UDP");
+    let deployment = find(&objects, "Deployment");
+    let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
+    let args: Vec<String> = serde_json::from_value(deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone()).unwrap();
+    let opts: epp::app::Options = clap::Parser::try_parse_from(std::iter::once("epp".to_owned()).chain(args)).unwrap();
+    assert_eq!(opts.speculative_peer_port, Some(9004));
+    assert_eq!(opts.speculative_peers, [format!("llama-epp-peers.{namespace}.svc:9004")]);
+    assert!(!opts.ha_enable_leader_election);
+    let leader = render(&json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}, "inferenceExtension": {"replicas": 3}}));
+    assert!(!leader.iter().any(|o| o["metadata"]["name"] == "llama-epp-peers"), "active-passive replicas share nothing");
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {

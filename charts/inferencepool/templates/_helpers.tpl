@@ -17,3 +17,12 @@ inferencepool: {{ include "epp.name" . }}
 {{- define "epp.poolGroup" -}}
 {{- (split "/" .Values.inferencePool.apiVersion)._0 -}}
 {{- end -}}
+
+{{/* "true" when the replicas share speculative entries: active-active, more than one replica and a peer port; empty otherwise. */}}
+{{- define "epp.sharePeers" -}}
+{{- $ie := .Values.inferenceExtension -}}
+{{- $peers := $ie.speculativePeers | default dict -}}
+{{- if and (gt (int $ie.replicas) 1) (eq (default "leader" $ie.haMode) "active-active") (gt (int ($peers.port | default 0)) 0) -}}
+true
+{{- end -}}
+{{- end -}}

@@ -2,7 +2,7 @@
 //! own PID (SIGKILL, then reaped) when dropped, and measured by CPU time from `/proc/<pid>/stat`.
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,28 +97,14 @@ fn clock_ticks() -> f64 {
     })
 }
 
-/// `n` ports that were free a moment ago (bound on 127.0.0.1:0 and released together).
+/// `n` distinct ports that were free a moment ago ([`crate::ports`]).
 pub fn free_ports(n: usize) -> Result<Vec<u16>, BenchError> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(BenchError::io("finding free ports"))?;
-    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(BenchError::io("reading a port"))).collect()
+    (0..n).map(|_| crate::ports::free_port().map_err(BenchError::io("finding free ports"))).collect()
 }
 
-/// `n` consecutive free ports starting at the returned port (checked by binding them all).
+/// `n` consecutive free ports starting at the returned port ([`crate::ports`]).
 pub fn free_port_range(n: usize) -> Result<u16, BenchError> {
-    for _ in 0..50 {
-        let base = free_ports(1)?[0];
-        if usize::from(base) + n >= 65_000 {
-            continue;
-        }
-        let ok: Result<Vec<TcpListener>, _> = (0..n as u16).map(|i| TcpListener::bind(("127.0.0.1", base + i))).collect();
-        if ok.is_ok() {
-            return Ok(base);
-        }
-    }
-    Err(BenchError::Setup("no range of free ports".into()))
+    crate::ports::free_range(n).map_err(BenchError::io("finding a range of free ports"))
 }
 
 /// Polls `GET path` on `addr` until it answers 200, the process dies, or `timeout` passes.
@@ -156,7 +142,7 @@ mod tests {
     #[test]
     fn a_port_range_is_free_when_returned() {
         let base = free_port_range(4).unwrap();
-        let held: Vec<_> = (0..4).map(|i| TcpListener::bind(("127.0.0.1", base + i)).unwrap()).collect();
+        let held: Vec<_> = (0..4).map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).unwrap()).collect();
         assert_eq!(held.len(), 4);
     }
 }

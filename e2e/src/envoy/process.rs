@@ -1,12 +1,12 @@
 //! The running Envoy process: start-up (free ports, render, validate, spawn, wait for `/ready`),
 //! the admin and access-log readers, and shutdown by PID on drop.
 //!
-//! Ports are found by binding 127.0.0.1:0 and releasing the socket, so another process may take
-//! one before Envoy binds it; start-up then retries with new ports when Envoy reports a bind
-//! failure.
+//! Ports come from [`crate::ports`] (below the kernel's ephemeral range, checked by binding);
+//! another process may still take one before Envoy binds it, and start-up then retries with new
+//! ports when Envoy reports a bind failure.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -298,15 +298,10 @@ fn spawn(binary: &Path, config: &Path, cfg: &EnvoyConfig, log: &Path) -> Result<
         .map_err(EnvoyError::io(format!("starting {}", binary.display())))
 }
 
-/// Two distinct free ports on 127.0.0.1 (both sockets are held until both are chosen).
+/// Two distinct free ports on 127.0.0.1 ([`crate::ports`]).
 fn free_ports() -> Result<[SocketAddr; 2], EnvoyError> {
-    let bind = || TcpListener::bind("127.0.0.1:0").map_err(EnvoyError::io("binding 127.0.0.1:0"));
-    let (a, b) = (bind()?, bind()?);
-    let addr = |l: &TcpListener| {
-        l.local_addr()
-            .map_err(EnvoyError::io("reading a local address"))
-    };
-    Ok([addr(&a)?, addr(&b)?])
+    let port = || crate::ports::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p))).map_err(EnvoyError::io("finding a free port"));
+    Ok([port()?, port()?])
 }
 
 fn percent_encode(text: &str) -> String {

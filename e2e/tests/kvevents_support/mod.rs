@@ -66,27 +66,10 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     }
 }
 
-/// A port that was free a moment ago, for a simulator's ZMQ socket to bind later.
-///
-/// Drawn at random from 20000–31999, below Linux's ephemeral range (32768–60999), and checked by
-/// binding it. A port the kernel hands out for `127.0.0.1:0` was free only until the next such
-/// bind: the pods' own HTTP listeners, or a parallel test process, could be given it before the
-/// simulator bound it (seen once in CI as `AddrInUse`). Ports outside the range are never handed
-/// out that way; the random draw keeps parallel test processes apart, and this process never
-/// hands out the same port twice.
+/// A port that was free a moment ago, for a simulator's ZMQ socket to bind later
+/// ([`epp_e2e::ports`]: below the kernel's ephemeral range, never handed out twice).
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    use rand::Rng;
-    let mut rng = rand::rng();
-    for _ in 0..10_000 {
-        let port = rng.random_range(20_000..32_000);
-        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
-            return port;
-        }
-    }
-    panic!("no free port in 20000-31999");
+    epp_e2e::ports::free_port().expect("a free port")
 }
 
 fn labelled(id: EndpointId, port: u16, replay: Option<u16>) -> Endpoint {
