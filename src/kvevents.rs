@@ -4,7 +4,8 @@
 //! Why: the approximate index guesses from epp's own routing and is wrong whenever a pod
 //! evicts, restarts, or is sent traffic by another epp replica. vLLM publishes every cache
 //! change (`--kv-events-config`), so every epp replica that subscribes to every pod builds the
-//! same index without talking to the others (active-active).
+//! same index of what the pods hold (active-active). What a replica routed but no pod has
+//! stored yet (its speculative entries) only it knows; [`peers`] sends those to the others.
 //!
 //! A supervisor follows the datastore's endpoint set like the metric scrapers do. An endpoint's
 //! event port is its `kv-events-port` label (pod label or static-file label) or

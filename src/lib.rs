@@ -17,7 +17,8 @@
 //!
 //! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
 //! [`scrape`] (one metrics poller per endpoint), [`kvevents`] (one KV-cache event subscriber per
-//! endpoint, feeding the precise prefix index) and [`reload`] (the config file watcher).
+//! endpoint, feeding the precise prefix index, and with `--speculative-peers` the exchange of
+//! speculative entries with the other epp replicas) and [`reload`] (the config file watcher).
 
 pub mod app;
 pub mod config;

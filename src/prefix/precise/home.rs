@@ -17,6 +17,10 @@
 //! starts alike: a chat template's fixed header, or a system prompt every pod holds, would give
 //! all prompts one home, or (if only fully cold prompts had one) none at all.
 //! A prompt some endpoint holds whole has no home.
+//!
+//! The home agrees across replicas only while its inputs stay put, and they move while the first
+//! request waits for its prefill (its own load, other prompts' events). Replicas that share their
+//! speculative entries (`crate::kvevents::peers`) do not depend on it after the first request.
 
 use super::CacheShape;
 use crate::endpoint::EndpointId;
