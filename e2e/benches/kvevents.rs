@@ -7,6 +7,10 @@
 //!   (target ≤ 20 µs): `all_hold_all` is the worst case (every endpoint holds every block),
 //!   `staggered` has endpoint i holding the first 2.56·i blocks, `cold` matches nothing.
 //!
+//! - `home/*`: what the home choice adds to a precise lookup over 100 endpoints (the endpoints'
+//!   cache shapes, then [`home::home`]): `cold` (nobody holds the prompt, every endpoint is a
+//!   candidate) and `staggered` (only the longest holder is).
+//!
 //! Memory per (endpoint, block) entry is printed once (target ≤ 64 bytes).
 //!
 //! `cargo bench -p epp-e2e --bench kvevents`; results in BENCHMARKS.md ("Precise prefix").
@@ -14,6 +18,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use epp::endpoint::EndpointId;
 use epp::kvevents::decode::{decode_batch, KvEvent as Decoded};
+use epp::prefix::precise::home::{self, HomeCandidate};
 use epp::prefix::precise::{PreciseIndex, Stored};
 use epp_e2e::sim::kv_cache::KvEvent;
 use epp_e2e::sim::kv_events::encode_batch;
@@ -116,6 +121,24 @@ fn lookup(c: &mut Criterion) {
     g.finish();
 }
 
+fn home_choice(c: &mut Criterion) {
+    let keys = prompt_keys();
+    let ids: Vec<EndpointId> = (0..100).map(ep).collect();
+    let mut g = c.benchmark_group("home");
+    let now = Instant::now();
+    for (name, index) in [("staggered", index_with(|i| usize::from(i) * 256 / 100)), ("cold", index_with(|_| 0))] {
+        let matches = index.longest_prefix(&keys, now);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let shapes = index.shapes(ids.iter().copied(), now);
+                let candidates = ids.iter().zip(shapes).map(|(id, cache)| HomeCandidate { id: *id, load: 1.0, cache });
+                black_box(home::home(black_box(&keys), &matches, candidates))
+            })
+        });
+    }
+    g.finish();
+}
+
 fn memory(_: &mut Criterion) {
     for (label, sharing) in [("every block distinct", false), ("10 endpoints share each prefix", true)] {
         let index = PreciseIndex::new();
@@ -135,6 +158,6 @@ fn memory(_: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
-    targets = ingest, lookup, memory
+    targets = ingest, lookup, home_choice, memory
 }
 criterion_main!(benches);
