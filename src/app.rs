@@ -68,7 +68,7 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts);
     let tracker = TaskTracker::new();
     if let Some(socket) = listeners.peers {
-        director = share_placements(&opts, director, socket, &datastore, &tracker, &shutdown);
+        director = peers::share(director, socket, opts.speculative_peers.clone(), Arc::clone(&datastore), &tracker, &shutdown);
     }
     let director = Arc::new(director);
     let (health, health_service) = Health::new().await;
@@ -193,20 +193,6 @@ fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcont
     let director = Arc::clone(director);
     let metrics = Arc::clone(director.metrics());
     crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation(), metrics, opts.pool_label())
-}
-
-/// Sends this replica's speculative entries to `--speculative-peers` and applies theirs.
-fn share_placements(opts: &Options, director: Director, socket: UdpSocket, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> Director {
-    let metrics = Arc::clone(director.metrics());
-    let sock = peers::PeerSocket { socket: Arc::new(socket), sender: rand::random(), metrics: Arc::clone(&metrics) };
-    let receive = peers::receive(sock.clone(), Arc::clone(datastore), Arc::clone(director.precise_index()), shutdown.clone());
-    tracker.spawn(receive);
-    if opts.speculative_peers.is_empty() {
-        return director;
-    }
-    let (outbox, rx) = peers::outbox(metrics);
-    tracker.spawn(peers::send(sock, opts.speculative_peers.clone(), rx, shutdown.clone()));
-    director.with_placement_sink(Box::new(outbox))
 }
 
 fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {

@@ -159,6 +159,9 @@ async fn replicas_sharing_speculative_entries_keep_a_new_prefix_together() {
         wait_for(|| r.matched(pod_id, &keys) >= 20, "the other replicas record the placement").await;
     }
     assert_eq!(alone.matched(pod_id, &keys), 0, "a replica outside the group knows nothing of it");
+    // The routes below would also agree without sharing whenever the first request went to the
+    // cold prompt's home (every replica computes the same one here); what only sharing gives is
+    // the entries checked above, which make the pod a full match rather than a half-credited home.
     for (i, q) in ["two", "three", "four", "five"].iter().enumerate() {
         let r = &replicas[1 + i % 2];
         assert_eq!(r.route_chat(&format!("{system} Question {q}?")), pod, "replica {} follows replica 0's placement", 1 + i % 2);

@@ -28,7 +28,7 @@
 //! Counted in `epp_speculative_peer_messages_total{outcome}` ([`PeerOutcome`]).
 
 use crate::datastore::Datastore;
-use crate::director::PlacementSink;
+use crate::director::{Director, PlacementSink};
 use crate::endpoint::EndpointId;
 use crate::metrics::{Metrics, PeerLabels, PeerOutcome};
 use crate::prefix::precise::PreciseIndex;
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 const MAGIC: &[u8; 4] = b"EPPS";
 const VERSION: u8 = 1;
@@ -129,7 +130,7 @@ pub struct Outbox {
 
 impl PlacementSink for Outbox {
     fn placed(&self, endpoint: EndpointId, keys: &[u64], ttl: Duration) {
-        let p = Placement { endpoint, keys: keys[..keys.len().min(MAX_KEYS)].to_vec(), ttl };
+        let p = Placement { endpoint, keys: keys.to_vec(), ttl };
         if self.tx.try_send(p).is_err() {
             count(&self.metrics, PeerOutcome::dropped);
         }
@@ -140,6 +141,21 @@ impl PlacementSink for Outbox {
 pub fn outbox(metrics: Arc<Metrics>) -> (Outbox, mpsc::Receiver<Placement>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     (Outbox { tx, metrics }, rx)
+}
+
+/// Wires sharing for `director`: applies the other replicas' placements to its precise index
+/// and, when `peers` names any, sends its own to them. Returns the director with its
+/// [`Outbox`]; the tasks run on `tracker` until `shutdown`.
+pub fn share(director: Director, socket: UdpSocket, peers: Vec<String>, datastore: Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> Director {
+    let metrics = Arc::clone(director.metrics());
+    let sock = PeerSocket { socket: Arc::new(socket), sender: rand::random(), metrics: Arc::clone(&metrics) };
+    tracker.spawn(receive(sock.clone(), datastore, Arc::clone(director.precise_index()), shutdown.clone()));
+    if peers.is_empty() {
+        return director;
+    }
+    let (outbox, rx) = outbox(metrics);
+    tracker.spawn(send(sock, peers, rx, shutdown.clone()));
+    director.with_placement_sink(Box::new(outbox))
 }
 
 /// What the peer tasks share: the socket, this replica's id and the counts.

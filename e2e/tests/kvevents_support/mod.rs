@@ -361,15 +361,10 @@ impl Replica {
     pub async fn start_sharing(endpoints: &[Endpoint], n: usize) -> Vec<Self> {
         let mut sockets = Vec::new();
         for _ in 0..n {
-            sockets.push(Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind UDP")));
+            sockets.push(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind UDP"));
         }
         let peers: Vec<String> = sockets.iter().map(|s| s.local_addr().expect("addr").to_string()).collect();
-        let placeholder = Arc::new(epp::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default()));
-        (0u64..).zip(sockets).map(|(sender, socket)| Self::build_sharing(endpoints, peers.clone(), peers::PeerSocket { socket, sender, metrics: Arc::clone(&placeholder) })).collect()
-    }
-
-    fn build_sharing(endpoints: &[Endpoint], peers: Vec<String>, sock: peers::PeerSocket) -> Self {
-        Self::build_full(endpoints, PRECISE_CONFIG, None, false, Some((peers, sock)))
+        sockets.into_iter().map(|socket| Self::build_full(endpoints, PRECISE_CONFIG, None, false, Some((socket, peers.clone())))).collect()
     }
 
     /// As [`Self::build`], with the KV-event options (`None`: no subscription).
@@ -377,9 +372,9 @@ impl Replica {
         Self::build_full(endpoints, config, events, scrape, None)
     }
 
-    /// As [`Self::build_with`]; `share`: send speculative entries to these peers from this
-    /// socket and apply theirs.
-    fn build_full(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool, share: Option<(Vec<String>, peers::PeerSocket)>) -> Self {
+    /// As [`Self::build_with`]; `share`: send speculative entries from this socket to these
+    /// peers and apply theirs ([`peers::share`], as `--speculative-peers` wires it).
+    fn build_full(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool, share: Option<(tokio::net::UdpSocket, Vec<String>)>) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
         let mut registry = prometheus_client::registry::Registry::default();
@@ -388,12 +383,8 @@ impl Replica {
         let opts = DirectorOptions { pool_name: "test".into(), staleness: Duration::from_secs(2), subset_filter: true };
         let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
-        if let Some((peers, mut sock)) = share {
-            sock.metrics = Arc::clone(&metrics);
-            let (outbox, rx) = peers::outbox(Arc::clone(&metrics));
-            tracker.spawn(peers::receive(sock.clone(), Arc::clone(&datastore), Arc::clone(director.precise_index()), stop.clone()));
-            tracker.spawn(peers::send(sock, peers, rx, stop.clone()));
-            director = director.with_placement_sink(Box::new(outbox));
+        if let Some((socket, peers)) = share {
+            director = peers::share(director, socket, peers, Arc::clone(&datastore), &tracker, &stop);
         }
         let director = Arc::new(director);
         if let Some(kv) = events {
