@@ -7,6 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/install-envoy.sh >/dev/null
 export EPP_ENVOY="$(hack/install-envoy.sh)"
 
+cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast

@@ -29,7 +29,12 @@ pub struct AdminState {
 }
 
 /// Serves the metrics port on `listener` until `shutdown`; connections run on `tracker`.
-pub async fn serve(listener: TcpListener, state: Arc<AdminState>, tracker: TaskTracker, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AdminState>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -44,7 +49,9 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, tracker: TaskT
         let state = Arc::clone(&state);
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| std::future::ready(Ok::<_, std::convert::Infallible>(handle(&req, &state))));
+            let svc = hyper::service::service_fn(move |req| {
+                std::future::ready(Ok::<_, std::convert::Infallible>(handle(&req, &state)))
+            });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::select! {
@@ -66,7 +73,11 @@ fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>>
 
 fn handle(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, "application/json", r#"{"error":{"message":"only GET is served","code":405}}"#.into());
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "application/json",
+            r#"{"error":{"message":"only GET is served","code":405}}"#.into(),
+        );
     }
     match req.uri().path() {
         "/metrics" => {
@@ -88,7 +99,10 @@ fn handle(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> 
 /// age, in-flight counts, the prefix index sizes and the active configuration.
 pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
     let snapshot = state.datastore.snapshot();
-    let endpoints: Vec<serde_json::Value> = snapshot.iter().map(|s| endpoint_json(s, now, state.staleness)).collect();
+    let endpoints: Vec<serde_json::Value> = snapshot
+        .iter()
+        .map(|s| endpoint_json(s, now, state.staleness))
+        .collect();
     let precise = state.director.precise_index();
     let runtime = state.director.runtime();
     serde_json::json!({
@@ -109,7 +123,11 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn endpoint_json(s: &crate::datastore::EndpointState, now: Instant, staleness: Duration) -> serde_json::Value {
+fn endpoint_json(
+    s: &crate::datastore::EndpointState,
+    now: Instant,
+    staleness: Duration,
+) -> serde_json::Value {
     let e = &s.endpoint;
     let metrics = s.metrics().map(|m| {
         let age = m.age(now);
@@ -136,7 +154,13 @@ fn endpoint_json(s: &crate::datastore::EndpointState, now: Instant, staleness: D
 }
 
 /// Refreshes the pool gauges and prunes the prefix index of removed endpoints, until `shutdown`.
-pub async fn refresh_pool_gauges(director: Arc<Director>, datastore: Arc<crate::datastore::Datastore>, every: Duration, staleness: Duration, shutdown: CancellationToken) {
+pub async fn refresh_pool_gauges(
+    director: Arc<Director>,
+    datastore: Arc<crate::datastore::Datastore>,
+    every: Duration,
+    staleness: Duration,
+    shutdown: CancellationToken,
+) {
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
@@ -149,7 +173,9 @@ pub async fn refresh_pool_gauges(director: Arc<Director>, datastore: Arc<crate::
 
 fn refresh_once(director: &Director, datastore: &crate::datastore::Datastore, staleness: Duration) {
     let m = director.metrics();
-    let pool = PoolLabels { name: director.pool_name().to_owned() };
+    let pool = PoolLabels {
+        name: director.pool_name().to_owned(),
+    };
     let snapshot = datastore.snapshot();
     let now = Instant::now();
     let (mut kv, mut queue, mut running, mut n, mut stale) = (0.0, 0.0, 0.0, 0u32, 0i64);
@@ -160,7 +186,10 @@ fn refresh_once(director: &Director, datastore: &crate::datastore::Datastore, st
                 queue += x.waiting;
                 running += x.running;
                 n += 1;
-                let labels = PodLabels { name: pool.name.clone(), model_server_pod: s.endpoint.name.clone() };
+                let labels = PodLabels {
+                    name: pool.name.clone(),
+                    model_server_pod: s.endpoint.name.clone(),
+                };
                 m.pool_per_pod_queue.get_or_create(&labels).set(x.waiting);
             }
             _ => stale += 1,
@@ -170,8 +199,11 @@ fn refresh_once(director: &Director, datastore: &crate::datastore::Datastore, st
     m.pool_avg_kv.get_or_create(&pool).set(avg(kv));
     m.pool_avg_queue.get_or_create(&pool).set(avg(queue));
     m.pool_avg_running.get_or_create(&pool).set(avg(running));
-    m.pool_ready_pods.get_or_create(&pool).set(snapshot.len() as i64);
+    m.pool_ready_pods
+        .get_or_create(&pool)
+        .set(snapshot.len() as i64);
     m.stale_endpoints.set(stale);
     director.prune_index();
-    m.prefix_indexer_size.set(director.prefix_index().size() as i64);
+    m.prefix_indexer_size
+        .set(director.prefix_index().size() as i64);
 }

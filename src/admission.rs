@@ -34,7 +34,12 @@ pub struct Thresholds {
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Self { queue_depth: 5.0, kv_cache_util: 0.8, staleness: None, headroom: 0.0 }
+        Self {
+            queue_depth: 5.0,
+            kv_cache_util: 0.8,
+            staleness: None,
+            headroom: 0.0,
+        }
     }
 }
 
@@ -46,20 +51,35 @@ pub struct Shed {
 }
 
 /// One endpoint's saturation; `staleness` applies when the thresholds set none.
-pub fn endpoint_saturation(metrics: Option<&EndpointMetrics>, now: Instant, t: &Thresholds, staleness: Duration) -> f64 {
+pub fn endpoint_saturation(
+    metrics: Option<&EndpointMetrics>,
+    now: Instant,
+    t: &Thresholds,
+    staleness: Duration,
+) -> f64 {
     match metrics {
-        Some(m) if m.age(now) <= t.staleness.unwrap_or(staleness) => (m.waiting / t.queue_depth).max(m.kv_usage / t.kv_cache_util),
+        Some(m) if m.age(now) <= t.staleness.unwrap_or(staleness) => {
+            (m.waiting / t.queue_depth).max(m.kv_usage / t.kv_cache_util)
+        }
         _ => 1.0,
     }
 }
 
 /// The pool's saturation over `endpoints`.
-pub fn saturation<'a>(endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>, now: Instant, t: &Thresholds, staleness: Duration) -> f64 {
+pub fn saturation<'a>(
+    endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>,
+    now: Instant,
+    t: &Thresholds,
+    staleness: Duration,
+) -> f64 {
     let n = endpoints.len();
     if n == 0 {
         return 1.0;
     }
-    endpoints.map(|m| endpoint_saturation(m, now, t, staleness)).sum::<f64>() / n as f64
+    endpoints
+        .map(|m| endpoint_saturation(m, now, t, staleness))
+        .sum::<f64>()
+        / n as f64
 }
 
 /// Admits or sheds a request; `saturation` is evaluated only for sheddable requests.
@@ -69,7 +89,10 @@ pub fn admit(priority: Priority, saturation: impl FnOnce() -> f64) -> Result<(),
     }
     let s = saturation();
     if s >= 1.0 {
-        return Err(Shed { priority, saturation: s });
+        return Err(Shed {
+            priority,
+            saturation: s,
+        });
     }
     Ok(())
 }
@@ -79,20 +102,45 @@ mod tests {
     use super::*;
 
     fn m(waiting: f64, kv: f64, age_ms: u64, now: Instant) -> EndpointMetrics {
-        EndpointMetrics { waiting, running: 0.0, kv_usage: kv, lora: None, cache: None, gpu: None, updated: now - Duration::from_millis(age_ms) }
+        EndpointMetrics {
+            waiting,
+            running: 0.0,
+            kv_usage: kv,
+            lora: None,
+            cache: None,
+            gpu: None,
+            updated: now - Duration::from_millis(age_ms),
+        }
     }
 
     #[test]
     fn saturation_averages_queue_and_kv_ratios_and_stale_counts_as_full() {
         let now = Instant::now();
-        let t = Thresholds { staleness: Some(Duration::from_millis(200)), ..Thresholds::default() };
+        let t = Thresholds {
+            staleness: Some(Duration::from_millis(200)),
+            ..Thresholds::default()
+        };
         let idle = m(0.0, 0.0, 0, now);
         let queued = m(10.0, 0.0, 0, now);
         let kv = m(0.0, 0.4, 0, now);
         let stale = m(0.0, 0.0, 10_000, now);
-        assert_eq!(saturation([Some(&idle), Some(&queued)].into_iter(), now, &t, Duration::ZERO), 1.0);
-        assert_eq!(saturation([Some(&kv)].into_iter(), now, &t, Duration::ZERO), 0.5);
-        assert_eq!(saturation([Some(&stale), None].into_iter(), now, &t, Duration::ZERO), 1.0);
+        assert_eq!(
+            saturation(
+                [Some(&idle), Some(&queued)].into_iter(),
+                now,
+                &t,
+                Duration::ZERO
+            ),
+            1.0
+        );
+        assert_eq!(
+            saturation([Some(&kv)].into_iter(), now, &t, Duration::ZERO),
+            0.5
+        );
+        assert_eq!(
+            saturation([Some(&stale), None].into_iter(), now, &t, Duration::ZERO),
+            1.0
+        );
         assert_eq!(saturation(std::iter::empty(), now, &t, Duration::ZERO), 1.0);
     }
 
@@ -101,6 +149,12 @@ mod tests {
         assert!(admit(0, || 5.0).is_ok());
         assert!(admit(10, || 5.0).is_ok());
         assert!(admit(-1, || 0.99).is_ok());
-        assert_eq!(admit(-1, || 1.0), Err(Shed { priority: -1, saturation: 1.0 }));
+        assert_eq!(
+            admit(-1, || 1.0),
+            Err(Shed {
+                priority: -1,
+                saturation: 1.0
+            })
+        );
     }
 }

@@ -10,8 +10,8 @@ use crate::datastore::Datastore;
 use crate::director::{Director, DirectorOptions, Runtime};
 use crate::extproc::{stream::Limits, ExtProc};
 use crate::health::Health;
-use crate::metrics::{InfoLabels, Metrics};
 use crate::kvevents::peers;
+use crate::metrics::{InfoLabels, Metrics};
 use crate::{admin, config, discovery, kvevents, leader, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
@@ -39,43 +39,94 @@ pub struct Listeners {
 impl Listeners {
     /// Binds the ports named in `opts` on all interfaces, as upstream does.
     pub async fn bind(opts: &Options) -> anyhow::Result<Self> {
-        let bind = |port: u16| async move { TcpListener::bind(("0.0.0.0", port)).await.with_context(|| format!("binding port {port}")) };
-        let peers = match (opts.speculative_peer_port, opts.speculative_peers.is_empty()) {
+        let bind = |port: u16| async move {
+            TcpListener::bind(("0.0.0.0", port))
+                .await
+                .with_context(|| format!("binding port {port}"))
+        };
+        let peers = match (
+            opts.speculative_peer_port,
+            opts.speculative_peers.is_empty(),
+        ) {
             (None, true) => None,
             (port, _) => {
                 let port = port.unwrap_or(0);
-                Some(UdpSocket::bind(("0.0.0.0", port)).await.with_context(|| format!("binding UDP port {port} (--speculative-peer-port)"))?)
+                Some(UdpSocket::bind(("0.0.0.0", port)).await.with_context(|| {
+                    format!("binding UDP port {port} (--speculative-peer-port)")
+                })?)
             }
         };
-        Ok(Self { grpc: bind(opts.grpc_port).await?, health: bind(opts.grpc_health_port).await?, metrics: bind(opts.metrics_port).await?, peers })
+        Ok(Self {
+            grpc: bind(opts.grpc_port).await?,
+            health: bind(opts.grpc_health_port).await?,
+            metrics: bind(opts.metrics_port).await?,
+            peers,
+        })
     }
 }
 
 /// Runs epp until `shutdown` is cancelled or a server fails.
-pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    opts: Options,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
     // Upstream turns flow control on with `featureGates: [flowControl]` in the config.
-    let flow_gate = config::parse_document(&runtime.source).is_ok_and(|d| d.feature_gates.iter().any(|g| g == "flowControl"));
+    let flow_gate = config::parse_document(&runtime.source)
+        .is_ok_and(|d| d.feature_gates.iter().any(|g| g == "flowControl"));
     let telemetry = crate::telemetry::Telemetry::from_env()?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    let info = InfoLabels { commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(), build_ref: env!("CARGO_PKG_VERSION").into() };
+    let info = InfoLabels {
+        commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(),
+        build_ref: env!("CARGO_PKG_VERSION").into(),
+    };
     metrics.info.get_or_create(&info).set(1);
     let datastore = Arc::new(Datastore::new());
     let (fixed, file) = initial_endpoints(&opts, &datastore)?;
-    let dopts = DirectorOptions { pool_name: opts.pool_label(), staleness: opts.metrics_staleness_threshold, subset_filter: !opts.disable_endpoint_subset_filter };
+    let dopts = DirectorOptions {
+        pool_name: opts.pool_label(),
+        staleness: opts.metrics_staleness_threshold,
+        subset_filter: !opts.disable_endpoint_subset_filter,
+    };
     let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts);
     let tracker = TaskTracker::new();
     if let Some(socket) = listeners.peers {
-        director = peers::share(director, socket, opts.speculative_peers.clone(), Arc::clone(&datastore), &tracker, &shutdown);
+        director = peers::share(
+            director,
+            socket,
+            opts.speculative_peers.clone(),
+            Arc::clone(&datastore),
+            &tracker,
+            &shutdown,
+        );
     }
     let director = Arc::new(director);
     let (health, health_service) = Health::new().await;
-    spawn_background(&opts, &director, &datastore, &tracker, &shutdown, (fixed, file));
+    spawn_background(
+        &opts,
+        &director,
+        &datastore,
+        &tracker,
+        &shutdown,
+        (fixed, file),
+    );
     let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
-    let admin_state = admin::AdminState { registry, director: Arc::clone(&director), datastore: Arc::clone(&datastore), config_origin: config_origin(&opts), staleness: opts.metrics_staleness_threshold };
-    tracker.spawn(admin::serve(listeners.metrics, Arc::new(admin_state), tracker.clone(), shutdown.clone()));
+    let admin_state = admin::AdminState {
+        registry,
+        director: Arc::clone(&director),
+        datastore: Arc::clone(&datastore),
+        config_origin: config_origin(&opts),
+        staleness: opts.metrics_staleness_threshold,
+    };
+    tracker.spawn(admin::serve(
+        listeners.metrics,
+        Arc::new(admin_state),
+        tracker.clone(),
+        shutdown.clone(),
+    ));
     let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts));
     if opts.flow_control || flow_gate {
         let flow = flow_control(&opts, &director);
@@ -84,12 +135,22 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
     }
     let mut ext = tonic::transport::Server::builder();
     if opts.secure_serving {
-        ext = ext.tls_config(tls_config(&opts)?).context("configuring TLS")?;
+        ext = ext
+            .tls_config(tls_config(&opts)?)
+            .context("configuring TLS")?;
     }
-    let ext_router = if opts.health_checking { ext.add_service(grpc.into_server()).add_service(health_service.clone()) } else { ext.add_service(grpc.into_server()) };
+    let ext_router = if opts.health_checking {
+        ext.add_service(grpc.into_server())
+            .add_service(health_service.clone())
+    } else {
+        ext.add_service(grpc.into_server())
+    };
     let health_router = tonic::transport::Server::builder().add_service(health_service);
     let failed = CancellationToken::new();
-    let guard = |name: &'static str, fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>>| {
+    let guard = |name: &'static str,
+                 fut: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    >| {
         let failed = failed.clone();
         async move {
             if let Err(e) = fut.await {
@@ -99,16 +160,35 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
         }
     };
     let stop = shutdown.clone();
-    tracker.spawn(guard("ext_proc", Box::pin(ext_router.serve_with_incoming_shutdown(nodelay(listeners.grpc), async move { stop.cancelled().await }))));
+    tracker.spawn(guard(
+        "ext_proc",
+        Box::pin(
+            ext_router.serve_with_incoming_shutdown(nodelay(listeners.grpc), async move {
+                stop.cancelled().await
+            }),
+        ),
+    ));
     let stop = shutdown.clone();
-    tracker.spawn(guard("health", Box::pin(health_router.serve_with_incoming_shutdown(TcpListenerStream::new(listeners.health), async move { stop.cancelled().await }))));
+    tracker.spawn(guard(
+        "health",
+        Box::pin(
+            health_router.serve_with_incoming_shutdown(
+                TcpListenerStream::new(listeners.health),
+                async move { stop.cancelled().await },
+            ),
+        ),
+    ));
     match leader {
         None => health.set_ready(true).await,
         Some(rx) => {
             tracker.spawn(follow_leader(health.clone(), rx, shutdown.clone()));
         }
     }
-    tracing::info!(endpoints = datastore.snapshot().len(), tls = opts.secure_serving, "epp ready");
+    tracing::info!(
+        endpoints = datastore.snapshot().len(),
+        tls = opts.secure_serving,
+        "epp ready"
+    );
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = failed.cancelled() => {}
@@ -126,7 +206,8 @@ pub async fn run(opts: Options, listeners: Listeners, shutdown: CancellationToke
 
 fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     let text = match (&opts.config_file, &opts.config_text) {
-        (Some(path), None) => std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?,
+        (Some(path), None) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --config-file {}", path.display()))?,
         (None, Some(text)) => text.clone(),
         _ => config::DEFAULT_CONFIG.to_owned(),
     };
@@ -149,7 +230,8 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
     let fixed = discovery::parse_flag(opts.static_endpoints.as_deref().unwrap_or(""))?;
     let mut all = fixed.clone();
     if let Some(path) = &opts.static_endpoints_file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --static-endpoints-file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --static-endpoints-file {}", path.display()))?;
         all.extend(discovery::parse_file(&text)?);
     }
     datastore.set_endpoints(all);
@@ -158,7 +240,9 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
 
 /// Accepted ext_proc connections with Nagle's algorithm off: epp answers a streamed body chunk
 /// by chunk, and each small write would otherwise wait for the gateway's delayed ACK (~40 ms).
-fn nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn nodelay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use tokio_stream::StreamExt;
     TcpListenerStream::new(listener).map(|conn| {
         conn.inspect(|s| {
@@ -192,33 +276,101 @@ fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcont
     };
     let director = Arc::clone(director);
     let metrics = Arc::clone(director.metrics());
-    crate::flowcontrol::FlowControl::new(config, move || director.pool_saturation(), metrics, opts.pool_label())
+    crate::flowcontrol::FlowControl::new(
+        config,
+        move || director.pool_saturation(),
+        metrics,
+        opts.pool_label(),
+    )
 }
 
-fn spawn_background(opts: &Options, director: &Arc<Director>, datastore: &Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken, endpoints: EndpointSources) {
+fn spawn_background(
+    opts: &Options,
+    director: &Arc<Director>,
+    datastore: &Arc<Datastore>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    endpoints: EndpointSources,
+) {
     let (fixed, file) = endpoints;
     if file.is_some() {
-        tracker.spawn(discovery::run(Arc::clone(datastore), fixed, file, FILE_POLL, shutdown.clone()));
+        tracker.spawn(discovery::run(
+            Arc::clone(datastore),
+            fixed,
+            file,
+            FILE_POLL,
+            shutdown.clone(),
+        ));
     }
-    let sopts = scrape::ScrapeOptions { interval: opts.refresh_metrics_interval, timeout: opts.metrics_scrape_timeout, gpu_metrics_url: opts.gpu_metrics_url.clone() };
-    tracker.spawn(scrape::run(Arc::clone(datastore), Arc::clone(director.metrics()), sopts, tracker.clone(), shutdown.clone()));
+    let sopts = scrape::ScrapeOptions {
+        interval: opts.refresh_metrics_interval,
+        timeout: opts.metrics_scrape_timeout,
+        gpu_metrics_url: opts.gpu_metrics_url.clone(),
+    };
+    tracker.spawn(scrape::run(
+        Arc::clone(datastore),
+        Arc::clone(director.metrics()),
+        sopts,
+        tracker.clone(),
+        shutdown.clone(),
+    ));
     if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
-        let popts = crate::probe::ProbeOptions { interval, timeout: opts.health_check_timeout, path: opts.health_check_path.clone() };
-        tracker.spawn(crate::probe::run(Arc::clone(datastore), Arc::clone(director.metrics()), popts, tracker.clone(), shutdown.clone()));
+        let popts = crate::probe::ProbeOptions {
+            interval,
+            timeout: opts.health_check_timeout,
+            path: opts.health_check_path.clone(),
+        };
+        tracker.spawn(crate::probe::run(
+            Arc::clone(datastore),
+            Arc::clone(director.metrics()),
+            popts,
+            tracker.clone(),
+            shutdown.clone(),
+        ));
     }
-    let kv = kvevents::KvEventsOptions { port: opts.kv_events_port, replay_port: opts.kv_events_replay_port, bind: opts.kv_events_bind.clone() };
-    let sink = kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(director.metrics()));
-    tracker.spawn(kvevents::run(Arc::clone(datastore), sink, kv, tracker.clone(), shutdown.clone()));
+    let kv = kvevents::KvEventsOptions {
+        port: opts.kv_events_port,
+        replay_port: opts.kv_events_replay_port,
+        bind: opts.kv_events_bind.clone(),
+    };
+    let sink = kvevents::Sink::new(
+        Arc::clone(director.precise_index()),
+        Arc::clone(director.metrics()),
+    );
+    tracker.spawn(kvevents::run(
+        Arc::clone(datastore),
+        sink,
+        kv,
+        tracker.clone(),
+        shutdown.clone(),
+    ));
     let every = opts.refresh_prometheus_metrics_interval;
-    tracker.spawn(admin::refresh_pool_gauges(Arc::clone(director), Arc::clone(datastore), every, opts.metrics_staleness_threshold, shutdown.clone()));
+    tracker.spawn(admin::refresh_pool_gauges(
+        Arc::clone(director),
+        Arc::clone(datastore),
+        every,
+        opts.metrics_staleness_threshold,
+        shutdown.clone(),
+    ));
     if let Some(path) = &opts.config_file {
-        tracker.spawn(reload::run(Arc::clone(director), path.clone(), FILE_POLL, shutdown.clone()));
+        tracker.spawn(reload::run(
+            Arc::clone(director),
+            path.clone(),
+            FILE_POLL,
+            shutdown.clone(),
+        ));
     }
 }
 
 /// Starts Kubernetes discovery (and leader election) when the options ask for it; returns the
 /// leadership signal readiness must follow, if elections are on.
-async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, metrics: &Arc<Metrics>, tracker: &TaskTracker, shutdown: &CancellationToken) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
+async fn spawn_kubernetes(
+    opts: &Options,
+    datastore: &Arc<Datastore>,
+    metrics: &Arc<Metrics>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
     use discovery::k8s::{self, PoolSource};
     if !opts.uses_kubernetes() {
         return Ok(None);
@@ -231,22 +383,56 @@ async fn spawn_kubernetes(opts: &Options, datastore: &Arc<Datastore>, metrics: &
     let client = k8s::client(opts.kubeconfig.as_deref()).await?;
     let namespace = opts.namespace();
     tracing::info!(namespace = %namespace, source = ?source, "Kubernetes discovery");
-    tracker.spawn(k8s::run_endpoints(client.clone(), namespace.clone(), source, Arc::clone(datastore), Arc::clone(metrics), shutdown.clone()));
-    tracker.spawn(k8s::run_objectives(client.clone(), namespace.clone(), opts.pool_name.clone(), Arc::clone(datastore), Arc::clone(metrics), shutdown.clone()));
+    tracker.spawn(k8s::run_endpoints(
+        client.clone(),
+        namespace.clone(),
+        source,
+        Arc::clone(datastore),
+        Arc::clone(metrics),
+        shutdown.clone(),
+    ));
+    tracker.spawn(k8s::run_objectives(
+        client.clone(),
+        namespace.clone(),
+        opts.pool_name.clone(),
+        Arc::clone(datastore),
+        Arc::clone(metrics),
+        shutdown.clone(),
+    ));
     if !opts.ha_enable_leader_election {
         return Ok(None);
     }
-    let pool = opts.pool_name.clone().unwrap_or_else(|| "standalone".to_owned());
-    let identity = format!("{}_{:016x}", std::env::var("HOSTNAME").unwrap_or_else(|_| "epp".to_owned()), rand::random::<u64>());
-    let timing = leader::Timing { lease_duration: opts.ha_lease_duration, renew_deadline: opts.ha_renew_deadline, retry_period: opts.ha_retry_period };
-    let election = leader::Election { lease_name: leader::Election::lease_name(&namespace, &pool), namespace, identity, timing };
+    let pool = opts
+        .pool_name
+        .clone()
+        .unwrap_or_else(|| "standalone".to_owned());
+    let identity = format!(
+        "{}_{:016x}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "epp".to_owned()),
+        rand::random::<u64>()
+    );
+    let timing = leader::Timing {
+        lease_duration: opts.ha_lease_duration,
+        renew_deadline: opts.ha_renew_deadline,
+        retry_period: opts.ha_retry_period,
+    };
+    let election = leader::Election {
+        lease_name: leader::Election::lease_name(&namespace, &pool),
+        namespace,
+        identity,
+        timing,
+    };
     let (tx, rx) = tokio::sync::watch::channel(false);
     tracker.spawn(election.run(client, tx, shutdown.clone()));
     Ok(Some(rx))
 }
 
 /// Readiness follows leadership.
-async fn follow_leader(health: Health, mut leader: tokio::sync::watch::Receiver<bool>, shutdown: CancellationToken) {
+async fn follow_leader(
+    health: Health,
+    mut leader: tokio::sync::watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
     loop {
         let leading = *leader.borrow_and_update();
         health.set_ready(leading).await;
@@ -261,12 +447,16 @@ async fn follow_leader(health: Health, mut leader: tokio::sync::watch::Receiver<
 fn tls_config(opts: &Options) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
     let identity = match &opts.cert_path {
         Some(dir) => {
-            let cert = std::fs::read(dir.join("tls.crt")).with_context(|| format!("reading {}/tls.crt", dir.display()))?;
-            let key = std::fs::read(dir.join("tls.key")).with_context(|| format!("reading {}/tls.key", dir.display()))?;
+            let cert = std::fs::read(dir.join("tls.crt"))
+                .with_context(|| format!("reading {}/tls.crt", dir.display()))?;
+            let key = std::fs::read(dir.join("tls.key"))
+                .with_context(|| format!("reading {}/tls.key", dir.display()))?;
             tonic::transport::Identity::from_pem(cert, key)
         }
         None => {
-            let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()]).context("generating a self-signed certificate")?;
+            let ck =
+                rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()])
+                    .context("generating a self-signed certificate")?;
             tonic::transport::Identity::from_pem(ck.cert.pem(), ck.signing_key.serialize_pem())
         }
     };

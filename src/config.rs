@@ -116,14 +116,25 @@ impl fmt::Display for Problem {
             Self::Kind(k) => write!(f, "kind {k:?} is not {KIND:?}"),
             Self::DuplicatePlugin(n) => write!(f, "plugin name {n:?} is defined twice"),
             Self::UnknownPluginRef { profile, plugin } => {
-                write!(f, "profile {profile:?} references undefined plugin {plugin:?}")
+                write!(
+                    f,
+                    "profile {profile:?} references undefined plugin {plugin:?}"
+                )
             }
-            Self::UnknownPluginType { plugin, plugin_type } => {
+            Self::UnknownPluginType {
+                plugin,
+                plugin_type,
+            } => {
                 write!(f, "plugin {plugin:?} has unknown type {plugin_type:?}")
             }
-            Self::Parameters { plugin, message } => write!(f, "plugin {plugin:?} parameters: {message}"),
+            Self::Parameters { plugin, message } => {
+                write!(f, "plugin {plugin:?} parameters: {message}")
+            }
             Self::Weight { profile, plugin } => {
-                write!(f, "profile {profile:?} plugin {plugin:?}: weight must be a finite number >= 0")
+                write!(
+                    f,
+                    "profile {profile:?} plugin {plugin:?}: weight must be a finite number >= 0"
+                )
             }
             Self::Profile(m) | Self::Conflict(m) => write!(f, "{m}"),
         }
@@ -189,10 +200,16 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     for profile in &doc.scheduling_profiles {
         for r in &profile.plugins {
             if !names.contains(r.plugin_ref.as_str()) {
-                problems.push(Problem::UnknownPluginRef { profile: profile.name.clone(), plugin: r.plugin_ref.clone() });
+                problems.push(Problem::UnknownPluginRef {
+                    profile: profile.name.clone(),
+                    plugin: r.plugin_ref.clone(),
+                });
             }
             if r.weight.is_some_and(|w| !w.is_finite() || w < 0.0) {
-                problems.push(Problem::Weight { profile: profile.name.clone(), plugin: r.plugin_ref.clone() });
+                problems.push(Problem::Weight {
+                    profile: profile.name.clone(),
+                    plugin: r.plugin_ref.clone(),
+                });
             }
         }
     }
@@ -211,7 +228,14 @@ mod tests {
             let doc = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
             crate::scheduling::build(&doc).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         }
-        assert_eq!(std::fs::read_to_string(format!("{dir}/default.yaml")).unwrap().split_once("apiVersion").unwrap().1, DEFAULT_CONFIG.split_once("apiVersion").unwrap().1);
+        assert_eq!(
+            std::fs::read_to_string(format!("{dir}/default.yaml"))
+                .unwrap()
+                .split_once("apiVersion")
+                .unwrap()
+                .1,
+            DEFAULT_CONFIG.split_once("apiVersion").unwrap().1
+        );
     }
 
     #[test]
@@ -223,11 +247,20 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let text = DEFAULT_CONFIG.replace("kind: EndpointPickerConfig", "kind: EndpointPickerConfig\nschedulingProfile: []");
+        let text = DEFAULT_CONFIG.replace(
+            "kind: EndpointPickerConfig",
+            "kind: EndpointPickerConfig\nschedulingProfile: []",
+        );
         let err = parse(&text).unwrap_err().to_string();
         assert!(err.contains("unknown field `schedulingProfile`"), "{err}");
-        let text = DEFAULT_CONFIG.replace("- type: queue-scorer", "- type: queue-scorer\n  paramters: {}");
-        assert!(parse(&text).unwrap_err().to_string().contains("`paramters`"));
+        let text = DEFAULT_CONFIG.replace(
+            "- type: queue-scorer",
+            "- type: queue-scorer\n  paramters: {}",
+        );
+        assert!(parse(&text)
+            .unwrap_err()
+            .to_string()
+            .contains("`paramters`"));
     }
 
     #[test]

@@ -18,7 +18,13 @@ use kube::CustomResourceExt;
 
 /// Every CRD epp reads, with the file name it has under `config/crd/`.
 pub fn definitions() -> Vec<(String, CustomResourceDefinition)> {
-    let crds = [pool::InferencePool::crd(), pool_v1alpha2::InferencePool::crd(), model::InferenceModel::crd(), objective::InferenceObjective::crd(), rewrite::InferenceModelRewrite::crd()];
+    let crds = [
+        pool::InferencePool::crd(),
+        pool_v1alpha2::InferencePool::crd(),
+        model::InferenceModel::crd(),
+        objective::InferenceObjective::crd(),
+        rewrite::InferenceModelRewrite::crd(),
+    ];
     crds.into_iter()
         .map(|crd| {
             let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
@@ -29,7 +35,10 @@ pub fn definitions() -> Vec<(String, CustomResourceDefinition)> {
 
 /// The YAML committed for one CRD.
 pub fn render(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
-    Ok(format!("# Generated from src/crd by hack/gen-crds.sh; do not edit.\n{}", serde_yaml::to_string(crd)?))
+    Ok(format!(
+        "# Generated from src/crd by hack/gen-crds.sh; do not edit.\n{}",
+        serde_yaml::to_string(crd)?
+    ))
 }
 
 #[cfg(test)]

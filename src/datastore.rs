@@ -88,19 +88,27 @@ impl EndpointState {
             metrics: ArcSwapOption::empty(),
             inflight: AtomicU32::new(0),
             dispatched_since_scrape: AtomicU32::new(0),
-            passive: Mutex::new(Passive { health: Health::new(Instant::now()), latency: Latency::default() }),
+            passive: Mutex::new(Passive {
+                health: Health::new(Instant::now()),
+                latency: Latency::default(),
+            }),
         }
     }
 
     /// The passive state; a poisoned lock still holds valid plain data.
     fn passive(&self) -> MutexGuard<'_, Passive> {
-        self.passive.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.passive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether outlier detection lets this endpoint be picked now (always, without it). An
     /// expired ejection becomes half-open here: one request at a time until one succeeds.
     pub fn available(&self, policy: &HealthPolicy, now: Instant) -> bool {
-        policy.outlier.as_ref().is_none_or(|p| self.passive().health.available(now, p))
+        policy
+            .outlier
+            .as_ref()
+            .is_none_or(|p| self.passive().health.available(now, p))
     }
 
     /// Whether the endpoint is ejected or half-open (for gauges and logs).
@@ -110,7 +118,9 @@ impl EndpointState {
 
     /// The slow-start share multiplier in `[min, 1]` (1 without slow start).
     pub fn ramp(&self, policy: &HealthPolicy, now: Instant) -> f64 {
-        policy.slow_start.as_ref().map_or(1.0, |s| s.ramp(now.saturating_duration_since(self.passive().health.warm_since)))
+        policy.slow_start.as_ref().map_or(1.0, |s| {
+            s.ramp(now.saturating_duration_since(self.passive().health.warm_since))
+        })
     }
 
     /// Peak-EWMA TTFT and TPOT in seconds at `now`; `None` for what was never observed.
@@ -121,19 +131,36 @@ impl EndpointState {
 
     /// Records a finished (or failed) request.
     pub fn record(&self, obs: &Observation, policy: &HealthPolicy, now: Instant) -> Transition {
-        let Some(signal) = obs.signal() else { return Transition::None };
+        let Some(signal) = obs.signal() else {
+            return Transition::None;
+        };
         let mut p = self.passive();
         match signal {
             Signal::RequestOk => p.latency.observe(obs.ttft, obs.tpot, now),
             _ => p.latency.penalize(now),
         }
-        policy.outlier.as_ref().map_or(Transition::None, |o| p.health.observe(signal, now, o))
+        policy
+            .outlier
+            .as_ref()
+            .map_or(Transition::None, |o| p.health.observe(signal, now, o))
     }
 
     /// Records an active health probe or metrics scrape.
-    pub fn record_probe(&self, who: health::Prober, ok: bool, policy: &HealthPolicy, now: Instant) -> Transition {
-        let signal = if ok { Signal::ProbeOk(who) } else { Signal::ProbeFailed(who) };
-        policy.outlier.as_ref().map_or(Transition::None, |o| self.passive().health.observe(signal, now, o))
+    pub fn record_probe(
+        &self,
+        who: health::Prober,
+        ok: bool,
+        policy: &HealthPolicy,
+        now: Instant,
+    ) -> Transition {
+        let signal = if ok {
+            Signal::ProbeOk(who)
+        } else {
+            Signal::ProbeFailed(who)
+        };
+        policy.outlier.as_ref().map_or(Transition::None, |o| {
+            self.passive().health.observe(signal, now, o)
+        })
     }
 
     pub fn id(&self) -> EndpointId {
@@ -184,7 +211,10 @@ impl InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let _ = self.0.inflight.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ = self
+            .0
+            .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 }
 
@@ -229,7 +259,12 @@ impl Default for Datastore {
 
 impl Datastore {
     pub fn new() -> Self {
-        Self { set: ArcSwap::from_pointee(EndpointSet::default()), changed: watch::channel(0).0, objectives: ArcSwap::from_pointee(Objectives::default()), health: ArcSwap::from_pointee(HealthPolicy::default()) }
+        Self {
+            set: ArcSwap::from_pointee(EndpointSet::default()),
+            changed: watch::channel(0).0,
+            objectives: ArcSwap::from_pointee(Objectives::default()),
+            health: ArcSwap::from_pointee(HealthPolicy::default()),
+        }
     }
 
     pub fn snapshot(&self) -> Arc<EndpointSet> {
@@ -254,7 +289,11 @@ impl Datastore {
             by_id.insert(ep.id, list.len());
             list.push(state);
         }
-        if list.len() == old.len() && list.iter().all(|s| old.get(&s.id()).is_some_and(|o| Arc::ptr_eq(o, s))) {
+        if list.len() == old.len()
+            && list
+                .iter()
+                .all(|s| old.get(&s.id()).is_some_and(|o| Arc::ptr_eq(o, s)))
+        {
             return;
         }
         self.set.store(Arc::new(EndpointSet { list, by_id }));
@@ -290,8 +329,12 @@ impl Datastore {
     /// Keeps one task per endpoint until `shutdown`: `start` is called for each endpoint that
     /// appears and spawns its task on `tracker`; the token it receives is cancelled when the
     /// endpoint leaves the set. Shared by the metric scrapers and the health probers.
-    pub async fn per_endpoint<F>(&self, tracker: &TaskTracker, shutdown: &CancellationToken, mut start: F)
-    where
+    pub async fn per_endpoint<F>(
+        &self,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+        mut start: F,
+    ) where
         F: FnMut(&TaskTracker, Arc<EndpointState>, CancellationToken),
     {
         let mut changes = self.subscribe();
@@ -329,7 +372,9 @@ fn carry_over(old: &EndpointState, endpoint: Endpoint) -> EndpointState {
 
 /// Logs and counts a passive-health transition of `endpoint`.
 pub fn report(metrics: &Metrics, endpoint: &Endpoint, transition: Transition, cause: &str) {
-    let labels = || EndpointLabels { endpoint: endpoint.id.to_string() };
+    let labels = || EndpointLabels {
+        endpoint: endpoint.id.to_string(),
+    };
     match transition {
         Transition::None => {}
         Transition::Ejected { period, ejections } => {
@@ -355,7 +400,15 @@ mod tests {
     }
 
     fn metrics() -> EndpointMetrics {
-        EndpointMetrics { waiting: 1.0, running: 2.0, kv_usage: 0.5, lora: None, cache: None, gpu: None, updated: Instant::now() }
+        EndpointMetrics {
+            waiting: 1.0,
+            running: 2.0,
+            kv_usage: 0.5,
+            lora: None,
+            cache: None,
+            gpu: None,
+            updated: Instant::now(),
+        }
     }
 
     #[test]
@@ -394,13 +447,29 @@ mod tests {
     }
 
     fn policy() -> HealthPolicy {
-        let outlier = health::OutlierParams { consecutive_5xx: 2, consecutive_local_origin_failure: 2, base_ejection_time: Duration::from_secs(5), max_ejection_time: Duration::from_secs(60) };
-        let slow_start = health::SlowStartParams { slow_start_window: Duration::from_secs(10), aggression: 1.0, min_weight_percent: 10.0 };
-        HealthPolicy { outlier: Some(outlier), slow_start: Some(slow_start) }
+        let outlier = health::OutlierParams {
+            consecutive_5xx: 2,
+            consecutive_local_origin_failure: 2,
+            base_ejection_time: Duration::from_secs(5),
+            max_ejection_time: Duration::from_secs(60),
+        };
+        let slow_start = health::SlowStartParams {
+            slow_start_window: Duration::from_secs(10),
+            aggression: 1.0,
+            min_weight_percent: 10.0,
+        };
+        HealthPolicy {
+            outlier: Some(outlier),
+            slow_start: Some(slow_start),
+        }
     }
 
     fn status(code: u16) -> Observation {
-        Observation { status: Some(code), ttft: Some(Duration::from_millis(20)), ..Default::default() }
+        Observation {
+            status: Some(code),
+            ttft: Some(Duration::from_millis(20)),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -416,7 +485,10 @@ mod tests {
         assert!(s.latency(t0).0.unwrap() < 0.1);
         s.record(&status(500), &p, t0);
         assert!(s.latency(t0).0.unwrap() >= 1.0, "an error is slow");
-        assert!(matches!(s.record(&status(503), &p, t0), Transition::Ejected { .. }));
+        assert!(matches!(
+            s.record(&status(503), &p, t0),
+            Transition::Ejected { .. }
+        ));
         assert!(!s.available(&p, t0 + Duration::from_secs(1)));
     }
 
@@ -426,7 +498,10 @@ mod tests {
         ds.set_endpoints(vec![ep(1)]);
         let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
         let t0 = Instant::now();
-        let connect = Observation { failure: Some(Failure::Connect), ..Default::default() };
+        let connect = Observation {
+            failure: Some(Failure::Connect),
+            ..Default::default()
+        };
         s.record(&connect, &p, t0);
         s.record(&connect, &p, t0);
         let mut relabelled = ep(1);
@@ -439,8 +514,15 @@ mod tests {
         drop(s.acquire());
         assert!(!s.available(&p, t1), "half-open: the one probe is out");
         assert_eq!(s.record(&status(200), &p, t1), Transition::Restored);
-        assert!((s.ramp(&p, t1) - 0.1).abs() < 1e-9, "restored: back to the minimum share");
+        assert!(
+            (s.ramp(&p, t1) - 0.1).abs() < 1e-9,
+            "restored: back to the minimum share"
+        );
         assert!((s.ramp(&p, t1 + Duration::from_secs(5)) - 0.5).abs() < 1e-9);
-        assert_eq!(s.ramp(&HealthPolicy::default(), t1), 1.0, "no slow start configured");
+        assert_eq!(
+            s.ramp(&HealthPolicy::default(), t1),
+            1.0,
+            "no slow start configured"
+        );
     }
 }

@@ -7,9 +7,11 @@ use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
 use crate::datastore::{self as ds, Datastore, EndpointState, InflightGuard, Observation};
 use crate::endpoint::EndpointId;
-use crate::objectives::Priority;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
-use crate::prefix::{self, index::PrefixIndex, precise::home::HomeCandidate, precise::PreciseIndex};
+use crate::objectives::Priority;
+use crate::prefix::{
+    self, index::PrefixIndex, precise::home::HomeCandidate, precise::PreciseIndex,
+};
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
 use crate::scheduling::scorer::PrecisePrefixParams;
@@ -44,9 +46,16 @@ impl Runtime {
         if let Err(p) = &built {
             problems.extend(p.iter().cloned());
         }
-        let health = HealthPolicy::from_plugins(doc.plugins.iter().map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())));
+        let health = HealthPolicy::from_plugins(
+            doc.plugins
+                .iter()
+                .map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())),
+        );
         if let Err(p) = &health {
-            problems.extend(p.iter().map(|(plugin, message)| Problem::Parameters { plugin: plugin.clone(), message: message.clone() }));
+            problems.extend(p.iter().map(|(plugin, message)| Problem::Parameters {
+                plugin: plugin.clone(),
+                message: message.clone(),
+            }));
         }
         let health = health.unwrap_or_default();
         let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
@@ -58,17 +67,42 @@ impl Runtime {
             _ => return Err(problems.into()),
         };
         // A local tokenizer.json (precise scorer) must win: its block keys must equal the pods'.
-        let precise_hf = scheduler.precise_params().map(|p| p.tokenizer_source()).filter(|s| matches!(s, TokenizerSource::HuggingFace(_)));
-        let source = precise_hf.or_else(|| scheduler.prefix_params().map(|p| TokenizerSource::Tiktoken(p.tokenizer))).or_else(|| scheduler.precise_params().map(|p| p.tokenizer_source()));
+        let precise_hf = scheduler
+            .precise_params()
+            .map(|p| p.tokenizer_source())
+            .filter(|s| matches!(s, TokenizerSource::HuggingFace(_)));
+        let source = precise_hf
+            .or_else(|| {
+                scheduler
+                    .prefix_params()
+                    .map(|p| TokenizerSource::Tiktoken(p.tokenizer))
+            })
+            .or_else(|| scheduler.precise_params().map(|p| p.tokenizer_source()));
         let tokenizer = match source {
             None => None,
-            Some(s) => match previous.and_then(|r| r.tokenizer.clone()).filter(|t| t.is_built_from(&s)) {
+            Some(s) => match previous
+                .and_then(|r| r.tokenizer.clone())
+                .filter(|t| t.is_built_from(&s))
+            {
                 Some(t) => Some(t),
-                None => Some(Tokenizer::from_source(&s).map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?),
+                None => Some(
+                    Tokenizer::from_source(&s)
+                        .map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))?,
+                ),
             },
         };
-        let served_verifier = doc.plugins.iter().any(|p| p.plugin_type == "destination-endpoint-served-verifier");
-        Ok(Self { scheduler, tokenizer, served_verifier, health, thresholds, source: text.to_owned() })
+        let served_verifier = doc
+            .plugins
+            .iter()
+            .any(|p| p.plugin_type == "destination-endpoint-served-verifier");
+        Ok(Self {
+            scheduler,
+            tokenizer,
+            served_verifier,
+            health,
+            thresholds,
+            source: text.to_owned(),
+        })
     }
 }
 
@@ -194,9 +228,22 @@ struct PrefixLookup {
 }
 
 impl Director {
-    pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>, opts: DirectorOptions) -> Self {
+    pub fn new(
+        datastore: Arc<Datastore>,
+        runtime: Runtime,
+        metrics: Arc<Metrics>,
+        opts: DirectorOptions,
+    ) -> Self {
         datastore.set_health_policy(runtime.health.clone());
-        Self { datastore, runtime: ArcSwap::from_pointee(runtime), index: PrefixIndex::new(), precise: Arc::default(), metrics, opts, placements: None }
+        Self {
+            datastore,
+            runtime: ArcSwap::from_pointee(runtime),
+            index: PrefixIndex::new(),
+            precise: Arc::default(),
+            metrics,
+            opts,
+            placements: None,
+        }
     }
 
     /// Shares every speculative entry with `sink` as well (before the director is shared).
@@ -238,7 +285,12 @@ impl Director {
         let started = Instant::now();
         let parse_span = crate::telemetry::child("parse");
         let req = request::parse(ApiKind::from_path(inc.path), inc.body, self.prompt_cap())?;
-        crate::telemetry::annotate(|| vec![opentelemetry::KeyValue::new("epp.model", req.model.clone()), opentelemetry::KeyValue::new("epp.stream", req.stream)]);
+        crate::telemetry::annotate(|| {
+            vec![
+                opentelemetry::KeyValue::new("epp.model", req.model.clone()),
+                opentelemetry::KeyValue::new("epp.stream", req.stream),
+            ]
+        });
         drop(parse_span);
         self.route_parsed(inc, req, started, rng)
     }
@@ -246,8 +298,12 @@ impl Director {
     /// The prompt text the prefix scorers read: what parsing keeps of it.
     pub fn prompt_cap(&self) -> usize {
         let runtime = self.runtime.load();
-        let max_text = runtime.scheduler.prefix_params().map_or(0, |p| p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8);
-        let max_text = runtime.scheduler.precise_params().map_or(max_text, |p| max_text.max(p.max_prefix_blocks_to_match * self.precise_block_size(p) * 8));
+        let max_text = runtime.scheduler.prefix_params().map_or(0, |p| {
+            p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8
+        });
+        let max_text = runtime.scheduler.precise_params().map_or(max_text, |p| {
+            max_text.max(p.max_prefix_blocks_to_match * self.precise_block_size(p) * 8)
+        });
         max_text.max(4096)
     }
 
@@ -277,15 +333,29 @@ impl Director {
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
         let adjusted = |s: &Arc<EndpointState>| {
-            s.metrics().map(|m| crate::endpoint::EndpointMetrics { waiting: m.waiting + f64::from(s.dispatched_since_scrape()), ..(*m).clone() })
+            s.metrics().map(|m| crate::endpoint::EndpointMetrics {
+                waiting: m.waiting + f64::from(s.dispatched_since_scrape()),
+                ..(*m).clone()
+            })
         };
         let metrics: Vec<_> = snapshot.iter().map(adjusted).collect();
-        admission::saturation(metrics.iter().map(Option::as_ref), Instant::now(), &runtime.thresholds, self.opts.staleness)
+        admission::saturation(
+            metrics.iter().map(Option::as_ref),
+            Instant::now(),
+            &runtime.thresholds,
+            self.opts.staleness,
+        )
     }
 
     /// Routes a parsed request; for an early decision `req` comes from the scan of the part of
     /// the body received so far, and `inc.body` is that part.
-    pub fn route_parsed(&self, inc: &Incoming<'_>, req: LlmRequest, started: Instant, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
+    pub fn route_parsed(
+        &self,
+        inc: &Incoming<'_>,
+        req: LlmRequest,
+        started: Instant,
+        rng: &mut impl Rng,
+    ) -> Result<Routed, DirectorError> {
         let runtime = self.runtime.load();
         let objectives = self.datastore.objectives();
         let target = objectives.target(&req.model, inc.model_rewrite, rng);
@@ -307,25 +377,51 @@ impl Director {
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
             session_endpoint: session_endpoint(&states, inc.session_token),
-            affinity_key: affinity_key(inc.session_token, lookup.as_ref().and_then(|l| l.hashes.first().copied())),
+            affinity_key: affinity_key(
+                inc.session_token,
+                lookup.as_ref().and_then(|l| l.hashes.first().copied()),
+            ),
         };
         let schedule_span = crate::telemetry::child("schedule");
         let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         drop(schedule_span);
-        let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        let primary = snapshot
+            .get(&decision[0])
+            .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
         }
-        let body = (target != req.model).then(|| request::rewrite_model(inc.body, &req.model_span, &target));
-        let labels = RequestLabels { model_name: req.model.clone(), target_model_name: target.clone(), priority: priority.to_string() };
+        let body = (target != req.model)
+            .then(|| request::rewrite_model(inc.body, &req.model_span, &target));
+        let labels = RequestLabels {
+            model_name: req.model.clone(),
+            target_model_name: target.clone(),
+            priority: priority.to_string(),
+        };
         self.metrics.request_total.get_or_create(&labels).inc();
         let lease = self.lease(primary, &req.model);
-        let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
-        Ok(Routed { destinations: decision, body, model: req.model, target_model: target, stream: req.stream, started, lease, session_token })
+        let session_token = runtime
+            .scheduler
+            .session_affinity()
+            .then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
+        Ok(Routed {
+            destinations: decision,
+            body,
+            model: req.model,
+            target_model: target,
+            stream: req.stream,
+            started,
+            lease,
+            session_token,
+        })
     }
 
     /// Routes a request without a body (GET and friends): load-aware, no prompt.
-    pub fn route_bodyless(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
+    pub fn route_bodyless(
+        &self,
+        inc: &Incoming<'_>,
+        rng: &mut impl Rng,
+    ) -> Result<Routed, DirectorError> {
         let started = Instant::now();
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
@@ -340,19 +436,42 @@ impl Director {
             ..Default::default()
         };
         let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
-        let primary = snapshot.get(&decision[0]).ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        let primary = snapshot
+            .get(&decision[0])
+            .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
         let lease = self.lease(primary, "");
-        let session_token = runtime.scheduler.session_affinity().then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
-        Ok(Routed { destinations: decision, body: None, model: String::new(), target_model: String::new(), stream: false, started, lease, session_token })
+        let session_token = runtime
+            .scheduler
+            .session_affinity()
+            .then(|| scheduling::scorer::encode_token(&primary.endpoint.name));
+        Ok(Routed {
+            destinations: decision,
+            body: None,
+            model: String::new(),
+            target_model: String::new(),
+            stream: false,
+            started,
+            lease,
+            session_token,
+        })
     }
 
     /// Records a finished response in the objective metrics.
     pub fn finish(&self, routed: &Routed, summary: &ResponseSummary) {
-        let labels = ModelLabels { model_name: routed.model.clone(), target_model_name: routed.target_model.clone() };
+        let labels = ModelLabels {
+            model_name: routed.model.clone(),
+            target_model_name: routed.target_model.clone(),
+        };
         let m = &self.metrics;
-        m.request_duration.get_or_create(&labels).observe(routed.started.elapsed().as_secs_f64());
-        m.request_sizes.get_or_create(&labels).observe(summary.request_bytes as f64);
-        m.response_sizes.get_or_create(&labels).observe(summary.response_bytes as f64);
+        m.request_duration
+            .get_or_create(&labels)
+            .observe(routed.started.elapsed().as_secs_f64());
+        m.request_sizes
+            .get_or_create(&labels)
+            .observe(summary.request_bytes as f64);
+        m.response_sizes
+            .get_or_create(&labels)
+            .observe(summary.response_bytes as f64);
         if let Some(t) = summary.prompt_tokens {
             m.input_tokens.get_or_create(&labels).observe(t as f64);
         }
@@ -360,7 +479,9 @@ impl Director {
             m.output_tokens.get_or_create(&labels).observe(t as f64);
         }
         if let Some(t) = summary.cached_tokens {
-            m.prompt_cached_tokens.get_or_create(&labels).observe(t as f64);
+            m.prompt_cached_tokens
+                .get_or_create(&labels)
+                .observe(t as f64);
         }
         self.record_outcome(routed, &observation(routed, summary));
     }
@@ -370,14 +491,29 @@ impl Director {
     /// local-origin failure of the endpoint.
     pub fn abandoned(&self, routed: Option<&Routed>) {
         if let Some(r) = routed {
-            self.record_outcome(r, &Observation { failure: Some(ds::Failure::ResetBeforeHeaders), ..Default::default() });
+            self.record_outcome(
+                r,
+                &Observation {
+                    failure: Some(ds::Failure::ResetBeforeHeaders),
+                    ..Default::default()
+                },
+            );
         }
     }
 
     fn record_outcome(&self, routed: &Routed, obs: &Observation) {
         let served = routed.lease._inflight.endpoint();
         let transition = served.record(obs, &self.datastore.health_policy(), Instant::now());
-        ds::report(&self.metrics, &served.endpoint, transition, if obs.failure.is_some() { "connection" } else { "5xx" });
+        ds::report(
+            &self.metrics,
+            &served.endpoint,
+            transition,
+            if obs.failure.is_some() {
+                "connection"
+            } else {
+                "5xx"
+            },
+        );
     }
 
     /// Forgets prefix entries of endpoints that are gone.
@@ -387,59 +523,117 @@ impl Director {
         self.precise.retain(&live);
     }
 
-    fn candidate_states<'s>(&self, snapshot: &'s crate::datastore::EndpointSet, subset: Option<&[String]>) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
+    fn candidate_states<'s>(
+        &self,
+        snapshot: &'s crate::datastore::EndpointSet,
+        subset: Option<&[String]>,
+    ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
         if snapshot.is_empty() {
-            return Err(DirectorError::NoCandidates("no ready endpoints in the pool"));
+            return Err(DirectorError::NoCandidates(
+                "no ready endpoints in the pool",
+            ));
         }
         let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
             None => snapshot.iter().collect(),
             Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
-            Some(list) => snapshot.iter().filter(|s| in_subset(s.id(), list)).collect(),
+            Some(list) => snapshot
+                .iter()
+                .filter(|s| in_subset(s.id(), list))
+                .collect(),
         };
         if states.is_empty() {
-            return Err(DirectorError::NoCandidates("no endpoint matches the subset hint"));
+            return Err(DirectorError::NoCandidates(
+                "no endpoint matches the subset hint",
+            ));
         }
         Ok(self.without_ejected(states))
     }
 
     /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
     /// every one stays (a degraded pool beats no pool) and a warning is logged.
-    fn without_ejected<'s>(&self, states: Vec<&'s Arc<EndpointState>>) -> Vec<&'s Arc<EndpointState>> {
+    fn without_ejected<'s>(
+        &self,
+        states: Vec<&'s Arc<EndpointState>>,
+    ) -> Vec<&'s Arc<EndpointState>> {
         let policy = self.datastore.health_policy();
         if policy.outlier.is_none() {
             return states;
         }
         let now = Instant::now();
-        let available: Vec<&Arc<EndpointState>> = states.iter().copied().filter(|s| s.available(&policy, now)).collect();
+        let available: Vec<&Arc<EndpointState>> = states
+            .iter()
+            .copied()
+            .filter(|s| s.available(&policy, now))
+            .collect();
         if available.is_empty() {
-            tracing::warn!(candidates = states.len(), "every candidate endpoint is ejected; routing to them anyway");
+            tracing::warn!(
+                candidates = states.len(),
+                "every candidate endpoint is ejected; routing to them anyway"
+            );
             return states;
         }
         available
     }
 
     /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
-    fn admit(&self, thresholds: &admission::Thresholds, priority: Priority, states: &[&Arc<EndpointState>]) -> Result<(), DirectorError> {
+    fn admit(
+        &self,
+        thresholds: &admission::Thresholds,
+        priority: Priority,
+        states: &[&Arc<EndpointState>],
+    ) -> Result<(), DirectorError> {
         let saturation = || {
             let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
-            admission::saturation(metrics.iter().map(|m| m.as_deref()), Instant::now(), thresholds, self.opts.staleness)
+            admission::saturation(
+                metrics.iter().map(|m| m.as_deref()),
+                Instant::now(),
+                thresholds,
+                self.opts.staleness,
+            )
         };
         Ok(admission::admit(priority, saturation)?)
     }
 
-    fn lookup_prefix(&self, runtime: &Runtime, req: &LlmRequest, target: &str, states: &[&Arc<EndpointState>]) -> Option<PrefixLookup> {
+    fn lookup_prefix(
+        &self,
+        runtime: &Runtime,
+        req: &LlmRequest,
+        target: &str,
+        states: &[&Arc<EndpointState>],
+    ) -> Option<PrefixLookup> {
         let params = runtime.scheduler.prefix_params()?;
-        let reported = states.iter().find_map(|s| s.metrics().and_then(|m| m.cache));
+        let reported = states
+            .iter()
+            .find_map(|s| s.metrics().and_then(|m| m.cache));
         let tuned = reported.filter(|_| params.auto_tune);
         let block_size = tuned.map_or(params.block_size_tokens, |c| c.block_size as usize);
         let max_blocks = params.max_blocks(block_size);
         let tokens = match &req.prompt {
             Prompt::Tokens(t) => std::borrow::Cow::Borrowed(t.as_slice()),
-            Prompt::Text(text) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_blocks * block_size)),
+            Prompt::Text(text) => std::borrow::Cow::Owned(
+                runtime
+                    .tokenizer
+                    .as_ref()?
+                    .encode_prefix(text, max_blocks * block_size),
+            ),
         };
-        let hashes = prefix::block_hashes(target, req.cache_salt.as_deref(), &tokens, block_size, max_blocks);
+        let hashes = prefix::block_hashes(
+            target,
+            req.cache_salt.as_deref(),
+            &tokens,
+            block_size,
+            max_blocks,
+        );
         let matches = self.index.longest_prefix(&hashes);
-        Some(PrefixLookup { hashes, block_size, capacity: params.lru_capacity_per_server, auto_tune: params.auto_tune, matches, home: None, precise: None })
+        Some(PrefixLookup {
+            hashes,
+            block_size,
+            capacity: params.lru_capacity_per_server,
+            auto_tune: params.auto_tune,
+            matches,
+            home: None,
+            precise: None,
+        })
     }
 
     fn precise_block_size(&self, p: &PrecisePrefixParams) -> usize {
@@ -451,36 +645,82 @@ impl Director {
 
     /// Block keys of the tokens the pod will see (the prompt as-is, or the rendered chat
     /// template) and the longest prefix each endpoint actually holds.
-    fn lookup_precise(&self, runtime: &Runtime, p: &PrecisePrefixParams, req: &LlmRequest, body: &[u8], target: &str, states: &[&Arc<EndpointState>]) -> Option<PrefixLookup> {
+    fn lookup_precise(
+        &self,
+        runtime: &Runtime,
+        p: &PrecisePrefixParams,
+        req: &LlmRequest,
+        body: &[u8],
+        target: &str,
+        states: &[&Arc<EndpointState>],
+    ) -> Option<PrefixLookup> {
         let block_size = self.precise_block_size(p);
         let max_tokens = p.max_prefix_blocks_to_match * block_size;
         let tokens = match (&req.prompt, req.api) {
             (Prompt::Tokens(t), _) => std::borrow::Cow::Borrowed(t.as_slice()),
-            (_, ApiKind::ChatCompletions) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(&request::chat::render(body)?, max_tokens)),
-            (Prompt::Text(text), _) => std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_tokens)),
+            (_, ApiKind::ChatCompletions) => std::borrow::Cow::Owned(
+                runtime
+                    .tokenizer
+                    .as_ref()?
+                    .encode_prefix(&request::chat::render(body)?, max_tokens),
+            ),
+            (Prompt::Text(text), _) => {
+                std::borrow::Cow::Owned(runtime.tokenizer.as_ref()?.encode_prefix(text, max_tokens))
+            }
         };
-        let hashes = prefix::block_hashes(target, None, &tokens, block_size, p.max_prefix_blocks_to_match);
+        let hashes = prefix::block_hashes(
+            target,
+            None,
+            &tokens,
+            block_size,
+            p.max_prefix_blocks_to_match,
+        );
         let now = Instant::now();
         let matches = self.precise.longest_prefix(&hashes, now);
         // The part no endpoint holds goes to the same home in every replica (active-active).
         let shapes = self.precise.shapes(states.iter().map(|s| s.id()), now);
-        let candidates = states.iter().zip(shapes).map(|(s, cache)| HomeCandidate { id: s.id(), load: s.metrics().map_or(0.0, |m| m.waiting + m.running), cache });
+        let candidates = states.iter().zip(shapes).map(|(s, cache)| HomeCandidate {
+            id: s.id(),
+            load: s.metrics().map_or(0.0, |m| m.waiting + m.running),
+            cache,
+        });
         let home = prefix::precise::home::home(&hashes, &matches, candidates);
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
-        Some(PrefixLookup { hashes, block_size, capacity: 0, auto_tune: false, matches, home, precise: Some(ttl) })
+        Some(PrefixLookup {
+            hashes,
+            block_size,
+            capacity: 0,
+            auto_tune: false,
+            matches,
+            home,
+            precise: Some(ttl),
+        })
     }
 
-    fn candidates(&self, states: &[&Arc<EndpointState>], lookup: Option<&PrefixLookup>) -> Vec<Candidate> {
+    fn candidates(
+        &self,
+        states: &[&Arc<EndpointState>],
+        lookup: Option<&PrefixLookup>,
+    ) -> Vec<Candidate> {
         let now = Instant::now();
         let policy = self.datastore.health_policy();
         states
             .iter()
             .map(|s| {
                 let m = s.metrics();
-                let fresh = m.as_ref().is_some_and(|m| m.age(now) <= self.opts.staleness);
-                let (waiting, running, kv) = m.as_ref().map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
-                let held = lookup.and_then(|l| l.matches.iter().find(|(id, _)| *id == s.id())).map_or(0, |(_, n)| *n);
-                let credited = lookup.and_then(|l| l.home).filter(|(id, _)| *id == s.id()).map_or(0, |(_, n)| n);
+                let fresh = m
+                    .as_ref()
+                    .is_some_and(|m| m.age(now) <= self.opts.staleness);
+                let (waiting, running, kv) = m
+                    .as_ref()
+                    .map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
+                let held = lookup
+                    .and_then(|l| l.matches.iter().find(|(id, _)| *id == s.id()))
+                    .map_or(0, |(_, n)| *n);
+                let credited = lookup
+                    .and_then(|l| l.home)
+                    .filter(|(id, _)| *id == s.id())
+                    .map_or(0, |(_, n)| n);
                 let prefix_blocks = held.max(credited);
                 Candidate {
                     id: s.id(),
@@ -491,25 +731,48 @@ impl Director {
                     kv_usage: kv,
                     fresh,
                     prefix_blocks,
-                    latency: Some(s.latency(now)).filter(|l| l.0.is_some() || l.1.is_some()).map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
+                    latency: Some(s.latency(now))
+                        .filter(|l| l.0.is_some() || l.1.is_some())
+                        .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
                     ramp: s.ramp(&policy, now),
                 }
             })
             .collect()
     }
 
-    fn schedule(&self, scheduler: &Scheduler, sreq: &SchedulingRequest<'_>, candidates: &[Candidate], rng: &mut impl Rng, started: Instant) -> Result<Vec<EndpointId>, DirectorError> {
+    fn schedule(
+        &self,
+        scheduler: &Scheduler,
+        sreq: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut impl Rng,
+        started: Instant,
+    ) -> Result<Vec<EndpointId>, DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
         }
-        self.metrics.scheduler_e2e.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .scheduler_e2e
+            .observe(started.elapsed().as_secs_f64());
         let (status, pod) = match &result {
-            Ok(d) => ("success", d.endpoints.first().map(|e| e.to_string()).unwrap_or_default()),
+            Ok(d) => (
+                "success",
+                d.endpoints
+                    .first()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default(),
+            ),
             Err(_) => ("failure", String::new()),
         };
         let port = pod.rsplit(':').next().unwrap_or("").to_owned();
-        let labels = AttemptLabels { status: status.into(), target_model_name: sreq.target_model.to_owned(), pod_name: pod, namespace: String::new(), port };
+        let labels = AttemptLabels {
+            status: status.into(),
+            target_model_name: sreq.target_model.to_owned(),
+            pod_name: pod,
+            namespace: String::new(),
+            port,
+        };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
         match result {
             Ok(d) if !d.endpoints.is_empty() => Ok(d.endpoints),
@@ -523,34 +786,58 @@ impl Director {
         if total == 0 {
             return;
         }
-        let matched = l.matches.iter().find(|(id, _)| *id == primary.id()).map_or(0, |(_, n)| *n);
-        self.metrics.prefix_hit_ratio.observe(matched as f64 / total as f64);
-        self.metrics.prefix_hit_bytes.observe((matched * l.block_size * 4) as f64);
+        let matched = l
+            .matches
+            .iter()
+            .find(|(id, _)| *id == primary.id())
+            .map_or(0, |(_, n)| *n);
+        self.metrics
+            .prefix_hit_ratio
+            .observe(matched as f64 / total as f64);
+        self.metrics
+            .prefix_hit_bytes
+            .observe((matched * l.block_size * 4) as f64);
         if let Some(ttl) = l.precise {
             if let Some(ttl) = ttl {
-                self.precise.speculate(primary.id(), &l.hashes, Instant::now(), ttl);
+                self.precise
+                    .speculate(primary.id(), &l.hashes, Instant::now(), ttl);
                 if let Some(sink) = &self.placements {
                     sink.placed(primary.id(), &l.hashes, ttl);
                 }
             }
             return;
         }
-        let reported = primary.metrics().and_then(|m| m.cache).filter(|_| l.auto_tune);
+        let reported = primary
+            .metrics()
+            .and_then(|m| m.cache)
+            .filter(|_| l.auto_tune);
         let capacity = reported.map_or(l.capacity, |c| c.num_blocks as usize);
         self.index.record(primary.id(), &l.hashes, capacity);
     }
 
     fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {
-        let running = self.metrics.running_requests.get_or_create(&RunningLabels { model_name: model.to_owned() }).clone();
+        let running = self
+            .metrics
+            .running_requests
+            .get_or_create(&RunningLabels {
+                model_name: model.to_owned(),
+            })
+            .clone();
         running.inc();
-        Lease { _inflight: primary.acquire(), running }
+        Lease {
+            _inflight: primary.acquire(),
+            running,
+        }
     }
 }
 
 /// The candidate a session token names (the token is base64 of the endpoint name).
 fn session_endpoint(states: &[&Arc<EndpointState>], token: Option<&str>) -> Option<EndpointId> {
     let name = scheduling::scorer::decode_token(token?)?;
-    states.iter().find(|s| s.endpoint.name == name).map(|s| s.id())
+    states
+        .iter()
+        .find(|s| s.endpoint.name == name)
+        .map(|s| s.id())
 }
 
 /// The consistent-hash key: the session token's hash, else the first prompt block hash.
@@ -570,7 +857,9 @@ fn observation(routed: &Routed, s: &ResponseSummary) -> Observation {
     let failure = s.connect_failure.then_some(ds::Failure::Connect);
     let (ttft, tpot) = if routed.stream {
         let tpot = match (s.first_body_at, s.last_body_at, s.completion_tokens) {
-            (Some(f), Some(l), Some(n)) if n > 1 => Some(l.saturating_duration_since(f).div_f64((n - 1) as f64)),
+            (Some(f), Some(l), Some(n)) if n > 1 => {
+                Some(l.saturating_duration_since(f).div_f64((n - 1) as f64))
+            }
             _ => None,
         };
         (since(s.first_body_at.or(s.headers_at)), tpot)
@@ -581,16 +870,26 @@ fn observation(routed: &Routed, s: &ResponseSummary) -> Observation {
             None => (total, None),
         }
     };
-    Observation { status: s.status, failure, ttft, tpot }
+    Observation {
+        status: s.status,
+        failure,
+        ttft,
+        tpot,
+    }
 }
 
 /// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
 /// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
 fn in_subset(id: EndpointId, list: &[String]) -> bool {
-    list.iter().map(|e| e.trim()).any(|e| match e.parse::<EndpointId>() {
-        Ok(exact) => exact == id,
-        Err(_) => e.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip == id.0.ip()),
-    })
+    list.iter()
+        .map(|e| e.trim())
+        .any(|e| match e.parse::<EndpointId>() {
+            Ok(exact) => exact == id,
+            Err(_) => e
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip == id.0.ip()),
+        })
 }
 
 #[cfg(test)]

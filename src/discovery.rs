@@ -52,7 +52,13 @@ pub fn parse_flag(value: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<EndpointId>().map(Endpoint::from_id).map_err(|_| DiscoveryError::Flag { value: s.to_owned() }))
+        .map(|s| {
+            s.parse::<EndpointId>()
+                .map(Endpoint::from_id)
+                .map_err(|_| DiscoveryError::Flag {
+                    value: s.to_owned(),
+                })
+        })
         .collect()
 }
 
@@ -67,13 +73,25 @@ pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
                 return Err(DiscoveryError::Weight { index });
             }
             let id = EndpointId(SocketAddr::new(e.address, e.port));
-            Ok(Endpoint { id, name: e.name.unwrap_or_else(|| id.to_string()), engine: e.engine_type, labels: e.labels, weight: e.weight })
+            Ok(Endpoint {
+                id,
+                name: e.name.unwrap_or_else(|| id.to_string()),
+                engine: e.engine_type,
+                labels: e.labels,
+                weight: e.weight,
+            })
         })
         .collect()
 }
 
 /// Publishes the flag endpoints, then follows the file (if any) until `shutdown`.
-pub async fn run(datastore: Arc<Datastore>, fixed: Vec<Endpoint>, file: Option<PathBuf>, poll: Duration, shutdown: CancellationToken) {
+pub async fn run(
+    datastore: Arc<Datastore>,
+    fixed: Vec<Endpoint>,
+    file: Option<PathBuf>,
+    poll: Duration,
+    shutdown: CancellationToken,
+) {
     let Some(path) = file else {
         datastore.set_endpoints(fixed);
         return;
@@ -92,9 +110,13 @@ pub async fn run(datastore: Arc<Datastore>, fixed: Vec<Endpoint>, file: Option<P
                     tracing::info!(count = eps.len(), path = %watch.path().display(), "endpoints file loaded");
                     datastore.set_endpoints(fixed.iter().cloned().chain(eps).collect());
                 }
-                Err(e) => tracing::error!(error = %e, "endpoints file invalid; keeping the last good endpoints"),
+                Err(e) => {
+                    tracing::error!(error = %e, "endpoints file invalid; keeping the last good endpoints")
+                }
             },
-            Err(e) => tracing::error!(error = %e, path = %watch.path().display(), "endpoints file unreadable; keeping the last good endpoints"),
+            Err(e) => {
+                tracing::error!(error = %e, path = %watch.path().display(), "endpoints file unreadable; keeping the last good endpoints")
+            }
         }
     }
 }
@@ -107,13 +129,19 @@ mod tests {
     fn parses_flag_and_file() {
         let eps = parse_flag("127.0.0.1:8001, [::1]:8002,").unwrap();
         assert_eq!(eps.len(), 2);
-        assert!(parse_flag("localhost:80").unwrap_err().to_string().contains("localhost:80"));
+        assert!(parse_flag("localhost:80")
+            .unwrap_err()
+            .to_string()
+            .contains("localhost:80"));
         let file = "- {address: 10.0.0.1, port: 8000, engineType: sglang, weight: 3, labels: {gpu: h100}}\n- {address: 10.0.0.2, port: 8000, name: pod-b}\n";
         let eps = parse_file(file).unwrap();
         assert_eq!(eps[0].engine, EngineType::Sglang);
         assert_eq!(eps[0].weight, 3);
         assert_eq!(eps[1].name, "pod-b");
-        assert!(parse_file("- {address: 10.0.0.1, port: 8000, colour: red}").unwrap_err().to_string().contains("colour"));
+        assert!(parse_file("- {address: 10.0.0.1, port: 8000, colour: red}")
+            .unwrap_err()
+            .to_string()
+            .contains("colour"));
         assert!(parse_file("- {address: 10.0.0.1, port: 8000, weight: 0}").is_err());
     }
 }

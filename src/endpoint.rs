@@ -80,7 +80,13 @@ pub struct Endpoint {
 impl Endpoint {
     /// An endpoint known only by its address (the `--static-endpoints` flag).
     pub fn from_id(id: EndpointId) -> Self {
-        Self { id, name: id.to_string(), engine: EngineType::Vllm, labels: BTreeMap::new(), weight: 1 }
+        Self {
+            id,
+            name: id.to_string(),
+            engine: EngineType::Vllm,
+            labels: BTreeMap::new(),
+            weight: 1,
+        }
     }
 }
 
@@ -159,6 +165,9 @@ mod tests {
     fn engine_labels_parse_and_unknown_is_none() {
         assert_eq!(EngineType::from_label("sglang"), Some(EngineType::Sglang));
         assert_eq!(EngineType::from_label("tgi"), None);
-        assert_eq!(EngineType::TrtllmServe.metrics_path(), "/prometheus/metrics");
+        assert_eq!(
+            EngineType::TrtllmServe.metrics_path(),
+            "/prometheus/metrics"
+        );
     }
 }

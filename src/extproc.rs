@@ -17,7 +17,9 @@ pub mod wire;
 
 use crate::director::Director;
 use crate::flowcontrol::FlowControl;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{ExternalProcessor, ExternalProcessorServer};
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
+    ExternalProcessor, ExternalProcessorServer,
+};
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures::Stream;
 use std::collections::VecDeque;
@@ -37,7 +39,11 @@ pub struct ExtProc {
 
 impl ExtProc {
     pub fn new(director: Arc<Director>, limits: Limits) -> Self {
-        Self { director, limits, flow: None }
+        Self {
+            director,
+            limits,
+            flow: None,
+        }
     }
 
     /// Routing decisions wait for their turn in `flow` (flow control on).
@@ -67,7 +73,10 @@ struct Driver {
 impl ExternalProcessor for ExtProc {
     type ProcessStream = Responses;
 
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Responses>, Status> {
         let mut machine = StreamMachine::new(Arc::clone(&self.director), self.limits);
         if self.flow.is_some() {
             machine.use_flow_control();

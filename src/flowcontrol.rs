@@ -49,7 +49,13 @@ pub struct FlowConfig {
 
 impl Default for FlowConfig {
     fn default() -> Self {
-        Self { max_requests: 0, max_bytes: 10 << 30, band_max_bytes: 1_000_000_000, ttl: Duration::from_secs(60), tick: Duration::from_millis(2) }
+        Self {
+            max_requests: 0,
+            max_bytes: 10 << 30,
+            band_max_bytes: 1_000_000_000,
+            ttl: Duration::from_secs(60),
+            tick: Duration::from_millis(2),
+        }
     }
 }
 
@@ -95,7 +101,11 @@ struct Band<T> {
 
 impl<T> Default for Band<T> {
     fn default() -> Self {
-        Self { flows: HashMap::new(), order: VecDeque::new(), bytes: 0 }
+        Self {
+            flows: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+        }
     }
 }
 
@@ -110,7 +120,13 @@ pub struct Queues<T> {
 
 impl<T> Queues<T> {
     pub fn new(config: FlowConfig) -> Self {
-        Self { bands: BTreeMap::new(), len: 0, bytes: 0, next_id: 0, config }
+        Self {
+            bands: BTreeMap::new(),
+            len: 0,
+            bytes: 0,
+            next_id: 0,
+            config,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -129,14 +145,23 @@ impl<T> Queues<T> {
     pub fn push(&mut self, ticket: &Ticket, payload: T) -> Result<u64, FlowError> {
         let c = &self.config;
         if c.max_requests > 0 && self.len >= c.max_requests {
-            return Err(FlowError::Full { limit: "maxRequests", value: c.max_requests as u64 });
+            return Err(FlowError::Full {
+                limit: "maxRequests",
+                value: c.max_requests as u64,
+            });
         }
         if c.max_bytes > 0 && self.bytes + ticket.bytes > c.max_bytes {
-            return Err(FlowError::Full { limit: "maxBytes", value: c.max_bytes });
+            return Err(FlowError::Full {
+                limit: "maxBytes",
+                value: c.max_bytes,
+            });
         }
         let band = self.bands.entry(Reverse(ticket.priority)).or_default();
         if c.band_max_bytes > 0 && band.bytes + ticket.bytes > c.band_max_bytes {
-            return Err(FlowError::Full { limit: "priority band maxBytes", value: c.band_max_bytes });
+            return Err(FlowError::Full {
+                limit: "priority band maxBytes",
+                value: c.band_max_bytes,
+            });
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -144,7 +169,11 @@ impl<T> Queues<T> {
         if flow.is_empty() {
             band.order.push_back(ticket.fairness_id.clone());
         }
-        flow.push_back(Entry { id, bytes: ticket.bytes, payload });
+        flow.push_back(Entry {
+            id,
+            bytes: ticket.bytes,
+            payload,
+        });
         band.bytes += ticket.bytes;
         self.len += 1;
         self.bytes += ticket.bytes;
@@ -169,7 +198,11 @@ impl<T> Queues<T> {
     /// Takes request `id` out of the queue (expired, or its stream ended).
     pub fn remove(&mut self, id: u64) -> Option<T> {
         let (key, flow_id, pos) = self.bands.iter().find_map(|(k, band)| {
-            band.flows.iter().find_map(|(f, q)| q.iter().position(|e| e.id == id).map(|p| (*k, f.clone(), p)))
+            band.flows.iter().find_map(|(f, q)| {
+                q.iter()
+                    .position(|e| e.id == id)
+                    .map(|p| (*k, f.clone(), p))
+            })
         })?;
         let band = self.bands.get_mut(&key)?;
         let flow = band.flows.get_mut(&flow_id)?;
@@ -216,9 +249,21 @@ pub struct FlowControl {
 impl FlowControl {
     /// `saturation` is the pool's (≥ 1.0: saturated); requests wait while it is. `pool` labels
     /// the metrics.
-    pub fn new(config: FlowConfig, saturation: impl Fn() -> f64 + Send + Sync + 'static, metrics: Arc<Metrics>, pool: String) -> Arc<Self> {
+    pub fn new(
+        config: FlowConfig,
+        saturation: impl Fn() -> f64 + Send + Sync + 'static,
+        metrics: Arc<Metrics>,
+        pool: String,
+    ) -> Arc<Self> {
         let queues = Mutex::new(Queues::new(config));
-        Arc::new(Self { queues, wake: Notify::new(), saturation: Box::new(saturation), config, metrics, pool })
+        Arc::new(Self {
+            queues,
+            wake: Notify::new(),
+            saturation: Box::new(saturation),
+            config,
+            metrics,
+            pool,
+        })
     }
 
     fn queues(&self) -> std::sync::MutexGuard<'_, Queues<Waiter>> {
@@ -228,19 +273,39 @@ impl FlowControl {
     /// The pool's saturation, recorded as the gauge.
     fn saturation(&self) -> f64 {
         let level = (self.saturation)();
-        self.metrics.flow.pool_saturation.get_or_create(&FlowPoolLabels { inference_pool: self.pool.clone() }).set(level);
+        self.metrics
+            .flow
+            .pool_saturation
+            .get_or_create(&FlowPoolLabels {
+                inference_pool: self.pool.clone(),
+            })
+            .set(level);
         level
     }
 
     fn labels(&self, ticket: &Ticket) -> FlowQueueLabels {
         let model = ticket.model_name.clone();
-        FlowQueueLabels { fairness_id: ticket.fairness_id.clone(), priority: ticket.priority.to_string(), inference_pool: self.pool.clone(), model_name: model.clone(), target_model_name: model }
+        FlowQueueLabels {
+            fairness_id: ticket.fairness_id.clone(),
+            priority: ticket.priority.to_string(),
+            inference_pool: self.pool.clone(),
+            model_name: model.clone(),
+            target_model_name: model,
+        }
     }
 
     /// Counts a request into (`sign` 1) or out of (-1) the queue gauges.
     fn count(&self, labels: &FlowQueueLabels, bytes: u64, sign: i64) {
-        self.metrics.flow.queue_size.get_or_create(labels).inc_by(sign);
-        self.metrics.flow.queue_bytes.get_or_create(labels).inc_by(sign.saturating_mul(i64::try_from(bytes).unwrap_or(i64::MAX)));
+        self.metrics
+            .flow
+            .queue_size
+            .get_or_create(labels)
+            .inc_by(sign);
+        self.metrics
+            .flow
+            .queue_bytes
+            .get_or_create(labels)
+            .inc_by(sign.saturating_mul(i64::try_from(bytes).unwrap_or(i64::MAX)));
     }
 
     fn observe(&self, l: &FlowQueueLabels, outcome: FlowOutcome, waited: Duration) {
@@ -252,7 +317,11 @@ impl FlowControl {
             model_name: l.model_name.clone(),
             target_model_name: l.target_model_name.clone(),
         };
-        self.metrics.flow.queue_duration.get_or_create(&labels).observe(waited.as_secs_f64());
+        self.metrics
+            .flow
+            .queue_duration
+            .get_or_create(&labels)
+            .observe(waited.as_secs_f64());
     }
 
     /// Requests waiting.
@@ -268,7 +337,13 @@ impl FlowControl {
     /// saturated. Dropping the future (the stream ended) takes the request out of the queue.
     pub async fn admit(&self, ticket: Ticket) -> Result<(), FlowError> {
         let labels = self.labels(&ticket);
-        let mut guard = Dequeue { flow: self, id: None, labels, started: Instant::now(), outcome: FlowOutcome::EvictedContextCancelled };
+        let mut guard = Dequeue {
+            flow: self,
+            id: None,
+            labels,
+            started: Instant::now(),
+            outcome: FlowOutcome::EvictedContextCancelled,
+        };
         let (tx, rx) = oneshot::channel();
         {
             let mut q = self.queues();
@@ -276,11 +351,19 @@ impl FlowControl {
                 guard.outcome = FlowOutcome::Dispatched;
                 return Ok(());
             }
-            let waiter = Waiter { tx, labels: guard.labels.clone(), bytes: ticket.bytes };
+            let waiter = Waiter {
+                tx,
+                labels: guard.labels.clone(),
+                bytes: ticket.bytes,
+            };
             match q.push(&ticket, waiter) {
                 Ok(id) => guard.id = Some(id),
                 Err(e) => {
-                    guard.outcome = if e.is_capacity() { FlowOutcome::RejectedCapacity } else { FlowOutcome::RejectedOther };
+                    guard.outcome = if e.is_capacity() {
+                        FlowOutcome::RejectedCapacity
+                    } else {
+                        FlowOutcome::RejectedOther
+                    };
                     return Err(e);
                 }
             }
@@ -294,7 +377,10 @@ impl FlowControl {
                 (FlowOutcome::Dispatched, Ok(()))
             }
             Ok(Err(_)) => (FlowOutcome::EvictedOther, Err(FlowError::Closed)),
-            Err(_) => (FlowOutcome::EvictedTTL, Err(FlowError::Expired(self.config.ttl))),
+            Err(_) => (
+                FlowOutcome::EvictedTTL,
+                Err(FlowError::Expired(self.config.ttl)),
+            ),
         };
         guard.outcome = outcome;
         result
@@ -349,7 +435,8 @@ impl Drop for Dequeue<'_> {
                 self.flow.count(&waiter.labels, waiter.bytes, -1);
             }
         }
-        self.flow.observe(&self.labels, self.outcome, self.started.elapsed());
+        self.flow
+            .observe(&self.labels, self.outcome, self.started.elapsed());
     }
 }
 

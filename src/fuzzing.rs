@@ -33,22 +33,38 @@ pub const TARGETS: &[Target] = &[
     ("extproc_stream", extproc_stream),
 ];
 
-const APIS: [ApiKind; 5] = [ApiKind::Completions, ApiKind::ChatCompletions, ApiKind::Responses, ApiKind::Embeddings, ApiKind::Conversations];
+const APIS: [ApiKind; 5] = [
+    ApiKind::Completions,
+    ApiKind::ChatCompletions,
+    ApiKind::Responses,
+    ApiKind::Embeddings,
+    ApiKind::Conversations,
+];
 
 /// Request bodies: the whole-body parser, the model rewrite, and the incremental scanner fed
 /// in two chunks. Byte 0 picks the API, the prompt cap and the chunk boundary.
 pub fn request_parser(data: &[u8]) {
-    let Some((&sel, body)) = data.split_first() else { return };
+    let Some((&sel, body)) = data.split_first() else {
+        return;
+    };
     let api = APIS[usize::from(sel % 5)];
     let cap = usize::from(sel >> 3) * 32;
     let whole = request::parse(api, body, cap);
     if let Ok(req) = &whole {
-        let quoted = body.get(req.model_span.clone()).unwrap_or_else(|| panic!("model span {:?} outside the body", req.model_span));
-        let model: String = serde_json::from_slice(quoted).unwrap_or_else(|e| panic!("model span is not a JSON string: {e}"));
+        let quoted = body
+            .get(req.model_span.clone())
+            .unwrap_or_else(|| panic!("model span {:?} outside the body", req.model_span));
+        let model: String = serde_json::from_slice(quoted)
+            .unwrap_or_else(|e| panic!("model span is not a JSON string: {e}"));
         assert_eq!(model, req.model, "the model span holds the model");
         let rewritten = request::rewrite_model(body, &req.model_span, "fuzz/model\"é");
-        let again = request::parse(api, &rewritten, cap).unwrap_or_else(|e| panic!("a rewritten body no longer parses: {e}"));
-        assert_eq!((again.model.as_str(), again.stream, &again.prompt), ("fuzz/model\"é", req.stream, &req.prompt), "the rewrite changes the model only");
+        let again = request::parse(api, &rewritten, cap)
+            .unwrap_or_else(|e| panic!("a rewritten body no longer parses: {e}"));
+        assert_eq!(
+            (again.model.as_str(), again.stream, &again.prompt),
+            ("fuzz/model\"é", req.stream, &req.prompt),
+            "the rewrite changes the model only"
+        );
     }
     let cut = usize::from(sel).wrapping_mul(7) % (body.len() + 1);
     let mut scanner = Scanner::new();
@@ -57,25 +73,39 @@ pub fn request_parser(data: &[u8]) {
     scanner.feed(&body[cut..]);
     let early = early_half.or_else(|| scanner.early_request(api, body, cap));
     if let (Some(e), Ok(w)) = (early, whole) {
-        assert_eq!((&e.model, &e.model_span), (&w.model, &w.model_span), "an early decision uses the whole body's model");
+        assert_eq!(
+            (&e.model, &e.model_span),
+            (&w.model, &w.model_span),
+            "an early decision uses the whole body's model"
+        );
         // Documented exceptions (README, "Early decision"): `cache_salt`, chat `tools` and
         // responses `instructions` count only if they arrive before the decision point.
         if e.cache_salt.is_some() {
-            assert_eq!(e.cache_salt, w.cache_salt, "an early cache_salt is the whole body's");
+            assert_eq!(
+                e.cache_salt, w.cache_salt,
+                "an early cache_salt is the whole body's"
+            );
         }
-        let late_fields = [&b"\"tools\""[..], b"\"instructions\"", b"\\"].iter().any(|f| body.windows(f.len()).any(|w| w == *f));
+        let late_fields = [&b"\"tools\""[..], b"\"instructions\"", b"\\"]
+            .iter()
+            .any(|f| body.windows(f.len()).any(|w| w == *f));
         // A cap of 0 is what epp asks of the scan when no scorer reads the prompt (the
         // director's `early_prompt_bytes`), and the scan then skips it; the whole-body parse is
         // never asked for 0 (its cap is at least 4 KiB), so there is nothing to compare.
         if !late_fields && cap > 0 {
-            assert_eq!(e.prompt, w.prompt, "an early decision sees the whole body's prompt prefix");
+            assert_eq!(
+                e.prompt, w.prompt,
+                "an early decision sees the whole body's prompt prefix"
+            );
         }
     }
 }
 
 fn tokenizer() -> Option<&'static Tokenizer> {
     static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
-    TOKENIZER.get_or_init(|| Tokenizer::new(Vocabulary::Cl100kBase).ok()).as_ref()
+    TOKENIZER
+        .get_or_init(|| Tokenizer::new(Vocabulary::Cl100kBase).ok())
+        .as_ref()
 }
 
 /// Prompt text → tokens → chained block hashes. Byte 0 picks the token cap, block size and
@@ -83,17 +113,31 @@ fn tokenizer() -> Option<&'static Tokenizer> {
 /// folded to ASCII, must also be cut by the hand-written cl100k pre-tokenizer exactly where
 /// bpe-openai's regex cuts it.
 pub fn prefix_hasher(data: &[u8]) {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let ascii: String = rest.iter().map(|&b| char::from(b & 0x7F)).collect();
     let mut pieces: Vec<&[u8]> = Vec::new();
     crate::request::tokenize::cl100k_ascii_pieces(ascii.as_bytes(), |p| pieces.push(p));
-    let regex: Vec<&[u8]> = bpe_openai::cl100k_base().split(&ascii).map(str::as_bytes).collect();
-    assert_eq!(pieces, regex, "ASCII pre-tokenizer and regex disagree on {ascii:?}");
+    let regex: Vec<&[u8]> = bpe_openai::cl100k_base()
+        .split(&ascii)
+        .map(str::as_bytes)
+        .collect();
+    assert_eq!(
+        pieces, regex,
+        "ASCII pre-tokenizer and regex disagree on {ascii:?}"
+    );
     let text = String::from_utf8_lossy(rest);
     let max_tokens = 1 + usize::from(sel) * 2;
-    let Some(tok) = tokenizer() else { panic!("the cl100k vocabulary failed to load") };
+    let Some(tok) = tokenizer() else {
+        panic!("the cl100k vocabulary failed to load")
+    };
     let tokens = tok.encode_prefix(&text, max_tokens);
-    assert!(tokens.len() <= max_tokens, "{} tokens for a cap of {max_tokens}", tokens.len());
+    assert!(
+        tokens.len() <= max_tokens,
+        "{} tokens for a cap of {max_tokens}",
+        tokens.len()
+    );
     let block = 1 + usize::from(sel % 16);
     let max_blocks = 1 + usize::from(sel / 16);
     let hashes = crate::prefix::block_hashes("m", Some("salt"), &tokens, block, max_blocks);
@@ -103,7 +147,10 @@ pub fn prefix_hasher(data: &[u8]) {
         parent = crate::prefix::chain_block(parent, chunk);
         assert_eq!(parent, *h, "block hashes chain");
     }
-    let raw: Vec<u32> = rest.chunks(4).map(|c| c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b))).collect();
+    let raw: Vec<u32> = rest
+        .chunks(4)
+        .map(|c| c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)))
+        .collect();
     let raw_hashes = crate::prefix::block_hashes("", None, &raw, usize::from(sel), usize::MAX);
     assert_eq!(raw_hashes.len(), raw.len() / usize::from(sel).max(1));
 }
@@ -120,7 +167,12 @@ pub fn prometheus_text(data: &[u8]) {
     }
     assert!(count <= text.lines().count(), "at most one sample per line");
     let now = Instant::now();
-    for engine in [EngineType::Vllm, EngineType::Sglang, EngineType::TrtllmServe, EngineType::TritonTrtllm] {
+    for engine in [
+        EngineType::Vllm,
+        EngineType::Sglang,
+        EngineType::TrtllmServe,
+        EngineType::TritonTrtllm,
+    ] {
         let _ = crate::scrape::parse::extract(&text, engine, now);
     }
 }
@@ -128,7 +180,9 @@ pub fn prometheus_text(data: &[u8]) {
 /// A KV-event payload (msgpack), decoded and applied to a fresh precise index as the
 /// subscriber does.
 pub fn kv_events(data: &[u8]) {
-    let Ok(batch) = decode_batch(data) else { return };
+    let Ok(batch) = decode_batch(data) else {
+        return;
+    };
     let index = PreciseIndex::new();
     let endpoint = EndpointId("10.0.0.1:8000".parse().unwrap_or_else(|e| panic!("{e}")));
     let mut stored_keys = Vec::new();
@@ -136,10 +190,27 @@ pub fn kv_events(data: &[u8]) {
         let mut w = index.writer(endpoint);
         for event in &batch.events {
             match event {
-                KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, .. } => {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    ..
+                } => {
                     let model = lora_name.as_deref().unwrap_or("m");
-                    w.store(&Stored { model, parent: *parent_block_hash, hashes: block_hashes, tokens: token_ids, block_size: *block_size });
-                    stored_keys.extend(token_ids.chunks_exact((*block_size).max(1)).map(|b| crate::prefix::chain_block(0, b)));
+                    w.store(&Stored {
+                        model,
+                        parent: *parent_block_hash,
+                        hashes: block_hashes,
+                        tokens: token_ids,
+                        block_size: *block_size,
+                    });
+                    stored_keys.extend(
+                        token_ids
+                            .chunks_exact((*block_size).max(1))
+                            .map(|b| crate::prefix::chain_block(0, b)),
+                    );
                 }
                 KvEvent::BlockRemoved { block_hashes, .. } => w.remove(block_hashes),
                 KvEvent::AllBlocksCleared => w.clear(),
@@ -157,8 +228,12 @@ pub fn kv_events(data: &[u8]) {
 /// An EndpointPickerConfig document: parse, check and build the scheduler (what a reload does,
 /// minus loading a tokenizer vocabulary).
 pub fn picker_config(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(doc) = crate::config::parse_document(text) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(doc) = crate::config::parse_document(text) else {
+        return;
+    };
     let problems = crate::config::check(&doc);
     if let (Ok(s), true) = (crate::scheduling::build(&doc), problems.is_empty()) {
         let _ = (s.prefix_params(), s.precise_params());
@@ -172,12 +247,31 @@ fn director() -> &'static (Arc<Director>, Arc<Datastore>) {
     static DIRECTOR: OnceLock<(Arc<Director>, Arc<Datastore>)> = OnceLock::new();
     DIRECTOR.get_or_init(|| {
         let datastore = Arc::new(Datastore::new());
-        let endpoints = FUZZ_ENDPOINTS.iter().filter_map(|e| e.parse().ok()).map(|a| Endpoint::from_id(EndpointId(a))).collect();
+        let endpoints = FUZZ_ENDPOINTS
+            .iter()
+            .filter_map(|e| e.parse().ok())
+            .map(|a| Endpoint::from_id(EndpointId(a)))
+            .collect();
         datastore.set_endpoints(endpoints);
-        let runtime = Runtime::build(crate::config::DEFAULT_CONFIG, None).unwrap_or_else(|e| panic!("default config: {e}"));
-        let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
-        let opts = DirectorOptions { pool_name: "fuzz".into(), staleness: Duration::from_secs(2), subset_filter: true };
-        (Arc::new(Director::new(Arc::clone(&datastore), runtime, metrics, opts)), datastore)
+        let runtime = Runtime::build(crate::config::DEFAULT_CONFIG, None)
+            .unwrap_or_else(|e| panic!("default config: {e}"));
+        let metrics = Arc::new(Metrics::register(
+            &mut prometheus_client::registry::Registry::default(),
+        ));
+        let opts = DirectorOptions {
+            pool_name: "fuzz".into(),
+            staleness: Duration::from_secs(2),
+            subset_filter: true,
+        };
+        (
+            Arc::new(Director::new(
+                Arc::clone(&datastore),
+                runtime,
+                metrics,
+                opts,
+            )),
+            datastore,
+        )
     })
 }
 
@@ -187,21 +281,30 @@ fn director() -> &'static (Arc<Director>, Arc<Datastore>) {
 /// headers it sends), and no in-flight count outlives the stream.
 pub fn extproc_stream(data: &[u8]) {
     for dest in stream_destinations(data) {
-        assert!(dest.split(',').all(|d| FUZZ_ENDPOINTS.contains(&d.trim())), "epp set destination {dest:?}, not a pool endpoint");
+        assert!(
+            dest.split(',').all(|d| FUZZ_ENDPOINTS.contains(&d.trim())),
+            "epp set destination {dest:?}, not a pool endpoint"
+        );
     }
 }
 
 /// Runs one `extproc_stream` input; returns every destination epp's responses named.
 pub fn stream_destinations(data: &[u8]) -> Vec<String> {
     let (director, datastore) = director();
-    let limits = Limits { max_body_bytes: 8192, body_timeout: Duration::from_secs(60), ..Limits::default() };
+    let limits = Limits {
+        max_body_bytes: 8192,
+        body_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
     let mut machine = StreamMachine::new(Arc::clone(director), limits);
     let mut out = Vec::new();
     let mut seen = Vec::new();
     for step in extproc_input::decode(data) {
         match step {
             extproc_input::Step::Message(msg) => machine.handle(*msg, &mut out),
-            extproc_input::Step::BodyTimeout if machine.awaiting_decision() => machine.on_body_timeout(&mut out),
+            extproc_input::Step::BodyTimeout if machine.awaiting_decision() => {
+                machine.on_body_timeout(&mut out)
+            }
             extproc_input::Step::BodyTimeout => {}
         }
         seen.extend(out.drain(..).flat_map(|r| extproc_input::destinations(&r)));
@@ -209,7 +312,12 @@ pub fn stream_destinations(data: &[u8]) -> Vec<String> {
     let _ = machine.interrupted();
     drop(machine);
     for s in datastore.snapshot().iter() {
-        assert_eq!(s.inflight(), 0, "in-flight count of {} leaked by a finished stream", s.endpoint.name);
+        assert_eq!(
+            s.inflight(),
+            0,
+            "in-flight count of {} leaked by a finished stream",
+            s.endpoint.name
+        );
     }
     seen
 }

@@ -5,7 +5,12 @@
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-const READINESS_NAMES: &[&str] = &["readiness", "", "inference-extension", crate::extproc::SERVICE_NAME];
+const READINESS_NAMES: &[&str] = &[
+    "readiness",
+    "",
+    "inference-extension",
+    crate::extproc::SERVICE_NAME,
+];
 
 /// The write side of the health service.
 #[derive(Clone)]
@@ -15,16 +20,25 @@ pub struct Health {
 
 impl Health {
     /// Creates the reporter and the service to mount. Starts live and not ready.
-    pub async fn new() -> (Self, tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>) {
+    pub async fn new() -> (
+        Self,
+        tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    ) {
         let (reporter, service) = tonic_health::server::health_reporter();
-        reporter.set_service_status("liveness", ServingStatus::Serving).await;
+        reporter
+            .set_service_status("liveness", ServingStatus::Serving)
+            .await;
         let health = Self { reporter };
         health.set_ready(false).await;
         (health, service)
     }
 
     pub async fn set_ready(&self, ready: bool) {
-        let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let status = if ready {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
         for name in READINESS_NAMES {
             self.reporter.set_service_status(*name, status).await;
         }

@@ -103,12 +103,18 @@ impl KvEventsOptions {
     /// The endpoint's sockets, or `None` when it has no event port.
     pub fn source(&self, e: &Endpoint) -> Option<Source> {
         let port = label_port(e, PORT_LABEL).or(self.port)?;
-        Some(Source { endpoint: e.id, publish: tcp(e, port), replay: self.replay(e) })
+        Some(Source {
+            endpoint: e.id,
+            publish: tcp(e, port),
+            replay: self.replay(e),
+        })
     }
 
     /// The endpoint's replay ROUTER address, if it has one.
     pub fn replay(&self, e: &Endpoint) -> Option<String> {
-        label_port(e, REPLAY_PORT_LABEL).or(self.replay_port).map(|p| tcp(e, p))
+        label_port(e, REPLAY_PORT_LABEL)
+            .or(self.replay_port)
+            .map(|p| tcp(e, p))
     }
 }
 
@@ -125,9 +131,21 @@ fn tcp(e: &Endpoint, port: u16) -> String {
 }
 
 /// Runs the supervisor until `shutdown`; subscribers are spawned on `tracker`.
-pub async fn run(datastore: Arc<Datastore>, sink: Sink, opts: KvEventsOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+pub async fn run(
+    datastore: Arc<Datastore>,
+    sink: Sink,
+    opts: KvEventsOptions,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
     if let Some(bind) = opts.bind.clone() {
-        tracker.spawn(bound::supervise(bind, Arc::clone(&datastore), sink.clone(), opts.clone(), shutdown.clone()));
+        tracker.spawn(bound::supervise(
+            bind,
+            Arc::clone(&datastore),
+            sink.clone(),
+            opts.clone(),
+            shutdown.clone(),
+        ));
     }
     let mut changes = datastore.subscribe();
     let mut gauge = tokio::time::interval(INDEX_GAUGE_EVERY);
@@ -135,7 +153,12 @@ pub async fn run(datastore: Arc<Datastore>, sink: Sink, opts: KvEventsOptions, t
     loop {
         let snapshot = datastore.snapshot();
         let connect = opts.bind.is_none();
-        let wanted: HashMap<EndpointId, Source> = snapshot.iter().filter(|_| connect).filter_map(|s| opts.source(&s.endpoint)).map(|s| (s.endpoint, s)).collect();
+        let wanted: HashMap<EndpointId, Source> = snapshot
+            .iter()
+            .filter(|_| connect)
+            .filter_map(|s| opts.source(&s.endpoint))
+            .map(|s| (s.endpoint, s))
+            .collect();
         running.retain(|id, (source, token)| {
             let keep = wanted.get(id) == Some(source);
             if !keep {

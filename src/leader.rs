@@ -29,7 +29,11 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Self {
-        Self { lease_duration: Duration::from_secs(15), renew_deadline: Duration::from_secs(10), retry_period: Duration::from_secs(2) }
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
     }
 }
 
@@ -50,30 +54,56 @@ impl Election {
 
 /// Whether this replica currently holds the lease.
 fn held_by(lease: &Lease, identity: &str) -> bool {
-    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity)
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        == Some(identity)
 }
 
 /// Whether someone else holds a lease that has not expired.
 fn held_elsewhere(lease: &Lease, identity: &str, now: Timestamp) -> bool {
-    let Some(spec) = lease.spec.as_ref() else { return false };
-    if spec.holder_identity.as_deref().is_none_or(|h| h.is_empty() || h == identity) {
+    let Some(spec) = lease.spec.as_ref() else {
+        return false;
+    };
+    if spec
+        .holder_identity
+        .as_deref()
+        .is_none_or(|h| h.is_empty() || h == identity)
+    {
         return false;
     }
     let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()).map(|t| t.0);
+    let renewed = spec
+        .renew_time
+        .as_ref()
+        .or(spec.acquire_time.as_ref())
+        .map(|t| t.0);
     renewed.is_some_and(|r| r.as_second() + duration > now.as_second())
 }
 
 impl Election {
     fn spec(&self, previous: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
-        let keep = previous.filter(|s| s.holder_identity.as_deref() == Some(self.identity.as_str()));
+        let keep =
+            previous.filter(|s| s.holder_identity.as_deref() == Some(self.identity.as_str()));
         let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(i32::try_from(self.timing.lease_duration.as_secs()).unwrap_or(15).max(1)),
-            acquire_time: Some(keep.and_then(|s| s.acquire_time.clone()).unwrap_or(MicroTime(now))),
+            lease_duration_seconds: Some(
+                i32::try_from(self.timing.lease_duration.as_secs())
+                    .unwrap_or(15)
+                    .max(1),
+            ),
+            acquire_time: Some(
+                keep.and_then(|s| s.acquire_time.clone())
+                    .unwrap_or(MicroTime(now)),
+            ),
             renew_time: Some(MicroTime(now)),
-            lease_transitions: Some(if keep.is_some() { transitions } else { transitions + 1 }),
+            lease_transitions: Some(if keep.is_some() {
+                transitions
+            } else {
+                transitions + 1
+            }),
             ..Default::default()
         }
     }
@@ -83,7 +113,13 @@ impl Election {
         let now = Timestamp::now();
         let existing = api.get_opt(&self.lease_name).await?;
         let Some(mut lease) = existing else {
-            let lease = Lease { metadata: ObjectMeta { name: Some(self.lease_name.clone()), ..Default::default() }, spec: Some(self.spec(None, now)) };
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.lease_name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec(None, now)),
+            };
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -94,7 +130,10 @@ impl Election {
             return Ok(false);
         }
         lease.spec = Some(self.spec(lease.spec.as_ref(), now));
-        match api.replace(&self.lease_name, &PostParams::default(), &lease).await {
+        match api
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
@@ -103,7 +142,9 @@ impl Election {
 
     /// Gives the lease up if we hold it, so a standby takes over at once.
     async fn release(&self, api: &Api<Lease>) {
-        let Ok(Some(mut lease)) = api.get_opt(&self.lease_name).await else { return };
+        let Ok(Some(mut lease)) = api.get_opt(&self.lease_name).await else {
+            return;
+        };
         if !held_by(&lease, &self.identity) {
             return;
         }
@@ -111,13 +152,21 @@ impl Election {
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
         }
-        if let Err(e) = api.replace(&self.lease_name, &PostParams::default(), &lease).await {
+        if let Err(e) = api
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await
+        {
             tracing::warn!(error = %e, "releasing the leader lease failed");
         }
     }
 
     /// Competes for the lease until `shutdown`, publishing leadership on `leader`.
-    pub async fn run(self, client: Client, leader: watch::Sender<bool>, shutdown: CancellationToken) {
+    pub async fn run(
+        self,
+        client: Client,
+        leader: watch::Sender<bool>,
+        shutdown: CancellationToken,
+    ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let mut last_renewed: Option<Instant> = None;
         loop {
@@ -131,7 +180,9 @@ impl Election {
             if held {
                 last_renewed = Some(Instant::now());
             }
-            let leading = held || (last_renewed.is_some_and(|t| t.elapsed() < self.timing.renew_deadline) && *leader.borrow());
+            let leading = held
+                || (last_renewed.is_some_and(|t| t.elapsed() < self.timing.renew_deadline)
+                    && *leader.borrow());
             if leading != *leader.borrow() {
                 tracing::info!(identity = %self.identity, leading, "leader election");
             }
@@ -155,7 +206,15 @@ mod tests {
     fn lease(holder: &str, renewed_secs_ago: i64, duration: i32) -> Lease {
         let now = Timestamp::now().as_second();
         let renew = Timestamp::from_second(now - renewed_secs_ago).unwrap();
-        Lease { metadata: ObjectMeta::default(), spec: Some(LeaseSpec { holder_identity: Some(holder.into()), renew_time: Some(MicroTime(renew)), lease_duration_seconds: Some(duration), ..Default::default() }) }
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(renew)),
+                lease_duration_seconds: Some(duration),
+                ..Default::default()
+            }),
+        }
     }
 
     #[test]
@@ -165,6 +224,9 @@ mod tests {
         assert!(!held_elsewhere(&lease("a", 20, 15), "b", now), "expired");
         assert!(!held_elsewhere(&lease("b", 1, 15), "b", now), "ours");
         assert!(!held_elsewhere(&lease("", 1, 15), "b", now), "released");
-        assert_eq!(Election::lease_name("ns", "pool"), "epp-ns-pool.gateway-api-inference-extension.sigs.k8s.io");
+        assert_eq!(
+            Election::lease_name("ns", "pool"),
+            "epp-ns-pool.gateway-api-inference-extension.sigs.k8s.io"
+        );
     }
 }

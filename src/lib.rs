@@ -20,6 +20,8 @@
 //! endpoint, feeding the precise prefix index, and with `--speculative-peers` the exchange of
 //! speculative entries with the other epp replicas) and [`reload`] (the config file watcher).
 
+pub mod admin;
+pub mod admission;
 pub mod app;
 pub mod config;
 pub mod crd;
@@ -35,6 +37,7 @@ pub mod health;
 pub mod kvevents;
 pub mod leader;
 pub mod metrics;
+pub mod objectives;
 pub mod prefix;
 pub mod probe;
 pub mod reload;
@@ -43,7 +46,3 @@ pub mod scheduling;
 pub mod scrape;
 pub mod telemetry;
 pub mod watch;
-pub mod admin;
-pub mod admission;
-pub mod objectives;
-

@@ -117,7 +117,9 @@ pub struct FlowPoolLabels {
 }
 
 /// How a request's time in flow control ended (upstream's `QueueOutcome` names).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
 pub enum FlowOutcome {
     Dispatched,
     RejectedCapacity,
@@ -128,7 +130,9 @@ pub enum FlowOutcome {
 }
 
 /// What a KV event did to the index (`ignored`: another medium than the GPU).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
 #[allow(non_camel_case_types)]
 pub enum KvEventKind {
     stored,
@@ -138,7 +142,9 @@ pub enum KvEventKind {
 }
 
 /// What became of a placement shared with other epp replicas ([`crate::kvevents::peers`]).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
 #[allow(non_camel_case_types)]
 pub enum PeerOutcome {
     /// A datagram sent to one peer address.
@@ -162,7 +168,9 @@ pub struct PeerLabels {
 }
 
 /// How a KV-event sequence gap ended: filled through replay, or the endpoint's entries dropped.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
 #[allow(non_camel_case_types)]
 pub enum KvGapOutcome {
     replayed,
@@ -170,7 +178,9 @@ pub enum KvGapOutcome {
 }
 
 /// Outcome of a background operation (scrape, config reload).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
 #[allow(non_camel_case_types)]
 pub enum Outcome {
     success,
@@ -313,63 +323,219 @@ impl Metrics {
     }
 
     fn register_objective(&self, r: &mut Registry) {
-        r.register("inference_objective_request", "Counter of inference objective requests", self.request_total.clone());
-        r.register("inference_objective_request_error", "Counter of inference objective request errors", self.request_error_total.clone());
-        r.register("inference_objective_request_duration_seconds", "Inference objective response latency distribution in seconds", self.request_duration.clone());
-        r.register("inference_objective_request_sizes", "Inference objective requests size distribution in bytes", self.request_sizes.clone());
-        r.register("inference_objective_response_sizes", "Inference objective responses size distribution in bytes", self.response_sizes.clone());
-        r.register("inference_objective_input_tokens", "Inference objective input token count distribution", self.input_tokens.clone());
-        r.register("inference_objective_output_tokens", "Inference objective output token count distribution", self.output_tokens.clone());
-        r.register("inference_objective_prompt_cached_tokens", "Inference objective prompt cached token count distribution", self.prompt_cached_tokens.clone());
-        r.register("inference_objective_running_requests", "Inference objective number of running requests", self.running_requests.clone());
+        r.register(
+            "inference_objective_request",
+            "Counter of inference objective requests",
+            self.request_total.clone(),
+        );
+        r.register(
+            "inference_objective_request_error",
+            "Counter of inference objective request errors",
+            self.request_error_total.clone(),
+        );
+        r.register(
+            "inference_objective_request_duration_seconds",
+            "Inference objective response latency distribution in seconds",
+            self.request_duration.clone(),
+        );
+        r.register(
+            "inference_objective_request_sizes",
+            "Inference objective requests size distribution in bytes",
+            self.request_sizes.clone(),
+        );
+        r.register(
+            "inference_objective_response_sizes",
+            "Inference objective responses size distribution in bytes",
+            self.response_sizes.clone(),
+        );
+        r.register(
+            "inference_objective_input_tokens",
+            "Inference objective input token count distribution",
+            self.input_tokens.clone(),
+        );
+        r.register(
+            "inference_objective_output_tokens",
+            "Inference objective output token count distribution",
+            self.output_tokens.clone(),
+        );
+        r.register(
+            "inference_objective_prompt_cached_tokens",
+            "Inference objective prompt cached token count distribution",
+            self.prompt_cached_tokens.clone(),
+        );
+        r.register(
+            "inference_objective_running_requests",
+            "Inference objective number of running requests",
+            self.running_requests.clone(),
+        );
     }
 
     fn register_pool(&self, r: &mut Registry) {
-        r.register("inference_pool_average_kv_cache_utilization", "The average kv cache utilization for an inference server pool", self.pool_avg_kv.clone());
-        r.register("inference_pool_average_queue_size", "The average number of requests pending in the model server queue", self.pool_avg_queue.clone());
-        r.register("inference_pool_average_running_requests", "The average number of requests running in the model server", self.pool_avg_running.clone());
-        r.register("inference_pool_ready_pods", "The number of ready pods in the inference server pool", self.pool_ready_pods.clone());
+        r.register(
+            "inference_pool_average_kv_cache_utilization",
+            "The average kv cache utilization for an inference server pool",
+            self.pool_avg_kv.clone(),
+        );
+        r.register(
+            "inference_pool_average_queue_size",
+            "The average number of requests pending in the model server queue",
+            self.pool_avg_queue.clone(),
+        );
+        r.register(
+            "inference_pool_average_running_requests",
+            "The average number of requests running in the model server",
+            self.pool_avg_running.clone(),
+        );
+        r.register(
+            "inference_pool_ready_pods",
+            "The number of ready pods in the inference server pool",
+            self.pool_ready_pods.clone(),
+        );
         r.register("inference_pool_per_pod_queue_size", "The total number of requests pending in the model server queue for each underlying pod", self.pool_per_pod_queue.clone());
     }
 
     fn register_extension(&self, r: &mut Registry) {
-        r.register("inference_extension_scheduler_e2e_duration_seconds", "End-to-end scheduling latency distribution in seconds", self.scheduler_e2e.clone());
-        r.register("inference_extension_scheduler_attempts", "Total number of scheduling attempts", self.scheduler_attempts.clone());
-        r.register("inference_extension_prefix_indexer_size", "Size of the prefix indexer (blocks across all endpoints)", self.prefix_indexer_size.clone());
-        r.register("inference_extension_prefix_indexer_hit_ratio", "Ratio of prefix length matched to total prefix length", self.prefix_hit_ratio.clone());
-        r.register("inference_extension_prefix_indexer_hit_bytes", "Length of the prefix match in bytes (tokens x 4)", self.prefix_hit_bytes.clone());
-        r.register("inference_extension_info", "General information of the current build", self.info.clone());
-        r.register("epp_metrics_scrapes", "epp: model-server metric scrapes by outcome", self.scrapes.clone());
-        r.register("epp_stale_endpoints", "epp: endpoints whose metrics are older than the staleness threshold", self.stale_endpoints.clone());
-        r.register("epp_config_reloads", "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)", self.config_reloads.clone());
-        r.register("epp_extproc_stream_resets", "epp: ext_proc streams reset by the gateway before the request finished", self.stream_resets.clone());
-        r.register("epp_served_fallbacks", "epp: responses the gateway served from an endpoint other than the primary pick", self.served_fallbacks.clone());
+        r.register(
+            "inference_extension_scheduler_e2e_duration_seconds",
+            "End-to-end scheduling latency distribution in seconds",
+            self.scheduler_e2e.clone(),
+        );
+        r.register(
+            "inference_extension_scheduler_attempts",
+            "Total number of scheduling attempts",
+            self.scheduler_attempts.clone(),
+        );
+        r.register(
+            "inference_extension_prefix_indexer_size",
+            "Size of the prefix indexer (blocks across all endpoints)",
+            self.prefix_indexer_size.clone(),
+        );
+        r.register(
+            "inference_extension_prefix_indexer_hit_ratio",
+            "Ratio of prefix length matched to total prefix length",
+            self.prefix_hit_ratio.clone(),
+        );
+        r.register(
+            "inference_extension_prefix_indexer_hit_bytes",
+            "Length of the prefix match in bytes (tokens x 4)",
+            self.prefix_hit_bytes.clone(),
+        );
+        r.register(
+            "inference_extension_info",
+            "General information of the current build",
+            self.info.clone(),
+        );
+        r.register(
+            "epp_metrics_scrapes",
+            "epp: model-server metric scrapes by outcome",
+            self.scrapes.clone(),
+        );
+        r.register(
+            "epp_stale_endpoints",
+            "epp: endpoints whose metrics are older than the staleness threshold",
+            self.stale_endpoints.clone(),
+        );
+        r.register(
+            "epp_config_reloads",
+            "epp: EndpointPickerConfig reloads by outcome (a failure keeps the last good config)",
+            self.config_reloads.clone(),
+        );
+        r.register(
+            "epp_extproc_stream_resets",
+            "epp: ext_proc streams reset by the gateway before the request finished",
+            self.stream_resets.clone(),
+        );
+        r.register(
+            "epp_served_fallbacks",
+            "epp: responses the gateway served from an endpoint other than the primary pick",
+            self.served_fallbacks.clone(),
+        );
         r.register("epp_outlier_ejections", "epp: endpoints ejected by outlier detection (consecutive 5xx or local-origin failures)", self.outlier_ejections.clone());
-        r.register("epp_outlier_restores", "epp: ejected endpoints restored after a successful half-open request", self.outlier_restores.clone());
-        r.register("epp_endpoint_ejected", "epp: 1 while an endpoint is ejected or half-open, else 0", self.endpoint_ejected.clone());
-        r.register("epp_health_probes", "epp: active /health probes by outcome (--health-check-interval)", self.health_probes.clone());
-        r.register("epp_crd_validation_failures", "epp: watched objects ignored because they break their CRD's validation rule", self.crd_validation_failures.clone());
+        r.register(
+            "epp_outlier_restores",
+            "epp: ejected endpoints restored after a successful half-open request",
+            self.outlier_restores.clone(),
+        );
+        r.register(
+            "epp_endpoint_ejected",
+            "epp: 1 while an endpoint is ejected or half-open, else 0",
+            self.endpoint_ejected.clone(),
+        );
+        r.register(
+            "epp_health_probes",
+            "epp: active /health probes by outcome (--health-check-interval)",
+            self.health_probes.clone(),
+        );
+        r.register(
+            "epp_crd_validation_failures",
+            "epp: watched objects ignored because they break their CRD's validation rule",
+            self.crd_validation_failures.clone(),
+        );
         self.register_kv(r);
         self.register_flow(r);
     }
 
     fn register_flow(&self, r: &mut Registry) {
         let f = &self.flow;
-        r.register("inference_extension_flow_control_queue_size", "Number of requests waiting in the flow control queue", f.queue_size.clone());
-        r.register("inference_extension_flow_control_queue_bytes", "Bytes of the requests waiting in the flow control queue", f.queue_bytes.clone());
-        r.register("inference_extension_flow_control_request_queue_duration_seconds", "Time a request spent in flow control, by outcome", f.queue_duration.clone());
-        r.register("inference_extension_flow_control_pool_saturation", "Pool saturation as flow control last read it (>= 1: requests wait)", f.pool_saturation.clone());
+        r.register(
+            "inference_extension_flow_control_queue_size",
+            "Number of requests waiting in the flow control queue",
+            f.queue_size.clone(),
+        );
+        r.register(
+            "inference_extension_flow_control_queue_bytes",
+            "Bytes of the requests waiting in the flow control queue",
+            f.queue_bytes.clone(),
+        );
+        r.register(
+            "inference_extension_flow_control_request_queue_duration_seconds",
+            "Time a request spent in flow control, by outcome",
+            f.queue_duration.clone(),
+        );
+        r.register(
+            "inference_extension_flow_control_pool_saturation",
+            "Pool saturation as flow control last read it (>= 1: requests wait)",
+            f.pool_saturation.clone(),
+        );
     }
 
     fn register_kv(&self, r: &mut Registry) {
         let kv = &self.kv;
-        r.register("epp_kv_event_batches", "epp: KV-event batches received, by decode outcome", kv.batches.clone());
-        r.register("epp_kv_events", "epp: KV events applied to the precise index, by kind", kv.events.clone());
-        r.register("epp_kv_event_gaps", "epp: KV-event sequence gaps, by how they were repaired", kv.gaps.clone());
-        r.register("epp_kv_event_resets", "epp: KV-event publisher restarts and disconnects (entries dropped)", kv.resets.clone());
-        r.register("epp_kv_event_subscription_connected", "epp: 1 while the endpoint's KV-event subscription is connected", kv.connected.clone());
-        r.register("epp_kv_event_index_entries", "epp: (endpoint, block) entries in the precise prefix index", kv.index_entries.clone());
-        r.register("epp_speculative_peer_messages", "epp: speculative placements shared with other epp replicas, by outcome", self.peer_messages.clone());
+        r.register(
+            "epp_kv_event_batches",
+            "epp: KV-event batches received, by decode outcome",
+            kv.batches.clone(),
+        );
+        r.register(
+            "epp_kv_events",
+            "epp: KV events applied to the precise index, by kind",
+            kv.events.clone(),
+        );
+        r.register(
+            "epp_kv_event_gaps",
+            "epp: KV-event sequence gaps, by how they were repaired",
+            kv.gaps.clone(),
+        );
+        r.register(
+            "epp_kv_event_resets",
+            "epp: KV-event publisher restarts and disconnects (entries dropped)",
+            kv.resets.clone(),
+        );
+        r.register(
+            "epp_kv_event_subscription_connected",
+            "epp: 1 while the endpoint's KV-event subscription is connected",
+            kv.connected.clone(),
+        );
+        r.register(
+            "epp_kv_event_index_entries",
+            "epp: (endpoint, block) entries in the precise prefix index",
+            kv.index_entries.clone(),
+        );
+        r.register(
+            "epp_speculative_peer_messages",
+            "epp: speculative placements shared with other epp replicas, by outcome",
+            self.peer_messages.clone(),
+        );
     }
 }
 
@@ -381,13 +547,21 @@ mod tests {
     fn exposes_upstream_names() {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
-        let labels = RequestLabels { model_name: "m".into(), target_model_name: "m".into(), priority: "0".into() };
+        let labels = RequestLabels {
+            model_name: "m".into(),
+            target_model_name: "m".into(),
+            priority: "0".into(),
+        };
         m.request_total.get_or_create(&labels).inc();
-        m.pool_ready_pods.get_or_create(&PoolLabels { name: "p".into() }).set(2);
+        m.pool_ready_pods
+            .get_or_create(&PoolLabels { name: "p".into() })
+            .set(2);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("inference_objective_request_total{model_name=\"m\",target_model_name=\"m\",priority=\"0\"} 1"), "{text}");
         assert!(text.contains("inference_pool_ready_pods{name=\"p\"} 2"));
-        assert!(text.contains("# TYPE inference_extension_scheduler_e2e_duration_seconds histogram"));
+        assert!(
+            text.contains("# TYPE inference_extension_scheduler_e2e_duration_seconds histogram")
+        );
     }
 }

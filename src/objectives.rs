@@ -77,17 +77,27 @@ impl Objectives {
     /// model, and a rewrite matching the body's model (not the header's) replaces that in turn.
     pub fn target(&self, model: &str, header: Option<&str>, rng: &mut impl Rng) -> String {
         let header = header.filter(|h| !h.is_empty());
-        self.rewrite(model, rng).or_else(|| header.map(str::to_owned)).unwrap_or_else(|| model.to_owned())
+        self.rewrite(model, rng)
+            .or_else(|| header.map(str::to_owned))
+            .unwrap_or_else(|| model.to_owned())
     }
 
     /// The model to send `model` to, if something rewrites it: an exact rewrite rule, else a
     /// generic one, else the InferenceModel's weighted targets.
     pub fn rewrite(&self, model: &str, rng: &mut impl Rng) -> Option<String> {
-        let rule = self.rewrites.iter().find(|r| r.model.as_deref() == Some(model)).or_else(|| self.rewrites.iter().find(|r| r.model.is_none()));
+        let rule = self
+            .rewrites
+            .iter()
+            .find(|r| r.model.as_deref() == Some(model))
+            .or_else(|| self.rewrites.iter().find(|r| r.model.is_none()));
         if let Some(r) = rule {
             return Some(r.targets.draw(rng).to_owned());
         }
-        self.models.get(model)?.targets.as_ref().map(|t| t.draw(rng).to_owned())
+        self.models
+            .get(model)?
+            .targets
+            .as_ref()
+            .map(|t| t.draw(rng).to_owned())
     }
 }
 
@@ -115,9 +125,21 @@ mod tests {
     fn objective_header_beats_model_criticality_and_exact_rewrites_beat_generic() {
         let mut o = Objectives::default();
         o.objectives.insert("batch".into(), -5);
-        o.models.insert("m".into(), ModelPolicy { priority: 1, targets: Some(targets(&[("m-v2", 1)])) });
-        o.rewrites.push(RewriteRule { model: None, targets: targets(&[("generic", 1)]) });
-        o.rewrites.push(RewriteRule { model: Some("x".into()), targets: targets(&[("x-v2", 1)]) });
+        o.models.insert(
+            "m".into(),
+            ModelPolicy {
+                priority: 1,
+                targets: Some(targets(&[("m-v2", 1)])),
+            },
+        );
+        o.rewrites.push(RewriteRule {
+            model: None,
+            targets: targets(&[("generic", 1)]),
+        });
+        o.rewrites.push(RewriteRule {
+            model: Some("x".into()),
+            targets: targets(&[("x-v2", 1)]),
+        });
         assert_eq!(o.priority(Some("batch"), "m"), -5);
         assert_eq!(o.priority(Some("unknown"), "m"), 1);
         assert_eq!(o.priority(None, "other"), 0);
@@ -132,10 +154,16 @@ mod tests {
     #[test]
     fn a_rewrite_rule_beats_the_rewrite_header_which_beats_the_body() {
         let mut o = Objectives::default();
-        o.rewrites.push(RewriteRule { model: Some("m".into()), targets: targets(&[("m-v2", 1)]) });
+        o.rewrites.push(RewriteRule {
+            model: Some("m".into()),
+            targets: targets(&[("m-v2", 1)]),
+        });
         let mut rng = SmallRng::seed_from_u64(3);
         assert_eq!(o.target("m", Some("from-header"), &mut rng), "m-v2");
-        assert_eq!(o.target("other", Some("from-header"), &mut rng), "from-header");
+        assert_eq!(
+            o.target("other", Some("from-header"), &mut rng),
+            "from-header"
+        );
         assert_eq!(o.target("other", Some(""), &mut rng), "other");
         assert_eq!(o.target("other", None, &mut rng), "other");
         // The rule matches the body's model, not the header's.

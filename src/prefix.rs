@@ -28,7 +28,13 @@ use xxhash_rust::xxh64::Xxh64;
 
 /// Chained block hashes of `tokens` for `model` (post-rewrite) and `cache_salt`, at most
 /// `max_blocks` of them.
-pub fn block_hashes(model: &str, cache_salt: Option<&str>, tokens: &[u32], block_size: usize, max_blocks: usize) -> Vec<u64> {
+pub fn block_hashes(
+    model: &str,
+    cache_salt: Option<&str>,
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+) -> Vec<u64> {
     let block_size = block_size.max(1);
     let mut parent = chain_seed(model, cache_salt);
     let mut out = Vec::with_capacity((tokens.len() / block_size).min(max_blocks));

@@ -11,7 +11,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Watches `path` until `shutdown`. The first read is skipped: start-up already loaded it.
-pub async fn run(director: Arc<Director>, path: PathBuf, poll: Duration, shutdown: CancellationToken) {
+pub async fn run(
+    director: Arc<Director>,
+    path: PathBuf,
+    poll: Duration,
+    shutdown: CancellationToken,
+) {
     let mut watch = FileWatch::new(path);
     let _ = watch.changed();
     let mut tick = tokio::time::interval(poll);
@@ -28,7 +33,11 @@ pub async fn run(director: Arc<Director>, path: PathBuf, poll: Duration, shutdow
                 Outcome::failure
             }
         };
-        director.metrics().config_reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+        director
+            .metrics()
+            .config_reloads
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 }
 

@@ -33,7 +33,11 @@ impl ApiKind {
     /// Detects the API from a request path (query string ignored). Unknown paths are treated as
     /// completions, upstream's default.
     pub fn from_path(path: &str) -> Self {
-        let path = path.split(['?', '#']).next().unwrap_or(path).trim_end_matches('/');
+        let path = path
+            .split(['?', '#'])
+            .next()
+            .unwrap_or(path)
+            .trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             Self::ChatCompletions
         } else if path.ends_with("/completions") {
@@ -101,7 +105,10 @@ pub enum RequestError {
     #[error("field `{0}` is required for this API")]
     MissingField(&'static str),
     #[error("field `{field}` is invalid: {reason}")]
-    InvalidField { field: &'static str, reason: &'static str },
+    InvalidField {
+        field: &'static str,
+        reason: &'static str,
+    },
 }
 
 #[derive(Deserialize)]
@@ -128,7 +135,11 @@ struct Wire<'a> {
 
 /// Parses `body` for `api`. `max_prompt_bytes` bounds how much prompt text is copied out: the
 /// prefix index never looks further than its token cap, so longer text is dead weight.
-pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRequest, RequestError> {
+pub fn parse(
+    api: ApiKind,
+    body: &[u8],
+    max_prompt_bytes: usize,
+) -> Result<LlmRequest, RequestError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
@@ -138,11 +149,19 @@ pub fn parse(api: ApiKind, body: &[u8], max_prompt_bytes: usize) -> Result<LlmRe
     }
     let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| json_error(body, e))?;
     let raw_model = wire.model.ok_or(RequestError::MissingModel)?;
-    let model: String = serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
+    let model: String =
+        serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
     let model_span = span_of(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
     let stream = wire.stream.is_some_and(|s| s.get() == "true");
     let prompt = prompt_of(api, &wire, max_prompt_bytes)?;
-    Ok(LlmRequest { api, model, model_span, stream, prompt, cache_salt: wire.cache_salt })
+    Ok(LlmRequest {
+        api,
+        model,
+        model_span,
+        stream,
+        prompt,
+        cache_salt: wire.cache_salt,
+    })
 }
 
 /// serde_json's error, or the named limit it hit: its recursion limit (128 levels), or bytes
@@ -153,7 +172,9 @@ fn json_error(body: &[u8], e: serde_json::Error) -> RequestError {
         return RequestError::TooDeep { limit: MAX_DEPTH };
     }
     match std::str::from_utf8(body) {
-        Err(u) => RequestError::NotUtf8 { at: u.valid_up_to() },
+        Err(u) => RequestError::NotUtf8 {
+            at: u.valid_up_to(),
+        },
         Ok(_) => RequestError::NotJson(e),
     }
 }
@@ -182,14 +203,23 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         ApiKind::Completions => completion_prompt(required.get(), cap),
         ApiKind::ChatCompletions => {
             if !required.get().starts_with('[') {
-                return Err(RequestError::InvalidField { field, reason: "must be an array" });
+                return Err(RequestError::InvalidField {
+                    field,
+                    reason: "must be an array",
+                });
             }
             if serde_json::from_str::<[serde::de::IgnoredAny; 0]>(required.get()).is_ok() {
-                return Err(RequestError::InvalidField { field, reason: "must not be empty" });
+                return Err(RequestError::InvalidField {
+                    field,
+                    reason: "must not be empty",
+                });
             }
             Ok(Prompt::Text(concat_raw(&[Some(required), w.tools], cap)))
         }
-        ApiKind::Responses => Ok(Prompt::Text(concat_raw(&[Some(required), w.instructions, w.tools], cap))),
+        ApiKind::Responses => Ok(Prompt::Text(concat_raw(
+            &[Some(required), w.instructions, w.tools],
+            cap,
+        ))),
         ApiKind::Embeddings => completion_prompt(required.get(), cap),
         ApiKind::Conversations => Ok(Prompt::Text(concat_raw(&[Some(required)], cap))),
     }
@@ -199,12 +229,21 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
 /// The shape is chosen from the leading characters, so each is decoded once, directly (an
 /// untagged enum would buffer the whole value first: 8K token ids cost ~300 µs that way).
 fn completion_prompt(text: &str, cap: usize) -> Result<Prompt, RequestError> {
-    let invalid = || RequestError::InvalidField { field: "prompt", reason: "must be a string, strings or token ids" };
-    let inner = text.strip_prefix('[').map(|rest| rest.trim_start().chars().next());
+    let invalid = || RequestError::InvalidField {
+        field: "prompt",
+        reason: "must be a string, strings or token ids",
+    };
+    let inner = text
+        .strip_prefix('[')
+        .map(|rest| rest.trim_start().chars().next());
     let prompt = match (text.chars().next(), inner) {
-        (Some('"'), _) => serde_json::from_str::<String>(text).map(|t| Prompt::Text(truncate(t, cap))),
-        (_, Some(Some('"'))) => serde_json::from_str::<Vec<String>>(text).map(|ts| Prompt::Text(truncate(ts.join("\n"), cap))),
-        (_, Some(Some('['))) => serde_json::from_str::<Vec<Vec<u32>>>(text).map(|ls| Prompt::Tokens(ls.into_iter().next().unwrap_or_default())),
+        (Some('"'), _) => {
+            serde_json::from_str::<String>(text).map(|t| Prompt::Text(truncate(t, cap)))
+        }
+        (_, Some(Some('"'))) => serde_json::from_str::<Vec<String>>(text)
+            .map(|ts| Prompt::Text(truncate(ts.join("\n"), cap))),
+        (_, Some(Some('['))) => serde_json::from_str::<Vec<Vec<u32>>>(text)
+            .map(|ls| Prompt::Tokens(ls.into_iter().next().unwrap_or_default())),
         (_, Some(_)) => return token_array(text).map(Prompt::Tokens).ok_or_else(invalid),
         _ => return Err(invalid()),
     };
@@ -286,9 +325,15 @@ mod tests {
 
     #[test]
     fn detects_api_by_path_suffix() {
-        assert_eq!(ApiKind::from_path("/v1/chat/completions?x=1"), ApiKind::ChatCompletions);
+        assert_eq!(
+            ApiKind::from_path("/v1/chat/completions?x=1"),
+            ApiKind::ChatCompletions
+        );
         assert_eq!(ApiKind::from_path("/v1/completions"), ApiKind::Completions);
-        assert_eq!(ApiKind::from_path("/openai/v1/responses"), ApiKind::Responses);
+        assert_eq!(
+            ApiKind::from_path("/openai/v1/responses"),
+            ApiKind::Responses
+        );
         assert_eq!(ApiKind::from_path("/v1/embeddings/"), ApiKind::Embeddings);
         assert_eq!(ApiKind::from_path("/v1/models"), ApiKind::Completions);
     }
@@ -300,16 +345,27 @@ mod tests {
         assert_eq!(r.model, "m1");
         assert!(r.stream);
         assert_eq!(&body[r.model_span.clone()], r#""m\u0031""#);
-        assert_eq!(r.prompt, Prompt::Text(r#"[{"role":"system","content":"be brief"}][{"t":1}]"#.into()));
+        assert_eq!(
+            r.prompt,
+            Prompt::Text(r#"[{"role":"system","content":"be brief"}][{"t":1}]"#.into())
+        );
     }
 
     #[test]
     fn rewrite_keeps_every_other_byte() {
         let body = br#"{ "z": 1,  "model":"a", "a" : [ 1 ,2 ] }"#;
-        let r = parse(ApiKind::Completions, br#"{ "z": 1,  "model":"a", "prompt" : [ 1 ,2 ] }"#, 99).unwrap();
+        let r = parse(
+            ApiKind::Completions,
+            br#"{ "z": 1,  "model":"a", "prompt" : [ 1 ,2 ] }"#,
+            99,
+        )
+        .unwrap();
         assert_eq!(r.prompt, Prompt::Tokens(vec![1, 2]));
         let out = rewrite_model(body, &r.model_span, "b\"x");
-        assert_eq!(out, br#"{ "z": 1,  "model":"b\"x", "a" : [ 1 ,2 ] }"#.to_vec());
+        assert_eq!(
+            out,
+            br#"{ "z": 1,  "model":"b\"x", "a" : [ 1 ,2 ] }"#.to_vec()
+        );
     }
 
     #[test]
@@ -322,20 +378,45 @@ mod tests {
             (r#"{"model":"m"}"#, "`messages` is required"),
             (r#"{"model":"m","messages":[]}"#, "must not be empty"),
             (r#"{"model":"m","messages":{}}"#, "must be an array"),
-            (r#"{"model":"m","model":"n","messages":[{}]}"#, "duplicate field"),
-            (r#"{"model":"m","messages":[{}]} trailing"#, "not valid JSON"),
+            (
+                r#"{"model":"m","model":"n","messages":[{}]}"#,
+                "duplicate field",
+            ),
+            (
+                r#"{"model":"m","messages":[{}]} trailing"#,
+                "not valid JSON",
+            ),
         ];
         for (body, want) in cases {
             let err = chat(body).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");
         }
-        let err = parse(ApiKind::Completions, br#"{"model":"m","prompt":{"a":1}}"#, 9).unwrap_err();
+        let err = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":{"a":1}}"#,
+            9,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("prompt"));
-        for bad in [r#"[1,-2]"#, r#"[1.5]"#, r#"[1,"a"]"#, r#"[99999999999]"#, r#"[1,]"#] {
+        for bad in [
+            r#"[1,-2]"#,
+            r#"[1.5]"#,
+            r#"[1,"a"]"#,
+            r#"[99999999999]"#,
+            r#"[1,]"#,
+        ] {
             let body = format!(r#"{{"model":"m","prompt":{bad}}}"#);
-            assert!(parse(ApiKind::Completions, body.as_bytes(), 9).is_err(), "{bad}");
+            assert!(
+                parse(ApiKind::Completions, body.as_bytes(), 9).is_err(),
+                "{bad}"
+            );
         }
-        let ok = parse(ApiKind::Completions, br#"{"model":"m","prompt":[ 1 ,2,	3 ]}"#, 9).unwrap();
+        let ok = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":[ 1 ,2,	3 ]}"#,
+            9,
+        )
+        .unwrap();
         assert_eq!(ok.prompt, Prompt::Tokens(vec![1, 2, 3]));
         let empty = parse(ApiKind::Completions, br#"{"model":"m","prompt":[ ]}"#, 9).unwrap();
         assert_eq!(empty.prompt, Prompt::Tokens(vec![]));
@@ -355,7 +436,12 @@ mod tests {
 
     #[test]
     fn prompt_text_is_capped_on_a_char_boundary() {
-        let r = parse(ApiKind::Completions, r#"{"model":"m","prompt":"ééé"}"#.as_bytes(), 3).unwrap();
+        let r = parse(
+            ApiKind::Completions,
+            r#"{"model":"m","prompt":"ééé"}"#.as_bytes(),
+            3,
+        )
+        .unwrap();
         assert_eq!(r.prompt, Prompt::Text("é".into()));
     }
 }

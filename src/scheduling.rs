@@ -95,7 +95,12 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Runs one scheduling cycle.
-    pub fn schedule(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], rng: &mut impl Rng) -> Result<Decision, ScheduleError> {
+    pub fn schedule(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut impl Rng,
+    ) -> Result<Decision, ScheduleError> {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
@@ -144,7 +149,9 @@ impl Scheduler {
 
     /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
     pub fn session_affinity(&self) -> bool {
-        self.scorers.iter().any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+        self.scorers
+            .iter()
+            .any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
@@ -161,7 +168,11 @@ fn slow_start(pool: &mut Vec<&Candidate>, rng: &mut impl Rng) {
     if top <= 0.0 || pool.iter().all(|c| c.ramp >= top) {
         return;
     }
-    let kept: Vec<&Candidate> = pool.iter().copied().filter(|c| c.ramp >= top || rng.random::<f64>() * top < c.ramp).collect();
+    let kept: Vec<&Candidate> = pool
+        .iter()
+        .copied()
+        .filter(|c| c.ramp >= top || rng.random::<f64>() * top < c.ramp)
+        .collect();
     if !kept.is_empty() {
         *pool = kept;
     }
@@ -192,12 +203,17 @@ enum Built {
 
 fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
     let params = spec.parameters.clone().unwrap_or(serde_yaml::Value::Null);
-    let wrap = |e: serde_yaml::Error| Problem::Parameters { plugin: spec.name().to_owned(), message: e.to_string() };
+    let wrap = |e: serde_yaml::Error| Problem::Parameters {
+        plugin: spec.name().to_owned(),
+        message: e.to_string(),
+    };
     if let Some(f) = Filter::build(&spec.plugin_type, &params).transpose() {
         return f.map(Built::Filter).map_err(wrap);
     }
     if spec.plugin_type == "approx-prefix-cache-producer" {
-        return PrefixParams::from_yaml(&params).map(Built::Prefix).map_err(wrap);
+        return PrefixParams::from_yaml(&params)
+            .map(Built::Prefix)
+            .map_err(wrap);
     }
     if let Some(s) = Scorer::build(&spec.plugin_type, &params).transpose() {
         return s.map(Built::Scorer).map_err(wrap);
@@ -208,7 +224,10 @@ fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
     if BUILT_IN_TYPES.contains(&spec.plugin_type.as_str()) {
         return Ok(Built::Accepted);
     }
-    Err(Problem::UnknownPluginType { plugin: spec.name().to_owned(), plugin_type: spec.plugin_type.clone() })
+    Err(Problem::UnknownPluginType {
+        plugin: spec.name().to_owned(),
+        plugin_type: spec.plugin_type.clone(),
+    })
 }
 
 /// Builds the scheduler from a parsed configuration, reporting every problem at once.
@@ -226,13 +245,28 @@ pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
         }
     }
     if cfg.scheduling_profiles.len() > 1 {
-        problems.push(Problem::Profile("only one scheduling profile is supported (single-profile-handler)".into()));
+        problems.push(Problem::Profile(
+            "only one scheduling profile is supported (single-profile-handler)".into(),
+        ));
     }
     let refs: Vec<(String, f64)> = match cfg.scheduling_profiles.first() {
-        Some(p) => p.plugins.iter().map(|r| (r.plugin_ref.clone(), r.weight.unwrap_or(1.0))).collect(),
-        None => cfg.plugins.iter().map(|p| (p.name().to_owned(), 1.0)).collect(),
+        Some(p) => p
+            .plugins
+            .iter()
+            .map(|r| (r.plugin_ref.clone(), r.weight.unwrap_or(1.0)))
+            .collect(),
+        None => cfg
+            .plugins
+            .iter()
+            .map(|p| (p.name().to_owned(), 1.0))
+            .collect(),
     };
-    let mut sched = Scheduler { filters: Vec::new(), scorers: Vec::new(), picker: Picker::default(), prefix: None };
+    let mut sched = Scheduler {
+        filters: Vec::new(),
+        scorers: Vec::new(),
+        picker: Picker::default(),
+        prefix: None,
+    };
     let mut picker = None;
     for (name, weight) in &refs {
         match built.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
@@ -243,10 +277,29 @@ pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
         }
     }
     sched.picker = picker
-        .or_else(|| built.iter().find_map(|(_, b)| if let Built::Picker(p) = b { Some(p.clone()) } else { None }))
+        .or_else(|| {
+            built.iter().find_map(|(_, b)| {
+                if let Built::Picker(p) = b {
+                    Some(p.clone())
+                } else {
+                    None
+                }
+            })
+        })
         .unwrap_or_default();
-    let producer = built.iter().find_map(|(_, b)| if let Built::Prefix(p) = b { Some(p.clone()) } else { None });
-    sched.prefix = producer.or_else(|| sched.scorers.iter().find_map(|(s, _)| s.prefix_params().cloned()));
+    let producer = built.iter().find_map(|(_, b)| {
+        if let Built::Prefix(p) = b {
+            Some(p.clone())
+        } else {
+            None
+        }
+    });
+    sched.prefix = producer.or_else(|| {
+        sched
+            .scorers
+            .iter()
+            .find_map(|(s, _)| s.prefix_params().cloned())
+    });
     if problems.is_empty() {
         Ok(sched)
     } else {
@@ -288,7 +341,12 @@ mod tests {
     }
 
     fn req(total: usize) -> SchedulingRequest<'static> {
-        SchedulingRequest { target_model: "m", prefix_total_blocks: total, block_size: 16, ..Default::default() }
+        SchedulingRequest {
+            target_model: "m",
+            prefix_total_blocks: total,
+            block_size: 16,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -296,9 +354,16 @@ mod tests {
         let s = default_scheduler();
         let mut rng = SmallRng::seed_from_u64(1);
         let cands = [cand(1, 10.0, 0.5, 0), cand(2, 0.0, 0.5, 0)];
-        assert_eq!(s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints, vec![cands[1].id]);
+        assert_eq!(
+            s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints,
+            vec![cands[1].id]
+        );
         let cands = [cand(1, 1.0, 0.2, 8), cand(2, 0.0, 0.2, 0)];
-        assert_eq!(s.schedule(&req(8), &cands, &mut rng).unwrap().endpoints, vec![cands[0].id], "prefix 3 beats queue 2");
+        assert_eq!(
+            s.schedule(&req(8), &cands, &mut rng).unwrap().endpoints,
+            vec![cands[0].id],
+            "prefix 3 beats queue 2"
+        );
     }
 
     #[test]
@@ -308,9 +373,13 @@ mod tests {
         let mut idle_but_stale = cand(1, 0.0, 0.0, 0);
         idle_but_stale.fresh = false;
         let busy = cand(2, 50.0, 0.9, 0);
-        let d = s.schedule(&req(0), &[idle_but_stale.clone(), busy.clone()], &mut rng).unwrap();
+        let d = s
+            .schedule(&req(0), &[idle_but_stale.clone(), busy.clone()], &mut rng)
+            .unwrap();
         assert_eq!(d.endpoints, vec![busy.id]);
-        let d = s.schedule(&req(0), &[idle_but_stale.clone()], &mut rng).unwrap();
+        let d = s
+            .schedule(&req(0), &[idle_but_stale.clone()], &mut rng)
+            .unwrap();
         assert_eq!(d.endpoints, vec![idle_but_stale.id]);
     }
 
@@ -321,11 +390,17 @@ mod tests {
         let mut cold = cand(1, 0.0, 0.0, 0);
         cold.ramp = 0.2;
         let cands = [cold.clone(), cand(2, 0.0, 0.0, 0)];
-        let picked = (0..4000).filter(|_| s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints[0] == cold.id).count();
+        let picked = (0..4000)
+            .filter(|_| s.schedule(&req(0), &cands, &mut rng).unwrap().endpoints[0] == cold.id)
+            .count();
         // Full share would be 1/2; at ramp 0.2 the cold pod takes part in 20% of selections: 10%.
         assert!((300..500).contains(&picked), "{picked}");
         let only_cold = [cold.clone()];
-        assert_eq!(s.schedule(&req(0), &only_cold, &mut rng).unwrap().endpoints, vec![cold.id], "never emptied");
+        assert_eq!(
+            s.schedule(&req(0), &only_cold, &mut rng).unwrap().endpoints,
+            vec![cold.id],
+            "never emptied"
+        );
     }
 
     #[test]
@@ -333,7 +408,8 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
         for name in ["chwbl.yaml", "gpu-aware.yaml", "weighted.yaml"] {
             let text = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
-            let s = build(&config::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            let s = build(&config::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")))
+                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert_eq!(s.max_endpoints(), 2, "{name}");
         }
     }
@@ -342,10 +418,18 @@ mod tests {
     fn empty_candidates_and_unknown_types_are_errors() {
         let s = default_scheduler();
         let mut rng = SmallRng::seed_from_u64(3);
-        assert_eq!(s.schedule(&req(0), &[], &mut rng), Err(ScheduleError::NoCandidates));
-        let text = config::DEFAULT_CONFIG.replace("- type: queue-scorer", "- type: queue-scorer\n- type: magic-scorer");
+        assert_eq!(
+            s.schedule(&req(0), &[], &mut rng),
+            Err(ScheduleError::NoCandidates)
+        );
+        let text = config::DEFAULT_CONFIG.replace(
+            "- type: queue-scorer",
+            "- type: queue-scorer\n- type: magic-scorer",
+        );
         let problems = build(&config::parse(&text).unwrap()).unwrap_err();
-        assert!(problems[0].to_string().contains("unknown type \"magic-scorer\""));
+        assert!(problems[0]
+            .to_string()
+            .contains("unknown type \"magic-scorer\""));
     }
 
     proptest! {

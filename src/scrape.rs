@@ -61,12 +61,25 @@ struct Shared {
 }
 
 /// Runs the supervisor until `shutdown`; pollers are spawned on `tracker`.
-pub async fn run(datastore: Arc<Datastore>, metrics: Arc<Metrics>, opts: ScrapeOptions, tracker: TaskTracker, shutdown: CancellationToken) {
+pub async fn run(
+    datastore: Arc<Datastore>,
+    metrics: Arc<Metrics>,
+    opts: ScrapeOptions,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(opts.timeout));
     connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
-    let shared = Arc::new(Shared { client, opts, metrics, datastore: Arc::clone(&datastore) });
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1)
+        .build(connector);
+    let shared = Arc::new(Shared {
+        client,
+        opts,
+        metrics,
+        datastore: Arc::clone(&datastore),
+    });
     datastore
         .per_endpoint(&tracker, &shutdown, |tracker, state, token| {
             tracker.spawn(poll(state, Arc::clone(&shared), token));
@@ -86,7 +99,12 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let result = match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, &uri)).await {
+        let result = match tokio::time::timeout(
+            shared.opts.timeout,
+            scrape_once(&shared.client, &uri),
+        )
+        .await
+        {
             Ok(r) => r.and_then(|text| Ok(parse::extract(&text, engine, Instant::now())?)),
             Err(_) => Err(ScrapeError::Timeout(shared.opts.timeout)),
         };
@@ -112,20 +130,34 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
                 Outcome::failure
             }
         };
-        shared.metrics.scrapes.get_or_create(&OutcomeLabels { outcome }).inc();
-        let health = state.record_probe(crate::datastore::health::Prober::Scrape, outcome == Outcome::success, &shared.datastore.health_policy(), Instant::now());
+        shared
+            .metrics
+            .scrapes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        let health = state.record_probe(
+            crate::datastore::health::Prober::Scrape,
+            outcome == Outcome::success,
+            &shared.datastore.health_policy(),
+            Instant::now(),
+        );
         crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
     }
 }
 
 /// This endpoint's GPU readings from the shared DCGM exporter; `None` (logged) when that
 /// scrape fails or names no GPU of this pod.
-async fn node_gpu(shared: &Shared, url: &str, endpoint_name: &str) -> Option<crate::endpoint::GpuMetrics> {
-    let text = match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, url)).await {
-        Ok(Ok(text)) => text,
-        Ok(Err(e)) => return log_gpu_failure(url, &e),
-        Err(_) => return log_gpu_failure(url, &ScrapeError::Timeout(shared.opts.timeout)),
-    };
+async fn node_gpu(
+    shared: &Shared,
+    url: &str,
+    endpoint_name: &str,
+) -> Option<crate::endpoint::GpuMetrics> {
+    let text =
+        match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, url)).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => return log_gpu_failure(url, &e),
+            Err(_) => return log_gpu_failure(url, &ScrapeError::Timeout(shared.opts.timeout)),
+        };
     dcgm::extract_for_pod(&text, dcgm::pod_label(endpoint_name))
 }
 
@@ -135,10 +167,16 @@ fn log_gpu_failure(url: &str, e: &ScrapeError) -> Option<crate::endpoint::GpuMet
 }
 
 async fn scrape_once(client: &HttpClient, uri: &str) -> Result<String, ScrapeError> {
-    let resp = client.get(uri.parse()?).await.map_err(ScrapeError::Request)?;
+    let resp = client
+        .get(uri.parse()?)
+        .await
+        .map_err(ScrapeError::Request)?;
     if !resp.status().is_success() {
         return Err(ScrapeError::Status(resp.status()));
     }
-    let body = Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(|e| ScrapeError::Body(e.to_string()))?;
+    let body = Limited::new(resp.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| ScrapeError::Body(e.to_string()))?;
     String::from_utf8(body.to_bytes().to_vec()).map_err(|_| ScrapeError::NotUtf8)
 }

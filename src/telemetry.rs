@@ -21,7 +21,9 @@
 
 use arc_swap::ArcSwapOption;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{get_active_span, Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{
+    get_active_span, Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
+};
 use opentelemetry::{Context, ContextGuard, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -32,7 +34,10 @@ use std::sync::Arc;
 static TRACER: ArcSwapOption<SdkTracer> = ArcSwapOption::const_empty();
 
 /// Variables whose presence turns tracing on.
-const ENDPOINT_VARS: [&str; 2] = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"];
+const ENDPOINT_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -55,7 +60,9 @@ fn env_is(key: &str, value: &str) -> bool {
 
 /// Whether the environment asks for traces to be exported.
 pub fn configured() -> bool {
-    !env_is("OTEL_SDK_DISABLED", "true") && !env_is("OTEL_TRACES_EXPORTER", "none") && ENDPOINT_VARS.iter().any(|k| env_set(k))
+    !env_is("OTEL_SDK_DISABLED", "true")
+        && !env_is("OTEL_TRACES_EXPORTER", "none")
+        && ENDPOINT_VARS.iter().any(|k| env_set(k))
 }
 
 impl Telemetry {
@@ -65,16 +72,24 @@ impl Telemetry {
         if !configured() {
             return Ok(Self { provider: None });
         }
-        let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()?;
         let mut resource = Resource::builder();
-        let named = env_set("OTEL_SERVICE_NAME") || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name="));
+        let named = env_set("OTEL_SERVICE_NAME")
+            || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name="));
         if !named {
             resource = resource.with_service_name("epp");
         }
-        let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource.build()).build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource.build())
+            .build();
         TRACER.store(Some(Arc::new(provider.tracer("epp"))));
         tracing::info!(endpoint = ?ENDPOINT_VARS.iter().find_map(|k| std::env::var(k).ok()), "OpenTelemetry tracing on (OTLP/gRPC)");
-        Ok(Self { provider: Some(provider) })
+        Ok(Self {
+            provider: Some(provider),
+        })
     }
 
     pub fn enabled(&self) -> bool {
@@ -83,7 +98,9 @@ impl Telemetry {
 
     /// Stops recording and exports what is still buffered (bounded by the exporter timeout).
     pub async fn shutdown(self) {
-        let Some(provider) = self.provider else { return };
+        let Some(provider) = self.provider else {
+            return;
+        };
         TRACER.store(None);
         // The SDK blocks while its export thread drains; keep the runtime's threads free to
         // drive the gRPC connection meanwhile.
@@ -129,11 +146,20 @@ impl RequestTrace {
     pub fn start(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
         let tracer = TRACER.load_full()?;
         let parent = match traceparent {
-            Some(_) => TraceContextPropagator::new().extract(&TraceHeaders { traceparent, tracestate }),
+            Some(_) => TraceContextPropagator::new().extract(&TraceHeaders {
+                traceparent,
+                tracestate,
+            }),
             None => Context::new(),
         };
-        let span = tracer.span_builder("epp.request").with_kind(SpanKind::Server).start_with_context(tracer.as_ref(), &parent);
-        Some(Self { response: None, cx: parent.with_span(span) })
+        let span = tracer
+            .span_builder("epp.request")
+            .with_kind(SpanKind::Server)
+            .start_with_context(tracer.as_ref(), &parent);
+        Some(Self {
+            response: None,
+            cx: parent.with_span(span),
+        })
     }
 
     /// Makes the request span current on this thread until the guard drops.
@@ -146,7 +172,9 @@ impl RequestTrace {
         if self.response.is_some() {
             return;
         }
-        let Some(tracer) = TRACER.load_full() else { return };
+        let Some(tracer) = TRACER.load_full() else {
+            return;
+        };
         let mut span = tracer.start_with_context("response", &self.cx);
         if let Some(s) = status {
             span.set_attribute(KeyValue::new("http.response.status_code", i64::from(s)));
@@ -190,7 +218,10 @@ pub fn parsed_early(model: &str, stream: bool, body_bytes_seen: usize) {
             KeyValue::new("epp.model", model.to_owned()),
             KeyValue::new("epp.stream", stream),
             KeyValue::new("epp.early_decision", true),
-            KeyValue::new("epp.body_bytes_seen", i64::try_from(body_bytes_seen).unwrap_or(i64::MAX)),
+            KeyValue::new(
+                "epp.body_bytes_seen",
+                i64::try_from(body_bytes_seen).unwrap_or(i64::MAX),
+            ),
         ]
     });
 }
@@ -211,7 +242,10 @@ pub fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
 /// and every candidate's final score.
 pub fn annotate_decision<E: std::fmt::Display>(destinations: &[E], scores: &[(E, f64)]) {
     annotate(|| {
-        let primary = destinations.first().map(ToString::to_string).unwrap_or_default();
+        let primary = destinations
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         let ranked: Vec<String> = destinations.iter().map(ToString::to_string).collect();
         let scored: Vec<String> = scores.iter().map(|(e, s)| format!("{e}={s:.4}")).collect();
         vec![
@@ -230,7 +264,11 @@ mod tests {
     #[test]
     fn off_without_a_tracer() {
         // No test in this crate installs a tracer: every hook is inert.
-        assert!(RequestTrace::start(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), None).is_none());
+        assert!(RequestTrace::start(
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            None
+        )
+        .is_none());
         assert!(child("parse").is_none());
         annotate(|| panic!("attributes built while tracing is off"));
         assert_eq!(in_scope(None, || 7), 7);
@@ -238,13 +276,22 @@ mod tests {
 
     #[test]
     fn traceparent_is_extracted() {
-        let h = TraceHeaders { traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), tracestate: Some("k=v") };
+        let h = TraceHeaders {
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            tracestate: Some("k=v"),
+        };
         let cx = TraceContextPropagator::new().extract(&h);
         let sc = cx.span().span_context().clone();
         assert!(sc.is_valid() && sc.is_remote());
-        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
-        let bad = TraceContextPropagator::new().extract(&TraceHeaders { traceparent: Some("garbage"), tracestate: None });
+        let bad = TraceContextPropagator::new().extract(&TraceHeaders {
+            traceparent: Some("garbage"),
+            tracestate: None,
+        });
         assert!(!bad.span().span_context().is_valid());
     }
 }

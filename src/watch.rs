@@ -15,7 +15,10 @@ pub struct FileWatch {
 
 impl FileWatch {
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), last: None }
+        Self {
+            path: path.into(),
+            last: None,
+        }
     }
 
     pub fn path(&self) -> &Path {

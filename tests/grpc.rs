@@ -7,7 +7,9 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
+};
 use epp::app::{self, Listeners, Options};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
@@ -23,15 +25,30 @@ struct Running {
 
 async fn start(extra: &[&str]) -> Running {
     let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-    let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await, peers: None };
-    let (grpc, health, metrics) = (listeners.grpc.local_addr().unwrap(), listeners.health.local_addr().unwrap(), listeners.metrics.local_addr().unwrap());
+    let listeners = Listeners {
+        grpc: bind().await,
+        health: bind().await,
+        metrics: bind().await,
+        peers: None,
+    };
+    let (grpc, health, metrics) = (
+        listeners.grpc.local_addr().unwrap(),
+        listeners.health.local_addr().unwrap(),
+        listeners.metrics.local_addr().unwrap(),
+    );
     let mut args = vec!["epp", "--static-endpoints", "127.0.0.1:1,127.0.0.1:2"];
     args.extend_from_slice(extra);
     let opts = Options::try_parse_from_args(&args);
     let shutdown = CancellationToken::new();
     #[allow(clippy::disallowed_methods)] // the test owns and joins this task
     let task = tokio::spawn(app::run(opts, listeners, shutdown.clone()));
-    Running { grpc, health, metrics, shutdown, task }
+    Running {
+        grpc,
+        health,
+        metrics,
+        shutdown,
+        task,
+    }
 }
 
 trait ParseArgs {
@@ -45,29 +62,63 @@ impl ParseArgs for Options {
 }
 
 fn headers(path: &str, eos: bool) -> ProcessingRequest {
-    let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+    let h = |k: &str, v: &str| HeaderValue {
+        key: k.into(),
+        raw_value: v.as_bytes().to_vec(),
+        ..Default::default()
+    };
     let mode = BodySendMode::FullDuplexStreamed as i32;
     ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(HeaderMap { headers: vec![h(":path", path)] }), end_of_stream: eos, ..Default::default() })),
-        protocol_config: Some(ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() }),
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(HeaderMap {
+                headers: vec![h(":path", path)],
+            }),
+            end_of_stream: eos,
+            ..Default::default()
+        })),
+        protocol_config: Some(ProtocolConfiguration {
+            request_body_mode: mode,
+            response_body_mode: mode,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
 
 fn body(b: &[u8], eos: bool) -> ProcessingRequest {
-    ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: b.to_vec(), end_of_stream: eos, ..Default::default() })), ..Default::default() }
+    ProcessingRequest {
+        request: Some(Request::RequestBody(HttpBody {
+            body: b.to_vec(),
+            end_of_stream: eos,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
 }
 
-async fn exchange(addr: SocketAddr, msgs: Vec<ProcessingRequest>, expect: usize) -> Vec<ProcessingResponse> {
-    let mut client = ExternalProcessorClient::connect(format!("http://{addr}")).await.unwrap();
+async fn exchange(
+    addr: SocketAddr,
+    msgs: Vec<ProcessingRequest>,
+    expect: usize,
+) -> Vec<ProcessingResponse> {
+    let mut client = ExternalProcessorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     for m in msgs {
         tx.send(m).await.unwrap();
     }
-    let mut inbound = client.process(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut inbound = client
+        .process(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
     let mut out = Vec::new();
     while out.len() < expect {
-        let next = tokio::time::timeout(std::time::Duration::from_secs(10), inbound.message()).await.unwrap().unwrap();
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), inbound.message())
+            .await
+            .unwrap()
+            .unwrap();
         out.push(next.unwrap());
     }
     drop(tx);
@@ -78,27 +129,75 @@ async fn exchange(addr: SocketAddr, msgs: Vec<ProcessingRequest>, expect: usize)
 async fn routes_over_a_real_grpc_stream_and_serves_health_and_metrics() {
     let epp = start(&["--secure-serving=false"]).await;
     let chat = br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
-    let out = exchange(epp.grpc, vec![headers("/v1/chat/completions", false), body(chat, false), body(b"", true)], 2).await;
-    let Some(Response::RequestHeaders(h)) = &out[0].response else { panic!("{:?}", out[0]) };
-    let set = &h.response.as_ref().unwrap().header_mutation.as_ref().unwrap().set_headers;
+    let out = exchange(
+        epp.grpc,
+        vec![
+            headers("/v1/chat/completions", false),
+            body(chat, false),
+            body(b"", true),
+        ],
+        2,
+    )
+    .await;
+    let Some(Response::RequestHeaders(h)) = &out[0].response else {
+        panic!("{:?}", out[0])
+    };
+    let set = &h
+        .response
+        .as_ref()
+        .unwrap()
+        .header_mutation
+        .as_ref()
+        .unwrap()
+        .set_headers;
     let dest = String::from_utf8(set[0].header.as_ref().unwrap().raw_value.clone()).unwrap();
     assert!(dest == "127.0.0.1:1" || dest == "127.0.0.1:2", "{dest}");
     assert!(matches!(out[1].response, Some(Response::RequestBody(_))));
 
-    let bad = exchange(epp.grpc, vec![headers("/v1/chat/completions", false), body(b"[]", true)], 1).await;
-    let Some(Response::ImmediateResponse(i)) = &bad[0].response else { panic!() };
+    let bad = exchange(
+        epp.grpc,
+        vec![headers("/v1/chat/completions", false), body(b"[]", true)],
+        1,
+    )
+    .await;
+    let Some(Response::ImmediateResponse(i)) = &bad[0].response else {
+        panic!()
+    };
     assert_eq!(i.status.as_ref().unwrap().code, 400);
 
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    for service in ["liveness", "readiness", "", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"] {
-        let r = health.check(tonic_health::pb::HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
-        assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32, "{service}");
+    for service in [
+        "liveness",
+        "readiness",
+        "",
+        "inference-extension",
+        "envoy.service.ext_proc.v3.ExternalProcessor",
+    ] {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service}"
+        );
     }
 
     let text = http_get(epp.metrics, "/metrics").await;
     assert!(text.contains("inference_objective_request_total{model_name=\"m\",target_model_name=\"m\",priority=\"0\"} 1"), "{text}");
-    assert!(text.contains("inference_objective_request_error_total"), "{text}");
+    assert!(
+        text.contains("inference_objective_request_error_total"),
+        "{text}"
+    );
     epp.shutdown.cancel();
     epp.task.await.unwrap().unwrap();
 }
@@ -112,12 +211,24 @@ async fn serves_tls_with_a_provided_certificate() {
     std::fs::write(dir.join("tls.key"), ck.signing_key.serialize_pem()).unwrap();
     let cert_path = dir.to_string_lossy().to_string();
     let epp = start(&["--cert-path", &cert_path]).await;
-    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ck.cert.pem())).domain_name("localhost");
-    let channel = tonic::transport::Channel::from_shared(format!("https://{}", epp.grpc)).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ck.cert.pem()))
+        .domain_name("localhost");
+    let channel = tonic::transport::Channel::from_shared(format!("https://{}", epp.grpc))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut client = ExternalProcessorClient::new(channel);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(headers("/v1/models", true)).await.unwrap();
-    let mut inbound = client.process(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut inbound = client
+        .process(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
     let first = inbound.message().await.unwrap().unwrap();
     assert!(matches!(first.response, Some(Response::RequestHeaders(_))));
     drop(tx);
@@ -131,13 +242,18 @@ async fn invalid_configuration_fails_start_up_with_every_problem() {
     let bad = "apiVersion: x\nkind: EndpointPickerConfig\nplugins:\n- type: nope-scorer\n";
     let epp = start(&["--secure-serving=false", "--config-text", bad]).await;
     let err = epp.task.await.unwrap().unwrap_err().to_string();
-    assert!(err.contains("apiVersion") && err.contains("nope-scorer"), "{err}");
+    assert!(
+        err.contains("apiVersion") && err.contains("nope-scorer"),
+        "{err}"
+    );
 }
 
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
     String::from_utf8_lossy(&buf).into_owned()

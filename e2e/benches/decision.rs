@@ -37,13 +37,17 @@ schedulingProfiles:
   - {pluginRef: prefix-cache-scorer, weight: 3}
 ";
 
-
-const WORDS: [&str; 16] = ["model", "server", "routing", "cache", "prefix", "token", "latency", "queue", "gateway", "envoy", "kernel", "batch", "tensor", "shard", "replica", "stream"];
+const WORDS: [&str; 16] = [
+    "model", "server", "routing", "cache", "prefix", "token", "latency", "queue", "gateway",
+    "envoy", "kernel", "batch", "tensor", "shard", "replica", "stream",
+];
 
 /// About `tokens` cl100k tokens of English words drawn from `rng` (one token per word).
 fn words(tokens: usize, rng: &mut SmallRng) -> String {
     use rand::Rng;
-    let text: Vec<&str> = (0..tokens).map(|_| WORDS[rng.random_range(0..WORDS.len())]).collect();
+    let text: Vec<&str> = (0..tokens)
+        .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+        .collect();
     text.join(" ")
 }
 
@@ -52,8 +56,12 @@ fn chat(system: &str, user: &str) -> Vec<u8> {
 }
 
 fn token_body(tokens: usize, seed: u32) -> Vec<u8> {
-    let ids: Vec<u32> = (0..tokens as u32).map(|i| (i * 31 + seed) % 100_000).collect();
-    serde_json::json!({"model": "m", "prompt": ids}).to_string().into_bytes()
+    let ids: Vec<u32> = (0..tokens as u32)
+        .map(|i| (i * 31 + seed) % 100_000)
+        .collect();
+    serde_json::json!({"model": "m", "prompt": ids})
+        .to_string()
+        .into_bytes()
 }
 
 fn bench(c: &mut Criterion) {
@@ -65,12 +73,33 @@ fn bench(c: &mut Criterion) {
     // Warm the index and the segment cache with the shared prefixes, as in steady state.
     for (i, system) in shared.iter().cycle().take(64).enumerate() {
         let b = chat(system, &format!("warm-up {i}"));
-        let _ = d.route(&Incoming { path: "/v1/chat/completions", body: &b, ..Default::default() }, &mut rng);
+        let _ = d.route(
+            &Incoming {
+                path: "/v1/chat/completions",
+                body: &b,
+                ..Default::default()
+            },
+            &mut rng,
+        );
     }
-    let route = |body: &[u8], rng: &mut SmallRng| d.route(&Incoming { path: "/v1/chat/completions", body, ..Default::default() }, rng).map(|r| r.destinations.len());
+    let route = |body: &[u8], rng: &mut SmallRng| {
+        d.route(
+            &Incoming {
+                path: "/v1/chat/completions",
+                body,
+                ..Default::default()
+            },
+            rng,
+        )
+        .map(|r| r.destinations.len())
+    };
     let mut g = c.benchmark_group("decision_100_endpoints_8k_tokens");
     g.bench_function("cold_text", |b| {
-        b.iter_batched(|| chat(&words(8192, &mut text_rng), "q"), |body| black_box(route(&body, &mut rng)), BatchSize::LargeInput)
+        b.iter_batched(
+            || chat(&words(8192, &mut text_rng), "q"),
+            |body| black_box(route(&body, &mut rng)),
+            BatchSize::LargeInput,
+        )
     });
     let mut n = 0usize;
     g.bench_function("shared_prefix_text", |b| {
@@ -84,11 +113,28 @@ fn bench(c: &mut Criterion) {
         )
     });
     g.bench_function("token_ids", |b| {
-        b.iter(|| black_box(d.route(&Incoming { path: "/v1/completions", body: &ids, ..Default::default() }, &mut rng).map(|r| r.destinations.len())))
+        b.iter(|| {
+            black_box(
+                d.route(
+                    &Incoming {
+                        path: "/v1/completions",
+                        body: &ids,
+                        ..Default::default()
+                    },
+                    &mut rng,
+                )
+                .map(|r| r.destinations.len()),
+            )
+        })
     });
     let tokens: Vec<u32> = (0..8192u32).map(|i| (i * 31) % 100_000).collect();
     g.bench_function("parse_token_ids", |b| {
-        b.iter(|| black_box(epp::request::parse(epp::request::ApiKind::Completions, &ids, 1 << 20).map(|r| r.model.len())))
+        b.iter(|| {
+            black_box(
+                epp::request::parse(epp::request::ApiKind::Completions, &ids, 1 << 20)
+                    .map(|r| r.model.len()),
+            )
+        })
     });
     let runtime = Runtime::build(CONFIG, None).expect("config");
     let index = epp::prefix::index::PrefixIndex::new();
@@ -107,7 +153,11 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     for c in candidates.iter().take(10) {
-        index.record(c.id, &epp::prefix::block_hashes("m", None, &tokens, 16, 512), 30_000);
+        index.record(
+            c.id,
+            &epp::prefix::block_hashes("m", None, &tokens, 16, 512),
+            30_000,
+        );
     }
     g.bench_function("decide_given_tokens", |b| {
         b.iter(|| {
@@ -119,8 +169,16 @@ fn bench(c: &mut Criterion) {
                     c.prefix_blocks = *n;
                 }
             }
-            let req = SchedulingRequest { target_model: "m", prefix_total_blocks: hashes.len(), block_size: 16, ..Default::default() };
-            let d = runtime.scheduler.schedule(&req, &cands, &mut rng).expect("decision");
+            let req = SchedulingRequest {
+                target_model: "m",
+                prefix_total_blocks: hashes.len(),
+                block_size: 16,
+                ..Default::default()
+            };
+            let d = runtime
+                .scheduler
+                .schedule(&req, &cands, &mut rng)
+                .expect("decision");
             index.record(d.endpoints[0], &hashes, 30_000);
             black_box(d.endpoints.len())
         })
@@ -132,11 +190,25 @@ fn bench(c: &mut Criterion) {
 /// Tokenizing 8K tokens of new text (what `cold_text` pays), epp's tokenizer (bpe-openai behind
 /// a segment cache that never hits here) against tiktoken-rs's CoreBPE, which epp used before.
 fn tokenizers(c: &mut Criterion, text_rng: &mut SmallRng) {
-    let ours = epp::request::tokenize::Tokenizer::new(epp::request::tokenize::Vocabulary::Cl100kBase).expect("tokenizer");
+    let ours =
+        epp::request::tokenize::Tokenizer::new(epp::request::tokenize::Vocabulary::Cl100kBase)
+            .expect("tokenizer");
     let tiktoken = tiktoken_rs::cl100k_base().expect("tiktoken");
     let mut g = c.benchmark_group("tokenize_8k_tokens_cold");
-    g.bench_function("epp", |b| b.iter_batched(|| words(8192, text_rng), |t| black_box(ours.encode_prefix(&t, 8192).len()), BatchSize::LargeInput));
-    g.bench_function("tiktoken_rs", |b| b.iter_batched(|| words(8192, text_rng), |t| black_box(tiktoken.encode_ordinary(&t).len()), BatchSize::LargeInput));
+    g.bench_function("epp", |b| {
+        b.iter_batched(
+            || words(8192, text_rng),
+            |t| black_box(ours.encode_prefix(&t, 8192).len()),
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("tiktoken_rs", |b| {
+        b.iter_batched(
+            || words(8192, text_rng),
+            |t| black_box(tiktoken.encode_ordinary(&t).len()),
+            BatchSize::LargeInput,
+        )
+    });
     g.finish();
 }
 

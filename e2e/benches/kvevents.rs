@@ -31,19 +31,37 @@ const BS: usize = 16;
 const MODEL: &str = "m";
 
 fn ep(i: u16) -> EndpointId {
-    EndpointId(std::net::SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 8000)))
+    EndpointId(std::net::SocketAddr::from((
+        [10, 0, (i >> 8) as u8, i as u8],
+        8000,
+    )))
 }
 
 /// Batch `n`: a BlockStored of 16 new blocks chained from nothing, plus the BlockRemoved of
 /// batch `n - window` once the window is full.
 fn payloads(count: u64, window: u64, encoding: EventEncoding) -> Vec<Vec<u8>> {
-    let hashes = |n: u64| (0..BLOCKS_PER_EVENT as u64).map(|b| n * 1000 + b + 1).collect::<Vec<_>>();
+    let hashes = |n: u64| {
+        (0..BLOCKS_PER_EVENT as u64)
+            .map(|b| n * 1000 + b + 1)
+            .collect::<Vec<_>>()
+    };
     (0..count)
         .map(|n| {
-            let tokens: Vec<u32> = (0..(BLOCKS_PER_EVENT * BS) as u32).map(|t| t ^ (n as u32).wrapping_mul(2654435761)).collect();
-            let mut events = vec![KvEvent::BlockStored { block_hashes: hashes(n), parent_block_hash: None, token_ids: tokens, block_size: BS, lora_id: None, lora_name: None }];
+            let tokens: Vec<u32> = (0..(BLOCKS_PER_EVENT * BS) as u32)
+                .map(|t| t ^ (n as u32).wrapping_mul(2654435761))
+                .collect();
+            let mut events = vec![KvEvent::BlockStored {
+                block_hashes: hashes(n),
+                parent_block_hash: None,
+                token_ids: tokens,
+                block_size: BS,
+                lora_id: None,
+                lora_name: None,
+            }];
             if n >= window {
-                events.push(KvEvent::BlockRemoved { block_hashes: hashes(n - window) });
+                events.push(KvEvent::BlockRemoved {
+                    block_hashes: hashes(n - window),
+                });
             }
             encode_batch(1.0, &events, encoding, 0)
         })
@@ -51,12 +69,26 @@ fn payloads(count: u64, window: u64, encoding: EventEncoding) -> Vec<Vec<u8>> {
 }
 
 fn apply(index: &PreciseIndex, endpoint: EndpointId, payload: &[u8]) {
-    let Ok(batch) = decode_batch(payload) else { return };
+    let Ok(batch) = decode_batch(payload) else {
+        return;
+    };
     let mut w = index.writer(endpoint);
     for e in &batch.events {
         match e {
-            Decoded::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, .. } => {
-                w.store(&Stored { model: MODEL, parent: *parent_block_hash, hashes: block_hashes, tokens: token_ids, block_size: *block_size });
+            Decoded::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                ..
+            } => {
+                w.store(&Stored {
+                    model: MODEL,
+                    parent: *parent_block_hash,
+                    hashes: block_hashes,
+                    tokens: token_ids,
+                    block_size: *block_size,
+                });
             }
             Decoded::BlockRemoved { block_hashes, .. } => w.remove(block_hashes),
             _ => {}
@@ -66,7 +98,10 @@ fn apply(index: &PreciseIndex, endpoint: EndpointId, payload: &[u8]) {
 
 fn ingest(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest");
-    for (name, encoding) in [("positional", EventEncoding::Array), ("map", EventEncoding::Map)] {
+    for (name, encoding) in [
+        ("positional", EventEncoding::Array),
+        ("map", EventEncoding::Map),
+    ] {
         let batches = payloads(4096, 1024, encoding);
         // Stored + removed blocks per pass over the batches.
         let events = (4096 * BLOCKS_PER_EVENT + (4096 - 1024) * BLOCKS_PER_EVENT) as u64;
@@ -102,7 +137,13 @@ fn index_with(held: impl Fn(u16) -> usize) -> PreciseIndex {
     for i in 0..100u16 {
         let n = held(i);
         let hashes: Vec<u64> = (0..n as u64).map(|b| b + 1).collect();
-        index.writer(ep(i)).store(&Stored { model: MODEL, parent: None, hashes: &hashes, tokens: &tokens[..n * BS], block_size: BS });
+        index.writer(ep(i)).store(&Stored {
+            model: MODEL,
+            parent: None,
+            hashes: &hashes,
+            tokens: &tokens[..n * BS],
+            block_size: BS,
+        });
     }
     index
 }
@@ -116,7 +157,9 @@ fn lookup(c: &mut Criterion) {
         ("staggered", index_with(|i| usize::from(i) * 256 / 100)),
         ("cold", index_with(|_| 0)),
     ] {
-        g.bench_function(name, |b| b.iter(|| black_box(index.longest_prefix(black_box(&keys), now))));
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(index.longest_prefix(black_box(&keys), now)))
+        });
     }
     g.finish();
 }
@@ -126,12 +169,19 @@ fn home_choice(c: &mut Criterion) {
     let ids: Vec<EndpointId> = (0..100).map(ep).collect();
     let mut g = c.benchmark_group("home");
     let now = Instant::now();
-    for (name, index) in [("staggered", index_with(|i| usize::from(i) * 256 / 100)), ("cold", index_with(|_| 0))] {
+    for (name, index) in [
+        ("staggered", index_with(|i| usize::from(i) * 256 / 100)),
+        ("cold", index_with(|_| 0)),
+    ] {
         let matches = index.longest_prefix(&keys, now);
         g.bench_function(name, |b| {
             b.iter(|| {
                 let shapes = index.shapes(ids.iter().copied(), now);
-                let candidates = ids.iter().zip(shapes).map(|(id, cache)| HomeCandidate { id: *id, load: 1.0, cache });
+                let candidates = ids.iter().zip(shapes).map(|(id, cache)| HomeCandidate {
+                    id: *id,
+                    load: 1.0,
+                    cache,
+                });
                 black_box(home::home(black_box(&keys), &matches, candidates))
             })
         });
@@ -140,18 +190,39 @@ fn home_choice(c: &mut Criterion) {
 }
 
 fn memory(_: &mut Criterion) {
-    for (label, sharing) in [("every block distinct", false), ("10 endpoints share each prefix", true)] {
+    for (label, sharing) in [
+        ("every block distinct", false),
+        ("10 endpoints share each prefix", true),
+    ] {
         let index = PreciseIndex::new();
         for e in 0..100u16 {
             for n in 0..100u32 {
-                let salt = if sharing { u32::from(e / 10) } else { u32::from(e) };
-                let tokens: Vec<u32> = (0..(BLOCKS_PER_EVENT * BS) as u32).map(|t| t ^ (n << 8) ^ (salt << 24)).collect();
-                let hashes: Vec<u64> = (0..BLOCKS_PER_EVENT as u64).map(|b| (u64::from(salt) << 40) | (u64::from(n) << 8) | b).collect();
-                index.writer(ep(e)).store(&Stored { model: MODEL, parent: None, hashes: &hashes, tokens: &tokens, block_size: BS });
+                let salt = if sharing {
+                    u32::from(e / 10)
+                } else {
+                    u32::from(e)
+                };
+                let tokens: Vec<u32> = (0..(BLOCKS_PER_EVENT * BS) as u32)
+                    .map(|t| t ^ (n << 8) ^ (salt << 24))
+                    .collect();
+                let hashes: Vec<u64> = (0..BLOCKS_PER_EVENT as u64)
+                    .map(|b| (u64::from(salt) << 40) | (u64::from(n) << 8) | b)
+                    .collect();
+                index.writer(ep(e)).store(&Stored {
+                    model: MODEL,
+                    parent: None,
+                    hashes: &hashes,
+                    tokens: &tokens,
+                    block_size: BS,
+                });
             }
         }
         let per = index.heap_bytes() as f64 / index.entries() as f64;
-        println!("memory ({label}): {} entries, {:.1} bytes per (endpoint, block) entry", index.entries(), per);
+        println!(
+            "memory ({label}): {} entries, {:.1} bytes per (endpoint, block) entry",
+            index.entries(),
+            per
+        );
     }
 }
 

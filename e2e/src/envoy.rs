@@ -183,7 +183,11 @@ impl EnvoyConfig {
         match self.epps.first() {
             Some(first) => {
                 vars.insert("EPP_PORT".into(), first.port().to_string());
-                let local: Vec<SocketAddr> = self.epps.iter().map(|a| SocketAddr::from(([127, 0, 0, 1], a.port()))).collect();
+                let local: Vec<SocketAddr> = self
+                    .epps
+                    .iter()
+                    .map(|a| SocketAddr::from(([127, 0, 0, 1], a.port())))
+                    .collect();
                 vars.insert("EPP_ENDPOINTS".into(), pool_endpoints_yaml(&local));
             }
             None if self.template.uses_ext_proc() => {

@@ -14,11 +14,11 @@ mod http;
 pub mod store;
 
 use crate::server::ServerHandle;
-pub use store::{Key, Store, StoreError};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+pub use store::{Key, Store, StoreError};
 use tokio::net::TcpListener;
 
 /// A running fake API server.
@@ -35,7 +35,9 @@ impl FakeApiServer {
     pub fn start(listener: TcpListener, store: Arc<Store>) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let served = Arc::clone(&store);
-        let handle = ServerHandle::spawn(addr, move |tracker, cancel| http::serve(listener, served, tracker, cancel));
+        let handle = ServerHandle::spawn(addr, move |tracker, cancel| {
+            http::serve(listener, served, tracker, cancel)
+        });
         Ok(Self { handle, store })
     }
 

@@ -12,14 +12,43 @@ use std::time::{Duration, Instant};
 /// The director; metrics stay fresh for an hour so long benchmark runs do not turn stale.
 pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> {
     let ds = Arc::new(Datastore::new());
-    let ids = (0..endpoints).map(|i| format!("10.{}.{}.{}:8000", i / 62_500, (i / 250) % 250, i % 250 + 1).parse().map(Endpoint::from_id));
-    ds.set_endpoints(ids.collect::<Result<Vec<_>, _>>().context("endpoint address")?);
+    let ids = (0..endpoints).map(|i| {
+        format!("10.{}.{}.{}:8000", i / 62_500, (i / 250) % 250, i % 250 + 1)
+            .parse()
+            .map(Endpoint::from_id)
+    });
+    ds.set_endpoints(
+        ids.collect::<Result<Vec<_>, _>>()
+            .context("endpoint address")?,
+    );
     for (i, s) in ds.snapshot().iter().enumerate() {
-        let cache = Some(CacheInfo { block_size: 16, num_blocks: 30_000 });
+        let cache = Some(CacheInfo {
+            block_size: 16,
+            num_blocks: 30_000,
+        });
         let updated = Instant::now() + Duration::from_secs(3600);
-        s.store_metrics(EndpointMetrics { waiting: (i % 7) as f64, running: 4.0, kv_usage: 0.3, lora: None, cache, gpu: None, updated });
+        s.store_metrics(EndpointMetrics {
+            waiting: (i % 7) as f64,
+            running: 4.0,
+            kv_usage: 0.3,
+            lora: None,
+            cache,
+            gpu: None,
+            updated,
+        });
     }
-    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
-    let opts = DirectorOptions { pool_name: "bench".into(), staleness: Duration::from_secs(7200), subset_filter: true };
-    Ok(Director::new(ds, Runtime::build(config, None)?, metrics, opts))
+    let metrics = Arc::new(Metrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    ));
+    let opts = DirectorOptions {
+        pool_name: "bench".into(),
+        staleness: Duration::from_secs(7200),
+        subset_filter: true,
+    };
+    Ok(Director::new(
+        ds,
+        Runtime::build(config, None)?,
+        metrics,
+        opts,
+    ))
 }

@@ -21,15 +21,15 @@
 //! it. Each Envoy's rendered config and logs live in a temporary directory that is kept when a
 //! test panics, or always with `EPP_KEEP_ENVOY_DIR=1`.
 
+pub mod bench;
 pub mod client;
 pub mod envoy;
 pub mod fake_apiserver;
+pub mod fixtures;
+pub mod loadgen;
 pub mod noop_extproc;
+pub mod ports;
 pub mod server;
-pub mod standin;
 pub mod sim;
 pub mod stack;
-pub mod loadgen;
-pub mod bench;
-pub mod fixtures;
-pub mod ports;
+pub mod standin;

@@ -22,22 +22,35 @@ const RANGE: Range<u16> = 20_000..32_000;
 /// The first of `n` consecutive ports that were free when checked.
 pub fn free_range(n: usize) -> io::Result<u16> {
     static GIVEN: Mutex<Vec<Range<u16>>> = Mutex::new(Vec::new());
-    let n = u16::try_from(n).ok().filter(|n| *n > 0 && *n < RANGE.len() as u16).ok_or_else(|| io::Error::other(format!("cannot draw {n} consecutive ports")))?;
+    let n = u16::try_from(n)
+        .ok()
+        .filter(|n| *n > 0 && *n < RANGE.len() as u16)
+        .ok_or_else(|| io::Error::other(format!("cannot draw {n} consecutive ports")))?;
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut rng = rand::rng();
     for _ in 0..10_000 {
         let base = rng.random_range(RANGE.start..RANGE.end - n);
         let want = base..base + n;
-        if given.iter().any(|g| g.start < want.end && want.start < g.end) {
+        if given
+            .iter()
+            .any(|g| g.start < want.end && want.start < g.end)
+        {
             continue;
         }
-        let bound: io::Result<Vec<TcpListener>> = want.clone().map(|p| TcpListener::bind(("127.0.0.1", p))).collect();
+        let bound: io::Result<Vec<TcpListener>> = want
+            .clone()
+            .map(|p| TcpListener::bind(("127.0.0.1", p)))
+            .collect();
         if bound.is_ok() {
             given.push(want);
             return Ok(base);
         }
     }
-    Err(io::Error::other(format!("no {n} consecutive free ports in {}-{}", RANGE.start, RANGE.end - 1)))
+    Err(io::Error::other(format!(
+        "no {n} consecutive free ports in {}-{}",
+        RANGE.start,
+        RANGE.end - 1
+    )))
 }
 
 /// One port that was free when checked.

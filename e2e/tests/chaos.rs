@@ -247,8 +247,21 @@ async fn a_gray_failing_pod_is_drained_by_the_latency_scorer() {
 /// Five seconds of load on one quarter-speed pod and two normal ones, with the latency scorer
 /// at `latency_weight` (0: off); the stack is stopped before returning.
 async fn gray_run(latency_weight: u32) -> Vec<Sample> {
-    let stack = start(&[0.25, 1.0, 1.0], Template::Duplex, &config("{}", latency_weight), "50ms").await;
-    let samples = load(stack.envoy.listener_addr(), Instant::now(), Duration::from_secs(5), 4, 32).await;
+    let stack = start(
+        &[0.25, 1.0, 1.0],
+        Template::Duplex,
+        &config("{}", latency_weight),
+        "50ms",
+    )
+    .await;
+    let samples = load(
+        stack.envoy.listener_addr(),
+        Instant::now(),
+        Duration::from_secs(5),
+        4,
+        32,
+    )
+    .await;
     stack.stop().await;
     samples
 }

@@ -2,19 +2,51 @@
 //! metric name in its PromQL is checked against a live `/metrics` scrape of an in-process epp.
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
-use epp_e2e::envoy::repo_root;
 use bytes::Bytes;
 use epp_e2e::client;
+use epp_e2e::envoy::repo_root;
 use epp_e2e::stack::{Stack, StackOptions};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// PromQL words that are not metric names.
 const KEYWORDS: &[&str] = &[
-    "sum", "avg", "min", "max", "count", "stddev", "stdvar", "topk", "bottomk", "quantile", "count_values", "group", "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset", "inf", "nan"];
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "count",
+    "stddev",
+    "stdvar",
+    "topk",
+    "bottomk",
+    "quantile",
+    "count_values",
+    "group",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+];
 
 /// Keywords followed by a list of label names.
-const GROUPING: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
+const GROUPING: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
 
 /// The metric names a PromQL expression selects: identifiers outside label matchers, ranges,
 /// strings and grouping clauses that are not function calls or keywords.
@@ -56,7 +88,9 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
             }
             continue;
         }
-        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.')).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.'))
+            .unwrap_or(rest.len());
         if end == 0 {
             rest = &rest[c.len_utf8()..];
             skip_group = false;
@@ -86,7 +120,9 @@ fn exported_names(text: &str) -> BTreeSet<String> {
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let mut parts = rest.split_whitespace();
-            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else { continue };
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
             let suffixes: &[&str] = match kind {
                 "counter" => &["_total", "_created"],
                 "histogram" => &["_bucket", "_sum", "_count", "_created"],
@@ -113,7 +149,13 @@ fn dashboard_queries(dash: &serde_json::Value) -> Vec<String> {
     }
     for var in dash["templating"]["list"].as_array().unwrap() {
         if let Some(q) = var["definition"].as_str() {
-            exprs.push(q.trim_start_matches("label_values(").split(',').next().unwrap().to_owned());
+            exprs.push(
+                q.trim_start_matches("label_values(")
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .to_owned(),
+            );
         }
     }
     exprs
@@ -122,11 +164,25 @@ fn dashboard_queries(dash: &serde_json::Value) -> Vec<String> {
 #[test]
 fn the_name_extractor_reads_promql() {
     let e = r#"histogram_quantile(0.99, sum by (le, model_name) (rate(a_bucket{job=~"x|y", le!="1"}[5m]))) / on (pod) group_left(node) b_total offset 5m"#;
-    assert_eq!(metric_names(e), ["a_bucket", "b_total"].into_iter().map(String::from).collect());
-    assert_eq!(metric_names("sum(rate(x_total{a=\"}\"}[$__rate_interval])) / 2"), ["x_total".to_owned()].into());
+    assert_eq!(
+        metric_names(e),
+        ["a_bucket", "b_total"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+    assert_eq!(
+        metric_names("sum(rate(x_total{a=\"}\"}[$__rate_interval])) / 2"),
+        ["x_total".to_owned()].into()
+    );
     let text = "# TYPE foo counter\nfoo_total 1\n# TYPE bar histogram\n# TYPE baz gauge\nbaz{a=\"b\"} 2\n# EOF\n";
     let names = exported_names(text);
-    assert!(names.contains("foo_total") && names.contains("bar_bucket") && names.contains("baz") && !names.contains("bar"));
+    assert!(
+        names.contains("foo_total")
+            && names.contains("bar_bucket")
+            && names.contains("baz")
+            && !names.contains("bar")
+    );
 }
 
 /// Exercises every family the dashboard charts (prometheus-client prints a labelled family
@@ -135,11 +191,17 @@ fn the_name_extractor_reads_promql() {
 async fn exercise(stack: &Stack, config: &std::path::Path) {
     let gateway = stack.envoy.listener_addr();
     for i in 0..3 {
-        let body = format!(r#"{{"model":"test-model","prompt":"dashboard request {i} with a shared prefix for the index","max_tokens":3}}"#);
-        let r = client::post_json(gateway, "/v1/completions", Bytes::from(body)).await.unwrap();
+        let body = format!(
+            r#"{{"model":"test-model","prompt":"dashboard request {i} with a shared prefix for the index","max_tokens":3}}"#
+        );
+        let r = client::post_json(gateway, "/v1/completions", Bytes::from(body))
+            .await
+            .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
     }
-    let bad = client::post_json(gateway, "/v1/completions", Bytes::from_static(b"{not json")).await.unwrap();
+    let bad = client::post_json(gateway, "/v1/completions", Bytes::from_static(b"{not json"))
+        .await
+        .unwrap();
     assert_eq!(bad.status, 400, "{}", bad.text());
     let text = std::fs::read_to_string(config).unwrap();
     std::fs::write(config, format!("{text}# reloaded\n")).unwrap();
@@ -159,30 +221,57 @@ async fn scrape_until(stack: &Stack, wanted: &BTreeSet<String>) -> BTreeSet<Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_metric_is_exported_by_epp() {
     let path = repo_root().join("config/dashboards/epp.json");
-    let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert!(dash["title"].is_string() && dash["uid"].is_string(), "a Grafana dashboard has a title and uid");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        dash["title"].is_string() && dash["uid"].is_string(),
+        "a Grafana dashboard has a title and uid"
+    );
     let queries = dashboard_queries(&dash);
-    assert!(queries.len() >= 15, "the dashboard has its panels: {}", queries.len());
+    assert!(
+        queries.len() >= 15,
+        "the dashboard has its panels: {}",
+        queries.len()
+    );
     let mut wanted = BTreeSet::new();
     for q in &queries {
         let names = metric_names(q);
         assert!(!names.is_empty(), "no metric in query {q}");
         wanted.extend(names);
     }
-    assert!(wanted.len() >= 20, "the dashboard covers epp's metrics: {wanted:?}");
+    assert!(
+        wanted.len() >= 20,
+        "the dashboard covers epp's metrics: {wanted:?}"
+    );
 
     let dir = std::env::temp_dir().join(format!("epp-dashboard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.yaml");
     std::fs::write(&config, epp::config::DEFAULT_CONFIG).unwrap();
-    let args = ["--config-file", config.to_str().unwrap(), "--refresh-prometheus-metrics-interval", "50ms", "--refresh-metrics-interval", "20ms"];
-    let opts = StackOptions { pods: 2, epp_args: args.iter().map(|a| (*a).to_owned()).collect(), ..StackOptions::default() };
-    let stack = Stack::start(opts).await.unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
+    let args = [
+        "--config-file",
+        config.to_str().unwrap(),
+        "--refresh-prometheus-metrics-interval",
+        "50ms",
+        "--refresh-metrics-interval",
+        "20ms",
+    ];
+    let opts = StackOptions {
+        pods: 2,
+        epp_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..StackOptions::default()
+    };
+    let stack = Stack::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
     exercise(&stack, &config).await;
     let exported = scrape_until(&stack, &wanted).await;
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 
     let missing: Vec<&String> = wanted.difference(&exported).collect();
-    assert!(missing.is_empty(), "the dashboard queries metrics epp does not export: {missing:?}\nexported: {exported:?}");
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics epp does not export: {missing:?}\nexported: {exported:?}"
+    );
 }

@@ -23,39 +23,73 @@ schedulingProfiles:
 "#;
 
 async fn snapshot(stack: &Stack) -> serde_json::Value {
-    let r = client::get(stack.epp.metrics, "/debug/snapshot").await.unwrap();
+    let r = client::get(stack.epp.metrics, "/debug/snapshot")
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     r.json().unwrap()
 }
 
 /// Polls the snapshot until `ready` holds (bounded: 5 s).
-async fn wait_for(stack: &Stack, what: &str, ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+async fn wait_for(
+    stack: &Stack,
+    what: &str,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let s = snapshot(stack).await;
         if ready(&s) {
             return s;
         }
-        assert!(Instant::now() < deadline, "{what} not seen within 5 s:\n{s:#}");
+        assert!(
+            Instant::now() < deadline,
+            "{what} not seen within 5 s:\n{s:#}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_snapshot_shows_endpoints_inflight_index_and_config() {
-    let pod_options = StandInOptions { latency: Duration::from_millis(600), ..StandInOptions::default() };
-    let args = vec!["--config-text".to_owned(), CONFIG.to_owned(), "--refresh-metrics-interval".to_owned(), "20ms".to_owned()];
-    let stack = Stack::start(StackOptions { pods: 2, epp_args: args, pod_options, ..StackOptions::default() }).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let pod_options = StandInOptions {
+        latency: Duration::from_millis(600),
+        ..StandInOptions::default()
+    };
+    let args = vec![
+        "--config-text".to_owned(),
+        CONFIG.to_owned(),
+        "--refresh-metrics-interval".to_owned(),
+        "20ms".to_owned(),
+    ];
+    let stack = Stack::start(StackOptions {
+        pods: 2,
+        epp_args: args,
+        pod_options,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
     stack.pods[0].set_waiting(Some(7));
 
     let first = stack.pods[0].endpoint();
-    let s = wait_for(&stack, "pod-0's queue of 7", |s| s["endpoints"].as_array().unwrap().iter().any(|e| e["address"] == first.as_str() && e["metrics"]["waiting"] == 7.0)).await;
+    let s = wait_for(&stack, "pod-0's queue of 7", |s| {
+        s["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["address"] == first.as_str() && e["metrics"]["waiting"] == 7.0)
+    })
+    .await;
     let endpoints = s["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 2);
     for e in endpoints {
         let m = &e["metrics"];
-        assert!(m["age_ms"].as_u64().unwrap() < 2000 && m["stale"] == false, "fresh metrics: {e}");
+        assert!(
+            m["age_ms"].as_u64().unwrap() < 2000 && m["stale"] == false,
+            "fresh metrics: {e}"
+        );
         assert!(e["name"].is_string() && e["inflight"] == 0, "{e}");
     }
     assert_eq!(s["config"]["origin"], "--config-text");
@@ -65,17 +99,39 @@ async fn debug_snapshot_shows_endpoints_inflight_index_and_config() {
 
     // A slow request is in flight while the snapshot is taken, and its prompt is indexed.
     let prompt = "a long shared system prompt for the prefix index ".repeat(40);
-    let body = Bytes::from(serde_json::json!({"model": "test-model", "prompt": prompt, "max_tokens": 2}).to_string());
+    let body = Bytes::from(
+        serde_json::json!({"model": "test-model", "prompt": prompt, "max_tokens": 2}).to_string(),
+    );
     let gateway = stack.envoy.listener_addr();
     let tracker = tokio_util::task::TaskTracker::new();
-    let pending = tracker.spawn(async move { client::post_json(gateway, "/v1/completions", body).await.unwrap() });
-    let busy = wait_for(&stack, "one request in flight", |s| s["inflight_total"] == 1).await;
-    assert!(busy["prefix_index"]["approximate_blocks"].as_u64().unwrap() > 0, "the routed prompt's blocks are indexed: {busy:#}");
-    assert_eq!(busy["endpoints"].as_array().unwrap().iter().filter(|e| e["inflight"] == 1).count(), 1);
+    let pending = tracker.spawn(async move {
+        client::post_json(gateway, "/v1/completions", body)
+            .await
+            .unwrap()
+    });
+    let busy = wait_for(&stack, "one request in flight", |s| {
+        s["inflight_total"] == 1
+    })
+    .await;
+    assert!(
+        busy["prefix_index"]["approximate_blocks"].as_u64().unwrap() > 0,
+        "the routed prompt's blocks are indexed: {busy:#}"
+    );
+    assert_eq!(
+        busy["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["inflight"] == 1)
+            .count(),
+        1
+    );
     assert_eq!(pending.await.unwrap().status, 200);
     wait_for(&stack, "the request released", |s| s["inflight_total"] == 0).await;
 
-    let missing = client::get(stack.epp.metrics, "/debug/nothing").await.unwrap();
+    let missing = client::get(stack.epp.metrics, "/debug/nothing")
+        .await
+        .unwrap();
     assert_eq!(missing.status, 404);
     stack.stop().await;
 }

@@ -14,15 +14,44 @@ use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
 /// Bytes mutations favour: JSON and msgpack structure, escapes, invalid UTF-8.
-const INTERESTING: &[&[u8]] = &[b"\"", b"{", b"}", b"[", b"]", b"\\", b"\\u", b":", b",", b"\xff", b"\x00", b"\xc0", b"\xdc\x00\x10", b"\xcf", b"9999999999", b"-1", b"NaN", b"\n", b"model", b"prompt", b"messages", b"\xf0\x9f\x98"];
+const INTERESTING: &[&[u8]] = &[
+    b"\"",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\\",
+    b"\\u",
+    b":",
+    b",",
+    b"\xff",
+    b"\x00",
+    b"\xc0",
+    b"\xdc\x00\x10",
+    b"\xcf",
+    b"9999999999",
+    b"-1",
+    b"NaN",
+    b"\n",
+    b"model",
+    b"prompt",
+    b"messages",
+    b"\xf0\x9f\x98",
+];
 
 fn env_or(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     let dir = repo_root().join("hack/fuzz/corpus").join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     let mut out: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     assert!(!out.is_empty(), "no seeds in {}", dir.display());
@@ -78,19 +107,37 @@ fn run_one(target: &str, body: fn(&[u8]), input: &[u8]) {
     let result = std::panic::catch_unwind(|| body(input));
     let hex: String = input.iter().map(|b| format!("{b:02x}")).collect();
     if let Err(e) = result {
-        let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned())).unwrap_or_default();
-        panic!("{target} crashed: {msg}\ninput ({} bytes, hex): {hex}", input.len());
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        panic!(
+            "{target} crashed: {msg}\ninput ({} bytes, hex): {hex}",
+            input.len()
+        );
     }
-    assert!(started.elapsed() < Duration::from_secs(5), "{target} took {:?} on input (hex) {hex}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{target} took {:?} on input (hex) {hex}",
+        started.elapsed()
+    );
 }
 
 fn smoke(target: &str) {
-    let body = epp::fuzzing::TARGETS.iter().find(|(n, _)| *n == target).unwrap().1;
+    let body = epp::fuzzing::TARGETS
+        .iter()
+        .find(|(n, _)| *n == target)
+        .unwrap()
+        .1;
     let pool = seeds(target);
     for s in &pool {
         run_one(target, body, s);
     }
-    let (budget, runs) = (Duration::from_secs(env_or("EPP_FUZZ_SMOKE_SECONDS", 8)), env_or("EPP_FUZZ_SMOKE_RUNS", 4000));
+    let (budget, runs) = (
+        Duration::from_secs(env_or("EPP_FUZZ_SMOKE_SECONDS", 8)),
+        env_or("EPP_FUZZ_SMOKE_RUNS", 4000),
+    );
     let mut rng = SmallRng::seed_from_u64(env_or("EPP_FUZZ_SEED", 0x5eed_0008));
     let started = Instant::now();
     let mut done = 0;
@@ -100,16 +147,39 @@ fn smoke(target: &str) {
         run_one(target, body, &input);
         done += 1;
     }
-    eprintln!("{target}: {} seeds + {done} mutations in {:.1?}", pool.len(), started.elapsed());
-    assert!(done >= 100 || runs < 100, "{target}: only {done} mutations ran in {budget:?}");
+    eprintln!(
+        "{target}: {} seeds + {done} mutations in {:.1?}",
+        pool.len(),
+        started.elapsed()
+    );
+    assert!(
+        done >= 100 || runs < 100,
+        "{target}: only {done} mutations ran in {budget:?}"
+    );
 }
 
 #[test]
 fn every_target_has_a_smoke_test_and_seeds() {
     let names: Vec<&str> = epp::fuzzing::TARGETS.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, ["request_parser", "prefix_hasher", "prometheus_text", "kv_events", "picker_config", "extproc_stream"]);
+    assert_eq!(
+        names,
+        [
+            "request_parser",
+            "prefix_hasher",
+            "prometheus_text",
+            "kv_events",
+            "picker_config",
+            "extproc_stream"
+        ]
+    );
     for n in names {
-        assert!(repo_root().join("hack/fuzz/fuzz_targets").join(format!("{n}.rs")).is_file(), "no cargo-fuzz target for {n}");
+        assert!(
+            repo_root()
+                .join("hack/fuzz/fuzz_targets")
+                .join(format!("{n}.rs"))
+                .is_file(),
+            "no cargo-fuzz target for {n}"
+        );
         assert!(seeds(n).len() > 1);
     }
 }
@@ -149,14 +219,29 @@ fn extproc_stream() {
 #[test]
 fn extproc_seeds_reach_a_routing_decision() {
     let corpus = repo_root().join("hack/fuzz/corpus/extproc_stream");
-    for name in ["duplex_full", "buffered", "bodyless_get", "trailers", "rewrite_subset"] {
+    for name in [
+        "duplex_full",
+        "buffered",
+        "bodyless_get",
+        "trailers",
+        "rewrite_subset",
+    ] {
         let seed = std::fs::read(corpus.join(name)).unwrap();
         let dests = epp::fuzzing::stream_destinations(&seed);
         assert!(!dests.is_empty(), "{name}: no routing decision");
-        assert!(dests.iter().all(|d| epp::fuzzing::FUZZ_ENDPOINTS.contains(&d.as_str())), "{name}: {dests:?}");
+        assert!(
+            dests
+                .iter()
+                .all(|d| epp::fuzzing::FUZZ_ENDPOINTS.contains(&d.as_str())),
+            "{name}: {dests:?}"
+        );
     }
-    let subset = epp::fuzzing::stream_destinations(&std::fs::read(corpus.join("rewrite_subset")).unwrap());
-    assert!(subset.iter().all(|d| d == "10.0.0.2:8000"), "the subset hint limits the pick: {subset:?}");
+    let subset =
+        epp::fuzzing::stream_destinations(&std::fs::read(corpus.join("rewrite_subset")).unwrap());
+    assert!(
+        subset.iter().all(|d| d == "10.0.0.2:8000"),
+        "the subset hint limits the pick: {subset:?}"
+    );
     let bad = epp::fuzzing::stream_destinations(&std::fs::read(corpus.join("bad_body")).unwrap());
     assert!(bad.is_empty(), "a rejected body routes nowhere: {bad:?}");
 }
@@ -166,7 +251,10 @@ fn extproc_seeds_reach_a_routing_decision() {
 /// now checks the salt only when the early request has one. The input stays in the corpus.
 #[test]
 fn regression_early_decision_before_cache_salt() {
-    let input = std::fs::read(repo_root().join("hack/fuzz/corpus/request_parser/regression_early_cache_salt")).unwrap();
+    let input = std::fs::read(
+        repo_root().join("hack/fuzz/corpus/request_parser/regression_early_cache_salt"),
+    )
+    .unwrap();
     run_one("request_parser", epp::fuzzing::request_parser, &input);
 }
 
@@ -177,7 +265,10 @@ fn regression_early_decision_before_cache_salt() {
 /// code; it now compares prompts only for a cap above 0. The input stays in the corpus.
 #[test]
 fn regression_prompt_cap_zero() {
-    let input = std::fs::read(repo_root().join("hack/fuzz/corpus/request_parser/regression_prompt_cap_zero")).unwrap();
+    let input = std::fs::read(
+        repo_root().join("hack/fuzz/corpus/request_parser/regression_prompt_cap_zero"),
+    )
+    .unwrap();
     run_one("request_parser", epp::fuzzing::request_parser, &input);
 }
 
@@ -189,7 +280,8 @@ fn regression_prompt_cap_zero() {
 /// fixed by capping the penalty (`PENALTY_CEILING`).
 #[test]
 fn regression_latency_penalty_overflow() {
-    let input = std::fs::read(repo_root().join("hack/fuzz/regressions/extproc_penalty_overflow")).unwrap();
+    let input =
+        std::fs::read(repo_root().join("hack/fuzz/regressions/extproc_penalty_overflow")).unwrap();
     for _ in 0..2000 {
         run_one("extproc_stream", epp::fuzzing::extproc_stream, &input);
     }
@@ -202,6 +294,8 @@ fn regression_latency_penalty_overflow() {
 /// ZMQ publisher. Fixed with a checked multiply; the input must now decode to an error.
 #[test]
 fn regression_kv_event_block_size_overflow() {
-    let input = std::fs::read(repo_root().join("hack/fuzz/regressions/kv_events_block_size_overflow")).unwrap();
+    let input =
+        std::fs::read(repo_root().join("hack/fuzz/regressions/kv_events_block_size_overflow"))
+            .unwrap();
     run_one("kv_events", epp::fuzzing::kv_events, &input);
 }

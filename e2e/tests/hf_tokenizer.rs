@@ -24,17 +24,34 @@ fn target() -> PathBuf {
 }
 
 async fn python() -> String {
-    let out = Command::new("bash").arg(py_dir().join("venv.sh")).arg(target()).stderr(Stdio::inherit()).output().await.expect("venv.sh runs");
+    let out = Command::new("bash")
+        .arg(py_dir().join("venv.sh"))
+        .arg(target())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("venv.sh runs");
     assert!(out.status.success(), "venv.sh failed");
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 async fn run_py(args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(python().await).arg(py_dir().join("tok.py")).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true).spawn().unwrap();
+    let mut child = Command::new(python().await)
+        .arg(py_dir().join("tok.py"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
     let mut input = child.stdin.take().unwrap();
     input.write_all(stdin).await.unwrap();
     drop(input);
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await.expect("tok.py finishes").unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("tok.py finishes")
+        .unwrap();
     assert!(out.status.success(), "tok.py {args:?} failed");
     out.stdout
 }
@@ -46,10 +63,50 @@ async fn train(style: &str, file: &Path) {
 }
 
 const ATOMS: [&str; 44] = [
-    "a", "Hello", " world", " ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", " \n ", "'s", "'LL", "DON'T", "12", "1234567",
-    "?!", "...", "->", "fn main() {", "}", "==", "__init__", "中文", "日本語の", "한국어", "你好，世界！", "e\u{301}", "ß", "😀",
-    "👍🏽", "👨\u{200d}👩\u{200d}👧", "🇫🇷", "\u{a0}", "\u{3000}", "—", "’s", "camelCase", "x/y", "<|eot_id|>", "<|eot_id", "<|im_start|>user\n",
-    "model server", " routing",
+    "a",
+    "Hello",
+    " world",
+    " ",
+    "  ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\t",
+    " \n ",
+    "'s",
+    "'LL",
+    "DON'T",
+    "12",
+    "1234567",
+    "?!",
+    "...",
+    "->",
+    "fn main() {",
+    "}",
+    "==",
+    "__init__",
+    "中文",
+    "日本語の",
+    "한국어",
+    "你好，世界！",
+    "e\u{301}",
+    "ß",
+    "😀",
+    "👍🏽",
+    "👨\u{200d}👩\u{200d}👧",
+    "🇫🇷",
+    "\u{a0}",
+    "\u{3000}",
+    "—",
+    "’s",
+    "camelCase",
+    "x/y",
+    "<|eot_id|>",
+    "<|eot_id",
+    "<|im_start|>user\n",
+    "model server",
+    " routing",
 ];
 
 fn texts() -> Vec<String> {
@@ -63,11 +120,16 @@ fn texts() -> Vec<String> {
         "\n".repeat(50),
         "x".repeat(3000),
         "1234567890".repeat(40),
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>".into(),
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>"
+            .into(),
         code.to_owned(),
         "机器学习模型，中文分词测试。".repeat(400),
         "the quick brown fox jumps over the lazy dog, again and again. ".repeat(300),
-        format!("{}\n\n{}", "A paragraph of prose. ".repeat(100), "fn main() {\n    println!(\"{}\", x);\n}\n".repeat(100)),
+        format!(
+            "{}\n\n{}",
+            "A paragraph of prose. ".repeat(100),
+            "fn main() {\n    println!(\"{}\", x);\n}\n".repeat(100)
+        ),
         ["😀"; 300].concat(),
     ];
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -101,30 +163,60 @@ fn config(indexer: &str) -> String {
 async fn compare(file: &Path, config_text: &str) {
     let texts = texts();
     let started = std::time::Instant::now();
-    let expected: Vec<Vec<u32>> = serde_json::from_slice(&run_py(&["encode", file.to_str().unwrap()], &serde_json::to_vec(&texts).unwrap()).await).unwrap();
+    let expected: Vec<Vec<u32>> = serde_json::from_slice(
+        &run_py(
+            &["encode", file.to_str().unwrap()],
+            &serde_json::to_vec(&texts).unwrap(),
+        )
+        .await,
+    )
+    .unwrap();
     let python = started.elapsed();
     let direct = HfTokenizer::from_file(file).unwrap();
     let runtime = Runtime::build(config_text, None).unwrap();
-    let tokenizer = runtime.tokenizer.as_ref().expect("the precise scorer's tokenizer");
+    let tokenizer = runtime
+        .tokenizer
+        .as_ref()
+        .expect("the precise scorer's tokenizer");
     let mut tokens = 0;
     for (text, want) in texts.iter().zip(&expected) {
-        assert_eq!(&direct.encode(text), want, "loader vs tokenizers on {text:?}");
+        assert_eq!(
+            &direct.encode(text),
+            want,
+            "loader vs tokenizers on {text:?}"
+        );
         for pass in ["cold", "warm"] {
-            assert_eq!(&tokenizer.encode_prefix(text, usize::MAX / 16), want, "{pass} segment cache vs tokenizers on {text:?}");
+            assert_eq!(
+                &tokenizer.encode_prefix(text, usize::MAX / 16),
+                want,
+                "{pass} segment cache vs tokenizers on {text:?}"
+            );
         }
         tokens += want.len();
     }
     assert!(tokens > 100_000, "the texts cover enough tokens ({tokens})");
-    eprintln!("{} texts, {tokens} tokens equal (python {python:?})", texts.len());
+    eprintln!(
+        "{} texts, {tokens} tokens equal (python {python:?})",
+        texts.len()
+    );
     let again = Runtime::build(config_text, Some(&runtime)).unwrap();
-    assert!(again.tokenizer.unwrap().is_built_from(&runtime.scheduler.precise_params().unwrap().tokenizer_source()));
+    assert!(again.tokenizer.unwrap().is_built_from(
+        &runtime
+            .scheduler
+            .precise_params()
+            .unwrap()
+            .tokenizer_source()
+    ));
 }
 
 #[tokio::test]
 async fn llama3_style_tokenizer_json_gives_the_libraries_ids() {
     let file = target().join("tmp/hf-tokenizer-test/llama3/tokenizer.json");
     train("llama3", &file).await;
-    let indexer = format!("{{modelName: my-llama, local: {{modelTokenizerMap: {{my-llama: {}}}}}}}", file.display());
+    let indexer = format!(
+        "{{modelName: my-llama, local: {{modelTokenizerMap: {{my-llama: {}}}}}}}",
+        file.display()
+    );
     compare(&file, &config(&indexer)).await;
 }
 
@@ -133,7 +225,10 @@ async fn gpt2_style_tokenizer_json_found_by_auto_discovery_gives_the_libraries_i
     let root = target().join("tmp/hf-tokenizer-test/gpt2-models");
     let file = root.join("hub/models--acme--tiny-gpt/snapshots/0123abc/tokenizer.json");
     train("gpt2", &file).await;
-    let indexer = format!("{{modelName: acme/tiny-gpt, local: {{autoDiscoveryDir: {}}}}}", root.display());
+    let indexer = format!(
+        "{{modelName: acme/tiny-gpt, local: {{autoDiscoveryDir: {}}}}}",
+        root.display()
+    );
     compare(&file, &config(&indexer)).await;
 }
 
@@ -142,14 +237,39 @@ async fn a_missing_or_unsupported_tokenizer_is_a_config_error() {
     let dir = target().join("tmp/hf-tokenizer-test/bad");
     std::fs::create_dir_all(&dir).unwrap();
     let wordpiece = dir.join("tokenizer.json");
-    std::fs::write(&wordpiece, r#"{"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": null}"#).unwrap();
+    std::fs::write(
+        &wordpiece,
+        r#"{"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": null}"#,
+    )
+    .unwrap();
     let cases = [
-        (format!("{{local: {{modelTokenizerMap: {{m: {}}}}}}}", wordpiece.display()), "model type WordPiece"),
-        (format!("{{local: {{modelTokenizerMap: {{m: {}/absent.json}}}}}}", dir.display()), "absent.json"),
-        (format!("{{modelName: other, local: {{modelTokenizerMap: {{m: {}}}}}}}", wordpiece.display()), "no tokenizer for modelName \"other\""),
+        (
+            format!(
+                "{{local: {{modelTokenizerMap: {{m: {}}}}}}}",
+                wordpiece.display()
+            ),
+            "model type WordPiece",
+        ),
+        (
+            format!(
+                "{{local: {{modelTokenizerMap: {{m: {}/absent.json}}}}}}",
+                dir.display()
+            ),
+            "absent.json",
+        ),
+        (
+            format!(
+                "{{modelName: other, local: {{modelTokenizerMap: {{m: {}}}}}}}",
+                wordpiece.display()
+            ),
+            "no tokenizer for modelName \"other\"",
+        ),
     ];
     for (indexer, expected) in cases {
-        let err = Runtime::build(&config(&indexer), None).err().expect("refused").to_string();
+        let err = Runtime::build(&config(&indexer), None)
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(err.contains(expected), "{err} should mention {expected}");
     }
 }

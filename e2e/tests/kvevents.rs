@@ -6,17 +6,30 @@
 mod kvevents_support;
 
 use epp::kvevents::decode::{decode_batch, KvEvent};
-use epp::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels, PeerLabels, PeerOutcome};
+use epp::metrics::{
+    EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels,
+    PeerLabels, PeerOutcome,
+};
 use kvevents_support::*;
 use serde_json::{json, Value};
 
 fn meaning(e: &KvEvent) -> Value {
     match e {
-        KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium } => json!({
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            lora_name,
+            medium,
+        } => json!({
             "kind": "stored", "hashes": block_hashes, "parent": parent_block_hash, "tokens": token_ids,
             "block_size": block_size, "lora_name": lora_name, "medium": medium,
         }),
-        KvEvent::BlockRemoved { block_hashes, medium } => json!({"kind": "removed", "hashes": block_hashes, "medium": medium}),
+        KvEvent::BlockRemoved {
+            block_hashes,
+            medium,
+        } => json!({"kind": "removed", "hashes": block_hashes, "medium": medium}),
         KvEvent::AllBlocksCleared => json!({"kind": "cleared"}),
         KvEvent::Unknown => json!({"kind": "unknown"}),
     }
@@ -29,7 +42,10 @@ async fn decoder_agrees_with_python_msgpack_on_every_shape() {
     for line in out.lines() {
         let case: Value = serde_json::from_str(line).expect("script output is JSON");
         let hex = case["hex"].as_str().expect("hex");
-        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
         let batch = decode_batch(&bytes).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
         let got: Vec<Value> = batch.events.iter().map(meaning).collect();
         assert_eq!(Value::Array(got), case["expect"], "{}", case["name"]);
@@ -42,18 +58,61 @@ async fn decoder_agrees_with_python_msgpack_on_every_shape() {
 async fn a_gap_is_repaired_through_the_replay_socket() {
     let pod = FakePod::start(true).await;
     let replica = Replica::start(&[pod.endpoint()]).await;
-    let (a, c, b) = (block(0, None, 1), block(1, Some(1), 2), block(2, Some(2), 3));
+    let (a, c, b) = (
+        block(0, None, 1),
+        block(1, Some(1), 2),
+        block(2, Some(2), 3),
+    );
     pod.publish_until_seen(&replica, 0, a).await;
     pod.buffer(1, c);
     pod.send(2, b).await;
     let keys = keys_of(&chain_tokens(3));
-    wait_for(|| replica.matched(pod.id(), &keys) == 3, "blocks 0..3 after replaying seq 1").await;
+    wait_for(
+        || replica.matched(pod.id(), &keys) == 3,
+        "blocks 0..3 after replaying seq 1",
+    )
+    .await;
     let kv = &replica.metrics.kv;
-    assert_eq!(kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::replayed }).get(), 1);
-    assert_eq!(kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::dropped }).get(), 0);
-    assert!(kv.batches.get_or_create(&OutcomeLabels { outcome: Outcome::success }).get() >= 3);
-    assert!(kv.events.get_or_create(&KvEventLabels { kind: KvEventKind::stored }).get() >= 3);
-    assert_eq!(kv.connected.get_or_create(&EndpointLabels { endpoint: pod.id().to_string() }).get(), 1);
+    assert_eq!(
+        kv.gaps
+            .get_or_create(&KvGapLabels {
+                outcome: KvGapOutcome::replayed
+            })
+            .get(),
+        1
+    );
+    assert_eq!(
+        kv.gaps
+            .get_or_create(&KvGapLabels {
+                outcome: KvGapOutcome::dropped
+            })
+            .get(),
+        0
+    );
+    assert!(
+        kv.batches
+            .get_or_create(&OutcomeLabels {
+                outcome: Outcome::success
+            })
+            .get()
+            >= 3
+    );
+    assert!(
+        kv.events
+            .get_or_create(&KvEventLabels {
+                kind: KvEventKind::stored
+            })
+            .get()
+            >= 3
+    );
+    assert_eq!(
+        kv.connected
+            .get_or_create(&EndpointLabels {
+                endpoint: pod.id().to_string()
+            })
+            .get(),
+        1
+    );
     replica.stop().await;
 }
 
@@ -64,9 +123,27 @@ async fn an_unrepairable_gap_drops_and_rebuilds_the_endpoint() {
     pod.publish_until_seen(&replica, 0, block(0, None, 1)).await;
     let other = other_block(9);
     pod.send(2, other.clone()).await;
-    wait_for(|| replica.matched(pod.id(), &keys_of(&other_tokens())) == 1, "the block after the gap").await;
-    assert_eq!(replica.matched(pod.id(), &keys_of(&chain_tokens(1))), 0, "entries from before the gap are dropped");
-    assert_eq!(replica.metrics.kv.gaps.get_or_create(&KvGapLabels { outcome: KvGapOutcome::dropped }).get(), 1);
+    wait_for(
+        || replica.matched(pod.id(), &keys_of(&other_tokens())) == 1,
+        "the block after the gap",
+    )
+    .await;
+    assert_eq!(
+        replica.matched(pod.id(), &keys_of(&chain_tokens(1))),
+        0,
+        "entries from before the gap are dropped"
+    );
+    assert_eq!(
+        replica
+            .metrics
+            .kv
+            .gaps
+            .get_or_create(&KvGapLabels {
+                outcome: KvGapOutcome::dropped
+            })
+            .get(),
+        1
+    );
     replica.stop().await;
 }
 
@@ -79,20 +156,43 @@ async fn simulator_events_in_both_encodings_track_storage_eviction_and_restart()
     for pod in 0..2 {
         sims.complete(pod, &prompt).await;
         let keys = replica.prompt_keys(&prompt);
-        wait_for(|| replica.matched(sims.id(pod), &keys) >= keys.len() - 1, "the prompt's blocks from the events").await;
+        wait_for(
+            || replica.matched(sims.id(pod), &keys) >= keys.len() - 1,
+            "the prompt's blocks from the events",
+        )
+        .await;
     }
     // Evict on pod 0: other prompts fill its 40-block cache.
     for i in 0..4 {
-        sims.complete(0, &long_prompt(&format!("filler {i}"), 150)).await;
+        sims.complete(0, &long_prompt(&format!("filler {i}"), 150))
+            .await;
     }
     let keys = replica.prompt_keys(&prompt);
-    wait_for(|| replica.matched(sims.id(0), &keys) < keys.len() / 2, "eviction of the first prompt").await;
-    assert!(replica.matched(sims.id(1), &keys) >= keys.len() - 1, "pod 1 still holds it");
+    wait_for(
+        || replica.matched(sims.id(0), &keys) < keys.len() / 2,
+        "eviction of the first prompt",
+    )
+    .await;
+    assert!(
+        replica.matched(sims.id(1), &keys) >= keys.len() - 1,
+        "pod 1 still holds it"
+    );
     // A restarted pod starts empty.
     sims.cluster.restart(1).await.expect("restart");
-    wait_for(|| replica.matched(sims.id(1), &keys) == 0, "pod 1's entries dropped on restart").await;
-    assert!(replica.metrics.kv.resets.get() >= 1, "the restart is counted");
-    wait_for(|| replica.metrics.kv.index_entries.get() > 0, "the index-size gauge").await;
+    wait_for(
+        || replica.matched(sims.id(1), &keys) == 0,
+        "pod 1's entries dropped on restart",
+    )
+    .await;
+    assert!(
+        replica.metrics.kv.resets.get() >= 1,
+        "the restart is counted"
+    );
+    wait_for(
+        || replica.metrics.kv.index_entries.get() > 0,
+        "the index-size gauge",
+    )
+    .await;
     // The subscriber reconnects by itself; batches published before it has re-subscribed are
     // recovered through the replay socket when the next one shows the gap.
     sims.complete(1, &prompt).await;
@@ -101,7 +201,8 @@ async fn simulator_events_in_both_encodings_track_storage_eviction_and_restart()
             break;
         }
         assert!(i < 100, "pod 1 rebuilt from new events");
-        sims.complete(1, &long_prompt(&format!("nudge {i}"), 20)).await;
+        sims.complete(1, &long_prompt(&format!("nudge {i}"), 20))
+            .await;
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     replica.stop().await;
@@ -119,9 +220,17 @@ async fn two_replicas_route_a_shared_prefix_to_the_pod_that_holds_it() {
     sims.chat(pod, &first).await;
     let keys = b.chat_keys(&format!("{system} Question two?"));
     let pod_id = sims.id(pod);
-    wait_for(|| b.matched(pod_id, &keys) >= 20, "replica B learns pod's blocks from the events").await;
+    wait_for(
+        || b.matched(pod_id, &keys) >= 20,
+        "replica B learns pod's blocks from the events",
+    )
+    .await;
     for q in ["two", "three", "four"] {
-        assert_eq!(b.route_chat(&format!("{system} Question {q}?")), pod, "replica B follows the cache replica A created");
+        assert_eq!(
+            b.route_chat(&format!("{system} Question {q}?")),
+            pod,
+            "replica B follows the cache replica A created"
+        );
     }
     a.stop().await;
     b.stop().await;
@@ -136,9 +245,17 @@ async fn speculative_entries_keep_a_burst_together_before_events_arrive() {
     let first = r.route_completion(&prompt);
     // The queue grows by one per routed request (no scrapes here); at 5 the pod is saturated.
     for _ in 0..4 {
-        assert_eq!(r.route_completion(&prompt), first, "speculative entries hold the burst together");
+        assert_eq!(
+            r.route_completion(&prompt),
+            first,
+            "speculative entries hold the burst together"
+        );
     }
-    assert_ne!(r.route_completion(&prompt), first, "a saturated pod gets no prefix credit");
+    assert_ne!(
+        r.route_completion(&prompt),
+        first,
+        "a saturated pod gets no prefix credit"
+    );
     r.stop().await;
     sims.cluster.shutdown().await;
 }
@@ -156,17 +273,36 @@ async fn replicas_sharing_speculative_entries_keep_a_new_prefix_together() {
     let keys = replicas[1].chat_keys(&format!("{system} Question two?"));
     let pod_id = sims.id(pod);
     for r in &replicas[1..] {
-        wait_for(|| r.matched(pod_id, &keys) >= 20, "the other replicas record the placement").await;
+        wait_for(
+            || r.matched(pod_id, &keys) >= 20,
+            "the other replicas record the placement",
+        )
+        .await;
     }
-    assert_eq!(alone.matched(pod_id, &keys), 0, "a replica outside the group knows nothing of it");
+    assert_eq!(
+        alone.matched(pod_id, &keys),
+        0,
+        "a replica outside the group knows nothing of it"
+    );
     // The routes below would also agree without sharing whenever the first request went to the
     // cold prompt's home (every replica computes the same one here); what only sharing gives is
     // the entries checked above, which make the pod a full match rather than a half-credited home.
     for (i, q) in ["two", "three", "four", "five"].iter().enumerate() {
         let r = &replicas[1 + i % 2];
-        assert_eq!(r.route_chat(&format!("{system} Question {q}?")), pod, "replica {} follows replica 0's placement", 1 + i % 2);
+        assert_eq!(
+            r.route_chat(&format!("{system} Question {q}?")),
+            pod,
+            "replica {} follows replica 0's placement",
+            1 + i % 2
+        );
     }
-    let applied = replicas[1].metrics.peer_messages.get_or_create(&PeerLabels { outcome: PeerOutcome::applied }).get();
+    let applied = replicas[1]
+        .metrics
+        .peer_messages
+        .get_or_create(&PeerLabels {
+            outcome: PeerOutcome::applied,
+        })
+        .get();
     assert!(applied >= 1, "applied placements are counted");
     for r in replicas {
         r.stop().await;
@@ -195,24 +331,49 @@ async fn pods_connecting_to_a_bound_sub_socket_feed_the_index() {
                 if replica.matched(sims.id(pod), &keys) >= keys.len() - 1 {
                     return;
                 }
-                assert!(i < 100, "pod {pod}'s blocks never arrived through the bound socket");
-                sims.complete(pod, &long_prompt(&format!("nudge {i}"), 20)).await;
+                assert!(
+                    i < 100,
+                    "pod {pod}'s blocks never arrived through the bound socket"
+                );
+                sims.complete(pod, &long_prompt(&format!("nudge {i}"), 20))
+                    .await;
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
     };
     until_held(0, keys.clone(), prompt.clone()).await;
-    assert_eq!(replica.matched(sims.id(1), &keys), 0, "the topic keeps the pods apart");
+    assert_eq!(
+        replica.matched(sims.id(1), &keys),
+        0,
+        "the topic keeps the pods apart"
+    );
     until_held(1, keys.clone(), prompt.clone()).await;
     for pod in 0..2 {
-        assert_eq!(replica.metrics.kv.connected.get_or_create(&EndpointLabels { endpoint: sims.id(pod).to_string() }).get(), 1);
+        assert_eq!(
+            replica
+                .metrics
+                .kv
+                .connected
+                .get_or_create(&EndpointLabels {
+                    endpoint: sims.id(pod).to_string()
+                })
+                .get(),
+            1
+        );
     }
     sims.cluster.restart(1).await.expect("restart");
     let other = long_prompt("after restart", 80);
     until_held(1, replica.prompt_keys(&other), other).await;
-    assert_eq!(replica.matched(sims.id(1), &keys), 0, "the restart (sequence back to 0) dropped pod 1's old entries");
+    assert_eq!(
+        replica.matched(sims.id(1), &keys),
+        0,
+        "the restart (sequence back to 0) dropped pod 1's old entries"
+    );
     assert!(replica.metrics.kv.resets.get() >= 1);
-    assert!(replica.matched(sims.id(0), &keys) >= keys.len() - 1, "pod 0 is untouched");
+    assert!(
+        replica.matched(sims.id(0), &keys) >= keys.len() - 1,
+        "pod 0 is untouched"
+    );
     replica.stop().await;
     sims.cluster.shutdown().await;
 }
@@ -222,16 +383,29 @@ async fn pods_connecting_to_a_bound_sub_socket_feed_the_index() {
 #[tokio::test]
 async fn replicas_agree_on_a_cold_prompts_pod_before_any_event() {
     let sims = SimPods::start(4, 2000).await;
-    let replicas = [Replica::start_without_events(&sims.endpoints()).await, Replica::start_without_events(&sims.endpoints()).await, Replica::start_without_events(&sims.endpoints()).await];
+    let replicas = [
+        Replica::start_without_events(&sims.endpoints()).await,
+        Replica::start_without_events(&sims.endpoints()).await,
+        Replica::start_without_events(&sims.endpoints()).await,
+    ];
     // The replicas see the same (idle) loads but break ties with their own random draws.
     let mut homes = std::collections::HashSet::new();
     for group in 0..16 {
         let prompt = long_prompt(&format!("tenant {group} system prompt"), 200);
-        let picks: Vec<usize> = replicas.iter().map(|r| r.route_completion(&prompt)).collect();
-        assert!(picks.iter().all(|p| *p == picks[0]), "group {group}: replicas disagree {picks:?}");
+        let picks: Vec<usize> = replicas
+            .iter()
+            .map(|r| r.route_completion(&prompt))
+            .collect();
+        assert!(
+            picks.iter().all(|p| *p == picks[0]),
+            "group {group}: replicas disagree {picks:?}"
+        );
         homes.insert(picks[0]);
     }
-    assert!(homes.len() >= 3, "16 cold prompts should spread over the 4 pods, got {homes:?}");
+    assert!(
+        homes.len() >= 3,
+        "16 cold prompts should spread over the 4 pods, got {homes:?}"
+    );
     for r in replicas {
         r.stop().await;
     }

@@ -65,22 +65,43 @@ struct Samples {
 }
 
 fn system_prompt(group: usize) -> String {
-    long_prompt(&format!("System prompt of tenant {group}: follow the policy."), 1000)
+    long_prompt(
+        &format!("System prompt of tenant {group}: follow the policy."),
+        1000,
+    )
 }
 
 async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
-    let engine = EngineConfig { model: MODEL.into(), num_gpu_blocks: BLOCKS, max_num_seqs: 16, ..EngineConfig::default() };
+    let engine = EngineConfig {
+        model: MODEL.into(),
+        num_gpu_blocks: BLOCKS,
+        max_num_seqs: 16,
+        ..EngineConfig::default()
+    };
     let sims = SimPods::start_with(PODS, engine).await;
     let config = match mode {
         Mode::Precise => PRECISE_CONFIG,
         Mode::Approximate => APPROX_CONFIG,
         Mode::Random | Mode::RoundRobin => RANDOM_CONFIG,
     };
-    let reps: Vec<Arc<Replica>> = (0..replicas).map(|_| Arc::new(Replica::build(&sims.endpoints(), config, mode == Mode::Precise, true))).collect();
+    let reps: Vec<Arc<Replica>> = (0..replicas)
+        .map(|_| {
+            Arc::new(Replica::build(
+                &sims.endpoints(),
+                config,
+                mode == Mode::Precise,
+                true,
+            ))
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(300)).await; // first scrapes and subscriptions
-    // KV_COMPARE_CONTROL=1: every replica runs (scrapers, subscribers) but only the first
-    // routes, which separates the cost of running replicas from their routing disagreements.
-    let routing = if std::env::var("KV_COMPARE_CONTROL").is_ok_and(|v| v == "1") { 1 } else { replicas };
+                                                          // KV_COMPARE_CONTROL=1: every replica runs (scrapers, subscribers) but only the first
+                                                          // routes, which separates the cost of running replicas from their routing disagreements.
+    let routing = if std::env::var("KV_COMPARE_CONTROL").is_ok_and(|v| v == "1") {
+        1
+    } else {
+        replicas
+    };
     let systems: Vec<String> = (0..GROUPS).map(system_prompt).collect();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let waiting = Arc::new(Mutex::new(Vec::<f64>::new()));
@@ -96,15 +117,29 @@ async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
         next += Duration::from_secs_f64(-(1.0 - rng.random::<f64>()).ln() / rate);
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
-            let total: f64 = reps[0].datastore.snapshot().iter().filter_map(|s| s.metrics()).map(|m| m.waiting).sum();
+            let total: f64 = reps[0]
+                .datastore
+                .snapshot()
+                .iter()
+                .filter_map(|s| s.metrics())
+                .map(|m| m.waiting)
+                .sum();
             waiting.lock().expect("lock").push(total / PODS as f64);
         }
         let group = rng.random_range(0..GROUPS);
-        let prompt = format!("{} Question {n}: {}", systems[group], long_prompt("why", 100));
+        let prompt = format!(
+            "{} Question {n}: {}",
+            systems[group],
+            long_prompt("why", 100)
+        );
         let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
         let replica = Arc::clone(&reps[n % routing]);
         n += 1;
-        let (sims_addrs, samples, rr) = (sims.cluster.addrs().to_vec(), Arc::clone(&samples), Arc::clone(&rr));
+        let (sims_addrs, samples, rr) = (
+            sims.cluster.addrs().to_vec(),
+            Arc::clone(&samples),
+            Arc::clone(&rr),
+        );
         tasks.spawn(async move {
             let (pod, lease) = match mode {
                 Mode::RoundRobin => (rr.fetch_add(1, Ordering::Relaxed) % PODS, None),
@@ -118,11 +153,17 @@ async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
             let elapsed = t.elapsed().as_secs_f64();
             drop(lease);
             let mut s = samples.lock().expect("lock");
-            match r.ok().filter(|r| r.status.is_success()).and_then(|r| r.json().ok()) {
+            match r
+                .ok()
+                .filter(|r| r.status.is_success())
+                .and_then(|r| r.json().ok())
+            {
                 Some(v) => {
                     s.latency.push(elapsed);
                     s.prompt += v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
-                    s.cached += v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+                    s.cached += v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                        .as_u64()
+                        .unwrap_or(0);
                 }
                 None => s.failed += 1,
             }
@@ -150,22 +191,45 @@ impl Samples {
         let p90 = lat.get(lat.len() * 9 / 10).copied().unwrap_or(f64::NAN);
         let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
         let hit = self.cached as f64 / self.prompt.max(1) as f64;
-        format!("| {mode:?} | {replicas} | {} | {:.0} | {:.0} | {:.1}% | {mean_wait:.2} | {} |", lat.len(), p90 * 1000.0, mean * 1000.0, hit * 100.0, self.failed)
+        format!(
+            "| {mode:?} | {replicas} | {} | {:.0} | {:.0} | {:.1}% | {mean_wait:.2} | {} |",
+            lat.len(),
+            p90 * 1000.0,
+            mean * 1000.0,
+            hit * 100.0,
+            self.failed
+        )
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes long; run on demand (BENCHMARKS.md)"]
 async fn precise_vs_approximate_vs_random_with_one_and_three_replicas() {
-    let secs: f64 = std::env::var("KV_COMPARE_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
-    let rate: f64 = std::env::var("KV_COMPARE_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(24.0);
+    let secs: f64 = std::env::var("KV_COMPARE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20.0);
+    let rate: f64 = std::env::var("KV_COMPARE_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24.0);
     println!("shared prefix: {PODS} pods × {BLOCKS} blocks, {GROUPS} groups × ~2,000-token system prompts, ~200-token questions, {rate} req/s for {secs} s");
     println!("| router | epp replicas | requests | TTFT p90 (ms) | TTFT mean (ms) | prefix hit rate | mean queue per pod | failed |");
     println!("|---|---|---|---|---|---|---|---|");
     // KV_COMPARE_ONLY=Precise1,Precise3 (mode and replica count) runs a subset of the rows.
     let only = std::env::var("KV_COMPARE_ONLY").ok();
-    for (mode, replicas) in [(Mode::Precise, 1), (Mode::Approximate, 1), (Mode::Random, 1), (Mode::RoundRobin, 1), (Mode::Precise, 3), (Mode::Approximate, 3)] {
-        if only.as_deref().is_some_and(|o| !o.split(',').any(|r| r.trim() == format!("{mode:?}{replicas}"))) {
+    for (mode, replicas) in [
+        (Mode::Precise, 1),
+        (Mode::Approximate, 1),
+        (Mode::Random, 1),
+        (Mode::RoundRobin, 1),
+        (Mode::Precise, 3),
+        (Mode::Approximate, 3),
+    ] {
+        if only.as_deref().is_some_and(|o| {
+            !o.split(',')
+                .any(|r| r.trim() == format!("{mode:?}{replicas}"))
+        }) {
             continue;
         }
         println!("{}", run(mode, replicas, secs, rate).await);

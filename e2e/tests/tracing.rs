@@ -6,8 +6,12 @@ use bytes::Bytes;
 use epp_e2e::client;
 use epp_e2e::stack::{Stack, StackOptions};
 use http::Method;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use std::sync::{Arc, Mutex};
@@ -26,13 +30,29 @@ struct Receiver {
 
 #[tonic::async_trait]
 impl TraceService for Receiver {
-    async fn export(&self, req: tonic::Request<ExportTraceServiceRequest>) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut spans = self.spans.lock().unwrap();
         for rs in req.into_inner().resource_spans {
-            let service = rs.resource.iter().flat_map(|r| &r.attributes).find(|kv| kv.key == "service.name").and_then(|kv| string_value(kv.value.as_ref()?)).unwrap_or_default();
-            spans.extend(rs.scope_spans.into_iter().flat_map(|ss| ss.spans).map(|s| (service.clone(), s)));
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| string_value(kv.value.as_ref()?))
+                .unwrap_or_default();
+            spans.extend(
+                rs.scope_spans
+                    .into_iter()
+                    .flat_map(|ss| ss.spans)
+                    .map(|s| (service.clone(), s)),
+            );
         }
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
     }
 }
 
@@ -45,7 +65,10 @@ fn string_value(v: &opentelemetry_proto::tonic::common::v1::AnyValue) -> Option<
 }
 
 fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| string_value(kv.value.as_ref()?))
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| string_value(kv.value.as_ref()?))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -61,7 +84,11 @@ fn spans_join_the_gateway_trace_and_name_the_chosen_endpoint() {
     std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"));
     std::env::set_var("OTEL_SERVICE_NAME", "epp-under-test");
     std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "50");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(run(listener));
 }
 
@@ -71,26 +98,51 @@ async fn run(listener: std::net::TcpListener) {
     let stop = CancellationToken::new();
     let server = tonic::transport::Server::builder()
         .add_service(TraceServiceServer::new(receiver.clone()))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(tokio::net::TcpListener::from_std(listener).unwrap()), stop.clone().cancelled_owned());
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(tokio::net::TcpListener::from_std(listener).unwrap()),
+            stop.clone().cancelled_owned(),
+        );
     let tracker = tokio_util::task::TaskTracker::new();
     tracker.spawn(server);
 
-    let stack = Stack::start(StackOptions::default()).await.unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
+    let stack = Stack::start(StackOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
     let body = r#"{"model":"test-model","prompt":"trace me through the gateway","max_tokens":4}"#;
     let req = client::request(Method::POST, "/v1/completions", Bytes::from(body)).unwrap();
-    let req = client::with_header(req, "traceparent", &format!("00-{TRACE_ID}-{PARENT_SPAN}-01")).unwrap();
-    let r = client::send(stack.envoy.listener_addr(), req).await.unwrap();
+    let req = client::with_header(
+        req,
+        "traceparent",
+        &format!("00-{TRACE_ID}-{PARENT_SPAN}-01"),
+    )
+    .unwrap();
+    let r = client::send(stack.envoy.listener_addr(), req)
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     let pod = stack.pod_index(r.header("x-inference-pod")).unwrap();
     let chosen = stack.pods[pod].endpoint();
     // A large body streams in chunks (in duplex mode epp may decide early): same spans.
     let big = serde_json::json!({"model": "test-model", "prompt": "a long prompt that keeps going ".repeat(12_000), "max_tokens": 2}).to_string();
     let req = client::request(Method::POST, "/v1/completions", Bytes::from(big)).unwrap();
-    let req = client::with_header(req, "traceparent", &format!("00-{BIG_TRACE_ID}-{PARENT_SPAN}-01")).unwrap();
-    let r = client::send(stack.envoy.listener_addr(), req).await.unwrap();
+    let req = client::with_header(
+        req,
+        "traceparent",
+        &format!("00-{BIG_TRACE_ID}-{PARENT_SPAN}-01"),
+    )
+    .unwrap();
+    let r = client::send(stack.envoy.listener_addr(), req)
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     // A request without traceparent starts its own trace.
-    let plain = client::post_json(stack.envoy.listener_addr(), "/v1/completions", Bytes::from(body)).await.unwrap();
+    let plain = client::post_json(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        Bytes::from(body),
+    )
+    .await
+    .unwrap();
     assert_eq!(plain.status, 200);
     stack.stop().await; // shutting epp down flushes the exporter
 
@@ -102,33 +154,97 @@ async fn run(listener: std::net::TcpListener) {
 }
 
 fn check(spans: &[(String, Span)], chosen: &str) {
-    let ours: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == TRACE_ID).collect();
+    let ours: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| hex(&s.trace_id) == TRACE_ID)
+        .collect();
     let names: Vec<&str> = ours.iter().map(|s| s.name.as_str()).collect();
-    assert!(spans.iter().all(|(svc, _)| svc == "epp-under-test"), "service name from OTEL_SERVICE_NAME");
-    let root = ours.iter().find(|s| s.name == "epp.request").unwrap_or_else(|| panic!("no epp.request span in {names:?}"));
-    assert_eq!(hex(&root.parent_span_id), PARENT_SPAN, "the request span's parent is the gateway's span");
+    assert!(
+        spans.iter().all(|(svc, _)| svc == "epp-under-test"),
+        "service name from OTEL_SERVICE_NAME"
+    );
+    let root = ours
+        .iter()
+        .find(|s| s.name == "epp.request")
+        .unwrap_or_else(|| panic!("no epp.request span in {names:?}"));
+    assert_eq!(
+        hex(&root.parent_span_id),
+        PARENT_SPAN,
+        "the request span's parent is the gateway's span"
+    );
     for name in ["parse", "tokenize", "schedule", "response"] {
-        let child = ours.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name} span in {names:?}"));
-        assert_eq!(child.parent_span_id, root.span_id, "{name} is a child of epp.request");
-        assert!(child.start_time_unix_nano >= root.start_time_unix_nano && child.end_time_unix_nano <= root.end_time_unix_nano, "{name} inside the request span");
+        let child = ours
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name} span in {names:?}"));
+        assert_eq!(
+            child.parent_span_id, root.span_id,
+            "{name} is a child of epp.request"
+        );
+        assert!(
+            child.start_time_unix_nano >= root.start_time_unix_nano
+                && child.end_time_unix_nano <= root.end_time_unix_nano,
+            "{name} inside the request span"
+        );
     }
     let schedule = ours.iter().find(|s| s.name == "schedule").unwrap();
-    assert_eq!(attr(schedule, "epp.endpoint").as_deref(), Some(chosen), "the schedule span names the endpoint that served");
+    assert_eq!(
+        attr(schedule, "epp.endpoint").as_deref(),
+        Some(chosen),
+        "the schedule span names the endpoint that served"
+    );
     let scores = attr(schedule, "epp.scores").unwrap();
-    assert!(scores.contains(&format!("{chosen}=")), "scores list the chosen endpoint: {scores}");
-    assert_eq!(attr(ours.iter().find(|s| s.name == "parse").unwrap(), "epp.model").as_deref(), Some("test-model"));
-    assert_eq!(attr(ours.iter().find(|s| s.name == "response").unwrap(), "http.response.status_code").as_deref(), Some("200"));
-    let big: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == BIG_TRACE_ID).collect();
+    assert!(
+        scores.contains(&format!("{chosen}=")),
+        "scores list the chosen endpoint: {scores}"
+    );
+    assert_eq!(
+        attr(
+            ours.iter().find(|s| s.name == "parse").unwrap(),
+            "epp.model"
+        )
+        .as_deref(),
+        Some("test-model")
+    );
+    assert_eq!(
+        attr(
+            ours.iter().find(|s| s.name == "response").unwrap(),
+            "http.response.status_code"
+        )
+        .as_deref(),
+        Some("200")
+    );
+    let big: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| hex(&s.trace_id) == BIG_TRACE_ID)
+        .collect();
     let big_root = big.iter().find(|s| s.name == "epp.request").unwrap();
     for name in ["parse", "schedule", "response"] {
-        let child = big.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name} span for the large request"));
+        let child = big
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name} span for the large request"));
         assert_eq!(child.parent_span_id, big_root.span_id);
     }
     let parse = big.iter().find(|s| s.name == "parse").unwrap();
     assert_eq!(attr(parse, "epp.model").as_deref(), Some("test-model"));
     if let Some(seen) = attr(parse, "epp.body_bytes_seen") {
-        assert!(seen.parse::<usize>().unwrap() <= 372_049, "an early decision reports the bytes it had read: {seen}");
+        assert!(
+            seen.parse::<usize>().unwrap() <= 372_049,
+            "an early decision reports the bytes it had read: {seen}"
+        );
     }
-    let other_roots = spans.iter().filter(|(_, s)| s.name == "epp.request" && ![TRACE_ID, BIG_TRACE_ID].contains(&hex(&s.trace_id).as_str())).count();
-    assert_eq!(other_roots, 1, "the request without traceparent got a trace of its own");
+    let other_roots = spans
+        .iter()
+        .filter(|(_, s)| {
+            s.name == "epp.request"
+                && ![TRACE_ID, BIG_TRACE_ID].contains(&hex(&s.trace_id).as_str())
+        })
+        .count();
+    assert_eq!(
+        other_roots, 1,
+        "the request without traceparent got a trace of its own"
+    );
 }

@@ -26,7 +26,10 @@ impl Thresholds {
     /// `saturationDetector.pluginRef` names, else the first `utilization-detector` plugin, else
     /// the defaults.
     pub fn from_config(doc: &EndpointPickerConfig) -> Result<Self, Vec<Problem>> {
-        let named = doc.saturation_detector.as_ref().map(|r| r.plugin_ref.as_str());
+        let named = doc
+            .saturation_detector
+            .as_ref()
+            .map(|r| r.plugin_ref.as_str());
         let spec = match named {
             Some(name) => doc.plugins.iter().find(|p| p.name() == name),
             None => doc.plugins.iter().find(|p| p.plugin_type == DETECTOR_TYPE),
@@ -39,7 +42,10 @@ impl Thresholds {
 }
 
 fn from_spec(spec: &PluginSpec) -> Result<Thresholds, Vec<Problem>> {
-    let problem = |message: String| Problem::Parameters { plugin: spec.name().to_owned(), message };
+    let problem = |message: String| Problem::Parameters {
+        plugin: spec.name().to_owned(),
+        message,
+    };
     let params: Params = match &spec.parameters {
         None | Some(serde_yaml::Value::Null) => Params::default(),
         Some(v) => serde_yaml::from_value(v.clone()).map_err(|e| vec![problem(e.to_string())])?,
@@ -47,23 +53,35 @@ fn from_spec(spec: &PluginSpec) -> Result<Thresholds, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut t = Thresholds::default();
     match params.queue_depth_threshold {
-        Some(q) if q <= 0 => problems.push(problem(format!("queueDepthThreshold must be strictly positive, got {q}"))),
+        Some(q) if q <= 0 => problems.push(problem(format!(
+            "queueDepthThreshold must be strictly positive, got {q}"
+        ))),
         Some(q) => t.queue_depth = q as f64,
         None => {}
     }
     match params.kv_cache_util_threshold {
-        Some(k) if !(k > 0.0 && k <= 1.0) => problems.push(problem(format!("kvCacheUtilThreshold must be in (0.0, 1.0], got {k}"))),
+        Some(k) if !(k > 0.0 && k <= 1.0) => problems.push(problem(format!(
+            "kvCacheUtilThreshold must be in (0.0, 1.0], got {k}"
+        ))),
         Some(k) => t.kv_cache_util = k,
         None => {}
     }
-    match params.metrics_staleness_threshold.as_deref().map(go_duration) {
+    match params
+        .metrics_staleness_threshold
+        .as_deref()
+        .map(go_duration)
+    {
         Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
-        Some(Ok(_)) => problems.push(problem("metricsStalenessThreshold must be strictly positive".to_owned())),
+        Some(Ok(_)) => problems.push(problem(
+            "metricsStalenessThreshold must be strictly positive".to_owned(),
+        )),
         Some(Err(e)) => problems.push(problem(format!("metricsStalenessThreshold: {e}"))),
         None => {}
     }
     match params.headroom {
-        Some(h) if !(h >= 0.0 && h.is_finite()) => problems.push(problem(format!("headroom must be a non-negative value, got {h}"))),
+        Some(h) if !(h >= 0.0 && h.is_finite()) => problems.push(problem(format!(
+            "headroom must be a non-negative value, got {h}"
+        ))),
         Some(h) => t.headroom = h,
         None => {}
     }
@@ -87,9 +105,13 @@ fn go_duration(text: &str) -> Result<Duration, String> {
     }
     let mut total = 0.0f64;
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(invalid)?;
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
         let (num, tail) = rest.split_at(num_len);
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let n: f64 = num.parse().map_err(|_| invalid())?;
         let scale = match unit {
@@ -119,9 +141,23 @@ mod tests {
     fn parameters_override_the_defaults() {
         let d = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 10, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 1m30s, headroom: 0.2}\n");
         let t = Thresholds::from_config(&d).unwrap();
-        assert_eq!(t, Thresholds { queue_depth: 10.0, kv_cache_util: 0.9, staleness: Some(Duration::from_secs(90)), headroom: 0.2 });
-        assert_eq!(Thresholds::from_config(&doc("plugins:\n- type: utilization-detector\n")).unwrap(), Thresholds::default());
-        assert_eq!(Thresholds::from_config(&doc("plugins: []\n")).unwrap(), Thresholds::default());
+        assert_eq!(
+            t,
+            Thresholds {
+                queue_depth: 10.0,
+                kv_cache_util: 0.9,
+                staleness: Some(Duration::from_secs(90)),
+                headroom: 0.2
+            }
+        );
+        assert_eq!(
+            Thresholds::from_config(&doc("plugins:\n- type: utilization-detector\n")).unwrap(),
+            Thresholds::default()
+        );
+        assert_eq!(
+            Thresholds::from_config(&doc("plugins: []\n")).unwrap(),
+            Thresholds::default()
+        );
     }
 
     #[test]
@@ -136,17 +172,30 @@ mod tests {
         let problems = Thresholds::from_config(&d).unwrap_err();
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 4, "{text:?}");
-        for (p, field) in text.iter().zip(["queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"]) {
-            assert!(p.starts_with("plugin \"sd\" parameters: ") && p.contains(field), "{p}");
+        for (p, field) in text.iter().zip([
+            "queueDepthThreshold",
+            "kvCacheUtilThreshold",
+            "metricsStalenessThreshold",
+            "headroom",
+        ]) {
+            assert!(
+                p.starts_with("plugin \"sd\" parameters: ") && p.contains(field),
+                "{p}"
+            );
         }
         let typo = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepth: 3}\n");
-        assert!(Thresholds::from_config(&typo).unwrap_err()[0].to_string().contains("unknown field `queueDepth`"));
+        assert!(Thresholds::from_config(&typo).unwrap_err()[0]
+            .to_string()
+            .contains("unknown field `queueDepth`"));
     }
 
     #[test]
     fn go_durations_parse() {
         assert_eq!(go_duration("200ms"), Ok(Duration::from_millis(200)));
-        assert_eq!(go_duration("1h2m3.5s"), Ok(Duration::from_millis(3_723_500)));
+        assert_eq!(
+            go_duration("1h2m3.5s"),
+            Ok(Duration::from_millis(3_723_500))
+        );
         assert_eq!(go_duration("0"), Ok(Duration::ZERO));
         assert!(go_duration("5").is_err());
         assert!(go_duration("-1s").is_err());

@@ -25,7 +25,9 @@ pub enum OptionsError {
 /// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
     let secs = match unit {
@@ -34,13 +36,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => n * 60.0,
         "h" => n * 3600.0,
         "us" | "µs" => n / 1e6,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ))
+        }
     };
     Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "epp", version, about = "Endpoint Picker for the Gateway API Inference Extension (ext_proc)")]
+#[command(
+    name = "epp",
+    version,
+    about = "Endpoint Picker for the Gateway API Inference Extension (ext_proc)"
+)]
 pub struct Options {
     /// ext_proc gRPC port.
     #[arg(long, default_value_t = 9002)]
@@ -218,9 +228,13 @@ impl Options {
             return Err(OptionsError::NoDiscovery);
         }
         if self.pool_name.is_some() && self.endpoint_selector.is_some() {
-            return Err(OptionsError::Exclusive("--pool-name", "--endpoint-selector"));
+            return Err(OptionsError::Exclusive(
+                "--pool-name",
+                "--endpoint-selector",
+            ));
         }
-        if self.endpoint_selector.is_some() && !(1..=8).contains(&self.endpoint_target_ports.len()) {
+        if self.endpoint_selector.is_some() && !(1..=8).contains(&self.endpoint_target_ports.len())
+        {
             return Err(OptionsError::TargetPorts);
         }
         if self.ha_enable_leader_election && !self.uses_kubernetes() {
@@ -230,7 +244,9 @@ impl Options {
             return Err(OptionsError::Unsupported("--enable-cert-reload"));
         }
         if self.metrics_endpoint_auth {
-            return Err(OptionsError::Unsupported("--metrics-endpoint-auth (needs Kubernetes)"));
+            return Err(OptionsError::Unsupported(
+                "--metrics-endpoint-auth (needs Kubernetes)",
+            ));
         }
         if self.refresh_metrics_interval.is_zero() {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
@@ -250,12 +266,17 @@ impl Options {
         if !self.pool_namespace.is_empty() {
             return self.pool_namespace.clone();
         }
-        std::env::var("NAMESPACE").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned())
+        std::env::var("NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_owned())
     }
 
     /// The pool name used in metric labels.
     pub fn pool_label(&self) -> String {
-        self.pool_name.clone().unwrap_or_else(|| "static".to_owned())
+        self.pool_name
+            .clone()
+            .unwrap_or_else(|| "static".to_owned())
     }
 
     /// The tracing filter directive from `--zap-log-level` and `-v`.
@@ -274,7 +295,19 @@ mod tests {
 
     #[test]
     fn upstream_flags_parse() {
-        let o = Options::try_parse_from(["epp", "--secure-serving=false", "--grpc-port", "1", "--refresh-metrics-interval", "25ms", "--static-endpoints", "127.0.0.1:1", "-v", "1"]).unwrap();
+        let o = Options::try_parse_from([
+            "epp",
+            "--secure-serving=false",
+            "--grpc-port",
+            "1",
+            "--refresh-metrics-interval",
+            "25ms",
+            "--static-endpoints",
+            "127.0.0.1:1",
+            "-v",
+            "1",
+        ])
+        .unwrap();
         assert!(!o.secure_serving);
         assert_eq!(o.refresh_metrics_interval, Duration::from_millis(25));
         assert_eq!(o.log_directive(), "debug");
@@ -283,16 +316,40 @@ mod tests {
         assert!(o.secure_serving);
         assert!(matches!(o.validate(), Err(OptionsError::NoDiscovery)));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        let o = Options::try_parse_from(["epp", "--pool-name", "p", "--pool-namespace", "ns", "--ha-enable-leader-election"]).unwrap();
+        let o = Options::try_parse_from([
+            "epp",
+            "--pool-name",
+            "p",
+            "--pool-namespace",
+            "ns",
+            "--ha-enable-leader-election",
+        ])
+        .unwrap();
         o.validate().unwrap();
         assert_eq!((o.uses_kubernetes(), o.namespace().as_str()), (true, "ns"));
-        let o = Options::try_parse_from(["epp", "--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000,8001"]).unwrap();
+        let o = Options::try_parse_from([
+            "epp",
+            "--endpoint-selector",
+            "app=vllm",
+            "--endpoint-target-ports",
+            "8000,8001",
+        ])
+        .unwrap();
         assert_eq!(o.endpoint_target_ports, [8000, 8001]);
         o.validate().unwrap();
         let o = Options::try_parse_from(["epp", "--endpoint-selector", "app=vllm"]).unwrap();
         assert!(matches!(o.validate(), Err(OptionsError::TargetPorts)));
-        let o = Options::try_parse_from(["epp", "--static-endpoints", "127.0.0.1:1", "--ha-enable-leader-election"]).unwrap();
-        assert!(matches!(o.validate(), Err(OptionsError::ElectionWithoutKubernetes)));
+        let o = Options::try_parse_from([
+            "epp",
+            "--static-endpoints",
+            "127.0.0.1:1",
+            "--ha-enable-leader-election",
+        ])
+        .unwrap();
+        assert!(matches!(
+            o.validate(),
+            Err(OptionsError::ElectionWithoutKubernetes)
+        ));
         assert!(parse_duration("5 parsecs").is_err());
     }
 }

@@ -8,8 +8,17 @@ use serde::{Deserialize, Serialize};
 
 /// InferenceModelSpec defines the desired state of InferenceModel.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "inference.networking.x-k8s.io", version = "v1alpha2", kind = "InferenceModel", namespaced, status = "InferenceModelStatus")]
-#[kube(derive = "PartialEq", doc = "InferenceModel is the Schema for the InferenceModels API.")]
+#[kube(
+    group = "inference.networking.x-k8s.io",
+    version = "v1alpha2",
+    kind = "InferenceModel",
+    namespaced,
+    status = "InferenceModelStatus"
+)]
+#[kube(
+    derive = "PartialEq",
+    doc = "InferenceModel is the Schema for the InferenceModels API."
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceModelSpec {
     /// The model name clients send in the body's `model`; unique per pool (the oldest wins).

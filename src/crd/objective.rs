@@ -8,8 +8,17 @@ use serde::{Deserialize, Serialize};
 
 /// InferenceObjectiveSpec defines the desired state of InferenceObjective.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "inference.networking.x-k8s.io", version = "v1alpha2", kind = "InferenceObjective", namespaced, status = "InferenceObjectiveStatus")]
-#[kube(derive = "PartialEq", doc = "InferenceObjective is the Schema for the InferenceObjectives API.")]
+#[kube(
+    group = "inference.networking.x-k8s.io",
+    version = "v1alpha2",
+    kind = "InferenceObjective",
+    namespaced,
+    status = "InferenceObjectiveStatus"
+)]
+#[kube(
+    derive = "PartialEq",
+    doc = "InferenceObjective is the Schema for the InferenceObjectives API."
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceObjectiveSpec {
     /// Higher is more important; unset is 0; below 0 the request may be shed.

@@ -10,8 +10,18 @@ use std::collections::BTreeMap;
 
 /// InferencePoolSpec defines the desired state of InferencePool.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "inference.networking.x-k8s.io", version = "v1alpha2", kind = "InferencePool", namespaced, shortname = "infpool", status = "InferencePoolStatus")]
-#[kube(derive = "PartialEq", doc = "InferencePool is the Schema for the InferencePools API.")]
+#[kube(
+    group = "inference.networking.x-k8s.io",
+    version = "v1alpha2",
+    kind = "InferencePool",
+    namespaced,
+    shortname = "infpool",
+    status = "InferencePoolStatus"
+)]
+#[kube(
+    derive = "PartialEq",
+    doc = "InferencePool is the Schema for the InferencePools API."
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InferencePoolSpec {
     /// Labels a pod must all carry to be a member.

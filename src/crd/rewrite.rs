@@ -8,8 +8,17 @@ use serde::{Deserialize, Serialize};
 
 /// InferenceModelRewriteSpec defines the desired state of InferenceModelRewrite.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "inference.networking.x-k8s.io", version = "v1alpha2", kind = "InferenceModelRewrite", namespaced, status = "InferenceModelRewriteStatus")]
-#[kube(derive = "PartialEq", doc = "InferenceModelRewrite is the Schema for the InferenceModelRewrites API.")]
+#[kube(
+    group = "inference.networking.x-k8s.io",
+    version = "v1alpha2",
+    kind = "InferenceModelRewrite",
+    namespaced,
+    status = "InferenceModelRewriteStatus"
+)]
+#[kube(
+    derive = "PartialEq",
+    doc = "InferenceModelRewrite is the Schema for the InferenceModelRewrites API."
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceModelRewriteSpec {
     /// The pool whose requests are rewritten.

@@ -6,10 +6,17 @@ fn committed_crd_yaml_matches_the_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd");
     for (file, crd) in definitions() {
         let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
-        assert!(committed == render(&crd).unwrap(), "config/crd/{file} is out of date: run hack/gen-crds.sh");
+        assert!(
+            committed == render(&crd).unwrap(),
+            "config/crd/{file} is out of date: run hack/gen-crds.sh"
+        );
     }
     let files = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(files, definitions().len(), "config/crd/ holds a file no type produces");
+    assert_eq!(
+        files,
+        definitions().len(),
+        "config/crd/ holds a file no type produces"
+    );
 }
 
 /// Upstream's documented examples decode into the types (field names and enum spellings agree).
@@ -20,7 +27,10 @@ fn upstream_examples_decode() {
     )
     .unwrap();
     assert_eq!(pool.spec.target_ports.len(), 2);
-    assert_eq!(pool.spec.endpoint_picker_ref.unwrap().failure_mode, pool::FailureMode::FailOpen);
+    assert_eq!(
+        pool.spec.endpoint_picker_ref.unwrap().failure_mode,
+        pool::FailureMode::FailOpen
+    );
     let old: pool_v1alpha2::InferencePool = serde_yaml::from_str(
         "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferencePool\nmetadata: {name: p}\nspec:\n  selector: {app: vllm}\n  targetPortNumber: 8000\n  extensionRef: {name: p-epp, portNumber: 9002, failureMode: FailClose}\n",
     )
@@ -45,21 +55,42 @@ fn upstream_examples_decode() {
 #[test]
 fn generated_schemas_carry_the_cel_rules() {
     use validate::*;
-    let yaml: std::collections::HashMap<String, String> = definitions().iter().map(|(f, c)| (f.clone(), render(c).unwrap())).collect();
+    let yaml: std::collections::HashMap<String, String> = definitions()
+        .iter()
+        .map(|(f, c)| (f.clone(), render(c).unwrap()))
+        .collect();
     let schema = |file: &str| -> serde_json::Value {
         let crd: serde_json::Value = serde_yaml::from_str(&yaml[file]).unwrap();
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].clone()
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            .clone()
     };
     let rules = |v: &serde_json::Value| -> Vec<(String, String)> {
-        v["x-kubernetes-validations"].as_array().unwrap().iter().map(|r| (r["rule"].as_str().unwrap().to_owned(), r["message"].as_str().unwrap().to_owned())).collect()
+        v["x-kubernetes-validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["rule"].as_str().unwrap().to_owned(),
+                    r["message"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
     };
     let pair = |r: Rule| (r.rule.to_owned(), r.message.to_owned());
     let v1 = schema("inference.networking.k8s.io_inferencepools.yaml");
     assert_eq!(rules(&v1["targetPorts"]), [pair(TARGET_PORTS_UNIQUE)]);
     assert_eq!(v1["targetPorts"]["x-kubernetes-list-type"], "atomic");
-    assert_eq!(rules(&v1["endpointPickerRef"]), [pair(PICKER_PORT_REQUIRED)]);
+    assert_eq!(
+        rules(&v1["endpointPickerRef"]),
+        [pair(PICKER_PORT_REQUIRED)]
+    );
     let model = schema("inference.networking.x-k8s.io_inferencemodels.yaml");
     assert_eq!(rules(&model["modelName"]), [pair(MODEL_NAME_IMMUTABLE)]);
-    assert_eq!(rules(&model["targetModels"]), [pair(TARGET_WEIGHTS_ALL_OR_NONE)]);
-    assert!(yaml["inference.networking.k8s.io_inferencepools.yaml"].contains("x-kubernetes-validations:\n"));
+    assert_eq!(
+        rules(&model["targetModels"]),
+        [pair(TARGET_WEIGHTS_ALL_OR_NONE)]
+    );
+    assert!(yaml["inference.networking.k8s.io_inferencepools.yaml"]
+        .contains("x-kubernetes-validations:\n"));
 }

@@ -23,7 +23,11 @@ pub struct Rule {
 }
 
 /// `InferencePool.spec.targetPorts` (v1).
-pub const TARGET_PORTS_UNIQUE: Rule = Rule { id: "target-ports-unique", rule: "self.all(p1, self.exists_one(p2, p1.number==p2.number))", message: "port number must be unique" };
+pub const TARGET_PORTS_UNIQUE: Rule = Rule {
+    id: "target-ports-unique",
+    rule: "self.all(p1, self.exists_one(p2, p1.number==p2.number))",
+    message: "port number must be unique",
+};
 
 /// `InferencePool.spec.endpointPickerRef` (v1); `kind` defaults to `Service`.
 pub const PICKER_PORT_REQUIRED: Rule = Rule {
@@ -40,11 +44,20 @@ pub const TARGET_WEIGHTS_ALL_OR_NONE: Rule = Rule {
 };
 
 /// `InferenceModel.spec.modelName`: a transition rule, checked against the previous version.
-pub const MODEL_NAME_IMMUTABLE: Rule = Rule { id: "model-name-immutable", rule: "self == oldSelf", message: "modelName is immutable" };
+pub const MODEL_NAME_IMMUTABLE: Rule = Rule {
+    id: "model-name-immutable",
+    rule: "self == oldSelf",
+    message: "modelName is immutable",
+};
 
 /// The `x-kubernetes-validations` value for `rules` (used by the schemas' `extend` attributes).
 pub fn schema(rules: &[Rule]) -> Value {
-    Value::Array(rules.iter().map(|r| json!({"rule": r.rule, "message": r.message})).collect())
+    Value::Array(
+        rules
+            .iter()
+            .map(|r| json!({"rule": r.rule, "message": r.message}))
+            .collect(),
+    )
 }
 
 /// An object's rules, evaluated in Rust with the CEL rules' meaning.
@@ -63,21 +76,40 @@ pub trait Validate {
 impl Validate for pool::InferencePool {
     fn violations(&self) -> Vec<Rule> {
         let ports = &self.spec.target_ports;
-        let unique = ports.iter().all(|p1| ports.iter().filter(|p2| p1.number == p2.number).count() == 1);
-        let picker_ok = self.spec.endpoint_picker_ref.as_ref().is_none_or(|r| r.kind != "Service" || r.port.is_some());
-        [(!unique).then_some(TARGET_PORTS_UNIQUE), (!picker_ok).then_some(PICKER_PORT_REQUIRED)].into_iter().flatten().collect()
+        let unique = ports
+            .iter()
+            .all(|p1| ports.iter().filter(|p2| p1.number == p2.number).count() == 1);
+        let picker_ok = self
+            .spec
+            .endpoint_picker_ref
+            .as_ref()
+            .is_none_or(|r| r.kind != "Service" || r.port.is_some());
+        [
+            (!unique).then_some(TARGET_PORTS_UNIQUE),
+            (!picker_ok).then_some(PICKER_PORT_REQUIRED),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
 impl Validate for model::InferenceModel {
     fn violations(&self) -> Vec<Rule> {
         let targets = &self.spec.target_models;
-        let all_or_none = targets.iter().all(|t| t.weight.is_some()) || targets.iter().all(|t| t.weight.is_none());
-        (!all_or_none).then_some(TARGET_WEIGHTS_ALL_OR_NONE).into_iter().collect()
+        let all_or_none = targets.iter().all(|t| t.weight.is_some())
+            || targets.iter().all(|t| t.weight.is_none());
+        (!all_or_none)
+            .then_some(TARGET_WEIGHTS_ALL_OR_NONE)
+            .into_iter()
+            .collect()
     }
 
     fn transition_violations(&self, old: &Self) -> Vec<Rule> {
-        (self.spec.model_name != old.spec.model_name).then_some(MODEL_NAME_IMMUTABLE).into_iter().collect()
+        (self.spec.model_name != old.spec.model_name)
+            .then_some(MODEL_NAME_IMMUTABLE)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -99,30 +131,51 @@ mod tests {
 
     #[test]
     fn duplicate_target_ports_break_the_uniqueness_rule() {
-        let ok = pool(json!({"selector": {"matchLabels": {"a": "b"}}, "targetPorts": [{"number": 8000}, {"number": 8001}]}));
+        let ok = pool(
+            json!({"selector": {"matchLabels": {"a": "b"}}, "targetPorts": [{"number": 8000}, {"number": 8001}]}),
+        );
         assert!(ok.violations().is_empty());
-        let dup = pool(json!({"selector": {"matchLabels": {"a": "b"}}, "targetPorts": [{"number": 8000}, {"number": 8000}]}));
+        let dup = pool(
+            json!({"selector": {"matchLabels": {"a": "b"}}, "targetPorts": [{"number": 8000}, {"number": 8000}]}),
+        );
         assert_eq!(dup.violations(), [TARGET_PORTS_UNIQUE]);
     }
 
     #[test]
     fn a_service_picker_needs_a_port_and_kind_defaults_to_service() {
         let sel = json!({"matchLabels": {"a": "b"}});
-        let no_port = pool(json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp"}}));
+        let no_port = pool(
+            json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp"}}),
+        );
         assert_eq!(no_port.violations(), [PICKER_PORT_REQUIRED]);
-        let other_kind = pool(json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp", "kind": "Backend", "group": "x.io"}}));
+        let other_kind = pool(
+            json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp", "kind": "Backend", "group": "x.io"}}),
+        );
         assert!(other_kind.violations().is_empty());
-        let with_port = pool(json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}));
+        let with_port = pool(
+            json!({"selector": sel, "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}),
+        );
         assert!(with_port.violations().is_empty());
     }
 
     #[test]
     fn weights_must_be_set_on_all_targets_or_none() {
-        let base = |targets: Value| model(json!({"modelName": "m", "poolRef": {"name": "p"}, "targetModels": targets}));
-        assert!(base(json!([{"name": "a"}, {"name": "b"}])).violations().is_empty());
-        assert!(base(json!([{"name": "a", "weight": 1}, {"name": "b", "weight": 9}])).violations().is_empty());
+        let base = |targets: Value| {
+            model(json!({"modelName": "m", "poolRef": {"name": "p"}, "targetModels": targets}))
+        };
+        assert!(base(json!([{"name": "a"}, {"name": "b"}]))
+            .violations()
+            .is_empty());
+        assert!(
+            base(json!([{"name": "a", "weight": 1}, {"name": "b", "weight": 9}]))
+                .violations()
+                .is_empty()
+        );
         assert!(base(json!([])).violations().is_empty());
-        assert_eq!(base(json!([{"name": "a", "weight": 1}, {"name": "b"}])).violations(), [TARGET_WEIGHTS_ALL_OR_NONE]);
+        assert_eq!(
+            base(json!([{"name": "a", "weight": 1}, {"name": "b"}])).violations(),
+            [TARGET_WEIGHTS_ALL_OR_NONE]
+        );
     }
 
     #[test]

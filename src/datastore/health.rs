@@ -50,7 +50,12 @@ pub struct OutlierParams {
 
 impl Default for OutlierParams {
     fn default() -> Self {
-        Self { consecutive_5xx: 5, consecutive_local_origin_failure: 3, base_ejection_time: Duration::from_secs(30), max_ejection_time: Duration::from_secs(300) }
+        Self {
+            consecutive_5xx: 5,
+            consecutive_local_origin_failure: 3,
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+        }
     }
 }
 
@@ -71,8 +76,12 @@ impl OutlierParams {
 
     /// How long the `k`-th consecutive ejection lasts (k ≥ 1).
     pub fn ejection_time(&self, k: u32) -> Duration {
-        let factor = 1u32.checked_shl(k.saturating_sub(1).min(30)).unwrap_or(u32::MAX);
-        self.base_ejection_time.saturating_mul(factor).min(self.max_ejection_time)
+        let factor = 1u32
+            .checked_shl(k.saturating_sub(1).min(30))
+            .unwrap_or(u32::MAX);
+        self.base_ejection_time
+            .saturating_mul(factor)
+            .min(self.max_ejection_time)
     }
 }
 
@@ -91,7 +100,11 @@ pub struct SlowStartParams {
 
 impl Default for SlowStartParams {
     fn default() -> Self {
-        Self { slow_start_window: Duration::from_secs(30), aggression: 1.0, min_weight_percent: 10.0 }
+        Self {
+            slow_start_window: Duration::from_secs(30),
+            aggression: 1.0,
+            min_weight_percent: 10.0,
+        }
     }
 }
 
@@ -131,11 +144,14 @@ impl HealthPolicy {
     /// The policy named by a configuration's plugins: `(name, type, parameters)` of each.
     /// Listing `outlier-detection` or `slow-start` turns it on (they need no profile entry);
     /// errors are `(plugin name, message)`, every one reported.
-    pub fn from_plugins<'a>(plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>) -> Result<Self, Vec<(String, String)>> {
+    pub fn from_plugins<'a>(
+        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>,
+    ) -> Result<Self, Vec<(String, String)>> {
         let mut policy = Self::default();
         let mut problems = Vec::new();
         for (name, kind, params) in plugins {
-            let mut report = |msgs: Vec<String>| problems.extend(msgs.into_iter().map(|m| (name.to_owned(), m)));
+            let mut report =
+                |msgs: Vec<String>| problems.extend(msgs.into_iter().map(|m| (name.to_owned(), m)));
             match kind {
                 OutlierParams::TYPE => match decode::<OutlierParams>(params) {
                     Ok(p) if p.problems().is_empty() => policy.outlier = Some(p),
@@ -158,7 +174,9 @@ impl HealthPolicy {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned + Default>(v: Option<&serde_yaml::Value>) -> Result<T, serde_yaml::Error> {
+fn decode<T: serde::de::DeserializeOwned + Default>(
+    v: Option<&serde_yaml::Value>,
+) -> Result<T, serde_yaml::Error> {
     match v {
         None | Some(serde_yaml::Value::Null) => Ok(T::default()),
         Some(v) => serde_yaml::from_value(v.clone()),
@@ -177,9 +195,13 @@ pub enum Transition {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Healthy,
-    Ejected { until: Instant },
+    Ejected {
+        until: Instant,
+    },
     /// Ejection over; `probe` is when the one request let through was dispatched.
-    HalfOpen { probe: Option<Instant> },
+    HalfOpen {
+        probe: Option<Instant>,
+    },
 }
 
 /// One endpoint's passive-health state (kept behind a small mutex in `EndpointState`).
@@ -222,7 +244,14 @@ pub enum Signal {
 
 impl Health {
     pub fn new(now: Instant) -> Self {
-        Self { mode: Mode::Healthy, fails_5xx: 0, fails_local: 0, fails_probe: [0; 2], ejections: 0, warm_since: now }
+        Self {
+            mode: Mode::Healthy,
+            fails_5xx: 0,
+            fails_local: 0,
+            fails_probe: [0; 2],
+            ejections: 0,
+            warm_since: now,
+        }
     }
 
     /// Whether the endpoint may be picked now; moves an expired ejection to half-open.
@@ -235,7 +264,9 @@ impl Health {
             }
             Mode::Ejected { .. } => false,
             // A probe that never reported (client gone) frees the slot after one base period.
-            Mode::HalfOpen { probe: Some(at) } => now.saturating_duration_since(at) >= p.base_ejection_time,
+            Mode::HalfOpen { probe: Some(at) } => {
+                now.saturating_duration_since(at) >= p.base_ejection_time
+            }
             Mode::HalfOpen { probe: None } => true,
         }
     }
@@ -293,19 +324,33 @@ impl Health {
             Mode::Ejected { .. } => false,
             Mode::HalfOpen { .. } => true,
             Mode::Healthy => {
-                let local = self.fails_local.max(self.fails_probe[0]).max(self.fails_probe[1]);
-                tripped(self.fails_5xx, p.consecutive_5xx) || tripped(local, p.consecutive_local_origin_failure)
+                let local = self
+                    .fails_local
+                    .max(self.fails_probe[0])
+                    .max(self.fails_probe[1]);
+                tripped(self.fails_5xx, p.consecutive_5xx)
+                    || tripped(local, p.consecutive_local_origin_failure)
             }
         };
         if !eject {
             return Transition::None;
         }
-        let long_healthy = self.mode == Mode::Healthy && now.saturating_duration_since(self.warm_since) >= p.max_ejection_time;
-        self.ejections = if long_healthy { 1 } else { self.ejections.saturating_add(1) };
+        let long_healthy = self.mode == Mode::Healthy
+            && now.saturating_duration_since(self.warm_since) >= p.max_ejection_time;
+        self.ejections = if long_healthy {
+            1
+        } else {
+            self.ejections.saturating_add(1)
+        };
         let period = p.ejection_time(self.ejections);
-        self.mode = Mode::Ejected { until: now + period };
+        self.mode = Mode::Ejected {
+            until: now + period,
+        };
         self.reset();
-        Transition::Ejected { period, ejections: self.ejections }
+        Transition::Ejected {
+            period,
+            ejections: self.ejections,
+        }
     }
 }
 
@@ -329,7 +374,9 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     } else {
         (t.strip_suffix('s').unwrap_or(t), 1.0)
     };
-    let secs = num.trim().parse::<f64>().map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms, s or m)")))?;
+    let secs = num.trim().parse::<f64>().map_err(|_| {
+        serde::de::Error::custom(format!("invalid duration {s:?} (use ms, s or m)"))
+    })?;
     Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
 }
 
@@ -338,7 +385,12 @@ mod tests {
     use super::*;
 
     fn params() -> OutlierParams {
-        OutlierParams { consecutive_5xx: 3, consecutive_local_origin_failure: 2, base_ejection_time: Duration::from_secs(10), max_ejection_time: Duration::from_secs(60) }
+        OutlierParams {
+            consecutive_5xx: 3,
+            consecutive_local_origin_failure: 2,
+            base_ejection_time: Duration::from_secs(10),
+            max_ejection_time: Duration::from_secs(60),
+        }
     }
 
     #[test]
@@ -350,7 +402,13 @@ mod tests {
         h.observe(Signal::RequestOk, t0, &p);
         h.observe(Signal::Request5xx, t0, &p);
         assert_eq!(h.observe(Signal::Request5xx, t0, &p), Transition::None);
-        assert_eq!(h.observe(Signal::Request5xx, t0, &p), Transition::Ejected { period: Duration::from_secs(10), ejections: 1 });
+        assert_eq!(
+            h.observe(Signal::Request5xx, t0, &p),
+            Transition::Ejected {
+                period: Duration::from_secs(10),
+                ejections: 1
+            }
+        );
         assert!(!h.available(t0 + Duration::from_secs(9), &p));
     }
 
@@ -363,7 +421,10 @@ mod tests {
             h.observe(Signal::ProbeOk(Prober::Health), t0, &p);
             h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
         }
-        assert!(matches!(h.observe(Signal::Request5xx, t0, &p), Transition::Ejected { .. }));
+        assert!(matches!(
+            h.observe(Signal::Request5xx, t0, &p),
+            Transition::Ejected { .. }
+        ));
     }
 
     #[test]
@@ -371,7 +432,10 @@ mod tests {
         let (p, t0) = (params(), Instant::now());
         let mut h = Health::new(t0);
         h.observe(Signal::RequestLocal, t0, &p);
-        assert!(matches!(h.observe(Signal::RequestLocal, t0, &p), Transition::Ejected { .. }));
+        assert!(matches!(
+            h.observe(Signal::RequestLocal, t0, &p),
+            Transition::Ejected { .. }
+        ));
     }
 
     #[test]
@@ -380,11 +444,18 @@ mod tests {
         let mut h = Health::new(t0);
         h.observe(Signal::ProbeFailed(Prober::Health), t0, &p);
         h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
-        assert!(matches!(h.observe(Signal::ProbeFailed(Prober::Health), t0, &p), Transition::Ejected { .. }));
+        assert!(matches!(
+            h.observe(Signal::ProbeFailed(Prober::Health), t0, &p),
+            Transition::Ejected { .. }
+        ));
         let mut h = Health::new(t0);
         h.observe(Signal::ProbeFailed(Prober::Scrape), t0, &p);
         h.observe(Signal::ProbeOk(Prober::Scrape), t0, &p);
-        assert_eq!(h.observe(Signal::ProbeFailed(Prober::Scrape), t0, &p), Transition::None, "its own success resets a streak");
+        assert_eq!(
+            h.observe(Signal::ProbeFailed(Prober::Scrape), t0, &p),
+            Transition::None,
+            "its own success resets a streak"
+        );
     }
 
     #[test]
@@ -397,8 +468,17 @@ mod tests {
         assert!(h.available(t1, &p), "ejection over: half-open");
         h.dispatched(t1);
         assert!(!h.available(t1, &p), "one probe at a time");
-        assert!(h.available(t1 + Duration::from_secs(10), &p), "a probe that never reported frees the slot");
-        assert_eq!(h.observe(Signal::Request5xx, t1, &p), Transition::Ejected { period: Duration::from_secs(20), ejections: 2 });
+        assert!(
+            h.available(t1 + Duration::from_secs(10), &p),
+            "a probe that never reported frees the slot"
+        );
+        assert_eq!(
+            h.observe(Signal::Request5xx, t1, &p),
+            Transition::Ejected {
+                period: Duration::from_secs(20),
+                ejections: 2
+            }
+        );
         let t2 = t1 + Duration::from_secs(20);
         assert!(h.available(t2, &p));
         assert_eq!(h.observe(Signal::RequestOk, t2, &p), Transition::Restored);
@@ -416,45 +496,93 @@ mod tests {
         h.ejections = 3;
         let later = t0 + Duration::from_secs(61);
         h.observe(Signal::RequestLocal, later, &p);
-        assert_eq!(h.observe(Signal::RequestLocal, later, &p), Transition::Ejected { period: Duration::from_secs(10), ejections: 1 });
+        assert_eq!(
+            h.observe(Signal::RequestLocal, later, &p),
+            Transition::Ejected {
+                period: Duration::from_secs(10),
+                ejections: 1
+            }
+        );
     }
 
     #[test]
     fn slow_start_ramps_from_the_minimum_to_full() {
-        let s = SlowStartParams { slow_start_window: Duration::from_secs(10), aggression: 1.0, min_weight_percent: 10.0 };
+        let s = SlowStartParams {
+            slow_start_window: Duration::from_secs(10),
+            aggression: 1.0,
+            min_weight_percent: 10.0,
+        };
         assert_eq!(s.ramp(Duration::ZERO), 0.1);
         assert!((s.ramp(Duration::from_secs(5)) - 0.5).abs() < 1e-9);
         assert_eq!(s.ramp(Duration::from_secs(10)), 1.0);
-        let eager = SlowStartParams { aggression: 2.0, ..s };
+        let eager = SlowStartParams {
+            aggression: 2.0,
+            ..s
+        };
         assert!((eager.ramp(Duration::from_secs(1)) - 0.1f64.sqrt()).abs() < 1e-9);
     }
 
     #[test]
     fn the_shipped_example_turns_everything_on() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/resilient.yaml")).unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/resilient.yaml"
+        ))
+        .unwrap();
         let doc = crate::config::parse(&text).unwrap();
         crate::scheduling::build(&doc).unwrap();
-        let policy = HealthPolicy::from_plugins(doc.plugins.iter().map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref()))).unwrap();
+        let policy = HealthPolicy::from_plugins(
+            doc.plugins
+                .iter()
+                .map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())),
+        )
+        .unwrap();
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start, Some(SlowStartParams::default()));
     }
 
     #[test]
     fn parameters_parse_with_envoy_names_and_reject_nonsense() {
-        let p: OutlierParams = serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m").unwrap();
-        assert_eq!((p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time), (2, Duration::from_millis(500), Duration::from_secs(60)));
+        let p: OutlierParams =
+            serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m")
+                .unwrap();
+        assert_eq!(
+            (p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time),
+            (2, Duration::from_millis(500), Duration::from_secs(60))
+        );
         assert!(serde_yaml::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
         assert!(serde_yaml::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
-        let bad = OutlierParams { base_ejection_time: Duration::from_secs(9), max_ejection_time: Duration::from_secs(1), ..p };
+        let bad = OutlierParams {
+            base_ejection_time: Duration::from_secs(9),
+            max_ejection_time: Duration::from_secs(1),
+            ..p
+        };
         assert_eq!(bad.problems().len(), 1);
-        let s = SlowStartParams { aggression: 0.0, min_weight_percent: 120.0, ..Default::default() };
+        let s = SlowStartParams {
+            aggression: 0.0,
+            min_weight_percent: 120.0,
+            ..Default::default()
+        };
         assert_eq!(s.problems().len(), 2);
-        let yaml: serde_yaml::Value = serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
-        let policy = HealthPolicy::from_plugins([("od", OutlierParams::TYPE, None), ("ss", SlowStartParams::TYPE, Some(&yaml)), ("q", "queue-scorer", None)]).unwrap();
+        let yaml: serde_yaml::Value =
+            serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
+        let policy = HealthPolicy::from_plugins([
+            ("od", OutlierParams::TYPE, None),
+            ("ss", SlowStartParams::TYPE, Some(&yaml)),
+            ("q", "queue-scorer", None),
+        ])
+        .unwrap();
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start.unwrap().min_weight_percent, 5.0);
         let bad: serde_yaml::Value = serde_yaml::from_str("baseEjectionTime: 0s").unwrap();
-        let errs = HealthPolicy::from_plugins([("od", OutlierParams::TYPE, Some(&bad))]).unwrap_err();
-        assert_eq!(errs, vec![("od".to_owned(), "baseEjectionTime must be greater than zero".to_owned())]);
+        let errs =
+            HealthPolicy::from_plugins([("od", OutlierParams::TYPE, Some(&bad))]).unwrap_err();
+        assert_eq!(
+            errs,
+            vec![(
+                "od".to_owned(),
+                "baseEjectionTime must be greater than zero".to_owned()
+            )]
+        );
     }
 }

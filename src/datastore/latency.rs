@@ -42,7 +42,9 @@ impl PeakEwma {
         self.cost = if rtt > decayed {
             rtt
         } else {
-            let td = self.stamp.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+            let td = self
+                .stamp
+                .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
             let w = (-td / DECAY.as_secs_f64()).exp();
             self.cost * w + rtt * (1.0 - w)
         };
@@ -55,7 +57,12 @@ impl PeakEwma {
     pub fn penalize(&mut self, floor: Duration, now: Instant) {
         let current = self.value(now).unwrap_or(0.0);
         let doubled = (current * 2.0).min(PENALTY_CEILING.as_secs_f64());
-        self.observe(Duration::from_secs_f64(doubled).max(floor).min(PENALTY_CEILING.max(floor)), now);
+        self.observe(
+            Duration::from_secs_f64(doubled)
+                .max(floor)
+                .min(PENALTY_CEILING.max(floor)),
+            now,
+        );
     }
 }
 
@@ -99,10 +106,16 @@ mod tests {
         assert_eq!(e.value(t0), None);
         e.observe(ms(100), t0);
         e.observe(ms(900), t0 + ms(100));
-        assert!((e.value(t0 + ms(100)).unwrap() - 0.9).abs() < 1e-9, "peak taken at once");
+        assert!(
+            (e.value(t0 + ms(100)).unwrap() - 0.9).abs() < 1e-9,
+            "peak taken at once"
+        );
         e.observe(ms(100), t0 + ms(1100));
         let v = e.value(t0 + ms(1100)).unwrap();
-        assert!(v > 0.8 && v < 0.9, "one fast sample a second later barely moves it: {v}");
+        assert!(
+            v > 0.8 && v < 0.9,
+            "one fast sample a second later barely moves it: {v}"
+        );
     }
 
     #[test]
@@ -125,7 +138,10 @@ mod tests {
         let mut slow = Latency::default();
         slow.observe(Some(Duration::from_secs(3)), None, t0);
         slow.penalize(t0);
-        assert!((slow.ttft.value(t0).unwrap() - 6.0).abs() < 1e-9, "twice the estimate when above the floor");
+        assert!(
+            (slow.ttft.value(t0).unwrap() - 6.0).abs() < 1e-9,
+            "twice the estimate when above the floor"
+        );
     }
 
     #[test]

@@ -5,25 +5,48 @@ use rand::{rngs::SmallRng, SeedableRng};
 
 fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
     let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(ports.iter().map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap())).collect());
+    ds.set_endpoints(
+        ports
+            .iter()
+            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
+            .collect(),
+    );
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions { pool_name: "pool".into(), staleness: Duration::from_secs(2), subset_filter: true };
+    let opts = DirectorOptions {
+        pool_name: "pool".into(),
+        staleness: Duration::from_secs(2),
+        subset_filter: true,
+    };
     let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
     (Director::new(Arc::clone(&ds), runtime, metrics, opts), ds)
 }
 
 fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
     let id: EndpointId = format!("127.0.0.1:{port}").parse().unwrap();
-    let m = EndpointMetrics { waiting, running: 0.0, kv_usage: 0.1, lora: None, cache: None, gpu: None, updated: Instant::now() - age };
+    let m = EndpointMetrics {
+        waiting,
+        running: 0.0,
+        kv_usage: 0.1,
+        lora: None,
+        cache: None,
+        gpu: None,
+        updated: Instant::now() - age,
+    };
     ds.snapshot().get(&id).unwrap().store_metrics(m);
 }
 
 fn chat(content: &str) -> Vec<u8> {
-    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]}).to_string().into_bytes()
+    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]})
+        .to_string()
+        .into_bytes()
 }
 
 fn incoming(body: &[u8]) -> Incoming<'_> {
-    Incoming { path: "/v1/chat/completions", body, ..Default::default() }
+    Incoming {
+        path: "/v1/chat/completions",
+        body,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -46,9 +69,18 @@ fn a_burst_between_scrapes_spreads_instead_of_herding() {
         set_metrics(&ds, p, 0.0, Duration::ZERO);
     }
     let mut rng = SmallRng::seed_from_u64(2);
-    let leases: Vec<Routed> = (0..4).map(|i| d.route(&incoming(&chat(&format!("distinct {i}"))), &mut rng).unwrap()).collect();
+    let leases: Vec<Routed> = (0..4)
+        .map(|i| {
+            d.route(&incoming(&chat(&format!("distinct {i}"))), &mut rng)
+                .unwrap()
+        })
+        .collect();
     let ports: HashSet<u16> = leases.iter().map(|r| r.destinations[0].0.port()).collect();
-    assert_eq!(ports.len(), 4, "each request of the burst saw the previous ones");
+    assert_eq!(
+        ports.len(),
+        4,
+        "each request of the burst saw the previous ones"
+    );
 }
 
 #[test]
@@ -59,7 +91,10 @@ fn repeated_long_prompts_stick_to_one_pod() {
     }
     let long = "You are a careful assistant. ".repeat(200);
     let mut rng = SmallRng::seed_from_u64(3);
-    let first = d.route(&incoming(&chat(&long)), &mut rng).unwrap().destinations[0];
+    let first = d
+        .route(&incoming(&chat(&long)), &mut rng)
+        .unwrap()
+        .destinations[0];
     for _ in 0..10 {
         let routed = d.route(&incoming(&chat(&long)), &mut rng).unwrap();
         assert_eq!(routed.destinations[0], first);
@@ -74,7 +109,14 @@ fn stale_pods_are_avoided() {
     set_metrics(&ds, 2, 30.0, Duration::ZERO);
     let mut rng = SmallRng::seed_from_u64(4);
     for i in 0..5 {
-        assert_eq!(d.route(&incoming(&chat(&i.to_string())), &mut rng).unwrap().destinations[0].0.port(), 2);
+        assert_eq!(
+            d.route(&incoming(&chat(&i.to_string())), &mut rng)
+                .unwrap()
+                .destinations[0]
+                .0
+                .port(),
+            2
+        );
     }
 }
 
@@ -85,32 +127,67 @@ fn subset_hints_restrict_or_reject() {
     let body = chat("hi");
     let only3 = vec!["127.0.0.1:3".to_string()];
     for _ in 0..5 {
-        let inc = Incoming { subset: Some(&only3), ..incoming(&body) };
+        let inc = Incoming {
+            subset: Some(&only3),
+            ..incoming(&body)
+        };
         assert_eq!(d.route(&inc, &mut rng).unwrap().destinations[0].0.port(), 3);
     }
     let empty: Vec<String> = Vec::new();
-    let err = d.route(&Incoming { subset: Some(&empty), ..incoming(&body) }, &mut rng).unwrap_err();
+    let err = d
+        .route(
+            &Incoming {
+                subset: Some(&empty),
+                ..incoming(&body)
+            },
+            &mut rng,
+        )
+        .unwrap_err();
     assert!(matches!(err, DirectorError::NoCandidates(_)));
     let other = vec!["10.9.9.9".to_string()];
-    assert!(d.route(&Incoming { subset: Some(&other), ..incoming(&body) }, &mut rng).is_err());
+    assert!(d
+        .route(
+            &Incoming {
+                subset: Some(&other),
+                ..incoming(&body)
+            },
+            &mut rng
+        )
+        .is_err());
 }
 
 #[test]
 fn rewrite_changes_only_the_model_value() {
     let (d, _ds) = director(&[1]);
     let body = br#"{ "model" : "m",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#;
-    let inc = Incoming { model_rewrite: Some("m-v2"), ..incoming(body) };
+    let inc = Incoming {
+        model_rewrite: Some("m-v2"),
+        ..incoming(body)
+    };
     let routed = d.route(&inc, &mut SmallRng::seed_from_u64(6)).unwrap();
-    assert_eq!(routed.body.unwrap(), br#"{ "model" : "m-v2",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#.to_vec());
-    assert_eq!((routed.model.as_str(), routed.target_model.as_str()), ("m", "m-v2"));
-    let same = d.route(&incoming(body), &mut SmallRng::seed_from_u64(6)).unwrap();
-    assert!(same.body.is_none(), "nothing changed, the original bytes are forwarded");
+    assert_eq!(
+        routed.body.unwrap(),
+        br#"{ "model" : "m-v2",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#.to_vec()
+    );
+    assert_eq!(
+        (routed.model.as_str(), routed.target_model.as_str()),
+        ("m", "m-v2")
+    );
+    let same = d
+        .route(&incoming(body), &mut SmallRng::seed_from_u64(6))
+        .unwrap();
+    assert!(
+        same.body.is_none(),
+        "nothing changed, the original bytes are forwarded"
+    );
 }
 
 #[test]
 fn leases_count_inflight_until_dropped() {
     let (d, ds) = director(&[1]);
-    let routed = d.route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(7)).unwrap();
+    let routed = d
+        .route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(7))
+        .unwrap();
     let state = Arc::clone(ds.snapshot().get(&routed.destinations[0]).unwrap());
     assert_eq!(state.inflight(), 1);
     drop(routed);
@@ -121,9 +198,18 @@ fn leases_count_inflight_until_dropped() {
 fn no_endpoints_is_no_candidates_and_bad_body_is_bad_request() {
     let (d, _ds) = director(&[]);
     let mut rng = SmallRng::seed_from_u64(8);
-    assert!(matches!(d.route(&incoming(&chat("x")), &mut rng), Err(DirectorError::NoCandidates(_))));
-    assert!(matches!(d.route(&incoming(b"{"), &mut rng), Err(DirectorError::BadRequest(_))));
-    assert!(matches!(d.route_bodyless(&incoming(b""), &mut rng), Err(DirectorError::NoCandidates(_))));
+    assert!(matches!(
+        d.route(&incoming(&chat("x")), &mut rng),
+        Err(DirectorError::NoCandidates(_))
+    ));
+    assert!(matches!(
+        d.route(&incoming(b"{"), &mut rng),
+        Err(DirectorError::BadRequest(_))
+    ));
+    assert!(matches!(
+        d.route_bodyless(&incoming(b""), &mut rng),
+        Err(DirectorError::NoCandidates(_))
+    ));
 }
 
 #[test]
@@ -136,12 +222,39 @@ fn sheddable_requests_are_shed_only_when_the_pool_is_saturated() {
     let body = chat("x");
     let mut rng = SmallRng::seed_from_u64(9);
     set_metrics(&ds, 1, 1.0, Duration::ZERO);
-    assert!(d.route(&Incoming { objective: Some("batch"), ..incoming(&body) }, &mut rng).is_ok());
+    assert!(d
+        .route(
+            &Incoming {
+                objective: Some("batch"),
+                ..incoming(&body)
+            },
+            &mut rng
+        )
+        .is_ok());
     set_metrics(&ds, 1, 50.0, Duration::ZERO);
-    let err = d.route(&Incoming { objective: Some("batch"), ..incoming(&body) }, &mut rng).unwrap_err();
+    let err = d
+        .route(
+            &Incoming {
+                objective: Some("batch"),
+                ..incoming(&body)
+            },
+            &mut rng,
+        )
+        .unwrap_err();
     assert!(matches!(err, DirectorError::Shed(_)), "{err}");
-    assert!(d.route(&Incoming { objective: Some("critical"), ..incoming(&body) }, &mut rng).is_ok());
-    assert!(d.route(&incoming(&body), &mut rng).is_ok(), "no objective is priority 0, never shed");
+    assert!(d
+        .route(
+            &Incoming {
+                objective: Some("critical"),
+                ..incoming(&body)
+            },
+            &mut rng
+        )
+        .is_ok());
+    assert!(
+        d.route(&incoming(&body), &mut rng).is_ok(),
+        "no objective is priority 0, never shed"
+    );
 }
 
 #[test]
@@ -149,11 +262,21 @@ fn inference_model_targets_rewrite_the_body() {
     let (d, ds) = director(&[1]);
     let mut o = crate::objectives::Objectives::default();
     let targets = crate::objectives::WeightedTargets::new(vec![("m-canary".into(), 1)]);
-    o.models.insert("m".into(), crate::objectives::ModelPolicy { priority: 0, targets });
+    o.models.insert(
+        "m".into(),
+        crate::objectives::ModelPolicy {
+            priority: 0,
+            targets,
+        },
+    );
     ds.set_objectives(o);
-    let routed = d.route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(10)).unwrap();
+    let routed = d
+        .route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(10))
+        .unwrap();
     assert_eq!(routed.target_model, "m-canary");
-    assert!(String::from_utf8(routed.body.unwrap()).unwrap().contains(r#""model":"m-canary""#));
+    assert!(String::from_utf8(routed.body.unwrap())
+        .unwrap()
+        .contains(r#""model":"m-canary""#));
 }
 
 fn director_with(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
@@ -173,9 +296,20 @@ fn a_session_token_routes_back_to_the_pod_it_names() {
     let body = chat("hello");
     let first = d.route(&incoming(&body), &mut rng).unwrap();
     let token = first.session_token.clone().unwrap();
-    assert_eq!(scheduling::scorer::decode_token(&token), Some(first.destinations[0].to_string()));
+    assert_eq!(
+        scheduling::scorer::decode_token(&token),
+        Some(first.destinations[0].to_string())
+    );
     for _ in 0..10 {
-        let r = d.route(&Incoming { session_token: Some(&token), ..incoming(&body) }, &mut rng).unwrap();
+        let r = d
+            .route(
+                &Incoming {
+                    session_token: Some(&token),
+                    ..incoming(&body)
+                },
+                &mut rng,
+            )
+            .unwrap();
         assert_eq!(r.destinations[0], first.destinations[0]);
     }
 }
@@ -186,11 +320,31 @@ fn consistent_hashing_keys_on_the_first_prompt_block_without_a_prefix_scorer() {
     let (d, _ds) = director_with(&[1, 2, 3, 4], text);
     let mut rng = SmallRng::seed_from_u64(6);
     let system = "You are a careful assistant who answers briefly. ".repeat(20);
-    let owner = d.route(&incoming(&chat(&format!("{system} first"))), &mut rng).unwrap().destinations[0];
+    let owner = d
+        .route(&incoming(&chat(&format!("{system} first"))), &mut rng)
+        .unwrap()
+        .destinations[0];
     for i in 0..8 {
-        let r = d.route(&incoming(&chat(&format!("{system} question {i}"))), &mut rng).unwrap();
+        let r = d
+            .route(
+                &incoming(&chat(&format!("{system} question {i}"))),
+                &mut rng,
+            )
+            .unwrap();
         assert_eq!(r.destinations[0], owner, "same system prompt, same pod");
     }
-    let owners: HashSet<EndpointId> = (0..40).map(|i| d.route(&incoming(&chat(&format!("{i} distinct {}", "x ".repeat(100)))), &mut rng).unwrap().destinations[0]).collect();
-    assert!(owners.len() >= 3, "distinct prompts spread over the ring: {owners:?}");
+    let owners: HashSet<EndpointId> = (0..40)
+        .map(|i| {
+            d.route(
+                &incoming(&chat(&format!("{i} distinct {}", "x ".repeat(100)))),
+                &mut rng,
+            )
+            .unwrap()
+            .destinations[0]
+        })
+        .collect();
+    assert!(
+        owners.len() >= 3,
+        "distinct prompts spread over the ring: {owners:?}"
+    );
 }

@@ -19,11 +19,14 @@ pub mod objectives;
 pub mod pods;
 
 use crate::crd::validate::Validate;
-use crate::crd::{model::InferenceModel, objective::InferenceObjective, pool, pool_v1alpha2, rewrite::InferenceModelRewrite};
+use crate::crd::{
+    model::InferenceModel, objective::InferenceObjective, pool, pool_v1alpha2,
+    rewrite::InferenceModelRewrite,
+};
 use crate::datastore::Datastore;
 use crate::metrics::Metrics;
-use gate::Gate;
 use futures::stream::{BoxStream, StreamExt};
+use gate::Gate;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -70,7 +73,13 @@ impl PoolSource {
 
     /// Parses `k=v,k2=v2` and takes the ports as given.
     pub fn selector(selector: &str, ports: Vec<u16>) -> Result<Self, K8sError> {
-        let pairs = selector.split(',').filter(|s| !s.trim().is_empty()).map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())));
+        let pairs = selector
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            });
         let selector: Option<BTreeMap<String, String>> = pairs.collect();
         match selector {
             Some(s) if !s.is_empty() => Ok(Self::Selector(PoolTarget { selector: s, ports })),
@@ -87,10 +96,15 @@ fn selector_text(s: Option<BTreeMap<String, String>>) -> String {
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, K8sError> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| K8sError::Config(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| K8sError::Config(e.to_string()))?
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| K8sError::Config(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| K8sError::Config(e.to_string()))?
         }
-        None => kube::Config::infer().await.map_err(|e| K8sError::Config(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| K8sError::Config(e.to_string()))?,
     };
     Ok(Client::try_from(config)?)
 }
@@ -103,7 +117,10 @@ struct Mirror<V> {
 
 impl<V> Default for Mirror<V> {
     fn default() -> Self {
-        Self { items: BTreeMap::new(), relist: None }
+        Self {
+            items: BTreeMap::new(),
+            relist: None,
+        }
     }
 }
 
@@ -140,11 +157,19 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     V: Send + 'static,
 {
-    watcher::watcher(api, config).default_backoff().map(move |r| r.map(|e| map_event(e, f))).boxed()
+    watcher::watcher(api, config)
+        .default_backoff()
+        .map(move |r| r.map(|e| map_event(e, f)))
+        .boxed()
 }
 
 /// Like [`watch`], with CRD objects passed through `gate` first.
-fn watch_checked<K, V>(api: Api<K>, config: watcher::Config, f: fn(K) -> V, mut gate: Gate<K>) -> Named<V>
+fn watch_checked<K, V>(
+    api: Api<K>,
+    config: watcher::Config,
+    f: fn(K) -> V,
+    mut gate: Gate<K>,
+) -> Named<V>
 where
     K: Validate + Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     V: Send + 'static,
@@ -155,7 +180,10 @@ where
             Err(e) => Some(Err(e)),
         })
     };
-    watcher::watcher(api, config).default_backoff().filter_map(admit).boxed()
+    watcher::watcher(api, config)
+        .default_backoff()
+        .filter_map(admit)
+        .boxed()
 }
 
 fn map_event<K: Resource, V>(e: Event<K>, f: fn(K) -> V) -> Event<(String, V)> {
@@ -170,22 +198,50 @@ fn map_event<K: Resource, V>(e: Event<K>, f: fn(K) -> V) -> Event<(String, V)> {
 }
 
 fn v1_target(p: pool::InferencePool) -> PoolTarget {
-    let ports = p.spec.target_ports.iter().filter_map(|p| u16::try_from(p.number).ok()).collect();
-    PoolTarget { selector: p.spec.selector.match_labels, ports }
+    let ports = p
+        .spec
+        .target_ports
+        .iter()
+        .filter_map(|p| u16::try_from(p.number).ok())
+        .collect();
+    PoolTarget {
+        selector: p.spec.selector.match_labels,
+        ports,
+    }
 }
 
 fn v1alpha2_target(p: pool_v1alpha2::InferencePool) -> PoolTarget {
-    PoolTarget { selector: p.spec.selector, ports: u16::try_from(p.spec.target_port_number).into_iter().collect() }
+    PoolTarget {
+        selector: p.spec.selector,
+        ports: u16::try_from(p.spec.target_port_number)
+            .into_iter()
+            .collect(),
+    }
 }
 
-fn pool_stream(client: &Client, namespace: &str, source: &PoolSource, metrics: &Arc<Metrics>) -> Named<PoolTarget> {
+fn pool_stream(
+    client: &Client,
+    namespace: &str,
+    source: &PoolSource,
+    metrics: &Arc<Metrics>,
+) -> Named<PoolTarget> {
     match source {
         PoolSource::Pool { name, group } => {
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
             if group == GROUP_V1 {
-                watch_checked(Api::<pool::InferencePool>::namespaced(client.clone(), namespace), config, v1_target, Gate::new("InferencePool", Arc::clone(metrics)))
+                watch_checked(
+                    Api::<pool::InferencePool>::namespaced(client.clone(), namespace),
+                    config,
+                    v1_target,
+                    Gate::new("InferencePool", Arc::clone(metrics)),
+                )
             } else {
-                watch_checked(Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace), config, v1alpha2_target, Gate::new("InferencePool", Arc::clone(metrics)))
+                watch_checked(
+                    Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace),
+                    config,
+                    v1alpha2_target,
+                    Gate::new("InferencePool", Arc::clone(metrics)),
+                )
             }
         }
         PoolSource::Selector(_) => futures::stream::pending().boxed(),
@@ -197,14 +253,32 @@ fn log_error(what: &str, e: &watcher::Error) {
 }
 
 /// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change.
-pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource, datastore: Arc<Datastore>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+pub async fn run_endpoints(
+    client: Client,
+    namespace: String,
+    source: PoolSource,
+    datastore: Arc<Datastore>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
     let pod_config = match &source {
-        PoolSource::Selector(t) => watcher::Config::default().labels(&t.selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")),
+        PoolSource::Selector(t) => watcher::Config::default().labels(
+            &t.selector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         PoolSource::Pool { .. } => watcher::Config::default(),
     };
-    let mut pods = watch(Api::<Pod>::namespaced(client.clone(), &namespace), pod_config, |p| p);
+    let mut pods = watch(
+        Api::<Pod>::namespaced(client.clone(), &namespace),
+        pod_config,
+        |p| p,
+    );
     let mut pools = pool_stream(&client, &namespace, &source, &metrics);
-    let (mut pod_mirror, mut pool_mirror) = (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
+    let (mut pod_mirror, mut pool_mirror) =
+        (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
     loop {
         let changed = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -218,7 +292,9 @@ pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource
             PoolSource::Selector(t) => Some(t),
             PoolSource::Pool { name, .. } => pool_mirror.items.get(name),
         };
-        let endpoints = target.map(|t| pods::endpoints(t, pod_mirror.items.values())).unwrap_or_default();
+        let endpoints = target
+            .map(|t| pods::endpoints(t, pod_mirror.items.values()))
+            .unwrap_or_default();
         tracing::debug!(count = endpoints.len(), "endpoints from Kubernetes");
         datastore.set_endpoints(endpoints);
     }
@@ -226,11 +302,33 @@ pub async fn run_endpoints(client: Client, namespace: String, source: PoolSource
 
 /// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
 /// restricts them to those referencing the pool.
-pub async fn run_objectives(client: Client, namespace: String, pool: Option<String>, datastore: Arc<Datastore>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+pub async fn run_objectives(
+    client: Client,
+    namespace: String,
+    pool: Option<String>,
+    datastore: Arc<Datastore>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
     let cfg = watcher::Config::default;
-    let mut objectives = watch_checked(Api::<InferenceObjective>::namespaced(client.clone(), &namespace), cfg(), |o| o, Gate::new("InferenceObjective", Arc::clone(&metrics)));
-    let mut models = watch_checked(Api::<InferenceModel>::namespaced(client.clone(), &namespace), cfg(), |m| m, Gate::new("InferenceModel", Arc::clone(&metrics)));
-    let mut rewrites = watch_checked(Api::<InferenceModelRewrite>::namespaced(client, &namespace), cfg(), |r| r, Gate::new("InferenceModelRewrite", Arc::clone(&metrics)));
+    let mut objectives = watch_checked(
+        Api::<InferenceObjective>::namespaced(client.clone(), &namespace),
+        cfg(),
+        |o| o,
+        Gate::new("InferenceObjective", Arc::clone(&metrics)),
+    );
+    let mut models = watch_checked(
+        Api::<InferenceModel>::namespaced(client.clone(), &namespace),
+        cfg(),
+        |m| m,
+        Gate::new("InferenceModel", Arc::clone(&metrics)),
+    );
+    let mut rewrites = watch_checked(
+        Api::<InferenceModelRewrite>::namespaced(client, &namespace),
+        cfg(),
+        |r| r,
+        Gate::new("InferenceModelRewrite", Arc::clone(&metrics)),
+    );
     let (mut om, mut mm, mut rm) = (Mirror::default(), Mirror::default(), Mirror::default());
     loop {
         let changed = tokio::select! {
@@ -240,7 +338,12 @@ pub async fn run_objectives(client: Client, namespace: String, pool: Option<Stri
             Some(e) = rewrites.next() => e.map(|e| rm.apply(e)).unwrap_or_else(|e| { log_error("inferencemodelrewrites", &e); false }),
         };
         if changed {
-            datastore.set_objectives(objectives::build(pool.as_deref(), om.items.values(), mm.items.values(), rm.items.values()));
+            datastore.set_objectives(objectives::build(
+                pool.as_deref(),
+                om.items.values(),
+                mm.items.values(),
+                rm.items.values(),
+            ));
         }
     }
 }

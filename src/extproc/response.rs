@@ -60,8 +60,15 @@ impl Restore {
     fn new(target: &str, incoming: &str) -> Self {
         let q = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
         let (t, i) = (q(target), q(incoming));
-        let pair = |sep: &str| (format!("\"model\"{sep}{t}").into_bytes(), format!("\"model\"{sep}{i}").into_bytes());
-        Self { pairs: [pair(":"), pair(": ")] }
+        let pair = |sep: &str| {
+            (
+                format!("\"model\"{sep}{t}").into_bytes(),
+                format!("\"model\"{sep}{i}").into_bytes(),
+            )
+        };
+        Self {
+            pairs: [pair(":"), pair(": ")],
+        }
     }
 
     fn apply(&self, body: &[u8]) -> Vec<u8> {
@@ -97,10 +104,25 @@ pub struct ResponseTracker {
 
 impl ResponseTracker {
     /// `rewrite` is `(target, incoming)` when the request's model was rewritten.
-    pub fn new(status: Option<u16>, content_type: Option<&str>, request_stream: bool, rewrite: Option<(&str, &str)>) -> Self {
+    pub fn new(
+        status: Option<u16>,
+        content_type: Option<&str>,
+        request_stream: bool,
+        rewrite: Option<(&str, &str)>,
+    ) -> Self {
         let sse = content_type.is_some_and(|c| c.contains("text/event-stream"));
-        let summary = ResponseSummary { status, headers_at: Some(Instant::now()), ..Default::default() };
-        Self { restore: rewrite.map(|(t, i)| Restore::new(t, i)), streaming: sse || request_stream, status, summary, ..Default::default() }
+        let summary = ResponseSummary {
+            status,
+            headers_at: Some(Instant::now()),
+            ..Default::default()
+        };
+        Self {
+            restore: rewrite.map(|(t, i)| Restore::new(t, i)),
+            streaming: sse || request_stream,
+            status,
+            summary,
+            ..Default::default()
+        }
     }
 
     /// Notes a body chunk's arrival (and, on the first, whether it is Envoy's connect failure).
@@ -109,13 +131,19 @@ impl ResponseTracker {
         let s = &mut self.summary;
         if s.first_body_at.is_none() {
             s.first_body_at = Some(now);
-            s.connect_failure = matches!(s.status, Some(502..=504)) && chunk.starts_with(ENVOY_CONNECT_FAILURE);
+            s.connect_failure =
+                matches!(s.status, Some(502..=504)) && chunk.starts_with(ENVOY_CONNECT_FAILURE);
         }
         s.last_body_at = Some(now);
     }
 
     /// Handles one duplex response-body chunk.
-    pub fn on_chunk(&mut self, chunk: &[u8], end_of_stream: bool, out: &mut Vec<ProcessingResponse>) {
+    pub fn on_chunk(
+        &mut self,
+        chunk: &[u8],
+        end_of_stream: bool,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
         if !chunk.is_empty() {
             self.stamp(chunk);
         }
@@ -138,11 +166,17 @@ impl ResponseTracker {
         self.stamp(body);
         self.summary.response_bytes += body.len();
         self.observe(body, true);
-        self.restore.as_ref().map(|r| r.apply(body)).filter(|b| b != body)
+        self.restore
+            .as_ref()
+            .map(|r| r.apply(body))
+            .filter(|b| b != body)
     }
 
     pub fn summary(&self, request_bytes: usize) -> ResponseSummary {
-        ResponseSummary { request_bytes, ..self.summary }
+        ResponseSummary {
+            request_bytes,
+            ..self.summary
+        }
     }
 
     fn observe(&mut self, chunk: &[u8], end_of_stream: bool) {
@@ -189,7 +223,9 @@ impl ResponseTracker {
 
     /// One SSE line (without its newline): a `data:` payload that mentions `"usage"` is parsed.
     fn sse_line(&mut self, line: &[u8]) {
-        let Some(payload) = line.strip_prefix(b"data:") else { return };
+        let Some(payload) = line.strip_prefix(b"data:") else {
+            return;
+        };
         let payload = payload.trim_ascii();
         if payload != b"[DONE]" && memchr::memmem::find(payload, b"\"usage\"").is_some() {
             self.take_usage(payload);
@@ -197,12 +233,22 @@ impl ResponseTracker {
     }
 
     fn take_usage(&mut self, json: &[u8]) {
-        let Ok(doc) = serde_json::from_slice::<UsageDoc>(json) else { return };
-        let Some(u) = doc.usage.or(doc.response.and_then(|r| r.usage)) else { return };
+        let Ok(doc) = serde_json::from_slice::<UsageDoc>(json) else {
+            return;
+        };
+        let Some(u) = doc.usage.or(doc.response.and_then(|r| r.usage)) else {
+            return;
+        };
         let s = &mut self.summary;
         s.prompt_tokens = u.prompt_tokens.or(u.input_tokens).or(s.prompt_tokens);
-        s.completion_tokens = u.completion_tokens.or(u.output_tokens).or(s.completion_tokens);
-        let details = u.prompt_tokens_details.or(u.prompt_token_details).or(u.input_tokens_details);
+        s.completion_tokens = u
+            .completion_tokens
+            .or(u.output_tokens)
+            .or(s.completion_tokens);
+        let details = u
+            .prompt_tokens_details
+            .or(u.prompt_token_details)
+            .or(u.input_tokens_details);
         s.cached_tokens = details.and_then(|d| d.cached_tokens).or(s.cached_tokens);
     }
 }
@@ -216,8 +262,20 @@ mod tests {
     fn bodies(out: &[ProcessingResponse]) -> Vec<u8> {
         let mut all = Vec::new();
         for r in out {
-            let Some(Response::ResponseBody(b)) = &r.response else { panic!() };
-            let Some(Mutation::StreamedResponse(s)) = &b.response.as_ref().unwrap().body_mutation.as_ref().unwrap().mutation else { panic!() };
+            let Some(Response::ResponseBody(b)) = &r.response else {
+                panic!()
+            };
+            let Some(Mutation::StreamedResponse(s)) = &b
+                .response
+                .as_ref()
+                .unwrap()
+                .body_mutation
+                .as_ref()
+                .unwrap()
+                .mutation
+            else {
+                panic!()
+            };
             all.extend_from_slice(&s.body);
         }
         all
@@ -225,28 +283,50 @@ mod tests {
 
     #[test]
     fn restores_the_model_name_across_chunks_when_not_streaming() {
-        let mut t = ResponseTracker::new(Some(200), Some("application/json"), false, Some(("m-v2", "m")));
+        let mut t = ResponseTracker::new(
+            Some(200),
+            Some("application/json"),
+            false,
+            Some(("m-v2", "m")),
+        );
         let mut out = Vec::new();
         t.on_chunk(br#"{"model":"m-"#, false, &mut out);
         assert!(out.is_empty(), "held until the end");
         t.on_chunk(br#"v2","usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#, true, &mut out);
         assert_eq!(bodies(&out), br#"{"model":"m","usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#.to_vec());
         let s = t.summary(10);
-        assert_eq!((s.prompt_tokens, s.completion_tokens, s.cached_tokens), (Some(5), Some(2), Some(4)));
+        assert_eq!(
+            (s.prompt_tokens, s.completion_tokens, s.cached_tokens),
+            (Some(5), Some(2), Some(4))
+        );
     }
 
     #[test]
     fn passes_sse_through_at_once_and_reads_final_usage() {
         let mut t = ResponseTracker::new(Some(200), Some("text/event-stream"), true, None);
         let mut out = Vec::new();
-        t.on_chunk(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n", false, &mut out);
+        t.on_chunk(
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n",
+            false,
+            &mut out,
+        );
         assert_eq!(out.len(), 1, "forwarded without waiting");
         t.on_chunk(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"prompt_token_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n", true, &mut out);
         let s = t.summary(0);
-        assert_eq!((s.prompt_tokens, s.completion_tokens, s.cached_tokens), (Some(9), Some(3), Some(8)));
+        assert_eq!(
+            (s.prompt_tokens, s.completion_tokens, s.cached_tokens),
+            (Some(9), Some(3), Some(8))
+        );
         assert_eq!(s.status, Some(200));
-        let (h, f, l) = (s.headers_at.unwrap(), s.first_body_at.unwrap(), s.last_body_at.unwrap());
-        assert!(h <= f && f <= l, "headers, first chunk, last chunk in order");
+        let (h, f, l) = (
+            s.headers_at.unwrap(),
+            s.first_body_at.unwrap(),
+            s.last_body_at.unwrap(),
+        );
+        assert!(
+            h <= f && f <= l,
+            "headers, first chunk, last chunk in order"
+        );
         assert!(!s.connect_failure);
     }
 
@@ -262,8 +342,16 @@ mod tests {
             t.on_chunk(&line[cuts.0..cuts.1], false, &mut out);
             t.on_chunk(&line[cuts.1..], true, &mut out);
             let s = t.summary(0);
-            assert_eq!((s.prompt_tokens, s.completion_tokens), (Some(12), Some(4)), "cut at {cuts:?}");
-            assert_eq!(bodies(&out), [first, &line[..]].concat(), "every byte forwarded");
+            assert_eq!(
+                (s.prompt_tokens, s.completion_tokens),
+                (Some(12), Some(4)),
+                "cut at {cuts:?}"
+            );
+            assert_eq!(
+                bodies(&out),
+                [first, &line[..]].concat(),
+                "every byte forwarded"
+            );
         }
     }
 
@@ -275,9 +363,15 @@ mod tests {
         assert!(t.summary(0).connect_failure);
         let mut t = ResponseTracker::new(Some(503), Some("application/json"), false, None);
         t.on_chunk(br#"{"error":"overloaded"}"#, true, &mut Vec::new());
-        assert!(!t.summary(0).connect_failure, "a pod's own 503 is a 5xx, not a connection failure");
+        assert!(
+            !t.summary(0).connect_failure,
+            "a pod's own 503 is a 5xx, not a connection failure"
+        );
         let mut t = ResponseTracker::new(Some(200), Some("text/plain"), false, None);
         t.on_chunk(envoy, true, &mut Vec::new());
-        assert!(!t.summary(0).connect_failure, "a 200 quoting the text is an answer");
+        assert!(
+            !t.summary(0).connect_failure,
+            "a 200 quoting the text is an answer"
+        );
     }
 }

@@ -14,7 +14,9 @@ use crate::director::DirectorError;
 use crate::request::RequestError;
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HeaderMutation, ImmediateResponse, ProcessingResponse};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    HeaderMutation, ImmediateResponse, ProcessingResponse,
+};
 
 /// Upstream's error codes (`pkg/common/error/error.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,23 +148,35 @@ impl From<RequestError> for StreamError {
 pub fn immediate(err: &StreamError) -> ProcessingResponse {
     let code = err.code();
     let message = format!("inference error: {} - {}", code.name(), err);
-    let mut error = serde_json::json!({"message": message, "type": code.name(), "code": code.http_status()});
+    let mut error =
+        serde_json::json!({"message": message, "type": code.name(), "code": code.http_status()});
     let mut set_headers = vec![super::wire::set_header("content-type", "application/json")];
     if let Some(bp) = err.backpressure() {
         error["reason"] = bp.reason().into();
         error["retry_after_seconds"] = bp.retry_after_secs().into();
-        set_headers.push(super::wire::set_header("retry-after", &bp.retry_after_secs().to_string()));
+        set_headers.push(super::wire::set_header(
+            "retry-after",
+            &bp.retry_after_secs().to_string(),
+        ));
     }
     let body = serde_json::json!({ "error": error }).to_string();
-    let headers = HeaderMutation { set_headers, remove_headers: Vec::new() };
+    let headers = HeaderMutation {
+        set_headers,
+        remove_headers: Vec::new(),
+    };
     let resp = ImmediateResponse {
-        status: Some(HttpStatus { code: i32::from(code.http_status()) }),
+        status: Some(HttpStatus {
+            code: i32::from(code.http_status()),
+        }),
         headers: Some(headers),
         body: body.into_bytes(),
         details: format!("epp_{}", code.name()),
         ..Default::default()
     };
-    ProcessingResponse { response: Some(Response::ImmediateResponse(resp)), ..Default::default() }
+    ProcessingResponse {
+        response: Some(Response::ImmediateResponse(resp)),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -175,41 +189,105 @@ mod tests {
         let cases = [
             (StreamError::from(RequestError::MissingModel), 400),
             (DirectorError::NoCandidates("x").into(), 503),
-            (DirectorError::Schedule(ScheduleError::AllFiltered).into(), 429),
+            (
+                DirectorError::Schedule(ScheduleError::AllFiltered).into(),
+                429,
+            ),
             (StreamError::BodyTooLarge { limit: 1 }, 413),
-            (DirectorError::Shed(crate::admission::Shed { priority: -1, saturation: 1.0 }).into(), 429),
+            (
+                DirectorError::Shed(crate::admission::Shed {
+                    priority: -1,
+                    saturation: 1.0,
+                })
+                .into(),
+                429,
+            ),
         ];
         for (err, status) in cases {
             assert_eq!(err.code().http_status(), status);
-            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else { panic!() };
+            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else {
+                panic!()
+            };
             assert_eq!(r.status.unwrap().code, i32::from(status));
             let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-            assert!(body["error"]["message"].as_str().unwrap().starts_with("inference error: "), "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("inference error: "),
+                "{body}"
+            );
             assert_eq!(body["error"]["code"], status);
         }
     }
 
     #[test]
     fn backpressure_answers_say_why_and_when_to_retry() {
-        let shed = crate::admission::Shed { priority: -1, saturation: 1.2 };
+        let shed = crate::admission::Shed {
+            priority: -1,
+            saturation: 1.2,
+        };
         let cases = [
-            (StreamError::from(DirectorError::NoCandidates("no ready endpoints in the pool")), 503, "no_ready_endpoints", "5"),
-            (DirectorError::Schedule(ScheduleError::AllFiltered).into(), 429, "pool_saturated", "1"),
-            (DirectorError::Shed(shed).into(), 429, "shed_by_priority", "2"),
+            (
+                StreamError::from(DirectorError::NoCandidates(
+                    "no ready endpoints in the pool",
+                )),
+                503,
+                "no_ready_endpoints",
+                "5",
+            ),
+            (
+                DirectorError::Schedule(ScheduleError::AllFiltered).into(),
+                429,
+                "pool_saturated",
+                "1",
+            ),
+            (
+                DirectorError::Shed(shed).into(),
+                429,
+                "shed_by_priority",
+                "2",
+            ),
         ];
         for (err, status, reason, retry) in cases {
-            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else { panic!() };
+            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else {
+                panic!()
+            };
             assert_eq!(r.status.unwrap().code, status);
             let headers = r.headers.unwrap().set_headers;
-            let value = |name: &str| headers.iter().find(|h| h.header.as_ref().unwrap().key == name).map(|h| String::from_utf8(h.header.as_ref().unwrap().raw_value.clone()).unwrap());
+            let value = |name: &str| {
+                headers
+                    .iter()
+                    .find(|h| h.header.as_ref().unwrap().key == name)
+                    .map(|h| {
+                        String::from_utf8(h.header.as_ref().unwrap().raw_value.clone()).unwrap()
+                    })
+            };
             assert_eq!(value("retry-after").as_deref(), Some(retry), "{reason}");
             let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
             assert_eq!(body["error"]["reason"], reason);
             assert_eq!(body["error"]["retry_after_seconds"].to_string(), retry);
-            assert!(body["error"]["message"].as_str().unwrap().contains(&err.to_string()), "upstream text kept: {body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&err.to_string()),
+                "upstream text kept: {body}"
+            );
         }
-        let Some(Response::ImmediateResponse(r)) = immediate(&StreamError::from(RequestError::MissingModel)).response else { panic!() };
-        assert!(r.headers.unwrap().set_headers.iter().all(|h| h.header.as_ref().unwrap().key != "retry-after"), "a 400 is not backpressure");
+        let Some(Response::ImmediateResponse(r)) =
+            immediate(&StreamError::from(RequestError::MissingModel)).response
+        else {
+            panic!()
+        };
+        assert!(
+            r.headers
+                .unwrap()
+                .set_headers
+                .iter()
+                .all(|h| h.header.as_ref().unwrap().key != "retry-after"),
+            "a 400 is not backpressure"
+        );
         let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
         assert!(body["error"].get("reason").is_none());
     }

@@ -24,7 +24,9 @@ use crate::director::{Director, Incoming, Routed};
 use crate::metrics::ErrorLabels;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,7 +142,8 @@ impl StreamMachine {
     /// The gateway reset the stream before the exchange completed (client gone, gateway error).
     pub fn note_reset(&self) {
         self.director.metrics().stream_resets.inc();
-        self.director.abandoned(self.routed.as_ref().filter(|_| self.response.is_none()));
+        self.director
+            .abandoned(self.routed.as_ref().filter(|_| self.response.is_none()));
     }
 
     /// The request body did not arrive in time.
@@ -157,9 +160,15 @@ impl StreamMachine {
         }
         let md = msg.metadata_context.as_ref();
         if matches!(msg.request, Some(Request::ResponseHeaders(_))) {
-            self.served = wire::metadata_string(md, wire::LB_NAMESPACE, wire::SERVED_KEY).map(String::from);
+            self.served =
+                wire::metadata_string(md, wire::LB_NAMESPACE, wire::SERVED_KEY).map(String::from);
         }
-        let request_side = matches!(msg.request, Some(Request::RequestHeaders(_) | Request::RequestBody(_) | Request::RequestTrailers(_)));
+        let request_side = matches!(
+            msg.request,
+            Some(
+                Request::RequestHeaders(_) | Request::RequestBody(_) | Request::RequestTrailers(_)
+            )
+        );
         if request_side && self.count_request_message(out) {
             return;
         }
@@ -185,15 +194,25 @@ impl StreamMachine {
             return;
         }
         let map = h.headers.as_ref();
-        let path = wire::find_header(map, ":path").or_else(|| wire::find_header(map, "x-original-path")).or_else(|| wire::find_header(map, "x-forwarded-path"));
+        let path = wire::find_header(map, ":path")
+            .or_else(|| wire::find_header(map, "x-original-path"))
+            .or_else(|| wire::find_header(map, "x-forwarded-path"));
         self.meta.path = path.unwrap_or("/v1/completions").to_owned();
-        self.trace = crate::telemetry::RequestTrace::start(wire::find_header(map, "traceparent"), wire::find_header(map, "tracestate"));
+        self.trace = crate::telemetry::RequestTrace::start(
+            wire::find_header(map, "traceparent"),
+            wire::find_header(map, "tracestate"),
+        );
         self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
-        self.meta.model_rewrite = wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
-        self.meta.test_selection = wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
-        self.meta.objective = wire::find_header(map, "x-gateway-inference-objective").map(String::from);
-        self.meta.session_token = wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
-        self.meta.content_length = wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
+        self.meta.model_rewrite =
+            wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
+        self.meta.test_selection =
+            wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
+        self.meta.objective =
+            wire::find_header(map, "x-gateway-inference-objective").map(String::from);
+        self.meta.session_token =
+            wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
+        self.meta.content_length =
+            wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = wire::find_header(map, early::FAIRNESS_HEADER).map(String::from);
         if let Err(e) = self.check_headers(map) {
             return self.fail(e, out);
@@ -201,7 +220,9 @@ impl StreamMachine {
         self.phase = Phase::Body;
         if h.end_of_stream {
             let inc = self.incoming(&[]);
-            match crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route_bodyless(&inc, &mut rand::rng())) {
+            match crate::telemetry::in_scope(self.trace.as_ref(), || {
+                self.director.route_bodyless(&inc, &mut rand::rng())
+            }) {
                 Ok(routed) => {
                     let (common, md) = self.routing(&routed, None);
                     out.push(wire::request_headers(Some(common), Some(md)));
@@ -251,7 +272,10 @@ impl StreamMachine {
 
     /// The body is complete: route and answer. `body_eos` is false when trailers end the body.
     fn route_whole(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
-        let result = crate::telemetry::in_scope(self.trace.as_ref(), || self.director.route(&self.incoming(&self.body), &mut rand::rng()));
+        let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
+            self.director
+                .route(&self.incoming(&self.body), &mut rand::rng())
+        });
         let routed = match result {
             Ok(r) => r,
             Err(e) => return self.fail(e.into(), out),
@@ -286,7 +310,14 @@ impl StreamMachine {
     }
 
     /// The routing mutation and metadata for a decision.
-    fn routing(&self, routed: &Routed, new_len: Option<usize>) -> (envoy_types::pb::envoy::service::ext_proc::v3::CommonResponse, envoy_types::pb::google::protobuf::Struct) {
+    fn routing(
+        &self,
+        routed: &Routed,
+        new_len: Option<usize>,
+    ) -> (
+        envoy_types::pb::envoy::service::ext_proc::v3::CommonResponse,
+        envoy_types::pb::google::protobuf::Struct,
+    ) {
         let value = wire::destination_value(&routed.destinations);
         let mut set = vec![wire::set_header(wire::DESTINATION_HEADER, &value)];
         if let Some(len) = new_len {
@@ -295,7 +326,10 @@ impl StreamMachine {
         if !self.meta.has_request_id {
             set.push(wire::set_header("x-request-id", &request_id()));
         }
-        (wire::request_routing(set), wire::destination_metadata(&value))
+        (
+            wire::request_routing(set),
+            wire::destination_metadata(&value),
+        )
     }
 
     fn on_response_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
@@ -304,22 +338,47 @@ impl StreamMachine {
         if let Some(t) = &mut self.trace {
             t.response_started(status);
         }
-        let rewrite = self.routed.as_ref().filter(|r| r.target_model != r.model).map(|r| (r.target_model.as_str(), r.model.as_str()));
+        let rewrite = self
+            .routed
+            .as_ref()
+            .filter(|r| r.target_model != r.model)
+            .map(|r| (r.target_model.as_str(), r.model.as_str()));
         let stream = self.routed.as_ref().is_some_and(|r| r.stream);
-        self.response = Some(ResponseTracker::new(status, wire::find_header(map, "content-type"), stream, rewrite));
+        self.response = Some(ResponseTracker::new(
+            status,
+            wire::find_header(map, "content-type"),
+            stream,
+            rewrite,
+        ));
         if let (Some(served), Some(routed)) = (&self.served, &self.routed) {
-            if routed.destinations.first().map(ToString::to_string).as_deref() != Some(served.as_str()) {
+            if routed
+                .destinations
+                .first()
+                .map(ToString::to_string)
+                .as_deref()
+                != Some(served.as_str())
+            {
                 tracing::debug!(served = %served, picked = %wire::destination_value(&routed.destinations), "gateway served a fallback endpoint");
                 self.director.metrics().served_fallbacks.inc();
             }
         }
         let mut set = Vec::new();
         if self.director.runtime().served_verifier {
-            let value = self.served.clone().unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
+            let value = self
+                .served
+                .clone()
+                .unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
             set.push(wire::set_header(SERVED_VERIFIER_HEADER, &value));
         }
-        if let Some(token) = self.routed.as_ref().and_then(|r| r.session_token.as_deref()) {
-            set.push(wire::set_header(crate::scheduling::scorer::SESSION_HEADER, token));
+        if let Some(token) = self
+            .routed
+            .as_ref()
+            .and_then(|r| r.session_token.as_deref())
+        {
+            set.push(wire::set_header(
+                crate::scheduling::scorer::SESSION_HEADER,
+                token,
+            ));
         }
         let common = (!set.is_empty()).then(|| wire::routing_common(set));
         out.push(wire::response_headers(common.map(|mut c| {
@@ -349,7 +408,8 @@ impl StreamMachine {
     /// The response is complete: record it and release the endpoint.
     fn finish(&mut self) {
         if let (Some(routed), Some(resp)) = (self.routed.take(), self.response.as_ref()) {
-            self.director.finish(&routed, &resp.summary(self.req.body_len));
+            self.director
+                .finish(&routed, &resp.summary(self.req.body_len));
         }
         self.trace = None; // ends the request's spans
         self.phase = Phase::Done;
@@ -362,8 +422,16 @@ impl StreamMachine {
         }
         tracing::debug!(error = %err, status = code.http_status(), "request rejected");
         let (model_name, target_model_name) = self.error_models();
-        let labels = ErrorLabels { model_name, target_model_name, error_code: code.name().to_owned() };
-        self.director.metrics().request_error_total.get_or_create(&labels).inc();
+        let labels = ErrorLabels {
+            model_name,
+            target_model_name,
+            error_code: code.name().to_owned(),
+        };
+        self.director
+            .metrics()
+            .request_error_total
+            .get_or_create(&labels)
+            .inc();
         out.push(status::immediate(&err));
         self.phase = Phase::Done;
     }
@@ -376,7 +444,12 @@ impl StreamMachine {
         let api = crate::request::ApiKind::from_path(&self.meta.path);
         match crate::request::parse(api, &self.body, 0) {
             Ok(req) => {
-                let target = self.meta.model_rewrite.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| req.model.clone());
+                let target = self
+                    .meta
+                    .model_rewrite
+                    .clone()
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| req.model.clone());
                 (req.model, target)
             }
             Err(_) => (String::new(), String::new()),
@@ -400,7 +473,14 @@ impl StreamMachine {
 fn request_id() -> String {
     let v: u128 = rand::random();
     let h = format!("{v:032x}");
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 #[cfg(test)]

@@ -3,11 +3,14 @@
 
 use crate::endpoint::EndpointId;
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, HeaderValueOption, Metadata};
+use envoy_types::pb::envoy::config::core::v3::{
+    HeaderMap, HeaderValue, HeaderValueOption, Metadata,
+};
 use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse,
+    ProcessingResponse, StreamedBodyResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
@@ -36,7 +39,11 @@ pub fn find_header<'m>(map: Option<&'m HeaderMap>, key: &str) -> Option<&'m str>
 
 pub fn set_header(key: &str, value: &str) -> HeaderValueOption {
     HeaderValueOption {
-        header: Some(HeaderValue { key: key.to_owned(), raw_value: value.as_bytes().to_vec(), ..Default::default() }),
+        header: Some(HeaderValue {
+            key: key.to_owned(),
+            raw_value: value.as_bytes().to_vec(),
+            ..Default::default()
+        }),
         append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
         ..Default::default()
     }
@@ -51,20 +58,40 @@ pub fn destination_value(endpoints: &[EndpointId]) -> String {
 /// `dynamic_metadata = {"envoy.lb": {"x-gateway-destination-endpoint": value}}`.
 pub fn destination_metadata(value: &str) -> Struct {
     let mut inner = Struct::default();
-    inner.fields.insert(DESTINATION_HEADER.to_owned(), Value { kind: Some(Kind::StringValue(value.to_owned())) });
+    inner.fields.insert(
+        DESTINATION_HEADER.to_owned(),
+        Value {
+            kind: Some(Kind::StringValue(value.to_owned())),
+        },
+    );
     let mut md = Struct::default();
-    md.fields.insert(LB_NAMESPACE.to_owned(), Value { kind: Some(Kind::StructValue(inner)) });
+    md.fields.insert(
+        LB_NAMESPACE.to_owned(),
+        Value {
+            kind: Some(Kind::StructValue(inner)),
+        },
+    );
     md
 }
 
 /// The routing mutation: destination header (+ any extra headers) and `clear_route_cache`.
 pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
-    CommonResponse { header_mutation: Some(HeaderMutation { set_headers: set, remove_headers: Vec::new() }), clear_route_cache: true, ..Default::default() }
+    CommonResponse {
+        header_mutation: Some(HeaderMutation {
+            set_headers: set,
+            remove_headers: Vec::new(),
+        }),
+        clear_route_cache: true,
+        ..Default::default()
+    }
 }
 
 /// Request headers a client could send to steer routing; epp's routing mutation removes them
 /// (the destination header itself is overwritten).
-pub const FORGEABLE_HEADERS: [&str; 2] = ["x-gateway-destination-endpoint-served", "x-gateway-destination-endpoint-subset"];
+pub const FORGEABLE_HEADERS: [&str; 2] = [
+    "x-gateway-destination-endpoint-served",
+    "x-gateway-destination-endpoint-subset",
+];
 
 /// The request routing mutation: [`routing_common`] that also strips [`FORGEABLE_HEADERS`].
 pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
@@ -75,42 +102,93 @@ pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
     common
 }
 
-pub fn request_headers(common: Option<CommonResponse>, metadata: Option<Struct>) -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::RequestHeaders(HeadersResponse { response: common })), dynamic_metadata: metadata, ..Default::default() }
+pub fn request_headers(
+    common: Option<CommonResponse>,
+    metadata: Option<Struct>,
+) -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestHeaders(HeadersResponse {
+            response: common,
+        })),
+        dynamic_metadata: metadata,
+        ..Default::default()
+    }
 }
 
-pub fn request_body(common: Option<CommonResponse>, metadata: Option<Struct>) -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::RequestBody(BodyResponse { response: common })), dynamic_metadata: metadata, ..Default::default() }
+pub fn request_body(
+    common: Option<CommonResponse>,
+    metadata: Option<Struct>,
+) -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestBody(BodyResponse { response: common })),
+        dynamic_metadata: metadata,
+        ..Default::default()
+    }
 }
 
 pub fn response_headers(common: Option<CommonResponse>) -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::ResponseHeaders(HeadersResponse { response: common })), ..Default::default() }
+    ProcessingResponse {
+        response: Some(Response::ResponseHeaders(HeadersResponse {
+            response: common,
+        })),
+        ..Default::default()
+    }
 }
 
 /// An empty buffered-mode response-body answer (continue unchanged).
 pub fn response_body_continue() -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::ResponseBody(BodyResponse { response: None })), ..Default::default() }
+    ProcessingResponse {
+        response: Some(Response::ResponseBody(BodyResponse { response: None })),
+        ..Default::default()
+    }
 }
 
 pub fn request_trailers() -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::RequestTrailers(TrailersResponse::default())), ..Default::default() }
+    ProcessingResponse {
+        response: Some(Response::RequestTrailers(TrailersResponse::default())),
+        ..Default::default()
+    }
 }
 
 pub fn response_trailers() -> ProcessingResponse {
-    ProcessingResponse { response: Some(Response::ResponseTrailers(TrailersResponse::default())), ..Default::default() }
+    ProcessingResponse {
+        response: Some(Response::ResponseTrailers(TrailersResponse::default())),
+        ..Default::default()
+    }
 }
 
 fn streamed(body: &[u8], end_of_stream: bool) -> Option<CommonResponse> {
-    let chunk = StreamedBodyResponse { body: body.to_vec(), end_of_stream, ..Default::default() };
-    Some(CommonResponse { body_mutation: Some(BodyMutation { mutation: Some(Mutation::StreamedResponse(chunk)) }), ..Default::default() })
+    let chunk = StreamedBodyResponse {
+        body: body.to_vec(),
+        end_of_stream,
+        ..Default::default()
+    };
+    Some(CommonResponse {
+        body_mutation: Some(BodyMutation {
+            mutation: Some(Mutation::StreamedResponse(chunk)),
+        }),
+        ..Default::default()
+    })
 }
 
 /// A body as duplex `streamed_response` chunks of at most [`BODY_CHUNK`] bytes. With
 /// `end_of_stream`, the last chunk carries it; an empty body is one empty chunk.
-pub fn streamed_body(body: &[u8], end_of_stream: bool, response: bool, out: &mut Vec<ProcessingResponse>) {
+pub fn streamed_body(
+    body: &[u8],
+    end_of_stream: bool,
+    response: bool,
+    out: &mut Vec<ProcessingResponse>,
+) {
     let wrap = |common| {
-        let r = if response { Response::ResponseBody(BodyResponse { response: common }) } else { Response::RequestBody(BodyResponse { response: common }) };
-        ProcessingResponse { response: Some(r), ..Default::default() }
+        let r = if response {
+            Response::ResponseBody(BodyResponse { response: common })
+        } else {
+            Response::RequestBody(BodyResponse { response: common })
+        };
+        ProcessingResponse {
+            response: Some(r),
+            ..Default::default()
+        }
     };
     if body.is_empty() {
         out.push(wrap(streamed(body, end_of_stream)));
@@ -123,15 +201,43 @@ pub fn streamed_body(body: &[u8], end_of_stream: bool, response: bool, out: &mut
 }
 
 /// A buffered-mode body response replacing the whole body.
-pub fn replaced_body(body: Vec<u8>, mut common: CommonResponse, response: bool) -> ProcessingResponse {
-    common.body_mutation = Some(BodyMutation { mutation: Some(Mutation::Body(body)) });
-    let r = if response { Response::ResponseBody(BodyResponse { response: Some(common) }) } else { Response::RequestBody(BodyResponse { response: Some(common) }) };
-    ProcessingResponse { response: Some(r), ..Default::default() }
+pub fn replaced_body(
+    body: Vec<u8>,
+    mut common: CommonResponse,
+    response: bool,
+) -> ProcessingResponse {
+    common.body_mutation = Some(BodyMutation {
+        mutation: Some(Mutation::Body(body)),
+    });
+    let r = if response {
+        Response::ResponseBody(BodyResponse {
+            response: Some(common),
+        })
+    } else {
+        Response::RequestBody(BodyResponse {
+            response: Some(common),
+        })
+    };
+    ProcessingResponse {
+        response: Some(r),
+        ..Default::default()
+    }
 }
 
 /// A string value at `namespace/key` of Envoy's filter metadata.
-pub fn metadata_string<'m>(md: Option<&'m Metadata>, namespace: &str, key: &str) -> Option<&'m str> {
-    match md?.filter_metadata.get(namespace)?.fields.get(key)?.kind.as_ref()? {
+pub fn metadata_string<'m>(
+    md: Option<&'m Metadata>,
+    namespace: &str,
+    key: &str,
+) -> Option<&'m str> {
+    match md?
+        .filter_metadata
+        .get(namespace)?
+        .fields
+        .get(key)?
+        .kind
+        .as_ref()?
+    {
         Kind::StringValue(s) => Some(s),
         _ => None,
     }
@@ -139,13 +245,26 @@ pub fn metadata_string<'m>(md: Option<&'m Metadata>, namespace: &str, key: &str)
 
 /// The subset hint: a list of strings, or one comma-separated string. `None` when absent.
 pub fn subset_hint(md: Option<&Metadata>) -> Option<Vec<String>> {
-    let value = md?.filter_metadata.get(SUBSET_NAMESPACE)?.fields.get(SUBSET_KEY)?;
+    let value = md?
+        .filter_metadata
+        .get(SUBSET_NAMESPACE)?
+        .fields
+        .get(SUBSET_KEY)?;
     let items = match value.kind.as_ref()? {
-        Kind::ListValue(list) => list.values.iter().filter_map(|v| match &v.kind {
-            Some(Kind::StringValue(s)) => Some(s.clone()),
-            _ => None,
-        }).collect(),
-        Kind::StringValue(s) => s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        Kind::ListValue(list) => list
+            .values
+            .iter()
+            .filter_map(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        Kind::StringValue(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
         _ => return None,
     };
     Some(items)
@@ -158,7 +277,9 @@ mod tests {
 
     fn md(kind: Kind) -> Metadata {
         let mut inner = Struct::default();
-        inner.fields.insert(SUBSET_KEY.into(), Value { kind: Some(kind) });
+        inner
+            .fields
+            .insert(SUBSET_KEY.into(), Value { kind: Some(kind) });
         let mut m = Metadata::default();
         m.filter_metadata.insert(SUBSET_NAMESPACE.into(), inner);
         m
@@ -166,12 +287,22 @@ mod tests {
 
     #[test]
     fn subset_hint_accepts_lists_and_comma_strings() {
-        let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
-        let list = md(Kind::ListValue(ListValue { values: vec![s("1.1.1.1:80"), s("2.2.2.2:80")] }));
-        assert_eq!(subset_hint(Some(&list)).unwrap(), vec!["1.1.1.1:80", "2.2.2.2:80"]);
+        let s = |v: &str| Value {
+            kind: Some(Kind::StringValue(v.into())),
+        };
+        let list = md(Kind::ListValue(ListValue {
+            values: vec![s("1.1.1.1:80"), s("2.2.2.2:80")],
+        }));
+        assert_eq!(
+            subset_hint(Some(&list)).unwrap(),
+            vec!["1.1.1.1:80", "2.2.2.2:80"]
+        );
         let csv = md(Kind::StringValue("1.1.1.1:80, 2.2.2.2:80".into()));
         assert_eq!(subset_hint(Some(&csv)).unwrap().len(), 2);
-        assert_eq!(subset_hint(Some(&md(Kind::ListValue(ListValue::default())))).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            subset_hint(Some(&md(Kind::ListValue(ListValue::default())))).unwrap(),
+            Vec::<String>::new()
+        );
         assert_eq!(subset_hint(Some(&Metadata::default())), None);
     }
 
@@ -182,14 +313,19 @@ mod tests {
         let chunks: Vec<(usize, bool)> = out
             .iter()
             .map(|r| match &r.response {
-                Some(Response::RequestBody(BodyResponse { response: Some(c) })) => match &c.body_mutation.as_ref().unwrap().mutation {
-                    Some(Mutation::StreamedResponse(s)) => (s.body.len(), s.end_of_stream),
-                    _ => panic!("not streamed"),
-                },
+                Some(Response::RequestBody(BodyResponse { response: Some(c) })) => {
+                    match &c.body_mutation.as_ref().unwrap().mutation {
+                        Some(Mutation::StreamedResponse(s)) => (s.body.len(), s.end_of_stream),
+                        _ => panic!("not streamed"),
+                    }
+                }
                 _ => panic!("not a request body"),
             })
             .collect();
-        assert_eq!(chunks, vec![(BODY_CHUNK, false), (BODY_CHUNK, false), (1, true)]);
+        assert_eq!(
+            chunks,
+            vec![(BODY_CHUNK, false), (BODY_CHUNK, false), (1, true)]
+        );
         let mut out = Vec::new();
         streamed_body(b"", true, true, &mut out);
         assert_eq!(out.len(), 1);

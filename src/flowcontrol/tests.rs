@@ -3,13 +3,26 @@ use crate::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn ticket(priority: Priority, flow: &str, bytes: u64) -> Ticket {
-    Ticket { priority, fairness_id: flow.into(), bytes, model_name: "m".into() }
+    Ticket {
+        priority,
+        fairness_id: flow.into(),
+        bytes,
+        model_name: "m".into(),
+    }
 }
 
 #[test]
 fn higher_bands_first_round_robin_between_keys_fifo_within() {
     let mut q = Queues::new(FlowConfig::default());
-    for (p, f, name) in [(0, "a", "a1"), (0, "a", "a2"), (0, "a", "a3"), (0, "b", "b1"), (-1, "a", "shed"), (10, "c", "crit"), (0, "b", "b2")] {
+    for (p, f, name) in [
+        (0, "a", "a1"),
+        (0, "a", "a2"),
+        (0, "a", "a3"),
+        (0, "b", "b1"),
+        (-1, "a", "shed"),
+        (10, "c", "crit"),
+        (0, "b", "b2"),
+    ] {
         q.push(&ticket(p, f, 1), name).unwrap();
     }
     let order: Vec<&str> = std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect();
@@ -20,21 +33,47 @@ fn higher_bands_first_round_robin_between_keys_fifo_within() {
 
 #[test]
 fn capacity_is_counted_in_requests_total_bytes_and_band_bytes() {
-    let config = FlowConfig { max_requests: 3, max_bytes: 100, band_max_bytes: 60, ..FlowConfig::default() };
+    let config = FlowConfig {
+        max_requests: 3,
+        max_bytes: 100,
+        band_max_bytes: 60,
+        ..FlowConfig::default()
+    };
     let mut q = Queues::new(config);
     q.push(&ticket(0, "a", 50), ()).unwrap();
-    assert_eq!(q.push(&ticket(0, "a", 11), ()), Err(FlowError::Full { limit: "priority band maxBytes", value: 60 }));
+    assert_eq!(
+        q.push(&ticket(0, "a", 11), ()),
+        Err(FlowError::Full {
+            limit: "priority band maxBytes",
+            value: 60
+        })
+    );
     q.push(&ticket(1, "a", 40), ()).unwrap();
-    assert_eq!(q.push(&ticket(2, "a", 11), ()), Err(FlowError::Full { limit: "maxBytes", value: 100 }));
+    assert_eq!(
+        q.push(&ticket(2, "a", 11), ()),
+        Err(FlowError::Full {
+            limit: "maxBytes",
+            value: 100
+        })
+    );
     q.push(&ticket(2, "a", 1), ()).unwrap();
-    assert_eq!(q.push(&ticket(3, "a", 0), ()), Err(FlowError::Full { limit: "maxRequests", value: 3 }));
+    assert_eq!(
+        q.push(&ticket(3, "a", 0), ()),
+        Err(FlowError::Full {
+            limit: "maxRequests",
+            value: 3
+        })
+    );
     assert!(q.push(&ticket(0, "a", 0), ()).unwrap_err().is_capacity());
     assert_eq!((q.len(), q.bytes()), (3, 91));
 }
 
 #[test]
 fn removal_frees_capacity_and_keeps_the_rotation() {
-    let mut q = Queues::new(FlowConfig { max_requests: 2, ..FlowConfig::default() });
+    let mut q = Queues::new(FlowConfig {
+        max_requests: 2,
+        ..FlowConfig::default()
+    });
     let a = q.push(&ticket(0, "a", 5), "a").unwrap();
     q.push(&ticket(0, "b", 5), "b").unwrap();
     assert_eq!(q.remove(a), Some("a"));
@@ -49,8 +88,18 @@ fn removal_frees_capacity_and_keeps_the_rotation() {
 fn flow(config: FlowConfig) -> (Arc<FlowControl>, Arc<AtomicU64>) {
     let level = Arc::new(AtomicU64::new(0));
     let read = Arc::clone(&level);
-    let metrics = Arc::new(Metrics::register(&mut prometheus_client::registry::Registry::default()));
-    (FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0, metrics, "pool".into()), level)
+    let metrics = Arc::new(Metrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    ));
+    (
+        FlowControl::new(
+            config,
+            move || read.load(Ordering::SeqCst) as f64 / 1000.0,
+            metrics,
+            "pool".into(),
+        ),
+        level,
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -74,7 +123,10 @@ async fn passes_at_once_when_idle_and_waits_while_saturated() {
 
 #[tokio::test(start_paused = true)]
 async fn critical_is_released_before_sheddable_and_expiry_is_503() {
-    let config = FlowConfig { ttl: Duration::from_secs(30), ..FlowConfig::default() };
+    let config = FlowConfig {
+        ttl: Duration::from_secs(30),
+        ..FlowConfig::default()
+    };
     let (fc, level) = flow(config);
     level.store(1000, Ordering::SeqCst);
     let released = Arc::new(Mutex::new(Vec::new()));
@@ -96,10 +148,16 @@ async fn critical_is_released_before_sheddable_and_expiry_is_503() {
     while let Some(r) = waiters.join_next().await {
         r.unwrap().unwrap();
     }
-    assert_eq!(*released.lock().unwrap(), ["critical", "standard", "sheddable"]);
+    assert_eq!(
+        *released.lock().unwrap(),
+        ["critical", "standard", "sheddable"]
+    );
     level.store(1000, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
-    assert_eq!(fc.admit(ticket(0, "t", 1)).await, Err(FlowError::Expired(Duration::from_secs(30))));
+    assert_eq!(
+        fc.admit(ticket(0, "t", 1)).await,
+        Err(FlowError::Expired(Duration::from_secs(30)))
+    );
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     assert!(fc.is_empty(), "an expired request leaves the queue");
     shutdown.cancel();
@@ -107,24 +165,37 @@ async fn critical_is_released_before_sheddable_and_expiry_is_503() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_waiter_leaves_the_queue_and_a_full_queue_refuses() {
-    let (fc, level) = flow(FlowConfig { max_requests: 1, ..FlowConfig::default() });
+    let (fc, level) = flow(FlowConfig {
+        max_requests: 1,
+        ..FlowConfig::default()
+    });
     level.store(2000, Ordering::SeqCst);
     let mut set = tokio::task::JoinSet::new();
     let fc2 = Arc::clone(&fc);
     let first = set.spawn(async move { fc2.admit(ticket(0, "a", 1)).await });
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(fc.len(), 1);
-    assert!(matches!(fc.admit(ticket(5, "b", 1)).await, Err(FlowError::Full { limit: "maxRequests", .. })));
+    assert!(matches!(
+        fc.admit(ticket(5, "b", 1)).await,
+        Err(FlowError::Full {
+            limit: "maxRequests",
+            ..
+        })
+    ));
     first.abort();
     assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
-    assert!(fc.is_empty(), "the client left: its request is gone from the queue");
+    assert!(
+        fc.is_empty(),
+        "the client left: its request is gone from the queue"
+    );
 }
 
 /// The value of the series `name{labels}` in the registry's text, if present.
 fn value(registry: &prometheus_client::registry::Registry, series: &str) -> Option<f64> {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[tokio::test(start_paused = true)]
@@ -133,10 +204,21 @@ async fn queue_gauges_and_wait_times_by_outcome_are_recorded() {
     let metrics = Arc::new(Metrics::register(&mut registry));
     let level = Arc::new(AtomicU64::new(2000));
     let read = Arc::clone(&level);
-    let config = FlowConfig { max_requests: 2, ttl: Duration::from_secs(30), ..FlowConfig::default() };
-    let fc = FlowControl::new(config, move || read.load(Ordering::SeqCst) as f64 / 1000.0, metrics, "pool".into());
+    let config = FlowConfig {
+        max_requests: 2,
+        ttl: Duration::from_secs(30),
+        ..FlowConfig::default()
+    };
+    let fc = FlowControl::new(
+        config,
+        move || read.load(Ordering::SeqCst) as f64 / 1000.0,
+        metrics,
+        "pool".into(),
+    );
     let series = |name: &str, flow: &str, priority: &str, outcome: Option<&str>| {
-        let outcome = outcome.map(|o| format!(",outcome=\"{o}\"")).unwrap_or_default();
+        let outcome = outcome
+            .map(|o| format!(",outcome=\"{o}\""))
+            .unwrap_or_default();
         let labels = format!("fairness_id=\"{flow}\",priority=\"{priority}\"{outcome},inference_pool=\"pool\",model_name=\"m\",target_model_name=\"m\"");
         format!("inference_extension_flow_control_{name}{{{labels}}}")
     };
@@ -145,31 +227,78 @@ async fn queue_gauges_and_wait_times_by_outcome_are_recorded() {
     set.spawn(async move { a.admit(ticket(5, "a", 100)).await });
     let gone = set.spawn(async move { b.admit(ticket(0, "b", 7)).await });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(value(&registry, &series("queue_size", "a", "5", None)), Some(1.0));
-    assert_eq!(value(&registry, &series("queue_bytes", "a", "5", None)), Some(100.0));
-    assert_eq!(value(&registry, &series("queue_bytes", "b", "0", None)), Some(7.0));
-    assert_eq!(value(&registry, "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"), Some(2.0));
+    assert_eq!(
+        value(&registry, &series("queue_size", "a", "5", None)),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&registry, &series("queue_bytes", "a", "5", None)),
+        Some(100.0)
+    );
+    assert_eq!(
+        value(&registry, &series("queue_bytes", "b", "0", None)),
+        Some(7.0)
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"
+        ),
+        Some(2.0)
+    );
     assert!(fc.admit(ticket(5, "a", 1)).await.unwrap_err().is_capacity());
-    let duration = |flow, priority, outcome, part: &str| value(&registry, &series(&format!("request_queue_duration_seconds_{part}"), flow, priority, Some(outcome)));
+    let duration = |flow, priority, outcome, part: &str| {
+        value(
+            &registry,
+            &series(
+                &format!("request_queue_duration_seconds_{part}"),
+                flow,
+                priority,
+                Some(outcome),
+            ),
+        )
+    };
     assert_eq!(duration("a", "5", "RejectedCapacity", "count"), Some(1.0));
 
     gone.abort();
     assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
-    assert_eq!(value(&registry, &series("queue_size", "b", "0", None)), Some(0.0), "the client left");
-    assert_eq!(duration("b", "0", "EvictedContextCancelled", "sum"), Some(1.0));
+    assert_eq!(
+        value(&registry, &series("queue_size", "b", "0", None)),
+        Some(0.0),
+        "the client left"
+    );
+    assert_eq!(
+        duration("b", "0", "EvictedContextCancelled", "sum"),
+        Some(1.0)
+    );
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(Arc::clone(&fc).run(shutdown.clone()));
     tokio::time::sleep(Duration::from_secs(1)).await;
     level.store(0, Ordering::SeqCst);
     set.join_next().await.unwrap().unwrap().unwrap();
-    assert_eq!(value(&registry, &series("queue_size", "a", "5", None)), Some(0.0));
-    assert_eq!(value(&registry, &series("queue_bytes", "a", "5", None)), Some(0.0));
-    assert!(duration("a", "5", "Dispatched", "sum").is_some_and(|s| (2.0..2.01).contains(&s)), "waited 2 s");
+    assert_eq!(
+        value(&registry, &series("queue_size", "a", "5", None)),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&registry, &series("queue_bytes", "a", "5", None)),
+        Some(0.0)
+    );
+    assert!(
+        duration("a", "5", "Dispatched", "sum").is_some_and(|s| (2.0..2.01).contains(&s)),
+        "waited 2 s"
+    );
 
     level.store(1000, Ordering::SeqCst);
     assert!(fc.admit(ticket(5, "a", 1)).await.is_err());
     assert_eq!(duration("a", "5", "EvictedTTL", "sum"), Some(30.0));
-    assert_eq!(value(&registry, "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"), Some(1.0));
+    assert_eq!(
+        value(
+            &registry,
+            "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"}"
+        ),
+        Some(1.0)
+    );
     shutdown.cancel();
 }

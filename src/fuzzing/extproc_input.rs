@@ -16,7 +16,10 @@ use crate::extproc::wire;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, Metadata};
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{CommonResponse, HttpBody, HttpHeaders, HttpTrailers, ProcessingRequest, ProcessingResponse, ProtocolConfiguration};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    CommonResponse, HttpBody, HttpHeaders, HttpTrailers, ProcessingRequest, ProcessingResponse,
+    ProtocolConfiguration,
+};
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 pub const MAX_STEPS: usize = 64;
@@ -36,7 +39,16 @@ const HEADER_NAMES: [&str; 12] = [
     "x-original-path",
 ];
 
-const PATHS: [&str; 8] = ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/conversations", "/v1/models", "/", "/v1/completions?x=/chat/completions"];
+const PATHS: [&str; 8] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/conversations",
+    "/v1/models",
+    "/",
+    "/v1/completions?x=/chat/completions",
+];
 
 pub enum Step {
     Message(Box<ProcessingRequest>),
@@ -76,11 +88,19 @@ pub fn decode(data: &[u8]) -> Vec<Step> {
             0 => {
                 let (map, subset) = headers(&mut c, true);
                 metadata = subset;
-                Some(Request::RequestHeaders(HttpHeaders { headers: Some(map), end_of_stream: eos, ..Default::default() }))
+                Some(Request::RequestHeaders(HttpHeaders {
+                    headers: Some(map),
+                    end_of_stream: eos,
+                    ..Default::default()
+                }))
             }
             1 => Some(Request::RequestBody(body(&mut c, eos))),
             2 => Some(Request::RequestTrailers(HttpTrailers::default())),
-            3 => Some(Request::ResponseHeaders(HttpHeaders { headers: Some(headers(&mut c, false).0), end_of_stream: eos, ..Default::default() })),
+            3 => Some(Request::ResponseHeaders(HttpHeaders {
+                headers: Some(headers(&mut c, false).0),
+                end_of_stream: eos,
+                ..Default::default()
+            })),
             4 => Some(Request::ResponseBody(body(&mut c, eos))),
             5 => Some(Request::ResponseTrailers(HttpTrailers::default())),
             6 => {
@@ -94,14 +114,23 @@ pub fn decode(data: &[u8]) -> Vec<Step> {
             response_body_mode: i32::from(flags >> 5) % 5,
             ..Default::default()
         });
-        steps.push(Step::Message(Box::new(ProcessingRequest { request, metadata_context: metadata, protocol_config, ..Default::default() })));
+        steps.push(Step::Message(Box::new(ProcessingRequest {
+            request,
+            metadata_context: metadata,
+            protocol_config,
+            ..Default::default()
+        })));
     }
     steps
 }
 
 fn body(c: &mut Cursor<'_>, end_of_stream: bool) -> HttpBody {
     let len = c.u16() % 4096;
-    HttpBody { body: c.take(len).to_vec(), end_of_stream, ..Default::default() }
+    HttpBody {
+        body: c.take(len).to_vec(),
+        end_of_stream,
+        ..Default::default()
+    }
 }
 
 /// A header map and, for request headers, the subset hint metadata its subset entries make.
@@ -113,23 +142,40 @@ fn headers(c: &mut Cursor<'_>, request: bool) -> (HeaderMap, Option<Metadata>) {
         let len = usize::from(c.byte().unwrap_or(0) % 64);
         let raw = c.take(len).to_vec();
         let raw = match name {
-            ":path" => PATHS[raw.first().map_or(0, |b| usize::from(*b)) % PATHS.len()].as_bytes().to_vec(),
-            ":status" if !request => raw.first().map_or(b"200".to_vec(), |b| [b"200".as_slice(), b"400", b"500", b"503", b"x"][usize::from(*b) % 5].to_vec()),
+            ":path" => PATHS[raw.first().map_or(0, |b| usize::from(*b)) % PATHS.len()]
+                .as_bytes()
+                .to_vec(),
+            ":status" if !request => raw.first().map_or(b"200".to_vec(), |b| {
+                [b"200".as_slice(), b"400", b"500", b"503", b"x"][usize::from(*b) % 5].to_vec()
+            }),
             _ => raw,
         };
         if name == wire::SUBSET_KEY && request {
             subset = Some(subset_metadata(&String::from_utf8_lossy(&raw)));
             continue;
         }
-        map.headers.push(HeaderValue { key: name.to_owned(), raw_value: raw, ..Default::default() });
+        map.headers.push(HeaderValue {
+            key: name.to_owned(),
+            raw_value: raw,
+            ..Default::default()
+        });
     }
     (map, subset)
 }
 
 fn subset_metadata(csv: &str) -> Metadata {
-    let value = Value { kind: Some(Kind::StringValue(csv.to_owned())) };
-    let inner = Struct { fields: [(wire::SUBSET_KEY.to_owned(), value)].into_iter().collect() };
-    Metadata { filter_metadata: [(wire::SUBSET_NAMESPACE.to_owned(), inner)].into_iter().collect(), ..Default::default() }
+    let value = Value {
+        kind: Some(Kind::StringValue(csv.to_owned())),
+    };
+    let inner = Struct {
+        fields: [(wire::SUBSET_KEY.to_owned(), value)].into_iter().collect(),
+    };
+    Metadata {
+        filter_metadata: [(wire::SUBSET_NAMESPACE.to_owned(), inner)]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// Every destination a response names: the destination header it sets and the `envoy.lb`
@@ -149,12 +195,26 @@ pub fn destinations(r: &ProcessingResponse) -> Vec<String> {
         .map(|h| String::from_utf8_lossy(wire::header_value(h)).into_owned())
         .collect();
     if let Some(Response::ImmediateResponse(i)) = &r.response {
-        let set = i.headers.iter().flat_map(|m| &m.set_headers).filter_map(|o| o.header.as_ref());
-        found.extend(set.filter(|h| h.key.eq_ignore_ascii_case(wire::DESTINATION_HEADER)).map(|h| String::from_utf8_lossy(wire::header_value(h)).into_owned()));
+        let set = i
+            .headers
+            .iter()
+            .flat_map(|m| &m.set_headers)
+            .filter_map(|o| o.header.as_ref());
+        found.extend(
+            set.filter(|h| h.key.eq_ignore_ascii_case(wire::DESTINATION_HEADER))
+                .map(|h| String::from_utf8_lossy(wire::header_value(h)).into_owned()),
+        );
     }
-    let lb = r.dynamic_metadata.as_ref().and_then(|m| m.fields.get(wire::LB_NAMESPACE));
+    let lb = r
+        .dynamic_metadata
+        .as_ref()
+        .and_then(|m| m.fields.get(wire::LB_NAMESPACE));
     if let Some(Kind::StructValue(s)) = lb.and_then(|v| v.kind.as_ref()) {
-        if let Some(Kind::StringValue(v)) = s.fields.get(wire::DESTINATION_HEADER).and_then(|v| v.kind.as_ref()) {
+        if let Some(Kind::StringValue(v)) = s
+            .fields
+            .get(wire::DESTINATION_HEADER)
+            .and_then(|v| v.kind.as_ref())
+        {
             found.push(v.clone());
         }
     }

@@ -11,8 +11,18 @@ use rmp::Marker;
 /// caller can skip them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum KvEvent {
-    BlockStored { block_hashes: Vec<u64>, parent_block_hash: Option<u64>, token_ids: Vec<u32>, block_size: usize, lora_name: Option<String>, medium: Option<String> },
-    BlockRemoved { block_hashes: Vec<u64>, medium: Option<String> },
+    BlockStored {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: usize,
+        lora_name: Option<String>,
+        medium: Option<String>,
+    },
+    BlockRemoved {
+        block_hashes: Vec<u64>,
+        medium: Option<String>,
+    },
     AllBlocksCleared,
     /// An event type this decoder does not know (skipped).
     Unknown,
@@ -30,14 +40,25 @@ pub enum DecodeError {
     #[error("payload ends early at byte {0}")]
     Truncated(usize),
     #[error("unexpected msgpack marker {marker:#04x} at byte {at} (wanted {wanted})")]
-    Unexpected { marker: u8, at: usize, wanted: &'static str },
+    Unexpected {
+        marker: u8,
+        at: usize,
+        wanted: &'static str,
+    },
     #[error("BlockStored has {tokens} token ids for {blocks} blocks of {block_size}")]
-    TokenCount { tokens: usize, blocks: usize, block_size: usize },
+    TokenCount {
+        tokens: usize,
+        blocks: usize,
+        block_size: usize,
+    },
 }
 
 /// Decodes one payload (frame 2 of a KV-event message).
 pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, DecodeError> {
-    let mut r = Reader { buf: payload, pos: 0 };
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+    };
     if let Some(n) = r.try_map_len()? {
         return batch_from_map(&mut r, n);
     }
@@ -51,11 +72,19 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, DecodeError> {
     for _ in 3..n {
         r.skip()?;
     }
-    Ok(EventBatch { ts, events, dp_rank })
+    Ok(EventBatch {
+        ts,
+        events,
+        dp_rank,
+    })
 }
 
 fn batch_from_map(r: &mut Reader<'_>, n: usize) -> Result<EventBatch, DecodeError> {
-    let mut batch = EventBatch { ts: 0.0, events: Vec::new(), dp_rank: None };
+    let mut batch = EventBatch {
+        ts: 0.0,
+        events: Vec::new(),
+        dp_rank: None,
+    };
     for _ in 0..n {
         match r.str()? {
             "ts" => batch.ts = r.float()?,
@@ -107,12 +136,28 @@ fn positional(r: &mut Reader<'_>) -> Result<KvEvent, DecodeError> {
                 lora_name = r.opt_str()?;
                 used += 1;
             }
-            (stored(block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium)?, used)
+            (
+                stored(
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    medium,
+                )?,
+                used,
+            )
         }
         "BlockRemoved" if n >= 2 => {
             let block_hashes = r.hashes()?;
             let medium = if n > 2 { r.opt_str()? } else { None };
-            (KvEvent::BlockRemoved { block_hashes, medium }, if n > 2 { 3 } else { 2 })
+            (
+                KvEvent::BlockRemoved {
+                    block_hashes,
+                    medium,
+                },
+                if n > 2 { 3 } else { 2 },
+            )
         }
         "AllBlocksCleared" => (KvEvent::AllBlocksCleared, 1),
         _ => (KvEvent::Unknown, 1),
@@ -126,7 +171,8 @@ fn positional(r: &mut Reader<'_>) -> Result<KvEvent, DecodeError> {
 /// The map form: `{"type": …, "block_hashes": …, …}` in any order, unknown keys skipped.
 fn keyed(r: &mut Reader<'_>, fields: usize) -> Result<KvEvent, DecodeError> {
     let mut tag = String::new();
-    let (mut hashes, mut parent, mut tokens, mut block_size, mut lora_name, mut medium) = (Vec::new(), None, Vec::new(), 0, None, None);
+    let (mut hashes, mut parent, mut tokens, mut block_size, mut lora_name, mut medium) =
+        (Vec::new(), None, Vec::new(), 0, None, None);
     for _ in 0..fields {
         match r.str()? {
             "type" => tag = r.str()?.to_owned(),
@@ -141,18 +187,39 @@ fn keyed(r: &mut Reader<'_>, fields: usize) -> Result<KvEvent, DecodeError> {
     }
     Ok(match tag.as_str() {
         "BlockStored" => stored(hashes, parent, tokens, block_size, lora_name, medium)?,
-        "BlockRemoved" => KvEvent::BlockRemoved { block_hashes: hashes, medium },
+        "BlockRemoved" => KvEvent::BlockRemoved {
+            block_hashes: hashes,
+            medium,
+        },
         "AllBlocksCleared" => KvEvent::AllBlocksCleared,
         _ => KvEvent::Unknown,
     })
 }
 
-fn stored(block_hashes: Vec<u64>, parent_block_hash: Option<u64>, token_ids: Vec<u32>, block_size: usize, lora_name: Option<String>, medium: Option<String>) -> Result<KvEvent, DecodeError> {
+fn stored(
+    block_hashes: Vec<u64>,
+    parent_block_hash: Option<u64>,
+    token_ids: Vec<u32>,
+    block_size: usize,
+    lora_name: Option<String>,
+    medium: Option<String>,
+) -> Result<KvEvent, DecodeError> {
     // checked: block_size comes off the wire, and a wrapped product could match a bogus count
     if block_size == 0 || block_hashes.len().checked_mul(block_size) != Some(token_ids.len()) {
-        return Err(DecodeError::TokenCount { tokens: token_ids.len(), blocks: block_hashes.len(), block_size });
+        return Err(DecodeError::TokenCount {
+            tokens: token_ids.len(),
+            blocks: block_hashes.len(),
+            block_size,
+        });
     }
-    Ok(KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium })
+    Ok(KvEvent::BlockStored {
+        block_hashes,
+        parent_block_hash,
+        token_ids,
+        block_size,
+        lora_name,
+        medium,
+    })
 }
 
 /// A cursor over msgpack bytes with just the reads the schema needs.
@@ -164,22 +231,36 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn unexpected(&self, wanted: &'static str) -> DecodeError {
         let at = self.pos.saturating_sub(1);
-        DecodeError::Unexpected { marker: self.buf.get(at).copied().unwrap_or(0), at, wanted }
+        DecodeError::Unexpected {
+            marker: self.buf.get(at).copied().unwrap_or(0),
+            at,
+            wanted,
+        }
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len()).ok_or(DecodeError::Truncated(self.pos))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or(DecodeError::Truncated(self.pos))?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
     }
 
     fn be(&mut self, n: usize) -> Result<u64, DecodeError> {
-        Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
     fn peek(&self) -> Result<Marker, DecodeError> {
-        self.buf.get(self.pos).map(|b| Marker::from_u8(*b)).ok_or(DecodeError::Truncated(self.pos))
+        self.buf
+            .get(self.pos)
+            .map(|b| Marker::from_u8(*b))
+            .ok_or(DecodeError::Truncated(self.pos))
     }
 
     fn marker(&mut self) -> Result<Marker, DecodeError> {
@@ -200,8 +281,18 @@ impl<'a> Reader<'a> {
     fn try_map_len(&mut self) -> Result<Option<usize>, DecodeError> {
         let n = match self.peek()? {
             Marker::FixMap(n) => usize::from(n),
-            Marker::Map16 => return self.marker().and_then(|_| self.be(2)).map(|n| Some(n as usize)),
-            Marker::Map32 => return self.marker().and_then(|_| self.be(4)).map(|n| Some(n as usize)),
+            Marker::Map16 => {
+                return self
+                    .marker()
+                    .and_then(|_| self.be(2))
+                    .map(|n| Some(n as usize))
+            }
+            Marker::Map32 => {
+                return self
+                    .marker()
+                    .and_then(|_| self.be(4))
+                    .map(|n| Some(n as usize))
+            }
             _ => return Ok(None),
         };
         self.pos += 1;
@@ -217,7 +308,11 @@ impl<'a> Reader<'a> {
             _ => return Err(self.unexpected("a string")),
         };
         let start = self.pos;
-        std::str::from_utf8(self.take(n)?).map_err(|_| DecodeError::Unexpected { marker: 0, at: start, wanted: "UTF-8" })
+        std::str::from_utf8(self.take(n)?).map_err(|_| DecodeError::Unexpected {
+            marker: 0,
+            at: start,
+            wanted: "UTF-8",
+        })
     }
 
     fn opt_str(&mut self) -> Result<Option<String>, DecodeError> {
@@ -226,7 +321,9 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         match self.peek()? {
-            Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => self.str().map(|s| Some(s.to_owned())),
+            Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => {
+                self.str().map(|s| Some(s.to_owned()))
+            }
             _ => self.skip().map(|()| None),
         }
     }
@@ -257,7 +354,10 @@ impl<'a> Reader<'a> {
     fn float(&mut self) -> Result<f64, DecodeError> {
         match self.peek()? {
             Marker::F64 => self.marker().and_then(|_| self.be(8)).map(f64::from_bits),
-            Marker::F32 => self.marker().and_then(|_| self.be(4)).map(|b| f64::from(f32::from_bits(b as u32))),
+            Marker::F32 => self
+                .marker()
+                .and_then(|_| self.be(4))
+                .map(|b| f64::from(f32::from_bits(b as u32))),
             _ => self.uint().map(|n| n as f64),
         }
     }
@@ -272,7 +372,9 @@ impl<'a> Reader<'a> {
             _ => return self.uint(),
         };
         let bytes = self.take(n)?;
-        Ok(bytes[n.saturating_sub(8)..].iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        Ok(bytes[n.saturating_sub(8)..]
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
     fn opt_hash(&mut self) -> Result<Option<u64>, DecodeError> {
@@ -296,7 +398,9 @@ impl<'a> Reader<'a> {
     /// Skips one value of any type.
     fn skip(&mut self) -> Result<(), DecodeError> {
         let len = match self.marker()? {
-            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => 0,
+            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+                0
+            }
             Marker::U8 | Marker::I8 => 1,
             Marker::U16 | Marker::I16 => 2,
             Marker::U32 | Marker::I32 | Marker::F32 => 4,

@@ -103,7 +103,9 @@ pub fn decode(buf: &[u8]) -> Result<(u64, Placement), PeerError> {
     }
     let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
     let sender = u64_at(&head[6..14]);
-    let ttl = Duration::from_millis(u64::from(u32::from_le_bytes(head[14..18].try_into().unwrap_or([0; 4]))));
+    let ttl = Duration::from_millis(u64::from(u32::from_le_bytes(
+        head[14..18].try_into().unwrap_or([0; 4]),
+    )));
     let mut octets = [0u8; 16];
     octets.copy_from_slice(&head[18..34]);
     let v6 = Ipv6Addr::from(octets);
@@ -115,10 +117,20 @@ pub fn decode(buf: &[u8]) -> Result<(u64, Placement), PeerError> {
     }
     let body = &buf[HEADER..];
     if body.len() != n * 8 {
-        return Err(PeerError::Length { said: n, bytes: body.len() });
+        return Err(PeerError::Length {
+            said: n,
+            bytes: body.len(),
+        });
     }
     let keys = body.chunks_exact(8).map(u64_at).collect();
-    Ok((sender, Placement { endpoint: EndpointId(SocketAddr::new(ip, port)), keys, ttl }))
+    Ok((
+        sender,
+        Placement {
+            endpoint: EndpointId(SocketAddr::new(ip, port)),
+            keys,
+            ttl,
+        },
+    ))
 }
 
 /// The director's side: placements queued for [`send`], dropped (and counted) when the queue
@@ -130,7 +142,11 @@ pub struct Outbox {
 
 impl PlacementSink for Outbox {
     fn placed(&self, endpoint: EndpointId, keys: &[u64], ttl: Duration) {
-        let p = Placement { endpoint, keys: keys.to_vec(), ttl };
+        let p = Placement {
+            endpoint,
+            keys: keys.to_vec(),
+            ttl,
+        };
         if self.tx.try_send(p).is_err() {
             count(&self.metrics, PeerOutcome::dropped);
         }
@@ -146,10 +162,26 @@ pub fn outbox(metrics: Arc<Metrics>) -> (Outbox, mpsc::Receiver<Placement>) {
 /// Wires sharing for `director`: applies the other replicas' placements to its precise index
 /// and, when `peers` names any, sends its own to them. Returns the director with its
 /// [`Outbox`]; the tasks run on `tracker` until `shutdown`.
-pub fn share(director: Director, socket: UdpSocket, peers: Vec<String>, datastore: Arc<Datastore>, tracker: &TaskTracker, shutdown: &CancellationToken) -> Director {
+pub fn share(
+    director: Director,
+    socket: UdpSocket,
+    peers: Vec<String>,
+    datastore: Arc<Datastore>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Director {
     let metrics = Arc::clone(director.metrics());
-    let sock = PeerSocket { socket: Arc::new(socket), sender: rand::random(), metrics: Arc::clone(&metrics) };
-    tracker.spawn(receive(sock.clone(), datastore, Arc::clone(director.precise_index()), shutdown.clone()));
+    let sock = PeerSocket {
+        socket: Arc::new(socket),
+        sender: rand::random(),
+        metrics: Arc::clone(&metrics),
+    };
+    tracker.spawn(receive(
+        sock.clone(),
+        datastore,
+        Arc::clone(director.precise_index()),
+        shutdown.clone(),
+    ));
     if peers.is_empty() {
         return director;
     }
@@ -168,7 +200,12 @@ pub struct PeerSocket {
 }
 
 /// Sends every queued placement to every address `peers` resolve to, until `shutdown`.
-pub async fn send(sock: PeerSocket, peers: Vec<String>, mut rx: mpsc::Receiver<Placement>, shutdown: CancellationToken) {
+pub async fn send(
+    sock: PeerSocket,
+    peers: Vec<String>,
+    mut rx: mpsc::Receiver<Placement>,
+    shutdown: CancellationToken,
+) {
     let mut addrs: Vec<SocketAddr> = Vec::new();
     let mut resolved_at: Option<Instant> = None;
     loop {
@@ -210,7 +247,12 @@ async fn resolve(peers: &[String]) -> Vec<SocketAddr> {
 }
 
 /// Applies the placements other replicas send to `index`, until `shutdown`.
-pub async fn receive(sock: PeerSocket, datastore: Arc<Datastore>, index: Arc<PreciseIndex>, shutdown: CancellationToken) {
+pub async fn receive(
+    sock: PeerSocket,
+    datastore: Arc<Datastore>,
+    index: Arc<PreciseIndex>,
+    shutdown: CancellationToken,
+) {
     let mut buf = vec![0u8; HEADER + MAX_KEYS * 8 + 1];
     loop {
         let n = tokio::select! {
@@ -236,7 +278,9 @@ fn apply(datagram: &[u8], own: u64, datastore: &Datastore, index: &PreciseIndex)
             PeerOutcome::rejected
         }
         Ok((sender, _)) if sender == own => PeerOutcome::own,
-        Ok((_, p)) if datastore.snapshot().get(&p.endpoint).is_none() => PeerOutcome::unknown_endpoint,
+        Ok((_, p)) if datastore.snapshot().get(&p.endpoint).is_none() => {
+            PeerOutcome::unknown_endpoint
+        }
         Ok((_, p)) => {
             index.speculate(p.endpoint, &p.keys, Instant::now(), p.ttl.min(MAX_TTL));
             PeerOutcome::applied
@@ -245,7 +289,10 @@ fn apply(datagram: &[u8], own: u64, datastore: &Datastore, index: &PreciseIndex)
 }
 
 fn count(metrics: &Metrics, outcome: PeerOutcome) {
-    metrics.peer_messages.get_or_create(&PeerLabels { outcome }).inc();
+    metrics
+        .peer_messages
+        .get_or_create(&PeerLabels { outcome })
+        .inc();
 }
 
 #[cfg(test)]

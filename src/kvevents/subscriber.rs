@@ -3,12 +3,14 @@
 
 use super::decode::{decode_batch, KvEvent};
 use super::{KvEventsError, Sink, Source};
-use crate::metrics::{EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels};
+use crate::metrics::{
+    EndpointLabels, KvEventKind, KvEventLabels, KvGapLabels, KvGapOutcome, Outcome, OutcomeLabels,
+};
 use crate::prefix::precise::Stored;
 use bytes::Bytes;
+use futures::StreamExt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use futures::StreamExt;
 use zeromq::{DealerSocket, Socket, SocketEvent, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 /// Pause between failed sessions (the socket itself reconnects within a session).
@@ -21,7 +23,9 @@ const END_OF_REPLAY: [u8; 8] = [0xff; 8];
 /// Subscribes until cancelled, starting a new session after a failure.
 pub(super) async fn run(source: Source, sink: Sink, cancel: CancellationToken) {
     let mut failing = false;
-    let labels = EndpointLabels { endpoint: source.endpoint.to_string() };
+    let labels = EndpointLabels {
+        endpoint: source.endpoint.to_string(),
+    };
     loop {
         let result = tokio::select! {
             r = session(&source, &sink) => r,
@@ -66,10 +70,25 @@ async fn session(source: &Source, sink: &Sink) -> Result<(), KvEventsError> {
     let index = &*sink.index;
     let mut sub = SubSocket::new();
     let addr = &source.publish;
-    sub.connect(addr).await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
-    sub.subscribe("").await.map_err(|e| KvEventsError::Connect { addr: addr.clone(), source: e })?;
+    sub.connect(addr)
+        .await
+        .map_err(|e| KvEventsError::Connect {
+            addr: addr.clone(),
+            source: e,
+        })?;
+    sub.subscribe("")
+        .await
+        .map_err(|e| KvEventsError::Connect {
+            addr: addr.clone(),
+            source: e,
+        })?;
     tracing::info!(endpoint = %source.endpoint, %addr, "KV-event subscription started");
-    sink.metrics().connected.get_or_create(&EndpointLabels { endpoint: source.endpoint.to_string() }).set(1);
+    sink.metrics()
+        .connected
+        .get_or_create(&EndpointLabels {
+            endpoint: source.endpoint.to_string(),
+        })
+        .set(1);
     let mut monitor = sub.monitor();
     let mut next: Option<u64> = None;
     let mut monitoring = true;
@@ -90,7 +109,9 @@ async fn session(source: &Source, sink: &Sink) -> Result<(), KvEventsError> {
             }
         };
         let frames = msg.into_vec();
-        let [topic, seq, payload] = frames.as_slice() else { continue };
+        let [topic, seq, payload] = frames.as_slice() else {
+            continue;
+        };
         let Some(seq) = seq_of(seq) else { continue };
         let model = topic_model(topic);
         tracing::trace!(endpoint = %source.endpoint, seq, "KV-event batch");
@@ -111,7 +132,14 @@ async fn session(source: &Source, sink: &Sink) -> Result<(), KvEventsError> {
 /// Fills batches `from..to` through the replay socket; without one (or when the pod's buffer
 /// no longer reaches back to `from`), drops the endpoint's entries so that they are rebuilt from
 /// what follows. A first batch with a sequence above 0 is a late join: nothing to drop.
-pub(super) async fn repair(source: &Source, sink: &Sink, model: &str, from: u64, to: u64, first: bool) {
+pub(super) async fn repair(
+    source: &Source,
+    sink: &Sink,
+    model: &str,
+    from: u64,
+    to: u64,
+    first: bool,
+) {
     let replayed = match &source.replay {
         Some(addr) => match tokio::time::timeout(REPLAY_TIMEOUT, replay(addr, from)).await {
             Ok(Ok(batches)) => Some(batches),
@@ -127,32 +155,64 @@ pub(super) async fn repair(source: &Source, sink: &Sink, model: &str, from: u64,
         None => None,
     };
     tracing::debug!(endpoint = %source.endpoint, from, to, replayed = ?replayed.as_ref().map(|b| b.iter().map(|(s, _)| *s).collect::<Vec<_>>()), "KV-event replay");
-    let complete = replayed.as_ref().is_some_and(|b| b.first().is_some_and(|(s, _)| *s <= from));
+    let complete = replayed
+        .as_ref()
+        .is_some_and(|b| b.first().is_some_and(|(s, _)| *s <= from));
     if !complete && !first {
         tracing::info!(endpoint = %source.endpoint, from, to, "KV-event gap not repairable; rebuilding the endpoint's entries");
         sink.index.writer(source.endpoint).clear();
     }
-    let outcome = if complete { Some(KvGapOutcome::replayed) } else { (!first).then_some(KvGapOutcome::dropped) };
+    let outcome = if complete {
+        Some(KvGapOutcome::replayed)
+    } else {
+        (!first).then_some(KvGapOutcome::dropped)
+    };
     if let Some(outcome) = outcome {
-        sink.metrics().gaps.get_or_create(&KvGapLabels { outcome }).inc();
+        sink.metrics()
+            .gaps
+            .get_or_create(&KvGapLabels { outcome })
+            .inc();
     }
-    for (_, payload) in replayed.unwrap_or_default().iter().filter(|(s, _)| (from..to).contains(s)) {
+    for (_, payload) in replayed
+        .unwrap_or_default()
+        .iter()
+        .filter(|(s, _)| (from..to).contains(s))
+    {
         apply(sink, source, model, payload);
     }
 }
 
 /// Asks the ROUTER at `addr` for every buffered batch from `start` on.
 async fn replay(addr: &str, start: u64) -> Result<Vec<(u64, Bytes)>, KvEventsError> {
-    let fail = |reason: String| KvEventsError::Replay { addr: addr.to_owned(), reason };
+    let fail = |reason: String| KvEventsError::Replay {
+        addr: addr.to_owned(),
+        reason,
+    };
     let mut dealer = DealerSocket::new();
-    dealer.connect(addr).await.map_err(|e| fail(e.to_string()))?;
-    let request = ZmqMessage::try_from(vec![Bytes::new(), Bytes::copy_from_slice(&start.to_be_bytes())]).map_err(|e| fail(e.to_string()))?;
-    dealer.send(request).await.map_err(|e| fail(e.to_string()))?;
+    dealer
+        .connect(addr)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let request = ZmqMessage::try_from(vec![
+        Bytes::new(),
+        Bytes::copy_from_slice(&start.to_be_bytes()),
+    ])
+    .map_err(|e| fail(e.to_string()))?;
+    dealer
+        .send(request)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
     let mut out = Vec::new();
     loop {
-        let frames = dealer.recv().await.map_err(|e| fail(e.to_string()))?.into_vec();
+        let frames = dealer
+            .recv()
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .into_vec();
         // [empty delimiter, seq, payload]
-        let [_, seq, payload] = frames.as_slice() else { return Err(fail(format!("{} frames", frames.len()))) };
+        let [_, seq, payload] = frames.as_slice() else {
+            return Err(fail(format!("{} frames", frames.len())));
+        };
         if seq.as_ref() == END_OF_REPLAY {
             return Ok(out);
         }
@@ -162,7 +222,10 @@ async fn replay(addr: &str, start: u64) -> Result<Vec<(u64, Bytes)>, KvEventsErr
 }
 
 pub(super) fn seq_of(frame: &[u8]) -> Option<u64> {
-    frame.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes)
+    frame
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
 }
 
 /// The model part of `kv@<ip>:<port>@<model>` (the whole topic when it has another shape).
@@ -188,22 +251,46 @@ pub(super) fn apply(sink: &Sink, source: &Source, model: &str, payload: &[u8]) {
         Ok(b) => b,
         Err(e) => {
             tracing::debug!(endpoint = %source.endpoint, error = %e, "undecodable KV-event batch skipped");
-            m.batches.get_or_create(&OutcomeLabels { outcome: Outcome::failure }).inc();
+            m.batches
+                .get_or_create(&OutcomeLabels {
+                    outcome: Outcome::failure,
+                })
+                .inc();
             return;
         }
     };
-    m.batches.get_or_create(&OutcomeLabels { outcome: Outcome::success }).inc();
+    m.batches
+        .get_or_create(&OutcomeLabels {
+            outcome: Outcome::success,
+        })
+        .inc();
     let mut counts = [0u64; 4];
     let mut w = sink.index.writer(source.endpoint);
     let gpu = |m: &Option<String>| m.as_deref().is_none_or(|m| m.eq_ignore_ascii_case("gpu"));
     for event in &batch.events {
         let kind = match event {
-            KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, medium } if gpu(medium) => {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_name,
+                medium,
+            } if gpu(medium) => {
                 let model = lora_name.as_deref().unwrap_or(model);
-                w.store(&Stored { model, parent: *parent_block_hash, hashes: block_hashes, tokens: token_ids, block_size: *block_size });
+                w.store(&Stored {
+                    model,
+                    parent: *parent_block_hash,
+                    hashes: block_hashes,
+                    tokens: token_ids,
+                    block_size: *block_size,
+                });
                 KvEventKind::stored
             }
-            KvEvent::BlockRemoved { block_hashes, medium } if gpu(medium) => {
+            KvEvent::BlockRemoved {
+                block_hashes,
+                medium,
+            } if gpu(medium) => {
                 w.remove(block_hashes);
                 KvEventKind::removed
             }
@@ -216,7 +303,15 @@ pub(super) fn apply(sink: &Sink, source: &Source, model: &str, payload: &[u8]) {
         counts[kind as usize] += 1;
     }
     drop(w);
-    for (kind, n) in [KvEventKind::stored, KvEventKind::removed, KvEventKind::cleared, KvEventKind::ignored].into_iter().zip(counts) {
+    for (kind, n) in [
+        KvEventKind::stored,
+        KvEventKind::removed,
+        KvEventKind::cleared,
+        KvEventKind::ignored,
+    ]
+    .into_iter()
+    .zip(counts)
+    {
         if n > 0 {
             m.events.get_or_create(&KvEventLabels { kind }).inc_by(n);
         }

@@ -55,8 +55,14 @@ impl Default for PrefixIndex {
 
 impl PrefixIndex {
     pub fn new() -> Self {
-        let inner = Inner { slots: HashMap::new(), lrus: Vec::new(), holders: HashMap::default() };
-        Self { inner: RwLock::new(inner) }
+        let inner = Inner {
+            slots: HashMap::new(),
+            lrus: Vec::new(),
+            holders: HashMap::default(),
+        };
+        Self {
+            inner: RwLock::new(inner),
+        }
     }
 
     /// Longest run of consecutive leading blocks of `hashes` held by each endpoint; endpoints with
@@ -87,7 +93,10 @@ impl PrefixIndex {
             depth = i + 1;
         }
         matched.extend(alive.into_iter().map(|s| (s, depth)));
-        matched.into_iter().filter_map(|(slot, n)| inner.endpoint(slot).map(|id| (id, n))).collect()
+        matched
+            .into_iter()
+            .filter_map(|(slot, n)| inner.endpoint(slot).map(|id| (id, n)))
+            .collect()
     }
 
     /// Records that `hashes` were routed to `endpoint`, whose cache holds `capacity` blocks.
@@ -105,8 +114,12 @@ impl PrefixIndex {
     /// Forgets endpoints that no longer exist.
     pub fn retain(&self, live: &HashSet<EndpointId>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let gone: Vec<(EndpointId, Slot)> =
-            inner.slots.iter().filter(|(id, _)| !live.contains(id)).map(|(id, s)| (*id, *s)).collect();
+        let gone: Vec<(EndpointId, Slot)> = inner
+            .slots
+            .iter()
+            .filter(|(id, _)| !live.contains(id))
+            .map(|(id, s)| (*id, *s))
+            .collect();
         for (id, slot) in gone {
             inner.slots.remove(&id);
             if let Some((_, lru)) = inner.lrus[slot as usize].take() {
@@ -156,7 +169,9 @@ impl Inner {
     }
 
     fn insert(&mut self, slot: Slot, hash: u64) {
-        let Some((_, lru)) = self.lrus[slot as usize].as_mut() else { return };
+        let Some((_, lru)) = self.lrus[slot as usize].as_mut() else {
+            return;
+        };
         if lru.get(&hash).is_some() {
             return;
         }
@@ -210,7 +225,10 @@ mod tests {
         let mut m = idx.longest_prefix(&[1, 2, 3, 4]);
         m.sort();
         assert_eq!(m, vec![(ep(1), 4), (ep(2), 1)]);
-        assert!(idx.longest_prefix(&[7, 1]).is_empty(), "a miss on block 0 matches nothing");
+        assert!(
+            idx.longest_prefix(&[7, 1]).is_empty(),
+            "a miss on block 0 matches nothing"
+        );
     }
 
     #[test]
@@ -218,7 +236,10 @@ mod tests {
         let idx = PrefixIndex::new();
         idx.record(ep(1), &[1, 2], 2);
         idx.record(ep(1), &[3], 2);
-        assert!(idx.longest_prefix(&[1]).is_empty(), "block 1 was least recently used");
+        assert!(
+            idx.longest_prefix(&[1]).is_empty(),
+            "block 1 was least recently used"
+        );
         assert_eq!(idx.longest_prefix(&[2]), vec![(ep(1), 1)]);
         idx.record(ep(2), &[2], 10);
         idx.retain(&[ep(2)].into_iter().collect());

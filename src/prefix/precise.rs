@@ -121,7 +121,15 @@ impl Holders {
                         gone = true;
                     }
                 }
-                (if let [only] = v.as_slice() { Some(*only) } else { None }, gone, v.is_empty())
+                (
+                    if let [only] = v.as_slice() {
+                        Some(*only)
+                    } else {
+                        None
+                    },
+                    gone,
+                    v.is_empty(),
+                )
             }
         };
         if let Some(only) = single {
@@ -178,13 +186,20 @@ struct Decayed {
 impl Decayed {
     fn at(&self, now: Instant) -> f64 {
         match self.at {
-            Some(t) => self.value * (-now.saturating_duration_since(t).as_secs_f64() / LOST_DECAY.as_secs_f64()).exp(),
+            Some(t) => {
+                self.value
+                    * (-now.saturating_duration_since(t).as_secs_f64() / LOST_DECAY.as_secs_f64())
+                        .exp()
+            }
             None => 0.0,
         }
     }
 
     fn add(&mut self, n: f64, now: Instant) {
-        *self = Self { value: self.at(now) + n, at: Some(now) };
+        *self = Self {
+            value: self.at(now) + n,
+            at: Some(now),
+        };
     }
 }
 
@@ -242,7 +257,10 @@ impl PreciseIndex {
 
     /// Block size the pods announce (0 until the first BlockStored).
     pub fn block_size(&self) -> usize {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).block_size
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_size
     }
 
     /// Longest run of leading `keys` each endpoint holds (or was speculatively sent before
@@ -259,7 +277,13 @@ impl PreciseIndex {
                 inner.holders_at(*key, now, &mut cur);
                 intersect(&mut alive, &cur, i == 0, |s| *s, |s| matched.push((s, i)));
             } else {
-                intersect(&mut alive, holders, i == 0, |h| h.slot, |s| matched.push((s, i)));
+                intersect(
+                    &mut alive,
+                    holders,
+                    i == 0,
+                    |h| h.slot,
+                    |s| matched.push((s, i)),
+                );
             }
             if alive.is_empty() {
                 break;
@@ -267,7 +291,10 @@ impl PreciseIndex {
             depth = i + 1;
         }
         matched.extend(alive.into_iter().map(|s| (s, depth)));
-        matched.into_iter().filter_map(|(s, n)| inner.ids.get(usize::from(s))?.map(|id| (id, n))).collect()
+        matched
+            .into_iter()
+            .filter_map(|(s, n)| inner.ids.get(usize::from(s))?.map(|id| (id, n)))
+            .collect()
     }
 
     /// Counts `keys` as held by `endpoint` until `expires` (routing until the first BlockStored).
@@ -282,7 +309,9 @@ impl PreciseIndex {
         if !inner.holds(root, slot) {
             if let Entry::Vacant(v) = inner.placed.entry((slot, root)) {
                 v.insert(now + PLACED_WINDOW);
-                inner.placed_order.push_back((now + PLACED_WINDOW, slot, root));
+                inner
+                    .placed_order
+                    .push_back((now + PLACED_WINDOW, slot, root));
                 if let Some(n) = inner.pending.get_mut(usize::from(slot)) {
                     *n += 1;
                 }
@@ -303,15 +332,25 @@ impl PreciseIndex {
     pub fn retain(&self, live: &HashSet<EndpointId>) {
         let gone: Vec<EndpointId> = {
             let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-            inner.slots.keys().filter(|id| !live.contains(id)).copied().collect()
+            inner
+                .slots
+                .keys()
+                .filter(|id| !live.contains(id))
+                .copied()
+                .collect()
         };
         for id in gone {
             let mut w = self.writer(id);
             w.clear();
-            let Writer { mut inner, slot, .. } = w;
+            let Writer {
+                mut inner, slot, ..
+            } = w;
             inner.slots.remove(&id);
             inner.ids[usize::from(slot)] = None;
-            inner.speculative.values_mut().for_each(|l| l.retain(|(s, _)| *s != slot));
+            inner
+                .speculative
+                .values_mut()
+                .for_each(|l| l.retain(|(s, _)| *s != slot));
             inner.placed.retain(|(s, _), _| *s != slot);
             inner.placed_order.retain(|(_, s, _)| *s != slot);
         }
@@ -321,20 +360,36 @@ impl PreciseIndex {
     /// computes alike, plus the prompt beginnings this replica placed in the last
     /// [`PLACED_WINDOW`] and the events have not confirmed. Zero for an endpoint the index has
     /// not seen.
-    pub fn shapes(&self, ids: impl IntoIterator<Item = EndpointId>, now: Instant) -> Vec<CacheShape> {
+    pub fn shapes(
+        &self,
+        ids: impl IntoIterator<Item = EndpointId>,
+        now: Instant,
+    ) -> Vec<CacheShape> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         // Entries past their window that no write has expired yet (the oldest ones) no longer count.
         let mut pending = inner.pending.clone();
-        for (until, slot, key) in inner.placed_order.iter().take_while(|(until, _, _)| *until <= now) {
-            if let Some(n) = pending.get_mut(usize::from(*slot)).filter(|_| inner.placed.get(&(*slot, *key)) == Some(until)) {
+        for (until, slot, key) in inner
+            .placed_order
+            .iter()
+            .take_while(|(until, _, _)| *until <= now)
+        {
+            if let Some(n) = pending
+                .get_mut(usize::from(*slot))
+                .filter(|_| inner.placed.get(&(*slot, *key)) == Some(until))
+            {
                 *n = n.saturating_sub(1);
             }
         }
         ids.into_iter()
             .map(|id| {
-                let Some(s) = inner.slots.get(&id).map(|s| usize::from(*s)) else { return CacheShape::default() };
+                let Some(s) = inner.slots.get(&id).map(|s| usize::from(*s)) else {
+                    return CacheShape::default();
+                };
                 let held = inner.prefixes.get(s).copied().unwrap_or(0);
-                CacheShape { prefixes: held + pending.get(s).copied().unwrap_or(0), lost: inner.lost.get(s).map_or(0.0, |d| d.at(now)) }
+                CacheShape {
+                    prefixes: held + pending.get(s).copied().unwrap_or(0),
+                    lost: inner.lost.get(s).map_or(0.0, |d| d.at(now)),
+                }
             })
             .collect()
     }
@@ -350,7 +405,17 @@ impl PreciseIndex {
     pub fn heap_bytes(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let engine = inner.engine.capacity() * (16 + 1);
-        let lists: usize = inner.holders.values().map(|h| if let Holders::Many(v) = h { 24 + v.capacity() * 4 } else { 0 }).sum();
+        let lists: usize = inner
+            .holders
+            .values()
+            .map(|h| {
+                if let Holders::Many(v) = h {
+                    24 + v.capacity() * 4
+                } else {
+                    0
+                }
+            })
+            .sum();
         let roots = inner.roots.capacity() * (8 + 1);
         engine + inner.holders.capacity() * (24 + 1) + lists + roots
     }
@@ -358,7 +423,13 @@ impl PreciseIndex {
 
 /// Keeps the slots of `alive` that are in `cur` (both sorted by slot), or takes all of `cur`
 /// on the first block; reports each dropped slot. Linear in both lengths.
-fn intersect<T>(alive: &mut Vec<Slot>, cur: &[T], first: bool, slot: impl Fn(&T) -> Slot, mut dropped: impl FnMut(Slot)) {
+fn intersect<T>(
+    alive: &mut Vec<Slot>,
+    cur: &[T],
+    first: bool,
+    slot: impl Fn(&T) -> Slot,
+    mut dropped: impl FnMut(Slot),
+) {
     if first {
         alive.extend(cur.iter().map(&slot));
         return;
@@ -407,11 +478,17 @@ impl Inner {
 
     /// Whether `slot` holds `key` by the events.
     fn holds(&self, key: u64, slot: Slot) -> bool {
-        self.holders.get(&key).is_some_and(|h| h.as_slice().iter().any(|h| h.slot == slot))
+        self.holders
+            .get(&key)
+            .is_some_and(|h| h.as_slice().iter().any(|h| h.slot == slot))
     }
 
     fn has_speculative(&self, key: u64, now: Instant) -> bool {
-        !self.speculative.is_empty() && self.speculative.get(&key).is_some_and(|l| l.iter().any(|(_, t)| *t > now))
+        !self.speculative.is_empty()
+            && self
+                .speculative
+                .get(&key)
+                .is_some_and(|l| l.iter().any(|(_, t)| *t > now))
     }
 
     /// Sorted slots holding `key` (confirmed or speculative and unexpired).
@@ -516,8 +593,12 @@ impl Writer<'_> {
         let (slot, now) = (self.slot, self.now);
         let inner = &mut *self.inner;
         for hash in hashes {
-            let Some(key) = inner.engine.get(hash).copied() else { continue };
-            let Entry::Occupied(mut h) = inner.holders.entry(key) else { continue };
+            let Some(key) = inner.engine.get(hash).copied() else {
+                continue;
+            };
+            let Entry::Occupied(mut h) = inner.holders.entry(key) else {
+                continue;
+            };
             let (gone, empty) = h.get_mut().release(slot);
             if empty {
                 h.remove();

@@ -48,7 +48,10 @@ pub fn render(body: &[u8]) -> Option<String> {
         match &m.content {
             None => {}
             Some(Content::Text(t)) => out.push_str(t),
-            Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_deref()).for_each(|t| out.push_str(t)),
+            Some(Content::Parts(parts)) => parts
+                .iter()
+                .filter_map(|p| p.text.as_deref())
+                .for_each(|t| out.push_str(t)),
         }
         out.push('\n');
     }
@@ -65,8 +68,12 @@ mod tests {
     #[test]
     fn renders_roles_contents_and_the_generation_prompt() {
         let body = br#"{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
-        assert_eq!(render(body).unwrap(), "<|system|>\nBe brief.\n<|user|>\nab\n<|assistant|>\n");
-        let no_gen = br#"{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false}"#;
+        assert_eq!(
+            render(body).unwrap(),
+            "<|system|>\nBe brief.\n<|user|>\nab\n<|assistant|>\n"
+        );
+        let no_gen =
+            br#"{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false}"#;
         assert_eq!(render(no_gen).unwrap(), "<|user|>\nx\n");
         assert!(render(b"{}").is_none());
     }

@@ -36,7 +36,8 @@ use unicode_normalization::UnicodeNormalization;
 pub use local::LocalTokenizer;
 
 /// GPT-2's pre-tokenization regex, used by `ByteLevel` when `use_regex` is true.
-const GPT2_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const GPT2_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
 #[derive(Debug, thiserror::Error)]
 pub enum HfError {
@@ -83,27 +84,51 @@ pub struct HfTokenizer {
 
 impl std::fmt::Debug for HfTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HfTokenizer").field("vocab", &self.bpe.len()).field("added", &self.added.len()).finish()
+        f.debug_struct("HfTokenizer")
+            .field("vocab", &self.bpe.len())
+            .field("added", &self.added.len())
+            .finish()
     }
 }
 
 impl HfTokenizer {
     pub fn from_file(path: &Path) -> Result<Self, HfError> {
-        let bytes = std::fs::read(path).map_err(|source| HfError::Io { path: path.to_owned(), source })?;
-        let file: serde_json::Value = serde_json::from_slice(&bytes).map_err(|source| HfError::Json { path: path.to_owned(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| HfError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|source| HfError::Json {
+                path: path.to_owned(),
+                source,
+            })?;
         Self::from_json(&file)
     }
 
     /// Builds a tokenizer from a parsed `tokenizer.json`.
     pub fn from_json(file: &serde_json::Value) -> Result<Self, HfError> {
-        let model = file.get("model").ok_or_else(|| HfError::Invalid("no \"model\"".into()))?;
+        let model = file
+            .get("model")
+            .ok_or_else(|| HfError::Invalid("no \"model\"".into()))?;
         let bpe = Bpe::from_json(model)?;
         let added = AddedTokens::from_json(file.get("added_tokens"))?;
         let nfc = normalizer_is_nfc(file.get("normalizer"))?;
         let mut steps = Vec::new();
-        let byte_level = pre_tokenizer(file.get("pre_tokenizer").unwrap_or(&serde_json::Value::Null), &mut steps)?
-            .ok_or_else(|| HfError::Unsupported("pre_tokenizer without a final ByteLevel step".into()))?;
-        Ok(Self { added, nfc, steps, byte_level, bpe })
+        let byte_level = pre_tokenizer(
+            file.get("pre_tokenizer")
+                .unwrap_or(&serde_json::Value::Null),
+            &mut steps,
+        )?
+        .ok_or_else(|| {
+            HfError::Unsupported("pre_tokenizer without a final ByteLevel step".into())
+        })?;
+        Ok(Self {
+            added,
+            nfc,
+            steps,
+            byte_level,
+            bpe,
+        })
     }
 
     /// Token ids of `text`, as `encode(text, add_special_tokens=False)` gives them.
@@ -124,15 +149,28 @@ impl HfTokenizer {
         if text.is_empty() {
             return;
         }
-        let text: Cow<'_, str> = if self.nfc { Cow::Owned(text.nfc().collect()) } else { Cow::Borrowed(text) };
+        let text: Cow<'_, str> = if self.nfc {
+            Cow::Owned(text.nfc().collect())
+        } else {
+            Cow::Borrowed(text)
+        };
         let mut pieces = vec![text.as_ref()];
         for PreStep::Split(re) in &self.steps {
-            pieces = pieces.into_iter().flat_map(|p| split_isolated(re, p)).collect();
+            pieces = pieces
+                .into_iter()
+                .flat_map(|p| split_isolated(re, p))
+                .collect();
         }
         for piece in pieces {
-            let prefixed: Cow<'_, str> = if self.byte_level.add_prefix_space && !piece.starts_with(' ') { Cow::Owned(format!(" {piece}")) } else { Cow::Borrowed(piece) };
+            let prefixed: Cow<'_, str> =
+                if self.byte_level.add_prefix_space && !piece.starts_with(' ') {
+                    Cow::Owned(format!(" {piece}"))
+                } else {
+                    Cow::Borrowed(piece)
+                };
             match &self.byte_level.regex {
-                Some(re) => split_isolated(re, &prefixed).for_each(|w| self.bpe.encode_word(w.as_bytes(), out)),
+                Some(re) => split_isolated(re, &prefixed)
+                    .for_each(|w| self.bpe.encode_word(w.as_bytes(), out)),
                 None => self.bpe.encode_word(prefixed.as_bytes(), out),
             }
         }
@@ -161,34 +199,58 @@ fn split_isolated<'t>(re: &Regex, text: &'t str) -> impl Iterator<Item = &'t str
 }
 
 fn type_of(v: &serde_json::Value) -> &str {
-    v.get("type").and_then(serde_json::Value::as_str).unwrap_or("?")
+    v.get("type")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?")
 }
 
 /// `None`, `NFC`, or a `Sequence` of those; anything else is refused.
 fn normalizer_is_nfc(v: Option<&serde_json::Value>) -> Result<bool, HfError> {
-    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(false) };
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(false);
+    };
     match type_of(v) {
         "NFC" => Ok(true),
         "Sequence" => {
-            let parts = v.get("normalizers").and_then(serde_json::Value::as_array).ok_or_else(|| HfError::Invalid("normalizer Sequence without \"normalizers\"".into()))?;
-            parts.iter().try_fold(false, |nfc, n| Ok(normalizer_is_nfc(Some(n))? || nfc))
+            let parts = v
+                .get("normalizers")
+                .and_then(serde_json::Value::as_array)
+                .ok_or_else(|| {
+                    HfError::Invalid("normalizer Sequence without \"normalizers\"".into())
+                })?;
+            parts
+                .iter()
+                .try_fold(false, |nfc, n| Ok(normalizer_is_nfc(Some(n))? || nfc))
         }
-        other => Err(HfError::Unsupported(format!("normalizer {other} (only none or NFC)"))),
+        other => Err(HfError::Unsupported(format!(
+            "normalizer {other} (only none or NFC)"
+        ))),
     }
 }
 
 /// Flattens the pre-tokenizer into `steps`; returns the `ByteLevel` step, which must be last.
-fn pre_tokenizer(v: &serde_json::Value, steps: &mut Vec<PreStep>) -> Result<Option<ByteLevel>, HfError> {
+fn pre_tokenizer(
+    v: &serde_json::Value,
+    steps: &mut Vec<PreStep>,
+) -> Result<Option<ByteLevel>, HfError> {
     if v.is_null() {
         return Ok(None);
     }
     match type_of(v) {
         "Sequence" => {
-            let parts = v.get("pretokenizers").and_then(serde_json::Value::as_array).ok_or_else(|| HfError::Invalid("pre_tokenizer Sequence without \"pretokenizers\"".into()))?;
+            let parts = v
+                .get("pretokenizers")
+                .and_then(serde_json::Value::as_array)
+                .ok_or_else(|| {
+                    HfError::Invalid("pre_tokenizer Sequence without \"pretokenizers\"".into())
+                })?;
             let mut byte_level = None;
             for p in parts {
                 if byte_level.is_some() {
-                    return Err(HfError::Unsupported(format!("pre_tokenizer {} after ByteLevel", type_of(p))));
+                    return Err(HfError::Unsupported(format!(
+                        "pre_tokenizer {} after ByteLevel",
+                        type_of(p)
+                    )));
                 }
                 byte_level = pre_tokenizer(p, steps)?;
             }
@@ -199,27 +261,55 @@ fn pre_tokenizer(v: &serde_json::Value, steps: &mut Vec<PreStep>) -> Result<Opti
             Ok(None)
         }
         "ByteLevel" => {
-            let flag = |k: &str| v.get(k).and_then(serde_json::Value::as_bool).unwrap_or(true);
-            let regex = if flag("use_regex") { Some(compile(GPT2_PATTERN)?) } else { None };
-            Ok(Some(ByteLevel { add_prefix_space: flag("add_prefix_space"), regex }))
+            let flag = |k: &str| {
+                v.get(k)
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(true)
+            };
+            let regex = if flag("use_regex") {
+                Some(compile(GPT2_PATTERN)?)
+            } else {
+                None
+            };
+            Ok(Some(ByteLevel {
+                add_prefix_space: flag("add_prefix_space"),
+                regex,
+            }))
         }
-        other => Err(HfError::Unsupported(format!("pre_tokenizer {other} (only Sequence, Split and ByteLevel)"))),
+        other => Err(HfError::Unsupported(format!(
+            "pre_tokenizer {other} (only Sequence, Split and ByteLevel)"
+        ))),
     }
 }
 
 fn split_step(v: &serde_json::Value) -> Result<Regex, HfError> {
-    let behavior = v.get("behavior").and_then(serde_json::Value::as_str).unwrap_or("?");
+    let behavior = v
+        .get("behavior")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?");
     if behavior != "Isolated" {
-        return Err(HfError::Unsupported(format!("Split behavior {behavior} (only Isolated)")));
+        return Err(HfError::Unsupported(format!(
+            "Split behavior {behavior} (only Isolated)"
+        )));
     }
-    if v.get("invert").and_then(serde_json::Value::as_bool).unwrap_or(false) {
+    if v.get("invert")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+    {
         return Err(HfError::Unsupported("Split with invert: true".into()));
     }
-    let pattern = v.get("pattern").ok_or_else(|| HfError::Invalid("Split without \"pattern\"".into()))?;
-    match (pattern.get("Regex").and_then(serde_json::Value::as_str), pattern.get("String").and_then(serde_json::Value::as_str)) {
+    let pattern = v
+        .get("pattern")
+        .ok_or_else(|| HfError::Invalid("Split without \"pattern\"".into()))?;
+    match (
+        pattern.get("Regex").and_then(serde_json::Value::as_str),
+        pattern.get("String").and_then(serde_json::Value::as_str),
+    ) {
         (Some(re), _) => compile(re),
         (None, Some(literal)) => compile(&fancy_regex::escape(literal)),
-        _ => Err(HfError::Invalid("Split pattern is neither Regex nor String".into())),
+        _ => Err(HfError::Invalid(
+            "Split pattern is neither Regex nor String".into(),
+        )),
     }
 }
 

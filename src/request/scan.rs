@@ -153,7 +153,9 @@ impl Scanner {
 
     /// `stream` as far as seen: `Some(true)` only for the literal `true`, as the parser reads it.
     pub fn stream(&self) -> Option<bool> {
-        self.find(Field::Stream).filter(|s| s.end.is_some()).map(|s| s.first == b't')
+        self.find(Field::Stream)
+            .filter(|s| s.end.is_some())
+            .map(|s| s.first == b't')
     }
 
     /// Scans the next chunk of the body.
@@ -236,13 +238,21 @@ impl Scanner {
     }
 
     fn start_value(&mut self, b: u8, at: usize) {
-        let field = FIELDS.iter().find(|(name, _)| *name == self.key.as_slice()).map(|(_, f)| *f);
+        let field = FIELDS
+            .iter()
+            .find(|(name, _)| *name == self.key.as_slice())
+            .map(|(_, f)| *f);
         self.current = None;
         self.no_early |= self.key_escaped;
         match field {
             Some(field) if self.find(field).is_some() => self.no_early = true,
             Some(field) => {
-                self.seen.push(Seen { field, start: at, end: None, first: b });
+                self.seen.push(Seen {
+                    field,
+                    start: at,
+                    end: None,
+                    first: b,
+                });
                 self.current = Some(self.seen.len() - 1);
             }
             None => {}
@@ -261,7 +271,9 @@ impl Scanner {
     }
 
     fn nested(&mut self, b: u8, at: usize) {
-        let in_messages = self.current.is_some_and(|c| self.seen[c].field == Field::Messages);
+        let in_messages = self
+            .current
+            .is_some_and(|c| self.seen[c].field == Field::Messages);
         match b {
             b'"' => self.in_string = true,
             b'{' | b'[' => {
@@ -282,7 +294,11 @@ impl Scanner {
             b',' if in_messages && self.depth == 2 => self.messages += 1,
             _ => {}
         }
-        if in_messages && self.depth >= 2 && !self.messages_nonempty && !matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b']') {
+        if in_messages
+            && self.depth >= 2
+            && !self.messages_nonempty
+            && !matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b']')
+        {
             self.messages_nonempty = true;
             self.messages = self.messages.max(1);
         }
@@ -301,7 +317,12 @@ impl Scanner {
 
     /// The decision inputs, once determined by the bytes so far (`body` is everything fed).
     /// `prompt_cap` is the prompt text the prefix scorer reads (0: the model alone decides).
-    pub fn early_request(&self, api: ApiKind, body: &[u8], prompt_cap: usize) -> Option<LlmRequest> {
+    pub fn early_request(
+        &self,
+        api: ApiKind,
+        body: &[u8],
+        prompt_cap: usize,
+    ) -> Option<LlmRequest> {
         if self.is_broken() || body.len() != self.pos {
             return None;
         }
@@ -309,10 +330,24 @@ impl Scanner {
         let model_text: String = serde_json::from_slice(&body[model.clone()]).ok()?;
         let cache_salt = match self.find(Field::CacheSalt) {
             None => None,
-            Some(_) => serde_json::from_slice::<Option<String>>(&body[self.complete(Field::CacheSalt)?]).ok()?,
+            Some(_) => {
+                serde_json::from_slice::<Option<String>>(&body[self.complete(Field::CacheSalt)?])
+                    .ok()?
+            }
         };
-        let prompt = if prompt_cap == 0 { Prompt::Text(String::new()) } else { self.prompt(api, body, prompt_cap)? };
-        Some(LlmRequest { api, model: model_text, model_span: model, stream: self.stream().unwrap_or(false), prompt, cache_salt })
+        let prompt = if prompt_cap == 0 {
+            Prompt::Text(String::new())
+        } else {
+            self.prompt(api, body, prompt_cap)?
+        };
+        Some(LlmRequest {
+            api,
+            model: model_text,
+            model_span: model,
+            stream: self.stream().unwrap_or(false),
+            prompt,
+            cache_salt,
+        })
     }
 
     fn complete(&self, field: Field) -> Option<Range<usize>> {
@@ -324,7 +359,11 @@ impl Scanner {
     fn prompt(&self, api: ApiKind, body: &[u8], cap: usize) -> Option<Prompt> {
         match api {
             ApiKind::Completions | ApiKind::Embeddings => {
-                let field = if api == ApiKind::Completions { Field::Prompt } else { Field::Input };
+                let field = if api == ApiKind::Completions {
+                    Field::Prompt
+                } else {
+                    Field::Input
+                };
                 self.completion(field, body, cap)
             }
             ApiKind::ChatCompletions => {
@@ -334,7 +373,11 @@ impl Scanner {
                 }
                 self.raw_concat(&[Field::Messages, Field::Tools], body, cap)
             }
-            ApiKind::Responses => self.raw_concat(&[Field::Input, Field::Instructions, Field::Tools], body, cap),
+            ApiKind::Responses => self.raw_concat(
+                &[Field::Input, Field::Instructions, Field::Tools],
+                body,
+                cap,
+            ),
             ApiKind::Conversations => self.raw_concat(&[Field::Items], body, cap),
         }
     }
@@ -397,7 +440,9 @@ impl Scanner {
 fn valid_prefix(bytes: &[u8]) -> Option<String> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Some(s.to_owned()),
-        Err(e) if e.error_len().is_none() => Some(String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned()),
+        Err(e) if e.error_len().is_none() => {
+            Some(String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned())
+        }
         Err(_) => None,
     }
 }

@@ -118,7 +118,11 @@ impl FastBpe {
             let id = u32::try_from(id).unwrap_or(u32::MAX);
             whole.entry(tok.bpe.token_bytes(id)).or_insert(id);
         }
-        Self { tok, whole, ascii_cl100k }
+        Self {
+            tok,
+            whole,
+            ascii_cl100k,
+        }
     }
 
     /// cl100k_base and o200k_base do not normalize, so pieces are cut from `text` as is.
@@ -131,7 +135,9 @@ impl FastBpe {
         if self.ascii_cl100k && text.is_ascii() {
             cl100k_ascii_pieces(text.as_bytes(), emit);
         } else {
-            self.tok.split(text).for_each(|piece| emit(piece.as_bytes()));
+            self.tok
+                .split(text)
+                .for_each(|piece| emit(piece.as_bytes()));
         }
         out
     }
@@ -159,36 +165,43 @@ pub(crate) fn cl100k_ascii_pieces<'a>(s: &'a [u8], mut emit: impl FnMut(&'a [u8]
     let mut i = 0;
     while i < s.len() {
         let c = s[i];
-        let end = if c == b'\'' && matches!(at(i + 1).to_ascii_lowercase(), b's' | b't' | b'm' | b'd') {
-            i + 2
-        } else if c == b'\''
-            && matches!((at(i + 1).to_ascii_lowercase(), at(i + 2).to_ascii_lowercase()), (b'r', b'e') | (b'v', b'e') | (b'l', b'l'))
-        {
-            i + 3
-        } else if letter(c) {
-            run(i + 1, &letter)
-        } else if !newline(c) && !digit(c) && letter(at(i + 1)) {
-            run(i + 2, &letter)
-        } else if digit(c) {
-            let mut j = i + 1;
-            while j < s.len() && j < i + 3 && digit(s[j]) {
-                j += 1;
-            }
-            j
-        } else if other(c) || (c == b' ' && i + 1 < s.len() && other(s[i + 1])) {
-            let j = run(if c == b' ' { i + 2 } else { i + 1 }, &other);
-            run(j, &newline)
-        } else {
-            // A whitespace run: up to its last newline if it has one; else all of it at the end
-            // of the text, all but its last byte before a non-space, or the one byte.
-            let j = run(i + 1, &space);
-            match s[i..j].iter().rposition(|&b| newline(b)) {
-                Some(k) => i + k + 1,
-                None if j == s.len() => j,
-                None if j - i >= 2 => j - 1,
-                None => i + 1,
-            }
-        };
+        let end =
+            if c == b'\'' && matches!(at(i + 1).to_ascii_lowercase(), b's' | b't' | b'm' | b'd') {
+                i + 2
+            } else if c == b'\''
+                && matches!(
+                    (
+                        at(i + 1).to_ascii_lowercase(),
+                        at(i + 2).to_ascii_lowercase()
+                    ),
+                    (b'r', b'e') | (b'v', b'e') | (b'l', b'l')
+                )
+            {
+                i + 3
+            } else if letter(c) {
+                run(i + 1, &letter)
+            } else if !newline(c) && !digit(c) && letter(at(i + 1)) {
+                run(i + 2, &letter)
+            } else if digit(c) {
+                let mut j = i + 1;
+                while j < s.len() && j < i + 3 && digit(s[j]) {
+                    j += 1;
+                }
+                j
+            } else if other(c) || (c == b' ' && i + 1 < s.len() && other(s[i + 1])) {
+                let j = run(if c == b' ' { i + 2 } else { i + 1 }, &other);
+                run(j, &newline)
+            } else {
+                // A whitespace run: up to its last newline if it has one; else all of it at the end
+                // of the text, all but its last byte before a non-space, or the one byte.
+                let j = run(i + 1, &space);
+                match s[i..j].iter().rposition(|&b| newline(b)) {
+                    Some(k) => i + k + 1,
+                    None if j == s.len() => j,
+                    None if j - i >= 2 => j - 1,
+                    None => i + 1,
+                }
+            };
         emit(&s[i..end]);
         i = end;
     }
@@ -205,8 +218,15 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.bpe {
-            Bpe::Hf(t, built) => f.debug_struct("Tokenizer").field("hf", t).field("source", &built.0).finish(),
-            _ => f.debug_struct("Tokenizer").field("vocab", &self.vocab).finish(),
+            Bpe::Hf(t, built) => f
+                .debug_struct("Tokenizer")
+                .field("hf", t)
+                .field("source", &built.0)
+                .finish(),
+            _ => f
+                .debug_struct("Tokenizer")
+                .field("vocab", &self.vocab)
+                .finish(),
         }
     }
 }
@@ -220,12 +240,19 @@ impl Tokenizer {
             Vocabulary::Cl100kBase => Bpe::Fast(FastBpe::cl100k()),
             Vocabulary::O200kBase => Bpe::Fast(FastBpe::o200k()),
             Vocabulary::P50kBase => {
-                let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError::Tiktoken { vocab, message: e.to_string() })?;
+                let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError::Tiktoken {
+                    vocab,
+                    message: e.to_string(),
+                })?;
                 Bpe::Tiktoken(Arc::new(built))
             }
         };
         let cap = NonZeroUsize::new(CACHE_SEGMENTS).unwrap_or(NonZeroUsize::MIN);
-        Ok(Self { bpe, vocab, cache: Arc::new(Mutex::new(LruCache::new(cap))) })
+        Ok(Self {
+            bpe,
+            vocab,
+            cache: Arc::new(Mutex::new(LruCache::new(cap))),
+        })
     }
 
     pub fn vocabulary(&self) -> Vocabulary {
@@ -243,7 +270,11 @@ impl Tokenizer {
         let hf = HfTokenizer::from_file(&path)?;
         let cap = NonZeroUsize::new(CACHE_SEGMENTS).unwrap_or(NonZeroUsize::MIN);
         let bpe = Bpe::Hf(Arc::new(hf), Arc::new((local.clone(), digest)));
-        Ok(Self { bpe, vocab: Vocabulary::default(), cache: Arc::new(Mutex::new(LruCache::new(cap))) })
+        Ok(Self {
+            bpe,
+            vocab: Vocabulary::default(),
+            cache: Arc::new(Mutex::new(LruCache::new(cap))),
+        })
     }
 
     /// Whether this tokenizer is what `source` builds now (for a `tokenizer.json`: the same
@@ -251,7 +282,8 @@ impl Tokenizer {
     pub fn is_built_from(&self, source: &TokenizerSource) -> bool {
         match (&self.bpe, source) {
             (Bpe::Hf(_, built), TokenizerSource::HuggingFace(local)) => {
-                built.0 == *local && local.resolve().ok().and_then(|p| file_digest(&p).ok()) == Some(built.1)
+                built.0 == *local
+                    && local.resolve().ok().and_then(|p| file_digest(&p).ok()) == Some(built.1)
             }
             (Bpe::Hf(..), _) | (_, TokenizerSource::HuggingFace(_)) => false,
             (_, TokenizerSource::Tiktoken(v)) => self.vocab == *v,
@@ -294,7 +326,10 @@ impl Tokenizer {
         }
         drop(cache);
         let tokens: Arc<[u32]> = self.bpe.encode(segment).into();
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).put(key, Arc::clone(&tokens));
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(key, Arc::clone(&tokens));
         tokens
     }
 }
@@ -324,7 +359,9 @@ fn cut_point(text: &str, strict: bool) -> usize {
     let horizon = bytes.len().min(SEGMENT_BYTES * 4);
     let ws = |b: u8| b == b' ' || b == b'\n' || b == b'\t' || b == b'\r';
     if strict {
-        return (SEGMENT_BYTES..bytes.len()).find(|&i| bytes[i] == b' ' && !ws(bytes[i - 1])).unwrap_or(bytes.len());
+        return (SEGMENT_BYTES..bytes.len())
+            .find(|&i| bytes[i] == b' ' && !ws(bytes[i - 1]))
+            .unwrap_or(bytes.len());
     }
     if let Some(i) = (SEGMENT_BYTES..horizon).find(|&i| ws(bytes[i]) && !ws(bytes[i - 1])) {
         return i;
@@ -338,7 +375,10 @@ fn cut_point(text: &str, strict: bool) -> usize {
 
 /// xxh64 of a file's bytes (a changed `tokenizer.json` is rebuilt on reload).
 fn file_digest(path: &std::path::Path) -> Result<u64, HfError> {
-    let bytes = std::fs::read(path).map_err(|source| HfError::Io { path: path.to_owned(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| HfError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     Ok(xxhash_rust::xxh64::xxh64(&bytes, 0))
 }
 
@@ -365,10 +405,21 @@ mod tests {
         let sb: Vec<&str> = segments(&b, false).collect();
         assert_eq!(sa.concat(), a);
         assert!(sa.len() > 5 && sa.iter().all(|s| s.len() <= SEGMENT_BYTES * 4));
-        assert_eq!(sa[..sa.len() - 1], sb[..sb.len() - 1], "a shared text prefix gives shared segments");
+        assert_eq!(
+            sa[..sa.len() - 1],
+            sb[..sb.len() - 1],
+            "a shared text prefix gives shared segments"
+        );
         let unbroken = "é".repeat(5000);
-        assert_eq!(segments(&unbroken, false).collect::<Vec<_>>().concat(), unbroken);
-        assert_eq!(segments(&unbroken, true).count(), 1, "strict: no cut inside a run");
+        assert_eq!(
+            segments(&unbroken, false).collect::<Vec<_>>().concat(),
+            unbroken
+        );
+        assert_eq!(
+            segments(&unbroken, true).count(),
+            1,
+            "strict: no cut inside a run"
+        );
     }
 
     #[test]
@@ -379,16 +430,67 @@ mod tests {
         let first = t.encode_prefix(&text, usize::MAX / 16);
         let second = t.encode_prefix(&text, usize::MAX / 16);
         assert_eq!(first, second, "deterministic, second pass from the cache");
-        assert_eq!(first, single, "boundaries before spaces do not change pre-tokenization here");
+        assert_eq!(
+            first, single,
+            "boundaries before spaces do not change pre-tokenization here"
+        );
     }
 
     /// Text that stresses pre-tokenization: contractions, digit runs, whitespace runs before
     /// words and at the end, CRLF, CJK, emoji sequences, combining marks, odd spaces, code.
     const ATOMS: [&str; 52] = [
-        "a", "Hello", " world", " ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", " \n ", "'s", "'S", "'ll",
-        "DON'T", "0", "12", "1234567", "½", "٣", "?!", "...", "->", "::", "{", "}", "fn main()", "==",
-        "//", "__init__", "中文", "日本語", "한국어", "e\u{301}", "ß", "Σ", "العربية", "\u{a0}", "\u{3000}",
-        "\u{2028}", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\u{85}", "ǅ", "𝔘", "—", "’s", "camelCase", "x/y", "$",
+        "a",
+        "Hello",
+        " world",
+        " ",
+        "  ",
+        "   ",
+        "\n",
+        "\n\n",
+        "\r\n",
+        "\t",
+        " \n ",
+        "'s",
+        "'S",
+        "'ll",
+        "DON'T",
+        "0",
+        "12",
+        "1234567",
+        "½",
+        "٣",
+        "?!",
+        "...",
+        "->",
+        "::",
+        "{",
+        "}",
+        "fn main()",
+        "==",
+        "//",
+        "__init__",
+        "中文",
+        "日本語",
+        "한국어",
+        "e\u{301}",
+        "ß",
+        "Σ",
+        "العربية",
+        "\u{a0}",
+        "\u{3000}",
+        "\u{2028}",
+        "😀",
+        "👍🏽",
+        "👨‍👩‍👧",
+        "🇫🇷",
+        "\u{85}",
+        "ǅ",
+        "𝔘",
+        "—",
+        "’s",
+        "camelCase",
+        "x/y",
+        "$",
     ];
 
     /// The ASCII pre-tokenizer cuts every ASCII text where bpe-openai's regex does: random
@@ -396,10 +498,19 @@ mod tests {
     /// contractions, each whitespace byte, digits, punctuation, control bytes).
     #[test]
     fn ascii_pieces_equal_the_regex() {
-        const BYTES: &[u8] = b"sStTrReEvVmMlLdDax'  \t\n\r\x0B\x0C0123.,!?-_(){}\x00\x01\x1F\x7F\"/";
+        const BYTES: &[u8] =
+            b"sStTrReEvVmMlLdDax'  \t\n\r\x0B\x0C0123.,!?-_(){}\x00\x01\x1F\x7F\"/";
         let tok = bpe_openai::cl100k_base();
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut texts: Vec<String> = vec![String::new(), " ".into(), "\n".into(), "'".into(), "  a".into(), "a  ".into(), " \n ".into()];
+        let mut texts: Vec<String> = vec![
+            String::new(),
+            " ".into(),
+            "\n".into(),
+            "'".into(),
+            "  a".into(),
+            "a  ".into(),
+            " \n ".into(),
+        ];
         let mut next = move || {
             state ^= state << 13;
             state ^= state >> 7;
@@ -408,7 +519,11 @@ mod tests {
         };
         for _ in 0..20_000 {
             let len = 1 + next() % 24;
-            texts.push((0..len).map(|_| char::from(BYTES[next() % BYTES.len()])).collect());
+            texts.push(
+                (0..len)
+                    .map(|_| char::from(BYTES[next() % BYTES.len()]))
+                    .collect(),
+            );
         }
         texts.push(include_str!("tokenize.rs").replace(|c: char| !c.is_ascii(), "?"));
         for text in &texts {
@@ -421,10 +536,21 @@ mod tests {
 
     #[test]
     fn bpe_openai_gives_tiktokens_ids() {
-        let reference = [(Vocabulary::Cl100kBase, tiktoken_rs::cl100k_base().unwrap()), (Vocabulary::O200kBase, tiktoken_rs::o200k_base().unwrap())];
+        let reference = [
+            (Vocabulary::Cl100kBase, tiktoken_rs::cl100k_base().unwrap()),
+            (Vocabulary::O200kBase, tiktoken_rs::o200k_base().unwrap()),
+        ];
         let mut texts: Vec<String> = vec![
-            String::new(), " ".into(), "a  ".into(), "  a".into(), "x".repeat(3000), " ".repeat(2000),
-            "\n".repeat(500), "😀".repeat(200), "1234567890".repeat(50), "a\u{301}".repeat(100),
+            String::new(),
+            " ".into(),
+            "a  ".into(),
+            "  a".into(),
+            "x".repeat(3000),
+            " ".repeat(2000),
+            "\n".repeat(500),
+            "😀".repeat(200),
+            "1234567890".repeat(50),
+            "a\u{301}".repeat(100),
             include_str!("tokenize.rs").to_owned(),
         ];
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -457,7 +583,11 @@ mod tests {
         for (vocab, tiktoken) in &reference {
             let ours = Tokenizer::new(*vocab).unwrap();
             for text in &texts {
-                assert_eq!(ours.bpe.encode(text), tiktoken.encode_ordinary(text), "{vocab:?} on {text:?}");
+                assert_eq!(
+                    ours.bpe.encode(text),
+                    tiktoken.encode_ordinary(text),
+                    "{vocab:?} on {text:?}"
+                );
             }
         }
     }

@@ -16,18 +16,30 @@ pub enum Filter {
 
 impl Filter {
     /// Builds the filter for `plugin_type`, or `None` when the type is not a filter.
-    pub fn build(plugin_type: &str, params: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
+    pub fn build(
+        plugin_type: &str,
+        params: &serde_yaml::Value,
+    ) -> Result<Option<Self>, serde_yaml::Error> {
         Ok(match plugin_type {
-            HeaderBasedTestingFilter::TYPE => Some(Self::HeaderBasedTesting(super::scorer::params(params)?)),
+            HeaderBasedTestingFilter::TYPE => {
+                Some(Self::HeaderBasedTesting(super::scorer::params(params)?))
+            }
             GpuMemoryFilter::TYPE => {
                 let f: GpuMemoryFilter = super::scorer::params(params)?;
-                Some(Self::GpuMemory(f.validate().map_err(<serde_yaml::Error as serde::de::Error>::custom)?))
+                Some(Self::GpuMemory(
+                    f.validate()
+                        .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
+                ))
             }
             _ => None,
         })
     }
 
-    pub fn filter<'c>(&self, req: &SchedulingRequest<'_>, pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+    pub fn filter<'c>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: Vec<&'c Candidate>,
+    ) -> Vec<&'c Candidate> {
         match self {
             Self::HeaderBasedTesting(f) => f.filter(req, pool),
             Self::GpuMemory(f) => f.filter(pool),

@@ -31,7 +31,9 @@ pub struct PickerParams {
 
 impl Default for PickerParams {
     fn default() -> Self {
-        Self { max_num_of_endpoints: 1 }
+        Self {
+            max_num_of_endpoints: 1,
+        }
     }
 }
 
@@ -48,7 +50,9 @@ pub enum Picker {
 
 impl Default for Picker {
     fn default() -> Self {
-        Self::MaxScore(MaxScorePicker { params: PickerParams::default() })
+        Self::MaxScore(MaxScorePicker {
+            params: PickerParams::default(),
+        })
     }
 }
 
@@ -58,7 +62,10 @@ fn invalid(message: String) -> serde_yaml::Error {
 
 impl Picker {
     /// Builds the picker for `plugin_type`, or `None` when the type is not a picker.
-    pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
+    pub fn build(
+        plugin_type: &str,
+        p: &serde_yaml::Value,
+    ) -> Result<Option<Self>, serde_yaml::Error> {
         let params = || -> Result<PickerParams, serde_yaml::Error> {
             let params: PickerParams = super::scorer::params(p)?;
             if params.max_num_of_endpoints == 0 {
@@ -69,20 +76,35 @@ impl Picker {
         Ok(Some(match plugin_type {
             MaxScorePicker::TYPE => Self::MaxScore(MaxScorePicker { params: params()? }),
             RandomPicker::TYPE => Self::Random(RandomPicker { params: params()? }),
-            WeightedRandomPicker::TYPE => Self::WeightedRandom(WeightedRandomPicker { params: params()? }),
+            WeightedRandomPicker::TYPE => {
+                Self::WeightedRandom(WeightedRandomPicker { params: params()? })
+            }
             RoundRobinPicker::TYPE => Self::RoundRobin(RoundRobinPicker::new(params()?, false)),
-            RoundRobinPicker::WEIGHTED_TYPE => Self::RoundRobin(RoundRobinPicker::new(params()?, true)),
-            WeightedLeastRequestPicker::TYPE => Self::WeightedLeastRequest(WeightedLeastRequestPicker { params: params()? }),
-            PowerOfTwoChoicesPicker::TYPE | PowerOfTwoChoicesPicker::ALIAS => Self::PowerOfTwoChoices(PowerOfTwoChoicesPicker { params: params()? }),
+            RoundRobinPicker::WEIGHTED_TYPE => {
+                Self::RoundRobin(RoundRobinPicker::new(params()?, true))
+            }
+            WeightedLeastRequestPicker::TYPE => {
+                Self::WeightedLeastRequest(WeightedLeastRequestPicker { params: params()? })
+            }
+            PowerOfTwoChoicesPicker::TYPE | PowerOfTwoChoicesPicker::ALIAS => {
+                Self::PowerOfTwoChoices(PowerOfTwoChoicesPicker { params: params()? })
+            }
             ConsistentHashPicker::TYPE => {
                 let params: ConsistentHashParams = super::scorer::params(p)?;
-                Self::ConsistentHash(ConsistentHashPicker { params: params.validate().map_err(invalid)? })
+                Self::ConsistentHash(ConsistentHashPicker {
+                    params: params.validate().map_err(invalid)?,
+                })
             }
             _ => return Ok(None),
         }))
     }
 
-    pub fn pick(&self, req: &SchedulingRequest<'_>, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub fn pick(
+        &self,
+        req: &SchedulingRequest<'_>,
+        scored: &[(&Candidate, f64)],
+        rng: &mut impl Rng,
+    ) -> Vec<EndpointId> {
         match self {
             Self::MaxScore(p) => p.pick(scored, rng),
             Self::Random(p) => p.pick(scored, rng),
@@ -109,10 +131,21 @@ impl Picker {
 
 /// `primary` first, then up to `n - 1` other candidates by descending score (candidate order
 /// among equal scores): the fallback list of pickers whose primary is not the best score.
-pub(crate) fn fill_by_score(primary: EndpointId, scored: &[(&Candidate, f64)], n: usize) -> Vec<EndpointId> {
-    let mut rest: Vec<(EndpointId, f64)> = scored.iter().filter(|(c, _)| c.id != primary).map(|(c, s)| (c.id, *s)).collect();
+pub(crate) fn fill_by_score(
+    primary: EndpointId,
+    scored: &[(&Candidate, f64)],
+    n: usize,
+) -> Vec<EndpointId> {
+    let mut rest: Vec<(EndpointId, f64)> = scored
+        .iter()
+        .filter(|(c, _)| c.id != primary)
+        .map(|(c, s)| (c.id, *s))
+        .collect();
     rest.sort_by(|a, b| b.1.total_cmp(&a.1));
-    std::iter::once(primary).chain(rest.into_iter().map(|(id, _)| id)).take(n.max(1)).collect()
+    std::iter::once(primary)
+        .chain(rest.into_iter().map(|(id, _)| id))
+        .take(n.max(1))
+        .collect()
 }
 
 #[cfg(test)]
@@ -122,13 +155,35 @@ mod tests {
     #[test]
     fn every_picker_type_builds_and_bad_parameters_are_rejected() {
         let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
-        for t in ["max-score-picker", "random-picker", "weighted-random-picker", "round-robin-picker", "weighted-round-robin-picker", "weighted-least-request-picker", "power-of-two-choices-picker", "p2c", "consistent-hash-picker"] {
-            let p = Picker::build(t, &yaml("{maxNumOfEndpoints: 2}")).unwrap().unwrap();
+        for t in [
+            "max-score-picker",
+            "random-picker",
+            "weighted-random-picker",
+            "round-robin-picker",
+            "weighted-round-robin-picker",
+            "weighted-least-request-picker",
+            "power-of-two-choices-picker",
+            "p2c",
+            "consistent-hash-picker",
+        ] {
+            let p = Picker::build(t, &yaml("{maxNumOfEndpoints: 2}"))
+                .unwrap()
+                .unwrap();
             assert_eq!(p.max_endpoints(), 2, "{t}");
-            assert!(Picker::build(t, &yaml("{maxNumOfEndpoints: 0}")).is_err(), "{t}");
+            assert!(
+                Picker::build(t, &yaml("{maxNumOfEndpoints: 0}")).is_err(),
+                "{t}"
+            );
             assert!(Picker::build(t, &yaml("{bogus: 1}")).is_err(), "{t}");
         }
-        assert!(Picker::build("consistent-hash-picker", &yaml("{loadFactor: 0.9}")).unwrap_err().to_string().contains("loadFactor"));
-        assert!(Picker::build("queue-scorer", &serde_yaml::Value::Null).unwrap().is_none());
+        assert!(
+            Picker::build("consistent-hash-picker", &yaml("{loadFactor: 0.9}"))
+                .unwrap_err()
+                .to_string()
+                .contains("loadFactor")
+        );
+        assert!(Picker::build("queue-scorer", &serde_yaml::Value::Null)
+            .unwrap()
+            .is_none());
     }
 }

@@ -22,7 +22,9 @@ pub use running_requests::RunningRequestsScorer;
 pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
 
 /// Decodes plugin parameters strictly; absent parameters mean the defaults.
-pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(v: &serde_yaml::Value) -> Result<T, serde_yaml::Error> {
+pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
+    v: &serde_yaml::Value,
+) -> Result<T, serde_yaml::Error> {
     if v.is_null() {
         Ok(T::default())
     } else {
@@ -47,17 +49,26 @@ pub enum Scorer {
 
 impl Scorer {
     /// Builds the scorer for `plugin_type`, or `None` when the type is not a scorer.
-    pub fn build(plugin_type: &str, p: &serde_yaml::Value) -> Result<Option<Self>, serde_yaml::Error> {
+    pub fn build(
+        plugin_type: &str,
+        p: &serde_yaml::Value,
+    ) -> Result<Option<Self>, serde_yaml::Error> {
         Ok(Some(match plugin_type {
             QueueScorer::TYPE => Self::Queue(params(p)?),
             KvCacheScorer::TYPE => Self::KvCache(params(p)?),
             PrefixScorer::TYPE => Self::Prefix(PrefixScorer::new(PrefixParams::from_yaml(p)?)),
-            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(PrecisePrefixParams::from_yaml(p)?))),
+            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(
+                PrecisePrefixParams::from_yaml(p)?,
+            ))),
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             LatencyScorer::TYPE => Self::Latency(params(p)?),
             SessionAffinityScorer::TYPE => Self::SessionAffinity(params(p)?),
-            GpuUtilizationScorer::TYPE => Self::GpuUtilization(params::<GpuUtilizationScorer>(p)?.validate().map_err(<serde_yaml::Error as serde::de::Error>::custom)?),
+            GpuUtilizationScorer::TYPE => Self::GpuUtilization(
+                params::<GpuUtilizationScorer>(p)?
+                    .validate()
+                    .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
+            ),
             _ => return Ok(None),
         }))
     }
@@ -95,7 +106,11 @@ impl Scorer {
 /// Min-max normalisation where less is better: the smallest value scores 1, the largest 0, all
 /// equal scores 1. Shared by the queue and running-requests scorers.
 pub(crate) fn min_max_inverse(values: impl Iterator<Item = f64> + Clone, out: &mut [f64]) {
-    let (lo, hi) = values.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = values
+        .clone()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
     for (o, v) in out.iter_mut().zip(values) {
         *o = if hi > lo { (hi - v) / (hi - lo) } else { 1.0 };
     }

@@ -30,7 +30,10 @@ pub struct GpuAccumulator<'p> {
 
 impl<'p> GpuAccumulator<'p> {
     pub fn new(pod: Option<&'p str>) -> Self {
-        Self { pod, ..Self::default() }
+        Self {
+            pod,
+            ..Self::default()
+        }
     }
 
     /// Whether `name` is a DCGM series this accumulator reads.
@@ -67,7 +70,12 @@ impl<'p> GpuAccumulator<'p> {
             return None;
         }
         let utilization = (self.util_n > 0).then(|| self.util_sum / f64::from(self.util_n) / 100.0);
-        Some(GpuMetrics { utilization, fb_used_mib: self.used, fb_free_mib: self.free, devices: self.devices.max(self.util_n) })
+        Some(GpuMetrics {
+            utilization,
+            fb_used_mib: self.used,
+            fb_free_mib: self.free,
+            devices: self.devices.max(self.util_n),
+        })
     }
 }
 
@@ -117,9 +125,15 @@ DCGM_FI_DEV_FB_FREE{gpu="2",pod="llama-1"} 61000
         assert_eq!(g.fb_free_mib, Some(1000.0), "the fullest GPU decides");
         assert_eq!(g.devices, 2);
         let other = extract_for_pod(NODE, "llama-1").unwrap();
-        assert_eq!((other.utilization, other.fb_free_mib), (Some(0.05), Some(61_000.0)));
+        assert_eq!(
+            (other.utilization, other.fb_free_mib),
+            (Some(0.05), Some(61_000.0))
+        );
         assert_eq!(extract_for_pod(NODE, "llama-9"), None);
-        assert_eq!(extract_for_pod("vllm:num_requests_waiting 1\n", "llama-0"), None);
+        assert_eq!(
+            extract_for_pod("vllm:num_requests_waiting 1\n", "llama-0"),
+            None
+        );
     }
 
     #[test]
@@ -130,15 +144,27 @@ DCGM_FI_DEV_FB_FREE{gpu="2",pod="llama-1"} 61000
             acc.observe(&s);
         }
         let g = acc.finish().unwrap();
-        assert_eq!((g.utilization, g.fb_free_mib, g.fb_used_mib), (Some(1.0), None, None));
+        assert_eq!(
+            (g.utilization, g.fb_free_mib, g.fb_used_mib),
+            (Some(1.0), None, None)
+        );
     }
 
     #[test]
     fn a_pods_own_exposition_carries_its_gpu_readings() {
         let text = format!("vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.5\n{NODE}");
-        let m = super::super::parse::extract(&text, crate::endpoint::EngineType::Vllm, std::time::Instant::now()).unwrap();
+        let m = super::super::parse::extract(
+            &text,
+            crate::endpoint::EngineType::Vllm,
+            std::time::Instant::now(),
+        )
+        .unwrap();
         let g = m.gpu.unwrap();
-        assert_eq!((g.devices, g.fb_free_mib), (4, Some(1000.0)), "no pod filter: every GPU of the exposition");
+        assert_eq!(
+            (g.devices, g.fb_free_mib),
+            (4, Some(1000.0)),
+            "no pod filter: every GPU of the exposition"
+        );
         let plain = super::super::parse::extract("vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.5\n", crate::endpoint::EngineType::Vllm, std::time::Instant::now()).unwrap();
         assert_eq!(plain.gpu, None);
     }

@@ -4,7 +4,7 @@
 //! trailing timestamp is ignored, and a malformed line is skipped rather than failing the
 //! scrape (one bad line from an exporter should not blind epp to a pod).
 
-use crate::endpoint::{CacheInfo, EngineType, EndpointMetrics, LoraState};
+use crate::endpoint::{CacheInfo, EndpointMetrics, EngineType, LoraState};
 use std::time::Instant;
 
 /// One sample line.
@@ -17,7 +17,10 @@ pub struct Sample<'a> {
 
 impl Sample<'_> {
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -39,7 +42,11 @@ fn parse_line(line: &str) -> Option<Sample<'_>> {
         (Vec::new(), &line[name_end..])
     };
     let value = parse_value(rest.split_whitespace().next()?)?;
-    Some(Sample { name, labels, value })
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
 }
 
 fn parse_value(v: &str) -> Option<f64> {
@@ -97,8 +104,15 @@ struct Names {
 struct Selector(&'static str, Option<(&'static str, &'static str)>);
 
 enum CacheSpec {
-    Labels { series: &'static str, block_size: &'static str, num_blocks: &'static str },
-    Gauges { block_size: Selector, num_blocks: Selector },
+    Labels {
+        series: &'static str,
+        block_size: &'static str,
+        num_blocks: &'static str,
+    },
+    Gauges {
+        block_size: Selector,
+        num_blocks: Selector,
+    },
 }
 
 fn names(engine: EngineType) -> Names {
@@ -106,15 +120,26 @@ fn names(engine: EngineType) -> Names {
         EngineType::Vllm => Names {
             waiting: Selector("vllm:num_requests_waiting", None),
             running: Selector("vllm:num_requests_running", None),
-            kv: &[Selector("vllm:kv_cache_usage_perc", None), Selector("vllm:gpu_cache_usage_perc", None)],
-            cache: CacheSpec::Labels { series: "vllm:cache_config_info", block_size: "block_size", num_blocks: "num_gpu_blocks" },
+            kv: &[
+                Selector("vllm:kv_cache_usage_perc", None),
+                Selector("vllm:gpu_cache_usage_perc", None),
+            ],
+            cache: CacheSpec::Labels {
+                series: "vllm:cache_config_info",
+                block_size: "block_size",
+                num_blocks: "num_gpu_blocks",
+            },
             lora: Some("vllm:lora_requests_info"),
         },
         EngineType::Sglang => Names {
             waiting: Selector("sglang:num_queue_reqs", None),
             running: Selector("sglang:num_running_reqs", None),
             kv: &[Selector("sglang:token_usage", None)],
-            cache: CacheSpec::Labels { series: "sglang:cache_config_info", block_size: "page_size", num_blocks: "num_pages" },
+            cache: CacheSpec::Labels {
+                series: "sglang:cache_config_info",
+                block_size: "page_size",
+                num_blocks: "num_pages",
+            },
             lora: None,
         },
         EngineType::TrtllmServe => Names {
@@ -158,7 +183,11 @@ pub enum ExtractError {
 
 /// Extracts an endpoint's metrics from an exposition. Several series of one field (one per
 /// engine behind a data-parallel API server) are summed for queues and maximised for KV usage.
-pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointMetrics, ExtractError> {
+pub fn extract(
+    text: &str,
+    engine: EngineType,
+    now: Instant,
+) -> Result<EndpointMetrics, ExtractError> {
     let n = names(engine);
     let (mut waiting, mut running) = (None::<f64>, None::<f64>);
     let mut kv: Vec<Option<f64>> = vec![None; n.kv.len()];
@@ -183,13 +212,20 @@ pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointM
         }
     }
     let cache = match (block_size, num_blocks) {
-        (Some(b), Some(n)) if b > 0 => Some(CacheInfo { block_size: b, num_blocks: n }),
+        (Some(b), Some(n)) if b > 0 => Some(CacheInfo {
+            block_size: b,
+            num_blocks: n,
+        }),
         _ => None,
     };
     Ok(EndpointMetrics {
         waiting: waiting.ok_or(ExtractError::Missing(n.waiting.0))?,
         running: running.ok_or(ExtractError::Missing(n.running.0))?,
-        kv_usage: kv.into_iter().flatten().next().ok_or(ExtractError::Missing(n.kv[0].0))?,
+        kv_usage: kv
+            .into_iter()
+            .flatten()
+            .next()
+            .ok_or(ExtractError::Missing(n.kv[0].0))?,
         lora: lora.map(|(_, l)| l),
         cache,
         gpu: gpu.finish(),
@@ -197,13 +233,25 @@ pub fn extract(text: &str, engine: EngineType, now: Instant) -> Result<EndpointM
     })
 }
 
-fn cache_field(spec: &CacheSpec, s: &Sample<'_>, block_size: &mut Option<u32>, num_blocks: &mut Option<u64>) {
+fn cache_field(
+    spec: &CacheSpec,
+    s: &Sample<'_>,
+    block_size: &mut Option<u32>,
+    num_blocks: &mut Option<u64>,
+) {
     match spec {
-        CacheSpec::Labels { series, block_size: b, num_blocks: n } if s.name == *series => {
+        CacheSpec::Labels {
+            series,
+            block_size: b,
+            num_blocks: n,
+        } if s.name == *series => {
             *block_size = s.label(b).and_then(|v| v.parse().ok());
             *num_blocks = s.label(n).and_then(|v| v.parse().ok());
         }
-        CacheSpec::Gauges { block_size: b, num_blocks: n } => {
+        CacheSpec::Gauges {
+            block_size: b,
+            num_blocks: n,
+        } => {
             if b.matches(s) {
                 *block_size = Some(s.value as u32);
             } else if n.matches(s) {
@@ -216,12 +264,21 @@ fn cache_field(spec: &CacheSpec, s: &Sample<'_>, block_size: &mut Option<u32>, n
 
 fn lora_state(s: &Sample<'_>) -> LoraState {
     let list = |key: &str| -> Vec<String> {
-        s.label(key).unwrap_or("").split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
+        s.label(key)
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect()
     };
     LoraState {
         running: list("running_lora_adapters"),
         waiting: list("waiting_lora_adapters"),
-        max_loras: s.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
+        max_loras: s
+            .label("max_lora")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
     }
 }
 
@@ -247,17 +304,37 @@ vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480
     fn extracts_vllm_metrics_from_a_realistic_exposition() {
         let m = extract(VLLM, EngineType::Vllm, Instant::now()).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (4.0, 12.0, 0.4171875));
-        assert_eq!(m.cache, Some(CacheInfo { block_size: 16, num_blocks: 27493 }));
+        assert_eq!(
+            m.cache,
+            Some(CacheInfo {
+                block_size: 16,
+                num_blocks: 27493
+            })
+        );
         let lora = m.lora.unwrap();
-        assert_eq!(lora.running, vec!["sql-lora", "tweet-lora"], "the newest series wins");
+        assert_eq!(
+            lora.running,
+            vec!["sql-lora", "tweet-lora"],
+            "the newest series wins"
+        );
         assert_eq!(lora.max_loras, 4);
     }
 
     #[test]
     fn falls_back_to_the_old_kv_name_and_names_what_is_missing() {
         let old = VLLM.replace("vllm:kv_cache_usage_perc", "vllm:other");
-        assert_eq!(extract(&old, EngineType::Vllm, Instant::now()).unwrap().kv_usage, 0.9);
-        let err = extract("vllm:num_requests_running 1\n", EngineType::Vllm, Instant::now()).unwrap_err();
+        assert_eq!(
+            extract(&old, EngineType::Vllm, Instant::now())
+                .unwrap()
+                .kv_usage,
+            0.9
+        );
+        let err = extract(
+            "vllm:num_requests_running 1\n",
+            EngineType::Vllm,
+            Instant::now(),
+        )
+        .unwrap_err();
         assert_eq!(err, ExtractError::Missing("vllm:num_requests_waiting"));
     }
 
@@ -270,7 +347,13 @@ vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480
         let tr = "nv_trt_llm_request_metrics{request_type=\"waiting\"} 7\nnv_trt_llm_request_metrics{request_type=\"scheduled\"} 1\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.5\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"tokens_per\"} 32\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"max\"} 100\n";
         let m = extract(tr, EngineType::TritonTrtllm, Instant::now()).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (7.0, 1.0, 0.5));
-        assert_eq!(m.cache, Some(CacheInfo { block_size: 32, num_blocks: 100 }));
+        assert_eq!(
+            m.cache,
+            Some(CacheInfo {
+                block_size: 32,
+                num_blocks: 100
+            })
+        );
     }
 
     #[test]

@@ -32,21 +32,46 @@ pub struct SimOptions {
 impl SimOptions {
     fn args(&self, base_port: u16, kv: Option<(u16, u16)>) -> Vec<String> {
         let mut a: Vec<String> = [
-            "--pods", &self.pods.to_string(), "--base-port", &base_port.to_string(),
-            "--num-gpu-blocks", &self.num_gpu_blocks.to_string(), "--block-size", &self.block_size.to_string(),
-            "--max-model-len", &self.max_model_len.to_string(), "--profile", &self.profile,
-            "--time-scale", &self.time_scale.to_string(), "--seed", "7",
+            "--pods",
+            &self.pods.to_string(),
+            "--base-port",
+            &base_port.to_string(),
+            "--num-gpu-blocks",
+            &self.num_gpu_blocks.to_string(),
+            "--block-size",
+            &self.block_size.to_string(),
+            "--max-model-len",
+            &self.max_model_len.to_string(),
+            "--profile",
+            &self.profile,
+            "--time-scale",
+            &self.time_scale.to_string(),
+            "--seed",
+            "7",
         ]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
         if !self.lora_adapters.is_empty() {
-            a.extend(["--lora-modules".to_owned(), self.lora_adapters.join(","), "--max-loras".to_owned(), self.max_loras.to_string()]);
+            a.extend([
+                "--lora-modules".to_owned(),
+                self.lora_adapters.join(","),
+                "--max-loras".to_owned(),
+                self.max_loras.to_string(),
+            ]);
         }
         if let Some((publish, replay)) = kv {
             // Pod i binds port + i of each.
-            a.extend(["--kv-events-endpoint".to_owned(), format!("tcp://127.0.0.1:{publish}"), "--kv-events-mode".to_owned(), "bind".to_owned()]);
-            a.extend(["--kv-events-replay-endpoint".to_owned(), format!("tcp://127.0.0.1:{replay}")]);
+            a.extend([
+                "--kv-events-endpoint".to_owned(),
+                format!("tcp://127.0.0.1:{publish}"),
+                "--kv-events-mode".to_owned(),
+                "bind".to_owned(),
+            ]);
+            a.extend([
+                "--kv-events-replay-endpoint".to_owned(),
+                format!("tcp://127.0.0.1:{replay}"),
+            ]);
         }
         a
     }
@@ -72,12 +97,20 @@ impl SimCluster {
         let base = free_port_range(opts.pods * if opts.kv_events { 3 } else { 1 })?;
         let kv = opts.kv_events.then_some((base + n, base + 2 * n));
         let mut proc_ = Proc::spawn("inference-sim", sim, &opts.args(base, kv), dir)?;
-        let pods: Vec<SocketAddr> = (0..n).map(|i| SocketAddr::from(([127, 0, 0, 1], base + i))).collect();
-        let kv_ports = kv.map(|(p, r)| (0..n).map(|i| (p + i, r + i)).collect()).unwrap_or_default();
+        let pods: Vec<SocketAddr> = (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], base + i)))
+            .collect();
+        let kv_ports = kv
+            .map(|(p, r)| (0..n).map(|i| (p + i, r + i)).collect())
+            .unwrap_or_default();
         for pod in &pods {
             wait_http_ok(&mut proc_, *pod, "/health", Duration::from_secs(20)).await?;
         }
-        Ok(Self { proc_, pods, kv_ports })
+        Ok(Self {
+            proc_,
+            pods,
+            kv_ports,
+        })
     }
 }
 
@@ -99,8 +132,14 @@ mod tests {
             kv_events: true,
         };
         let a = opts.args(9000, Some((9002, 9004))).join(" ");
-        assert!(a.contains("--kv-events-endpoint tcp://127.0.0.1:9002 --kv-events-mode bind"), "{a}");
-        assert!(a.contains("--kv-events-replay-endpoint tcp://127.0.0.1:9004"), "{a}");
+        assert!(
+            a.contains("--kv-events-endpoint tcp://127.0.0.1:9002 --kv-events-mode bind"),
+            "{a}"
+        );
+        assert!(
+            a.contains("--kv-events-replay-endpoint tcp://127.0.0.1:9004"),
+            "{a}"
+        );
         assert!(!opts.args(9000, None).join(" ").contains("kv-events"));
     }
 }

@@ -32,10 +32,21 @@ pub struct Figures {
 /// The shared-prefix sizes `scenario` runs with, read back from its loadgen flags.
 fn flag(scenario: &Scenario, name: &str) -> String {
     let a = &scenario.loadgen_args;
-    a.iter().position(|x| x == name).and_then(|i| a.get(i + 1)).cloned().unwrap_or_default()
+    a.iter()
+        .position(|x| x == name)
+        .and_then(|i| a.get(i + 1))
+        .cloned()
+        .unwrap_or_default()
 }
 
-fn config_yaml(scenario: &Scenario, base_url: &str, tokenizer: &Path, rate: f64, secs: u64, out: &Path) -> String {
+fn config_yaml(
+    scenario: &Scenario,
+    base_url: &str,
+    tokenizer: &Path,
+    rate: f64,
+    secs: u64,
+    out: &Path,
+) -> String {
     format!(
         "load:\n  type: constant\n  num_workers: 1\n  stages:\n  - {{rate: {rate}, duration: {secs}}}\n\
          api:\n  type: completion\n  streaming: true\n\
@@ -57,35 +68,79 @@ fn config_yaml(scenario: &Scenario, base_url: &str, tokenizer: &Path, rate: f64,
 }
 
 /// Runs inference-perf through the scenario's first router and reads its summary.
-pub async fn inference_perf(scenario: &Scenario, bins: &Bins, dir: &Path, tokenizer: &Path, rate: f64, secs: u64) -> Result<Figures, BenchError> {
+pub async fn inference_perf(
+    scenario: &Scenario,
+    bins: &Bins,
+    dir: &Path,
+    tokenizer: &Path,
+    rate: f64,
+    secs: u64,
+) -> Result<Figures, BenchError> {
     let exe = bins.venv.join("perf").join("bin").join("inference-perf");
     if !exe.is_file() {
-        return Err(BenchError::Setup(format!("{} is not installed (hack/bench.sh installs it)", exe.display())));
+        return Err(BenchError::Setup(format!(
+            "{} is not installed (hack/bench.sh installs it)",
+            exe.display()
+        )));
     }
-    let router = scenario.routers.first().ok_or_else(|| BenchError::Setup("no router".into()))?;
+    let router = scenario
+        .routers
+        .first()
+        .ok_or_else(|| BenchError::Setup("no router".into()))?;
     std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let cluster = SimCluster::start(&bins.inference_sim, &scenario.sim, dir).await?;
-    let running = routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, &scenario.model).await?;
+    let running = routers::start(
+        router,
+        &cluster.pods,
+        &cluster.kv_ports,
+        bins,
+        dir,
+        &scenario.model,
+    )
+    .await?;
     let reports = dir.join("inference-perf");
     let cfg = dir.join("inference-perf.yaml");
-    std::fs::write(&cfg, config_yaml(scenario, &format!("http://{}", running.target), tokenizer, rate, secs, &reports))
-        .map_err(BenchError::io("writing the inference-perf config"))?;
+    std::fs::write(
+        &cfg,
+        config_yaml(
+            scenario,
+            &format!("http://{}", running.target),
+            tokenizer,
+            rate,
+            secs,
+            &reports,
+        ),
+    )
+    .map_err(BenchError::io("writing the inference-perf config"))?;
     let log = dir.join("inference-perf.log");
     let (exe2, cfg2, log2) = (exe.clone(), cfg.clone(), log.clone());
-    let status = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::ExitStatus> {
-        let out = std::fs::File::create(&log2)?;
-        let err = out.try_clone()?;
-        Command::new(exe2).arg("--config_file").arg(cfg2).env("HF_HUB_OFFLINE", "1").stdout(out).stderr(err).status()
-    })
-    .await
-    .map_err(|e| BenchError::Setup(format!("inference-perf task: {e}")))?
-    .map_err(BenchError::io("running inference-perf"))?;
+    let status =
+        tokio::task::spawn_blocking(move || -> std::io::Result<std::process::ExitStatus> {
+            let out = std::fs::File::create(&log2)?;
+            let err = out.try_clone()?;
+            Command::new(exe2)
+                .arg("--config_file")
+                .arg(cfg2)
+                .env("HF_HUB_OFFLINE", "1")
+                .stdout(out)
+                .stderr(err)
+                .status()
+        })
+        .await
+        .map_err(|e| BenchError::Setup(format!("inference-perf task: {e}")))?
+        .map_err(BenchError::io("running inference-perf"))?;
     drop(running);
     drop(cluster);
     if !status.success() {
-        return Err(BenchError::Exited { name: "inference-perf".into(), log: log_tail(&log) });
+        return Err(BenchError::Exited {
+            name: "inference-perf".into(),
+            log: log_tail(&log),
+        });
     }
-    read_summary(&find_file(&reports, "summary_lifecycle_metrics.json").ok_or_else(|| BenchError::Setup(format!("no summary under {}", reports.display())))?)
+    read_summary(
+        &find_file(&reports, "summary_lifecycle_metrics.json")
+            .ok_or_else(|| BenchError::Setup(format!("no summary under {}", reports.display())))?,
+    )
 }
 
 fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -95,7 +150,10 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
             if let Some(f) = find_file(&p, name) {
                 return Some(f);
             }
-        } else if p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(name)) {
+        } else if p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with(name))
+        {
             return Some(p);
         }
     }
@@ -103,8 +161,10 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
 }
 
 fn read_summary(path: &Path) -> Result<Figures, BenchError> {
-    let text = std::fs::read_to_string(path).map_err(BenchError::io(format!("reading {}", path.display())))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(BenchError::io(format!("reading {}", path.display())))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
     let s = &v["successes"];
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
     Ok(Figures {
@@ -119,18 +179,41 @@ fn read_summary(path: &Path) -> Result<Figures, BenchError> {
 }
 
 /// Runs both tools; the loadgen run is an ordinary comparison run of the first router.
-pub async fn run(scenario: &Scenario, bins: &Bins, dir: &Path, tokenizer: &Path, rate: f64, secs: u64) -> Vec<Result<Figures, String>> {
-    let ours = compare::run(scenario, bins, dir).await.into_iter().next().and_then(|r| r.summary).map(|s| Figures {
-        tool: "loadgen".into(),
-        requests: s.ok as f64,
-        ttft_p50_ms: s.ttft_ms.p50,
-        ttft_p90_ms: s.ttft_ms.p90,
-        e2e_p50_ms: s.e2e_ms.p50,
-        requests_per_s: s.throughput_rps,
-        output_tokens_per_s: s.output_tokens_per_s,
-    });
-    let theirs = inference_perf(scenario, bins, &dir.join("inference-perf-run"), tokenizer, rate, secs).await;
-    vec![ours.ok_or_else(|| "loadgen run failed".to_owned()), theirs.map_err(|e| e.to_string())]
+pub async fn run(
+    scenario: &Scenario,
+    bins: &Bins,
+    dir: &Path,
+    tokenizer: &Path,
+    rate: f64,
+    secs: u64,
+) -> Vec<Result<Figures, String>> {
+    let ours = compare::run(scenario, bins, dir)
+        .await
+        .into_iter()
+        .next()
+        .and_then(|r| r.summary)
+        .map(|s| Figures {
+            tool: "loadgen".into(),
+            requests: s.ok as f64,
+            ttft_p50_ms: s.ttft_ms.p50,
+            ttft_p90_ms: s.ttft_ms.p90,
+            e2e_p50_ms: s.e2e_ms.p50,
+            requests_per_s: s.throughput_rps,
+            output_tokens_per_s: s.output_tokens_per_s,
+        });
+    let theirs = inference_perf(
+        scenario,
+        bins,
+        &dir.join("inference-perf-run"),
+        tokenizer,
+        rate,
+        secs,
+    )
+    .await;
+    vec![
+        ours.ok_or_else(|| "loadgen run failed".to_owned()),
+        theirs.map_err(|e| e.to_string()),
+    ]
 }
 
 /// The cross-check table.
@@ -138,7 +221,16 @@ pub fn table(rows: &[Result<Figures, String>]) -> String {
     let mut out = String::from("| tool | requests | TTFT p50 / p90 (ms) | E2E p50 (ms) | req/s | output tok/s |\n|---|---:|---|---:|---:|---:|\n");
     for r in rows {
         out.push_str(&match r {
-            Ok(f) => format!("| {} | {:.0} | {:.0} / {:.0} | {:.0} | {:.2} | {:.0} |\n", f.tool, f.requests, f.ttft_p50_ms, f.ttft_p90_ms, f.e2e_p50_ms, f.requests_per_s, f.output_tokens_per_s),
+            Ok(f) => format!(
+                "| {} | {:.0} | {:.0} / {:.0} | {:.0} | {:.2} | {:.0} |\n",
+                f.tool,
+                f.requests,
+                f.ttft_p50_ms,
+                f.ttft_p90_ms,
+                f.e2e_p50_ms,
+                f.requests_per_s,
+                f.output_tokens_per_s
+            ),
             Err(e) => format!("| failed: {} |||||\n", e.lines().next().unwrap_or("")),
         });
     }

@@ -28,8 +28,16 @@ pub struct Shape {
 /// The two shapes of the issue: a small request and a ≈ 220 KB prompt.
 pub fn shapes() -> Vec<Shape> {
     vec![
-        Shape { name: "small".into(), input_tokens: 20, concurrency: 16 },
-        Shape { name: "220KB".into(), input_tokens: 44_000, concurrency: 4 },
+        Shape {
+            name: "small".into(),
+            input_tokens: 20,
+            concurrency: 16,
+        },
+        Shape {
+            name: "220KB".into(),
+            input_tokens: 44_000,
+            concurrency: 4,
+        },
     ]
 }
 
@@ -52,12 +60,28 @@ pub struct OverheadResult {
 
 /// The three paths, in table order.
 pub fn paths() -> Vec<Router> {
-    let default = crate::envoy::repo_root().join("hack").join("bench").join("epp-default.yaml");
-    vec![Router::EnvoyRoundRobin, Router::EnvoyNoopExtProc, Router::Epp { name: "default".into(), config: default, replicas: 1 }]
+    let default = crate::envoy::repo_root()
+        .join("hack")
+        .join("bench")
+        .join("epp-default.yaml");
+    vec![
+        Router::EnvoyRoundRobin,
+        Router::EnvoyNoopExtProc,
+        Router::Epp {
+            name: "default".into(),
+            config: default,
+            replicas: 1,
+        },
+    ]
 }
 
 /// Runs every shape × path × round for `secs` seconds each.
-pub async fn run(bins: &Bins, dir: &Path, secs: f64, rounds: usize) -> Result<Vec<OverheadResult>, BenchError> {
+pub async fn run(
+    bins: &Bins,
+    dir: &Path,
+    secs: f64,
+    rounds: usize,
+) -> Result<Vec<OverheadResult>, BenchError> {
     std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let backends = Backends::start(bins, dir, 4).await?;
     let mut out = Vec::new();
@@ -67,9 +91,13 @@ pub async fn run(bins: &Bins, dir: &Path, secs: f64, rounds: usize) -> Result<Ve
                 let label = format!("{}-{}-{round}", shape.name, path.label());
                 eprintln!("[bench] overhead: {label}");
                 let cdir = dir.join(&label);
-                std::fs::create_dir_all(&cdir).map_err(BenchError::io(format!("creating {}", cdir.display())))?;
+                std::fs::create_dir_all(&cdir)
+                    .map_err(BenchError::io(format!("creating {}", cdir.display())))?;
                 let r = case(bins, &backends, &path, &shape, secs, &cdir).await;
-                let mut r = r.unwrap_or_else(|e| OverheadResult { error: Some(e.to_string()), ..OverheadResult::default() });
+                let mut r = r.unwrap_or_else(|e| OverheadResult {
+                    error: Some(e.to_string()),
+                    ..OverheadResult::default()
+                });
                 (r.shape, r.path, r.round) = (shape.name.clone(), path.label(), round);
                 out.push(r);
             }
@@ -88,12 +116,23 @@ impl Backends {
     async fn start(bins: &Bins, dir: &Path, n: usize) -> Result<Self, BenchError> {
         let base = free_port_range(n)?;
         let ports: Vec<String> = (0..n as u16).map(|i| (base + i).to_string()).collect();
-        let args: Vec<String> = ["--ports", &ports.join(","), "--model", super::plan::MODEL, "--completion-tokens", "1", "--stream-interval-ms", "0"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+        let args: Vec<String> = [
+            "--ports",
+            &ports.join(","),
+            "--model",
+            super::plan::MODEL,
+            "--completion-tokens",
+            "1",
+            "--stream-interval-ms",
+            "0",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
         let mut proc_ = Proc::spawn("model-server", &bins.model_server, &args, dir)?;
-        let addrs: Vec<SocketAddr> = (0..n as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], base + i))).collect();
+        let addrs: Vec<SocketAddr> = (0..n as u16)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], base + i)))
+            .collect();
         for a in &addrs {
             wait_http_ok(&mut proc_, *a, "/metrics", Duration::from_secs(10)).await?;
         }
@@ -101,16 +140,43 @@ impl Backends {
     }
 }
 
-async fn case(bins: &Bins, be: &Backends, path: &Router, shape: &Shape, secs: f64, dir: &Path) -> Result<OverheadResult, BenchError> {
+async fn case(
+    bins: &Bins,
+    be: &Backends,
+    path: &Router,
+    shape: &Shape,
+    secs: f64,
+    dir: &Path,
+) -> Result<OverheadResult, BenchError> {
     let running = routers::start(path, &be.addrs, &[], bins, dir, super::plan::MODEL).await?;
     let mut pids = running.pids();
     pids.push(("backends".into(), be.proc_.pid()));
-    let before: Vec<Duration> = pids.iter().map(|(_, p)| cpu_time(*p).unwrap_or_default()).collect();
+    let before: Vec<Duration> = pids
+        .iter()
+        .map(|(_, p)| cpu_time(*p).unwrap_or_default())
+        .collect();
     let report_path = dir.join("report.json");
     let args: Vec<String> = [
-        "--target", &running.target.to_string(), "--workload", "random", "--input-len", &shape.input_tokens.to_string(),
-        "--output-len", "1", "--concurrency", &shape.concurrency.to_string(), "--duration-secs", &secs.to_string(),
-        "--drain-secs", "10", "--model", super::plan::MODEL, "--label", &path.label(), "--out", &report_path.display().to_string(),
+        "--target",
+        &running.target.to_string(),
+        "--workload",
+        "random",
+        "--input-len",
+        &shape.input_tokens.to_string(),
+        "--output-len",
+        "1",
+        "--concurrency",
+        &shape.concurrency.to_string(),
+        "--duration-secs",
+        &secs.to_string(),
+        "--drain-secs",
+        "10",
+        "--model",
+        super::plan::MODEL,
+        "--label",
+        &path.label(),
+        "--out",
+        &report_path.display().to_string(),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -121,7 +187,17 @@ async fn case(bins: &Bins, be: &Backends, path: &Router, shape: &Shape, secs: f6
     let cpu: BTreeMap<String, f64> = pids
         .iter()
         .zip(before)
-        .map(|((name, pid), b)| (name.clone(), cpu_time(*pid).unwrap_or_default().saturating_sub(b).as_secs_f64() * 1e6 / n))
+        .map(|((name, pid), b)| {
+            (
+                name.clone(),
+                cpu_time(*pid)
+                    .unwrap_or_default()
+                    .saturating_sub(b)
+                    .as_secs_f64()
+                    * 1e6
+                    / n,
+            )
+        })
         .collect();
     let s = rep.summary;
     Ok(OverheadResult {
@@ -140,12 +216,31 @@ async fn case(bins: &Bins, be: &Backends, path: &Router, shape: &Shape, secs: f6
 pub fn table(results: &[OverheadResult]) -> String {
     let mut out = String::from("| request | path | round | requests | errors | req/s | p50 / p90 / p99 (ms) | CPU µs/req |\n|---|---|---:|---:|---:|---:|---|---|\n");
     for r in results {
-        let cpu: Vec<String> = r.cpu_us.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+        let cpu: Vec<String> = r
+            .cpu_us
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect();
         let line = match &r.error {
-            Some(e) => format!("| {} | {} | {} | failed: {} |||||\n", r.shape, r.path, r.round, e.lines().next().unwrap_or("")),
+            Some(e) => format!(
+                "| {} | {} | {} | failed: {} |||||\n",
+                r.shape,
+                r.path,
+                r.round,
+                e.lines().next().unwrap_or("")
+            ),
             None => format!(
                 "| {} | {} | {} | {} | {:.1}% | {:.0} | {:.2} / {:.2} / {:.2} | {} |\n",
-                r.shape, r.path, r.round, r.requests, r.error_rate * 100.0, r.rps, r.p50_ms, r.p90_ms, r.p99_ms, cpu.join(", ")
+                r.shape,
+                r.path,
+                r.round,
+                r.requests,
+                r.error_rate * 100.0,
+                r.rps,
+                r.p50_ms,
+                r.p90_ms,
+                r.p99_ms,
+                cpu.join(", ")
             ),
         };
         out.push_str(&line);

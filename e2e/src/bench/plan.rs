@@ -62,8 +62,16 @@ fn config(name: &str) -> PathBuf {
 fn routers_of(o: &PlanOptions) -> Vec<Router> {
     let mut r = routers(o.peers);
     // An extra configuration named like a built-in one replaces it.
-    r.retain(|b| !o.extra_epp.iter().any(|(n, _)| b.label() == format!("epp-{n}")));
-    r.extend(o.extra_epp.iter().map(|(name, config)| epp_router(name, config)));
+    r.retain(|b| {
+        !o.extra_epp
+            .iter()
+            .any(|(n, _)| b.label() == format!("epp-{n}"))
+    });
+    r.extend(
+        o.extra_epp
+            .iter()
+            .map(|(name, config)| epp_router(name, config)),
+    );
     with_replicas(r, &o.epp_replicas, o.share_speculative)
 }
 
@@ -76,11 +84,20 @@ fn with_replicas(routers: Vec<Router>, counts: &[usize], share: bool) -> Vec<Rou
     let mut out = Vec::new();
     for r in routers {
         match r {
-            Router::Epp { name, config, .. } => out.extend(counts.iter().map(|&n| Router::Epp { name: name.clone(), config: config.clone(), replicas: n })),
+            Router::Epp { name, config, .. } => out.extend(counts.iter().map(|&n| Router::Epp {
+                name: name.clone(),
+                config: config.clone(),
+                replicas: n,
+            })),
             Router::EppPrecise { name, config, .. } => {
                 for &n in counts {
                     for shared in [false, true].into_iter().filter(|s| !s || (share && n > 1)) {
-                        out.push(Router::EppPrecise { name: name.clone(), config: config.clone(), replicas: n, shared });
+                        out.push(Router::EppPrecise {
+                            name: name.clone(),
+                            config: config.clone(),
+                            replicas: n,
+                            shared,
+                        });
                     }
                 }
             }
@@ -92,12 +109,22 @@ fn with_replicas(routers: Vec<Router>, counts: &[usize], share: bool) -> Vec<Rou
 
 /// An epp router for `config`: with the pods' KV events when the config uses the precise scorer.
 pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
-    let precise = std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
+    let precise =
+        std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
     let (name, config) = (name.to_owned(), config.to_path_buf());
     if precise {
-        Router::EppPrecise { name, config, replicas: 1, shared: false }
+        Router::EppPrecise {
+            name,
+            config,
+            replicas: 1,
+            shared: false,
+        }
     } else {
-        Router::Epp { name, config, replicas: 1 }
+        Router::Epp {
+            name,
+            config,
+            replicas: 1,
+        }
     }
 }
 
@@ -106,14 +133,33 @@ pub fn routers(peers: bool) -> Vec<Router> {
     let mut r = vec![
         Router::EnvoyRoundRobin,
         Router::EnvoyLeastRequest,
-        Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 },
-        Router::Epp { name: "best".into(), config: config("epp-best.yaml"), replicas: 1 },
-        Router::EppPrecise { name: "precise".into(), config: config("epp-precise.yaml"), replicas: 1, shared: false },
+        Router::Epp {
+            name: "default".into(),
+            config: config("epp-default.yaml"),
+            replicas: 1,
+        },
+        Router::Epp {
+            name: "best".into(),
+            config: config("epp-best.yaml"),
+            replicas: 1,
+        },
+        Router::EppPrecise {
+            name: "precise".into(),
+            config: config("epp-precise.yaml"),
+            replicas: 1,
+            shared: false,
+        },
     ];
     if peers {
-        r.push(Router::VllmRouter { policy: "cache_aware".into() });
-        r.push(Router::VllmRouter { policy: "power_of_two".into() });
-        r.push(Router::SglangRouter { policy: "cache_aware".into() });
+        r.push(Router::VllmRouter {
+            policy: "cache_aware".into(),
+        });
+        r.push(Router::VllmRouter {
+            policy: "power_of_two".into(),
+        });
+        r.push(Router::SglangRouter {
+            policy: "cache_aware".into(),
+        });
     }
     r
 }
@@ -138,18 +184,50 @@ fn args(list: &[&str]) -> Vec<String> {
 
 /// `loadgen` flags of the shared-prefix workload (without the load).
 pub fn shared_prefix_args() -> Vec<String> {
-    args(&["--workload", "shared-prefix", "--groups", "48", "--prompts-per-group", "16", "--system-len", "2000", "--question-len", "200", "--output-len", "50"])
+    args(&[
+        "--workload",
+        "shared-prefix",
+        "--groups",
+        "48",
+        "--prompts-per-group",
+        "16",
+        "--system-len",
+        "2000",
+        "--question-len",
+        "200",
+        "--output-len",
+        "50",
+    ])
 }
 
 fn open(rate_stages: String, drain_s: f64, warmup_s: f64) -> Vec<String> {
-    let mut v = vec!["--rate-stages".into(), rate_stages, "--drain-secs".into(), drain_s.to_string(), "--seed".into(), "1".into()];
+    let mut v = vec![
+        "--rate-stages".into(),
+        rate_stages,
+        "--drain-secs".into(),
+        drain_s.to_string(),
+        "--seed".into(),
+        "1".into(),
+    ];
     v.extend(["--warmup-secs".into(), warmup_s.to_string()]);
     v
 }
 
-fn scenario(name: &str, sim: SimOptions, mut workload: Vec<String>, load: Vec<String>, routers: Vec<Router>) -> Scenario {
+fn scenario(
+    name: &str,
+    sim: SimOptions,
+    mut workload: Vec<String>,
+    load: Vec<String>,
+    routers: Vec<Router>,
+) -> Scenario {
     workload.extend(load);
-    Scenario { name: name.into(), sim, loadgen_args: workload, routers, model: MODEL.into() }
+    Scenario {
+        name: name.into(),
+        sim,
+        loadgen_args: workload,
+        routers,
+        model: MODEL.into(),
+    }
 }
 
 /// The scenarios of a mode.
@@ -157,36 +235,149 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
     let (d, w) = (o.duration_s, o.warmup_s);
     let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
     if o.mode == Mode::Smoke {
-        let routers = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 }];
-        let wl = args(&["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "2", "--system-len", "200", "--question-len", "20", "--output-len", "4"]);
-        return vec![scenario("smoke", sim(o, 2), wl, open(format!("4:{d}"), 5.0, 0.0), routers)];
+        let routers = vec![
+            Router::EnvoyRoundRobin,
+            Router::Epp {
+                name: "default".into(),
+                config: config("epp-default.yaml"),
+                replicas: 1,
+            },
+        ];
+        let wl = args(&[
+            "--workload",
+            "shared-prefix",
+            "--groups",
+            "4",
+            "--prompts-per-group",
+            "2",
+            "--system-len",
+            "200",
+            "--question-len",
+            "20",
+            "--output-len",
+            "4",
+        ]);
+        return vec![scenario(
+            "smoke",
+            sim(o, 2),
+            wl,
+            open(format!("4:{d}"), 5.0, 0.0),
+            routers,
+        )];
     }
-    let random = args(&["--workload", "random", "--input-len", "1000", "--output-len", "50"]);
+    let random = args(&[
+        "--workload",
+        "random",
+        "--input-len",
+        "1000",
+        "--output-len",
+        "50",
+    ]);
     let mut no_sharing_routers = routers_of(o);
     let mut shared_routers = routers_of(o);
     if o.mode == Mode::Quick {
-        no_sharing_routers.retain(|r| matches!(r, Router::EnvoyLeastRequest) || r.label() == "epp-best");
+        no_sharing_routers
+            .retain(|r| matches!(r, Router::EnvoyLeastRequest) || r.label() == "epp-best");
         // Under 5 minutes: the precise router runs in full mode (or quick with `--epp
         // precise=hack/bench/epp-precise.yaml`).
-        shared_routers.retain(|r| r.label() != "epp-precise" || o.extra_epp.iter().any(|(n, _)| n == "precise"));
+        shared_routers.retain(|r| {
+            r.label() != "epp-precise" || o.extra_epp.iter().any(|(n, _)| n == "precise")
+        });
     }
     let mut v = vec![
-        scenario("shared-prefix", sim(o, 8), shared_prefix_args(), open(format!("{}:{d}", o.shared_prefix_rate), drain, w), shared_routers),
-        scenario("no-sharing", sim(o, 8), random, open(format!("{}:{d}", o.random_rate), drain, w), no_sharing_routers),
+        scenario(
+            "shared-prefix",
+            sim(o, 8),
+            shared_prefix_args(),
+            open(format!("{}:{d}", o.shared_prefix_rate), drain, w),
+            shared_routers,
+        ),
+        scenario(
+            "no-sharing",
+            sim(o, 8),
+            random,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            no_sharing_routers,
+        ),
     ];
     if o.mode == Mode::Full {
         let r = o.shared_prefix_rate;
         let st = (d / 2.0).max(10.0);
-        let sweep = format!("{}:{st},{}:{st},{}:{st},{}:{st}", r * 0.25, r * 0.5, r * 0.75, r);
-        v.push(scenario("shared-prefix-sweep", sim(o, 8), shared_prefix_args(), open(sweep, drain, 0.0), routers_of(o)));
-        let chat = args(&["--workload", "multi-turn", "--sessions", "48", "--turns", "6", "--system-len", "1000", "--question-len", "150", "--output-len", "50"]);
-        v.push(scenario("multi-turn", sim(o, 8), chat, open(format!("{}:{d}", r * 0.6), drain, w), routers_of(o)));
-        let mix = args(&["--workload", "mix", "--short-len", "200", "--long-fraction", "0.1", "--long-min", "1500", "--long-max", "8000", "--output-len", "50"]);
-        v.push(scenario("long-short-mix", sim(o, 8), mix, open(format!("{}:{d}", o.random_rate), drain, w), routers_of(o)));
+        let sweep = format!(
+            "{}:{st},{}:{st},{}:{st},{}:{st}",
+            r * 0.25,
+            r * 0.5,
+            r * 0.75,
+            r
+        );
+        v.push(scenario(
+            "shared-prefix-sweep",
+            sim(o, 8),
+            shared_prefix_args(),
+            open(sweep, drain, 0.0),
+            routers_of(o),
+        ));
+        let chat = args(&[
+            "--workload",
+            "multi-turn",
+            "--sessions",
+            "48",
+            "--turns",
+            "6",
+            "--system-len",
+            "1000",
+            "--question-len",
+            "150",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "multi-turn",
+            sim(o, 8),
+            chat,
+            open(format!("{}:{d}", r * 0.6), drain, w),
+            routers_of(o),
+        ));
+        let mix = args(&[
+            "--workload",
+            "mix",
+            "--short-len",
+            "200",
+            "--long-fraction",
+            "0.1",
+            "--long-min",
+            "1500",
+            "--long-max",
+            "8000",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "long-short-mix",
+            sim(o, 8),
+            mix,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            routers_of(o),
+        ));
         let mut lora_sim = sim(o, 8);
         lora_sim.lora_adapters = (0..8).map(crate::loadgen::workload::lora_name).collect();
-        let lora = args(&["--workload", "lora", "--adapters", "8", "--input-len", "1000", "--output-len", "50"]);
-        v.push(scenario("lora-mix", lora_sim, lora, open(format!("{}:{d}", o.random_rate), drain, w), routers_of(o)));
+        let lora = args(&[
+            "--workload",
+            "lora",
+            "--adapters",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "lora-mix",
+            lora_sim,
+            lora,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            routers_of(o),
+        ));
     }
     v
 }
@@ -195,10 +386,20 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
 /// load, evenly spaced arrivals (so both tools offer exactly the same load), no warm-up
 /// (inference-perf has none), `secs` seconds.
 pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
-    let router = Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 };
+    let router = Router::Epp {
+        name: "default".into(),
+        config: config("epp-default.yaml"),
+        replicas: 1,
+    };
     let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
     load.push("--constant".into());
-    scenario("crosscheck", sim(o, 8), shared_prefix_args(), load, vec![router])
+    scenario(
+        "crosscheck",
+        sim(o, 8),
+        shared_prefix_args(),
+        load,
+        vec![router],
+    )
 }
 
 #[cfg(test)]
@@ -210,22 +411,56 @@ mod tests {
         assert!(epp_router("precise", &config("epp-precise.yaml")).needs_kv_events());
         assert!(!epp_router("best", &config("epp-best.yaml")).needs_kv_events());
         let labels: Vec<String> = routers(false).iter().map(Router::label).collect();
-        assert!(labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned()));
+        assert!(
+            labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned())
+        );
     }
 
     #[test]
     fn replica_counts_multiply_the_epp_routers_only() {
-        let base = vec![Router::EnvoyRoundRobin, Router::Epp { name: "default".into(), config: config("epp-default.yaml"), replicas: 1 }];
-        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3], false).iter().map(Router::label).collect();
-        assert_eq!(labels, ["envoy-round-robin", "epp-default", "epp-default-x3"]);
+        let base = vec![
+            Router::EnvoyRoundRobin,
+            Router::Epp {
+                name: "default".into(),
+                config: config("epp-default.yaml"),
+                replicas: 1,
+            },
+        ];
+        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3], false)
+            .iter()
+            .map(Router::label)
+            .collect();
+        assert_eq!(
+            labels,
+            ["envoy-round-robin", "epp-default", "epp-default-x3"]
+        );
         assert_eq!(with_replicas(base.clone(), &[], false), base);
     }
 
     #[test]
     fn sharing_adds_a_shared_run_of_multi_replica_precise_routers_only() {
-        let base = vec![epp_router("precise", &config("epp-precise.yaml")), Router::Epp { name: "best".into(), config: config("epp-best.yaml"), replicas: 1 }];
-        let labels: Vec<String> = with_replicas(base, &[1, 3], true).iter().map(Router::label).collect();
-        assert_eq!(labels, ["epp-precise", "epp-precise-x3", "epp-precise-x3-shared", "epp-best", "epp-best-x3"]);
+        let base = vec![
+            epp_router("precise", &config("epp-precise.yaml")),
+            Router::Epp {
+                name: "best".into(),
+                config: config("epp-best.yaml"),
+                replicas: 1,
+            },
+        ];
+        let labels: Vec<String> = with_replicas(base, &[1, 3], true)
+            .iter()
+            .map(Router::label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "epp-precise",
+                "epp-precise-x3",
+                "epp-precise-x3-shared",
+                "epp-best",
+                "epp-best-x3"
+            ]
+        );
     }
 
     #[test]
@@ -243,10 +478,21 @@ mod tests {
             epp_replicas: Vec::new(),
             share_speculative: false,
         };
-        let precise = |o: &PlanOptions| scenarios(o)[0].routers.iter().filter(|r| r.label() == "epp-precise").count();
+        let precise = |o: &PlanOptions| {
+            scenarios(o)[0]
+                .routers
+                .iter()
+                .filter(|r| r.label() == "epp-precise")
+                .count()
+        };
         assert_eq!(precise(&o), 0);
-        o.extra_epp.push(("precise".into(), config("epp-precise.yaml")));
-        assert_eq!(precise(&o), 1, "the extra configuration replaces the built-in one");
+        o.extra_epp
+            .push(("precise".into(), config("epp-precise.yaml")));
+        assert_eq!(
+            precise(&o),
+            1,
+            "the extra configuration replaces the built-in one"
+        );
         o.mode = Mode::Full;
         o.extra_epp.clear();
         assert_eq!(precise(&o), 1);

@@ -19,10 +19,18 @@ pub struct Proc {
 
 impl Proc {
     /// Starts `program args` with stdout and stderr appended to `<dir>/<name>.log`.
-    pub fn spawn(name: &str, program: &Path, args: &[String], dir: &Path) -> Result<Self, BenchError> {
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        dir: &Path,
+    ) -> Result<Self, BenchError> {
         let log = dir.join(format!("{name}.log"));
-        let out = File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
-        let err = out.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
+        let out =
+            File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(BenchError::io("duplicating a log handle"))?;
         let child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
@@ -30,7 +38,11 @@ impl Proc {
             .stderr(err)
             .spawn()
             .map_err(BenchError::io(format!("starting {}", program.display())))?;
-        Ok(Self { name: name.to_owned(), child, log })
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -41,7 +53,10 @@ impl Proc {
     pub fn check_alive(&mut self) -> Result<(), BenchError> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
-            _ => Err(BenchError::Exited { name: self.name.clone(), log: log_tail(&self.log) }),
+            _ => Err(BenchError::Exited {
+                name: self.name.clone(),
+                log: log_tail(&self.log),
+            }),
         }
     }
 
@@ -52,7 +67,8 @@ impl Proc {
 
     /// Resident memory in bytes.
     pub fn rss(&self) -> u64 {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         text.lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
@@ -99,7 +115,9 @@ fn clock_ticks() -> f64 {
 
 /// `n` distinct ports that were free a moment ago ([`crate::ports`]).
 pub fn free_ports(n: usize) -> Result<Vec<u16>, BenchError> {
-    (0..n).map(|_| crate::ports::free_port().map_err(BenchError::io("finding free ports"))).collect()
+    (0..n)
+        .map(|_| crate::ports::free_port().map_err(BenchError::io("finding free ports")))
+        .collect()
 }
 
 /// `n` consecutive free ports starting at the returned port ([`crate::ports`]).
@@ -108,7 +126,12 @@ pub fn free_port_range(n: usize) -> Result<u16, BenchError> {
 }
 
 /// Polls `GET path` on `addr` until it answers 200, the process dies, or `timeout` passes.
-pub async fn wait_http_ok(proc_: &mut Proc, addr: SocketAddr, path: &str, timeout: Duration) -> Result<(), BenchError> {
+pub async fn wait_http_ok(
+    proc_: &mut Proc,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(), BenchError> {
     let deadline = Instant::now() + timeout;
     loop {
         proc_.check_alive()?;
@@ -118,7 +141,10 @@ pub async fn wait_http_ok(proc_: &mut Proc, addr: SocketAddr, path: &str, timeou
             }
         }
         if Instant::now() > deadline {
-            return Err(BenchError::NotReady { what: format!("{} at http://{addr}{path}", proc_.name), log: log_tail(&proc_.log) });
+            return Err(BenchError::NotReady {
+                what: format!("{} at http://{addr}{path}", proc_.name),
+                log: log_tail(&proc_.log),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -142,7 +168,9 @@ mod tests {
     #[test]
     fn a_port_range_is_free_when_returned() {
         let base = free_port_range(4).unwrap();
-        let held: Vec<_> = (0..4).map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).unwrap()).collect();
+        let held: Vec<_> = (0..4)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).unwrap())
+            .collect();
         assert_eq!(held.len(), 4);
     }
 }

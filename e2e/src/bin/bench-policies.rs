@@ -72,7 +72,10 @@ struct Args {
     out: PathBuf,
 }
 
-const RANDOM: Workload = Workload::Random { input_len: 256, output_len: 64 };
+const RANDOM: Workload = Workload::Random {
+    input_len: 256,
+    output_len: 64,
+};
 
 /// One pod of a fleet: speed factor and the weight epp is told.
 #[derive(Clone, Copy)]
@@ -93,25 +96,67 @@ fn config(plugins: &[&str]) -> String {
 
 /// Starts pods + epp + Envoy, runs the load, stops everything; returns the records and the
 /// pods' addresses (index = pod).
-async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &str, load: Load, workload: Workload) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
+async fn run_policy(
+    args: &Args,
+    label: &str,
+    fleet: &[PodSpec],
+    epp_config: &str,
+    load: Load,
+    workload: Workload,
+) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
     let mut listeners = Vec::new();
     let mut configs = Vec::new();
     for (i, p) in fleet.iter().enumerate() {
         listeners.push(TcpListener::bind("127.0.0.1:0").await?);
         let timing = Profile::LlmdH100Llama8b.timing();
-        let mut engine = EngineConfig { speed: p.speed, time_scale: args.time_scale, timing, ..EngineConfig::default() };
+        let mut engine = EngineConfig {
+            speed: p.speed,
+            time_scale: args.time_scale,
+            timing,
+            ..EngineConfig::default()
+        };
         engine.num_gpu_blocks = p.kv_blocks.unwrap_or(engine.num_gpu_blocks);
-        configs.push(PodConfig { engine, pod_name: format!("pod-{i}"), seed: args.seed + i as u64, prompt_tokens_details: true, ..Default::default() });
+        configs.push(PodConfig {
+            engine,
+            pod_name: format!("pod-{i}"),
+            seed: args.seed + i as u64,
+            prompt_tokens_details: true,
+            ..Default::default()
+        });
     }
     let cluster = Cluster::start_on(configs, listeners).await?;
     let addrs = cluster.addrs().to_vec();
     std::fs::create_dir_all(&args.out)?;
     let file = args.out.join(format!("endpoints-{label}.yaml"));
-    let yaml: String = addrs.iter().zip(fleet).enumerate().map(|(i, (a, p))| format!("- {{address: {}, port: {}, name: pod-{i}, weight: {}}}\n", a.ip(), a.port(), p.weight)).collect();
+    let yaml: String = addrs
+        .iter()
+        .zip(fleet)
+        .enumerate()
+        .map(|(i, (a, p))| {
+            format!(
+                "- {{address: {}, port: {}, name: pod-{i}, weight: {}}}\n",
+                a.ip(),
+                a.port(),
+                p.weight
+            )
+        })
+        .collect();
     std::fs::write(&file, yaml).with_context(|| format!("writing {}", file.display()))?;
-    let flags = ["--static-endpoints-file", &file.display().to_string(), "--config-text", epp_config, "--secure-serving", "false"].map(str::to_owned);
+    let flags = [
+        "--static-endpoints-file",
+        &file.display().to_string(),
+        "--config-text",
+        epp_config,
+        "--secure-serving",
+        "false",
+    ]
+    .map(str::to_owned);
     let epp = Epp::start(&flags).await?;
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).pool(addrs.iter().copied()).start().await?;
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool(addrs.iter().copied())
+        .start()
+        .await?;
     let secs = Duration::from_secs_f64(args.secs);
     let cfg = RunConfig {
         target: envoy.listener_addr(),
@@ -125,7 +170,11 @@ async fn run_policy(args: &Args, label: &str, fleet: &[PodSpec], epp_config: &st
     };
     let records = loadgen::run(cfg).await;
     if let Some(r) = records.iter().find(|r| !r.ok()) {
-        eprintln!("{label}: first failure: status {} {}", r.status, r.error.as_deref().unwrap_or(""));
+        eprintln!(
+            "{label}: first failure: status {} {}",
+            r.status,
+            r.error.as_deref().unwrap_or("")
+        );
     }
     drop(envoy);
     epp.stop().await;
@@ -144,12 +193,22 @@ fn row(label: &str, records: &[RequestRecord], pods: usize) -> String {
     let e2e = Percentiles::of(ok.iter().map(|r| r.e2e_ms).collect());
     let mut per_pod: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
     for r in &ok {
-        per_pod.entry(r.pod.clone().unwrap_or_default()).or_default().push(r);
+        per_pod
+            .entry(r.pod.clone().unwrap_or_default())
+            .or_default()
+            .push(r);
     }
     let cells: Vec<String> = (0..pods)
         .map(|i| {
-            let rs = per_pod.get(&format!("pod-{i}")).map(Vec::as_slice).unwrap_or(&[]);
-            format!("{:.0}% / {:.0}", 100.0 * rs.len() as f64 / ok.len().max(1) as f64, ttft(rs).p50)
+            let rs = per_pod
+                .get(&format!("pod-{i}"))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            format!(
+                "{:.0}% / {:.0}",
+                100.0 * rs.len() as f64 / ok.len().max(1) as f64,
+                ttft(rs).p50
+            )
         })
         .collect();
     format!(
@@ -166,35 +225,104 @@ fn row(label: &str, records: &[RequestRecord], pods: usize) -> String {
 }
 
 async fn mixed_fleet(args: &Args) -> anyhow::Result<()> {
-    let fleet = [PodSpec { speed: 2.0, weight: 4, kv_blocks: None }, PodSpec { speed: 2.0, weight: 4, kv_blocks: None }, PodSpec { speed: 0.5, weight: 1, kv_blocks: None }, PodSpec { speed: 0.5, weight: 1, kv_blocks: None }];
+    let fleet = [
+        PodSpec {
+            speed: 2.0,
+            weight: 4,
+            kv_blocks: None,
+        },
+        PodSpec {
+            speed: 2.0,
+            weight: 4,
+            kv_blocks: None,
+        },
+        PodSpec {
+            speed: 0.5,
+            weight: 1,
+            kv_blocks: None,
+        },
+        PodSpec {
+            speed: 0.5,
+            weight: 1,
+            kv_blocks: None,
+        },
+    ];
     println!("\n### mixed fleet: pods 0-1 speed 2.0 weight 4, pods 2-3 speed 0.5 weight 1; Poisson {} req/s for {} s\n", args.rate, args.secs);
     println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 (slow) | pod-3 (slow) |\n|---|---:|---:|---|---|---|---|---|---|");
-    for (label, picker) in [("round-robin", "round-robin-picker"), ("weighted-round-robin", "weighted-round-robin-picker"), ("weighted-least-request", "weighted-least-request-picker")] {
-        let load = Load::Open { stages: vec![Stage { rate: args.rate, duration: Duration::from_secs_f64(args.secs) }], poisson: true };
-        let (records, _) = run_policy(args, label, &fleet, &config(&[picker]), load, RANDOM).await?;
+    for (label, picker) in [
+        ("round-robin", "round-robin-picker"),
+        ("weighted-round-robin", "weighted-round-robin-picker"),
+        ("weighted-least-request", "weighted-least-request-picker"),
+    ] {
+        let load = Load::Open {
+            stages: vec![Stage {
+                rate: args.rate,
+                duration: Duration::from_secs_f64(args.secs),
+            }],
+            poisson: true,
+        };
+        let (records, _) =
+            run_policy(args, label, &fleet, &config(&[picker]), load, RANDOM).await?;
         println!("{}", row(label, &records, fleet.len()));
     }
     Ok(())
 }
 
 async fn bursty(args: &Args) -> anyhow::Result<()> {
-    let fleet = [PodSpec { speed: 1.0, weight: 1, kv_blocks: None }; 4];
-    let quiet = Stage { rate: args.quiet_rate, duration: Duration::from_secs(4) };
-    let burst = Stage { rate: args.burst_rate, duration: Duration::from_secs(1) };
+    let fleet = [PodSpec {
+        speed: 1.0,
+        weight: 1,
+        kv_blocks: None,
+    }; 4];
+    let quiet = Stage {
+        rate: args.quiet_rate,
+        duration: Duration::from_secs(4),
+    };
+    let burst = Stage {
+        rate: args.burst_rate,
+        duration: Duration::from_secs(1),
+    };
     let cycles = (args.secs / 5.0).ceil().max(1.0) as usize;
     let workload = match args.bursty_workload.as_str() {
         "random" => RANDOM,
-        "long-short" => Workload::LongShortMix { short_len: 128, long_fraction: 0.1, long_min: 2000, long_max: 6000, output_len: 64 },
+        "long-short" => Workload::LongShortMix {
+            short_len: 128,
+            long_fraction: 0.1,
+            long_min: 2000,
+            long_max: 6000,
+            output_len: 64,
+        },
         other => anyhow::bail!("unknown --bursty-workload {other:?}: random or long-short"),
     };
-    let stages: Vec<Stage> = (0..cycles).flat_map(|_| [quiet.clone(), burst.clone()]).collect();
+    let stages: Vec<Stage> = (0..cycles)
+        .flat_map(|_| [quiet.clone(), burst.clone()])
+        .collect();
     println!("\n### bursty: 4 equal pods; {cycles} cycles of 4 s at {} req/s then 1 s at {} req/s (Poisson), {} requests\n", args.quiet_rate, args.burst_rate, args.bursty_workload);
     println!("| policy | requests | errors | TTFT p50 / p90 / p99 (ms) | E2E p50 / p99 (ms) | pod-0 share / TTFT p50 | pod-1 | pod-2 | pod-3 |\n|---|---:|---:|---|---|---|---|---|---|");
     let scorers = ["queue-scorer", "kv-cache-utilization-scorer"];
-    for (label, picker) in [("max-score", "max-score-picker"), ("power-of-two-choices", "power-of-two-choices-picker"), ("round-robin", "round-robin-picker")] {
-        let plugins: Vec<&str> = if picker == "round-robin-picker" { vec![picker] } else { scorers.iter().copied().chain([picker]).collect() };
-        let load = Load::Open { stages: stages.clone(), poisson: true };
-        let (records, _) = run_policy(args, label, &fleet, &config(&plugins), load, workload.clone()).await?;
+    for (label, picker) in [
+        ("max-score", "max-score-picker"),
+        ("power-of-two-choices", "power-of-two-choices-picker"),
+        ("round-robin", "round-robin-picker"),
+    ] {
+        let plugins: Vec<&str> = if picker == "round-robin-picker" {
+            vec![picker]
+        } else {
+            scorers.iter().copied().chain([picker]).collect()
+        };
+        let load = Load::Open {
+            stages: stages.clone(),
+            poisson: true,
+        };
+        let (records, _) = run_policy(
+            args,
+            label,
+            &fleet,
+            &config(&plugins),
+            load,
+            workload.clone(),
+        )
+        .await?;
         println!("{}", row(label, &records, fleet.len()));
     }
     Ok(())
@@ -207,10 +335,26 @@ fn prefix_row(label: &str, records: &[RequestRecord], pods: usize) -> String {
     let t = ttft(&ok);
     let prompt: u64 = ok.iter().filter_map(|r| r.prompt_tokens).sum();
     let cached: u64 = ok.iter().filter_map(|r| r.cached_tokens).sum();
-    let counts: Vec<usize> = (0..pods).map(|i| ok.iter().filter(|r| r.pod.as_deref() == Some(&format!("pod-{i}"))).count()).collect();
-    let shares: Vec<String> = counts.iter().map(|c| format!("{:.0}%", 100.0 * *c as f64 / ok.len().max(1) as f64)).collect();
-    let (max, min) = (counts.iter().max().copied().unwrap_or(0), counts.iter().min().copied().unwrap_or(0));
-    let spread = if min == 0 { "∞".to_owned() } else { format!("{:.2}", max as f64 / min as f64) };
+    let counts: Vec<usize> = (0..pods)
+        .map(|i| {
+            ok.iter()
+                .filter(|r| r.pod.as_deref() == Some(&format!("pod-{i}")))
+                .count()
+        })
+        .collect();
+    let shares: Vec<String> = counts
+        .iter()
+        .map(|c| format!("{:.0}%", 100.0 * *c as f64 / ok.len().max(1) as f64))
+        .collect();
+    let (max, min) = (
+        counts.iter().max().copied().unwrap_or(0),
+        counts.iter().min().copied().unwrap_or(0),
+    );
+    let spread = if min == 0 {
+        "∞".to_owned()
+    } else {
+        format!("{:.2}", max as f64 / min as f64)
+    };
     format!(
         "| {label} | {} | {} | {:.1}% | {:.0} / {:.0} / {:.0} | {} | {spread} |",
         records.len(),
@@ -224,8 +368,18 @@ fn prefix_row(label: &str, records: &[RequestRecord], pods: usize) -> String {
 }
 
 async fn shared_prefix(args: &Args) -> anyhow::Result<()> {
-    let fleet = [PodSpec { speed: 1.0, weight: 1, kv_blocks: Some(args.kv_blocks) }; 4];
-    let workload = Workload::SharedPrefix { groups: 8, prompts_per_group: 16, system_len: 1024, question_len: 32, output_len: 16 };
+    let fleet = [PodSpec {
+        speed: 1.0,
+        weight: 1,
+        kv_blocks: Some(args.kv_blocks),
+    }; 4];
+    let workload = Workload::SharedPrefix {
+        groups: 8,
+        prompts_per_group: 16,
+        system_len: 1024,
+        question_len: 32,
+        output_len: 16,
+    };
     println!(
         "\n### shared prefix: 4 equal pods with {} KV blocks each; 8 groups of 1,024-token system prompts + 32-token questions, 16 output tokens; Poisson {} req/s for {} s\n",
         args.kv_blocks, args.prefix_rate, args.secs
@@ -235,9 +389,27 @@ async fn shared_prefix(args: &Args) -> anyhow::Result<()> {
     // for a gateway that retries over it; this Envoy (ORIGINAL_DST) answers it 503.
     let chwbl = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeTokens: 16, autoTune: false}\n- type: consistent-hash-picker\n  parameters: {loadFactor: 1.25, virtualNodes: 100, maxNumOfEndpoints: 1}\n";
     let default = include_str!("../../../config/examples/default.yaml");
-    for (label, cfg) in [("round-robin", config(&["round-robin-picker"])), ("chwbl", chwbl.to_owned()), ("default (prefix index)", default.to_owned())] {
-        let load = Load::Open { stages: vec![Stage { rate: args.prefix_rate, duration: Duration::from_secs_f64(args.secs) }], poisson: true };
-        let (records, _) = run_policy(args, label.split(' ').next().unwrap_or(label), &fleet, &cfg, load, workload.clone()).await?;
+    for (label, cfg) in [
+        ("round-robin", config(&["round-robin-picker"])),
+        ("chwbl", chwbl.to_owned()),
+        ("default (prefix index)", default.to_owned()),
+    ] {
+        let load = Load::Open {
+            stages: vec![Stage {
+                rate: args.prefix_rate,
+                duration: Duration::from_secs_f64(args.secs),
+            }],
+            poisson: true,
+        };
+        let (records, _) = run_policy(
+            args,
+            label.split(' ').next().unwrap_or(label),
+            &fleet,
+            &cfg,
+            load,
+            workload.clone(),
+        )
+        .await?;
         println!("{}", prefix_row(label, &records, fleet.len()));
     }
     Ok(())
@@ -255,6 +427,8 @@ async fn main() -> anyhow::Result<()> {
             bursty(&args).await?;
             shared_prefix(&args).await
         }
-        other => anyhow::bail!("unknown scenario {other:?}: mixed-fleet, bursty, shared-prefix or all"),
+        other => {
+            anyhow::bail!("unknown scenario {other:?}: mixed-fleet, bursty, shared-prefix or all")
+        }
     }
 }

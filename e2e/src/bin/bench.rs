@@ -82,7 +82,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let bins = Bins::beside_current_exe()?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     let duration_s = args.duration.unwrap_or(match args.mode {
         Mode::Smoke => 2.0,
         Mode::Quick => 18.0,
@@ -104,17 +105,34 @@ async fn main() -> anyhow::Result<()> {
         time_scale: args.time_scale,
         epp_replicas: args.epp_replicas.clone(),
         share_speculative: args.share_speculative,
-        extra_epp: args.epp.iter().filter_map(|e| e.split_once('=')).map(|(n, p)| (n.to_owned(), PathBuf::from(p))).collect(),
+        extra_epp: args
+            .epp
+            .iter()
+            .filter_map(|e| e.split_once('='))
+            .map(|(n, p)| (n.to_owned(), PathBuf::from(p)))
+            .collect(),
     };
-    let mut md = format!("# bench {:?}, {}\n\nmachine load before: {}\n", args.mode, now(), uptime());
+    let mut md = format!(
+        "# bench {:?}, {}\n\nmachine load before: {}\n",
+        args.mode,
+        now(),
+        uptime()
+    );
     let mut results = Vec::new();
     if !args.no_routing {
-        for mut s in scenarios(&opts).into_iter().filter(|s| args.only.is_empty() || args.only.contains(&s.name)) {
-            s.routers.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+        for mut s in scenarios(&opts)
+            .into_iter()
+            .filter(|s| args.only.is_empty() || args.only.contains(&s.name))
+        {
+            s.routers
+                .retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
             results.extend(compare::run(&s, &bins, &args.out).await);
         }
         md.push_str(&report::tables(&results));
-        md.push_str(&format!("\n### targets\n\n{}", report::targets(&results, "epp-best")));
+        md.push_str(&format!(
+            "\n### targets\n\n{}",
+            report::targets(&results, "epp-best")
+        ));
         for p in report::plots(&results, &args.out) {
             md.push_str(&format!("\nplot: {p}"));
         }
@@ -123,26 +141,56 @@ async fn main() -> anyhow::Result<()> {
         let secs = 30.0;
         let s = epp_e2e::bench::plan::crosscheck(&opts, secs);
         let tok = std::fs::canonicalize(&args.tokenizer).unwrap_or(args.tokenizer.clone());
-        let rows = crosscheck::run(&s, &bins, &args.out.join("crosscheck"), &tok, opts.shared_prefix_rate / 2.0, secs as u64).await;
+        let rows = crosscheck::run(
+            &s,
+            &bins,
+            &args.out.join("crosscheck"),
+            &tok,
+            opts.shared_prefix_rate / 2.0,
+            secs as u64,
+        )
+        .await;
         md.push_str(&format!("\n\n### cross-check with inference-perf (shared prefix, epp-default, {} req/s, {secs} s)\n\n{}", opts.shared_prefix_rate / 2.0, crosscheck::table(&rows)));
     }
     let mut over = Vec::new();
     if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
-        over = overhead::run(&bins, &args.out.join("overhead"), args.overhead_secs, args.rounds).await?;
+        over = overhead::run(
+            &bins,
+            &args.out.join("overhead"),
+            args.overhead_secs,
+            args.rounds,
+        )
+        .await?;
         md.push_str(&format!("\n\n### overhead\n\n{}", overhead::table(&over)));
     }
     md.push_str(&format!("\nmachine load after: {}\n", uptime()));
     println!("{md}");
     std::fs::write(args.out.join("results.md"), &md)?;
-    let json = serde_json::json!({"routing": results, "overhead": over, "options": format!("{args:?}")});
-    std::fs::write(args.out.join("results.json"), serde_json::to_vec_pretty(&json)?)?;
+    let json =
+        serde_json::json!({"routing": results, "overhead": over, "options": format!("{args:?}")});
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_vec_pretty(&json)?,
+    )?;
     Ok(())
 }
 
 fn uptime() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| format!("load average {}", s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| {
+            format!(
+                "load average {}",
+                s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+            )
+        })
+        .unwrap_or_default()
 }
 
 fn now() -> String {
-    std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+    std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
 }

@@ -26,7 +26,9 @@ const SIZES: [(&str, usize); 3] = [("10KB", 10_000), ("220KB", 220_000), ("1MB",
 const PACE: Option<(usize, Duration)> = Some((16 << 10, Duration::from_millis(2)));
 
 fn body(prompt_bytes: usize) -> Vec<u8> {
-    const WORDS: [&str; 8] = ["river", "copper", "lantern", "meadow", "signal", "harbor", "violet", "engine"];
+    const WORDS: [&str; 8] = [
+        "river", "copper", "lantern", "meadow", "signal", "harbor", "violet", "engine",
+    ];
     let mut prompt = String::with_capacity(prompt_bytes + 8);
     let mut i = 0usize;
     while prompt.len() < prompt_bytes {
@@ -34,7 +36,9 @@ fn body(prompt_bytes: usize) -> Vec<u8> {
         prompt.push(' ');
         i += 1;
     }
-    serde_json::json!({"model": "test-model", "prompt": prompt, "max_tokens": 1}).to_string().into_bytes()
+    serde_json::json!({"model": "test-model", "prompt": prompt, "max_tokens": 1})
+        .to_string()
+        .into_bytes()
 }
 
 /// One request; the time from its first byte to the first response byte.
@@ -58,7 +62,11 @@ async fn ttft(addr: SocketAddr, body: &[u8], pace: Option<(usize, Duration)>) ->
     let at = start.elapsed();
     let mut rest = Vec::new();
     s.read_to_end(&mut rest).await.unwrap();
-    assert!(first[0] == b'H' && rest.starts_with(b"TTP/1.1 200"), "{}", String::from_utf8_lossy(&rest));
+    assert!(
+        first[0] == b'H' && rest.starts_with(b"TTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
     at
 }
 
@@ -67,7 +75,12 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e3
 }
 
-async fn measure(addr: SocketAddr, body: &[u8], pace: Option<(usize, Duration)>, n: usize) -> (f64, f64) {
+async fn measure(
+    addr: SocketAddr,
+    body: &[u8],
+    pace: Option<(usize, Duration)>,
+    n: usize,
+) -> (f64, f64) {
     for _ in 0..3 {
         ttft(addr, body, pace).await;
     }
@@ -87,20 +100,58 @@ struct Case {
 
 async fn case(name: &'static str, pod: SocketAddr, early: Option<bool>) -> Case {
     let Some(early) = early else {
-        let envoy = EnvoyConfig::new(Template::RoundRobin).pool([pod]).start().await.unwrap();
-        return Case { name, envoy, epp: None };
+        let envoy = EnvoyConfig::new(Template::RoundRobin)
+            .pool([pod])
+            .start()
+            .await
+            .unwrap();
+        return Case {
+            name,
+            envoy,
+            epp: None,
+        };
     };
-    let args: Vec<String> = ["--static-endpoints", &pod.to_string(), "--secure-serving=false", &format!("--early-decision={early}")].iter().map(|s| (*s).to_owned()).collect();
+    let args: Vec<String> = [
+        "--static-endpoints",
+        &pod.to_string(),
+        "--secure-serving=false",
+        &format!("--early-decision={early}"),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     let epp = Epp::start(&args).await.unwrap();
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).pool([pod]).start().await.unwrap();
-    Case { name, envoy, epp: Some(epp) }
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool([pod])
+        .start()
+        .await
+        .unwrap();
+    Case {
+        name,
+        envoy,
+        epp: Some(epp),
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(30);
-    let pod = StandIn::bind(StandInOptions { completion_tokens: 1, latency: Duration::ZERO, ..StandInOptions::named("pod-0") }).await.unwrap();
-    let cases = [case("envoy alone", pod.addr(), None).await, case("epp, whole body", pod.addr(), Some(false)).await, case("epp, early", pod.addr(), Some(true)).await];
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(30);
+    let pod = StandIn::bind(StandInOptions {
+        completion_tokens: 1,
+        latency: Duration::ZERO,
+        ..StandInOptions::named("pod-0")
+    })
+    .await
+    .unwrap();
+    let cases = [
+        case("envoy alone", pod.addr(), None).await,
+        case("epp, whole body", pod.addr(), Some(false)).await,
+        case("epp, early", pod.addr(), Some(true)).await,
+    ];
     println!("| prompt | upload | path | TTFT p50 ms | TTFT p90 ms | added by epp p50 ms |");
     println!("|---|---|---|---|---|---|");
     for (label, size) in SIZES {
@@ -112,7 +163,11 @@ async fn main() {
                 if c.epp.is_none() {
                     base = p50;
                 }
-                println!("| {label} | {upload} | {} | {p50:.2} | {p90:.2} | {:+.2} |", c.name, p50 - base);
+                println!(
+                    "| {label} | {upload} | {} | {p50:.2} | {p90:.2} | {:+.2} |",
+                    c.name,
+                    p50 - base
+                );
             }
         }
     }

@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd"));
+    let dir = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd"));
     std::fs::create_dir_all(&dir)?;
     for (file, crd) in epp::crd::definitions() {
         std::fs::write(dir.join(&file), epp::crd::render(&crd)?)?;

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use epp_e2e::sim::{
-    serve_admin, Cluster, EngineConfig, EventEncoding, Faults, KvEventsConfig, KvUsageMetric, MetricsOptions,
-    PodConfig, Profile, SocketMode, TokenizerKind,
-};
 use epp_e2e::sim::hashing::DEFAULT_HASH_SEED;
+use epp_e2e::sim::{
+    serve_admin, Cluster, EngineConfig, EventEncoding, Faults, KvEventsConfig, KvUsageMetric,
+    MetricsOptions, PodConfig, Profile, SocketMode, TokenizerKind,
+};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
@@ -48,7 +48,11 @@ use tokio_util::sync::CancellationToken;
 #[command(name = "inference-sim", about, long_about, verbatim_doc_comment)]
 struct Args {
     /// Served model name.
-    #[arg(long, visible_alias = "served-model-name", default_value = "meta-llama/Llama-3.1-8B-Instruct")]
+    #[arg(
+        long,
+        visible_alias = "served-model-name",
+        default_value = "meta-llama/Llama-3.1-8B-Instruct"
+    )]
     model: String,
     /// Number of pods in this process; pod i listens on --base-port + i.
     #[arg(long, default_value_t = 1)]
@@ -95,7 +99,11 @@ struct EngineArgs {
     #[arg(long, default_value_t = 8192)]
     max_model_len: usize,
     /// KV blocks per pod, including the reserved null block (8B on H100 80GB ≈ 27493).
-    #[arg(long, visible_alias = "num-gpu-blocks-override", default_value_t = 27493)]
+    #[arg(
+        long,
+        visible_alias = "num-gpu-blocks-override",
+        default_value_t = 27493
+    )]
     num_gpu_blocks: usize,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
@@ -212,7 +220,9 @@ fn micros(v: Option<f64>, default: Duration) -> Duration {
 }
 
 fn offset_port(endpoint: &str, i: usize) -> String {
-    let Some((head, port)) = endpoint.rsplit_once(':') else { return endpoint.to_owned() };
+    let Some((head, port)) = endpoint.rsplit_once(':') else {
+        return endpoint.to_owned();
+    };
     match port.parse::<usize>() {
         Ok(p) if p != 0 => format!("{head}:{}", p + i),
         _ => endpoint.to_owned(),
@@ -225,7 +235,11 @@ impl Args {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         self.pod_name_prefix = self.pod_name_prefix.take().or_else(|| var("POD_NAME"));
         self.namespace = self.namespace.take().or_else(|| var("POD_NAMESPACE"));
-        self.engine.hash_seed = self.engine.hash_seed.take().or_else(|| var("PYTHONHASHSEED"));
+        self.engine.hash_seed = self
+            .engine
+            .hash_seed
+            .take()
+            .or_else(|| var("PYTHONHASHSEED"));
     }
 
     fn prefix(&self) -> &str {
@@ -238,8 +252,10 @@ impl Args {
         timing.step_overhead = micros(e.step_overhead_us, timing.step_overhead);
         timing.prefill_per_token = micros(e.prefill_us_per_token, timing.prefill_per_token);
         timing.decode_per_seq = micros(e.decode_us_per_seq, timing.decode_per_seq);
-        timing.attention_per_context_token =
-            micros(e.attention_ns_per_context_token.map(|ns| ns / 1e3), timing.attention_per_context_token);
+        timing.attention_per_context_token = micros(
+            e.attention_ns_per_context_token.map(|ns| ns / 1e3),
+            timing.attention_per_context_token,
+        );
         EngineConfig {
             model: self.model.clone(),
             max_num_seqs: e.max_num_seqs,
@@ -249,10 +265,17 @@ impl Args {
             block_size: e.block_size,
             max_loras: self.lora.max_loras,
             max_waiting: e.max_waiting,
-            hash_seed: e.hash_seed.clone().unwrap_or_else(|| DEFAULT_HASH_SEED.to_owned()),
+            hash_seed: e
+                .hash_seed
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HASH_SEED.to_owned()),
             default_max_output: e.default_max_output,
             timing,
-            speed: e.speeds.get(i % e.speeds.len().max(1)).copied().unwrap_or(1.0),
+            speed: e
+                .speeds
+                .get(i % e.speeds.len().max(1))
+                .copied()
+                .unwrap_or(1.0),
             time_scale: e.time_scale,
         }
     }
@@ -269,7 +292,11 @@ impl Args {
         let mut cfg = KvEventsConfig {
             endpoint: endpoint.to_owned(),
             mode: self.kv.kv_events_mode,
-            replay_endpoint: self.kv.kv_events_replay_endpoint.as_deref().map(|e| offset_port(e, i)),
+            replay_endpoint: self
+                .kv
+                .kv_events_replay_endpoint
+                .as_deref()
+                .map(|e| offset_port(e, i)),
             topic,
             encoding: self.kv.kv_events_encoding,
             buffer_steps: self.kv.kv_events_buffer_steps,
@@ -317,8 +344,14 @@ async fn bind_pods(args: &Args) -> anyhow::Result<(Vec<TcpListener>, Vec<PodConf
     let mut listeners = Vec::with_capacity(args.pods);
     let mut configs = Vec::with_capacity(args.pods);
     for i in 0..args.pods {
-        let port = if args.base_port == 0 { 0 } else { args.base_port.saturating_add(i as u16) };
-        let listener = TcpListener::bind((args.host, port)).await.with_context(|| format!("bind pod {i} on port {port}"))?;
+        let port = if args.base_port == 0 {
+            0
+        } else {
+            args.base_port.saturating_add(i as u16)
+        };
+        let listener = TcpListener::bind((args.host, port))
+            .await
+            .with_context(|| format!("bind pod {i} on port {port}"))?;
         let addr = listener.local_addr()?;
         configs.push(args.pod(i, addr));
         listeners.push(listener);
@@ -329,7 +362,9 @@ async fn bind_pods(args: &Args) -> anyhow::Result<(Vec<TcpListener>, Vec<PodConf
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let mut args = Args::parse();
     args.fill_from_env();
@@ -342,10 +377,14 @@ async fn main() -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
     if let Some(port) = args.admin_port {
-        let listener = TcpListener::bind((args.host, port)).await.context("bind admin port")?;
+        let listener = TcpListener::bind((args.host, port))
+            .await
+            .context("bind admin port")?;
         tracing::info!(addr = %listener.local_addr()?, "admin endpoint listening");
         let stop = stop.clone();
-        tasks.spawn(serve_admin(listener, cluster.clone(), async move { stop.cancelled().await }));
+        tasks.spawn(serve_admin(listener, cluster.clone(), async move {
+            stop.cancelled().await
+        }));
     }
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {

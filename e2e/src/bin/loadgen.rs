@@ -133,19 +133,34 @@ impl Args {
                 long_max: self.long_max,
                 output_len: self.output_len,
             },
-            Kind::Lora => Workload::LoraMix { adapters: self.adapters, input_len: self.input_len, output_len: self.output_len },
-            Kind::Random => Workload::Random { input_len: self.input_len, output_len: self.output_len },
+            Kind::Lora => Workload::LoraMix {
+                adapters: self.adapters,
+                input_len: self.input_len,
+                output_len: self.output_len,
+            },
+            Kind::Random => Workload::Random {
+                input_len: self.input_len,
+                output_len: self.output_len,
+            },
         }
     }
 
     fn load(&self) -> anyhow::Result<Load> {
         match (&self.rate_stages, self.concurrency) {
             (Some(text), _) => {
-                let stages = Load::parse_stages(text).context("--rate-stages must look like 5:30,10:30")?;
-                Ok(Load::Open { stages, poisson: !self.constant })
+                let stages =
+                    Load::parse_stages(text).context("--rate-stages must look like 5:30,10:30")?;
+                Ok(Load::Open {
+                    stages,
+                    poisson: !self.constant,
+                })
             }
-            (None, Some(c)) => Ok(Load::Closed { concurrency: c.max(1) }),
-            (None, None) => anyhow::bail!("give --rate-stages (open loop) or --concurrency (closed loop)"),
+            (None, Some(c)) => Ok(Load::Closed {
+                concurrency: c.max(1),
+            }),
+            (None, None) => {
+                anyhow::bail!("give --rate-stages (open loop) or --concurrency (closed loop)")
+            }
         }
     }
 }
@@ -153,9 +168,16 @@ impl Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(args.target.ip().is_loopback(), "--target must be a loopback address");
+    anyhow::ensure!(
+        args.target.ip().is_loopback(),
+        "--target must be a loopback address"
+    );
     let load = args.load()?;
-    let duration = args.duration_secs.map(Duration::from_secs_f64).or(load.planned()).unwrap_or(Duration::from_secs(10));
+    let duration = args
+        .duration_secs
+        .map(Duration::from_secs_f64)
+        .or(load.planned())
+        .unwrap_or(Duration::from_secs(10));
     let stage_rates: Vec<f64> = match &load {
         Load::Open { stages, .. } => stages.iter().map(|s| s.rate).collect(),
         Load::Closed { .. } => Vec::new(),
@@ -173,17 +195,43 @@ async fn main() -> anyhow::Result<()> {
     let before = scrape_all(&args.pods).await;
     let records = run(cfg.clone()).await;
     let pod_delta = delta(&scrape_all(&args.pods).await, &before);
-    let ctx = Context { label: &args.label, workload: &cfg.workload, stage_rates: &stage_rates, pod_delta: &pod_delta, block_size: args.block_size, warmup_s: args.warmup_secs };
+    let ctx = Context {
+        label: &args.label,
+        workload: &cfg.workload,
+        stage_rates: &stage_rates,
+        pod_delta: &pod_delta,
+        block_size: args.block_size,
+        warmup_s: args.warmup_secs,
+    };
     let summary = summarize(&records, &ctx);
     println!("{MARKDOWN_HEADER}\n{}", summary.markdown_row());
     if let Some(out) = &args.out {
         let config = serde_json::json!({"workload": cfg.workload, "load": load, "seed": args.seed,
             "max_requests": args.max_requests, "warmup_s": args.warmup_secs, "duration_s": duration.as_secs_f64(), "target": args.target.to_string()});
-        let ttfts: Vec<f64> = records.iter().filter(|r| r.ok()).filter_map(|r| r.ttft_ms).collect();
-        let report = Report { config, summary, requests: records };
-        std::fs::write(out, serde_json::to_vec_pretty(&report)?).with_context(|| format!("writing {}", out.display()))?;
-        let svg = out.with_file_name(format!("{}-ttft-cdf.svg", out.file_stem().unwrap_or_default().to_string_lossy()));
-        plot::ttft_cdf(&svg, &format!("TTFT CDF: {}", args.label), &[Series { label: args.label.clone(), points: plot::cdf(ttfts) }])?;
+        let ttfts: Vec<f64> = records
+            .iter()
+            .filter(|r| r.ok())
+            .filter_map(|r| r.ttft_ms)
+            .collect();
+        let report = Report {
+            config,
+            summary,
+            requests: records,
+        };
+        std::fs::write(out, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+        let svg = out.with_file_name(format!(
+            "{}-ttft-cdf.svg",
+            out.file_stem().unwrap_or_default().to_string_lossy()
+        ));
+        plot::ttft_cdf(
+            &svg,
+            &format!("TTFT CDF: {}", args.label),
+            &[Series {
+                label: args.label.clone(),
+                points: plot::cdf(ttfts),
+            }],
+        )?;
     }
     Ok(())
 }

@@ -64,8 +64,14 @@ impl Shared {
     }
 }
 
-async fn worker(addr: SocketAddr, body: Bytes, shared: Arc<Shared>) -> anyhow::Result<Vec<Duration>> {
-    let stream = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
+async fn worker(
+    addr: SocketAddr,
+    body: Bytes,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Vec<Duration>> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connect {addr}"))?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let mut latencies = Vec::new();
@@ -103,9 +109,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(args.pods > 0 && args.concurrency > 0, "--pods and --concurrency must be > 0");
+    anyhow::ensure!(
+        args.pods > 0 && args.concurrency > 0,
+        "--pods and --concurrency must be > 0"
+    );
     let body = Bytes::from(
-        serde_json::json!({"model": args.model, "prompt": "Say hi", "max_tokens": args.max_tokens}).to_string(),
+        serde_json::json!({"model": args.model, "prompt": "Say hi", "max_tokens": args.max_tokens})
+            .to_string(),
     );
     let start = Instant::now();
     let shared = Arc::new(Shared {

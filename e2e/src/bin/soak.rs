@@ -28,7 +28,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
-#[command(name = "soak", about = "epp under mixed load with churning pods; RSS, fds and errors over time")]
+#[command(
+    name = "soak",
+    about = "epp under mixed load with churning pods; RSS, fds and errors over time"
+)]
 struct Args {
     /// How long to run.
     #[arg(long, default_value_t = 30.0)]
@@ -71,16 +74,30 @@ struct Sample {
 
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
     kb.unwrap_or(0.0) / 1024.0
 }
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 fn endpoints_yaml(addrs: &[(usize, SocketAddr)]) -> String {
-    addrs.iter().map(|(i, a)| format!("- address: {}\n  port: {}\n  name: sim-{i}\n", a.ip(), a.port())).collect()
+    addrs
+        .iter()
+        .map(|(i, a)| {
+            format!(
+                "- address: {}\n  port: {}\n  name: sim-{i}\n",
+                a.ip(),
+                a.port()
+            )
+        })
+        .collect()
 }
 
 fn write_endpoints(path: &Path, addrs: &[(usize, SocketAddr)]) -> anyhow::Result<()> {
@@ -92,15 +109,48 @@ fn write_endpoints(path: &Path, addrs: &[(usize, SocketAddr)]) -> anyhow::Result
 /// One minute-long round of the three workloads; adds their outcomes to `counters`.
 async fn load_round(target: SocketAddr, rate: f64, round: u64, seconds: f64, counters: &Counters) {
     let workloads = [
-        Workload::SharedPrefix { groups: 8, prompts_per_group: 16, system_len: 600, question_len: 40, output_len: 16 },
-        Workload::LongShortMix { short_len: 60, long_fraction: 0.1, long_min: 1500, long_max: 6000, output_len: 8 },
-        Workload::MultiTurn { sessions: 6, turns: 5, system_len: 200, question_len: 30, output_len: 12 },
+        Workload::SharedPrefix {
+            groups: 8,
+            prompts_per_group: 16,
+            system_len: 600,
+            question_len: 40,
+            output_len: 16,
+        },
+        Workload::LongShortMix {
+            short_len: 60,
+            long_fraction: 0.1,
+            long_min: 1500,
+            long_max: 6000,
+            output_len: 8,
+        },
+        Workload::MultiTurn {
+            sessions: 6,
+            turns: 5,
+            system_len: 200,
+            question_len: 30,
+            output_len: 12,
+        },
     ];
     let mut set = JoinSet::new();
     for (k, workload) in workloads.into_iter().enumerate() {
         let duration = Duration::from_secs_f64(seconds);
-        let load = Load::Open { stages: vec![Stage { rate: rate / 3.0, duration }], poisson: true };
-        let cfg = RunConfig { target, workload, load, max_requests: 100_000, max_duration: duration, drain: Duration::from_secs(30), seed: round * 3 + k as u64, model: "soak-model".into() };
+        let load = Load::Open {
+            stages: vec![Stage {
+                rate: rate / 3.0,
+                duration,
+            }],
+            poisson: true,
+        };
+        let cfg = RunConfig {
+            target,
+            workload,
+            load,
+            max_requests: 100_000,
+            max_duration: duration,
+            drain: Duration::from_secs(30),
+            seed: round * 3 + k as u64,
+            model: "soak-model".into(),
+        };
         set.spawn(run(cfg));
     }
     while let Some(done) = set.join_next().await {
@@ -118,7 +168,9 @@ async fn load_round(target: SocketAddr, rate: f64, round: u64, seconds: f64, cou
 async fn load_loop(target: SocketAddr, rate: f64, until: Instant, counters: Arc<Counters>) {
     let mut round = 0;
     loop {
-        let left = until.saturating_duration_since(Instant::now()).as_secs_f64();
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
         if left < 1.0 {
             return;
         }
@@ -128,7 +180,13 @@ async fn load_loop(target: SocketAddr, rate: f64, until: Instant, counters: Arc<
 }
 
 /// Takes pods out of the pool and back, one at a time, until `stop`.
-async fn churn_loop(cluster: Arc<Cluster>, file: PathBuf, every: Duration, counters: Arc<Counters>, stop: CancellationToken) -> anyhow::Result<()> {
+async fn churn_loop(
+    cluster: Arc<Cluster>,
+    file: PathBuf,
+    every: Duration,
+    counters: Arc<Counters>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let all: Vec<(usize, SocketAddr)> = cluster.addrs().iter().copied().enumerate().collect();
     let mut victim = 0;
     loop {
@@ -136,7 +194,8 @@ async fn churn_loop(cluster: Arc<Cluster>, file: PathBuf, every: Duration, count
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(every) => {}
         }
-        let rest: Vec<(usize, SocketAddr)> = all.iter().copied().filter(|(i, _)| *i != victim).collect();
+        let rest: Vec<(usize, SocketAddr)> =
+            all.iter().copied().filter(|(i, _)| *i != victim).collect();
         write_endpoints(&file, &rest)?;
         // epp re-reads the file within a second; requests already on the pod finish.
         tokio::time::sleep(Duration::from_secs(8)).await;
@@ -162,7 +221,9 @@ async fn sample(epp: &Epp, started: Instant, counters: &Counters) -> Sample {
         errors: counters.errors.load(Ordering::Relaxed),
         endpoints: snap["endpoints"].as_array().map_or(0, Vec::len),
         inflight: snap["inflight_total"].as_u64().unwrap_or(0),
-        index_blocks: snap["prefix_index"]["approximate_blocks"].as_u64().unwrap_or(0),
+        index_blocks: snap["prefix_index"]["approximate_blocks"]
+            .as_u64()
+            .unwrap_or(0),
     }
 }
 
@@ -180,8 +241,16 @@ fn verdict(samples: &[Sample], slack: f64, churns: u64) -> (bool, String) {
     }
     let warm = median(samples[n / 6..n / 3].iter().map(|s| s.rss_mib).collect());
     let late = median(samples[n * 2 / 3..].iter().map(|s| s.rss_mib).collect());
-    let fd_warm = samples[n / 6..n / 3].iter().map(|s| s.fds).max().unwrap_or(0);
-    let fd_late = samples[n * 2 / 3..].iter().map(|s| s.fds).max().unwrap_or(0);
+    let fd_warm = samples[n / 6..n / 3]
+        .iter()
+        .map(|s| s.fds)
+        .max()
+        .unwrap_or(0);
+    let fd_late = samples[n * 2 / 3..]
+        .iter()
+        .map(|s| s.fds)
+        .max()
+        .unwrap_or(0);
     let last = &samples[n - 1];
     let rss_ok = late - warm <= slack;
     let fd_ok = fd_late <= fd_warm + 32;
@@ -203,8 +272,20 @@ async fn main() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("epp-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("endpoints.yaml");
-    let engine = EngineConfig { model: "soak-model".into(), time_scale: 10.0, ..EngineConfig::default() };
-    let configs: Vec<PodConfig> = (0..args.pods).map(|i| PodConfig { engine: engine.clone(), pod_name: format!("sim-{i}"), seed: i as u64, prompt_tokens_details: true, ..Default::default() }).collect();
+    let engine = EngineConfig {
+        model: "soak-model".into(),
+        time_scale: 10.0,
+        ..EngineConfig::default()
+    };
+    let configs: Vec<PodConfig> = (0..args.pods)
+        .map(|i| PodConfig {
+            engine: engine.clone(),
+            pod_name: format!("sim-{i}"),
+            seed: i as u64,
+            prompt_tokens_details: true,
+            ..Default::default()
+        })
+        .collect();
     let mut listeners = Vec::new();
     for _ in 0..args.pods {
         listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await?);
@@ -212,9 +293,20 @@ async fn main() -> anyhow::Result<()> {
     let cluster = Arc::new(Cluster::start_on(configs, listeners).await?);
     let all: Vec<(usize, SocketAddr)> = cluster.addrs().iter().copied().enumerate().collect();
     write_endpoints(&file, &all)?;
-    let flags = ["--static-endpoints-file", file.to_str().context("temp path")?, "--secure-serving", "false", "--refresh-metrics-interval", "50ms"];
+    let flags = [
+        "--static-endpoints-file",
+        file.to_str().context("temp path")?,
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        "50ms",
+    ];
     let epp = Epp::start(&flags.map(String::from)).await?;
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).pool(cluster.addrs().iter().copied()).start().await?;
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool(cluster.addrs().iter().copied())
+        .start()
+        .await?;
     let result = soak(&args, &epp, envoy.listener_addr(), &cluster, &file).await;
     drop(envoy);
     epp.stop().await;
@@ -226,16 +318,31 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn soak(args: &Args, epp: &Epp, gateway: SocketAddr, cluster: &Arc<Cluster>, file: &Path) -> anyhow::Result<(bool, String)> {
+async fn soak(
+    args: &Args,
+    epp: &Epp,
+    gateway: SocketAddr,
+    cluster: &Arc<Cluster>,
+    file: &Path,
+) -> anyhow::Result<(bool, String)> {
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(args.minutes * 60.0);
     let counters = Arc::new(Counters::default());
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    tasks.spawn(churn_loop(Arc::clone(cluster), file.to_owned(), Duration::from_secs(args.churn_seconds), Arc::clone(&counters), stop.clone()));
+    tasks.spawn(churn_loop(
+        Arc::clone(cluster),
+        file.to_owned(),
+        Duration::from_secs(args.churn_seconds),
+        Arc::clone(&counters),
+        stop.clone(),
+    ));
     let load = load_loop(gateway, args.rate, until, Arc::clone(&counters));
     tokio::pin!(load);
-    println!("{:>7} {:>9} {:>6} {:>9} {:>7} {:>10} {:>9} {:>12}", "t (s)", "RSS MiB", "fds", "ok", "errors", "endpoints", "inflight", "index blocks");
+    println!(
+        "{:>7} {:>9} {:>6} {:>9} {:>7} {:>10} {:>9} {:>12}",
+        "t (s)", "RSS MiB", "fds", "ok", "errors", "endpoints", "inflight", "index blocks"
+    );
     let mut samples = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(args.sample_seconds));
     loop {
@@ -253,8 +360,26 @@ async fn soak(args: &Args, epp: &Epp, gateway: SocketAddr, cluster: &Arc<Cluster
         done??;
     }
     let last = sample(epp, started, &counters).await;
-    println!("{:>7.0} {:>9.1} {:>6} {:>9} {:>7} {:>10} {:>9} {:>12}  (end)", last.at.as_secs_f64(), last.rss_mib, last.fds, last.ok, last.errors, last.endpoints, last.inflight, last.index_blocks);
-    anyhow::ensure!(last.inflight == 0, "{} requests still counted in flight after the load ended", last.inflight);
+    println!(
+        "{:>7.0} {:>9.1} {:>6} {:>9} {:>7} {:>10} {:>9} {:>12}  (end)",
+        last.at.as_secs_f64(),
+        last.rss_mib,
+        last.fds,
+        last.ok,
+        last.errors,
+        last.endpoints,
+        last.inflight,
+        last.index_blocks
+    );
+    anyhow::ensure!(
+        last.inflight == 0,
+        "{} requests still counted in flight after the load ended",
+        last.inflight
+    );
     samples.push(last);
-    Ok(verdict(&samples, args.rss_slack_mib, counters.churns.load(Ordering::Relaxed)))
+    Ok(verdict(
+        &samples,
+        args.rss_slack_mib,
+        counters.churns.load(Ordering::Relaxed),
+    ))
 }

@@ -300,7 +300,11 @@ fn spawn(binary: &Path, config: &Path, cfg: &EnvoyConfig, log: &Path) -> Result<
 
 /// Two distinct free ports on 127.0.0.1 ([`crate::ports`]).
 fn free_ports() -> Result<[SocketAddr; 2], EnvoyError> {
-    let port = || crate::ports::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p))).map_err(EnvoyError::io("finding a free port"));
+    let port = || {
+        crate::ports::free_port()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(EnvoyError::io("finding a free port"))
+    };
     Ok([port()?, port()?])
 }
 

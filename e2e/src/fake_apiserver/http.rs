@@ -18,7 +18,12 @@ use tokio_util::task::TaskTracker;
 
 type Body = BoxBody<Bytes, Infallible>;
 
-pub async fn serve(listener: TcpListener, store: Arc<Store>, tracker: TaskTracker, cancel: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<Store>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+) {
     loop {
         let stream = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -34,7 +39,8 @@ pub async fn serve(listener: TcpListener, store: Arc<Store>, tracker: TaskTracke
                 let (store, cancel) = (Arc::clone(&store), cancel.clone());
                 async move { Ok::<_, Infallible>(handle(req, &store, cancel).await) }
             });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
             tokio::select! {
                 _ = conn => {}
                 _ = stop.cancelled() => {}
@@ -68,11 +74,22 @@ fn parse_path(path: &str) -> Option<Target> {
         [res, name, "status"] => (res, Some((*name).to_owned()), true),
         _ => return None,
     };
-    Some(Target { collection: format!("{gv}/{res}"), namespace, name, status })
+    Some(Target {
+        collection: format!("{gv}/{res}"),
+        namespace,
+        name,
+        status,
+    })
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
-    req.uri().query().unwrap_or("").split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (decode(k), decode(v))).collect()
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
 }
 
 fn decode(s: &str) -> String {
@@ -82,7 +99,9 @@ fn decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 out.push(hex.unwrap_or(b'%'));
                 i += if hex.is_some() { 3 } else { 1 };
             }
@@ -102,7 +121,10 @@ fn decode(s: &str) -> String {
 fn respond(code: u16, body: &Value) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -113,39 +135,69 @@ fn answer(result: Result<Value, StoreError>, ok: u16) -> Response<Body> {
     }
 }
 
-async fn handle(req: Request<Incoming>, store: &Arc<Store>, cancel: CancellationToken) -> Response<Body> {
+async fn handle(
+    req: Request<Incoming>,
+    store: &Arc<Store>,
+    cancel: CancellationToken,
+) -> Response<Body> {
     let Some(t) = parse_path(req.uri().path()) else {
-        return respond(404, &StoreError::NotFound(req.uri().path().to_owned()).status());
+        return respond(
+            404,
+            &StoreError::NotFound(req.uri().path().to_owned()).status(),
+        );
     };
     let q = query(&req);
     let method = req.method().clone();
-    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let bytes = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let body: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(_) if bytes.is_empty() => Value::Null,
         Err(e) => return respond(400, &StoreError::Invalid(e.to_string()).status()),
     };
-    let key = |name: String| Key { collection: t.collection.clone(), namespace: t.namespace.clone().unwrap_or_default(), name };
+    let key = |name: String| Key {
+        collection: t.collection.clone(),
+        namespace: t.namespace.clone().unwrap_or_default(),
+        name,
+    };
     match (method, t.name.clone()) {
-        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(store, &t, &q, cancel),
+        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            watch(store, &t, &q, cancel)
+        }
         (Method::GET, None) => list(store, &t, &q),
         (Method::GET, Some(name)) => answer(store.get(&key(name)), 200),
         (Method::POST, None) => {
-            let Some(name) = body.pointer("/metadata/name").and_then(Value::as_str).map(str::to_owned) else {
-                return respond(422, &StoreError::Invalid("metadata.name is required".into()).status());
+            let Some(name) = body
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+            else {
+                return respond(
+                    422,
+                    &StoreError::Invalid("metadata.name is required".into()).status(),
+                );
             };
             answer(store.create(key(name), body), 201)
         }
         (Method::PUT, Some(name)) => answer(store.replace(key(name), body, t.status), 200),
         (Method::PATCH, Some(name)) => answer(store.merge_patch(key(name), &body, t.status), 200),
         (Method::DELETE, Some(name)) => answer(store.delete(key(name)), 200),
-        _ => respond(405, &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "MethodNotAllowed", "code": 405})),
+        _ => respond(
+            405,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "MethodNotAllowed", "code": 405}),
+        ),
     }
 }
 
 /// `k=v`, `k==v` and `k!=v` terms, all of which must hold.
 fn matches_selector(obj: &Value, selector: Option<&String>) -> bool {
-    let Some(sel) = selector.filter(|s| !s.is_empty()) else { return true };
+    let Some(sel) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
     let labels = obj.pointer("/metadata/labels");
     let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
     sel.split(',').all(|term| {
@@ -161,8 +213,14 @@ fn matches_selector(obj: &Value, selector: Option<&String>) -> bool {
 
 fn list(store: &Store, t: &Target, q: &BTreeMap<String, String>) -> Response<Body> {
     let (rv, items) = store.list(&t.collection, t.namespace.as_deref());
-    let items: Vec<Value> = items.into_iter().filter(|o| matches_selector(o, q.get("labelSelector"))).collect();
-    respond(200, &json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}))
+    let items: Vec<Value> = items
+        .into_iter()
+        .filter(|o| matches_selector(o, q.get("labelSelector")))
+        .collect();
+    respond(
+        200,
+        &json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    )
 }
 
 /// State of one open watch.
@@ -182,23 +240,35 @@ struct Watch {
 
 impl Watch {
     fn wants(&self, e: &Event) -> bool {
-        e.rv > self.last_rv && e.key.collection == self.collection && self.namespace.as_ref().is_none_or(|n| *n == e.key.namespace)
+        e.rv > self.last_rv
+            && e.key.collection == self.collection
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|n| *n == e.key.namespace)
     }
 
     fn push(&mut self, e: &Event) {
-        let kind = if matches_selector(&e.object, self.selector.as_ref()) { e.kind } else { "DELETED" };
+        let kind = if matches_selector(&e.object, self.selector.as_ref()) {
+            e.kind
+        } else {
+            "DELETED"
+        };
         self.last_rv = e.rv;
-        self.pending.push_back(json!({"type": kind, "object": e.object}));
+        self.pending
+            .push_back(json!({"type": kind, "object": e.object}));
     }
 
     fn gone(&mut self, err: &StoreError) {
-        self.pending.push_back(json!({"type": "ERROR", "object": err.status()}));
+        self.pending
+            .push_back(json!({"type": "ERROR", "object": err.status()}));
         self.ended = true;
     }
 
     /// The next line to send, or `None` when the watch ends.
     async fn next(&mut self) -> Option<Value> {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
         loop {
             if let Some(line) = self.pending.pop_front() {
                 return Some(line);
@@ -224,10 +294,21 @@ impl Watch {
     }
 }
 
-fn watch(store: &Arc<Store>, t: &Target, q: &BTreeMap<String, String>, cancel: CancellationToken) -> Response<Body> {
+fn watch(
+    store: &Arc<Store>,
+    t: &Target,
+    q: &BTreeMap<String, String>,
+    cancel: CancellationToken,
+) -> Response<Body> {
     let rx = store.subscribe();
-    let since: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(1800u64);
+    let since: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1800u64);
     let mut w = Watch {
         store: Arc::clone(store),
         collection: t.collection.clone(),
@@ -253,10 +334,16 @@ fn watch(store: &Arc<Store>, t: &Target, q: &BTreeMap<String, String>, cancel: C
     }
     let stream = futures::stream::unfold(w, |mut w| async move {
         let line = w.next().await?;
-        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n")))), w))
+        Some((
+            Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n")))),
+            w,
+        ))
     });
     let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -267,13 +354,22 @@ mod tests {
     #[test]
     fn paths_name_collections_objects_and_status() {
         let t = parse_path("/api/v1/namespaces/ns/pods").unwrap();
-        assert_eq!((t.collection.as_str(), t.namespace.as_deref(), t.name), ("api/v1/pods", Some("ns"), None));
+        assert_eq!(
+            (t.collection.as_str(), t.namespace.as_deref(), t.name),
+            ("api/v1/pods", Some("ns"), None)
+        );
         let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l/status").unwrap();
-        assert_eq!((t.collection.as_str(), t.name.as_deref(), t.status), ("apis/coordination.k8s.io/v1/leases", Some("l"), true));
+        assert_eq!(
+            (t.collection.as_str(), t.name.as_deref(), t.status),
+            ("apis/coordination.k8s.io/v1/leases", Some("l"), true)
+        );
         assert_eq!(decode("app%3Dvllm%2Ctier%3Dx"), "app=vllm,tier=x");
         let pod = json!({"metadata": {"labels": {"app": "vllm"}}});
         assert!(matches_selector(&pod, Some(&"app=vllm".to_owned())));
-        assert!(!matches_selector(&pod, Some(&"app=vllm,tier==x".to_owned())));
+        assert!(!matches_selector(
+            &pod,
+            Some(&"app=vllm,tier==x".to_owned())
+        ));
         assert!(matches_selector(&pod, Some(&"tier!=x".to_owned())));
     }
 }

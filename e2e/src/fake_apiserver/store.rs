@@ -78,17 +78,25 @@ pub struct Store {
 
 impl Default for Store {
     fn default() -> Self {
-        Self { inner: Mutex::default(), events: broadcast::channel(4096).0 }
+        Self {
+            inner: Mutex::default(),
+            events: broadcast::channel(4096).0,
+        }
     }
 }
 
 fn rv_of(obj: &Value) -> Option<u64> {
-    obj.pointer("/metadata/resourceVersion")?.as_str()?.parse().ok()
+    obj.pointer("/metadata/resourceVersion")?
+        .as_str()?
+        .parse()
+        .ok()
 }
 
 impl Store {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The current resourceVersion.
@@ -110,7 +118,14 @@ impl Store {
     /// Objects of a collection (all namespaces when `namespace` is `None`) and the list's version.
     pub fn list(&self, collection: &str, namespace: Option<&str>) -> (u64, Vec<Value>) {
         let inner = self.lock();
-        let items = inner.objects.iter().filter(|(k, _)| k.collection == collection && namespace.is_none_or(|n| n == k.namespace)).map(|(_, v)| v.clone()).collect();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(k, _)| {
+                k.collection == collection && namespace.is_none_or(|n| n == k.namespace)
+            })
+            .map(|(_, v)| v.clone())
+            .collect();
         (inner.rv, items)
     }
 
@@ -120,11 +135,20 @@ impl Store {
         if since < inner.compacted {
             return Err(StoreError::Gone(since, inner.compacted));
         }
-        Ok(inner.log.iter().filter(|e| e.rv > since && e.key.collection == collection).cloned().collect())
+        Ok(inner
+            .log
+            .iter()
+            .filter(|e| e.rv > since && e.key.collection == collection)
+            .cloned()
+            .collect())
     }
 
     pub fn get(&self, key: &Key) -> Result<Value, StoreError> {
-        self.lock().objects.get(key).cloned().ok_or_else(|| StoreError::NotFound(key.name.clone()))
+        self.lock()
+            .objects
+            .get(key)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(key.name.clone()))
     }
 
     pub fn create(&self, key: Key, mut obj: Value) -> Result<Value, StoreError> {
@@ -132,8 +156,14 @@ impl Store {
         if inner.objects.contains_key(&key) {
             return Err(StoreError::AlreadyExists(key.name));
         }
-        let meta = obj.get_mut("metadata").and_then(Value::as_object_mut).ok_or_else(|| StoreError::Invalid("no metadata".into()))?;
-        meta.insert("uid".into(), json!(format!("uid-{}-{}", key.name, inner.rv + 1)));
+        let meta = obj
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| StoreError::Invalid("no metadata".into()))?;
+        meta.insert(
+            "uid".into(),
+            json!(format!("uid-{}-{}", key.name, inner.rv + 1)),
+        );
         meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         meta.entry("generation").or_insert(json!(1));
         self.commit(&mut inner, "ADDED", key, obj)
@@ -141,9 +171,18 @@ impl Store {
 
     /// Replaces an object. A `resourceVersion` in the new object must match the stored one
     /// (optimistic concurrency); `status_only` keeps the stored spec (the status subresource).
-    pub fn replace(&self, key: Key, mut obj: Value, status_only: bool) -> Result<Value, StoreError> {
+    pub fn replace(
+        &self,
+        key: Key,
+        mut obj: Value,
+        status_only: bool,
+    ) -> Result<Value, StoreError> {
         let mut inner = self.lock();
-        let old = inner.objects.get(&key).cloned().ok_or_else(|| StoreError::NotFound(key.name.clone()))?;
+        let old = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(key.name.clone()))?;
         if rv_of(&obj).is_some_and(|rv| Some(rv) != rv_of(&old)) {
             return Err(StoreError::Conflict);
         }
@@ -163,7 +202,12 @@ impl Store {
     }
 
     /// Applies a JSON merge patch (RFC 7386).
-    pub fn merge_patch(&self, key: Key, patch: &Value, status_only: bool) -> Result<Value, StoreError> {
+    pub fn merge_patch(
+        &self,
+        key: Key,
+        patch: &Value,
+        status_only: bool,
+    ) -> Result<Value, StoreError> {
         let mut obj = self.get(&key)?;
         merge(&mut obj, patch);
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -174,11 +218,21 @@ impl Store {
 
     pub fn delete(&self, key: Key) -> Result<Value, StoreError> {
         let mut inner = self.lock();
-        let old = inner.objects.get(&key).cloned().ok_or_else(|| StoreError::NotFound(key.name.clone()))?;
+        let old = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(key.name.clone()))?;
         self.commit(&mut inner, "DELETED", key, old)
     }
 
-    fn commit(&self, inner: &mut Inner, kind: &'static str, key: Key, mut obj: Value) -> Result<Value, StoreError> {
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        kind: &'static str,
+        key: Key,
+        mut obj: Value,
+    ) -> Result<Value, StoreError> {
         inner.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
         obj["metadata"]["namespace"] = json!(key.namespace);
@@ -188,7 +242,12 @@ impl Store {
         } else {
             inner.objects.insert(key.clone(), obj.clone());
         }
-        let event = Event { rv: inner.rv, kind, key, object: obj.clone() };
+        let event = Event {
+            rv: inner.rv,
+            kind,
+            key,
+            object: obj.clone(),
+        };
         inner.log.push(event.clone());
         let _ = self.events.send(event);
         Ok(obj)
@@ -203,7 +262,9 @@ fn merge(target: &mut Value, patch: &Value) {
     if !target.is_object() {
         *target = json!({});
     }
-    let Some(t) = target.as_object_mut() else { return };
+    let Some(t) = target.as_object_mut() else {
+        return;
+    };
     for (k, v) in p {
         if v.is_null() {
             t.remove(k);
@@ -214,5 +275,7 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map_or_else(|_| "1970-01-01T00:00:00Z".to_owned(), |t| t.to_string())
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map_or_else(|_| "1970-01-01T00:00:00Z".to_owned(), |t| t.to_string())
 }

@@ -21,14 +21,22 @@ impl PodCounters {
     pub fn parse(text: &str) -> Self {
         let mut c = Self::default();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((name_labels, value)) = line.rsplit_once(' ') else { continue };
+            let Some((name_labels, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
             let name = name_labels.split('{').next().unwrap_or(name_labels);
-            let Ok(v) = value.parse::<f64>() else { continue };
+            let Ok(v) = value.parse::<f64>() else {
+                continue;
+            };
             match name {
-                "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => c.prefix_queries += v,
+                "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => {
+                    c.prefix_queries += v
+                }
                 "vllm:prefix_cache_hits_total" | "vllm:prefix_cache_hits" => c.prefix_hits += v,
                 "vllm:request_success_total" => c.requests += v,
-                "vllm:generation_tokens_total" | "vllm:generation_tokens" => c.generation_tokens += v,
+                "vllm:generation_tokens_total" | "vllm:generation_tokens" => {
+                    c.generation_tokens += v
+                }
                 _ => {}
             }
         }
@@ -59,10 +67,18 @@ pub async fn scrape_all(pods: &[SocketAddr]) -> BTreeMap<String, PodCounters> {
 }
 
 /// Per-pod differences between two scrapes.
-pub fn delta(after: &BTreeMap<String, PodCounters>, before: &BTreeMap<String, PodCounters>) -> BTreeMap<String, PodCounters> {
+pub fn delta(
+    after: &BTreeMap<String, PodCounters>,
+    before: &BTreeMap<String, PodCounters>,
+) -> BTreeMap<String, PodCounters> {
     after
         .iter()
-        .map(|(pod, a)| (pod.clone(), before.get(pod).map_or_else(|| a.clone(), |b| a.since(b))))
+        .map(|(pod, a)| {
+            (
+                pod.clone(),
+                before.get(pod).map_or_else(|| a.clone(), |b| a.since(b)),
+            )
+        })
         .collect()
 }
 
@@ -76,8 +92,14 @@ mod tests {
             vllm:prefix_cache_hits_total{model_name=\"m\"} 40.0\nvllm:prefix_cache_hits_created{model_name=\"m\"} 1.7e9\n\
             vllm:request_success_total{finished_reason=\"stop\"} 3\nvllm:request_success_total{finished_reason=\"length\"} 2\n";
         let c = PodCounters::parse(text);
-        assert_eq!((c.prefix_queries, c.prefix_hits, c.requests), (100.0, 40.0, 5.0));
-        let later = PodCounters { prefix_queries: 150.0, ..c.clone() };
+        assert_eq!(
+            (c.prefix_queries, c.prefix_hits, c.requests),
+            (100.0, 40.0, 5.0)
+        );
+        let later = PodCounters {
+            prefix_queries: 150.0,
+            ..c.clone()
+        };
         assert_eq!(later.since(&c).prefix_queries, 50.0);
     }
 }

@@ -74,7 +74,8 @@ impl RequestRecord {
     fn from_outcome(id: usize, stage: usize, spec: &RequestSpec, sent_s: f64, o: Outcome) -> Self {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let itls_ms: Vec<f64> = o.itls.iter().copied().map(ms).collect();
-        let mean = (!itls_ms.is_empty()).then(|| itls_ms.iter().sum::<f64>() / itls_ms.len() as f64);
+        let mean =
+            (!itls_ms.is_empty()).then(|| itls_ms.iter().sum::<f64>() / itls_ms.len() as f64);
         Self {
             id,
             stage,
@@ -110,17 +111,33 @@ impl Ctx {
     fn new(cfg: RunConfig, generator: &Generator) -> Self {
         let (sessions, turns_systems) = match &cfg.workload {
             Workload::MultiTurn { sessions, .. } => {
-                let systems = (0..*sessions).map(|s| generator.system_prompt(s).to_owned()).collect();
-                ((0..*sessions).map(|_| tokio::sync::Mutex::new(Vec::new())).collect(), systems)
+                let systems = (0..*sessions)
+                    .map(|s| generator.system_prompt(s).to_owned())
+                    .collect();
+                (
+                    (0..*sessions)
+                        .map(|_| tokio::sync::Mutex::new(Vec::new()))
+                        .collect(),
+                    systems,
+                )
             }
             _ => (Vec::new(), Vec::new()),
         };
-        Self { client: stream::client(), cfg, start: Instant::now(), sessions, systems: turns_systems }
+        Self {
+            client: stream::client(),
+            cfg,
+            start: Instant::now(),
+            sessions,
+            systems: turns_systems,
+        }
     }
 
     /// Sends one request (waiting for its chat session to be free first) and records it.
     async fn execute(&self, id: usize, stage: usize, spec: RequestSpec) -> RequestRecord {
-        let model = spec.adapter.clone().unwrap_or_else(|| self.cfg.model.clone());
+        let model = spec
+            .adapter
+            .clone()
+            .unwrap_or_else(|| self.cfg.model.clone());
         let mut common = json!({"model": model, "max_tokens": spec.max_tokens, "stream": true,
             "stream_options": {"include_usage": true}, "ignore_eos": true});
         let hard_end = self.start + self.cfg.max_duration + self.cfg.drain;
@@ -128,7 +145,9 @@ impl Ctx {
             Body::Prompt(p) => {
                 common["prompt"] = Value::String(p.clone());
                 let sent_s = self.start.elapsed().as_secs_f64();
-                let o = self.bounded(hard_end, "/v1/completions", &common, false).await;
+                let o = self
+                    .bounded(hard_end, "/v1/completions", &common, false)
+                    .await;
                 RequestRecord::from_outcome(id, stage, &spec, sent_s, o)
             }
             Body::ChatTurn { session, question } => {
@@ -142,19 +161,36 @@ impl Ctx {
                 }
                 common["messages"] = messages(&self.systems[*session], &history, question);
                 let sent_s = self.start.elapsed().as_secs_f64();
-                let o = self.bounded(hard_end, "/v1/chat/completions", &common, true).await;
+                let o = self
+                    .bounded(hard_end, "/v1/chat/completions", &common, true)
+                    .await;
                 history.push((question.clone(), o.text.clone()));
                 RequestRecord::from_outcome(id, stage, &spec, sent_s, o)
             }
         }
     }
 
-    async fn bounded(&self, hard_end: Instant, path: &str, body: &Value, keep_text: bool) -> Outcome {
+    async fn bounded(
+        &self,
+        hard_end: Instant,
+        path: &str,
+        body: &Value,
+        keep_text: bool,
+    ) -> Outcome {
         let bytes = Bytes::from(body.to_string());
         let started = Instant::now();
-        match tokio::time::timeout_at(hard_end, stream::send(&self.client, self.cfg.target, path, bytes, keep_text)).await {
+        match tokio::time::timeout_at(
+            hard_end,
+            stream::send(&self.client, self.cfg.target, path, bytes, keep_text),
+        )
+        .await
+        {
             Ok(o) => o,
-            Err(_) => Outcome { e2e: started.elapsed(), error: Some(CUT_OFF.into()), ..Outcome::default() },
+            Err(_) => Outcome {
+                e2e: started.elapsed(),
+                error: Some(CUT_OFF.into()),
+                ..Outcome::default()
+            },
         }
     }
 }
@@ -176,7 +212,10 @@ pub async fn run(cfg: RunConfig) -> Vec<RequestRecord> {
     let mut tasks: JoinSet<RequestRecord> = JoinSet::new();
     match &cfg.load {
         Load::Open { stages, poisson } => {
-            for (id, a) in arrivals(stages, *poisson, cfg.max_requests, cfg.seed).into_iter().enumerate() {
+            for (id, a) in arrivals(stages, *poisson, cfg.max_requests, cfg.seed)
+                .into_iter()
+                .enumerate()
+            {
                 if a.at >= cfg.max_duration {
                     break;
                 }
@@ -211,14 +250,21 @@ pub async fn run(cfg: RunConfig) -> Vec<RequestRecord> {
     records
 }
 
-async fn closed_worker(ctx: Arc<Ctx>, generator: Arc<Mutex<Generator>>, next: Arc<AtomicUsize>) -> Vec<RequestRecord> {
+async fn closed_worker(
+    ctx: Arc<Ctx>,
+    generator: Arc<Mutex<Generator>>,
+    next: Arc<AtomicUsize>,
+) -> Vec<RequestRecord> {
     let mut out = Vec::new();
     loop {
         let id = next.fetch_add(1, Ordering::Relaxed);
         if id >= ctx.cfg.max_requests || ctx.start.elapsed() >= ctx.cfg.max_duration {
             return out;
         }
-        let spec = generator.lock().unwrap_or_else(|e| e.into_inner()).next_request();
+        let spec = generator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_request();
         out.push(ctx.execute(id, 0, spec).await);
     }
 }

@@ -46,7 +46,10 @@ impl Load {
                 let (rate, secs) = s.split_once(':')?;
                 let rate: f64 = rate.trim().parse().ok()?;
                 let secs: f64 = secs.trim().parse().ok()?;
-                (rate > 0.0 && secs > 0.0).then(|| Stage { rate, duration: Duration::from_secs_f64(secs) })
+                (rate > 0.0 && secs > 0.0).then(|| Stage {
+                    rate,
+                    duration: Duration::from_secs_f64(secs),
+                })
             })
             .collect()
     }
@@ -78,7 +81,10 @@ pub fn arrivals(stages: &[Stage], poisson: bool, max_requests: usize, seed: u64)
             if t >= end || out.len() >= max_requests {
                 break;
             }
-            out.push(Arrival { at: Duration::from_secs_f64(t), stage: i });
+            out.push(Arrival {
+                at: Duration::from_secs_f64(t),
+                stage: i,
+            });
         }
         stage_start = end;
     }
@@ -92,7 +98,19 @@ mod tests {
     #[test]
     fn stages_parse_from_rate_colon_seconds() {
         let s = Load::parse_stages("2:10, 4.5:1").expect("stages");
-        assert_eq!(s, vec![Stage { rate: 2.0, duration: Duration::from_secs(10) }, Stage { rate: 4.5, duration: Duration::from_secs(1) }]);
+        assert_eq!(
+            s,
+            vec![
+                Stage {
+                    rate: 2.0,
+                    duration: Duration::from_secs(10)
+                },
+                Stage {
+                    rate: 4.5,
+                    duration: Duration::from_secs(1)
+                }
+            ]
+        );
         assert_eq!(Load::parse_stages("2"), None);
         assert_eq!(Load::parse_stages("0:3"), None);
     }
@@ -119,8 +137,14 @@ mod tests {
     #[test]
     fn poisson_arrivals_are_unbiased_over_many_seeds() {
         let stages = Load::parse_stages("8.5:30").expect("stages");
-        let counts: Vec<usize> = (0..200).map(|seed| arrivals(&stages, true, 10_000, seed).len()).collect();
+        let counts: Vec<usize> = (0..200)
+            .map(|seed| arrivals(&stages, true, 10_000, seed).len())
+            .collect();
         let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
-        assert!((mean - 255.0).abs() < 4.0, "mean {mean} arrivals, expected 255; seed 1 gives {}", counts[1]);
+        assert!(
+            (mean - 255.0).abs() < 4.0,
+            "mean {mean} arrivals, expected 255; seed 1 gives {}",
+            counts[1]
+        );
     }
 }

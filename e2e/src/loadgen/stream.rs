@@ -21,7 +21,9 @@ pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 pub fn client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_max_idle_per_host(4096).build(connector)
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(4096)
+        .build(connector)
 }
 
 /// What came back for one request.
@@ -81,14 +83,21 @@ struct Timer {
 
 impl Timer {
     fn on_event(&mut self, data: &[u8], out: &mut Outcome) {
-        let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else { return };
+        let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
+            return;
+        };
         if let Some(u) = chunk.usage {
             out.prompt_tokens = u.prompt_tokens;
             out.output_tokens = u.completion_tokens.unwrap_or(out.output_tokens);
             out.cached_tokens = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
         }
-        let Some(choice) = chunk.choices.into_iter().next() else { return };
-        let text = choice.text.or_else(|| choice.delta.and_then(|d| d.content)).unwrap_or_default();
+        let Some(choice) = chunk.choices.into_iter().next() else {
+            return;
+        };
+        let text = choice
+            .text
+            .or_else(|| choice.delta.and_then(|d| d.content))
+            .unwrap_or_default();
         if text.is_empty() {
             return;
         }
@@ -106,7 +115,13 @@ impl Timer {
 }
 
 /// POSTs `body` to `path` on `target` and reads the SSE stream to its end.
-pub async fn send(client: &HttpClient, target: SocketAddr, path: &str, body: Bytes, keep_text: bool) -> Outcome {
+pub async fn send(
+    client: &HttpClient,
+    target: SocketAddr,
+    path: &str,
+    body: Bytes,
+    keep_text: bool,
+) -> Outcome {
     let start = Instant::now();
     let mut out = Outcome::default();
     if let Err(e) = exchange(client, target, path, body, keep_text, start, &mut out).await {
@@ -131,21 +146,41 @@ async fn exchange(
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))
         .map_err(|e| e.to_string())?;
-    let resp = client.request(req).await.map_err(|e| format!("request: {e}"))?;
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
     out.status = resp.status().as_u16();
-    out.pod = resp.headers().get("x-inference-pod").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    out.pod = resp
+        .headers()
+        .get("x-inference-pod")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let ok = resp.status().is_success();
     let mut body = resp.into_body();
-    let mut timer = Timer { start, last: None, keep_text };
+    let mut timer = Timer {
+        start,
+        last: None,
+        keep_text,
+    };
     let mut buf: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| format!("body: {e}"))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         buf.extend_from_slice(&data);
         drain_events(&mut buf, |event| timer.on_event(event, out));
     }
     if !ok {
-        return Err(format!("status {}: {}", out.status, String::from_utf8_lossy(&buf).chars().take(200).collect::<String>()));
+        return Err(format!(
+            "status {}: {}",
+            out.status,
+            String::from_utf8_lossy(&buf)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        ));
     }
     Ok(())
 }
@@ -181,7 +216,9 @@ mod tests {
     fn complete_events_are_delivered_and_partial_ones_kept() {
         let mut buf = b"data: {\"a\":1}\n\ndata: [DONE]\n\ndata: {\"b\"".to_vec();
         let mut seen = Vec::new();
-        drain_events(&mut buf, |e| seen.push(String::from_utf8_lossy(e).into_owned()));
+        drain_events(&mut buf, |e| {
+            seen.push(String::from_utf8_lossy(e).into_owned())
+        });
         assert_eq!(seen, vec!["{\"a\":1}"]);
         assert_eq!(buf, b"data: {\"b\"");
     }
@@ -189,12 +226,24 @@ mod tests {
     #[test]
     fn token_events_set_ttft_and_gaps_and_usage_sets_cached_tokens() {
         let mut out = Outcome::default();
-        let mut t = Timer { start: Instant::now(), last: None, keep_text: true };
+        let mut t = Timer {
+            start: Instant::now(),
+            last: None,
+            keep_text: true,
+        };
         t.on_event(br#"{"choices":[{"text":" a"}]}"#, &mut out);
         t.on_event(br#"{"choices":[{"delta":{"content":" b"}}]}"#, &mut out);
         t.on_event(br#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}}"#, &mut out);
         assert!(out.ttft.is_some());
-        assert_eq!((out.itls.len(), out.output_tokens, out.cached_tokens, out.prompt_tokens), (1, 2, Some(8), Some(9)));
+        assert_eq!(
+            (
+                out.itls.len(),
+                out.output_tokens,
+                out.cached_tokens,
+                out.prompt_tokens
+            ),
+            (1, 2, Some(8), Some(9))
+        );
         assert_eq!(out.text, " a b");
     }
 }

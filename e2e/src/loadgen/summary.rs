@@ -27,7 +27,13 @@ impl Percentiles {
         }
         v.sort_by(f64::total_cmp);
         let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-        Self { p50: at(0.5), p90: at(0.9), p99: at(0.99), mean: v.iter().sum::<f64>() / v.len() as f64, count: v.len() }
+        Self {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            count: v.len(),
+        }
     }
 }
 
@@ -95,16 +101,29 @@ pub struct Context<'a> {
 }
 
 pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
-    let records: Vec<RequestRecord> = all.iter().filter(|r| r.sent_s >= ctx.warmup_s).cloned().collect();
+    let records: Vec<RequestRecord> = all
+        .iter()
+        .filter(|r| r.sent_s >= ctx.warmup_s)
+        .cloned()
+        .collect();
     let records = &records[..];
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
-    let end = records.iter().map(|r| r.sent_s + r.e2e_ms / 1e3).fold(0.0, f64::max);
+    let end = records
+        .iter()
+        .map(|r| r.sent_s + r.e2e_ms / 1e3)
+        .fold(0.0, f64::max);
     let duration_s = (end - ctx.warmup_s).max(1e-9);
-    let ttfts = ok.iter().filter_map(|r| r.ttft_ms).chain(records.iter().filter(|r| r.cut_off()).map(|r| r.e2e_ms)).collect();
+    let ttfts = ok
+        .iter()
+        .filter_map(|r| r.ttft_ms)
+        .chain(records.iter().filter(|r| r.cut_off()).map(|r| r.e2e_ms))
+        .collect();
     let out_tokens: u64 = ok.iter().map(|r| r.output_tokens).sum();
     let prompt: u64 = ok.iter().filter_map(|r| r.prompt_tokens).sum();
     let cached: u64 = ok.iter().filter_map(|r| r.cached_tokens).sum();
-    let (q, h) = ctx.pod_delta.values().fold((0.0, 0.0), |(q, h), c| (q + c.prefix_queries, h + c.prefix_hits));
+    let (q, h) = ctx.pod_delta.values().fold((0.0, 0.0), |(q, h), c| {
+        (q + c.prefix_queries, h + c.prefix_hits)
+    });
     let per_pod = per_pod_requests(&ok, ctx.pod_delta);
     let mut errors_by_status = BTreeMap::new();
     for r in records.iter().filter(|r| !r.ok()) {
@@ -114,7 +133,11 @@ pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
         label: ctx.label.to_owned(),
         requests: records.len(),
         ok: ok.len(),
-        error_rate: if records.is_empty() { 0.0 } else { 1.0 - ok.len() as f64 / records.len() as f64 },
+        error_rate: if records.is_empty() {
+            0.0
+        } else {
+            1.0 - ok.len() as f64 / records.len() as f64
+        },
         duration_s,
         throughput_rps: ok.len() as f64 / duration_s,
         output_tokens_per_s: out_tokens as f64 / duration_s,
@@ -126,7 +149,11 @@ pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
         e2e_ms: Percentiles::of(ok.iter().map(|r| r.e2e_ms).collect()),
         usage_cached_ratio: (prompt > 0).then(|| cached as f64 / prompt as f64),
         prefix_hit_rate: (q > 0.0).then(|| h / q),
-        oracle_hit_rate: oracle_hit_rate(&all.iter().filter(|r| r.ok()).collect::<Vec<_>>(), ctx.workload, ctx.block_size),
+        oracle_hit_rate: oracle_hit_rate(
+            &all.iter().filter(|r| r.ok()).collect::<Vec<_>>(),
+            ctx.workload,
+            ctx.block_size,
+        ),
         pod_spread_cv: cv(per_pod.values().copied()),
         per_pod_requests: per_pod,
         stages: stages(all, ctx.stage_rates),
@@ -135,7 +162,10 @@ pub fn summarize(all: &[RequestRecord], ctx: &Context<'_>) -> Summary {
 }
 
 fn whole_run_throughput(all: &[RequestRecord]) -> f64 {
-    let end = all.iter().map(|r| r.sent_s + r.e2e_ms / 1e3).fold(0.0, f64::max);
+    let end = all
+        .iter()
+        .map(|r| r.sent_s + r.e2e_ms / 1e3)
+        .fold(0.0, f64::max);
     let tokens: u64 = all.iter().filter(|r| r.ok()).map(|r| r.output_tokens).sum();
     if end > 0.0 {
         tokens as f64 / end
@@ -144,13 +174,17 @@ fn whole_run_throughput(all: &[RequestRecord]) -> f64 {
     }
 }
 
-fn per_pod_requests(ok: &[&RequestRecord], delta: &BTreeMap<String, PodCounters>) -> BTreeMap<String, f64> {
+fn per_pod_requests(
+    ok: &[&RequestRecord],
+    delta: &BTreeMap<String, PodCounters>,
+) -> BTreeMap<String, f64> {
     if delta.values().any(|c| c.requests > 0.0) {
         return delta.iter().map(|(p, c)| (p.clone(), c.requests)).collect();
     }
     let mut m = BTreeMap::new();
     for r in ok {
-        *m.entry(r.pod.clone().unwrap_or_else(|| "unknown".into())).or_insert(0.0) += 1.0;
+        *m.entry(r.pod.clone().unwrap_or_else(|| "unknown".into()))
+            .or_insert(0.0) += 1.0;
     }
     m
 }
@@ -231,7 +265,19 @@ mod tests {
     use super::*;
 
     fn rec(id: usize, group: usize, sent_s: f64, ttft: f64) -> RequestRecord {
-        RequestRecord { id, group: Some(group), sent_s, ttft_ms: Some(ttft), e2e_ms: 100.0, status: 200, prompt_tokens: Some(100), output_tokens: 10, cached_tokens: Some(50), pod: Some(format!("p{}", id % 2)), ..RequestRecord::default() }
+        RequestRecord {
+            id,
+            group: Some(group),
+            sent_s,
+            ttft_ms: Some(ttft),
+            e2e_ms: 100.0,
+            status: 200,
+            prompt_tokens: Some(100),
+            output_tokens: 10,
+            cached_tokens: Some(50),
+            pod: Some(format!("p{}", id % 2)),
+            ..RequestRecord::default()
+        }
     }
 
     #[test]
@@ -243,12 +289,35 @@ mod tests {
 
     #[test]
     fn summary_counts_errors_throughput_and_the_oracle() {
-        let mut records: Vec<RequestRecord> = (0..4).map(|i| rec(i, i % 2, i as f64, 10.0 * i as f64)).collect();
-        records.push(RequestRecord { id: 4, status: 503, error: Some("x".into()), ..RequestRecord::default() });
-        let w = Workload::SharedPrefix { groups: 2, prompts_per_group: 1, system_len: 80, question_len: 20, output_len: 10 };
-        let ctx = Context { label: "t", workload: &w, stage_rates: &[1.0], pod_delta: &BTreeMap::new(), block_size: 16, warmup_s: 0.0 };
+        let mut records: Vec<RequestRecord> = (0..4)
+            .map(|i| rec(i, i % 2, i as f64, 10.0 * i as f64))
+            .collect();
+        records.push(RequestRecord {
+            id: 4,
+            status: 503,
+            error: Some("x".into()),
+            ..RequestRecord::default()
+        });
+        let w = Workload::SharedPrefix {
+            groups: 2,
+            prompts_per_group: 1,
+            system_len: 80,
+            question_len: 20,
+            output_len: 10,
+        };
+        let ctx = Context {
+            label: "t",
+            workload: &w,
+            stage_rates: &[1.0],
+            pod_delta: &BTreeMap::new(),
+            block_size: 16,
+            warmup_s: 0.0,
+        };
         let s = summarize(&records, &ctx);
-        assert_eq!((s.requests, s.ok, s.errors_by_status.get(&503)), (5, 4, Some(&1)));
+        assert_eq!(
+            (s.requests, s.ok, s.errors_by_status.get(&503)),
+            (5, 4, Some(&1))
+        );
         assert!((s.error_rate - 0.2).abs() < 1e-9);
         assert!((s.duration_s - 3.1).abs() < 1e-9);
         // two of four requests reuse 80 of their 100 tokens

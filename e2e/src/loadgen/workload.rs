@@ -13,17 +13,18 @@ use serde::Serialize;
 
 /// Words that are each exactly one `cl100k_base` token with their leading space.
 const WORDS: &[&str] = &[
-    " the", " of", " and", " to", " in", " is", " that", " for", " it", " as", " with", " was", " on", " be",
-    " at", " by", " this", " had", " not", " are", " but", " from", " or", " have", " an", " they", " which",
-    " one", " you", " were", " all", " we", " her", " she", " there", " would", " their", " will", " when",
-    " who", " him", " been", " has", " more", " if", " no", " out", " so", " said", " what", " up", " its",
-    " about", " into", " than", " them", " can", " only", " other", " time", " new", " some", " could",
-    " these", " two", " may", " first", " then", " do", " any", " like", " my", " now", " over", " such",
-    " our", " man", " me", " even", " most", " made", " after", " also", " did", " many", " off", " before",
-    " must", " well", " back", " through", " years", " much", " where", " your", " way", " down", " should",
-    " because", " long", " each", " just", " state", " people", " those", " too", " how", " little", " good",
-    " world", " very", " make", " between", " still", " own", " see", " work", " men", " day", " life",
-    " here", " part", " both", " city", " house", " water", " light",
+    " the", " of", " and", " to", " in", " is", " that", " for", " it", " as", " with", " was",
+    " on", " be", " at", " by", " this", " had", " not", " are", " but", " from", " or", " have",
+    " an", " they", " which", " one", " you", " were", " all", " we", " her", " she", " there",
+    " would", " their", " will", " when", " who", " him", " been", " has", " more", " if", " no",
+    " out", " so", " said", " what", " up", " its", " about", " into", " than", " them", " can",
+    " only", " other", " time", " new", " some", " could", " these", " two", " may", " first",
+    " then", " do", " any", " like", " my", " now", " over", " such", " our", " man", " me",
+    " even", " most", " made", " after", " also", " did", " many", " off", " before", " must",
+    " well", " back", " through", " years", " much", " where", " your", " way", " down", " should",
+    " because", " long", " each", " just", " state", " people", " those", " too", " how",
+    " little", " good", " world", " very", " make", " between", " still", " own", " see", " work",
+    " men", " day", " life", " here", " part", " both", " city", " house", " water", " light",
 ];
 
 /// A workload shape and its sizes (token counts).
@@ -32,14 +33,36 @@ const WORDS: &[&str] = &[
 pub enum Workload {
     /// inference-perf `shared_prefix`: `groups` system prompts, each followed by one of
     /// `prompts_per_group` questions; each request picks a group and a question uniformly.
-    SharedPrefix { groups: usize, prompts_per_group: usize, system_len: usize, question_len: usize, output_len: usize },
+    SharedPrefix {
+        groups: usize,
+        prompts_per_group: usize,
+        system_len: usize,
+        question_len: usize,
+        output_len: usize,
+    },
     /// Chat sessions: every turn resends the whole conversation (system prompt, earlier questions
     /// and the answers the server gave) plus a new question.
-    MultiTurn { sessions: usize, turns: usize, system_len: usize, question_len: usize, output_len: usize },
+    MultiTurn {
+        sessions: usize,
+        turns: usize,
+        system_len: usize,
+        question_len: usize,
+        output_len: usize,
+    },
     /// Mostly short prompts with a heavy (Pareto, α = 1.2) tail of long ones, no sharing.
-    LongShortMix { short_len: usize, long_fraction: f64, long_min: usize, long_max: usize, output_len: usize },
+    LongShortMix {
+        short_len: usize,
+        long_fraction: f64,
+        long_min: usize,
+        long_max: usize,
+        output_len: usize,
+    },
     /// Random prompts addressed to `adapters` LoRA adapters with Zipf-like popularity.
-    LoraMix { adapters: usize, input_len: usize, output_len: usize },
+    LoraMix {
+        adapters: usize,
+        input_len: usize,
+        output_len: usize,
+    },
     /// Random prompts: nothing shared between requests.
     Random { input_len: usize, output_len: usize },
 }
@@ -85,19 +108,43 @@ impl Generator {
     pub fn new(workload: Workload, seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
         let (systems, questions) = match &workload {
-            Workload::SharedPrefix { groups, prompts_per_group, system_len, question_len, .. } => {
-                let systems: Vec<String> = (0..*groups).map(|_| words(&mut rng, *system_len)).collect();
+            Workload::SharedPrefix {
+                groups,
+                prompts_per_group,
+                system_len,
+                question_len,
+                ..
+            } => {
+                let systems: Vec<String> =
+                    (0..*groups).map(|_| words(&mut rng, *system_len)).collect();
                 let questions = (0..*groups)
-                    .map(|_| (0..*prompts_per_group).map(|_| words(&mut rng, *question_len)).collect())
+                    .map(|_| {
+                        (0..*prompts_per_group)
+                            .map(|_| words(&mut rng, *question_len))
+                            .collect()
+                    })
                     .collect();
                 (systems, questions)
             }
-            Workload::MultiTurn { sessions, system_len, .. } => {
-                ((0..*sessions).map(|_| words(&mut rng, *system_len)).collect(), Vec::new())
-            }
+            Workload::MultiTurn {
+                sessions,
+                system_len,
+                ..
+            } => (
+                (0..*sessions)
+                    .map(|_| words(&mut rng, *system_len))
+                    .collect(),
+                Vec::new(),
+            ),
             _ => (Vec::new(), Vec::new()),
         };
-        Self { workload, rng, systems, questions, next_session: 0 }
+        Self {
+            workload,
+            rng,
+            systems,
+            questions,
+            next_session: 0,
+        }
     }
 
     /// The system prompt of a chat session.
@@ -108,19 +155,45 @@ impl Generator {
     /// The next request.
     pub fn next_request(&mut self) -> RequestSpec {
         match self.workload.clone() {
-            Workload::SharedPrefix { groups, prompts_per_group, output_len, .. } => {
+            Workload::SharedPrefix {
+                groups,
+                prompts_per_group,
+                output_len,
+                ..
+            } => {
                 let g = self.rng.random_range(0..groups.max(1));
                 let q = self.rng.random_range(0..prompts_per_group.max(1));
                 let prompt = format!("{}{}", self.systems[g], self.questions[g][q]);
-                RequestSpec { body: Body::Prompt(prompt), adapter: None, max_tokens: output_len, group: Some(g) }
+                RequestSpec {
+                    body: Body::Prompt(prompt),
+                    adapter: None,
+                    max_tokens: output_len,
+                    group: Some(g),
+                }
             }
-            Workload::MultiTurn { sessions, question_len, output_len, .. } => {
+            Workload::MultiTurn {
+                sessions,
+                question_len,
+                output_len,
+                ..
+            } => {
                 let session = self.next_session % sessions.max(1);
                 self.next_session += 1;
                 let question = words(&mut self.rng, question_len);
-                RequestSpec { body: Body::ChatTurn { session, question }, adapter: None, max_tokens: output_len, group: Some(session) }
+                RequestSpec {
+                    body: Body::ChatTurn { session, question },
+                    adapter: None,
+                    max_tokens: output_len,
+                    group: Some(session),
+                }
             }
-            Workload::LongShortMix { short_len, long_fraction, long_min, long_max, output_len } => {
+            Workload::LongShortMix {
+                short_len,
+                long_fraction,
+                long_min,
+                long_max,
+                output_len,
+            } => {
                 let len = if self.rng.random_bool(long_fraction.clamp(0.0, 1.0)) {
                     pareto(&mut self.rng, long_min as f64, 1.2).min(long_max as f64) as usize
                 } else {
@@ -128,17 +201,34 @@ impl Generator {
                 };
                 self.random_prompt(len.max(1), output_len, None)
             }
-            Workload::LoraMix { adapters, input_len, output_len } => {
+            Workload::LoraMix {
+                adapters,
+                input_len,
+                output_len,
+            } => {
                 let adapter = zipf_index(&mut self.rng, adapters.max(1));
                 self.random_prompt(input_len, output_len, Some(lora_name(adapter)))
             }
-            Workload::Random { input_len, output_len } => self.random_prompt(input_len, output_len, None),
+            Workload::Random {
+                input_len,
+                output_len,
+            } => self.random_prompt(input_len, output_len, None),
         }
     }
 
-    fn random_prompt(&mut self, len: usize, output_len: usize, adapter: Option<String>) -> RequestSpec {
+    fn random_prompt(
+        &mut self,
+        len: usize,
+        output_len: usize,
+        adapter: Option<String>,
+    ) -> RequestSpec {
         let prompt = words(&mut self.rng, len);
-        RequestSpec { body: Body::Prompt(prompt), adapter, max_tokens: output_len, group: None }
+        RequestSpec {
+            body: Body::Prompt(prompt),
+            adapter,
+            max_tokens: output_len,
+            group: None,
+        }
     }
 }
 
@@ -181,7 +271,13 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_requests() {
-        let w = Workload::SharedPrefix { groups: 4, prompts_per_group: 3, system_len: 50, question_len: 10, output_len: 5 };
+        let w = Workload::SharedPrefix {
+            groups: 4,
+            prompts_per_group: 3,
+            system_len: 50,
+            question_len: 10,
+            output_len: 5,
+        };
         let mut a = Generator::new(w.clone(), 42);
         let mut b = Generator::new(w, 42);
         for _ in 0..20 {
@@ -191,26 +287,49 @@ mod tests {
 
     #[test]
     fn shared_prefix_requests_of_a_group_start_with_its_system_prompt() {
-        let w = Workload::SharedPrefix { groups: 2, prompts_per_group: 5, system_len: 30, question_len: 4, output_len: 5 };
+        let w = Workload::SharedPrefix {
+            groups: 2,
+            prompts_per_group: 5,
+            system_len: 30,
+            question_len: 4,
+            output_len: 5,
+        };
         let mut g = Generator::new(w, 1);
         let systems = g.systems.clone();
         for _ in 0..10 {
             let r = g.next_request();
-            let Body::Prompt(p) = r.body else { panic!("prompt expected") };
+            let Body::Prompt(p) = r.body else {
+                panic!("prompt expected")
+            };
             assert!(p.starts_with(&systems[r.group.expect("group")]));
         }
     }
 
     #[test]
     fn lora_mix_favours_the_first_adapter() {
-        let mut g = Generator::new(Workload::LoraMix { adapters: 4, input_len: 3, output_len: 1 }, 3);
-        let first = (0..400).filter(|_| g.next_request().adapter.as_deref() == Some("lora-0")).count();
+        let mut g = Generator::new(
+            Workload::LoraMix {
+                adapters: 4,
+                input_len: 3,
+                output_len: 1,
+            },
+            3,
+        );
+        let first = (0..400)
+            .filter(|_| g.next_request().adapter.as_deref() == Some("lora-0"))
+            .count();
         assert!(first > 120, "lora-0 chosen {first} times of 400");
     }
 
     #[test]
     fn long_short_mix_has_a_tail_longer_than_the_short_prompts() {
-        let w = Workload::LongShortMix { short_len: 10, long_fraction: 0.2, long_min: 100, long_max: 1000, output_len: 1 };
+        let w = Workload::LongShortMix {
+            short_len: 10,
+            long_fraction: 0.2,
+            long_min: 100,
+            long_max: 1000,
+            output_len: 1,
+        };
         let mut g = Generator::new(w, 9);
         let long = (0..200)
             .filter(|_| matches!(g.next_request().body, Body::Prompt(p) if p.len() > 300))

@@ -76,16 +76,26 @@ pub struct Cluster {
 
 impl Cluster {
     /// Binds `addrs[i]` (port 0 picks a free port) and starts pod `i` on it.
-    pub async fn start(configs: Vec<PodConfig>, addrs: &[SocketAddr]) -> Result<Self, ClusterError> {
+    pub async fn start(
+        configs: Vec<PodConfig>,
+        addrs: &[SocketAddr],
+    ) -> Result<Self, ClusterError> {
         let mut listeners = Vec::with_capacity(configs.len());
         for &addr in addrs.iter().take(configs.len()) {
-            listeners.push(TcpListener::bind(addr).await.map_err(|source| ClusterError::Bind { addr, source })?);
+            listeners.push(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ClusterError::Bind { addr, source })?,
+            );
         }
         Self::start_on(configs, listeners).await
     }
 
     /// Starts pod `i` on `listeners[i]`.
-    pub async fn start_on(configs: Vec<PodConfig>, listeners: Vec<TcpListener>) -> Result<Self, ClusterError> {
+    pub async fn start_on(
+        configs: Vec<PodConfig>,
+        listeners: Vec<TcpListener>,
+    ) -> Result<Self, ClusterError> {
         let mut slots = Vec::with_capacity(configs.len());
         for (index, (cfg, listener)) in configs.into_iter().zip(listeners).enumerate() {
             let cfg = Arc::new(cfg);
@@ -93,10 +103,18 @@ impl Cluster {
             let pod = Pod::start(listener, cfg.clone(), faults.clone())
                 .await
                 .map_err(|source| ClusterError::Pod { index, source })?;
-            slots.push(Slot { cfg, addr: pod.addr(), faults, pod: Some(pod) });
+            slots.push(Slot {
+                cfg,
+                addr: pod.addr(),
+                faults,
+                pod: Some(pod),
+            });
         }
         let addrs = Arc::new(slots.iter().map(|s| s.addr).collect());
-        Ok(Self { slots: Arc::new(Mutex::new(slots)), addrs })
+        Ok(Self {
+            slots: Arc::new(Mutex::new(slots)),
+            addrs,
+        })
     }
 
     /// The pods' serving addresses, by index.
@@ -107,7 +125,10 @@ impl Cluster {
     /// Pod `i`'s faults (valid across restarts).
     pub async fn faults(&self, i: usize) -> Result<FaultSwitch, ClusterError> {
         let slots = self.slots.lock().await;
-        slots.get(i).map(|s| s.faults.clone()).ok_or(ClusterError::NoSuchPod(i))
+        slots
+            .get(i)
+            .map(|s| s.faults.clone())
+            .ok_or(ClusterError::NoSuchPod(i))
     }
 
     /// Pod `i`'s control handle, while it is alive.
@@ -132,7 +153,11 @@ impl Cluster {
     pub async fn kill(&self, i: usize) -> Result<(), ClusterError> {
         let pod = {
             let mut slots = self.slots.lock().await;
-            slots.get_mut(i).ok_or(ClusterError::NoSuchPod(i))?.pod.take()
+            slots
+                .get_mut(i)
+                .ok_or(ClusterError::NoSuchPod(i))?
+                .pod
+                .take()
         };
         if let Some(pod) = pod {
             pod.stop().await;
@@ -146,7 +171,9 @@ impl Cluster {
         let mut slots = self.slots.lock().await;
         let slot = slots.get_mut(i).ok_or(ClusterError::NoSuchPod(i))?;
         let addr = slot.addr;
-        let listener = TcpListener::bind(addr).await.map_err(|source| ClusterError::Bind { addr, source })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ClusterError::Bind { addr, source })?;
         slot.faults.set(slot.cfg.faults.clone());
         let pod = Pod::start(listener, slot.cfg.clone(), slot.faults.clone())
             .await

@@ -134,13 +134,25 @@ impl EngineConfig {
         };
         check(!self.model.is_empty(), "model must not be empty");
         check(self.max_num_seqs > 0, "max-num-seqs must be > 0");
-        check(self.max_num_batched_tokens > 0, "max-num-batched-tokens must be > 0");
+        check(
+            self.max_num_batched_tokens > 0,
+            "max-num-batched-tokens must be > 0",
+        );
         check(self.max_model_len > 1, "max-model-len must be > 1");
         check(self.num_gpu_blocks >= 2, "num-gpu-blocks must be >= 2");
         check(self.block_size > 0, "block-size must be > 0");
-        check(self.default_max_output > 0, "default-max-output must be > 0");
-        check(self.speed.is_finite() && self.speed > 0.0, "speed must be > 0");
-        check(self.time_scale.is_finite() && self.time_scale > 0.0, "time-scale must be > 0");
+        check(
+            self.default_max_output > 0,
+            "default-max-output must be > 0",
+        );
+        check(
+            self.speed.is_finite() && self.speed > 0.0,
+            "speed must be > 0",
+        );
+        check(
+            self.time_scale.is_finite() && self.time_scale > 0.0,
+            "time-scale must be > 0",
+        );
     }
 }
 
@@ -169,7 +181,11 @@ pub struct MetricsOptions {
 
 impl Default for MetricsOptions {
     fn default() -> Self {
-        Self { kv_usage: KvUsageMetric::Both, created_series: true, dcgm: false }
+        Self {
+            kv_usage: KvUsageMetric::Both,
+            created_series: true,
+            dcgm: false,
+        }
     }
 }
 
@@ -231,7 +247,14 @@ mod tests {
 
     #[test]
     fn wall_time_divides_by_speed_and_time_scale() {
-        let cfg = EngineConfig { speed: 2.0, time_scale: 10.0, ..EngineConfig::default() };
-        assert_eq!(cfg.wall(Duration::from_millis(200)), Duration::from_millis(10));
+        let cfg = EngineConfig {
+            speed: 2.0,
+            time_scale: 10.0,
+            ..EngineConfig::default()
+        };
+        assert_eq!(
+            cfg.wall(Duration::from_millis(200)),
+            Duration::from_millis(10)
+        );
     }
 }

@@ -47,7 +47,11 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    pub const ALL: [FinishReason; 3] = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
+    pub const ALL: [FinishReason; 3] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -296,12 +300,16 @@ impl Engine {
             None => {
                 let ttft = now.duration_since(seq.req.arrival).as_secs_f64() * scale;
                 let cached = seq.cached_tokens.unwrap_or(0);
-                report.first_tokens.push((ttft, seq.req.prompt.len() - cached));
+                report
+                    .first_tokens
+                    .push((ttft, seq.req.prompt.len() - cached));
                 report.prompt_tokens += seq.req.prompt.len() as u64;
                 report.prompt_tokens_cached += cached as u64;
                 seq.first_token = Some(now);
             }
-            Some(last) => report.inter_token.push(now.duration_since(last).as_secs_f64() * scale),
+            Some(last) => report
+                .inter_token
+                .push(now.duration_since(last).as_secs_f64() * scale),
         }
         seq.last_token = Some(now);
     }

@@ -68,10 +68,16 @@ pub enum FaultError {
 impl Faults {
     pub(crate) fn problems(&self, out: &mut Vec<String>) {
         if !(0.0..=1.0).contains(&self.failure_rate) {
-            out.push(format!("failure-rate must be in 0..=1, got {}", self.failure_rate));
+            out.push(format!(
+                "failure-rate must be in 0..=1, got {}",
+                self.failure_rate
+            ));
         }
         if !(400..=599).contains(&self.failure_status) {
-            out.push(format!("failure-status must be 400..=599, got {}", self.failure_status));
+            out.push(format!(
+                "failure-status must be 400..=599, got {}",
+                self.failure_status
+            ));
         }
     }
 
@@ -110,7 +116,9 @@ pub struct FaultSwitch {
 
 impl FaultSwitch {
     pub fn new(initial: Faults) -> Self {
-        Self { tx: watch::Sender::new(initial) }
+        Self {
+            tx: watch::Sender::new(initial),
+        }
     }
 
     pub fn current(&self) -> Faults {
@@ -144,15 +152,22 @@ mod tests {
     #[test]
     fn header_forces_the_given_status() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let got = Faults::default().injected_failure(Some("503"), &mut rng).unwrap();
+        let got = Faults::default()
+            .injected_failure(Some("503"), &mut rng)
+            .unwrap();
         assert_eq!(got, Some(StatusCode::SERVICE_UNAVAILABLE));
-        assert!(Faults::default().injected_failure(Some("200"), &mut rng).is_err());
+        assert!(Faults::default()
+            .injected_failure(Some("200"), &mut rng)
+            .is_err());
     }
 
     #[test]
     fn failure_rate_is_honoured_with_a_seeded_rng() {
         let mut rng = SmallRng::seed_from_u64(7);
-        let faults = Faults { failure_rate: 0.25, ..Faults::default() };
+        let faults = Faults {
+            failure_rate: 0.25,
+            ..Faults::default()
+        };
         let failed = (0..4000)
             .filter(|_| faults.injected_failure(None, &mut rng).unwrap().is_some())
             .count();
@@ -161,7 +176,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_hung_waiter_resumes_when_hang_is_cleared() {
-        let switch = FaultSwitch::new(Faults { hang: true, ..Faults::default() });
+        let switch = FaultSwitch::new(Faults {
+            hang: true,
+            ..Faults::default()
+        });
         let waiter = switch.clone();
         let mut task = tokio::task::JoinSet::new();
         task.spawn(async move { waiter.wait_unhung().await });

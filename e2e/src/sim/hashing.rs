@@ -151,7 +151,12 @@ pub struct BlockHasher {
 
 impl BlockHasher {
     pub fn new(root: BlockHash, block_size: usize, extras: HashExtras) -> Self {
-        Self { root, block_size, extras, hashes: Vec::new() }
+        Self {
+            root,
+            block_size,
+            extras,
+            hashes: Vec::new(),
+        }
     }
 
     /// Hashes every newly full block of `tokens` (the whole sequence so far).
@@ -161,7 +166,8 @@ impl BlockHasher {
             let i = self.hashes.len();
             let parent = self.hashes.last().copied().unwrap_or(self.root);
             let block = &tokens[i * self.block_size..(i + 1) * self.block_size];
-            self.hashes.push(hash_block(parent, block, &self.extras, i == 0));
+            self.hashes
+                .push(hash_block(parent, block, &self.extras, i == 0));
         }
     }
 
@@ -210,17 +216,29 @@ mod tests {
             (
                 "vllm-none-hash",
                 "9bd96a485ad84efdafb72ee48a1d7a69bcead0f8f0433173941b276b9581eef0",
-                [8866452693264111234, 807986237951177663, 10877177626832001922],
+                [
+                    8866452693264111234,
+                    807986237951177663,
+                    10877177626832001922,
+                ],
             ),
             (
                 "0",
                 "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e",
-                [3236607068019569386, 2758186210834249151, 5191110061519319221],
+                [
+                    3236607068019569386,
+                    2758186210834249151,
+                    5191110061519319221,
+                ],
             ),
             (
                 "12345",
                 "7292412b7aee6c72390673c639cb26bbadd61da0cb7af52fea097bf4c7b340b2",
-                [7946494704765058032, 12145793040335043204, 12205898305926617717],
+                [
+                    7946494704765058032,
+                    12145793040335043204,
+                    12205898305926617717,
+                ],
             ),
         ];
         for (seed, root, want) in cases {
@@ -250,12 +268,34 @@ mod tests {
             hex(none_hash("42")),
             "9fa6eb003f14425eb9c8e6baacfbcaab26257357b829c7bfa74ffcc4f31c1780"
         );
-        let base: Vec<u64> =
-            chain(&CAPTURED, "42", HashExtras::default()).into_iter().map(BlockHash::to_u64).collect();
-        assert_eq!(base, [17705339885301241772, 13360521540053240825, 1652464311825922890]);
-        let lora = HashExtras { lora_name: Some("Alice".into()), cache_salt: None };
-        let lora: Vec<u64> = chain(&CAPTURED, "42", lora).into_iter().map(BlockHash::to_u64).collect();
-        assert_eq!(lora, [9643097150530800701, 11170191873018355659, 6527130464540768062]);
+        let base: Vec<u64> = chain(&CAPTURED, "42", HashExtras::default())
+            .into_iter()
+            .map(BlockHash::to_u64)
+            .collect();
+        assert_eq!(
+            base,
+            [
+                17705339885301241772,
+                13360521540053240825,
+                1652464311825922890
+            ]
+        );
+        let lora = HashExtras {
+            lora_name: Some("Alice".into()),
+            cache_salt: None,
+        };
+        let lora: Vec<u64> = chain(&CAPTURED, "42", lora)
+            .into_iter()
+            .map(BlockHash::to_u64)
+            .collect();
+        assert_eq!(
+            lora,
+            [
+                9643097150530800701,
+                11170191873018355659,
+                6527130464540768062
+            ]
+        );
     }
 
     #[test]
@@ -271,7 +311,10 @@ mod tests {
     #[test]
     fn cache_salt_changes_only_the_first_block_key() {
         let tokens: Vec<u32> = (1..=32).collect();
-        let salted = HashExtras { lora_name: None, cache_salt: Some("s".into()) };
+        let salted = HashExtras {
+            lora_name: None,
+            cache_salt: Some("s".into()),
+        };
         let a = chain(&tokens, "0", HashExtras::default());
         let b = chain(&tokens, "0", salted);
         assert_ne!(a[0], b[0]);

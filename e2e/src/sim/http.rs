@@ -63,10 +63,15 @@ impl PodState {
     }
 }
 
-pub fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+pub fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut resp = Response::new(Full::new(body.into()).boxed());
     *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
@@ -79,15 +84,25 @@ fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// Serves one request; never fails (errors become OpenAI error bodies).
-pub async fn handle(state: Arc<PodState>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(
+    state: Arc<PodState>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let request_id = req.headers().get("x-request-id").cloned();
-    let mut resp = route(&state, req).await.unwrap_or_else(|e| error_response(&e));
+    let mut resp = route(&state, req)
+        .await
+        .unwrap_or_else(|e| error_response(&e));
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&state.cfg.pod_name) {
         headers.insert("x-inference-pod", v);
     }
     headers.insert("x-inference-port", HeaderValue::from(state.port));
-    if let Some(ns) = state.cfg.namespace.as_deref().and_then(|n| HeaderValue::from_str(n).ok()) {
+    if let Some(ns) = state
+        .cfg
+        .namespace
+        .as_deref()
+        .and_then(|n| HeaderValue::from_str(n).ok())
+    {
         headers.insert("x-inference-namespace", ns);
     }
     if let Some(id) = request_id {
@@ -100,14 +115,20 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
     let path = req.uri().path().to_owned();
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/health" | "/ping") | (Method::POST, "/ping") => health(state),
-        (Method::GET, "/version") => Ok(json_response(StatusCode::OK, &json!({"version": VERSION}))),
+        (Method::GET, "/version") => {
+            Ok(json_response(StatusCode::OK, &json!({"version": VERSION})))
+        }
         (Method::GET, "/metrics" | "/metrics/") => Ok(metrics(state)),
         _ if !state.ready() => Err(ApiError::Unavailable("the engine is starting")),
         (Method::GET, "/v1/models") => Ok(models(state)),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,
         (Method::POST, "/v1/chat/completions") => inference::serve(state, req, Api::Chat).await,
-        (Method::POST, "/v1/completions/render") => inference::render(state, req, Api::Completions).await,
-        (Method::POST, "/v1/chat/completions/render") => inference::render(state, req, Api::Chat).await,
+        (Method::POST, "/v1/completions/render") => {
+            inference::render(state, req, Api::Completions).await
+        }
+        (Method::POST, "/v1/chat/completions/render") => {
+            inference::render(state, req, Api::Chat).await
+        }
         (Method::POST, "/tokenize") => tokenize(state, read_json(req).await?),
         (Method::POST, "/detokenize") => detokenize(state, read_json(req).await?),
         (Method::POST, "/v1/load_lora_adapter") => load_lora(state, read_json(req).await?),
@@ -118,7 +139,10 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
 }
 
 pub async fn read_json<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
-    let body = Limited::new(req.into_body(), MAX_BODY).collect().await.map_err(|_| ApiError::Body)?;
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| ApiError::Body)?;
     Ok(serde_json::from_slice(&body.to_bytes())?)
 }
 
@@ -127,7 +151,9 @@ fn health(state: &PodState) -> Result<Response<Body>, ApiError> {
         return Err(ApiError::Unavailable("the engine is starting"));
     }
     if state.faults.current().unhealthy {
-        return Err(ApiError::Unavailable("the engine is unhealthy (fault injected)"));
+        return Err(ApiError::Unavailable(
+            "the engine is unhealthy (fault injected)",
+        ));
     }
     Ok(full(StatusCode::OK, "text/plain", ""))
 }
@@ -154,7 +180,11 @@ fn metrics(state: &PodState) -> Response<Body> {
             text
         }
     };
-    full(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
+    full(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        text,
+    )
 }
 
 fn models(state: &PodState) -> Response<Body> {
@@ -178,7 +208,11 @@ fn tokenize(state: &PodState, req: TokenizeRequest) -> Result<Response<Body>, Ap
             let turns: Vec<_> = messages.iter().map(|m| m.turn()).collect();
             render_chat(&turns, req.add_generation_prompt.unwrap_or(true))
         }
-        (None, None) => return Err(ApiError::BadRequest("either `prompt` or `messages` is required".into())),
+        (None, None) => {
+            return Err(ApiError::BadRequest(
+                "either `prompt` or `messages` is required".into(),
+            ))
+        }
     };
     let _ = req.model;
     let tokens = state.tokenizer.encode(&text);
@@ -188,21 +222,37 @@ fn tokenize(state: &PodState, req: TokenizeRequest) -> Result<Response<Body>, Ap
 }
 
 fn detokenize(state: &PodState, req: TokenizeRequest) -> Result<Response<Body>, ApiError> {
-    let tokens = req.tokens.ok_or_else(|| ApiError::BadRequest("`tokens` is required".into()))?;
+    let tokens = req
+        .tokens
+        .ok_or_else(|| ApiError::BadRequest("`tokens` is required".into()))?;
     let prompt = state.tokenizer.decode(&tokens)?;
     Ok(json_response(StatusCode::OK, &json!({"prompt": prompt})))
 }
 
 fn load_lora(state: &PodState, req: LoraRequest) -> Result<Response<Body>, ApiError> {
     let _ = req.lora_path;
-    state.loras.lock().unwrap_or_else(|e| e.into_inner()).load(&req.lora_name)?;
-    let msg = format!("Success: LoRA adapter '{}' added successfully.", req.lora_name);
+    state
+        .loras
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .load(&req.lora_name)?;
+    let msg = format!(
+        "Success: LoRA adapter '{}' added successfully.",
+        req.lora_name
+    );
     Ok(full(StatusCode::OK, "text/plain", msg))
 }
 
 fn unload_lora(state: &PodState, req: LoraRequest) -> Result<Response<Body>, ApiError> {
-    state.loras.lock().unwrap_or_else(|e| e.into_inner()).unload(&req.lora_name)?;
-    let msg = format!("Success: LoRA adapter '{}' removed successfully.", req.lora_name);
+    state
+        .loras
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unload(&req.lora_name)?;
+    let msg = format!(
+        "Success: LoRA adapter '{}' removed successfully.",
+        req.lora_name
+    );
     Ok(full(StatusCode::OK, "text/plain", msg))
 }
 
@@ -212,6 +262,8 @@ async fn reset_prefix_cache(state: &PodState) -> Result<Response<Body>, ApiError
         .engine
         .send(Command::ResetPrefixCache(tx))
         .map_err(|_| ApiError::Unavailable("the engine has stopped"))?;
-    let _reset = rx.await.map_err(|_| ApiError::Unavailable("the engine has stopped"))?;
+    let _reset = rx
+        .await
+        .map_err(|_| ApiError::Unavailable("the engine has stopped"))?;
     Ok(full(StatusCode::OK, "text/plain", ""))
 }

@@ -80,7 +80,13 @@ pub struct BlockPool {
 impl BlockPool {
     /// A pool of `num_blocks` blocks (including the null block), all free.
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
-        let empty = Block { ref_cnt: 0, hash: None, prev: NIL, next: NIL, in_free: false };
+        let empty = Block {
+            ref_cnt: 0,
+            hash: None,
+            prev: NIL,
+            next: NIL,
+            in_free: false,
+        };
         let mut pool = Self {
             block_size,
             blocks: vec![empty; num_blocks.max(2)],
@@ -122,7 +128,9 @@ impl BlockPool {
 
     /// How many of `ids` are currently free (touching them uses up free space).
     pub fn count_evictable(&self, ids: &[BlockId]) -> usize {
-        ids.iter().filter(|&&id| self.block(id).is_some_and(|b| b.ref_cnt == 0)).count()
+        ids.iter()
+            .filter(|&&id| self.block(id).is_some_and(|b| b.ref_cnt == 0))
+            .count()
     }
 
     /// Takes a reference on cache-hit blocks, unlinking free ones from the queue.
@@ -154,7 +162,9 @@ impl BlockPool {
             out.push(id);
         }
         if !removed.is_empty() {
-            self.events.push(KvEvent::BlockRemoved { block_hashes: removed });
+            self.events.push(KvEvent::BlockRemoved {
+                block_hashes: removed,
+            });
         }
         Some(out)
     }
@@ -182,7 +192,10 @@ impl BlockPool {
         }
         let bs = self.block_size;
         self.events.push(KvEvent::BlockStored {
-            block_hashes: req.hashes[req.from..req.to].iter().map(|h| h.to_u64()).collect(),
+            block_hashes: req.hashes[req.from..req.to]
+                .iter()
+                .map(|h| h.to_u64())
+                .collect(),
             parent_block_hash: req.from.checked_sub(1).map(|p| req.hashes[p].to_u64()),
             token_ids: req.tokens[req.from * bs..req.to * bs].to_vec(),
             block_size: bs,
@@ -243,7 +256,12 @@ impl BlockPool {
     }
 
     fn unlink(&mut self, id: BlockId) {
-        let Block { prev, next, in_free, .. } = self.blocks[id as usize];
+        let Block {
+            prev,
+            next,
+            in_free,
+            ..
+        } = self.blocks[id as usize];
         if !in_free {
             return;
         }
@@ -279,7 +297,14 @@ mod tests {
     fn store(pool: &mut BlockPool, table: &[BlockId], tokens: &[u32]) {
         let hs = hashes(tokens);
         let to = hs.len();
-        pool.cache_blocks(CacheBlocks { table, hashes: &hs, tokens, from: 0, to, lora: None });
+        pool.cache_blocks(CacheBlocks {
+            table,
+            hashes: &hs,
+            tokens,
+            from: 0,
+            to,
+            lora: None,
+        });
     }
 
     #[test]
@@ -301,14 +326,19 @@ mod tests {
         let table = pool.allocate(2).unwrap();
         store(&mut pool, &table, &tokens);
         pool.free(&table);
-        assert!(matches!(pool.take_events()[..], [KvEvent::BlockStored { .. }]));
+        assert!(matches!(
+            pool.take_events()[..],
+            [KvEvent::BlockStored { .. }]
+        ));
         assert_eq!(pool.lookup_prefix(&hashes(&tokens), 8), table);
         // Two never-used blocks are popped first; the third pop reuses the
         // request's *tail* block (freed first), evicting it.
         let other = pool.allocate(3).unwrap();
         assert_eq!(other[2], table[1]);
         let events = pool.take_events();
-        let want = vec![KvEvent::BlockRemoved { block_hashes: vec![hashes(&tokens)[1].to_u64()] }];
+        let want = vec![KvEvent::BlockRemoved {
+            block_hashes: vec![hashes(&tokens)[1].to_u64()],
+        }];
         assert_eq!(events, want);
         assert_eq!(pool.lookup_prefix(&hashes(&tokens), 8), vec![table[0]]);
     }

@@ -67,7 +67,10 @@ impl KvEventsConfig {
             SocketMode::Connect => false,
             SocketMode::Auto => {
                 let e = &self.endpoint;
-                e.contains('*') || e.contains("::") || e.starts_with("ipc://") || e.starts_with("inproc://")
+                e.contains('*')
+                    || e.contains("::")
+                    || e.starts_with("ipc://")
+                    || e.starts_with("inproc://")
             }
         }
     }
@@ -139,7 +142,14 @@ pub fn encode_batch(ts: f64, events: &[KvEvent], encoding: EventEncoding, dp_ran
 
 fn positional(p: &mut Pack, event: &KvEvent) {
     match event {
-        KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_id, lora_name } => {
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            lora_id,
+            lora_name,
+        } => {
             // msgspec omit_defaults drops a trailing `lora_name = None`.
             p.array(if lora_name.is_some() { 8 } else { 7 });
             p.str("BlockStored");
@@ -188,7 +198,14 @@ fn keyed(p: &mut Pack, event: &KvEvent) {
 
 /// BlockStored as a map, in the field order of vLLM's wire test.
 fn keyed_stored(p: &mut Pack, event: &KvEvent) {
-    let KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_id, lora_name } = event
+    let KvEvent::BlockStored {
+        block_hashes,
+        parent_block_hash,
+        token_ids,
+        block_size,
+        lora_id,
+        lora_name,
+    } = event
     else {
         return;
     };
@@ -262,7 +279,12 @@ mod tests {
 
     #[test]
     fn removed_and_cleared_match_the_reference_bytes() {
-        let events = [KvEvent::BlockRemoved { block_hashes: vec![8866452693264111234] }, KvEvent::AllBlocksCleared];
+        let events = [
+            KvEvent::BlockRemoved {
+                block_hashes: vec![8866452693264111234],
+            },
+            KvEvent::AllBlocksCleared,
+        ];
         let got = encode_batch(1700000001.0, &events, EventEncoding::Array, 0);
         let want = "93cb41d954fc404000009293ac426c6f636b52656d6f76656491cf7b0bf7bf7fd01682a347505591b0416c6c426c6f636b73436c656172656400";
         assert_eq!(hex(&got), want);

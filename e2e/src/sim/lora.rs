@@ -30,7 +30,11 @@ pub struct LoraRegistry {
 impl LoraRegistry {
     /// A registry with `modules` preloaded (ids from 1, as vLLM assigns them).
     pub fn new(enabled: bool, modules: &[String]) -> Self {
-        let mut registry = Self { enabled, next_id: 1, loaded: Vec::new() };
+        let mut registry = Self {
+            enabled,
+            next_id: 1,
+            loaded: Vec::new(),
+        };
         for name in modules {
             let _ = registry.load(name);
         }
@@ -44,7 +48,10 @@ impl LoraRegistry {
         if self.get(name).is_some() {
             return Err(LoraError::AlreadyLoaded(name.to_owned()));
         }
-        let lora = LoraRef { id: self.next_id, name: name.to_owned() };
+        let lora = LoraRef {
+            id: self.next_id,
+            name: name.to_owned(),
+        };
         self.next_id += 1;
         self.loaded.push(lora.clone());
         Ok(lora)

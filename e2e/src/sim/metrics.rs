@@ -65,11 +65,19 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn new(bounds: &[f64]) -> Self {
-        Self { bounds: bounds.to_vec(), counts: vec![0; bounds.len() + 1], sum: 0.0 }
+        Self {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+        }
     }
 
     pub fn observe(&mut self, v: f64) {
-        let i = self.bounds.iter().position(|&b| v <= b).unwrap_or(self.bounds.len());
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| v <= b)
+            .unwrap_or(self.bounds.len());
         self.counts[i] += 1;
         self.sum += v;
     }
@@ -176,9 +184,17 @@ impl PodMetrics {
         if lora_enabled {
             let running = gauges.running_loras.join(",");
             let waiting = gauges.waiting_loras.join(",");
-            match self.lora_info.iter_mut().find(|l| l.running == running && l.waiting == waiting) {
+            match self
+                .lora_info
+                .iter_mut()
+                .find(|l| l.running == running && l.waiting == waiting)
+            {
                 Some(info) => info.timestamp = now_unix,
-                None => self.lora_info.push(LoraInfo { running, waiting, timestamp: now_unix }),
+                None => self.lora_info.push(LoraInfo {
+                    running,
+                    waiting,
+                    timestamp: now_unix,
+                }),
             }
         }
         self.gauges = gauges;
@@ -211,7 +227,10 @@ impl PodMetrics {
     }
 
     fn record_finished(&mut self, f: &super::engine::FinishedRecord) {
-        let reason = FinishReason::ALL.iter().position(|&r| r == f.usage.reason).unwrap_or(2);
+        let reason = FinishReason::ALL
+            .iter()
+            .position(|&r| r == f.usage.reason)
+            .unwrap_or(2);
         self.counters.success[reason] += 1;
         let h = &mut self.histograms;
         let generated = f.usage.completion_tokens as f64;
@@ -228,7 +247,8 @@ impl PodMetrics {
         h.prefill.observe(f.prefill);
         h.decode.observe(f.decode);
         if f.usage.completion_tokens > 1 {
-            h.request_time_per_output_token.observe(f.decode / (generated - 1.0));
+            h.request_time_per_output_token
+                .observe(f.decode / (generated - 1.0));
         }
     }
 }
@@ -256,7 +276,10 @@ mod tests {
     #[test]
     fn lora_info_keeps_every_label_combination_with_its_last_timestamp() {
         let mut m = PodMetrics::new(1024, 1.0);
-        let busy = EngineGauges { running_loras: vec!["a".into(), "b".into()], ..Default::default() };
+        let busy = EngineGauges {
+            running_loras: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
         m.set_gauges(busy.clone(), true, 10.0);
         m.set_gauges(EngineGauges::default(), true, 11.0);
         m.set_gauges(busy, true, 12.0);

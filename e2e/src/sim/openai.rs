@@ -25,7 +25,12 @@ pub enum ApiError {
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
     #[error("This model's maximum context length is {max} tokens. However, you requested {total} tokens ({prompt} in the messages, {output} in the completion). Please reduce the length of the messages or completion.")]
-    ContextTooLong { max: usize, total: usize, prompt: usize, output: usize },
+    ContextTooLong {
+        max: usize,
+        total: usize,
+        prompt: usize,
+        output: usize,
+    },
     #[error("injected failure")]
     Injected(StatusCode),
     #[error(transparent)]
@@ -52,10 +57,12 @@ impl ApiError {
             | ApiError::Fault(_)
             | ApiError::Tokenizer(_)
             | ApiError::Body
-            | ApiError::Lora(LoraError::AlreadyLoaded(_) | LoraError::Disabled) => StatusCode::BAD_REQUEST,
-            ApiError::ModelNotFound(_) | ApiError::NoRoute | ApiError::Lora(LoraError::NotFound(_)) => {
-                StatusCode::NOT_FOUND
+            | ApiError::Lora(LoraError::AlreadyLoaded(_) | LoraError::Disabled) => {
+                StatusCode::BAD_REQUEST
             }
+            ApiError::ModelNotFound(_)
+            | ApiError::NoRoute
+            | ApiError::Lora(LoraError::NotFound(_)) => StatusCode::NOT_FOUND,
             ApiError::Injected(status) => *status,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -98,7 +105,11 @@ pub enum PromptInput {
 
 impl Prompt {
     pub fn single(self) -> Result<PromptInput, ApiError> {
-        let batched = || ApiError::BadRequest("batched prompts (n > 1 prompts) are not supported by inference-sim".into());
+        let batched = || {
+            ApiError::BadRequest(
+                "batched prompts (n > 1 prompts) are not supported by inference-sim".into(),
+            )
+        };
         match self {
             Prompt::Text(t) => Ok(PromptInput::Text(t)),
             Prompt::Tokens(t) => Ok(PromptInput::Tokens(t)),
@@ -142,7 +153,10 @@ impl Message {
             Some(Content::Text(t)) => t.clone(),
             Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_deref()).collect(),
         };
-        ChatTurn { role: self.role.clone(), content }
+        ChatTurn {
+            role: self.role.clone(),
+            content,
+        }
     }
 }
 
@@ -218,10 +232,16 @@ impl ResponseMeta {
     pub fn full(&self, text: &str, usage: &Usage) -> Value {
         let reason = finish_str(Some(usage.reason));
         let (object, choice) = match self.api {
-            Api::Completions => ("text_completion", json!({"index": 0, "text": text, "logprobs": null,
-                "finish_reason": reason, "stop_reason": null, "prompt_logprobs": null})),
-            Api::Chat => ("chat.completion", json!({"index": 0, "message": {"role": "assistant",
-                "content": text, "tool_calls": []}, "logprobs": null, "finish_reason": reason, "stop_reason": null})),
+            Api::Completions => (
+                "text_completion",
+                json!({"index": 0, "text": text, "logprobs": null,
+                "finish_reason": reason, "stop_reason": null, "prompt_logprobs": null}),
+            ),
+            Api::Chat => (
+                "chat.completion",
+                json!({"index": 0, "message": {"role": "assistant",
+                "content": text, "tool_calls": []}, "logprobs": null, "finish_reason": reason, "stop_reason": null}),
+            ),
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model,
             "choices": [choice], "usage": self.usage(usage), "prompt_logprobs": null, "kv_transfer_params": null})
@@ -230,12 +250,22 @@ impl ResponseMeta {
     /// One SSE chunk carrying `text` (and the finish reason on the last one).
     pub fn chunk(&self, text: &str, reason: Option<FinishReason>, first: bool) -> Value {
         let (object, choice) = match self.api {
-            Api::Completions => ("text_completion", json!({"index": 0, "text": text, "logprobs": null,
-                "finish_reason": finish_str(reason), "stop_reason": null})),
+            Api::Completions => (
+                "text_completion",
+                json!({"index": 0, "text": text, "logprobs": null,
+                "finish_reason": finish_str(reason), "stop_reason": null}),
+            ),
             Api::Chat => {
-                let delta = if first { json!({"role": "assistant", "content": text}) } else { json!({"content": text}) };
-                ("chat.completion.chunk", json!({"index": 0, "delta": delta, "logprobs": null,
-                    "finish_reason": finish_str(reason)}))
+                let delta = if first {
+                    json!({"role": "assistant", "content": text})
+                } else {
+                    json!({"content": text})
+                };
+                (
+                    "chat.completion.chunk",
+                    json!({"index": 0, "delta": delta, "logprobs": null,
+                    "finish_reason": finish_str(reason)}),
+                )
             }
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": [choice]})
@@ -271,14 +301,25 @@ mod tests {
         let e = ApiError::ModelNotFound("x".into());
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.body()["error"]["type"], "NotFoundError");
-        let e = ApiError::ContextTooLong { max: 10, total: 12, prompt: 8, output: 4 };
+        let e = ApiError::ContextTooLong {
+            max: 10,
+            total: 12,
+            prompt: 8,
+            output: 4,
+        };
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(ApiError::Injected(StatusCode::TOO_MANY_REQUESTS).body()["error"]["code"], 429);
+        assert_eq!(
+            ApiError::Injected(StatusCode::TOO_MANY_REQUESTS).body()["error"]["code"],
+            429
+        );
     }
 
     #[test]
     fn chat_content_parts_are_joined() {
-        let m: Message = serde_json::from_str(r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#).unwrap();
+        let m: Message = serde_json::from_str(
+            r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
+        )
+        .unwrap();
         assert_eq!(m.turn().content, "ab");
     }
 }

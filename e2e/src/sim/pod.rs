@@ -77,7 +77,11 @@ pub struct Pod {
 
 impl Pod {
     /// Starts a pod serving on `listener`; `faults` may be shared with a cluster.
-    pub async fn start(listener: TcpListener, cfg: Arc<PodConfig>, faults: FaultSwitch) -> Result<Self, PodError> {
+    pub async fn start(
+        listener: TcpListener,
+        cfg: Arc<PodConfig>,
+        faults: FaultSwitch,
+    ) -> Result<Self, PodError> {
         cfg.validate()?;
         let addr = listener.local_addr().map_err(PodError::Listener)?;
         let cancel = CancellationToken::new();
@@ -92,10 +96,24 @@ impl Pod {
         let tokenizer = Tokenizer::new(cfg.tokenizer);
         let clock = SimClock::system();
         let now = Instant::now();
-        let metrics = Arc::new(Mutex::new(PodMetrics::new(cfg.engine.max_model_len, clock.unix(now))));
+        let metrics = Arc::new(Mutex::new(PodMetrics::new(
+            cfg.engine.max_model_len,
+            clock.unix(now),
+        )));
         let (engine_tx, commands) = mpsc::unbounded_channel();
-        let engine = Engine::new(cfg.engine.clone(), SmallRng::seed_from_u64(cfg.seed), tokenizer.output_vocabulary());
-        let runner = Runner { engine, commands, metrics: metrics.clone(), publisher, clock, cfg: cfg.clone() };
+        let engine = Engine::new(
+            cfg.engine.clone(),
+            SmallRng::seed_from_u64(cfg.seed),
+            tokenizer.output_vocabulary(),
+        );
+        let runner = Runner {
+            engine,
+            commands,
+            metrics: metrics.clone(),
+            publisher,
+            clock,
+            cfg: cfg.clone(),
+        };
         tasks.spawn(runner.run(cancel.clone()));
         let state = Arc::new(PodState {
             port: addr.port(),
@@ -112,8 +130,16 @@ impl Pod {
             cfg,
         });
         tasks.spawn(serve(listener, state.clone(), cancel.clone()));
-        let control = PodControl { state, kv_endpoints };
-        Ok(Self { addr, control, cancel, tasks })
+        let control = PodControl {
+            state,
+            kv_endpoints,
+        };
+        Ok(Self {
+            addr,
+            control,
+            cancel,
+            tasks,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

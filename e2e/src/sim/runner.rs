@@ -37,12 +37,17 @@ pub struct SimClock {
 impl SimClock {
     /// A clock whose `origin` is now and reads `origin_unix` then.
     pub fn new(origin_unix: f64) -> Self {
-        Self { origin: Instant::now(), origin_unix }
+        Self {
+            origin: Instant::now(),
+            origin_unix,
+        }
     }
 
     /// A clock anchored at the system's wall time.
     pub fn system() -> Self {
-        let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         Self::new(unix)
     }
 
@@ -140,7 +145,11 @@ impl Runner {
             let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
             m.record(&report);
             if self.engine.is_idle() {
-                m.set_gauges(self.engine.gauges(), self.cfg.enable_lora, self.clock.unix(now));
+                m.set_gauges(
+                    self.engine.gauges(),
+                    self.cfg.enable_lora,
+                    self.clock.unix(now),
+                );
             }
         }
         let events = self.engine.take_events();
@@ -174,8 +183,14 @@ mod tests {
         let metrics = Arc::new(Mutex::new(PodMetrics::new(1024, 1e9)));
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let engine = Engine::new(cfg.engine.clone(), SmallRng::seed_from_u64(0), vec![7]);
-        let runner =
-            Runner { engine, commands, metrics: metrics.clone(), publisher: None, clock: SimClock::new(1e9), cfg };
+        let runner = Runner {
+            engine,
+            commands,
+            metrics: metrics.clone(),
+            publisher: None,
+            clock: SimClock::new(1e9),
+            cfg,
+        };
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tasks.spawn(runner.run(cancel.clone()));
@@ -192,7 +207,9 @@ mod tests {
             arrival: start,
             output,
         };
-        commands_tx.send(Command::Submit(Box::new(request))).unwrap();
+        commands_tx
+            .send(Command::Submit(Box::new(request)))
+            .unwrap();
         // Prefill step: (10 ms + 10 × 1 ms) / 2; decode step: 10 ms / 2.
         assert_eq!(out.recv().await, Some(SeqOutput::Token(7)));
         assert_eq!(start.elapsed(), Duration::from_millis(10));
@@ -200,7 +217,11 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(15));
         // Metrics report simulated seconds (wall × time scale).
         let m = metrics.lock().unwrap().clone();
-        assert!((m.histograms.ttft.sum - 0.020).abs() < 1e-9, "{}", m.histograms.ttft.sum);
+        assert!(
+            (m.histograms.ttft.sum - 0.020).abs() < 1e-9,
+            "{}",
+            m.histograms.ttft.sum
+        );
         assert!((m.histograms.inter_token_latency.sum - 0.010).abs() < 1e-9);
         cancel.cancel();
         while tasks.join_next().await.is_some() {}

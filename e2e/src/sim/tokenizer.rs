@@ -73,7 +73,9 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer").field("kind", &self.kind).finish()
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind)
+            .finish()
     }
 }
 
@@ -94,7 +96,10 @@ impl Tokenizer {
 
     /// Text of `ids`; invalid UTF-8 across token boundaries is replaced.
     pub fn decode(&self, ids: &[TokenId]) -> Result<String, TokenizerError> {
-        let bytes = self.bpe.decode_bytes(ids).map_err(|e| TokenizerError::UnknownToken(e.token))?;
+        let bytes = self
+            .bpe
+            .decode_bytes(ids)
+            .map_err(|e| TokenizerError::UnknownToken(e.token))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -109,7 +114,10 @@ mod tests {
     use super::*;
 
     fn turn(role: &str, content: &str) -> ChatTurn {
-        ChatTurn { role: role.into(), content: content.into() }
+        ChatTurn {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 
     #[test]
@@ -133,7 +141,10 @@ mod tests {
     #[test]
     fn a_growing_conversation_shares_its_token_prefix() {
         let tok = Tokenizer::new(TokenizerKind::Cl100kBase);
-        let mut turns = vec![turn("system", "Be brief."), turn("user", "What is a KV cache?")];
+        let mut turns = vec![
+            turn("system", "Be brief."),
+            turn("user", "What is a KV cache?"),
+        ];
         let first = tok.encode(&render_chat(&turns, true));
         turns.push(turn("assistant", "Stored attention keys and values."));
         turns.push(turn("user", "Why reuse it?"));

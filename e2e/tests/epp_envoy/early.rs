@@ -25,7 +25,13 @@ pub struct HeldRequest {
 
 impl HeldRequest {
     /// Sends the request head (with `Content-Length: body_len`) and the first part of the body.
-    pub async fn open(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body_len: usize, first: &[u8]) -> Self {
+    pub async fn open(
+        addr: SocketAddr,
+        path: &str,
+        headers: &[(&str, &str)],
+        body_len: usize,
+        first: &[u8],
+    ) -> Self {
         let mut head = format!("POST {path} HTTP/1.1\r\nhost: epp\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {body_len}\r\n");
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
@@ -47,7 +53,9 @@ impl HeldRequest {
     /// Sends the rest of the body and reads the response: status and body text.
     pub async fn finish(mut self, rest: &[u8]) -> (u16, String) {
         let _ = self.stream.write_all(rest).await;
-        self.response(Duration::from_secs(20)).await.unwrap_or_default()
+        self.response(Duration::from_secs(20))
+            .await
+            .unwrap_or_default()
     }
 
     /// The response if one arrives within `wait`: status and body text. A refusal may come
@@ -66,8 +74,15 @@ impl HeldRequest {
             }
         }
         let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Some((status, body))
     }
 }
@@ -75,11 +90,20 @@ impl HeldRequest {
 /// A completion body with a `prompt_bytes` prompt; the model first, `stream` last.
 pub fn long_completion(prompt_bytes: usize) -> Vec<u8> {
     let prompt = crate::support::words(7, prompt_bytes / 7);
-    format!(r#"{{ "model" : "{MODEL}", "prompt": {}, "max_tokens": 3, "stream": false }}"#, serde_json::to_string(&prompt).unwrap()).into_bytes()
+    format!(
+        r#"{{ "model" : "{MODEL}", "prompt": {}, "max_tokens": 3, "stream": false }}"#,
+        serde_json::to_string(&prompt).unwrap()
+    )
+    .into_bytes()
 }
 
 async fn upstream_requests(stack: &Stack) -> u64 {
-    stack.envoy.counter(UPSTREAM_REQUESTS).await.unwrap().unwrap_or(0)
+    stack
+        .envoy
+        .counter(UPSTREAM_REQUESTS)
+        .await
+        .unwrap()
+        .unwrap_or(0)
 }
 
 /// Polls until Envoy has opened `n` upstream requests (bounded); whether it did.
@@ -96,24 +120,57 @@ async fn wait_upstream(stack: &Stack, n: u64, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pod_is_reached_before_the_client_has_sent_the_whole_body() {
-    let stack = start(StackOptions { pods: 2, ..StackOptions::default() }).await;
+    let stack = start(StackOptions {
+        pods: 2,
+        ..StackOptions::default()
+    })
+    .await;
     let body = long_completion(300_000);
-    let held = HeldRequest::open(stack.envoy.listener_addr(), "/v1/completions", &[], body.len(), &body[..120_000]).await;
-    assert!(wait_upstream(&stack, 1, Duration::from_secs(10)).await, "Envoy never opened the upstream request while the body was incomplete");
+    let held = HeldRequest::open(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        &[],
+        body.len(),
+        &body[..120_000],
+    )
+    .await;
+    assert!(
+        wait_upstream(&stack, 1, Duration::from_secs(10)).await,
+        "Envoy never opened the upstream request while the body was incomplete"
+    );
     let (status, text) = held.finish(&body[120_000..]).await;
     assert_eq!(status, 200, "{text}");
     let received: Vec<_> = stack.pods.iter().flat_map(traffic).collect();
     assert_eq!(received.len(), 1);
-    assert_eq!(received[0].body.as_ref(), body.as_slice(), "the pod got the client's bytes exactly");
+    assert_eq!(
+        received[0].body.as_ref(),
+        body.as_slice(),
+        "the pod got the client's bytes exactly"
+    );
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_early_decision_off_the_gateway_waits_for_the_whole_body() {
-    let stack = start(StackOptions { pods: 2, epp_args: args(&["--early-decision=false"]), ..StackOptions::default() }).await;
+    let stack = start(StackOptions {
+        pods: 2,
+        epp_args: args(&["--early-decision=false"]),
+        ..StackOptions::default()
+    })
+    .await;
     let body = long_completion(300_000);
-    let held = HeldRequest::open(stack.envoy.listener_addr(), "/v1/completions", &[], body.len(), &body[..120_000]).await;
-    assert!(!wait_upstream(&stack, 1, Duration::from_millis(500)).await, "routed before the body ended");
+    let held = HeldRequest::open(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        &[],
+        body.len(),
+        &body[..120_000],
+    )
+    .await;
+    assert!(
+        !wait_upstream(&stack, 1, Duration::from_millis(500)).await,
+        "routed before the body ended"
+    );
     let (status, text) = held.finish(&body[120_000..]).await;
     assert_eq!(status, 200, "{text}");
     stack.stop().await;
@@ -121,18 +178,37 @@ async fn with_early_decision_off_the_gateway_waits_for_the_whole_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_model_rewrite_is_byte_exact_with_the_right_length() {
-    let stack = start(StackOptions { pods: 1, ..StackOptions::default() }).await;
+    let stack = start(StackOptions {
+        pods: 1,
+        ..StackOptions::default()
+    })
+    .await;
     let body = long_completion(200_000);
     let headers = [("x-gateway-model-name-rewrite", "test-model-rewritten")];
-    let held = HeldRequest::open(stack.envoy.listener_addr(), "/v1/completions", &headers, body.len(), &body[..80_000]).await;
+    let held = HeldRequest::open(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        &headers,
+        body.len(),
+        &body[..80_000],
+    )
+    .await;
     assert!(wait_upstream(&stack, 1, Duration::from_secs(10)).await);
     let (status, text) = held.finish(&body[80_000..]).await;
     assert_eq!(status, 200, "{text}");
-    let expected = String::from_utf8(body).unwrap().replacen(&format!("\"{MODEL}\""), "\"test-model-rewritten\"", 1);
+    let expected = String::from_utf8(body).unwrap().replacen(
+        &format!("\"{MODEL}\""),
+        "\"test-model-rewritten\"",
+        1,
+    );
     let got = &traffic(&stack.pods[0])[0];
     assert_eq!(got.body.as_ref(), expected.as_bytes());
     if let Some(len) = got.header("content-length") {
-        assert_eq!(len, expected.len().to_string(), "content-length follows the rewrite");
+        assert_eq!(
+            len,
+            expected.len().to_string(),
+            "content-length follows the rewrite"
+        );
     }
     stack.stop().await;
 }
@@ -142,18 +218,47 @@ async fn a_body_broken_after_the_decision_is_answered_by_the_pod() {
     let mut body = long_completion(100_000);
     body.truncate(body.len() - 2);
     body.extend_from_slice(b",,, not json");
-    let stack = start(StackOptions { pods: 1, ..StackOptions::default() }).await;
-    let held = HeldRequest::open(stack.envoy.listener_addr(), "/v1/completions", &[], body.len(), &body[..60_000]).await;
+    let stack = start(StackOptions {
+        pods: 1,
+        ..StackOptions::default()
+    })
+    .await;
+    let held = HeldRequest::open(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        &[],
+        body.len(),
+        &body[..60_000],
+    )
+    .await;
     // The rest is sent once routed (sent at once, Envoy may read the whole body as one chunk,
     // and a one-chunk body is judged whole by epp).
     assert!(wait_upstream(&stack, 1, Duration::from_secs(10)).await);
     let (status, text) = held.finish(&body[60_000..]).await;
     assert_eq!(status, 400, "{text}");
-    assert!(!text.contains("inference error"), "the model server, not epp, answered: {text}");
-    assert_eq!(access_log(&stack, 1).await[0].upstream.as_deref(), Some(stack.pods[0].endpoint().as_str()));
+    assert!(
+        !text.contains("inference error"),
+        "the model server, not epp, answered: {text}"
+    );
+    assert_eq!(
+        access_log(&stack, 1).await[0].upstream.as_deref(),
+        Some(stack.pods[0].endpoint().as_str())
+    );
     stack.stop().await;
-    let stack = start(StackOptions { pods: 1, epp_args: args(&["--early-decision=false"]), ..StackOptions::default() }).await;
-    let held = HeldRequest::open(stack.envoy.listener_addr(), "/v1/completions", &[], body.len(), &body[..60_000]).await;
+    let stack = start(StackOptions {
+        pods: 1,
+        epp_args: args(&["--early-decision=false"]),
+        ..StackOptions::default()
+    })
+    .await;
+    let held = HeldRequest::open(
+        stack.envoy.listener_addr(),
+        "/v1/completions",
+        &[],
+        body.len(),
+        &body[..60_000],
+    )
+    .await;
     let (status, text) = held.finish(&body[60_000..]).await;
     assert_eq!(status, 400);
     assert!(text.contains("inference error: BadRequest"), "{text}");

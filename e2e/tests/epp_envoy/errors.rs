@@ -37,7 +37,10 @@ fn assert_backpressure(response: &HttpResponse, reason: &str, retry_after: u64) 
     let body = response.json().unwrap();
     assert_eq!(body["error"]["reason"], reason, "{body}");
     assert_eq!(body["error"]["retry_after_seconds"], retry_after, "{body}");
-    assert_eq!(response.header("retry-after"), Some(retry_after.to_string().as_str()));
+    assert_eq!(
+        response.header("retry-after"),
+        Some(retry_after.to_string().as_str())
+    );
 }
 
 /// Asserts that Envoy logged `count` rejections by epp with `code` and connected to no pod.
@@ -90,7 +93,11 @@ async fn malformed_requests_are_a_400_naming_the_problem() {
     for (path, body, names) in cases {
         let response = post(&stack, path, body, &[]).await;
         assert_rejected(&response, StatusCode::BAD_REQUEST, "BadRequest", names);
-        assert_eq!(response.header("retry-after"), None, "a 400 is not backpressure");
+        assert_eq!(
+            response.header("retry-after"),
+            None,
+            "a 400 is not backpressure"
+        );
     }
     assert_logged_rejections(&stack, cases.len(), 400, "BadRequest").await;
     stack.stop().await;

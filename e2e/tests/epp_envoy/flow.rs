@@ -25,8 +25,14 @@ async fn create(client: &kube::Client, obj: serde_json::Value) {
     let api_version = obj["apiVersion"].as_str().unwrap();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap());
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &kube::api::ApiResource::from_gvk(&gvk));
-    api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &kube::api::ApiResource::from_gvk(&gvk));
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap();
 }
 
 async fn cluster(client: &kube::Client, port: u16) {
@@ -53,7 +59,9 @@ async fn cluster(client: &kube::Client, port: u16) {
 }
 
 async fn send(envoy: std::net::SocketAddr, objective: &'static str) -> (u16, String, &'static str) {
-    let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(objective)).unwrap();
+    let req =
+        epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(objective))
+            .unwrap();
     let req = epp_e2e::client::with_header(req, OBJECTIVE, objective).unwrap();
     let r = epp_e2e::client::send(envoy, req).await.unwrap();
     (r.status.as_u16(), r.text(), objective)
@@ -74,12 +82,19 @@ async fn wait_queued(epp: &Epp, n: usize) {
 
 /// Requests that left flow control with `outcome`.
 fn outcomes(text: &str, outcome: &str) -> Option<f64> {
-    sample(text, "inference_extension_flow_control_request_queue_duration_seconds_count", &[("outcome", outcome)])
+    sample(
+        text,
+        "inference_extension_flow_control_request_queue_duration_seconds_count",
+        &[("outcome", outcome)],
+    )
 }
 
 /// Waits until epp has scraped the pod's queue (Kubernetes mode names the pod, not its address).
 async fn wait_queue(epp: &Epp, waiting: f64) {
-    wait_for_metrics(epp, &format!("pool queue {waiting}"), |t| sample(t, "inference_pool_average_queue_size", &[]) == Some(waiting)).await;
+    wait_for_metrics(epp, &format!("pool queue {waiting}"), |t| {
+        sample(t, "inference_pool_average_queue_size", &[]) == Some(waiting)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,37 +103,75 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     let client = api.client(NS).unwrap();
     let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
     cluster(&client, pod.addr().port()).await;
-    let dir = std::env::temp_dir().join(format!("epp-flow-{}-{}", std::process::id(), rand::random::<u32>()));
+    let dir = std::env::temp_dir().join(format!(
+        "epp-flow-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, NS).unwrap();
-    let flags = ["--pool-name", "pool", "--pool-namespace", NS, "--kubeconfig", &kubeconfig.display().to_string(), "--secure-serving=false",
-        "--refresh-prometheus-metrics-interval", "50ms", "--flow-control", "--flow-control-max-requests", "3", "--flow-control-default-request-ttl", "3s"];
+    let flags = [
+        "--pool-name",
+        "pool",
+        "--pool-namespace",
+        NS,
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--secure-serving=false",
+        "--refresh-prometheus-metrics-interval",
+        "50ms",
+        "--flow-control",
+        "--flow-control-max-requests",
+        "3",
+        "--flow-control-default-request-ttl",
+        "3s",
+    ];
     let epp = Epp::start(&args(&flags)).await.unwrap();
-    let envoy = EnvoyConfig::new(Template::Duplex).epp(epp.grpc).start().await.unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let addr = envoy.listener_addr();
     pod.set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
 
     let mut waiting = tokio::task::JoinSet::new();
-    for (n, objective) in ["sheddable", "standard", "critical"].into_iter().enumerate() {
+    for (n, objective) in ["sheddable", "standard", "critical"]
+        .into_iter()
+        .enumerate()
+    {
         waiting.spawn(send(addr, objective));
         wait_queued(&epp, n + 1).await;
     }
     let (status, text, _) = send(addr, "critical").await;
     assert_eq!(status, 429, "the queue holds 3: {text}");
-    assert!(text.contains("flow control queue is full: maxRequests 3"), "{text}");
+    assert!(
+        text.contains("flow control queue is full: maxRequests 3"),
+        "{text}"
+    );
     let text = epp.metrics_text().await.unwrap();
     assert_eq!(outcomes(&text, "RejectedCapacity"), Some(1.0), "{text}");
-    assert!(traffic(&pod).is_empty(), "nothing passes while the pool is saturated");
+    assert!(
+        traffic(&pod).is_empty(),
+        "nothing passes while the pool is saturated"
+    );
 
     pod.set_waiting(Some(4));
     while let Some(done) = waiting.join_next().await {
         let (status, text, objective) = done.unwrap();
         assert_eq!(status, 200, "{objective}: {text}");
     }
-    let order: Vec<String> = traffic(&pod).iter().map(|r| r.header(OBJECTIVE).unwrap_or_default().to_owned()).collect();
-    assert_eq!(order, ["critical", "standard", "sheddable"], "released by priority when capacity freed");
+    let order: Vec<String> = traffic(&pod)
+        .iter()
+        .map(|r| r.header(OBJECTIVE).unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        order,
+        ["critical", "standard", "sheddable"],
+        "released by priority when capacity freed"
+    );
     wait_queued(&epp, 0).await;
 
     pod.set_waiting(Some(50));
@@ -127,8 +180,15 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     let (status, text, _) = send(addr, "critical").await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("request timed out in queue"), "{text}");
-    assert!(started.elapsed() >= Duration::from_secs(3), "{:?}", started.elapsed());
-    wait_for_metrics(&epp, "an EvictedTTL outcome", |t| outcomes(t, "EvictedTTL") == Some(1.0) && queued(t) == 0.0).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    wait_for_metrics(&epp, "an EvictedTTL outcome", |t| {
+        outcomes(t, "EvictedTTL") == Some(1.0) && queued(t) == 0.0
+    })
+    .await;
     drop(envoy);
     epp.stop().await;
     pod.shutdown().await;

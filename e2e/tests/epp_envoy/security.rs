@@ -22,23 +22,46 @@ const STRIP_FILTER: &str = "- {name: envoy.filters.http.header_mutation, typed_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_destination_header_is_overwritten() {
-    let attacker = StandIn::bind(StandInOptions::named("attacker")).await.unwrap();
-    let stack = start(StackOptions { pods: 2, ..StackOptions::default() }).await;
+    let attacker = StandIn::bind(StandInOptions::named("attacker"))
+        .await
+        .unwrap();
+    let stack = start(StackOptions {
+        pods: 2,
+        ..StackOptions::default()
+    })
+    .await;
     // epp prefers pod-0: pod-1 reports a long queue.
     stack.pods[1].set_waiting(Some(50));
     wait_for_scraped_queue(&stack.epp, &stack.pods[1].endpoint(), 50.0).await;
     for forged in [stack.pods[1].endpoint(), attacker.endpoint()] {
         for _ in 0..3 {
-            let headers = [(DESTINATION, forged.as_str()), ("x-gateway-destination-endpoint-served", forged.as_str())];
-            let r = post(&stack, "/v1/completions", completion("where do I go"), &headers).await;
+            let headers = [
+                (DESTINATION, forged.as_str()),
+                ("x-gateway-destination-endpoint-served", forged.as_str()),
+            ];
+            let r = post(
+                &stack,
+                "/v1/completions",
+                completion("where do I go"),
+                &headers,
+            )
+            .await;
             assert_eq!(served_by(&stack, &r), 0, "forged {forged}");
         }
     }
     let got = traffic(&stack.pods[0]);
     assert_eq!(got.len(), 6);
     for req in &got {
-        assert_eq!(req.header(DESTINATION), Some(stack.pods[0].endpoint().as_str()), "epp's value, not the client's");
-        assert_eq!(req.header("x-gateway-destination-endpoint-served"), None, "stripped");
+        assert_eq!(
+            req.header(DESTINATION),
+            Some(stack.pods[0].endpoint().as_str()),
+            "epp's value, not the client's"
+        );
+        assert_eq!(
+            req.header("x-gateway-destination-endpoint-served"),
+            None,
+            "stripped"
+        );
     }
     assert!(traffic(&attacker).is_empty());
     stack.stop().await;
@@ -47,12 +70,21 @@ async fn a_forged_destination_header_is_overwritten() {
 
 /// Envoy fail-open in front of an epp that is down; `strip` adds the header_mutation filter.
 async fn fail_open_envoy(pool: SocketAddr, strip: bool) -> (epp_e2e::envoy::Envoy, Epp) {
-    let epp = Epp::start(&args(&["--static-endpoints", &pool.to_string(), "--secure-serving=false"])).await.unwrap();
+    let epp = Epp::start(&args(&[
+        "--static-endpoints",
+        &pool.to_string(),
+        "--secure-serving=false",
+    ]))
+    .await
+    .unwrap();
     let template = Template::File(repo_root().join("config/envoy/buffered-fail-open.yaml"));
     let envoy = EnvoyConfig::new(template)
         .epp(epp.grpc)
         .pool([pool])
-        .var("CLIENT_HEADER_FILTER", if strip { STRIP_FILTER } else { "" })
+        .var(
+            "CLIENT_HEADER_FILTER",
+            if strip { STRIP_FILTER } else { "" },
+        )
         .start()
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
@@ -62,18 +94,40 @@ async fn fail_open_envoy(pool: SocketAddr, strip: bool) -> (epp_e2e::envoy::Envo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_without_stripping_lets_the_client_choose_and_stripping_stops_it() {
     let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
-    let attacker = StandIn::bind(StandInOptions::named("attacker")).await.unwrap();
+    let attacker = StandIn::bind(StandInOptions::named("attacker"))
+        .await
+        .unwrap();
     for strip in [false, true] {
         let (envoy, epp) = fail_open_envoy(pod.addr(), strip).await;
         epp.stop().await;
-        let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", completion("fail open")).unwrap();
+        let req = epp_e2e::client::request(
+            http::Method::POST,
+            "/v1/completions",
+            completion("fail open"),
+        )
+        .unwrap();
         let req = epp_e2e::client::with_header(req, DESTINATION, &attacker.endpoint()).unwrap();
-        let r = epp_e2e::client::send(envoy.listener_addr(), req).await.unwrap();
+        let r = epp_e2e::client::send(envoy.listener_addr(), req)
+            .await
+            .unwrap();
         if strip {
-            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "no destination, no upstream: {}", r.text());
-            assert!(traffic(&attacker).is_empty(), "the stripped header chose nothing");
+            assert_eq!(
+                r.status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no destination, no upstream: {}",
+                r.text()
+            );
+            assert!(
+                traffic(&attacker).is_empty(),
+                "the stripped header chose nothing"
+            );
         } else {
-            assert_eq!(r.header("x-inference-pod"), Some("attacker"), "the bypass: {}", r.text());
+            assert_eq!(
+                r.header("x-inference-pod"),
+                Some("attacker"),
+                "the bypass: {}",
+                r.text()
+            );
             attacker.clear_requests();
         }
         drop(envoy);

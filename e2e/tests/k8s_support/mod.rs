@@ -9,7 +9,9 @@ use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration,
+};
 use epp::app::{self, Listeners, Options};
 use epp_e2e::fake_apiserver::FakeApiServer;
 use k8s_openapi::api::core::v1::Pod;
@@ -44,14 +46,36 @@ impl Drop for TempDir {
 impl Epp {
     /// Starts epp with `args` plus `--kubeconfig` for `api`, plaintext, fast gauges.
     pub async fn start(api: &FakeApiServer, args: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!("epp-k8s-{}-{}", std::process::id(), rand::random::<u32>()));
+        let dir = std::env::temp_dir().join(format!(
+            "epp-k8s-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, NS).unwrap();
         let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-        let listeners = Listeners { grpc: bind().await, health: bind().await, metrics: bind().await, peers: None };
-        let (grpc, health, metrics) = (listeners.grpc.local_addr().unwrap(), listeners.health.local_addr().unwrap(), listeners.metrics.local_addr().unwrap());
-        let mut full = vec!["epp".to_owned(), "--secure-serving=false".into(), "--refresh-prometheus-metrics-interval".into(), "50ms".into(), "--pool-namespace".into(), NS.into(), "--kubeconfig".into(), kubeconfig.display().to_string()];
+        let listeners = Listeners {
+            grpc: bind().await,
+            health: bind().await,
+            metrics: bind().await,
+            peers: None,
+        };
+        let (grpc, health, metrics) = (
+            listeners.grpc.local_addr().unwrap(),
+            listeners.health.local_addr().unwrap(),
+            listeners.metrics.local_addr().unwrap(),
+        );
+        let mut full = vec![
+            "epp".to_owned(),
+            "--secure-serving=false".into(),
+            "--refresh-prometheus-metrics-interval".into(),
+            "50ms".into(),
+            "--pool-namespace".into(),
+            NS.into(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+        ];
         full.extend(args.iter().map(|s| (*s).to_owned()));
         let opts: Options = clap::Parser::try_parse_from(full).unwrap();
         let shutdown = CancellationToken::new();
@@ -62,7 +86,14 @@ impl Epp {
                 panic!("epp failed: {e:#}");
             }
         });
-        Self { grpc, health, metrics, shutdown, tracker, _dir: TempDir(dir) }
+        Self {
+            grpc,
+            health,
+            metrics,
+            shutdown,
+            tracker,
+            _dir: TempDir(dir),
+        }
     }
 
     pub async fn stop(self) {
@@ -73,14 +104,30 @@ impl Epp {
 
     /// `inference_pool_ready_pods` (endpoints in the datastore), once the gauge is published.
     pub async fn ready_pods(&self) -> Option<i64> {
-        let text = epp_e2e::client::get(self.metrics, "/metrics").await.ok()?.text();
-        text.lines().find(|l| l.starts_with("inference_pool_ready_pods{"))?.rsplit(' ').next()?.parse().ok()
+        let text = epp_e2e::client::get(self.metrics, "/metrics")
+            .await
+            .ok()?
+            .text();
+        text.lines()
+            .find(|l| l.starts_with("inference_pool_ready_pods{"))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
     }
 
     /// The value of the metric line starting with `prefix` (name and labels), if exported.
     pub async fn metric(&self, prefix: &str) -> Option<f64> {
-        let text = epp_e2e::client::get(self.metrics, "/metrics").await.ok()?.text();
-        text.lines().find(|l| l.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
+        let text = epp_e2e::client::get(self.metrics, "/metrics")
+            .await
+            .ok()?
+            .text();
+        text.lines()
+            .find(|l| l.starts_with(prefix))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
     }
 
     /// Waits (bounded) until the datastore holds `n` endpoints.
@@ -99,11 +146,23 @@ impl Epp {
 
     /// Whether gRPC health reports `readiness` SERVING.
     pub async fn is_ready(&self) -> bool {
-        use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
-        let Ok(endpoint) = tonic::transport::Channel::from_shared(format!("http://{}", self.health)) else { return false };
-        let Ok(channel) = endpoint.connect().await else { return false };
+        use tonic_health::pb::{
+            health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+        };
+        let Ok(endpoint) =
+            tonic::transport::Channel::from_shared(format!("http://{}", self.health))
+        else {
+            return false;
+        };
+        let Ok(channel) = endpoint.connect().await else {
+            return false;
+        };
         let mut client = HealthClient::new(channel);
-        let resp = client.check(HealthCheckRequest { service: "readiness".into() }).await;
+        let resp = client
+            .check(HealthCheckRequest {
+                service: "readiness".into(),
+            })
+            .await;
         resp.is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32)
     }
 }
@@ -118,7 +177,9 @@ pub enum Outcome {
 impl Outcome {
     /// The `model` of the forwarded body.
     pub fn model(&self) -> Option<String> {
-        let Self::Routed { body, .. } = self else { return None };
+        let Self::Routed { body, .. } = self else {
+            return None;
+        };
         let v: serde_json::Value = serde_json::from_slice(body).ok()?;
         v["model"].as_str().map(str::to_owned)
     }
@@ -126,7 +187,11 @@ impl Outcome {
 
 /// A gRPC channel to epp's ext_proc port, to reuse across many requests.
 pub async fn connect(grpc: SocketAddr) -> tonic::transport::Channel {
-    tonic::transport::Channel::from_shared(format!("http://{grpc}")).unwrap().connect().await.unwrap()
+    tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
 }
 
 /// Sends one chat request through epp's ext_proc (full duplex), with extra request headers.
@@ -135,37 +200,89 @@ pub async fn send(grpc: SocketAddr, model: &str, headers: &[(&str, &str)]) -> Ou
 }
 
 /// As [`send`], on an existing channel.
-pub async fn send_on(channel: tonic::transport::Channel, model: &str, headers: &[(&str, &str)]) -> Outcome {
-    let h = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+pub async fn send_on(
+    channel: tonic::transport::Channel,
+    model: &str,
+    headers: &[(&str, &str)],
+) -> Outcome {
+    let h = |k: &str, v: &str| HeaderValue {
+        key: k.into(),
+        raw_value: v.as_bytes().to_vec(),
+        ..Default::default()
+    };
     let mut list = vec![h(":path", "/v1/chat/completions"), h(":method", "POST")];
     list.extend(headers.iter().map(|(k, v)| h(k, v)));
     let mode = BodySendMode::FullDuplexStreamed as i32;
     let hdrs = ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(HeaderMap { headers: list }), end_of_stream: false, ..Default::default() })),
-        protocol_config: Some(ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() }),
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(HeaderMap { headers: list }),
+            end_of_stream: false,
+            ..Default::default()
+        })),
+        protocol_config: Some(ProtocolConfiguration {
+            request_body_mode: mode,
+            response_body_mode: mode,
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    let payload = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}).to_string().into_bytes();
-    let body = ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: payload, end_of_stream: true, ..Default::default() })), ..Default::default() };
+    let payload = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]})
+        .to_string()
+        .into_bytes();
+    let body = ProcessingRequest {
+        request: Some(Request::RequestBody(HttpBody {
+            body: payload,
+            end_of_stream: true,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
     let mut client = ExternalProcessorClient::new(channel);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(hdrs).await.unwrap();
     tx.send(body).await.unwrap();
-    let mut inbound = client.process(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut inbound = client
+        .process(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
     let (mut destination, mut forwarded) = (None, Vec::new());
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), inbound.message()).await.unwrap().unwrap().unwrap();
+        let msg = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         match msg.response {
-            Some(Response::ImmediateResponse(r)) => return Outcome::Rejected { status: r.status.map_or(0, |s| s.code) },
+            Some(Response::ImmediateResponse(r)) => {
+                return Outcome::Rejected {
+                    status: r.status.map_or(0, |s| s.code),
+                }
+            }
             Some(Response::RequestHeaders(r)) => {
-                let set = r.response.and_then(|c| c.header_mutation).map(|m| m.set_headers).unwrap_or_default();
-                destination = set.iter().filter_map(|o| o.header.as_ref()).find(|h| h.key == "x-gateway-destination-endpoint").map(|h| String::from_utf8_lossy(&h.raw_value).into_owned());
+                let set = r
+                    .response
+                    .and_then(|c| c.header_mutation)
+                    .map(|m| m.set_headers)
+                    .unwrap_or_default();
+                destination = set
+                    .iter()
+                    .filter_map(|o| o.header.as_ref())
+                    .find(|h| h.key == "x-gateway-destination-endpoint")
+                    .map(|h| String::from_utf8_lossy(&h.raw_value).into_owned());
             }
             Some(Response::RequestBody(r)) => {
-                if let Some(Mutation::StreamedResponse(s)) = r.response.and_then(|c| c.body_mutation).and_then(|m| m.mutation) {
+                if let Some(Mutation::StreamedResponse(s)) = r
+                    .response
+                    .and_then(|c| c.body_mutation)
+                    .and_then(|m| m.mutation)
+                {
                     forwarded.extend_from_slice(&s.body);
                     if s.end_of_stream {
-                        return Outcome::Routed { destination: destination.unwrap_or_default(), body: forwarded };
+                        return Outcome::Routed {
+                            destination: destination.unwrap_or_default(),
+                            body: forwarded,
+                        };
                     }
                 }
             }
@@ -186,19 +303,38 @@ pub fn pod(name: &str, ip: &str) -> Pod {
 }
 
 pub async fn create_pod(client: &kube::Client, name: &str, ip: &str) {
-    Api::<Pod>::namespaced(client.clone(), NS).create(&PostParams::default(), &pod(name, ip)).await.unwrap();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &pod(name, ip))
+        .await
+        .unwrap();
 }
 
 pub async fn delete_pod(client: &kube::Client, name: &str) {
-    Api::<Pod>::namespaced(client.clone(), NS).delete(name, &DeleteParams::default()).await.unwrap();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// Merge-patches the object `kind`/`name` (of `api_version`) through the dynamic API.
-pub async fn patch(client: &kube::Client, api_version: &str, kind: &str, name: &str, patch: serde_json::Value) {
+pub async fn patch(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    patch: serde_json::Value,
+) {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
+    let ar =
+        kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.unwrap();
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await
+    .unwrap();
 }
 
 /// Creates any object from JSON through the dynamic API.

@@ -49,11 +49,27 @@ schedulingProfiles:
 /// Runs `script` from tests/kvevents_py with the venv of tests/sim_py/venv.sh (pyzmq, msgpack).
 pub async fn python_output(script: &str) -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let venv = Command::new("bash").arg(dir.join("tests/sim_py/venv.sh")).arg(dir.join("../target")).output().await.expect("venv.sh runs");
+    let venv = Command::new("bash")
+        .arg(dir.join("tests/sim_py/venv.sh"))
+        .arg(dir.join("../target"))
+        .output()
+        .await
+        .expect("venv.sh runs");
     assert!(venv.status.success(), "venv.sh failed");
-    let python = String::from_utf8(venv.stdout).expect("utf-8").trim().to_owned();
-    let out = Command::new(python).arg(dir.join("tests/kvevents_py").join(script)).output().await.expect("python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let python = String::from_utf8(venv.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned();
+    let out = Command::new(python)
+        .arg(dir.join("tests/kvevents_py").join(script))
+        .output()
+        .await
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
@@ -74,9 +90,11 @@ pub fn free_port() -> u16 {
 
 fn labelled(id: EndpointId, port: u16, replay: Option<u16>) -> Endpoint {
     let mut e = Endpoint::from_id(id);
-    e.labels.insert(kvevents::PORT_LABEL.into(), port.to_string());
+    e.labels
+        .insert(kvevents::PORT_LABEL.into(), port.to_string());
     if let Some(r) = replay {
-        e.labels.insert(kvevents::REPLAY_PORT_LABEL.into(), r.to_string());
+        e.labels
+            .insert(kvevents::REPLAY_PORT_LABEL.into(), r.to_string());
     }
     e
 }
@@ -93,11 +111,25 @@ pub fn other_tokens() -> Vec<u32> {
 /// BlockStored of synthetic block `i` with engine hash `hash`.
 pub fn block(i: usize, parent: Option<u64>, hash: u64) -> KvEvent {
     let tokens = chain_tokens(i + 1)[i * 16..].to_vec();
-    KvEvent::BlockStored { block_hashes: vec![hash], parent_block_hash: parent, token_ids: tokens, block_size: 16, lora_id: None, lora_name: None }
+    KvEvent::BlockStored {
+        block_hashes: vec![hash],
+        parent_block_hash: parent,
+        token_ids: tokens,
+        block_size: 16,
+        lora_id: None,
+        lora_name: None,
+    }
 }
 
 pub fn other_block(hash: u64) -> KvEvent {
-    KvEvent::BlockStored { block_hashes: vec![hash], parent_block_hash: None, token_ids: other_tokens(), block_size: 16, lora_id: None, lora_name: None }
+    KvEvent::BlockStored {
+        block_hashes: vec![hash],
+        parent_block_hash: None,
+        token_ids: other_tokens(),
+        block_size: 16,
+        lora_id: None,
+        lora_name: None,
+    }
 }
 
 pub fn keys_of(tokens: &[u32]) -> Vec<u64> {
@@ -139,7 +171,15 @@ impl FakePod {
             None
         };
         let id: EndpointId = format!("127.0.0.1:{}", free_port()).parse().expect("id");
-        Self { publisher: tokio::sync::Mutex::new(publisher), buffer, port, replay, id, stop, _tasks: tasks }
+        Self {
+            publisher: tokio::sync::Mutex::new(publisher),
+            buffer,
+            port,
+            replay,
+            id,
+            stop,
+            _tasks: tasks,
+        }
     }
 
     pub fn id(&self) -> EndpointId {
@@ -158,17 +198,35 @@ impl FakePod {
 
     pub async fn send(&self, seq: u64, event: KvEvent) {
         self.buffer(seq, event);
-        let payload = self.buffer.lock().expect("lock").last().map(|(_, p)| p.clone()).expect("just buffered");
-        let frames = vec![Bytes::from_static(b"kv@127.0.0.1:1@sim-model"), Bytes::copy_from_slice(&seq.to_be_bytes()), payload];
+        let payload = self
+            .buffer
+            .lock()
+            .expect("lock")
+            .last()
+            .map(|(_, p)| p.clone())
+            .expect("just buffered");
+        let frames = vec![
+            Bytes::from_static(b"kv@127.0.0.1:1@sim-model"),
+            Bytes::copy_from_slice(&seq.to_be_bytes()),
+            payload,
+        ];
         let msg = ZmqMessage::try_from(frames).expect("frames");
-        self.publisher.lock().await.send(msg).await.expect("publish");
+        self.publisher
+            .lock()
+            .await
+            .send(msg)
+            .await
+            .expect("publish");
     }
 
     /// Publishes `seq` until the replica has indexed something (a SUB socket joins late).
     pub async fn publish_until_seen(&self, replica: &Replica, seq: u64, event: KvEvent) {
         let deadline = Instant::now() + Duration::from_secs(15);
         while replica.director.precise_index().entries() == 0 {
-            assert!(Instant::now() < deadline, "subscriber never received seq {seq}");
+            assert!(
+                Instant::now() < deadline,
+                "subscriber never received seq {seq}"
+            );
             self.buffer.lock().expect("lock").retain(|(s, _)| *s != seq);
             self.send(seq, event.clone()).await;
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -191,16 +249,40 @@ async fn serve_replay(mut router: RouterSocket, buffer: Buffer, stop: Cancellati
         let Ok(msg) = msg else { return };
         let frames = msg.into_vec();
         let id = frames[0].clone();
-        let start = u64::from_be_bytes(<[u8; 8]>::try_from(frames.last().expect("seq").as_ref()).expect("8 bytes"));
-        let batches: Vec<(u64, Bytes)> = buffer.lock().expect("lock").iter().filter(|(s, _)| *s >= start).cloned().collect();
+        let start = u64::from_be_bytes(
+            <[u8; 8]>::try_from(frames.last().expect("seq").as_ref()).expect("8 bytes"),
+        );
+        let batches: Vec<(u64, Bytes)> = buffer
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(s, _)| *s >= start)
+            .cloned()
+            .collect();
         let mut batches = batches;
         batches.sort_by_key(|(s, _)| *s);
         for (seq, payload) in batches {
-            let reply = vec![id.clone(), Bytes::new(), Bytes::copy_from_slice(&seq.to_be_bytes()), payload];
-            router.send(ZmqMessage::try_from(reply).expect("frames")).await.expect("reply");
+            let reply = vec![
+                id.clone(),
+                Bytes::new(),
+                Bytes::copy_from_slice(&seq.to_be_bytes()),
+                payload,
+            ];
+            router
+                .send(ZmqMessage::try_from(reply).expect("frames"))
+                .await
+                .expect("reply");
         }
-        let end = vec![id.clone(), Bytes::new(), Bytes::from_static(&[0xff; 8]), Bytes::new()];
-        router.send(ZmqMessage::try_from(end).expect("frames")).await.expect("reply");
+        let end = vec![
+            id.clone(),
+            Bytes::new(),
+            Bytes::from_static(&[0xff; 8]),
+            Bytes::new(),
+        ];
+        router
+            .send(ZmqMessage::try_from(end).expect("frames"))
+            .await
+            .expect("reply");
     }
 }
 
@@ -213,7 +295,16 @@ pub struct SimPods {
 
 impl SimPods {
     pub async fn start(n: usize, num_gpu_blocks: usize) -> Self {
-        Self::start_with(n, EngineConfig { model: MODEL.into(), num_gpu_blocks, max_num_seqs: 8, ..EngineConfig::default() }).await
+        Self::start_with(
+            n,
+            EngineConfig {
+                model: MODEL.into(),
+                num_gpu_blocks,
+                max_num_seqs: 8,
+                ..EngineConfig::default()
+            },
+        )
+        .await
     }
 
     pub async fn start_with(n: usize, engine: EngineConfig) -> Self {
@@ -231,7 +322,11 @@ impl SimPods {
                     mode: SocketMode::Bind,
                     replay_endpoint: Some(format!("tcp://127.0.0.1:{replay}")),
                     topic: format!("kv@127.0.0.1:{port}@{MODEL}"),
-                    encoding: if i % 2 == 0 { EventEncoding::Array } else { EventEncoding::Map },
+                    encoding: if i % 2 == 0 {
+                        EventEncoding::Array
+                    } else {
+                        EventEncoding::Map
+                    },
                     buffer_steps: 1000,
                     dp_rank: 0,
                 }),
@@ -240,15 +335,25 @@ impl SimPods {
             configs.push(cfg);
             ports.push((port, replay));
         }
-        let addrs: Vec<SocketAddr> = configs.iter().map(|_| SocketAddr::from(([127, 0, 0, 1], 0))).collect();
-        let cluster = Cluster::start(configs, &addrs).await.expect("cluster starts");
+        let addrs: Vec<SocketAddr> = configs
+            .iter()
+            .map(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+            .collect();
+        let cluster = Cluster::start(configs, &addrs)
+            .await
+            .expect("cluster starts");
         Self { cluster, ports }
     }
 
     /// Pods whose PUB sockets connect to epp's bound SUB at `bind` (bind mode); the topic names
     /// each pod by its HTTP address, and each pod still binds a replay socket.
     pub async fn start_connecting(n: usize, num_gpu_blocks: usize, bind: &str) -> Self {
-        let engine = EngineConfig { model: MODEL.into(), num_gpu_blocks, max_num_seqs: 8, ..EngineConfig::default() };
+        let engine = EngineConfig {
+            model: MODEL.into(),
+            num_gpu_blocks,
+            max_num_seqs: 8,
+            ..EngineConfig::default()
+        };
         let (mut configs, mut addrs, mut ports) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..n {
             let (http, replay) = (free_port(), free_port());
@@ -262,7 +367,11 @@ impl SimPods {
                     mode: SocketMode::Connect,
                     replay_endpoint: Some(format!("tcp://127.0.0.1:{replay}")),
                     topic: format!("kv@127.0.0.1:{http}@{MODEL}"),
-                    encoding: if i % 2 == 0 { EventEncoding::Array } else { EventEncoding::Map },
+                    encoding: if i % 2 == 0 {
+                        EventEncoding::Array
+                    } else {
+                        EventEncoding::Map
+                    },
                     buffer_steps: 1000,
                     dp_rank: 0,
                 }),
@@ -271,17 +380,23 @@ impl SimPods {
             addrs.push(SocketAddr::from(([127, 0, 0, 1], http)));
             ports.push((0, replay));
         }
-        let cluster = Cluster::start(configs, &addrs).await.expect("cluster starts");
+        let cluster = Cluster::start(configs, &addrs)
+            .await
+            .expect("cluster starts");
         Self { cluster, ports }
     }
 
     /// Endpoints of pods started with [`Self::start_connecting`]: a replay port, no event port.
     pub fn bound_endpoints(&self) -> Vec<Endpoint> {
-        self.ports.iter().enumerate().map(|(i, (_, r))| {
-            let mut e = labelled(self.id(i), 1, Some(*r));
-            e.labels.remove(kvevents::PORT_LABEL);
-            e
-        }).collect()
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, r))| {
+                let mut e = labelled(self.id(i), 1, Some(*r));
+                e.labels.remove(kvevents::PORT_LABEL);
+                e
+            })
+            .collect()
     }
 
     pub fn id(&self, pod: usize) -> EndpointId {
@@ -293,23 +408,36 @@ impl SimPods {
     }
 
     pub fn endpoints(&self) -> Vec<Endpoint> {
-        self.ports.iter().enumerate().map(|(i, (p, r))| labelled(self.id(i), *p, Some(*r))).collect()
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, (p, r))| labelled(self.id(i), *p, Some(*r)))
+            .collect()
     }
 
     pub async fn complete(&self, pod: usize, prompt: &str) {
         let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
-        let r = epp_e2e::client::post_json(self.cluster.addrs()[pod], "/v1/completions", body).await.expect("request");
+        let r = epp_e2e::client::post_json(self.cluster.addrs()[pod], "/v1/completions", body)
+            .await
+            .expect("request");
         assert!(r.status.is_success(), "{}", r.text());
     }
 
     pub async fn chat(&self, pod: usize, text: &str) {
-        let r = epp_e2e::client::post_json(self.cluster.addrs()[pod], "/v1/chat/completions", chat_body(text)).await.expect("request");
+        let r = epp_e2e::client::post_json(
+            self.cluster.addrs()[pod],
+            "/v1/chat/completions",
+            chat_body(text),
+        )
+        .await
+        .expect("request");
         assert!(r.status.is_success(), "{}", r.text());
     }
 }
 
 pub fn chat_body(text: &str) -> String {
-    json!({"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 1}).to_string()
+    json!({"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 1})
+        .to_string()
 }
 
 /// `words` distinct-ish words starting with `seed`: about `words` tokens.
@@ -348,12 +476,25 @@ impl Replica {
     /// A replica with `config`, subscribing to KV events when `events`, scraping the pods'
     /// metrics every 50 ms when `scrape` (as epp does by default).
     pub fn build(endpoints: &[Endpoint], config: &str, events: bool, scrape: bool) -> Self {
-        Self::build_with(endpoints, config, events.then(KvEventsOptions::default), scrape)
+        Self::build_with(
+            endpoints,
+            config,
+            events.then(KvEventsOptions::default),
+            scrape,
+        )
     }
 
     /// A replica in KV-event bind mode: its SUB socket binds `bind`.
     pub async fn start_bound(endpoints: &[Endpoint], bind: &str) -> Self {
-        Self::build_with(endpoints, PRECISE_CONFIG, Some(KvEventsOptions { bind: Some(bind.to_owned()), ..KvEventsOptions::default() }), false)
+        Self::build_with(
+            endpoints,
+            PRECISE_CONFIG,
+            Some(KvEventsOptions {
+                bind: Some(bind.to_owned()),
+                ..KvEventsOptions::default()
+            }),
+            false,
+        )
     }
 
     /// Replicas without KV events (the window before a pod's first BlockStored) that send each
@@ -361,47 +502,121 @@ impl Replica {
     pub async fn start_sharing(endpoints: &[Endpoint], n: usize) -> Vec<Self> {
         let mut sockets = Vec::new();
         for _ in 0..n {
-            sockets.push(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind UDP"));
+            sockets.push(
+                tokio::net::UdpSocket::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind UDP"),
+            );
         }
-        let peers: Vec<String> = sockets.iter().map(|s| s.local_addr().expect("addr").to_string()).collect();
-        sockets.into_iter().map(|socket| Self::build_full(endpoints, PRECISE_CONFIG, None, false, Some((socket, peers.clone())))).collect()
+        let peers: Vec<String> = sockets
+            .iter()
+            .map(|s| s.local_addr().expect("addr").to_string())
+            .collect();
+        sockets
+            .into_iter()
+            .map(|socket| {
+                Self::build_full(
+                    endpoints,
+                    PRECISE_CONFIG,
+                    None,
+                    false,
+                    Some((socket, peers.clone())),
+                )
+            })
+            .collect()
     }
 
     /// As [`Self::build`], with the KV-event options (`None`: no subscription).
-    pub fn build_with(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool) -> Self {
+    pub fn build_with(
+        endpoints: &[Endpoint],
+        config: &str,
+        events: Option<KvEventsOptions>,
+        scrape: bool,
+    ) -> Self {
         Self::build_full(endpoints, config, events, scrape, None)
     }
 
     /// As [`Self::build_with`]; `share`: send speculative entries from this socket to these
     /// peers and apply theirs ([`peers::share`], as `--speculative-peers` wires it).
-    fn build_full(endpoints: &[Endpoint], config: &str, events: Option<KvEventsOptions>, scrape: bool, share: Option<(tokio::net::UdpSocket, Vec<String>)>) -> Self {
+    fn build_full(
+        endpoints: &[Endpoint],
+        config: &str,
+        events: Option<KvEventsOptions>,
+        scrape: bool,
+        share: Option<(tokio::net::UdpSocket, Vec<String>)>,
+    ) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(epp::metrics::Metrics::register(&mut registry));
         let runtime = Runtime::build(config, None).expect("config");
-        let opts = DirectorOptions { pool_name: "test".into(), staleness: Duration::from_secs(2), subset_filter: true };
-        let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts);
+        let opts = DirectorOptions {
+            pool_name: "test".into(),
+            staleness: Duration::from_secs(2),
+            subset_filter: true,
+        };
+        let mut director =
+            Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
         if let Some((socket, peers)) = share {
-            director = peers::share(director, socket, peers, Arc::clone(&datastore), &tracker, &stop);
+            director = peers::share(
+                director,
+                socket,
+                peers,
+                Arc::clone(&datastore),
+                &tracker,
+                &stop,
+            );
         }
         let director = Arc::new(director);
         if let Some(kv) = events {
-            let sink = kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(&metrics));
-            tracker.spawn(kvevents::run(Arc::clone(&datastore), sink, kv, tracker.clone(), stop.clone()));
+            let sink =
+                kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(&metrics));
+            tracker.spawn(kvevents::run(
+                Arc::clone(&datastore),
+                sink,
+                kv,
+                tracker.clone(),
+                stop.clone(),
+            ));
         }
         if scrape {
-            let sopts = epp::scrape::ScrapeOptions { interval: Duration::from_millis(50), timeout: Duration::from_secs(1), gpu_metrics_url: None };
-            tracker.spawn(epp::scrape::run(Arc::clone(&datastore), Arc::clone(&metrics), sopts, tracker.clone(), stop.clone()));
+            let sopts = epp::scrape::ScrapeOptions {
+                interval: Duration::from_millis(50),
+                timeout: Duration::from_secs(1),
+                gpu_metrics_url: None,
+            };
+            tracker.spawn(epp::scrape::run(
+                Arc::clone(&datastore),
+                Arc::clone(&metrics),
+                sopts,
+                tracker.clone(),
+                stop.clone(),
+            ));
         }
         let datastore_for_tests = Arc::clone(&datastore);
         let tokenizer = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
-        Self { director, datastore: datastore_for_tests, metrics, ids: endpoints.iter().map(|e| e.id).collect(), tokenizer, rng: Mutex::new(SmallRng::seed_from_u64(NEXT_SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed))), tracker, stop }
+        Self {
+            director,
+            datastore: datastore_for_tests,
+            metrics,
+            ids: endpoints.iter().map(|e| e.id).collect(),
+            tokenizer,
+            rng: Mutex::new(SmallRng::seed_from_u64(
+                NEXT_SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            )),
+            tracker,
+            stop,
+        }
     }
 
     pub fn matched(&self, id: EndpointId, keys: &[u64]) -> usize {
-        self.director.precise_index().longest_prefix(keys, Instant::now()).into_iter().find(|(e, _)| *e == id).map_or(0, |(_, n)| n)
+        self.director
+            .precise_index()
+            .longest_prefix(keys, Instant::now())
+            .into_iter()
+            .find(|(e, _)| *e == id)
+            .map_or(0, |(_, n)| n)
     }
 
     pub fn prompt_keys(&self, prompt: &str) -> Vec<u64> {
@@ -419,9 +634,22 @@ impl Replica {
 
     /// Routes and keeps the decision (its in-flight count lasts until the `Routed` drops).
     pub fn route_held(&self, path: &str, body: &str) -> (usize, epp::director::Routed) {
-        let inc = Incoming { path, body: body.as_bytes(), ..Default::default() };
-        let routed = self.director.route(&inc, &mut *self.rng.lock().expect("lock")).expect("routed");
-        (self.ids.iter().position(|id| *id == routed.destinations[0]).expect("a known pod"), routed)
+        let inc = Incoming {
+            path,
+            body: body.as_bytes(),
+            ..Default::default()
+        };
+        let routed = self
+            .director
+            .route(&inc, &mut *self.rng.lock().expect("lock"))
+            .expect("routed");
+        (
+            self.ids
+                .iter()
+                .position(|id| *id == routed.destinations[0])
+                .expect("a known pod"),
+            routed,
+        )
     }
 
     pub fn route_chat(&self, text: &str) -> usize {
@@ -429,7 +657,10 @@ impl Replica {
     }
 
     pub fn route_completion(&self, prompt: &str) -> usize {
-        self.route("/v1/completions", &json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string())
+        self.route(
+            "/v1/completions",
+            &json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string(),
+        )
     }
 
     pub async fn stop(self) {

@@ -40,17 +40,30 @@ pub fn pod_config(name: &str) -> PodConfig {
 }
 
 pub async fn start(configs: Vec<PodConfig>) -> Cluster {
-    let addrs: Vec<SocketAddr> = configs.iter().map(|_| SocketAddr::from(([127, 0, 0, 1], 0))).collect();
-    Cluster::start(configs, &addrs).await.expect("cluster starts")
+    let addrs: Vec<SocketAddr> = configs
+        .iter()
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        .collect();
+    Cluster::start(configs, &addrs)
+        .await
+        .expect("cluster starts")
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: Value) -> client::HttpResponse {
-    client::post_json(addr, path, body.to_string()).await.expect("request completes")
+    client::post_json(addr, path, body.to_string())
+        .await
+        .expect("request completes")
 }
 
 /// The value of one sample line (`name{labels} value`) whose text starts with `prefix`.
 pub fn sample(metrics: &str, prefix: &str) -> Option<f64> {
-    metrics.lines().find(|l| l.starts_with(prefix))?.rsplit_once(' ')?.1.parse().ok()
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))?
+        .rsplit_once(' ')?
+        .1
+        .parse()
+        .ok()
 }
 
 pub async fn metrics(addr: SocketAddr) -> String {

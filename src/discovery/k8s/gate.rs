@@ -23,7 +23,12 @@ pub struct Gate<K> {
 
 impl<K: Validate + Resource + Clone> Gate<K> {
     pub fn new(kind: &'static str, metrics: Arc<Metrics>) -> Self {
-        Self { kind, accepted: BTreeMap::new(), relisted: None, metrics }
+        Self {
+            kind,
+            accepted: BTreeMap::new(),
+            relisted: None,
+            metrics,
+        }
     }
 
     /// The event to apply, if any: a rejected object becomes nothing, or, for an update that
@@ -36,7 +41,9 @@ impl<K: Validate + Resource + Clone> Gate<K> {
             }
             Event::InitApply(obj) => {
                 let kept = self.check(obj)?;
-                self.relisted.get_or_insert_with(BTreeMap::new).insert(kept.name_any(), kept.clone());
+                self.relisted
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(kept.name_any(), kept.clone());
                 Some(Event::InitApply(kept))
             }
             Event::InitDone => {
@@ -74,7 +81,13 @@ impl<K: Validate + Resource + Clone> Gate<K> {
     fn reject(&self, obj: &K, rule: &Rule) {
         let ns = obj.namespace().unwrap_or_default();
         tracing::warn!(kind = self.kind, namespace = %ns, name = %obj.name_any(), rule = rule.rule, "ignoring an object that breaks its CRD's validation rule: {}", rule.message);
-        self.metrics.crd_validation_failures.get_or_create(&CrdRuleLabels { kind: self.kind.to_owned(), rule: rule.id.to_owned() }).inc();
+        self.metrics
+            .crd_validation_failures
+            .get_or_create(&CrdRuleLabels {
+                kind: self.kind.to_owned(),
+                rule: rule.id.to_owned(),
+            })
+            .inc();
     }
 }
 
@@ -85,7 +98,11 @@ mod tests {
     use serde_json::json;
 
     fn model(name: &str, model_name: &str, weights: &[Option<i32>]) -> InferenceModel {
-        let targets: Vec<_> = weights.iter().enumerate().map(|(i, w)| json!({"name": format!("t{i}"), "weight": w})).collect();
+        let targets: Vec<_> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| json!({"name": format!("t{i}"), "weight": w}))
+            .collect();
         let mut v = json!({"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceModel", "metadata": {"name": name}, "spec": {"modelName": model_name, "poolRef": {"name": "p"}, "targetModels": targets}});
         for t in v["spec"]["targetModels"].as_array_mut().unwrap() {
             if t["weight"].is_null() {
@@ -96,16 +113,26 @@ mod tests {
     }
 
     fn failures(m: &Metrics, rule: &str) -> u64 {
-        m.crd_validation_failures.get_or_create(&CrdRuleLabels { kind: "InferenceModel".into(), rule: rule.into() }).get()
+        m.crd_validation_failures
+            .get_or_create(&CrdRuleLabels {
+                kind: "InferenceModel".into(),
+                rule: rule.into(),
+            })
+            .get()
     }
 
     #[test]
     fn invalid_objects_are_dropped_and_counted() {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let mut gate = Gate::new("InferenceModel", Arc::clone(&metrics));
-        assert!(gate.admit(Event::Apply(model("a", "m", &[Some(1), None]))).is_none());
+        assert!(gate
+            .admit(Event::Apply(model("a", "m", &[Some(1), None])))
+            .is_none());
         assert_eq!(failures(&metrics, "target-weights-all-or-none"), 1);
-        assert!(matches!(gate.admit(Event::Apply(model("a", "m", &[Some(1), Some(2)]))), Some(Event::Apply(_))));
+        assert!(matches!(
+            gate.admit(Event::Apply(model("a", "m", &[Some(1), Some(2)]))),
+            Some(Event::Apply(_))
+        ));
     }
 
     #[test]
@@ -113,11 +140,15 @@ mod tests {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let mut gate = Gate::new("InferenceModel", Arc::clone(&metrics));
         gate.admit(Event::Apply(model("a", "m", &[])));
-        let Some(Event::Apply(kept)) = gate.admit(Event::Apply(model("a", "renamed", &[]))) else { panic!("the old version should stay") };
+        let Some(Event::Apply(kept)) = gate.admit(Event::Apply(model("a", "renamed", &[]))) else {
+            panic!("the old version should stay")
+        };
         assert_eq!(kept.spec.model_name, "m");
         assert_eq!(failures(&metrics, "model-name-immutable"), 1);
         gate.admit(Event::Delete(model("a", "m", &[])));
-        assert!(matches!(gate.admit(Event::Apply(model("a", "renamed", &[]))), Some(Event::Apply(k)) if k.spec.model_name == "renamed"));
+        assert!(
+            matches!(gate.admit(Event::Apply(model("a", "renamed", &[]))), Some(Event::Apply(k)) if k.spec.model_name == "renamed")
+        );
     }
 
     #[test]
@@ -125,9 +156,15 @@ mod tests {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let mut gate = Gate::new("InferenceModel", metrics);
         gate.admit(Event::Apply(model("a", "m", &[])));
-        for e in [Event::Init, Event::InitApply(model("b", "n", &[])), Event::InitDone] {
+        for e in [
+            Event::Init,
+            Event::InitApply(model("b", "n", &[])),
+            Event::InitDone,
+        ] {
             gate.admit(e);
         }
-        assert!(matches!(gate.admit(Event::Apply(model("a", "other", &[]))), Some(Event::Apply(k)) if k.spec.model_name == "other"));
+        assert!(
+            matches!(gate.admit(Event::Apply(model("a", "other", &[]))), Some(Event::Apply(k)) if k.spec.model_name == "other")
+        );
     }
 }

@@ -18,7 +18,16 @@ fn ours(pool: PoolName<'_>, r: &PoolRef) -> bool {
 
 /// Oldest first, then by name, so "the oldest wins" is "the first wins".
 fn by_age<K: kube::Resource>(items: &mut [&K]) {
-    items.sort_by(|a, b| (a.meta().creation_timestamp.as_ref().map(|t| t.0), a.name_any()).cmp(&(b.meta().creation_timestamp.as_ref().map(|t| t.0), b.name_any())));
+    items.sort_by(|a, b| {
+        (
+            a.meta().creation_timestamp.as_ref().map(|t| t.0),
+            a.name_any(),
+        )
+            .cmp(&(
+                b.meta().creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            ))
+    });
 }
 
 /// Criticality as a priority: Sheddable is below zero (shed under saturation), Critical above.
@@ -34,29 +43,72 @@ fn weight(w: Option<i32>) -> u32 {
     w.map_or(0, |w| u32::try_from(w).unwrap_or(0))
 }
 
-pub fn build<'a>(pool: PoolName<'_>, objectives: impl IntoIterator<Item = &'a InferenceObjective>, models: impl IntoIterator<Item = &'a InferenceModel>, rewrites: impl IntoIterator<Item = &'a InferenceModelRewrite>) -> Objectives {
+pub fn build<'a>(
+    pool: PoolName<'_>,
+    objectives: impl IntoIterator<Item = &'a InferenceObjective>,
+    models: impl IntoIterator<Item = &'a InferenceModel>,
+    rewrites: impl IntoIterator<Item = &'a InferenceModelRewrite>,
+) -> Objectives {
     let mut out = Objectives::default();
-    for o in objectives.into_iter().filter(|o| ours(pool, &o.spec.pool_ref)) {
-        out.objectives.insert(o.name_any(), o.spec.priority.unwrap_or(0));
+    for o in objectives
+        .into_iter()
+        .filter(|o| ours(pool, &o.spec.pool_ref))
+    {
+        out.objectives
+            .insert(o.name_any(), o.spec.priority.unwrap_or(0));
     }
-    let mut models: Vec<&InferenceModel> = models.into_iter().filter(|m| ours(pool, &m.spec.pool_ref)).collect();
+    let mut models: Vec<&InferenceModel> = models
+        .into_iter()
+        .filter(|m| ours(pool, &m.spec.pool_ref))
+        .collect();
     by_age(&mut models);
     for m in models {
         // Weights unset on every target mean an even split.
-        let targets = m.spec.target_models.iter().map(|t| (t.name.clone(), weight(t.weight).max(u32::from(t.weight.is_none())))).collect();
-        let policy = ModelPolicy { priority: criticality_priority(m.spec.criticality), targets: WeightedTargets::new(targets) };
-        out.models.entry(m.spec.model_name.clone()).or_insert(policy);
+        let targets = m
+            .spec
+            .target_models
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    weight(t.weight).max(u32::from(t.weight.is_none())),
+                )
+            })
+            .collect();
+        let policy = ModelPolicy {
+            priority: criticality_priority(m.spec.criticality),
+            targets: WeightedTargets::new(targets),
+        };
+        out.models
+            .entry(m.spec.model_name.clone())
+            .or_insert(policy);
     }
-    let mut rewrites: Vec<&InferenceModelRewrite> = rewrites.into_iter().filter(|r| ours(pool, &r.spec.pool_ref)).collect();
+    let mut rewrites: Vec<&InferenceModelRewrite> = rewrites
+        .into_iter()
+        .filter(|r| ours(pool, &r.spec.pool_ref))
+        .collect();
     by_age(&mut rewrites);
     for r in rewrites {
         for rule in &r.spec.rules {
-            let Some(targets) = WeightedTargets::new(rule.targets.iter().map(|t| (t.model_rewrite.clone(), weight(t.weight))).collect()) else { continue };
+            let Some(targets) = WeightedTargets::new(
+                rule.targets
+                    .iter()
+                    .map(|t| (t.model_rewrite.clone(), weight(t.weight)))
+                    .collect(),
+            ) else {
+                continue;
+            };
             if rule.matches.is_empty() {
-                out.rewrites.push(RewriteRule { model: None, targets: targets.clone() });
+                out.rewrites.push(RewriteRule {
+                    model: None,
+                    targets: targets.clone(),
+                });
             }
             for m in &rule.matches {
-                out.rewrites.push(RewriteRule { model: Some(m.model.value.clone()), targets: targets.clone() });
+                out.rewrites.push(RewriteRule {
+                    model: Some(m.model.value.clone()),
+                    targets: targets.clone(),
+                });
             }
         }
     }
@@ -67,7 +119,13 @@ pub fn build<'a>(pool: PoolName<'_>, objectives: impl IntoIterator<Item = &'a In
 mod tests {
     use super::*;
 
-    fn model(name: &str, created: &str, model_name: &str, crit: &str, pool: &str) -> InferenceModel {
+    fn model(
+        name: &str,
+        created: &str,
+        model_name: &str,
+        crit: &str,
+        pool: &str,
+    ) -> InferenceModel {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceModel",
             "metadata": {"name": name, "creationTimestamp": created},
@@ -78,7 +136,11 @@ mod tests {
 
     #[test]
     fn the_oldest_model_wins_and_other_pools_are_ignored() {
-        let models = [model("new", "2025-02-01T00:00:00Z", "m", "Sheddable", "p"), model("old", "2025-01-01T00:00:00Z", "m", "Critical", "p"), model("x", "2025-01-01T00:00:00Z", "n", "Sheddable", "other")];
+        let models = [
+            model("new", "2025-02-01T00:00:00Z", "m", "Sheddable", "p"),
+            model("old", "2025-01-01T00:00:00Z", "m", "Critical", "p"),
+            model("x", "2025-01-01T00:00:00Z", "n", "Sheddable", "other"),
+        ];
         let o = build(Some("p"), [], &models, []);
         assert_eq!(o.models.len(), 1);
         assert_eq!(o.priority(None, "m"), 1);

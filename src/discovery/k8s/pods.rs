@@ -25,7 +25,9 @@ pub struct PoolTarget {
 impl PoolTarget {
     pub fn selects(&self, pod: &Pod) -> bool {
         let labels = pod.metadata.labels.as_ref();
-        self.selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        self.selector
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
     }
 }
 
@@ -35,7 +37,9 @@ pub fn is_serving(pod: &Pod) -> bool {
         return false;
     }
     let status = pod.status.as_ref();
-    let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     ready && pod_ip(pod).is_some()
 }
 
@@ -44,35 +48,68 @@ fn pod_ip(pod: &Pod) -> Option<IpAddr> {
 }
 
 /// The endpoints of `pods` under `target`, sorted by address.
-pub fn endpoints<'a>(target: &PoolTarget, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<Endpoint> {
-    let mut out: Vec<Endpoint> = pods.into_iter().filter(|p| target.selects(p) && is_serving(p)).flat_map(|p| pod_endpoints(target, p)).collect();
+pub fn endpoints<'a>(
+    target: &PoolTarget,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> Vec<Endpoint> {
+    let mut out: Vec<Endpoint> = pods
+        .into_iter()
+        .filter(|p| target.selects(p) && is_serving(p))
+        .flat_map(|p| pod_endpoints(target, p))
+        .collect();
     out.sort_by_key(|e| e.id);
     out
 }
 
 fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
-    let Some(ip) = pod_ip(pod) else { return Vec::new() };
+    let Some(ip) = pod_ip(pod) else {
+        return Vec::new();
+    };
     let name = pod.metadata.name.clone().unwrap_or_default();
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let engine = labels.get(ENGINE_TYPE_LABEL).and_then(|v| EngineType::from_label(v)).unwrap_or_default();
+    let engine = labels
+        .get(ENGINE_TYPE_LABEL)
+        .and_then(|v| EngineType::from_label(v))
+        .unwrap_or_default();
     let weight = pod_weight(pod, &labels);
-    let active: Option<Vec<u16>> = pod.metadata.annotations.as_ref().and_then(|a| a.get(ACTIVE_PORTS_ANNOTATION)).map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect());
+    let active: Option<Vec<u16>> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ACTIVE_PORTS_ANNOTATION))
+        .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect());
     target
         .ports
         .iter()
         .enumerate()
         .filter(|(_, port)| active.as_ref().is_none_or(|a| a.contains(port)))
-        .map(|(rank, port)| Endpoint { id: EndpointId(SocketAddr::new(ip, *port)), name: format!("{name}-rank-{rank}"), engine, labels: labels.clone(), weight })
+        .map(|(rank, port)| Endpoint {
+            id: EndpointId(SocketAddr::new(ip, *port)),
+            name: format!("{name}-rank-{rank}"),
+            engine,
+            labels: labels.clone(),
+            weight,
+        })
         .collect()
 }
 
 /// The `inference.networking.k8s.io/weight` annotation, else label; 1 when absent or invalid.
 fn pod_weight(pod: &Pod, labels: &std::collections::BTreeMap<String, String>) -> u32 {
-    let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(WEIGHT_KEY));
-    match annotation.or_else(|| labels.get(WEIGHT_KEY)).map(|v| v.trim().parse::<u32>()) {
+    let annotation = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(WEIGHT_KEY));
+    match annotation
+        .or_else(|| labels.get(WEIGHT_KEY))
+        .map(|v| v.trim().parse::<u32>())
+    {
         Some(Ok(w)) => w,
         Some(Err(_)) => {
-            tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or(""), "invalid {WEIGHT_KEY} (not a non-negative integer); using 1");
+            tracing::warn!(
+                pod = pod.metadata.name.as_deref().unwrap_or(""),
+                "invalid {WEIGHT_KEY} (not a non-negative integer); using 1"
+            );
             1
         }
         None => 1,
@@ -99,27 +136,65 @@ mod tests {
 
     #[test]
     fn ready_matching_pods_become_one_endpoint_per_active_port() {
-        let target = PoolTarget { selector: [("app".to_owned(), "vllm".to_owned())].into(), ports: vec![8000, 8001] };
+        let target = PoolTarget {
+            selector: [("app".to_owned(), "vllm".to_owned())].into(),
+            ports: vec![8000, 8001],
+        };
         let pods = [
             pod("a", "10.0.0.1", true, json!({})),
             pod("b", "10.0.0.2", false, json!({})),
-            pod("c", "10.0.0.3", true, json!({"deletionTimestamp": "2025-01-01T00:00:00Z"})),
-            pod("d", "10.0.0.4", true, json!({"annotations": {ACTIVE_PORTS_ANNOTATION: "8001"}})),
+            pod(
+                "c",
+                "10.0.0.3",
+                true,
+                json!({"deletionTimestamp": "2025-01-01T00:00:00Z"}),
+            ),
+            pod(
+                "d",
+                "10.0.0.4",
+                true,
+                json!({"annotations": {ACTIVE_PORTS_ANNOTATION: "8001"}}),
+            ),
             pod("e", "10.0.0.5", true, json!({"labels": {"app": "other"}})),
         ];
         let eps = endpoints(&target, &pods);
         let ids: Vec<String> = eps.iter().map(|e| format!("{} {}", e.id, e.name)).collect();
-        assert_eq!(ids, ["10.0.0.1:8000 a-rank-0", "10.0.0.1:8001 a-rank-1", "10.0.0.4:8001 d-rank-1"]);
+        assert_eq!(
+            ids,
+            [
+                "10.0.0.1:8000 a-rank-0",
+                "10.0.0.1:8001 a-rank-1",
+                "10.0.0.4:8001 d-rank-1"
+            ]
+        );
         assert_eq!(eps[0].engine, EngineType::Sglang);
     }
 
     #[test]
     fn weight_comes_from_the_annotation_then_the_label() {
-        let target = PoolTarget { selector: [("app".to_owned(), "vllm".to_owned())].into(), ports: vec![8000] };
+        let target = PoolTarget {
+            selector: [("app".to_owned(), "vllm".to_owned())].into(),
+            ports: vec![8000],
+        };
         let pods = [
-            pod("a", "10.0.0.1", true, json!({"annotations": {WEIGHT_KEY: "5"}, "labels": {"app": "vllm", WEIGHT_KEY: "2"}})),
-            pod("b", "10.0.0.2", true, json!({"labels": {"app": "vllm", WEIGHT_KEY: "2"}})),
-            pod("c", "10.0.0.3", true, json!({"annotations": {WEIGHT_KEY: "heavy"}})),
+            pod(
+                "a",
+                "10.0.0.1",
+                true,
+                json!({"annotations": {WEIGHT_KEY: "5"}, "labels": {"app": "vllm", WEIGHT_KEY: "2"}}),
+            ),
+            pod(
+                "b",
+                "10.0.0.2",
+                true,
+                json!({"labels": {"app": "vllm", WEIGHT_KEY: "2"}}),
+            ),
+            pod(
+                "c",
+                "10.0.0.3",
+                true,
+                json!({"annotations": {WEIGHT_KEY: "heavy"}}),
+            ),
             pod("d", "10.0.0.4", true, json!({})),
         ];
         let weights: Vec<u32> = endpoints(&target, &pods).iter().map(|e| e.weight).collect();

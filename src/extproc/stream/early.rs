@@ -63,7 +63,12 @@ impl StreamMachine {
         self.req.messages += 1;
         let arriving = matches!(self.phase, Phase::Start | Phase::Body) || self.req.open;
         if arriving && self.req.messages > self.limits.max_request_messages {
-            self.fail(StreamError::TooManyMessages { limit: self.limits.max_request_messages }, out);
+            self.fail(
+                StreamError::TooManyMessages {
+                    limit: self.limits.max_request_messages,
+                },
+                out,
+            );
             return true;
         }
         false
@@ -72,12 +77,25 @@ impl StreamMachine {
     /// Header bytes (names and values) within the limit, and a declared body length within the
     /// body limit (refused before any byte of the body, so never after an early decision).
     pub(super) fn check_headers(&self, map: Option<&HeaderMap>) -> Result<(), StreamError> {
-        let bytes: usize = map.map_or(0, |m| m.headers.iter().map(|h| h.key.len() + wire::header_value(h).len()).sum());
+        let bytes: usize = map.map_or(0, |m| {
+            m.headers
+                .iter()
+                .map(|h| h.key.len() + wire::header_value(h).len())
+                .sum()
+        });
         if bytes > self.limits.max_header_bytes {
-            return Err(StreamError::HeadersTooLarge { limit: self.limits.max_header_bytes });
+            return Err(StreamError::HeadersTooLarge {
+                limit: self.limits.max_header_bytes,
+            });
         }
-        if self.meta.content_length.is_some_and(|len| len > self.limits.max_body_bytes) {
-            return Err(StreamError::BodyTooLarge { limit: self.limits.max_body_bytes });
+        if self
+            .meta
+            .content_length
+            .is_some_and(|len| len > self.limits.max_body_bytes)
+        {
+            return Err(StreamError::BodyTooLarge {
+                limit: self.limits.max_body_bytes,
+            });
         }
         Ok(())
     }
@@ -86,15 +104,23 @@ impl StreamMachine {
     /// Returns `Err` when a limit refused it.
     pub(super) fn take_chunk(&mut self, b: &HttpBody) -> Result<(), StreamError> {
         if self.req.body_len + b.body.len() > self.limits.max_body_bytes {
-            return Err(StreamError::BodyTooLarge { limit: self.limits.max_body_bytes });
+            return Err(StreamError::BodyTooLarge {
+                limit: self.limits.max_body_bytes,
+            });
         }
         self.req.body_len += b.body.len();
         self.req.scanner.feed(&b.body);
         if self.req.scanner.too_deep() {
-            return Err(RequestError::TooDeep { limit: crate::request::MAX_DEPTH }.into());
+            return Err(RequestError::TooDeep {
+                limit: crate::request::MAX_DEPTH,
+            }
+            .into());
         }
         if self.req.scanner.messages_seen() > self.limits.max_chat_messages {
-            return Err(RequestError::TooManyMessages { limit: self.limits.max_chat_messages }.into());
+            return Err(RequestError::TooManyMessages {
+                limit: self.limits.max_chat_messages,
+            }
+            .into());
         }
         Ok(())
     }
@@ -105,7 +131,9 @@ impl StreamMachine {
             return;
         }
         let api = ApiKind::from_path(&self.meta.path);
-        let Some(cap) = self.director.early_prompt_bytes(api) else { return };
+        let Some(cap) = self.director.early_prompt_bytes(api) else {
+            return;
+        };
         if let Some(req) = self.req.scanner.early_request(api, &self.body, cap) {
             self.proceed(Pending::Early(req), out);
         }
@@ -125,28 +153,51 @@ impl StreamMachine {
 
     /// The flow-control ticket of a parked decision, once.
     pub fn take_flow_ticket(&mut self) -> Option<Ticket> {
-        let pending = self.req.pending.as_ref().filter(|_| !self.req.ticket_taken && self.phase == Phase::Body)?;
+        let pending = self
+            .req
+            .pending
+            .as_ref()
+            .filter(|_| !self.req.ticket_taken && self.phase == Phase::Body)?;
         self.req.ticket_taken = true;
         let model = match pending {
             Pending::Early(req) => Some(req.model.clone()),
             Pending::Whole { .. } => self.whole_body_model(),
         };
-        let priority = self.director.priority(self.meta.objective.as_deref(), model.as_deref().unwrap_or(""));
-        let fairness_id = self.meta.fairness_id.clone().filter(|f| !f.is_empty()).unwrap_or_else(|| DEFAULT_FLOW.to_owned());
+        let priority = self.director.priority(
+            self.meta.objective.as_deref(),
+            model.as_deref().unwrap_or(""),
+        );
+        let fairness_id = self
+            .meta
+            .fairness_id
+            .clone()
+            .filter(|f| !f.is_empty())
+            .unwrap_or_else(|| DEFAULT_FLOW.to_owned());
         let bytes = self.meta.content_length.unwrap_or(self.req.body_len) as u64;
-        Some(Ticket { priority, fairness_id, bytes, model_name: model.unwrap_or_default() })
+        Some(Ticket {
+            priority,
+            fairness_id,
+            bytes,
+            model_name: model.unwrap_or_default(),
+        })
     }
 
     fn whole_body_model(&self) -> Option<String> {
         let api = ApiKind::from_path(&self.meta.path);
         match self.req.scanner.early_request(api, &self.body, 0) {
             Some(r) => Some(r.model),
-            None => crate::request::parse(api, &self.body, 0).ok().map(|r| r.model),
+            None => crate::request::parse(api, &self.body, 0)
+                .ok()
+                .map(|r| r.model),
         }
     }
 
     /// Flow control's answer for the parked decision.
-    pub fn on_admission(&mut self, result: Result<(), FlowError>, out: &mut Vec<ProcessingResponse>) {
+    pub fn on_admission(
+        &mut self,
+        result: Result<(), FlowError>,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
         match result {
             Err(e) => self.fail(StreamError::Flow(e), out),
             Ok(()) => {
@@ -167,7 +218,8 @@ impl StreamMachine {
         let started = Instant::now();
         let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
             crate::telemetry::parsed_early(&req.model, req.stream, self.body.len());
-            self.director.route_parsed(&self.incoming(&self.body), req, started, &mut rand::rng())
+            self.director
+                .route_parsed(&self.incoming(&self.body), req, started, &mut rand::rng())
         });
         let routed = match result {
             Ok(r) => r,
@@ -179,7 +231,12 @@ impl StreamMachine {
         };
         let (common, md) = self.routing(&routed, new_len);
         out.push(wire::request_headers(Some(common), Some(md)));
-        wire::streamed_body(routed.body.as_deref().unwrap_or(&self.body), false, false, out);
+        wire::streamed_body(
+            routed.body.as_deref().unwrap_or(&self.body),
+            false,
+            false,
+            out,
+        );
         self.routed = Some(routed);
         self.phase = Phase::Routed;
         self.req.open = true;

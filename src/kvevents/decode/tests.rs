@@ -1,19 +1,36 @@
 use super::*;
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 const H: u64 = 8866452693264111234;
 
 fn stored_1_to_16() -> KvEvent {
-    KvEvent::BlockStored { block_hashes: vec![H], parent_block_hash: None, token_ids: (1..=16).collect(), block_size: 16, lora_name: None, medium: Some("GPU".into()) }
+    KvEvent::BlockStored {
+        block_hashes: vec![H],
+        parent_block_hash: None,
+        token_ids: (1..=16).collect(),
+        block_size: 16,
+        lora_name: None,
+        medium: Some("GPU".into()),
+    }
 }
 
 #[test]
 fn decodes_the_reference_positional_bytes() {
     let b = decode_batch(&unhex("93cb41d954fc402000009197ab426c6f636b53746f72656491cf7b0bf7bf7fd01682c0dc00100102030405060708090a0b0c0d0e0f1010c0a347505500")).unwrap();
-    assert_eq!(b, EventBatch { ts: 1700000000.5, events: vec![stored_1_to_16()], dp_rank: Some(0) });
+    assert_eq!(
+        b,
+        EventBatch {
+            ts: 1700000000.5,
+            events: vec![stored_1_to_16()],
+            dp_rank: Some(0)
+        }
+    );
 }
 
 #[test]
@@ -26,7 +43,16 @@ fn decodes_the_reference_map_bytes() {
 #[test]
 fn decodes_removed_and_cleared() {
     let b = decode_batch(&unhex("93cb41d954fc404000009293ac426c6f636b52656d6f76656491cf7b0bf7bf7fd01682a347505591b0416c6c426c6f636b73436c656172656400")).unwrap();
-    assert_eq!(b.events, vec![KvEvent::BlockRemoved { block_hashes: vec![H], medium: Some("GPU".into()) }, KvEvent::AllBlocksCleared]);
+    assert_eq!(
+        b.events,
+        vec![
+            KvEvent::BlockRemoved {
+                block_hashes: vec![H],
+                medium: Some("GPU".into())
+            },
+            KvEvent::AllBlocksCleared
+        ]
+    );
 }
 
 #[test]
@@ -42,7 +68,13 @@ fn bytes_hashes_take_the_last_eight_bytes_and_trailing_elements_are_ignored() {
     p.extend_from_slice(&[0x00, 0xa8]);
     p.extend_from_slice(b"trailing");
     let b = decode_batch(&p).unwrap();
-    assert_eq!(b.events, vec![KvEvent::BlockRemoved { block_hashes: vec![H], medium: Some("GPU".into()) }]);
+    assert_eq!(
+        b.events,
+        vec![KvEvent::BlockRemoved {
+            block_hashes: vec![H],
+            medium: Some("GPU".into())
+        }]
+    );
 }
 
 #[test]
@@ -51,11 +83,17 @@ fn unknown_events_are_skipped_and_bad_input_is_an_error() {
     p.extend_from_slice(b"Nope");
     p.push(0x80);
     assert_eq!(decode_batch(&p).unwrap().events, vec![KvEvent::Unknown]);
-    assert!(matches!(decode_batch(&[0x93, 0xcb]), Err(DecodeError::Truncated(_))));
+    assert!(matches!(
+        decode_batch(&[0x93, 0xcb]),
+        Err(DecodeError::Truncated(_))
+    ));
     assert!(decode_batch(&[0xc0]).is_err());
     // BlockStored whose token count does not match its blocks.
     let mut p = vec![0x92, 0x00, 0x91, 0x95, 0xab];
     p.extend_from_slice(b"BlockStored");
     p.extend_from_slice(&[0x91, 0x01, 0xc0, 0x91, 0x01, 0x10]);
-    assert!(matches!(decode_batch(&p), Err(DecodeError::TokenCount { .. })));
+    assert!(matches!(
+        decode_batch(&p),
+        Err(DecodeError::TokenCount { .. })
+    ));
 }

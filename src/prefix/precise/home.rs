@@ -100,12 +100,20 @@ const HOME_HYSTERESIS: f64 = 1.5;
 /// (BENCHMARKS.md, "Three replicas behind a real Envoy"). Everything compared is what every
 /// replica scrapes and receives alike, so the replicas agree (up to one scrape interval and
 /// event delivery).
-pub fn home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl IntoIterator<Item = HomeCandidate>) -> Option<(EndpointId, usize)> {
+pub fn home(
+    keys: &[u64],
+    matches: &[(EndpointId, usize)],
+    candidates: impl IntoIterator<Item = HomeCandidate>,
+) -> Option<(EndpointId, usize)> {
     let held = matches.iter().map(|(_, n)| *n).max().unwrap_or(0);
     let first = *keys.get(held)?;
     // Sorted, so the check is O(log holders): scanning every match per candidate was
     // O(endpoints × holders), 11.6 µs over 100 endpoints that each hold part of the prompt.
-    let mut longest: Vec<EndpointId> = matches.iter().filter(|(_, n)| held > 0 && *n == held).map(|(id, _)| *id).collect();
+    let mut longest: Vec<EndpointId> = matches
+        .iter()
+        .filter(|(_, n)| held > 0 && *n == held)
+        .map(|(id, _)| *id)
+        .collect();
     longest.sort_unstable();
     let holds = |c: &HomeCandidate| held == 0 || longest.binary_search(&c.id).is_ok();
     let all: Vec<HomeCandidate> = candidates.into_iter().collect();
@@ -116,7 +124,11 @@ pub fn home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl Into
     let bound = mean_load * HOME_LOAD_FACTOR + 1.0;
     // With nothing held, the least loaded candidate is always within the bound; holders may all
     // be over it, and then there is no home: the scorers place the prompt by load.
-    let mut ranked: Vec<(u64, HomeCandidate)> = all.iter().filter(|c| holds(c) && c.load <= bound).map(|c| (mix(first ^ endpoint_hash(c.id)), *c)).collect();
+    let mut ranked: Vec<(u64, HomeCandidate)> = all
+        .iter()
+        .filter(|c| holds(c) && c.load <= bound)
+        .map(|c| (mix(first ^ endpoint_hash(c.id)), *c))
+        .collect();
     // Only the best few are compared: select them (linear), then order those.
     let by_rank = |(rank, c): &(u64, HomeCandidate)| std::cmp::Reverse((*rank, c.id));
     if ranked.len() > HOME_CHOICES {
@@ -127,8 +139,15 @@ pub fn home(keys: &[u64], matches: &[(EndpointId, usize)], candidates: impl Into
     let (_, top) = ranked.first()?;
     let cost = |c: &HomeCandidate| c.cost(mean_prefixes, mean_lost);
     // `min_by` keeps the first of equal costs: the better rank.
-    let cheapest = ranked.iter().map(|(_, c)| c).min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
-    let home = if cost(cheapest) + HOME_HYSTERESIS / (mean_prefixes + 1.0) < cost(top) { cheapest } else { top };
+    let cheapest = ranked
+        .iter()
+        .map(|(_, c)| c)
+        .min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
+    let home = if cost(cheapest) + HOME_HYSTERESIS / (mean_prefixes + 1.0) < cost(top) {
+        cheapest
+    } else {
+        top
+    };
     let credit = held + ((keys.len() - held) as f64 * HOME_CREDIT).round() as usize;
     Some((home.id, credit.max(held + 1)))
 }
@@ -155,7 +174,13 @@ mod tests {
     use super::*;
 
     fn ids(n: u8) -> Vec<HomeCandidate> {
-        (1..=n).map(|i| HomeCandidate { id: EndpointId(format!("10.0.0.{i}:8000").parse().unwrap()), load: 0.0, cache: CacheShape::default() }).collect()
+        (1..=n)
+            .map(|i| HomeCandidate {
+                id: EndpointId(format!("10.0.0.{i}:8000").parse().unwrap()),
+                load: 0.0,
+                cache: CacheShape::default(),
+            })
+            .collect()
     }
 
     #[test]
@@ -173,7 +198,12 @@ mod tests {
         let c = ids(4);
         let mut per = std::collections::HashMap::new();
         for key in 0..4000u64 {
-            *per.entry(home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone()).unwrap().0).or_insert(0) += 1;
+            *per.entry(
+                home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone())
+                    .unwrap()
+                    .0,
+            )
+            .or_insert(0) += 1;
         }
         assert_eq!(per.len(), 4);
         assert!(per.values().all(|n| (800..1200).contains(n)), "{per:?}");
@@ -182,7 +212,10 @@ mod tests {
     #[test]
     fn wholly_held_or_empty_prompts_have_no_home() {
         let c = ids(3);
-        assert_eq!(home(&[1, 2], &[(c[0].id, 2), (c[1].id, 1)], c.clone()), None);
+        assert_eq!(
+            home(&[1, 2], &[(c[0].id, 2), (c[1].id, 1)], c.clone()),
+            None
+        );
         assert_eq!(home(&[], &[], c.clone()), None);
         assert_eq!(home(&[1], &[], Vec::new()), None);
     }
@@ -196,7 +229,11 @@ mod tests {
         for k in 0..800u64 {
             let keys = [7, k.wrapping_mul(0x2545_f491_4f6c_dd1d), 9, 10];
             let (h, credit) = home(&keys, &all_hold, c.clone()).unwrap();
-            assert_eq!(credit, 1 + 2, "the header plus half of the other three blocks");
+            assert_eq!(
+                credit,
+                1 + 2,
+                "the header plus half of the other three blocks"
+            );
             *per.entry(h).or_insert(0) += 1;
         }
         assert_eq!(per.len(), 8, "{per:?}");
@@ -213,19 +250,33 @@ mod tests {
             assert_eq!(credit, 3 + 2, "held 3, half of the other 4");
             seen.insert(h);
         }
-        assert_eq!(seen, [c[2].id, c[5].id].into_iter().collect(), "never a pod without the shared prefix");
+        assert_eq!(
+            seen,
+            [c[2].id, c[5].id].into_iter().collect(),
+            "never a pod without the shared prefix"
+        );
         let mut busy = c.clone();
         busy[2].load = 20.0;
         busy[5].load = 20.0; // mean 5, bound 7.25: both holders over it
-        assert_eq!(home(&[1, 2, 3, 4], &matches, busy), None, "busy holders: the scorers place it");
+        assert_eq!(
+            home(&[1, 2, 3, 4], &matches, busy),
+            None,
+            "busy holders: the scorers place it"
+        );
     }
 
     #[test]
     fn removing_an_endpoint_moves_only_its_homes() {
         let c = ids(4);
         let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9)).collect();
-        let before: Vec<EndpointId> = keys.iter().map(|k| home(&[*k], &[], c.clone()).unwrap().0).collect();
-        let after: Vec<EndpointId> = keys.iter().map(|k| home(&[*k], &[], c[..3].to_vec()).unwrap().0).collect();
+        let before: Vec<EndpointId> = keys
+            .iter()
+            .map(|k| home(&[*k], &[], c.clone()).unwrap().0)
+            .collect();
+        let after: Vec<EndpointId> = keys
+            .iter()
+            .map(|k| home(&[*k], &[], c[..3].to_vec()).unwrap().0)
+            .collect();
         let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
         assert_eq!(moved, before.iter().filter(|b| **b == c[3].id).count());
     }
@@ -234,24 +285,47 @@ mod tests {
     fn a_home_far_above_the_mean_load_passes_to_the_next_in_rank() {
         let mut c = ids(4);
         let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9)).collect();
-        let idle: Vec<EndpointId> = keys.iter().map(|k| home(&[*k], &[], c.clone()).unwrap().0).collect();
+        let idle: Vec<EndpointId> = keys
+            .iter()
+            .map(|k| home(&[*k], &[], c.clone()).unwrap().0)
+            .collect();
         c[0].load = 12.0; // mean 3, bound 4.75: pod 0 is over it; the others (0) are not
-        let busy: Vec<EndpointId> = keys.iter().map(|k| home(&[*k], &[], c.clone()).unwrap().0).collect();
-        assert!(busy.iter().all(|h| *h != c[0].id), "no new home on the overloaded pod");
-        let kept = idle.iter().zip(&busy).filter(|(i, b)| **i != c[0].id && i == b).count();
-        assert_eq!(kept, idle.iter().filter(|i| **i != c[0].id).count(), "other homes stay put");
+        let busy: Vec<EndpointId> = keys
+            .iter()
+            .map(|k| home(&[*k], &[], c.clone()).unwrap().0)
+            .collect();
+        assert!(
+            busy.iter().all(|h| *h != c[0].id),
+            "no new home on the overloaded pod"
+        );
+        let kept = idle
+            .iter()
+            .zip(&busy)
+            .filter(|(i, b)| **i != c[0].id && i == b)
+            .count();
+        assert_eq!(
+            kept,
+            idle.iter().filter(|i| **i != c[0].id).count(),
+            "other homes stay put"
+        );
         c[0].load = 1.0; // mean 0.25, bound 1.31: within it, so its homes come back
-        let near: Vec<EndpointId> = keys.iter().map(|k| home(&[*k], &[], c.clone()).unwrap().0).collect();
+        let near: Vec<EndpointId> = keys
+            .iter()
+            .map(|k| home(&[*k], &[], c.clone()).unwrap().0)
+            .collect();
         assert_eq!(near, idle);
     }
 
     #[test]
     fn the_least_committed_of_the_best_ranks_is_the_home() {
         let key = [42u64];
-        let base: Vec<HomeCandidate> = ids(5).into_iter().map(|mut x| {
-            x.cache.prefixes = 6;
-            x
-        }).collect();
+        let base: Vec<HomeCandidate> = ids(5)
+            .into_iter()
+            .map(|mut x| {
+                x.cache.prefixes = 6;
+                x
+            })
+            .collect();
         // Rank order: with equal costs the best rank wins; remove it and ask again.
         let mut ranks: Vec<EndpointId> = Vec::new();
         let mut probe = base.clone();
@@ -269,14 +343,54 @@ mod tests {
             home(&key, &[], c).unwrap().0
         };
         assert_eq!(with(&|_, _| {}), ranks[0]);
-        assert_eq!(with(&|x, r| if r == 0 { x.load = 1.0 }), ranks[0], "load within the bound does not move a home");
-        assert_eq!(with(&|x, r| if r == 0 { x.cache.prefixes = 7 }), ranks[0], "one prefix more is within the hysteresis");
-        assert_eq!(with(&|x, r| if r == 0 { x.cache.prefixes = 8 }), ranks[1], "two more: the next rank");
-        assert_eq!(with(&|x, r| if r == 0 { x.cache.lost = 3.0 }), ranks[1], "a pod that evicts prompt beginnings is avoided");
-        assert_eq!(with(&|x, r| if r < 2 { x.cache.lost = 3.0 }), ranks[2]);
-        assert_eq!(with(&|x, r| if r < 3 { x.cache.lost = 3.0 }), ranks[0], "the three best evict alike: the best rank");
-        let only_three = |x: &mut HomeCandidate, r: usize| x.cache.prefixes = if r == 3 { 0 } else { 9 };
-        assert_eq!(with(&only_three), ranks[0], "the fourth holds fewer, but only three ranks compete");
+        assert_eq!(
+            with(&|x, r| if r == 0 {
+                x.load = 1.0
+            }),
+            ranks[0],
+            "load within the bound does not move a home"
+        );
+        assert_eq!(
+            with(&|x, r| if r == 0 {
+                x.cache.prefixes = 7
+            }),
+            ranks[0],
+            "one prefix more is within the hysteresis"
+        );
+        assert_eq!(
+            with(&|x, r| if r == 0 {
+                x.cache.prefixes = 8
+            }),
+            ranks[1],
+            "two more: the next rank"
+        );
+        assert_eq!(
+            with(&|x, r| if r == 0 {
+                x.cache.lost = 3.0
+            }),
+            ranks[1],
+            "a pod that evicts prompt beginnings is avoided"
+        );
+        assert_eq!(
+            with(&|x, r| if r < 2 {
+                x.cache.lost = 3.0
+            }),
+            ranks[2]
+        );
+        assert_eq!(
+            with(&|x, r| if r < 3 {
+                x.cache.lost = 3.0
+            }),
+            ranks[0],
+            "the three best evict alike: the best rank"
+        );
+        let only_three =
+            |x: &mut HomeCandidate, r: usize| x.cache.prefixes = if r == 3 { 0 } else { 9 };
+        assert_eq!(
+            with(&only_three),
+            ranks[0],
+            "the fourth holds fewer, but only three ranks compete"
+        );
     }
 
     #[test]
@@ -284,7 +398,9 @@ mod tests {
         // Idle pods: each new home holds one more prefix.
         let mut c = ids(8);
         for key in 0..480u64 {
-            let home = home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone()).unwrap().0;
+            let home = home(&[key.wrapping_mul(0x2545_f491_4f6c_dd1d)], &[], c.clone())
+                .unwrap()
+                .0;
             c.iter_mut().find(|x| x.id == home).unwrap().cache.prefixes += 1;
         }
         let held: Vec<u32> = c.iter().map(|x| x.cache.prefixes).collect();

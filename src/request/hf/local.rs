@@ -43,17 +43,36 @@ impl LocalTokenizer {
     /// Reads `tokenizersPoolConfig` from a precise scorer's `indexerConfig`; `None` when it has
     /// no (non-null) `local` block.
     pub fn from_indexer_config(indexer: &Value) -> Result<Option<Self>, HfError> {
-        let Some(pool) = indexer.get("tokenizersPoolConfig") else { return Ok(None) };
-        let Some(local) = pool.get("local").filter(|l| !l.is_null()) else { return Ok(None) };
-        let block: LocalBlock = serde_yaml::from_value(local.clone()).map_err(|e| HfError::Local(format!("tokenizersPoolConfig.local: {e}")))?;
-        let model_name = pool.get("modelName").and_then(Value::as_str).filter(|m| !m.is_empty()).map(str::to_owned);
-        let auto_discovery_dir = match (block.auto_discovery_dir, block.model_tokenizer_map.is_empty()) {
+        let Some(pool) = indexer.get("tokenizersPoolConfig") else {
+            return Ok(None);
+        };
+        let Some(local) = pool.get("local").filter(|l| !l.is_null()) else {
+            return Ok(None);
+        };
+        let block: LocalBlock = serde_yaml::from_value(local.clone())
+            .map_err(|e| HfError::Local(format!("tokenizersPoolConfig.local: {e}")))?;
+        let model_name = pool
+            .get("modelName")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned);
+        let auto_discovery_dir = match (
+            block.auto_discovery_dir,
+            block.model_tokenizer_map.is_empty(),
+        ) {
             (Some(d), _) => Some(d),
             (None, true) => Some(PathBuf::from(DEFAULT_DIR)),
             (None, false) => None,
         };
-        let file_name = block.auto_discovery_tokenizer_file_name.unwrap_or_else(|| DEFAULT_FILE.to_owned());
-        Ok(Some(Self { model_name, auto_discovery_dir, file_name, model_tokenizer_map: block.model_tokenizer_map }))
+        let file_name = block
+            .auto_discovery_tokenizer_file_name
+            .unwrap_or_else(|| DEFAULT_FILE.to_owned());
+        Ok(Some(Self {
+            model_name,
+            auto_discovery_dir,
+            file_name,
+            model_tokenizer_map: block.model_tokenizer_map,
+        }))
     }
 
     /// The tokenizer file to load: the explicit map first, then auto-discovery.
@@ -66,10 +85,21 @@ impl LocalTokenizer {
         }
         let names = || known.keys().cloned().collect::<Vec<_>>().join(", ");
         match &self.model_name {
-            Some(m) => known.get(m).cloned().ok_or_else(|| HfError::Local(format!("no tokenizer for modelName {m:?} (known: [{}])", names()))),
+            Some(m) => known.get(m).cloned().ok_or_else(|| {
+                HfError::Local(format!(
+                    "no tokenizer for modelName {m:?} (known: [{}])",
+                    names()
+                ))
+            }),
             None if known.len() == 1 => Ok(known.into_values().next().unwrap_or_default()),
-            None if known.is_empty() => Err(HfError::Local(format!("no {} found (modelTokenizerMap empty, searched {:?})", self.file_name, self.auto_discovery_dir))),
-            None => Err(HfError::Local(format!("several tokenizers ([{}]): set tokenizersPoolConfig.modelName", names()))),
+            None if known.is_empty() => Err(HfError::Local(format!(
+                "no {} found (modelTokenizerMap empty, searched {:?})",
+                self.file_name, self.auto_discovery_dir
+            ))),
+            None => Err(HfError::Local(format!(
+                "several tokenizers ([{}]): set tokenizersPoolConfig.modelName",
+                names()
+            ))),
         }
     }
 }
@@ -80,14 +110,18 @@ fn discover(root: &Path, file_name: &str) -> BTreeMap<String, PathBuf> {
     let mut stack = vec![(root.to_path_buf(), 0)];
     let mut seen = 0;
     while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_ENTRIES {
                 return found;
             }
             let path = entry.path();
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             if kind.is_dir() && depth < MAX_DEPTH {
                 stack.push((path, depth + 1));
             } else if !kind.is_dir() && entry.file_name() == file_name {
@@ -104,12 +138,19 @@ fn discover(root: &Path, file_name: &str) -> BTreeMap<String, PathBuf> {
 /// holding the file, relative to the root (`.` when it is the root itself).
 fn model_name(root: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(root).ok()?;
-    let hf = rel.components().filter_map(|c| c.as_os_str().to_str()).find_map(|c| c.strip_prefix("models--"));
+    let hf = rel
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .find_map(|c| c.strip_prefix("models--"));
     if let Some(name) = hf {
         return Some(name.replace("--", "/"));
     }
     let dir = rel.parent()?.to_str()?;
-    Some(if dir.is_empty() { ".".to_owned() } else { dir.to_owned() })
+    Some(if dir.is_empty() {
+        ".".to_owned()
+    } else {
+        dir.to_owned()
+    })
 }
 
 #[cfg(test)]
@@ -129,21 +170,54 @@ mod tests {
         }
         let yaml = format!("{{tokenizersPoolConfig: {{modelName: Qwen/Qwen3-0.6B, local: {{autoDiscoveryDir: {}}}}}}}", root.display());
         let l = local(&yaml).unwrap();
-        assert_eq!(l.resolve().unwrap(), root.join("hub/models--Qwen--Qwen3-0.6B/snapshots/abc/tokenizer.json"));
-        let unnamed = LocalTokenizer { model_name: None, ..l.clone() };
-        assert!(unnamed.resolve().unwrap_err().to_string().contains("set tokenizersPoolConfig.modelName"));
-        let other = LocalTokenizer { model_name: Some("nope".into()), ..l };
-        assert!(other.resolve().unwrap_err().to_string().contains("llama-7b"), "the error lists the known models");
+        assert_eq!(
+            l.resolve().unwrap(),
+            root.join("hub/models--Qwen--Qwen3-0.6B/snapshots/abc/tokenizer.json")
+        );
+        let unnamed = LocalTokenizer {
+            model_name: None,
+            ..l.clone()
+        };
+        assert!(unnamed
+            .resolve()
+            .unwrap_err()
+            .to_string()
+            .contains("set tokenizersPoolConfig.modelName"));
+        let other = LocalTokenizer {
+            model_name: Some("nope".into()),
+            ..l
+        };
+        assert!(
+            other
+                .resolve()
+                .unwrap_err()
+                .to_string()
+                .contains("llama-7b"),
+            "the error lists the known models"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn an_explicit_map_needs_no_search_and_absent_blocks_mean_tiktoken() {
-        let l = local("{tokenizersPoolConfig: {local: {modelTokenizerMap: {m: /x/tokenizer.json}}}}").unwrap();
-        assert_eq!((l.auto_discovery_dir.as_ref(), l.resolve().unwrap()), (None, PathBuf::from("/x/tokenizer.json")));
-        assert_eq!(local("{tokenizersPoolConfig: {local: null, hf: {tokenizersCacheDir: /tmp}}}"), None);
+        let l =
+            local("{tokenizersPoolConfig: {local: {modelTokenizerMap: {m: /x/tokenizer.json}}}}")
+                .unwrap();
+        assert_eq!(
+            (l.auto_discovery_dir.as_ref(), l.resolve().unwrap()),
+            (None, PathBuf::from("/x/tokenizer.json"))
+        );
+        assert_eq!(
+            local("{tokenizersPoolConfig: {local: null, hf: {tokenizersCacheDir: /tmp}}}"),
+            None
+        );
         assert_eq!(local("{prefixStoreConfig: {}}"), None);
-        assert_eq!(local("{tokenizersPoolConfig: {local: {}}}").unwrap().auto_discovery_dir, Some(PathBuf::from(DEFAULT_DIR)));
+        assert_eq!(
+            local("{tokenizersPoolConfig: {local: {}}}")
+                .unwrap()
+                .auto_discovery_dir,
+            Some(PathBuf::from(DEFAULT_DIR))
+        );
         let bad = serde_yaml::from_str("{tokenizersPoolConfig: {local: {mapping: {}}}}").unwrap();
         assert!(LocalTokenizer::from_indexer_config(&bad).is_err());
     }

@@ -13,7 +13,9 @@ use std::collections::{BinaryHeap, HashMap};
 /// GPT-2's byte → printable character map: printable Latin-1 bytes stand for themselves, the
 /// other 68 bytes take U+0100 onwards in byte order.
 pub fn byte_chars() -> [char; 256] {
-    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+    let printable = |b: u32| {
+        (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b)
+    };
     let mut out = ['\0'; 256];
     let mut next = 0x100;
     for (b, c) in out.iter_mut().enumerate() {
@@ -61,28 +63,71 @@ impl Bpe {
     pub fn from_json(model: &Value) -> Result<Self, HfError> {
         let kind = model.get("type").and_then(Value::as_str).unwrap_or("BPE");
         refuse_if(kind != "BPE", &format!("model type {kind} (only BPE)"))?;
-        refuse_if(model.get("dropout").and_then(Value::as_f64).is_some_and(|d| d > 0.0), "BPE dropout")?;
-        refuse_if(model.get("byte_fallback").and_then(Value::as_bool).unwrap_or(false), "byte_fallback (SentencePiece-style BPE)")?;
+        refuse_if(
+            model
+                .get("dropout")
+                .and_then(Value::as_f64)
+                .is_some_and(|d| d > 0.0),
+            "BPE dropout",
+        )?;
+        refuse_if(
+            model
+                .get("byte_fallback")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            "byte_fallback (SentencePiece-style BPE)",
+        )?;
         for affix in ["continuing_subword_prefix", "end_of_word_suffix"] {
-            refuse_if(model.get(affix).and_then(Value::as_str).is_some_and(|s| !s.is_empty()), affix)?;
+            refuse_if(
+                model
+                    .get(affix)
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty()),
+                affix,
+            )?;
         }
-        let vocab: HashMap<String, u32> = serde_json::from_value(model.get("vocab").cloned().unwrap_or(Value::Null)).map_err(|e| HfError::Invalid(format!("model.vocab: {e}")))?;
+        let vocab: HashMap<String, u32> =
+            serde_json::from_value(model.get("vocab").cloned().unwrap_or(Value::Null))
+                .map_err(|e| HfError::Invalid(format!("model.vocab: {e}")))?;
         let chars = byte_chars();
         let mut bytes = [None; 256];
         for (b, c) in chars.iter().enumerate() {
             bytes[b] = vocab.get(c.encode_utf8(&mut [0; 4]) as &str).copied();
         }
         let merges = merges(model.get("merges"), &vocab)?;
-        let words = model.get("ignore_merges").and_then(Value::as_bool).unwrap_or(false).then(|| {
-            let inverse: HashMap<char, u8> = chars.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-            vocab.iter().filter_map(|(s, &id)| Some((decode(s, &inverse)?, id))).collect()
-        });
+        let words = model
+            .get("ignore_merges")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .then(|| {
+                let inverse: HashMap<char, u8> = chars
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &c)| (c, b as u8))
+                    .collect();
+                vocab
+                    .iter()
+                    .filter_map(|(s, &id)| Some((decode(s, &inverse)?, id)))
+                    .collect()
+            });
         let unk = match model.get("unk_token").and_then(Value::as_str) {
-            Some(t) => Some(*vocab.get(t).ok_or_else(|| HfError::Invalid(format!("unk_token {t:?} is not in the vocabulary")))?),
+            Some(t) => Some(*vocab.get(t).ok_or_else(|| {
+                HfError::Invalid(format!("unk_token {t:?} is not in the vocabulary"))
+            })?),
             None => None,
         };
-        let fuse_unk = model.get("fuse_unk").and_then(Value::as_bool).unwrap_or(false);
-        Ok(Self { bytes, merges, words, unk, fuse_unk, vocab_len: vocab.len() })
+        let fuse_unk = model
+            .get("fuse_unk")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        Ok(Self {
+            bytes,
+            merges,
+            words,
+            unk,
+            fuse_unk,
+            vocab_len: vocab.len(),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -132,7 +177,9 @@ impl Bpe {
             if r == NONE || ids[at] != left || ids[r] != right {
                 continue;
             }
-            let Some(&(_, merged)) = self.merges.get(&(left, right)) else { continue };
+            let Some(&(_, merged)) = self.merges.get(&(left, right)) else {
+                continue;
+            };
             ids[at] = merged;
             next[at] = next[r];
             if next[r] != NONE {
@@ -159,8 +206,15 @@ impl Bpe {
 
 /// `merges` as `"a b"` lines or `["a", "b"]` pairs → (ids of the parts) → (rank, merged id).
 fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<Merges, HfError> {
-    let list = v.and_then(Value::as_array).ok_or_else(|| HfError::Invalid("model.merges is missing".into()))?;
-    let id = |s: &str| vocab.get(s).copied().ok_or_else(|| HfError::Invalid(format!("merge part {s:?} is not in the vocabulary")));
+    let list = v
+        .and_then(Value::as_array)
+        .ok_or_else(|| HfError::Invalid("model.merges is missing".into()))?;
+    let id = |s: &str| {
+        vocab
+            .get(s)
+            .copied()
+            .ok_or_else(|| HfError::Invalid(format!("merge part {s:?} is not in the vocabulary")))
+    };
     let mut out = HashMap::with_capacity(list.len());
     for (rank, m) in list.iter().enumerate() {
         let (a, b) = match m {
@@ -175,7 +229,11 @@ fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<Merges, HfE
                 (Some(a), Some(b)) => (a, b),
                 _ => return Err(HfError::Invalid(format!("merge {m} is not two strings"))),
             },
-            other => return Err(HfError::Invalid(format!("merge {other} is neither \"a b\" nor [a, b]"))),
+            other => {
+                return Err(HfError::Invalid(format!(
+                    "merge {other} is neither \"a b\" nor [a, b]"
+                )))
+            }
         };
         let pair = (id(a)?, id(b)?);
         // A repeated pair keeps its last rank, as `tokenizers` does.
@@ -193,21 +251,40 @@ pub struct AddedTokens {
 impl AddedTokens {
     pub fn from_json(v: Option<&Value>) -> Result<Self, HfError> {
         let mut by_first = ByFirstByte::new();
-        let list = v.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let list = v
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         for t in list {
-            let content = t.get("content").and_then(Value::as_str).ok_or_else(|| HfError::Invalid(format!("added token {t} has no content")))?;
-            let id = t.get("id").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok()).ok_or_else(|| HfError::Invalid(format!("added token {content:?} has no id")))?;
+            let content = t
+                .get("content")
+                .and_then(Value::as_str)
+                .ok_or_else(|| HfError::Invalid(format!("added token {t} has no content")))?;
+            let id = t
+                .get("id")
+                .and_then(Value::as_u64)
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| HfError::Invalid(format!("added token {content:?} has no id")))?;
             for flag in ["single_word", "lstrip", "rstrip"] {
-                refuse_if(t.get(flag).and_then(Value::as_bool).unwrap_or(false), &format!("added token {content:?} with {flag}: true"))?;
+                refuse_if(
+                    t.get(flag).and_then(Value::as_bool).unwrap_or(false),
+                    &format!("added token {content:?} with {flag}: true"),
+                )?;
             }
             if let Some(&first) = content.as_bytes().first() {
-                by_first.entry(first).or_default().push((content.as_bytes().into(), id));
+                by_first
+                    .entry(first)
+                    .or_default()
+                    .push((content.as_bytes().into(), id));
             }
         }
         for v in by_first.values_mut() {
             v.sort_by_key(|(c, _)| Reverse(c.len()));
         }
-        Ok(Self { by_first, len: list.len() })
+        Ok(Self {
+            by_first,
+            len: list.len(),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -215,7 +292,10 @@ impl AddedTokens {
     }
 
     /// (start, end, id) of each added token in `text`, left to right, longest at each start.
-    pub fn find_iter<'a>(&'a self, text: &'a str) -> impl Iterator<Item = (usize, usize, u32)> + 'a {
+    pub fn find_iter<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> impl Iterator<Item = (usize, usize, u32)> + 'a {
         let bytes = text.as_bytes();
         let mut at = 0;
         std::iter::from_fn(move || {
@@ -223,7 +303,10 @@ impl AddedTokens {
                 return None;
             }
             while at < bytes.len() {
-                let hit = self.by_first.get(&bytes[at]).and_then(|c| c.iter().find(|(t, _)| bytes[at..].starts_with(t)));
+                let hit = self
+                    .by_first
+                    .get(&bytes[at])
+                    .and_then(|c| c.iter().find(|(t, _)| bytes[at..].starts_with(t)));
                 if let Some((t, id)) = hit {
                     let start = at;
                     at += t.len();

@@ -4,7 +4,12 @@ use proptest::prelude::*;
 
 /// Feeds `body` in `cuts`-delimited chunks and returns the first early request (and the bytes
 /// fed when it was found), checking each candidate against the whole-body parse.
-fn first_early(api: ApiKind, body: &[u8], cuts: &[usize], cap: usize) -> (Option<(LlmRequest, usize)>, Scanner) {
+fn first_early(
+    api: ApiKind,
+    body: &[u8],
+    cuts: &[usize],
+    cap: usize,
+) -> (Option<(LlmRequest, usize)>, Scanner) {
     let mut s = Scanner::new();
     let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
     bounds.push(body.len());
@@ -33,7 +38,12 @@ fn decides_on_the_model_and_the_first_cap_bytes_of_a_completion_prompt() {
     let prompt = "word ".repeat(200);
     let body = serde_json::json!({"model": "m", "prompt": prompt, "stream": true}).to_string();
     let whole = parse(ApiKind::Completions, body.as_bytes(), 64).unwrap();
-    let (found, s) = first_early(ApiKind::Completions, body.as_bytes(), &(1..body.len()).collect::<Vec<_>>(), 64);
+    let (found, s) = first_early(
+        ApiKind::Completions,
+        body.as_bytes(),
+        &(1..body.len()).collect::<Vec<_>>(),
+        64,
+    );
     let (early, at) = found.unwrap();
     same_inputs(&early, &whole);
     assert!(at < 100, "decided after {at} bytes");
@@ -47,10 +57,17 @@ fn the_model_alone_decides_without_a_prefix_scorer_and_a_late_model_is_awaited()
     let cut = body.windows(6).position(|w| w == b"\"late\"").unwrap();
     let mut s = Scanner::new();
     s.feed(&body[..cut + 5]);
-    assert!(s.early_request(ApiKind::Completions, &body[..cut + 5], 0).is_none());
+    assert!(s
+        .early_request(ApiKind::Completions, &body[..cut + 5], 0)
+        .is_none());
     s.feed(&body[cut + 5..cut + 6]);
-    let r = s.early_request(ApiKind::Completions, &body[..cut + 6], 0).unwrap();
-    assert_eq!((r.model.as_str(), &body[r.model_span]), ("late", &b"\"late\""[..]));
+    let r = s
+        .early_request(ApiKind::Completions, &body[..cut + 6], 0)
+        .unwrap();
+    assert_eq!(
+        (r.model.as_str(), &body[r.model_span]),
+        ("late", &b"\"late\""[..])
+    );
 }
 
 #[test]
@@ -58,22 +75,44 @@ fn chat_waits_for_tools_unless_the_messages_fill_the_cap() {
     let short = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]"#;
     let mut s = Scanner::new();
     s.feed(short);
-    assert!(s.early_request(ApiKind::ChatCompletions, short, 4096).is_none(), "tools may still come");
-    let long = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]"#, "x".repeat(5000));
+    assert!(
+        s.early_request(ApiKind::ChatCompletions, short, 4096)
+            .is_none(),
+        "tools may still come"
+    );
+    let long = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]"#,
+        "x".repeat(5000)
+    );
     let mut s = Scanner::new();
     s.feed(&long.as_bytes()[..4200]);
-    let r = s.early_request(ApiKind::ChatCompletions, &long.as_bytes()[..4200], 4096).unwrap();
-    assert_eq!(r.prompt, Prompt::Text(long[long.find('[').unwrap()..][..4096].to_owned()));
+    let r = s
+        .early_request(ApiKind::ChatCompletions, &long.as_bytes()[..4200], 4096)
+        .unwrap();
+    assert_eq!(
+        r.prompt,
+        Prompt::Text(long[long.find('[').unwrap()..][..4096].to_owned())
+    );
     assert_eq!(s.messages_seen(), 1);
 }
 
 #[test]
 fn gives_up_on_what_only_the_whole_body_can_judge() {
-    for body in [&br#"[1,2]"#[..], br#"{"mod\u0065l":"m","prompt":"p"}"#, br#"{"model":"a","model":"b","prompt":"p"}"#, br#"{"model":7,"prompt":"p"}"#] {
+    for body in [
+        &br#"[1,2]"#[..],
+        br#"{"mod\u0065l":"m","prompt":"p"}"#,
+        br#"{"model":"a","model":"b","prompt":"p"}"#,
+        br#"{"model":7,"prompt":"p"}"#,
+    ] {
         let (found, _) = first_early(ApiKind::Completions, body, &[], 0);
         assert!(found.is_none(), "{}", String::from_utf8_lossy(body));
     }
-    let (found, _) = first_early(ApiKind::ChatCompletions, br#"{"model":"m","messages":[  ]}"#, &[], 1);
+    let (found, _) = first_early(
+        ApiKind::ChatCompletions,
+        br#"{"model":"m","messages":[  ]}"#,
+        &[],
+        1,
+    );
     assert!(found.is_none());
 }
 
@@ -82,7 +121,11 @@ fn flags_nesting_deeper_than_128_levels_wherever_it_is() {
     // serde_json skips unknown fields without recursing, so the parser alone would pass these
     // on to the model server; the scan refuses them (the top-level object is level 1).
     for (levels, deep) in [(126, false), (127, false), (128, true), (5000, true)] {
-        let body = format!(r#"{{"model":"m","prompt":"p","x":{}{}}}"#, "[".repeat(levels), "]".repeat(levels));
+        let body = format!(
+            r#"{{"model":"m","prompt":"p","x":{}{}}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        );
         let (_, s) = first_early(ApiKind::Completions, body.as_bytes(), &[7, 300], 0);
         assert_eq!(s.too_deep(), deep, "{levels} levels");
     }
@@ -107,7 +150,20 @@ fn partial_strings_back_off_cut_escapes_and_characters() {
 }
 
 fn json_text() -> impl Strategy<Value = String> {
-    proptest::collection::vec(prop_oneof![Just("a"), Just("é"), Just("\""), Just("\\"), Just("\n"), Just(" "), Just("😀"), Just("z")], 0..120).prop_map(|v| v.concat())
+    proptest::collection::vec(
+        prop_oneof![
+            Just("a"),
+            Just("é"),
+            Just("\""),
+            Just("\\"),
+            Just("\n"),
+            Just(" "),
+            Just("😀"),
+            Just("z")
+        ],
+        0..120,
+    )
+    .prop_map(|v| v.concat())
 }
 
 fn ws() -> impl Strategy<Value = &'static str> {

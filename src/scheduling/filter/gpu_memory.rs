@@ -20,7 +20,9 @@ pub struct GpuMemoryFilter {
 
 impl Default for GpuMemoryFilter {
     fn default() -> Self {
-        Self { min_free_mib: 2048.0 }
+        Self {
+            min_free_mib: 2048.0,
+        }
     }
 }
 
@@ -31,13 +33,20 @@ impl GpuMemoryFilter {
         if self.min_free_mib.is_finite() && self.min_free_mib >= 0.0 {
             Ok(self)
         } else {
-            Err(format!("minFreeMiB must be a number >= 0, got {}", self.min_free_mib))
+            Err(format!(
+                "minFreeMiB must be a number >= 0, got {}",
+                self.min_free_mib
+            ))
         }
     }
 
     /// Whether the candidate's last reading says its GPU memory is exhausted.
     pub fn exhausted(&self, c: &Candidate) -> bool {
-        c.metrics.as_ref().and_then(|m| m.gpu).and_then(|g| g.fb_free_mib).is_some_and(|free| free < self.min_free_mib)
+        c.metrics
+            .as_ref()
+            .and_then(|m| m.gpu)
+            .and_then(|g| g.fb_free_mib)
+            .is_some_and(|free| free < self.min_free_mib)
     }
 
     pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
@@ -55,17 +64,44 @@ mod tests {
     use std::time::Instant;
 
     fn with_free(port: u16, free: Option<f64>) -> Candidate {
-        let gpu = GpuMetrics { fb_free_mib: free, fb_used_mib: Some(1000.0), devices: 1, ..Default::default() };
-        let m = EndpointMetrics { waiting: 0.0, running: 0.0, kv_usage: 0.0, lora: None, cache: None, gpu: Some(gpu), updated: Instant::now() };
-        Candidate { metrics: Some(Arc::new(m)), ..cand(port, 0.0, 0.0, 0) }
+        let gpu = GpuMetrics {
+            fb_free_mib: free,
+            fb_used_mib: Some(1000.0),
+            devices: 1,
+            ..Default::default()
+        };
+        let m = EndpointMetrics {
+            waiting: 0.0,
+            running: 0.0,
+            kv_usage: 0.0,
+            lora: None,
+            cache: None,
+            gpu: Some(gpu),
+            updated: Instant::now(),
+        };
+        Candidate {
+            metrics: Some(Arc::new(m)),
+            ..cand(port, 0.0, 0.0, 0)
+        }
     }
 
     #[test]
     fn drops_exhausted_pods_and_keeps_pods_without_readings() {
-        let cands = [with_free(1, Some(100.0)), with_free(2, Some(40_000.0)), with_free(3, None), cand(4, 0.0, 0.0, 0)];
-        let kept: Vec<u16> = GpuMemoryFilter::default().filter(cands.iter().collect()).iter().map(|c| c.id.0.port()).collect();
+        let cands = [
+            with_free(1, Some(100.0)),
+            with_free(2, Some(40_000.0)),
+            with_free(3, None),
+            cand(4, 0.0, 0.0, 0),
+        ];
+        let kept: Vec<u16> = GpuMemoryFilter::default()
+            .filter(cands.iter().collect())
+            .iter()
+            .map(|c| c.id.0.port())
+            .collect();
         assert_eq!(kept, vec![2, 3, 4]);
-        let strict = GpuMemoryFilter { min_free_mib: 50_000.0 };
+        let strict = GpuMemoryFilter {
+            min_free_mib: 50_000.0,
+        };
         assert!(strict.exhausted(&cands[1]));
         assert!(GpuMemoryFilter { min_free_mib: -1.0 }.validate().is_err());
     }

@@ -12,8 +12,14 @@ impl HeaderBasedTestingFilter {
     pub const TYPE: &'static str = "header-based-testing-filter";
     pub const HEADER: &'static str = "test-epp-endpoint-selection";
 
-    pub fn filter<'c>(&self, req: &SchedulingRequest<'_>, pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
-        let Some(header) = req.test_endpoint_selection else { return Vec::new() };
+    pub fn filter<'c>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: Vec<&'c Candidate>,
+    ) -> Vec<&'c Candidate> {
+        let Some(header) = req.test_endpoint_selection else {
+            return Vec::new();
+        };
         let mut out: Vec<&Candidate> = Vec::new();
         for wanted in header.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             for c in &pool {
@@ -35,13 +41,27 @@ mod tests {
 
     #[test]
     fn keeps_listed_endpoints_in_header_order() {
-        let cands = [cand(1, 0.0, 0.0, 0), cand(2, 0.0, 0.0, 0), cand(3, 0.0, 0.0, 0)];
+        let cands = [
+            cand(1, 0.0, 0.0, 0),
+            cand(2, 0.0, 0.0, 0),
+            cand(3, 0.0, 0.0, 0),
+        ];
         let pool: Vec<&Candidate> = cands.iter().collect();
         let f = HeaderBasedTestingFilter {};
-        let req = SchedulingRequest { test_endpoint_selection: Some("10.0.0.1:3, 10.0.0.1:1,10.0.0.9"), ..Default::default() };
-        let kept: Vec<u16> = f.filter(&req, pool.clone()).iter().map(|c| c.id.0.port()).collect();
+        let req = SchedulingRequest {
+            test_endpoint_selection: Some("10.0.0.1:3, 10.0.0.1:1,10.0.0.9"),
+            ..Default::default()
+        };
+        let kept: Vec<u16> = f
+            .filter(&req, pool.clone())
+            .iter()
+            .map(|c| c.id.0.port())
+            .collect();
         assert_eq!(kept, vec![3, 1]);
-        let by_ip = SchedulingRequest { test_endpoint_selection: Some("10.0.0.1"), ..Default::default() };
+        let by_ip = SchedulingRequest {
+            test_endpoint_selection: Some("10.0.0.1"),
+            ..Default::default()
+        };
         assert_eq!(f.filter(&by_ip, pool.clone()).len(), 3);
         assert!(f.filter(&SchedulingRequest::default(), pool).is_empty());
     }

@@ -36,7 +36,11 @@ pub struct ConsistentHashParams {
 
 impl Default for ConsistentHashParams {
     fn default() -> Self {
-        Self { max_num_of_endpoints: 1, load_factor: 1.25, virtual_nodes: 100 }
+        Self {
+            max_num_of_endpoints: 1,
+            load_factor: 1.25,
+            virtual_nodes: 100,
+        }
     }
 }
 
@@ -46,10 +50,16 @@ impl ConsistentHashParams {
             return Err("maxNumOfEndpoints must be >= 1".into());
         }
         if !(self.load_factor.is_finite() && self.load_factor >= 1.0) {
-            return Err(format!("loadFactor must be a number >= 1.0, got {}", self.load_factor));
+            return Err(format!(
+                "loadFactor must be a number >= 1.0, got {}",
+                self.load_factor
+            ));
         }
         if !(1..=1000).contains(&self.virtual_nodes) {
-            return Err(format!("virtualNodes must be in 1..=1000, got {}", self.virtual_nodes));
+            return Err(format!(
+                "virtualNodes must be in 1..=1000, got {}",
+                self.virtual_nodes
+            ));
         }
         Ok(self)
     }
@@ -84,20 +94,36 @@ impl ConsistentHashPicker {
     /// Clockwise distance from `key` to the endpoint's nearest point.
     fn distance(&self, id: EndpointId, key: u64) -> u64 {
         let base = address_hash(id);
-        (0..u64::from(self.params.virtual_nodes)).map(|i| mix(base ^ mix(i + 1)).wrapping_sub(key)).min().unwrap_or(u64::MAX)
+        (0..u64::from(self.params.virtual_nodes))
+            .map(|i| mix(base ^ mix(i + 1)).wrapping_sub(key))
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
-    pub fn pick(&self, req: &SchedulingRequest<'_>, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub fn pick(
+        &self,
+        req: &SchedulingRequest<'_>,
+        scored: &[(&Candidate, f64)],
+        rng: &mut impl Rng,
+    ) -> Vec<EndpointId> {
         let Some(key) = req.affinity_key else {
-            let fallback = PickerParams { max_num_of_endpoints: self.params.max_num_of_endpoints };
+            let fallback = PickerParams {
+                max_num_of_endpoints: self.params.max_num_of_endpoints,
+            };
             return MaxScorePicker { params: fallback }.pick(scored, rng);
         };
         let load = |c: &Candidate| (c.running + c.waiting).max(0.0);
         let total: f64 = scored.iter().map(|(c, _)| load(c)).sum();
         let bound = (self.params.load_factor * (total + 1.0) / scored.len().max(1) as f64).ceil();
-        let mut walk: Vec<(bool, u64, EndpointId)> = scored.iter().map(|(c, _)| (load(c) >= bound, self.distance(c.id, key), c.id)).collect();
+        let mut walk: Vec<(bool, u64, EndpointId)> = scored
+            .iter()
+            .map(|(c, _)| (load(c) >= bound, self.distance(c.id, key), c.id))
+            .collect();
         walk.sort_unstable();
-        walk.into_iter().take(self.params.max_num_of_endpoints).map(|(_, _, id)| id).collect()
+        walk.into_iter()
+            .take(self.params.max_num_of_endpoints)
+            .map(|(_, _, id)| id)
+            .collect()
     }
 }
 
@@ -109,11 +135,20 @@ mod tests {
     use rand::{rngs::SmallRng, SeedableRng};
 
     fn picker(load_factor: f64, n: usize) -> ConsistentHashPicker {
-        ConsistentHashPicker { params: ConsistentHashParams { max_num_of_endpoints: n, load_factor, virtual_nodes: 100 } }
+        ConsistentHashPicker {
+            params: ConsistentHashParams {
+                max_num_of_endpoints: n,
+                load_factor,
+                virtual_nodes: 100,
+            },
+        }
     }
 
     fn keyed(key: u64) -> SchedulingRequest<'static> {
-        SchedulingRequest { affinity_key: Some(key), ..Default::default() }
+        SchedulingRequest {
+            affinity_key: Some(key),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -126,10 +161,14 @@ mod tests {
         assert!((0..10).all(|_| p.pick(&keyed(42), &scored, &mut rng) == first));
         let mut per = std::collections::HashMap::new();
         for k in 0..4000u64 {
-            *per.entry(p.pick(&keyed(mix(k)), &scored, &mut rng)[0]).or_insert(0usize) += 1;
+            *per.entry(p.pick(&keyed(mix(k)), &scored, &mut rng)[0])
+                .or_insert(0usize) += 1;
         }
         assert_eq!(per.len(), 4);
-        assert!(per.values().all(|n| (700..1300).contains(n)), "uneven key spread: {per:?}");
+        assert!(
+            per.values().all(|n| (700..1300).contains(n)),
+            "uneven key spread: {per:?}"
+        );
     }
 
     #[test]
@@ -154,10 +193,19 @@ mod tests {
         let cands: Vec<_> = (1..=2).map(|p| cand(p, 0.0, 0.0, 0)).collect();
         let scored = [(&cands[0], 0.1), (&cands[1], 0.9)];
         let mut rng = SmallRng::seed_from_u64(3);
-        assert_eq!(picker(1.25, 1).pick(&SchedulingRequest::default(), &scored, &mut rng), vec![cands[1].id]);
-        let bad = ConsistentHashParams { load_factor: 0.5, ..Default::default() };
+        assert_eq!(
+            picker(1.25, 1).pick(&SchedulingRequest::default(), &scored, &mut rng),
+            vec![cands[1].id]
+        );
+        let bad = ConsistentHashParams {
+            load_factor: 0.5,
+            ..Default::default()
+        };
         assert!(bad.validate().unwrap_err().contains("loadFactor"));
-        let bad = ConsistentHashParams { virtual_nodes: 0, ..Default::default() };
+        let bad = ConsistentHashParams {
+            virtual_nodes: 0,
+            ..Default::default()
+        };
         assert!(bad.validate().unwrap_err().contains("virtualNodes"));
     }
 

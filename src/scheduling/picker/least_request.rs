@@ -63,16 +63,26 @@ mod tests {
     use rand::{rngs::SmallRng, SeedableRng};
 
     fn loaded(port: u16, running: f64, weight: u32) -> Candidate {
-        Candidate { running, weight, ..cand(port, 0.0, 0.0, 0) }
+        Candidate {
+            running,
+            weight,
+            ..cand(port, 0.0, 0.0, 0)
+        }
     }
 
     #[test]
     fn divides_outstanding_requests_by_weight() {
         let cands = [loaded(1, 8.0, 4), loaded(2, 3.0, 1), loaded(3, 4.0, 1)];
         let scored: Vec<_> = cands.iter().map(|c| (c, 0.0)).collect();
-        let p = WeightedLeastRequestPicker { params: PickerParams::default() };
+        let p = WeightedLeastRequestPicker {
+            params: PickerParams::default(),
+        };
         let mut rng = SmallRng::seed_from_u64(1);
-        assert_eq!(p.pick(&scored, &mut rng), vec![cands[0].id], "8/4 = 2 beats 3/1 and 4/1");
+        assert_eq!(
+            p.pick(&scored, &mut rng),
+            vec![cands[0].id],
+            "8/4 = 2 beats 3/1 and 4/1"
+        );
     }
 
     #[test]
@@ -81,10 +91,17 @@ mod tests {
         a.waiting = 2.0;
         let cands = [a, loaded(2, 1.0, 1), loaded(3, 1.0, 1)];
         let scored: Vec<_> = cands.iter().map(|c| (c, 0.0)).collect();
-        let p = WeightedLeastRequestPicker { params: PickerParams::default() };
+        let p = WeightedLeastRequestPicker {
+            params: PickerParams::default(),
+        };
         let mut rng = SmallRng::seed_from_u64(2);
-        let seen: std::collections::HashSet<_> = (0..64).map(|_| p.pick(&scored, &mut rng)[0]).collect();
-        assert_eq!(seen.len(), 2, "the two idle-equal pods share, the one with a queue does not: {seen:?}");
+        let seen: std::collections::HashSet<_> =
+            (0..64).map(|_| p.pick(&scored, &mut rng)[0]).collect();
+        assert_eq!(
+            seen.len(),
+            2,
+            "the two idle-equal pods share, the one with a queue does not: {seen:?}"
+        );
         assert!(!seen.contains(&cands[0].id));
     }
 

@@ -52,7 +52,9 @@ mod tests {
     fn spreads_over_all_but_the_worst_in_proportion_to_rank() {
         let cands: Vec<_> = (1..=4).map(|p| cand(p, 0.0, 0.0, 0)).collect();
         let scored: Vec<_> = cands.iter().zip([4.0, 3.0, 2.0, 1.0]).collect();
-        let p = PowerOfTwoChoicesPicker { params: PickerParams::default() };
+        let p = PowerOfTwoChoicesPicker {
+            params: PickerParams::default(),
+        };
         let mut rng = SmallRng::seed_from_u64(5);
         let mut wins = [0usize; 4];
         for _ in 0..6000 {
@@ -63,14 +65,21 @@ mod tests {
         assert_eq!(wins[3], 0);
         for (w, expect) in wins.iter().zip([0.5, 1.0 / 3.0, 1.0 / 6.0]) {
             let share = *w as f64 / 6000.0;
-            assert!((share - expect).abs() < 0.03, "share {share} expected {expect}: {wins:?}");
+            assert!(
+                (share - expect).abs() < 0.03,
+                "share {share} expected {expect}: {wins:?}"
+            );
         }
     }
 
     #[test]
     fn single_candidate_and_fallbacks_in_score_order() {
         let cands: Vec<_> = (1..=3).map(|p| cand(p, 0.0, 0.0, 0)).collect();
-        let p = PowerOfTwoChoicesPicker { params: PickerParams { max_num_of_endpoints: 3 } };
+        let p = PowerOfTwoChoicesPicker {
+            params: PickerParams {
+                max_num_of_endpoints: 3,
+            },
+        };
         let mut rng = SmallRng::seed_from_u64(9);
         assert_eq!(p.pick(&[(&cands[0], 0.0)], &mut rng), vec![cands[0].id]);
         let scored = [(&cands[0], 0.2), (&cands[1], 0.9), (&cands[2], 0.5)];

@@ -32,9 +32,12 @@ mod tests {
     fn spreads_over_all_candidates() {
         let cands: Vec<_> = (1..=4).map(|p| cand(p, 0.0, 0.0, 0)).collect();
         let scored: Vec<_> = cands.iter().map(|c| (c, 0.0)).collect();
-        let p = RandomPicker { params: PickerParams::default() };
+        let p = RandomPicker {
+            params: PickerParams::default(),
+        };
         let mut rng = SmallRng::seed_from_u64(3);
-        let seen: std::collections::HashSet<_> = (0..64).map(|_| p.pick(&scored, &mut rng)[0]).collect();
+        let seen: std::collections::HashSet<_> =
+            (0..64).map(|_| p.pick(&scored, &mut rng)[0]).collect();
         assert_eq!(seen.len(), 4);
     }
 }

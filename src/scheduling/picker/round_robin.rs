@@ -34,7 +34,11 @@ impl RoundRobinPicker {
     pub const WEIGHTED_TYPE: &'static str = "weighted-round-robin-picker";
 
     pub fn new(params: PickerParams, weighted: bool) -> Self {
-        Self { params, weighted, current: Arc::default() }
+        Self {
+            params,
+            weighted,
+            current: Arc::default(),
+        }
     }
 
     fn weight(&self, c: &Candidate) -> i64 {
@@ -46,7 +50,9 @@ impl RoundRobinPicker {
     }
 
     pub fn pick(&self, scored: &[(&Candidate, f64)]) -> Vec<EndpointId> {
-        let Some(primary) = self.next(scored) else { return Vec::new() };
+        let Some(primary) = self.next(scored) else {
+            return Vec::new();
+        };
         fill_by_score(primary, scored, self.params.max_num_of_endpoints)
     }
 
@@ -88,7 +94,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn weighted(ws: &[u32]) -> Vec<Candidate> {
-        ws.iter().enumerate().map(|(i, w)| Candidate { weight: *w, ..cand(i as u16 + 1, 0.0, 0.0, 0) }).collect()
+        ws.iter()
+            .enumerate()
+            .map(|(i, w)| Candidate {
+                weight: *w,
+                ..cand(i as u16 + 1, 0.0, 0.0, 0)
+            })
+            .collect()
     }
 
     fn port(id: EndpointId) -> u16 {
@@ -108,11 +120,22 @@ mod tests {
     fn plain_round_robin_ignores_weights_and_fallbacks_follow_scores() {
         let cands = weighted(&[9, 1, 1]);
         let scored = [(&cands[0], 0.1), (&cands[1], 0.9), (&cands[2], 0.5)];
-        let p = RoundRobinPicker::new(PickerParams { max_num_of_endpoints: 3 }, false);
+        let p = RoundRobinPicker::new(
+            PickerParams {
+                max_num_of_endpoints: 3,
+            },
+            false,
+        );
         let firsts: Vec<u16> = (0..6).map(|_| port(p.pick(&scored)[0])).collect();
         assert_eq!(firsts, vec![1, 2, 3, 1, 2, 3]);
-        assert_eq!(p.pick(&scored).iter().map(|e| port(*e)).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert_eq!(p.pick(&scored).iter().map(|e| port(*e)).collect::<Vec<_>>(), vec![2, 3, 1]);
+        assert_eq!(
+            p.pick(&scored).iter().map(|e| port(*e)).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            p.pick(&scored).iter().map(|e| port(*e)).collect::<Vec<_>>(),
+            vec![2, 3, 1]
+        );
     }
 
     #[test]
@@ -123,7 +146,8 @@ mod tests {
         assert!((0..10).all(|_| port(p.pick(&scored)[0]) == 2));
         let zeros = weighted(&[0, 0]);
         let scored: Vec<_> = zeros.iter().map(|c| (c, 0.0)).collect();
-        let seen: std::collections::HashSet<u16> = (0..4).map(|_| port(p.pick(&scored)[0])).collect();
+        let seen: std::collections::HashSet<u16> =
+            (0..4).map(|_| port(p.pick(&scored)[0])).collect();
         assert_eq!(seen.len(), 2);
         assert!(p.pick(&[]).is_empty());
     }

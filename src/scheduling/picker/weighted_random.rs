@@ -29,7 +29,11 @@ impl WeightedRandomPicker {
             })
             .collect();
         keyed.sort_by(|a, b| b.1.total_cmp(&a.1));
-        keyed.into_iter().take(self.params.max_num_of_endpoints).map(|(id, _)| id).collect()
+        keyed
+            .into_iter()
+            .take(self.params.max_num_of_endpoints)
+            .map(|(id, _)| id)
+            .collect()
     }
 }
 
@@ -41,14 +45,25 @@ mod tests {
 
     #[test]
     fn frequency_follows_score() {
-        let cands = [cand(1, 0.0, 0.0, 0), cand(2, 0.0, 0.0, 0), cand(3, 0.0, 0.0, 0)];
+        let cands = [
+            cand(1, 0.0, 0.0, 0),
+            cand(2, 0.0, 0.0, 0),
+            cand(3, 0.0, 0.0, 0),
+        ];
         let scored = [(&cands[0], 3.0), (&cands[1], 1.0), (&cands[2], 0.0)];
-        let p = WeightedRandomPicker { params: PickerParams::default() };
+        let p = WeightedRandomPicker {
+            params: PickerParams::default(),
+        };
         let mut rng = SmallRng::seed_from_u64(11);
         let n = 4000;
-        let first = (0..n).filter(|_| p.pick(&scored, &mut rng)[0] == cands[0].id).count();
+        let first = (0..n)
+            .filter(|_| p.pick(&scored, &mut rng)[0] == cands[0].id)
+            .count();
         let share = first as f64 / n as f64;
         assert!((0.70..0.80).contains(&share), "expected ~0.75, got {share}");
-        assert!((0..200).all(|_| p.pick(&scored, &mut rng)[0] != cands[2].id), "score 0 never wins over positive scores");
+        assert!(
+            (0..200).all(|_| p.pick(&scored, &mut rng)[0] != cands[2].id),
+            "score 0 never wins over positive scores"
+        );
     }
 }

@@ -22,7 +22,11 @@ pub struct GpuUtilizationScorer {
 
 impl Default for GpuUtilizationScorer {
     fn default() -> Self {
-        Self { queue_weight: 0.4, gpu_weight: 0.3, kv_cache_weight: 0.2 }
+        Self {
+            queue_weight: 0.4,
+            gpu_weight: 0.3,
+            kv_cache_weight: 0.2,
+        }
     }
 }
 
@@ -38,16 +42,31 @@ impl GpuUtilizationScorer {
     }
 
     pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
-        let util = |c: &Candidate| c.metrics.as_ref().and_then(|m| m.gpu).and_then(|g| g.utilization);
+        let util = |c: &Candidate| {
+            c.metrics
+                .as_ref()
+                .and_then(|m| m.gpu)
+                .and_then(|g| g.utilization)
+        };
         let known: Vec<f64> = pool.iter().filter_map(|c| util(c)).collect();
-        let mean_util = if known.is_empty() { 0.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+        let mean_util = if known.is_empty() {
+            0.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        };
         let queue = |c: &Candidate| (c.running + c.waiting).max(0.0) / f64::from(c.weight.max(1));
         let max_queue = pool.iter().map(|c| queue(c)).fold(0.0, f64::max);
         let total = self.queue_weight + self.gpu_weight + self.kv_cache_weight;
         for (o, c) in out.iter_mut().zip(pool) {
-            let q = if max_queue > 0.0 { queue(c) / max_queue } else { 0.0 };
+            let q = if max_queue > 0.0 {
+                queue(c) / max_queue
+            } else {
+                0.0
+            };
             let g = util(c).unwrap_or(mean_util).clamp(0.0, 1.0);
-            let cost = self.queue_weight * q + self.gpu_weight * g + self.kv_cache_weight * c.kv_usage.clamp(0.0, 1.0);
+            let cost = self.queue_weight * q
+                + self.gpu_weight * g
+                + self.kv_cache_weight * c.kv_usage.clamp(0.0, 1.0);
             *o = 1.0 - cost / total;
         }
     }
@@ -63,14 +82,34 @@ mod tests {
     use std::time::Instant;
 
     fn with_gpu(port: u16, running: f64, kv: f64, util: Option<f64>) -> Candidate {
-        let gpu = util.map(|u| GpuMetrics { utilization: Some(u), devices: 1, ..Default::default() });
-        let m = EndpointMetrics { waiting: 0.0, running, kv_usage: kv, lora: None, cache: None, gpu, updated: Instant::now() };
-        Candidate { running, metrics: Some(Arc::new(m)), ..cand(port, 0.0, kv, 0) }
+        let gpu = util.map(|u| GpuMetrics {
+            utilization: Some(u),
+            devices: 1,
+            ..Default::default()
+        });
+        let m = EndpointMetrics {
+            waiting: 0.0,
+            running,
+            kv_usage: kv,
+            lora: None,
+            cache: None,
+            gpu,
+            updated: Instant::now(),
+        };
+        Candidate {
+            running,
+            metrics: Some(Arc::new(m)),
+            ..cand(port, 0.0, kv, 0)
+        }
     }
 
     #[test]
     fn composite_prefers_idle_gpu_at_equal_queue() {
-        let cands = [with_gpu(1, 2.0, 0.3, Some(0.9)), with_gpu(2, 2.0, 0.3, Some(0.1)), with_gpu(3, 4.0, 0.3, Some(0.1))];
+        let cands = [
+            with_gpu(1, 2.0, 0.3, Some(0.9)),
+            with_gpu(2, 2.0, 0.3, Some(0.1)),
+            with_gpu(3, 4.0, 0.3, Some(0.1)),
+        ];
         let pool: Vec<&Candidate> = cands.iter().collect();
         let mut out = [0.0; 3];
         GpuUtilizationScorer::default().score(&pool, &mut out);
@@ -83,13 +122,28 @@ mod tests {
 
     #[test]
     fn missing_readings_take_the_mean_and_weights_are_checked() {
-        let cands = [with_gpu(1, 0.0, 0.0, Some(0.2)), with_gpu(2, 0.0, 0.0, Some(0.6)), with_gpu(3, 0.0, 0.0, None)];
+        let cands = [
+            with_gpu(1, 0.0, 0.0, Some(0.2)),
+            with_gpu(2, 0.0, 0.0, Some(0.6)),
+            with_gpu(3, 0.0, 0.0, None),
+        ];
         let pool: Vec<&Candidate> = cands.iter().collect();
         let mut out = [0.0; 3];
         GpuUtilizationScorer::default().score(&pool, &mut out);
         assert!((out[2] - (1.0 - 0.3 * 0.4 / 0.9)).abs() < 1e-9);
-        assert!(GpuUtilizationScorer { queue_weight: 0.0, gpu_weight: 0.0, kv_cache_weight: 0.0 }.validate().is_err());
-        assert!(GpuUtilizationScorer { gpu_weight: f64::NAN, ..Default::default() }.validate().is_err());
+        assert!(GpuUtilizationScorer {
+            queue_weight: 0.0,
+            gpu_weight: 0.0,
+            kv_cache_weight: 0.0
+        }
+        .validate()
+        .is_err());
+        assert!(GpuUtilizationScorer {
+            gpu_weight: f64::NAN,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
     }
 
     proptest! {

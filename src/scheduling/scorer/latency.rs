@@ -41,7 +41,9 @@ pub struct LatencyScorer {
 
 impl Default for LatencyScorer {
     fn default() -> Self {
-        Self { expected_output_tokens: 100.0 }
+        Self {
+            expected_output_tokens: 100.0,
+        }
     }
 }
 
@@ -49,9 +51,25 @@ impl LatencyScorer {
     pub const TYPE: &'static str = "latency-scorer";
 
     pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
-        let tokens = if self.expected_output_tokens.is_finite() { self.expected_output_tokens.max(0.0) } else { 100.0 };
-        let raw: Vec<Option<f64>> = pool.iter().map(|c| c.latency.and_then(|l| l.cost(tokens)).map(|v| v.max(1e-6) * (1.0 + c.running.max(0.0)))).collect();
-        let mut known: Vec<f64> = raw.iter().flatten().copied().filter(|v| v.is_finite()).collect();
+        let tokens = if self.expected_output_tokens.is_finite() {
+            self.expected_output_tokens.max(0.0)
+        } else {
+            100.0
+        };
+        let raw: Vec<Option<f64>> = pool
+            .iter()
+            .map(|c| {
+                c.latency
+                    .and_then(|l| l.cost(tokens))
+                    .map(|v| v.max(1e-6) * (1.0 + c.running.max(0.0)))
+            })
+            .collect();
+        let mut known: Vec<f64> = raw
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|v| v.is_finite())
+            .collect();
         if known.is_empty() {
             out.iter_mut().for_each(|o| *o = 1.0);
             return;
@@ -87,15 +105,23 @@ mod tests {
 
     #[test]
     fn the_fastest_endpoint_scores_one_and_a_slow_one_proportionally_less() {
-        let s = LatencyScorer { expected_output_tokens: 10.0 };
-        let cands = [with_latency(1, Some(0.1), Some(0.01), 0.0), with_latency(2, Some(0.4), Some(0.04), 0.0)];
+        let s = LatencyScorer {
+            expected_output_tokens: 10.0,
+        };
+        let cands = [
+            with_latency(1, Some(0.1), Some(0.01), 0.0),
+            with_latency(2, Some(0.4), Some(0.04), 0.0),
+        ];
         assert_eq!(scores(&s, &cands), [1.0, 0.25]);
     }
 
     #[test]
     fn load_weighs_in_so_the_fastest_pod_is_not_flooded() {
         let s = LatencyScorer::default();
-        let cands = [with_latency(1, Some(0.1), None, 3.0), with_latency(2, Some(0.2), None, 0.0)];
+        let cands = [
+            with_latency(1, Some(0.1), None, 3.0),
+            with_latency(2, Some(0.2), None, 0.0),
+        ];
         let out = scores(&s, &cands);
         assert!(out[1] > out[0], "{out:?}");
     }
@@ -103,16 +129,29 @@ mod tests {
     #[test]
     fn unobserved_endpoints_get_the_median_and_no_data_at_all_is_neutral() {
         let s = LatencyScorer::default();
-        let cands = [with_latency(1, Some(0.1), None, 0.0), with_latency(2, Some(0.3), None, 0.0), with_latency(3, Some(0.2), None, 0.0), cand(4, 0.0, 0.0, 0)];
+        let cands = [
+            with_latency(1, Some(0.1), None, 0.0),
+            with_latency(2, Some(0.3), None, 0.0),
+            with_latency(3, Some(0.2), None, 0.0),
+            cand(4, 0.0, 0.0, 0),
+        ];
         let out = scores(&s, &cands);
         assert!((out[3] - 0.5).abs() < 1e-9, "median 0.2 → 0.1/0.2: {out:?}");
-        assert_eq!(scores(&s, &[cand(1, 0.0, 0.0, 0), cand(2, 0.0, 0.0, 0)]), [1.0, 1.0]);
+        assert_eq!(
+            scores(&s, &[cand(1, 0.0, 0.0, 0), cand(2, 0.0, 0.0, 0)]),
+            [1.0, 1.0]
+        );
     }
 
     #[test]
     fn scores_stay_in_the_unit_interval_for_degenerate_estimates() {
-        let s = LatencyScorer { expected_output_tokens: f64::NAN };
-        let cands = [with_latency(1, Some(0.0), Some(0.0), 0.0), with_latency(2, Some(f64::INFINITY), None, 0.0)];
+        let s = LatencyScorer {
+            expected_output_tokens: f64::NAN,
+        };
+        let cands = [
+            with_latency(1, Some(0.0), Some(0.0), 0.0),
+            with_latency(2, Some(f64::INFINITY), None, 0.0),
+        ];
         for v in scores(&s, &cands) {
             assert!((0.0..=1.0).contains(&v), "{v}");
         }

@@ -39,7 +39,15 @@ mod tests {
             waiting: waiting.iter().map(|s| s.to_string()).collect(),
             max_loras: max,
         };
-        let m = EndpointMetrics { waiting: 0.0, running: 0.0, kv_usage: 0.0, lora: Some(lora), cache: None, gpu: None, updated: Instant::now() };
+        let m = EndpointMetrics {
+            waiting: 0.0,
+            running: 0.0,
+            kv_usage: 0.0,
+            lora: Some(lora),
+            cache: None,
+            gpu: None,
+            updated: Instant::now(),
+        };
         c.metrics = Some(Arc::new(m));
         c
     }
@@ -54,7 +62,10 @@ mod tests {
             cand(5, 0.0, 0.0, 0),
         ];
         let mut out = [0.0; 5];
-        let req = SchedulingRequest { target_model: "a", ..Default::default() };
+        let req = SchedulingRequest {
+            target_model: "a",
+            ..Default::default()
+        };
         LoraAffinityScorer {}.score(&req, &cands.iter().collect::<Vec<_>>(), &mut out);
         assert_eq!(out, [1.0, 0.8, 0.6, 0.0, 0.0]);
     }

@@ -57,7 +57,10 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error
         Some(n) => (n, 1e-3),
         None => (s.strip_suffix('s').unwrap_or(&s), 1.0),
     };
-    let secs = num.trim().parse::<f64>().map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms or s)")))?;
+    let secs = num
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms or s)")))?;
     Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
 }
 
@@ -83,17 +86,25 @@ impl PrecisePrefixParams {
     pub fn from_yaml(v: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
         let mut p: Self = super::params(v)?;
         let invalid = |m: &str| <serde_yaml::Error as serde::de::Error>::custom(m);
-        if let Some(bs) = p.token_processor_config.as_ref().and_then(|t| t.get("blockSize")).and_then(serde_yaml::Value::as_u64) {
+        if let Some(bs) = p
+            .token_processor_config
+            .as_ref()
+            .and_then(|t| t.get("blockSize"))
+            .and_then(serde_yaml::Value::as_u64)
+        {
             p.block_size = bs as usize;
         }
         if let Some(indexer) = &p.indexer_config {
-            p.local_tokenizer = LocalTokenizer::from_indexer_config(indexer).map_err(|e| invalid(&e.to_string()))?;
+            p.local_tokenizer = LocalTokenizer::from_indexer_config(indexer)
+                .map_err(|e| invalid(&e.to_string()))?;
         }
         if p.block_size == 0 || p.max_prefix_blocks_to_match == 0 {
             return Err(invalid("blockSize and maxPrefixBlocksToMatch must be > 0"));
         }
         if p.saturation_queue_depth <= 0.0 || p.saturation_kv_usage <= 0.0 {
-            return Err(invalid("saturationQueueDepth and saturationKvUsage must be > 0"));
+            return Err(invalid(
+                "saturationQueueDepth and saturationKvUsage must be > 0",
+            ));
         }
         Ok(p)
     }
@@ -102,7 +113,10 @@ impl PrecisePrefixParams {
 impl PrecisePrefixParams {
     /// The tokenizer the pods use: the local `tokenizer.json` if configured, else tiktoken.
     pub fn tokenizer_source(&self) -> TokenizerSource {
-        self.local_tokenizer.clone().map_or(TokenizerSource::Tiktoken(self.tokenizer), TokenizerSource::HuggingFace)
+        self.local_tokenizer.clone().map_or(
+            TokenizerSource::Tiktoken(self.tokenizer),
+            TokenizerSource::HuggingFace,
+        )
     }
 }
 
@@ -121,8 +135,13 @@ impl PrecisePrefixScorer {
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let p = &self.params;
         for (o, c) in out.iter_mut().zip(pool) {
-            let saturated = c.waiting >= p.saturation_queue_depth || c.kv_usage >= p.saturation_kv_usage;
-            *o = if req.prefix_total_blocks == 0 || saturated { 0.0 } else { c.prefix_blocks as f64 / req.prefix_total_blocks as f64 };
+            let saturated =
+                c.waiting >= p.saturation_queue_depth || c.kv_usage >= p.saturation_kv_usage;
+            *o = if req.prefix_total_blocks == 0 || saturated {
+                0.0
+            } else {
+                c.prefix_blocks as f64 / req.prefix_total_blocks as f64
+            };
         }
     }
 }
@@ -135,16 +154,37 @@ mod tests {
     use rand::{rngs::SmallRng, SeedableRng};
 
     fn scores(total: usize, cands: &[Candidate]) -> Vec<f64> {
-        let req = SchedulingRequest { prefix_total_blocks: total, block_size: 16, ..Default::default() };
+        let req = SchedulingRequest {
+            prefix_total_blocks: total,
+            block_size: 16,
+            ..Default::default()
+        };
         let mut out = vec![0.0; cands.len()];
-        PrecisePrefixScorer::new(PrecisePrefixParams::default()).score(&req, &cands.iter().collect::<Vec<_>>(), &mut out);
+        PrecisePrefixScorer::new(PrecisePrefixParams::default()).score(
+            &req,
+            &cands.iter().collect::<Vec<_>>(),
+            &mut out,
+        );
         out
     }
 
     #[test]
     fn scores_the_matched_fraction_and_nothing_on_saturated_pods() {
-        assert_eq!(scores(4, &[cand(1, 0.0, 0.0, 4), cand(2, 0.0, 0.0, 1), cand(3, 0.0, 0.0, 0)]), vec![1.0, 0.25, 0.0]);
-        assert_eq!(scores(4, &[cand(1, 5.0, 0.0, 4), cand(2, 0.0, 0.9, 4)]), vec![0.0, 0.0]);
+        assert_eq!(
+            scores(
+                4,
+                &[
+                    cand(1, 0.0, 0.0, 4),
+                    cand(2, 0.0, 0.0, 1),
+                    cand(3, 0.0, 0.0, 0)
+                ]
+            ),
+            vec![1.0, 0.25, 0.0]
+        );
+        assert_eq!(
+            scores(4, &[cand(1, 5.0, 0.0, 4), cand(2, 0.0, 0.9, 4)]),
+            vec![0.0, 0.0]
+        );
         assert_eq!(scores(0, &[cand(1, 0.0, 0.0, 0)]), vec![0.0]);
     }
 
@@ -152,33 +192,85 @@ mod tests {
     fn prefix_affinity_never_piles_onto_a_saturated_pod() {
         let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n- type: precise-prefix-cache-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 1\n  - pluginRef: kv-cache-utilization-scorer\n    weight: 1\n  - pluginRef: precise-prefix-cache-scorer\n    weight: 2\n  - pluginRef: max-score-picker\n";
         let sched = crate::scheduling::build(&config::parse_document(text).unwrap()).unwrap();
-        let req = SchedulingRequest { target_model: "m", prefix_total_blocks: 10, block_size: 16, ..Default::default() };
+        let req = SchedulingRequest {
+            target_model: "m",
+            prefix_total_blocks: 10,
+            block_size: 16,
+            ..Default::default()
+        };
         let mut rng = SmallRng::seed_from_u64(1);
-        let pick = |c: &[Candidate], rng: &mut SmallRng| sched.schedule(&req, c, rng).unwrap().endpoints[0].0.port();
+        let pick = |c: &[Candidate], rng: &mut SmallRng| {
+            sched.schedule(&req, c, rng).unwrap().endpoints[0].0.port()
+        };
         // Cached and lightly loaded beats idle and cold.
-        assert_eq!(pick(&[cand(1, 2.0, 0.3, 10), cand(2, 0.0, 0.0, 0), cand(3, 4.0, 0.0, 0)], &mut rng), 1);
+        assert_eq!(
+            pick(
+                &[
+                    cand(1, 2.0, 0.3, 10),
+                    cand(2, 0.0, 0.0, 0),
+                    cand(3, 4.0, 0.0, 0)
+                ],
+                &mut rng
+            ),
+            1
+        );
         // Cached but saturated (queue 6) loses to a cold pod with a short queue.
-        assert_eq!(pick(&[cand(1, 6.0, 0.3, 10), cand(2, 1.0, 0.1, 0), cand(3, 4.0, 0.0, 0)], &mut rng), 2);
+        assert_eq!(
+            pick(
+                &[
+                    cand(1, 6.0, 0.3, 10),
+                    cand(2, 1.0, 0.1, 0),
+                    cand(3, 4.0, 0.0, 0)
+                ],
+                &mut rng
+            ),
+            2
+        );
         // Cached but KV-saturated likewise.
-        assert_eq!(pick(&[cand(1, 2.0, 0.85, 10), cand(2, 1.0, 0.1, 0)], &mut rng), 2);
+        assert_eq!(
+            pick(&[cand(1, 2.0, 0.85, 10), cand(2, 1.0, 0.1, 0)], &mut rng),
+            2
+        );
     }
 
     #[test]
     fn the_shipped_example_builds() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/precise-prefix.yaml")).unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/precise-prefix.yaml"
+        ))
+        .unwrap();
         let sched = crate::scheduling::build(&config::parse(&text).unwrap()).unwrap();
-        assert_eq!(sched.precise_params().unwrap().speculative_ttl, Duration::from_secs(2));
+        assert_eq!(
+            sched.precise_params().unwrap().speculative_ttl,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]
     fn parameters_are_strict_and_accept_llm_d_blocks() {
         let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
         let p = PrecisePrefixParams::from_yaml(&v).unwrap();
-        assert_eq!((p.block_size, p.speculative_ttl), (64, Duration::from_millis(500)));
+        assert_eq!(
+            (p.block_size, p.speculative_ttl),
+            (64, Duration::from_millis(500))
+        );
         let v: serde_yaml::Value = serde_yaml::from_str("{indexerConfig: {tokenizersPoolConfig: {modelName: m, local: {modelTokenizerMap: {m: /t.json}}}}}").unwrap();
-        let local = PrecisePrefixParams::from_yaml(&v).unwrap().local_tokenizer.unwrap();
-        assert_eq!(local.resolve().unwrap(), std::path::PathBuf::from("/t.json"));
-        for bad in ["{blockSize: 0}", "{speculativeTTL: soon}", "{bogus: 1}", "{saturationKvUsage: 0}", "{indexerConfig: {tokenizersPoolConfig: {local: {typo: 1}}}}"] {
+        let local = PrecisePrefixParams::from_yaml(&v)
+            .unwrap()
+            .local_tokenizer
+            .unwrap();
+        assert_eq!(
+            local.resolve().unwrap(),
+            std::path::PathBuf::from("/t.json")
+        );
+        for bad in [
+            "{blockSize: 0}",
+            "{speculativeTTL: soon}",
+            "{bogus: 1}",
+            "{saturationKvUsage: 0}",
+            "{indexerConfig: {tokenizersPoolConfig: {local: {typo: 1}}}}",
+        ] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
             assert!(PrecisePrefixParams::from_yaml(&v).is_err(), "{bad}");
         }

@@ -6,8 +6,8 @@
 //! (upstream #2561). `matchLengthWeight` (w, default 0 = upstream) blends in the absolute match:
 //! `score = (1 − w) · matched/total + w · min(1, matched_tokens / matchLengthTokens)`.
 
-use crate::scheduling::{Candidate, SchedulingRequest};
 use crate::request::tokenize::Vocabulary;
+use crate::scheduling::{Candidate, SchedulingRequest};
 
 /// Parameters shared by `prefix-cache-scorer` and `approx-prefix-cache-producer`.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -53,7 +53,9 @@ impl PrefixParams {
         let invalid = |m: &str| <serde_yaml::Error as serde::de::Error>::custom(m);
         let explicit_tokens = v.get("blockSizeTokens").is_some();
         if p.block_size.is_some() && !explicit_tokens {
-            return Err(invalid("blockSize (characters) is no longer supported; set blockSizeTokens"));
+            return Err(invalid(
+                "blockSize (characters) is no longer supported; set blockSizeTokens",
+            ));
         }
         if p.block_size_tokens == 0 || p.match_length_tokens == 0 {
             return Err(invalid("blockSizeTokens and matchLengthTokens must be > 0"));
@@ -107,8 +109,16 @@ mod tests {
     use crate::scheduling::testing::cand;
 
     fn score(params: PrefixParams, total: usize, matched: &[usize]) -> Vec<f64> {
-        let cands: Vec<Candidate> = matched.iter().enumerate().map(|(i, m)| cand(i as u16, 0.0, 0.0, *m)).collect();
-        let req = SchedulingRequest { prefix_total_blocks: total, block_size: 16, ..Default::default() };
+        let cands: Vec<Candidate> = matched
+            .iter()
+            .enumerate()
+            .map(|(i, m)| cand(i as u16, 0.0, 0.0, *m))
+            .collect();
+        let req = SchedulingRequest {
+            prefix_total_blocks: total,
+            block_size: 16,
+            ..Default::default()
+        };
         let mut out = vec![0.0; cands.len()];
         PrefixScorer::new(params).score(&req, &cands.iter().collect::<Vec<_>>(), &mut out);
         out
@@ -116,19 +126,37 @@ mod tests {
 
     #[test]
     fn ratio_by_default_and_absolute_length_when_weighted() {
-        assert_eq!(score(PrefixParams::default(), 4, &[4, 1, 0]), vec![1.0, 0.25, 0.0]);
+        assert_eq!(
+            score(PrefixParams::default(), 4, &[4, 1, 0]),
+            vec![1.0, 0.25, 0.0]
+        );
         assert_eq!(score(PrefixParams::default(), 0, &[0]), vec![0.0]);
-        let weighted = PrefixParams { match_length_weight: 1.0, match_length_tokens: 64, ..Default::default() };
-        assert_eq!(score(weighted.clone(), 2, &[2]), vec![0.5], "2 blocks of 16 = half of 64 tokens");
+        let weighted = PrefixParams {
+            match_length_weight: 1.0,
+            match_length_tokens: 64,
+            ..Default::default()
+        };
+        assert_eq!(
+            score(weighted.clone(), 2, &[2]),
+            vec![0.5],
+            "2 blocks of 16 = half of 64 tokens"
+        );
         assert_eq!(score(weighted, 100, &[50]), vec![1.0]);
     }
 
     #[test]
     fn parameters_are_strict_and_checked() {
-        let ok: serde_yaml::Value = serde_yaml::from_str("{blockSizeTokens: 64, maxPrefixTokensToMatch: 4096}").unwrap();
+        let ok: serde_yaml::Value =
+            serde_yaml::from_str("{blockSizeTokens: 64, maxPrefixTokensToMatch: 4096}").unwrap();
         let p = PrefixParams::from_yaml(&ok).unwrap();
         assert_eq!(p.max_blocks(64), 64);
-        for bad in ["{blockSize: 64}", "{blockSizeTokens: 0}", "{matchLengthWeight: 2}", "{lruCapacity: 5}", "{tokenizer: gpt2}"] {
+        for bad in [
+            "{blockSize: 64}",
+            "{blockSizeTokens: 0}",
+            "{matchLengthWeight: 2}",
+            "{lruCapacity: 5}",
+            "{tokenizer: gpt2}",
+        ] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
             assert!(PrefixParams::from_yaml(&v).is_err(), "{bad}");
         }

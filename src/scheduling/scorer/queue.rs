@@ -23,7 +23,11 @@ mod tests {
 
     #[test]
     fn scores_min_max_over_queue_depth() {
-        let cands = [cand(1, 0.0, 0.0, 0), cand(2, 5.0, 0.0, 0), cand(3, 10.0, 0.0, 0)];
+        let cands = [
+            cand(1, 0.0, 0.0, 0),
+            cand(2, 5.0, 0.0, 0),
+            cand(3, 10.0, 0.0, 0),
+        ];
         let pool: Vec<&Candidate> = cands.iter().collect();
         let mut out = [0.0; 3];
         QueueScorer {}.score(&pool, &mut out);

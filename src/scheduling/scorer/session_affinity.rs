@@ -24,7 +24,11 @@ impl SessionAffinityScorer {
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = if req.session_endpoint == Some(c.id) { 1.0 } else { 0.0 };
+            *o = if req.session_endpoint == Some(c.id) {
+                1.0
+            } else {
+                0.0
+            };
         }
     }
 }
@@ -35,7 +39,11 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 pub fn encode_token(name: &str) -> String {
     let mut out = String::with_capacity(name.len().div_ceil(3) * 4);
     for chunk in name.as_bytes().chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -84,7 +92,10 @@ mod tests {
         let cands = [cand(1, 0.0, 0.0, 0), cand(2, 0.0, 0.0, 0)];
         let pool: Vec<&Candidate> = cands.iter().collect();
         let mut out = [9.0; 2];
-        let req = SchedulingRequest { session_endpoint: Some(cands[1].id), ..Default::default() };
+        let req = SchedulingRequest {
+            session_endpoint: Some(cands[1].id),
+            ..Default::default()
+        };
         SessionAffinityScorer {}.score(&req, &pool, &mut out);
         assert_eq!(out, [0.0, 1.0]);
         SessionAffinityScorer {}.score(&SchedulingRequest::default(), &pool, &mut out);
@@ -97,7 +108,10 @@ mod tests {
         assert_eq!(encode_token("default/vllm-0"), "ZGVmYXVsdC92bGxtLTA=");
         assert_eq!(encode_token("ab"), "YWI=");
         assert_eq!(encode_token("abc"), "YWJj");
-        assert_eq!(decode_token("ZGVmYXVsdC92bGxtLTA=").as_deref(), Some("default/vllm-0"));
+        assert_eq!(
+            decode_token("ZGVmYXVsdC92bGxtLTA=").as_deref(),
+            Some("default/vllm-0")
+        );
         for bad in ["", "YWJ", "Y=Jj", "YW==YWJj", "YWJ*", "Y==="] {
             assert_eq!(decode_token(bad), None, "{bad:?}");
         }

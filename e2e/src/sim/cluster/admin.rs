@@ -19,7 +19,11 @@ use crate::sim::http::{json_response, read_json, Body};
 use crate::sim::openai::ApiError;
 
 /// Serves the admin API on `listener` until `shutdown` resolves.
-pub async fn serve_admin(listener: TcpListener, cluster: Cluster, shutdown: impl Future<Output = ()>) {
+pub async fn serve_admin(
+    listener: TcpListener,
+    cluster: Cluster,
+    shutdown: impl Future<Output = ()>,
+) {
     let builder = auto::Builder::new(TokioExecutor::new());
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
@@ -64,17 +68,31 @@ enum AdminError {
 }
 
 async fn route(cluster: &Cluster, req: Request<Incoming>) -> Result<Response<Body>, AdminError> {
-    let path: Vec<String> = req.uri().path().split('/').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let path: Vec<String> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
     let parts: Vec<&str> = path.iter().map(String::as_str).collect();
     let ok = || json_response(StatusCode::OK, &json!({"ok": true}));
     match (req.method().clone(), parts.as_slice()) {
-        (Method::GET, ["admin", "pods"]) => Ok(json_response(StatusCode::OK, &json!(cluster.status().await))),
+        (Method::GET, ["admin", "pods"]) => Ok(json_response(
+            StatusCode::OK,
+            &json!(cluster.status().await),
+        )),
         (method, ["admin", "pods", index, action]) => {
-            let i: usize = index.parse().map_err(|_| ApiError::BadRequest(format!("bad pod index {index:?}")))?;
+            let i: usize = index
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("bad pod index {index:?}")))?;
             match (method, *action) {
                 (Method::POST, "kill") => Ok(cluster.kill(i).await.map(|()| ok())?),
                 (Method::POST, "restart") => Ok(cluster.restart(i).await.map(|()| ok())?),
-                (Method::GET, "faults") => Ok(json_response(StatusCode::OK, &json!(cluster.faults(i).await?.current()))),
+                (Method::GET, "faults") => Ok(json_response(
+                    StatusCode::OK,
+                    &json!(cluster.faults(i).await?.current()),
+                )),
                 (Method::POST, "faults") => {
                     let faults: Faults = read_json(req).await?;
                     let mut problems = Vec::new();

@@ -69,11 +69,16 @@ impl Engine {
     }
 
     fn schedule_waiting(&mut self, budget: &mut usize, now: Instant) {
-        let mut loras: HashSet<String> =
-            self.running.iter().filter_map(|s| s.req.lora.as_ref().map(|l| l.name.clone())).collect();
+        let mut loras: HashSet<String> = self
+            .running
+            .iter()
+            .filter_map(|s| s.req.lora.as_ref().map(|l| l.name.clone()))
+            .collect();
         let mut skipped = Vec::new();
         while *budget > 0 && self.running.len() < self.cfg.max_num_seqs {
-            let Some(mut seq) = self.waiting.pop_front() else { break };
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
             if let Some(lora) = &seq.req.lora {
                 if !loras.contains(&lora.name) && loras.len() >= self.cfg.max_loras {
                     skipped.push(seq);
@@ -120,7 +125,9 @@ impl Engine {
 
     fn fits(&self, seq: &Seq, hits: &[u32], n: usize) -> bool {
         let bs = self.cfg.block_size;
-        let need = (seq.num_computed + n).div_ceil(bs).saturating_sub(hits.len());
+        let need = (seq.num_computed + n)
+            .div_ceil(bs)
+            .saturating_sub(hits.len());
         let free = self.pool.num_free() - self.pool.count_evictable(hits);
         need <= free
     }
@@ -130,7 +137,9 @@ impl Engine {
     fn allocate(&mut self, i: usize, n: usize) -> Alloc {
         let bs = self.cfg.block_size;
         let seq = &self.running[i];
-        let need = (seq.num_computed + n).div_ceil(bs).saturating_sub(seq.table.len());
+        let need = (seq.num_computed + n)
+            .div_ceil(bs)
+            .saturating_sub(seq.table.len());
         let Some(mut blocks) = self.pool.allocate(need) else {
             return Alloc::NoRoom;
         };
@@ -166,7 +175,8 @@ impl Engine {
         let t = &self.cfg.timing;
         let (mut prefill, mut decode, mut context) = (0usize, 0usize, 0usize);
         for seq in self.running.iter().filter(|s| s.scheduled > 0) {
-            let is_decode = seq.scheduled == 1 && seq.output_len() > 0
+            let is_decode = seq.scheduled == 1
+                && seq.output_len() > 0
                 && seq.num_computed + 1 == seq.tokens.len();
             if is_decode {
                 decode += 1;
@@ -181,6 +191,10 @@ impl Engine {
             + times(t.prefill_per_token, prefill)
             + times(t.decode_per_seq, decode)
             + times(t.attention_per_context_token, context);
-        StepPlan { duration, prefill_tokens: prefill, decode_seqs: decode }
+        StepPlan {
+            duration,
+            prefill_tokens: prefill,
+            decode_seqs: decode,
+        }
     }
 }

@@ -33,10 +33,18 @@ struct Harness {
 impl Harness {
     fn new(cfg: EngineConfig) -> Self {
         let engine = Engine::new(cfg, SmallRng::seed_from_u64(1), vec![11, 12, 13]);
-        Self { engine, now: Instant::now(), steps: 0 }
+        Self {
+            engine,
+            now: Instant::now(),
+            steps: 0,
+        }
     }
 
-    fn submit(&mut self, prompt: Vec<u32>, max_output: usize) -> mpsc::UnboundedReceiver<SeqOutput> {
+    fn submit(
+        &mut self,
+        prompt: Vec<u32>,
+        max_output: usize,
+    ) -> mpsc::UnboundedReceiver<SeqOutput> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.engine.add(NewRequest {
             prompt,
@@ -90,7 +98,10 @@ fn ttft_grows_with_uncached_prompt_tokens_and_drops_for_a_cached_prefix() {
     let mut h = Harness::new(cfg());
     let short = h.ttft_alone(prompt(1, 64));
     let long = h.ttft_alone(prompt(2, 480));
-    assert!(long > short + Duration::from_millis(30), "{short:?} {long:?}");
+    assert!(
+        long > short + Duration::from_millis(30),
+        "{short:?} {long:?}"
+    );
 
     // Same 480-token prefix + 16 new tokens: 480 tokens come from the cache.
     let mut again = prompt(2, 480);
@@ -120,7 +131,10 @@ fn requests_beyond_max_num_seqs_wait_and_start_later() {
 
 #[test]
 fn long_prompts_are_prefilled_in_chunks_of_the_token_budget() {
-    let mut h = Harness::new(EngineConfig { max_num_batched_tokens: 64, ..cfg() });
+    let mut h = Harness::new(EngineConfig {
+        max_num_batched_tokens: 64,
+        ..cfg()
+    });
     let _rx = h.submit(prompt(1, 200), 2);
     let plans: Vec<StepPlan> = std::iter::from_fn(|| h.step()).collect();
     let prefill: Vec<usize> = plans.iter().map(|p| p.prefill_tokens).collect();
@@ -144,7 +158,10 @@ fn step_time_rises_with_the_decode_batch() {
 #[test]
 fn running_out_of_blocks_preempts_the_last_request_which_still_finishes() {
     // 12 usable blocks of 16 tokens; two requests that grow to 8 blocks each.
-    let mut h = Harness::new(EngineConfig { num_gpu_blocks: 13, ..cfg() });
+    let mut h = Harness::new(EngineConfig {
+        num_gpu_blocks: 13,
+        ..cfg()
+    });
     let mut a = h.submit(prompt(1, 64), 64);
     let mut b = h.submit(prompt(2, 64), 64);
     h.run_to_idle();
@@ -162,7 +179,10 @@ fn running_out_of_blocks_preempts_the_last_request_which_still_finishes() {
 
 #[test]
 fn kv_usage_counts_blocks_of_running_requests_only() {
-    let mut h = Harness::new(EngineConfig { num_gpu_blocks: 101, ..cfg() });
+    let mut h = Harness::new(EngineConfig {
+        num_gpu_blocks: 101,
+        ..cfg()
+    });
     let _rx = h.submit(prompt(1, 160), 10);
     h.step();
     // 160 prompt tokens = 10 blocks; one more block for the first output token
@@ -186,7 +206,10 @@ fn a_dropped_client_aborts_its_request() {
 
 #[test]
 fn lora_requests_beyond_max_loras_wait_for_a_slot() {
-    let mut h = Harness::new(EngineConfig { max_loras: 1, ..cfg() });
+    let mut h = Harness::new(EngineConfig {
+        max_loras: 1,
+        ..cfg()
+    });
     let mut rxs = Vec::new();
     for (i, name) in ["a", "b"].iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -195,7 +218,10 @@ fn lora_requests_beyond_max_loras_wait_for_a_slot() {
             max_output: 4,
             reason_at_limit: FinishReason::Length,
             params_max_tokens: None,
-            lora: Some(LoraRef { id: i as u64 + 1, name: (*name).into() }),
+            lora: Some(LoraRef {
+                id: i as u64 + 1,
+                name: (*name).into(),
+            }),
             cache_salt: None,
             arrival: h.now,
             output: tx,
@@ -204,18 +230,29 @@ fn lora_requests_beyond_max_loras_wait_for_a_slot() {
     }
     h.step();
     let g = h.engine.gauges();
-    assert_eq!((g.running_loras, g.waiting_loras), (vec!["a".to_string()], vec!["b".to_string()]));
+    assert_eq!(
+        (g.running_loras, g.waiting_loras),
+        (vec!["a".to_string()], vec!["b".to_string()])
+    );
     h.run_to_idle();
     assert_eq!(h.engine.take_report().finished.len(), 2);
 }
 
 #[test]
 fn stored_events_carry_the_vllm_hashes_of_the_prompt() {
-    let mut h = Harness::new(EngineConfig { hash_seed: "vllm-none-hash".into(), ..cfg() });
+    let mut h = Harness::new(EngineConfig {
+        hash_seed: "vllm-none-hash".into(),
+        ..cfg()
+    });
     let _rx = h.submit((1..=40).collect(), 1);
     h.step();
     let events = h.engine.take_events();
-    let KvEvent::BlockStored { block_hashes, parent_block_hash, .. } = &events[0] else {
+    let KvEvent::BlockStored {
+        block_hashes,
+        parent_block_hash,
+        ..
+    } = &events[0]
+    else {
         panic!("{events:?}");
     };
     assert_eq!(block_hashes, &vec![8866452693264111234, 807986237951177663]);

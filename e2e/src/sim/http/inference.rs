@@ -34,9 +34,16 @@ struct Prepared {
 }
 
 /// `POST /v1/completions` and `/v1/chat/completions`.
-pub async fn serve(state: &Arc<PodState>, req: Request<Incoming>, api: Api) -> Result<Response<Body>, ApiError> {
+pub async fn serve(
+    state: &Arc<PodState>,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<Response<Body>, ApiError> {
     let faults = state.faults.current();
-    let return_error = req.headers().get("x-return-error").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let return_error = req
+        .headers()
+        .get("x-return-error")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let injected = {
         let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
         faults.injected_failure(return_error.as_deref(), &mut *rng)?
@@ -93,7 +100,11 @@ fn submit(
 
 /// `POST /v1/completions/render` and `/v1/chat/completions/render`: the token
 /// ids the request would be prefilled with, without generating.
-pub async fn render(state: &Arc<PodState>, req: Request<Incoming>, api: Api) -> Result<Response<Body>, ApiError> {
+pub async fn render(
+    state: &Arc<PodState>,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<Response<Body>, ApiError> {
     let body: InferenceRequest = read_json(req).await?;
     let p = prepare(state, api, body)?;
     let body = json!({"model": p.model, "token_ids": p.prompt, "prompt_token_ids": p.prompt, "count": p.prompt.len()});
@@ -114,7 +125,9 @@ fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepare
     let model = body.model.clone().unwrap_or_else(|| cfg.model.clone());
     let lora = resolve_model(state, &model)?;
     if body.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::BadRequest("inference-sim supports only n = 1".into()));
+        return Err(ApiError::BadRequest(
+            "inference-sim supports only n = 1".into(),
+        ));
     }
     let prompt = prompt_tokens(state, api, &body)?;
     if prompt.is_empty() {
@@ -122,12 +135,19 @@ fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepare
     }
     let requested = body.max_completion_tokens.or(body.max_tokens);
     if requested == Some(0) {
-        return Err(ApiError::BadRequest("max_tokens must be at least 1, got 0.".into()));
+        return Err(ApiError::BadRequest(
+            "max_tokens must be at least 1, got 0.".into(),
+        ));
     }
     let output = requested.unwrap_or(1);
     if prompt.len() + output > cfg.max_model_len {
         let (max, p) = (cfg.max_model_len, prompt.len());
-        return Err(ApiError::ContextTooLong { max, total: p + output, prompt: p, output });
+        return Err(ApiError::ContextTooLong {
+            max,
+            total: p + output,
+            prompt: p,
+            output,
+        });
     }
     let (max_output, reason_at_limit) = output_length(state, requested, prompt.len());
     // vLLM records the effective limit (max_model_len - prompt when unset).
@@ -147,7 +167,11 @@ fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepare
 
 /// Generate exactly `max_tokens` (finish "length"), or, when unset, a seeded
 /// random length up to `default_max_output` (finish "stop").
-fn output_length(state: &PodState, requested: Option<usize>, prompt_len: usize) -> (usize, FinishReason) {
+fn output_length(
+    state: &PodState,
+    requested: Option<usize>,
+    prompt_len: usize,
+) -> (usize, FinishReason) {
     let cfg = &state.cfg.engine;
     match requested {
         Some(n) => (n, FinishReason::Length),
@@ -164,19 +188,32 @@ fn resolve_model(state: &PodState, model: &str) -> Result<Option<LoraRef>, ApiEr
         return Ok(None);
     }
     let loras = state.loras.lock().unwrap_or_else(|e| e.into_inner());
-    loras.get(model).map(Some).ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))
+    loras
+        .get(model)
+        .map(Some)
+        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))
 }
 
-fn prompt_tokens(state: &PodState, api: Api, body: &InferenceRequest) -> Result<Vec<TokenId>, ApiError> {
+fn prompt_tokens(
+    state: &PodState,
+    api: Api,
+    body: &InferenceRequest,
+) -> Result<Vec<TokenId>, ApiError> {
     match api {
         Api::Chat => {
-            let messages = body.messages.as_ref().ok_or_else(|| ApiError::BadRequest("`messages` is required".into()))?;
+            let messages = body
+                .messages
+                .as_ref()
+                .ok_or_else(|| ApiError::BadRequest("`messages` is required".into()))?;
             let turns: Vec<_> = messages.iter().map(|m| m.turn()).collect();
             let text = render_chat(&turns, body.add_generation_prompt.unwrap_or(true));
             Ok(state.tokenizer.encode(&text))
         }
         Api::Completions => {
-            let prompt = body.prompt.clone().ok_or_else(|| ApiError::BadRequest("`prompt` is required".into()))?;
+            let prompt = body
+                .prompt
+                .clone()
+                .ok_or_else(|| ApiError::BadRequest("`prompt` is required".into()))?;
             match prompt.single()? {
                 PromptInput::Text(text) => Ok(state.tokenizer.encode(&text)),
                 PromptInput::Tokens(tokens) => Ok(tokens),
@@ -202,17 +239,29 @@ async fn collect(
             SeqOutput::Rejected => break,
         }
     }
-    Err(ApiError::Unavailable("the engine could not take the request"))
+    Err(ApiError::Unavailable(
+        "the engine could not take the request",
+    ))
 }
 
-fn finish(state: &PodState, meta: &ResponseMeta, tokens: &[TokenId], usage: &Usage) -> Result<Response<Body>, ApiError> {
+fn finish(
+    state: &PodState,
+    meta: &ResponseMeta,
+    tokens: &[TokenId],
+    usage: &Usage,
+) -> Result<Response<Body>, ApiError> {
     let text = state.tokenizer.decode(tokens)?;
     Ok(json_response(StatusCode::OK, &meta.full(&text, usage)))
 }
 
 /// Streams tokens as SSE: one `data:` event per token, the finish reason on
 /// the last, then the usage chunk (if asked) and `data: [DONE]` together.
-fn sse(state: &Arc<PodState>, meta: ResponseMeta, rx: mpsc::UnboundedReceiver<SeqOutput>, include_usage: bool) -> Response<Body> {
+fn sse(
+    state: &Arc<PodState>,
+    meta: ResponseMeta,
+    rx: mpsc::UnboundedReceiver<SeqOutput>,
+    include_usage: bool,
+) -> Response<Body> {
     let tokenizer = state.tokenizer;
     let init = (rx, true, false);
     let events = stream::unfold(init, move |(mut rx, first, done)| {
@@ -226,25 +275,40 @@ fn sse(state: &Arc<PodState>, meta: ResponseMeta, rx: mpsc::UnboundedReceiver<Se
             let text = |t: TokenId| tokenizer.decode(&[t]).unwrap_or_default();
             let (chunk, done) = match out {
                 Some(SeqOutput::Token(t)) => (event(meta.chunk(&text(t), None, first)), false),
-                Some(SeqOutput::Last(t, usage)) => (last_events(&meta, &text(t), &usage, first, include_usage), true),
-                Some(SeqOutput::Finished(usage)) => (last_events(&meta, "", &usage, first, include_usage), true),
+                Some(SeqOutput::Last(t, usage)) => (
+                    last_events(&meta, &text(t), &usage, first, include_usage),
+                    true,
+                ),
+                Some(SeqOutput::Finished(usage)) => {
+                    (last_events(&meta, "", &usage, first, include_usage), true)
+                }
                 Some(SeqOutput::Rejected) | None => {
                     let err = ApiError::Unavailable("the engine could not take the request");
                     (format!("{}data: [DONE]\n\n", event(err.body())), true)
                 }
             };
-            let frame: Result<Frame<Bytes>, std::convert::Infallible> = Ok(Frame::data(Bytes::from(chunk)));
+            let frame: Result<Frame<Bytes>, std::convert::Infallible> =
+                Ok(Frame::data(Bytes::from(chunk)));
             Some((frame, (rx, false, done)))
         }
     });
     let mut resp = Response::new(StreamBody::new(events).boxed());
     let headers = resp.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }
 
-fn last_events(meta: &ResponseMeta, text: &str, usage: &Usage, first: bool, include_usage: bool) -> String {
+fn last_events(
+    meta: &ResponseMeta,
+    text: &str,
+    usage: &Usage,
+    first: bool,
+    include_usage: bool,
+) -> String {
     let mut out = format!("data: {}\n\n", meta.chunk(text, Some(usage.reason), first));
     if include_usage {
         out.push_str(&format!("data: {}\n\n", meta.usage_chunk(usage)));

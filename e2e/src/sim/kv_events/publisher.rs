@@ -63,7 +63,13 @@ impl KvPublisher {
             tasks.spawn(serve_replay(router, buffer.clone(), cancel.clone()));
         }
         let (tx, rx) = mpsc::channel(QUEUE);
-        let task = PublisherTask { cfg: cfg.clone(), socket, buffer, rx, next_seq: 0 };
+        let task = PublisherTask {
+            cfg: cfg.clone(),
+            socket,
+            buffer,
+            rx,
+            next_seq: 0,
+        };
         tasks.spawn(task.run(cancel));
         Ok((Self { tx }, endpoints))
     }
@@ -80,7 +86,10 @@ async fn bind(socket: &mut impl Socket, endpoint: &str) -> Result<String, KvEven
     let bound = socket
         .bind(&zmq_endpoint(endpoint))
         .await
-        .map_err(|source| KvEventsError::Bind { endpoint: endpoint.to_owned(), source })?;
+        .map_err(|source| KvEventsError::Bind {
+            endpoint: endpoint.to_owned(),
+            source,
+        })?;
     Ok(bound.to_string())
 }
 
@@ -122,7 +131,12 @@ impl PublisherTask {
     async fn send(&mut self, ts: f64, events: &[KvEvent]) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let payload = Bytes::from(encode_batch(ts, events, self.cfg.encoding, self.cfg.dp_rank));
+        let payload = Bytes::from(encode_batch(
+            ts,
+            events,
+            self.cfg.encoding,
+            self.cfg.dp_rank,
+        ));
         {
             let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
             if buffer.len() >= self.cfg.buffer_steps.max(1) {
@@ -152,19 +166,31 @@ async fn serve_replay(mut router: RouterSocket, buffer: ReplayBuffer, cancel: Ca
         };
         let Ok(msg) = msg else { continue };
         let frames = msg.into_vec();
-        let (Some(id), Some(last)) = (frames.first(), frames.last()) else { continue };
-        let Ok(start) = <[u8; 8]>::try_from(last.as_ref()) else { continue };
+        let (Some(id), Some(last)) = (frames.first(), frames.last()) else {
+            continue;
+        };
+        let Ok(start) = <[u8; 8]>::try_from(last.as_ref()) else {
+            continue;
+        };
         let start = u64::from_be_bytes(start);
         let batches: Vec<(u64, Bytes)> = {
             let buffer = buffer.lock().unwrap_or_else(|e| e.into_inner());
-            buffer.iter().filter(|(seq, _)| *seq >= start).cloned().collect()
+            buffer
+                .iter()
+                .filter(|(seq, _)| *seq >= start)
+                .cloned()
+                .collect()
         };
         for (seq, payload) in batches {
             let seq = Bytes::copy_from_slice(&seq.to_be_bytes());
             reply(&mut router, vec![id.clone(), Bytes::new(), seq, payload]).await;
         }
         let end = Bytes::from_static(&END_OF_REPLAY);
-        reply(&mut router, vec![id.clone(), Bytes::new(), end, Bytes::new()]).await;
+        reply(
+            &mut router,
+            vec![id.clone(), Bytes::new(), end, Bytes::new()],
+        )
+        .await;
     }
 }
 

@@ -29,11 +29,21 @@ pub struct GpuReading {
 
 impl GpuReading {
     pub fn of(g: &EngineGauges, max_num_seqs: usize, exhausted: bool) -> Self {
-        let util_percent = (100.0 * g.running as f64 / max_num_seqs.max(1) as f64).min(100.0).round();
+        let util_percent = (100.0 * g.running as f64 / max_num_seqs.max(1) as f64)
+            .min(100.0)
+            .round();
         let kv_pool = 0.9 * FB_TOTAL_MIB - WEIGHTS_MIB;
         let used = (WEIGHTS_MIB + RUNTIME_MIB + g.kv_usage.clamp(0.0, 1.0) * kv_pool).round();
-        let used = if exhausted { FB_TOTAL_MIB - EXHAUSTED_FREE_MIB } else { used };
-        Self { util_percent, fb_used_mib: used, fb_free_mib: FB_TOTAL_MIB - used }
+        let used = if exhausted {
+            FB_TOTAL_MIB - EXHAUSTED_FREE_MIB
+        } else {
+            used
+        };
+        Self {
+            util_percent,
+            fb_used_mib: used,
+            fb_free_mib: FB_TOTAL_MIB - used,
+        }
     }
 }
 
@@ -46,12 +56,27 @@ pub fn append(out: &mut String, g: &EngineGauges, cfg: &PodConfig, exhausted: bo
         r#"gpu="0",UUID="GPU-sim-{pod}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="sim-node",container="vllm",namespace="{namespace}",pod="{pod}""#
     );
     let families = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", r.util_percent),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", r.fb_used_mib),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", r.fb_free_mib),
+        (
+            "DCGM_FI_DEV_GPU_UTIL",
+            "GPU utilization (in %).",
+            r.util_percent,
+        ),
+        (
+            "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (in MiB).",
+            r.fb_used_mib,
+        ),
+        (
+            "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (in MiB).",
+            r.fb_free_mib,
+        ),
     ];
     for (name, help, value) in families {
-        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}\n");
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}\n"
+        );
     }
 }
 
@@ -64,7 +89,11 @@ mod tests {
         let idle = GpuReading::of(&EngineGauges::default(), 8, false);
         assert_eq!(idle.util_percent, 0.0);
         assert_eq!(idle.fb_used_mib + idle.fb_free_mib, FB_TOTAL_MIB);
-        let busy = EngineGauges { running: 4, kv_usage: 1.0, ..Default::default() };
+        let busy = EngineGauges {
+            running: 4,
+            kv_usage: 1.0,
+            ..Default::default()
+        };
         let r = GpuReading::of(&busy, 8, false);
         assert_eq!(r.util_percent, 50.0);
         assert!(r.fb_free_mib > 7000.0 && r.fb_free_mib < 8500.0, "{r:?}");
@@ -73,10 +102,19 @@ mod tests {
 
     #[test]
     fn families_render_with_pod_labels() {
-        let cfg = PodConfig { pod_name: "sim-1".into(), ..Default::default() };
+        let cfg = PodConfig {
+            pod_name: "sim-1".into(),
+            ..Default::default()
+        };
         let mut text = String::new();
         append(&mut text, &EngineGauges::default(), &cfg, true);
         assert!(text.contains("# TYPE DCGM_FI_DEV_FB_FREE gauge\n"));
-        assert!(text.lines().any(|l| l.starts_with("DCGM_FI_DEV_FB_FREE{gpu=\"0\"") && l.contains("pod=\"sim-1\"") && l.ends_with("} 128")), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("DCGM_FI_DEV_FB_FREE{gpu=\"0\"")
+                    && l.contains("pod=\"sim-1\"")
+                    && l.ends_with("} 128")),
+            "{text}"
+        );
     }
 }

@@ -20,7 +20,11 @@ pub fn py_float(v: f64) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     let s = py_repr(v);
     match s.find('.') {
@@ -35,7 +39,11 @@ pub fn py_float(v: f64) -> String {
 
 fn py_repr(v: f64) -> String {
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if v.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let sci = format!("{:e}", v.abs());
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -54,13 +62,19 @@ fn py_repr(v: f64) -> String {
         return format!("{sign}{body}");
     }
     let (first, rest) = digits.split_at(1);
-    let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+    let frac = if rest.is_empty() {
+        String::new()
+    } else {
+        format!(".{rest}")
+    };
     let esign = if exp < 0 { '-' } else { '+' };
     format!("{sign}{first}{frac}e{esign}{:02}", exp.abs())
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', r"\\").replace('\n', r"\n").replace('"', r#"\""#)
+    v.replace('\\', r"\\")
+        .replace('\n', r"\n")
+        .replace('"', r#"\""#)
 }
 
 /// Builds the text, one family at a time.
@@ -81,7 +95,10 @@ impl Writer<'_> {
             labels.extend(self.common.iter().copied());
         }
         labels.sort_by(|a, b| a.0.cmp(b.0));
-        let body: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+        let body: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
         let _ = writeln!(self.out, "{name}{{{}}} {}", body.join(","), py_float(value));
     }
 
@@ -112,7 +129,10 @@ impl Writer<'_> {
         let mut cumulative = 0u64;
         for (i, count) in h.counts.iter().enumerate() {
             cumulative += count;
-            let le = h.bounds.get(i).map_or_else(|| "+Inf".to_owned(), |b| py_float(*b));
+            let le = h
+                .bounds
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |b| py_float(*b));
             self.sample(&bucket, &[("le", &le)], cumulative as f64, true);
         }
         self.sample(&format!("{name}_count"), &[], cumulative as f64, true);
@@ -142,29 +162,73 @@ pub fn render(m: &PodMetrics, cfg: &PodConfig) -> String {
 
 fn gauges(w: &mut Writer<'_>, m: &PodMetrics, cfg: &PodConfig) {
     let g = &m.gauges;
-    w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", g.running as f64);
-    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", g.waiting as f64);
-    if matches!(cfg.metrics.kv_usage, KvUsageMetric::Old | KvUsageMetric::Both) {
+    w.gauge(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        g.running as f64,
+    );
+    w.gauge(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        g.waiting as f64,
+    );
+    if matches!(
+        cfg.metrics.kv_usage,
+        KvUsageMetric::Old | KvUsageMetric::Both
+    ) {
         let help = "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.";
         w.gauge("vllm:gpu_cache_usage_perc", help, g.kv_usage);
     }
-    if matches!(cfg.metrics.kv_usage, KvUsageMetric::New | KvUsageMetric::Both) {
-        w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", g.kv_usage);
+    if matches!(
+        cfg.metrics.kv_usage,
+        KvUsageMetric::New | KvUsageMetric::Both
+    ) {
+        w.gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            g.kv_usage,
+        );
     }
 }
 
 fn counters(w: &mut Writer<'_>, m: &PodMetrics) {
     let c = &m.counters;
-    w.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", c.prefix_cache_queries);
-    w.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", c.prefix_cache_hits);
-    w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c.preemptions);
-    w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens);
-    w.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", c.prompt_tokens_cached);
-    w.counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens);
+    w.counter(
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        c.prefix_cache_queries,
+    );
+    w.counter(
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        c.prefix_cache_hits,
+    );
+    w.counter(
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        c.preemptions,
+    );
+    w.counter(
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        c.prompt_tokens,
+    );
+    w.counter(
+        "vllm:prompt_tokens_cached",
+        "Number of cached prompt tokens (local + external).",
+        c.prompt_tokens_cached,
+    );
+    w.counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        c.generation_tokens,
+    );
     let help = "Count of successfully processed requests.";
     w.header("vllm:request_success_total", help, "counter");
-    let reasons: Vec<[(&str, &str); 1]> =
-        FinishReason::ALL.iter().map(|r| [("finished_reason", r.as_str())]).collect();
+    let reasons: Vec<[(&str, &str); 1]> = FinishReason::ALL
+        .iter()
+        .map(|r| [("finished_reason", r.as_str())])
+        .collect();
     for (labels, value) in reasons.iter().zip(c.success) {
         w.sample("vllm:request_success_total", labels, value as f64, true);
     }

@@ -35,9 +35,19 @@ fn sample_metrics() -> (PodMetrics, PodConfig) {
     cfg.enable_lora = true;
     let mut m = PodMetrics::new(100, 1.7550001234e9);
     m.initialised = true;
-    let gauges = EngineGauges { running: 3, waiting: 1, kv_usage: 0.25, ..Default::default() };
+    let gauges = EngineGauges {
+        running: 3,
+        waiting: 1,
+        kv_usage: 0.25,
+        ..Default::default()
+    };
     m.set_gauges(gauges, true, 1.7e9);
-    let usage = Usage { reason: FinishReason::Stop, prompt_tokens: 30, completion_tokens: 5, cached_tokens: 16 };
+    let usage = Usage {
+        reason: FinishReason::Stop,
+        prompt_tokens: 30,
+        completion_tokens: 5,
+        cached_tokens: 16,
+    };
     let finished = FinishedRecord {
         usage,
         params_max_tokens: None,
@@ -47,7 +57,11 @@ fn sample_metrics() -> (PodMetrics, PodConfig) {
         prefill: 0.05,
         decode: 0.35,
     };
-    m.record(&StepReport { scheduled_tokens: 14, finished: vec![finished], ..Default::default() });
+    m.record(&StepReport {
+        scheduled_tokens: 14,
+        finished: vec![finished],
+        ..Default::default()
+    });
     (m, cfg)
 }
 
@@ -74,8 +88,14 @@ fn families_have_sorted_common_labels_total_and_created_series() {
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
     }
-    let cache = text.lines().find(|l| l.starts_with("vllm:cache_config_info{")).unwrap();
-    assert!(cache.starts_with(r#"vllm:cache_config_info{block_size="16",cache_dtype="auto""#), "{cache}");
+    let cache = text
+        .lines()
+        .find(|l| l.starts_with("vllm:cache_config_info{"))
+        .unwrap();
+    assert!(
+        cache.starts_with(r#"vllm:cache_config_info{block_size="16",cache_dtype="auto""#),
+        "{cache}"
+    );
     assert!(cache.contains(r#"engine="0",gpu_memory_utilization"#) && cache.ends_with("} 1.0"));
 }
 
@@ -83,8 +103,10 @@ fn families_have_sorted_common_labels_total_and_created_series() {
 fn histogram_samples_are_buckets_then_count_then_sum() {
     let (m, cfg) = sample_metrics();
     let text = render(&m, &cfg);
-    let lines: Vec<&str> =
-        text.lines().filter(|l| l.starts_with("vllm:e2e_request_latency_seconds_") && !l.contains("_created")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("vllm:e2e_request_latency_seconds_") && !l.contains("_created"))
+        .collect();
     let n = lines.len();
     assert!(lines[n - 3].contains(r#"le="+Inf""#));
     assert!(lines[n - 2].starts_with("vllm:e2e_request_latency_seconds_count"));
