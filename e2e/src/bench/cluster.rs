@@ -27,6 +27,11 @@ pub struct SimOptions {
     /// Publish KV-cache events (ZMQ PUB + replay ROUTER per pod, bound on 127.0.0.1), for
     /// epp's precise prefix scorer.
     pub kv_events: bool,
+    /// One loopback IP per pod (127.0.0.1 + i), every pod on the same port, as in a cluster:
+    /// what an EPP with Kubernetes discovery (one target port per pool) needs.
+    pub host_per_pod: bool,
+    /// Per-pod speed factors, cycled over the pods (inference-sim `--speeds`; empty: all 1.0).
+    pub speeds: Vec<f64>,
 }
 
 impl SimOptions {
@@ -60,6 +65,13 @@ impl SimOptions {
                 self.max_loras.to_string(),
             ]);
         }
+        if self.host_per_pod {
+            a.push("--host-per-pod".to_owned());
+        }
+        if !self.speeds.is_empty() {
+            let speeds: Vec<String> = self.speeds.iter().map(f64::to_string).collect();
+            a.extend(["--speeds".to_owned(), speeds.join(",")]);
+        }
         if let Some((publish, replay)) = kv {
             // Pod i binds port + i of each.
             a.extend([
@@ -74,6 +86,17 @@ impl SimOptions {
             ]);
         }
         a
+    }
+
+    /// Where pod `i` listens when pod 0 is on `base`.
+    pub fn pod_addr(&self, base: u16, i: u16) -> SocketAddr {
+        if self.host_per_pod {
+            let ip =
+                std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::LOCALHOST) + u32::from(i));
+            SocketAddr::from((ip, base))
+        } else {
+            SocketAddr::from(([127, 0, 0, 1], base + i))
+        }
     }
 
     /// KV capacity of one pod in tokens.
@@ -97,9 +120,7 @@ impl SimCluster {
         let base = free_port_range(opts.pods * if opts.kv_events { 3 } else { 1 })?;
         let kv = opts.kv_events.then_some((base + n, base + 2 * n));
         let mut proc_ = Proc::spawn("inference-sim", sim, &opts.args(base, kv), dir)?;
-        let pods: Vec<SocketAddr> = (0..n)
-            .map(|i| SocketAddr::from(([127, 0, 0, 1], base + i)))
-            .collect();
+        let pods: Vec<SocketAddr> = (0..n).map(|i| opts.pod_addr(base, i)).collect();
         let kv_ports = kv
             .map(|(p, r)| (0..n).map(|i| (p + i, r + i)).collect())
             .unwrap_or_default();
@@ -130,6 +151,8 @@ mod tests {
             lora_adapters: Vec::new(),
             max_loras: 1,
             kv_events: true,
+            host_per_pod: false,
+            speeds: Vec::new(),
         };
         let a = opts.args(9000, Some((9002, 9004))).join(" ");
         assert!(

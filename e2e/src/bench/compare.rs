@@ -74,6 +74,7 @@ async fn one(
 ) -> Result<RouterResult, BenchError> {
     let sim = SimOptions {
         kv_events: router.needs_kv_events(),
+        host_per_pod: scenario.sim.host_per_pod || router.needs_host_per_pod(),
         ..scenario.sim.clone()
     };
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;

@@ -50,6 +50,8 @@ pub struct PlanOptions {
     /// Also run each multi-replica precise router with the replicas sharing their speculative
     /// entries (label suffix `-shared`).
     pub share_speculative: bool,
+    /// Include the upstream EPPs (GIE's EPP, llm-d-router; `hack/install-peers.sh`).
+    pub upstream: bool,
 }
 
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -61,6 +63,9 @@ fn config(name: &str) -> PathBuf {
 /// The routers of a full comparison, in table order, plus `o.extra_epp`.
 fn routers_of(o: &PlanOptions) -> Vec<Router> {
     let mut r = routers(o.peers);
+    if o.upstream {
+        r.extend(upstream_routers());
+    }
     // An extra configuration named like a built-in one replaces it.
     r.retain(|b| {
         !o.extra_epp
@@ -149,6 +154,11 @@ pub fn routers(peers: bool) -> Vec<Router> {
             replicas: 1,
             shared: false,
         },
+        Router::Epp {
+            name: "ttft".into(),
+            config: config("epp-ttft.yaml"),
+            replicas: 1,
+        },
     ];
     if peers {
         r.push(Router::VllmRouter {
@@ -164,6 +174,37 @@ pub fn routers(peers: bool) -> Vec<Router> {
     r
 }
 
+/// The upstream EPPs, each in its built-in default and, for llm-d-router, the llm-d guides'
+/// "optimized baseline" (`hack/bench/llmd-optimized-baseline.yaml`, see BENCHMARKS.md).
+pub fn upstream_routers() -> Vec<Router> {
+    vec![
+        Router::GieEpp {
+            name: "default".into(),
+            config: None,
+        },
+        Router::LlmdEpp {
+            name: "default".into(),
+            config: config("llmd-default.yaml"),
+        },
+        Router::LlmdEpp {
+            name: "optimized-baseline".into(),
+            config: config("llmd-optimized-baseline.yaml"),
+        },
+    ]
+}
+
+/// The routers of the cost run: epp's default and each upstream EPP's default, plus llm-d's
+/// optimized baseline.
+pub fn cost_routers() -> Vec<Router> {
+    let mut r = vec![Router::Epp {
+        name: "default".into(),
+        config: config("epp-default.yaml"),
+        replicas: 1,
+    }];
+    r.extend(upstream_routers());
+    r
+}
+
 pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
     SimOptions {
         pods,
@@ -175,6 +216,8 @@ pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
         lora_adapters: Vec::new(),
         max_loras: 4,
         kv_events: false,
+        host_per_pod: false,
+        speeds: Vec::new(),
     }
 }
 
@@ -283,6 +326,11 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
         shared_routers.retain(|r| {
             r.label() != "epp-precise" || o.extra_epp.iter().any(|(n, _)| n == "precise")
         });
+        // One upstream EPP in quick mode: GIE's default, the one the Go module proxy serves.
+        shared_routers.retain(|r| {
+            !matches!(r, Router::LlmdEpp { .. } | Router::GieEpp { .. })
+                || r.label() == "gie-epp-default"
+        });
     }
     let mut v = vec![
         scenario(
@@ -378,6 +426,7 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
             open(format!("{}:{d}", o.random_rate), drain, w),
             routers_of(o),
         ));
+        v.extend(super::ttft::scenarios(o, &routers_of(o)));
     }
     v
 }
@@ -477,6 +526,7 @@ mod tests {
             extra_epp: Vec::new(),
             epp_replicas: Vec::new(),
             share_speculative: false,
+            upstream: true,
         };
         let precise = |o: &PlanOptions| {
             scenarios(o)[0]
@@ -496,5 +546,43 @@ mod tests {
         o.mode = Mode::Full;
         o.extra_epp.clear();
         assert_eq!(precise(&o), 1);
+    }
+
+    #[test]
+    fn quick_mode_has_one_upstream_epp_and_full_mode_all_three() {
+        let mut o = PlanOptions {
+            mode: Mode::Quick,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
+            share_speculative: false,
+            upstream: true,
+        };
+        let upstream = |o: &PlanOptions| -> Vec<String> {
+            scenarios(o)[0]
+                .routers
+                .iter()
+                .filter(|r| matches!(r, Router::GieEpp { .. } | Router::LlmdEpp { .. }))
+                .map(Router::label)
+                .collect()
+        };
+        assert_eq!(upstream(&o), ["gie-epp-default"]);
+        o.mode = Mode::Full;
+        assert_eq!(
+            upstream(&o),
+            [
+                "gie-epp-default",
+                "llm-d-epp-default",
+                "llm-d-epp-optimized-baseline"
+            ]
+        );
+        o.upstream = false;
+        assert!(upstream(&o).is_empty());
     }
 }

@@ -25,6 +25,17 @@ impl Proc {
         args: &[String],
         dir: &Path,
     ) -> Result<Self, BenchError> {
+        Self::spawn_env(name, program, args, &[], dir)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        dir: &Path,
+    ) -> Result<Self, BenchError> {
         let log = dir.join(format!("{name}.log"));
         let out =
             File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
@@ -33,6 +44,7 @@ impl Proc {
             .map_err(BenchError::io("duplicating a log handle"))?;
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -67,12 +79,12 @@ impl Proc {
 
     /// Resident memory in bytes.
     pub fn rss(&self) -> u64 {
-        let text =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        status_kb(self.pid(), "VmRSS:") * 1024
+    }
+
+    /// Peak resident memory (VmHWM) in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        status_kb(self.pid(), "VmHWM:") * 1024
     }
 }
 
@@ -81,6 +93,15 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (0 if absent).
+pub fn status_kb(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// The last 40 lines of a log file.

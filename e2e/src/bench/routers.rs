@@ -44,6 +44,15 @@ pub enum Router {
     VllmRouter { policy: String },
     /// sglang-router with this `--policy`.
     SglangRouter { policy: String },
+    /// GIE's EPP v1.5.0 (Kubernetes discovery, against the fake API server) behind the same
+    /// Envoy as epp; `config`: its `--config-file`, `None` for its built-in default.
+    GieEpp {
+        name: String,
+        config: Option<PathBuf>,
+    },
+    /// llm-d-router's EPP v0.10.0 (file discovery) behind the same Envoy as epp, with this
+    /// config template (`${ENDPOINTS_FILE}` is filled in).
+    LlmdEpp { name: String, config: PathBuf },
 }
 
 impl Router {
@@ -67,7 +76,15 @@ impl Router {
             Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
             Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
             Router::SglangRouter { policy } => format!("sglang-router-{policy}"),
+            Router::GieEpp { name, .. } => format!("gie-epp-{name}"),
+            Router::LlmdEpp { name, .. } => format!("llm-d-epp-{name}"),
         }
+    }
+
+    /// Whether the pods must each have their own IP (one port for all): GIE's EPP takes its
+    /// target port from the InferencePool.
+    pub fn needs_host_per_pod(&self) -> bool {
+        matches!(self, Router::GieEpp { .. })
     }
 
     /// Whether the pods must publish KV-cache events for this router.
@@ -86,6 +103,10 @@ pub struct Bins {
     pub loadgen: PathBuf,
     /// The Python venv holding vllm-router and sglang-router.
     pub venv: PathBuf,
+    /// The upstream peers from `hack/install-peers.sh`.
+    pub gie_epp: PathBuf,
+    pub llmd_epp: PathBuf,
+    pub llmd_sim: PathBuf,
 }
 
 impl Bins {
@@ -100,6 +121,9 @@ impl Bins {
             model_server: dir.join("model-server"),
             loadgen: dir.join("loadgen"),
             venv: crate::envoy::repo_root().join(".venv-bench"),
+            gie_epp: super::upstream::peer_bin("gie-epp"),
+            llmd_epp: super::upstream::peer_bin("llm-d-epp"),
+            llmd_sim: super::upstream::peer_bin("llm-d-inference-sim"),
         })
     }
 }
@@ -110,6 +134,10 @@ pub struct Running {
     /// Processes other than Envoy (epp, the noop server, a Python router).
     pub procs: Vec<Proc>,
     pub envoy: Option<Envoy>,
+    /// The EPP's Prometheus endpoint (first replica), for its own decision-latency histogram.
+    pub metrics: Option<SocketAddr>,
+    /// The fake API server an EPP with Kubernetes discovery watches (kept running).
+    pub api: Option<crate::fake_apiserver::FakeApiServer>,
 }
 
 impl Running {
@@ -188,6 +216,10 @@ pub async fn start(
             pods,
             dir,
         )?,
+        Router::GieEpp { config, .. } => {
+            super::upstream::gie(bins, pods, dir, config.as_deref()).await?
+        }
+        Router::LlmdEpp { config, .. } => super::upstream::llmd(bins, pods, dir, config).await?,
     };
     wait_routable(running.target, model, Duration::from_secs(60))
         .await
@@ -211,6 +243,8 @@ async fn envoy_only(template: Template, pods: &[SocketAddr]) -> Result<Running, 
         target: envoy.listener_addr(),
         procs: Vec::new(),
         envoy: Some(envoy),
+        metrics: None,
+        api: None,
     })
 }
 
@@ -250,6 +284,7 @@ async fn epp(
 ) -> Result<Running, BenchError> {
     let mut procs = Vec::new();
     let mut grpc = Vec::new();
+    let mut metrics = None;
     let ports: Vec<Vec<u16>> = (0..replicas.max(1))
         .map(|_| free_ports(4))
         .collect::<Result<_, _>>()?;
@@ -299,6 +334,7 @@ async fn epp(
         .await?;
         procs.push(proc_);
         grpc.push(SocketAddr::from(([127, 0, 0, 1], p[0])));
+        metrics.get_or_insert(SocketAddr::from(([127, 0, 0, 1], p[2])));
     }
     let envoy = EnvoyConfig::new(Template::Duplex)
         .epp_replicas(grpc)
@@ -309,6 +345,8 @@ async fn epp(
         target: envoy.listener_addr(),
         procs,
         envoy: Some(envoy),
+        metrics,
+        api: None,
     })
 }
 
@@ -330,6 +368,8 @@ async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, B
         target: envoy.listener_addr(),
         procs: vec![proc_],
         envoy: Some(envoy),
+        metrics: None,
+        api: None,
     })
 }
 
@@ -372,6 +412,8 @@ fn python_router(
         target: SocketAddr::from(([127, 0, 0, 1], p[0])),
         procs: vec![proc_],
         envoy: None,
+        metrics: None,
+        api: None,
     })
 }
 

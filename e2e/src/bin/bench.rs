@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use epp_e2e::bench::plan::{scenarios, Mode, PlanOptions};
 use epp_e2e::bench::routers::Bins;
-use epp_e2e::bench::{compare, crosscheck, overhead, report};
+use epp_e2e::bench::{compare, cost, crosscheck, overhead, report};
 
 /// Routing quality of epp against Envoy, vllm-router and sglang-router, and epp's overhead.
 #[derive(Debug, Parser)]
@@ -76,6 +76,25 @@ struct Args {
     profile: String,
     #[arg(long, default_value_t = 0.5)]
     time_scale: f64,
+    /// Leave out the upstream EPPs (GIE's EPP, llm-d-router; hack/install-peers.sh).
+    #[arg(long)]
+    no_upstream: bool,
+    /// Run the cost comparison (100 pods: idle CPU, CPU per request, peak RSS, decision
+    /// latency of epp and each upstream EPP).
+    #[arg(long)]
+    cost: bool,
+    /// Cost run: pods, seconds of idle, seconds per load, req/s of small chat, 10K and 100K prompts.
+    #[arg(long, default_value_t = 100)]
+    cost_pods: usize,
+    #[arg(long, default_value_t = 30.0)]
+    cost_idle_secs: f64,
+    #[arg(long, default_value_t = 15.0)]
+    cost_secs: f64,
+    #[arg(long, value_delimiter = ',', default_value = "40,8,1")]
+    cost_rates: Vec<f64>,
+    /// Cost run: the pods' time scale (fast, so the EPPs, not the simulated GPUs, are measured).
+    #[arg(long, default_value_t = 10.0)]
+    cost_time_scale: f64,
 }
 
 #[tokio::main]
@@ -105,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         time_scale: args.time_scale,
         epp_replicas: args.epp_replicas.clone(),
         share_speculative: args.share_speculative,
+        upstream: !args.no_upstream && args.mode != Mode::Smoke,
         extra_epp: args
             .epp
             .iter()
@@ -152,6 +172,37 @@ async fn main() -> anyhow::Result<()> {
         .await;
         md.push_str(&format!("\n\n### cross-check with inference-perf (shared prefix, epp-default, {} req/s, {secs} s)\n\n{}", opts.shared_prefix_rate / 2.0, crosscheck::table(&rows)));
     }
+    let mut costs = Vec::new();
+    if args.cost {
+        let rates: [f64; 3] = match args.cost_rates.as_slice() {
+            [a, b, c] => [*a, *b, *c],
+            _ => anyhow::bail!("--cost-rates takes three rates: small, 10K, 100K"),
+        };
+        let copts = cost::CostOptions {
+            pods: args.cost_pods,
+            idle_secs: args.cost_idle_secs,
+            shapes: cost::shapes(rates, args.cost_secs),
+            time_scale: args.cost_time_scale,
+        };
+        let mut rs = epp_e2e::bench::plan::cost_routers();
+        rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+        costs = cost::run(
+            &rs,
+            &copts,
+            &bins,
+            &args.out.join("cost"),
+            epp_e2e::bench::plan::MODEL,
+        )
+        .await;
+        md.push_str(&format!(
+            "\n\n### cost ({} pods, idle {} s, then {} s per load at {:?} req/s)\n\n{}",
+            copts.pods,
+            copts.idle_secs,
+            args.cost_secs,
+            rates,
+            cost::table(&costs, "epp-default")
+        ));
+    }
     let mut over = Vec::new();
     if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
         over = overhead::run(
@@ -166,8 +217,7 @@ async fn main() -> anyhow::Result<()> {
     md.push_str(&format!("\nmachine load after: {}\n", uptime()));
     println!("{md}");
     std::fs::write(args.out.join("results.md"), &md)?;
-    let json =
-        serde_json::json!({"routing": results, "overhead": over, "options": format!("{args:?}")});
+    let json = serde_json::json!({"routing": results, "overhead": over, "cost": costs, "options": format!("{args:?}")});
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_vec_pretty(&json)?,

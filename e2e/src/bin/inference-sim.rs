@@ -60,6 +60,11 @@ struct Args {
     /// Address every pod listens on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
+    /// Pod i listens on --host + i (IPv4, e.g. 127.0.0.1, 127.0.0.2, ...), every pod on
+    /// --base-port: one IP per pod, as in a cluster (what Kubernetes discovery with one target
+    /// port per pool needs).
+    #[arg(long)]
+    host_per_pod: bool,
     /// Port of pod 0 (0 = pick free ports).
     #[arg(long, visible_alias = "port", default_value_t = 8000)]
     base_port: u16,
@@ -340,16 +345,29 @@ impl Args {
     }
 }
 
+/// `host` + `i` (IPv4 only).
+fn nth_host(host: IpAddr, i: usize) -> anyhow::Result<IpAddr> {
+    let IpAddr::V4(v4) = host else {
+        anyhow::bail!("--host-per-pod needs an IPv4 --host");
+    };
+    let n = u32::from(v4)
+        .checked_add(u32::try_from(i)?)
+        .context("--host-per-pod: address out of range")?;
+    Ok(IpAddr::V4(n.into()))
+}
+
 async fn bind_pods(args: &Args) -> anyhow::Result<(Vec<TcpListener>, Vec<PodConfig>)> {
     let mut listeners = Vec::with_capacity(args.pods);
     let mut configs = Vec::with_capacity(args.pods);
     for i in 0..args.pods {
-        let port = if args.base_port == 0 {
-            0
+        let (host, port) = if args.host_per_pod {
+            (nth_host(args.host, i)?, args.base_port)
+        } else if args.base_port == 0 {
+            (args.host, 0)
         } else {
-            args.base_port.saturating_add(i as u16)
+            (args.host, args.base_port.saturating_add(i as u16))
         };
-        let listener = TcpListener::bind((args.host, port))
+        let listener = TcpListener::bind((host, port))
             .await
             .with_context(|| format!("bind pod {i} on port {port}"))?;
         let addr = listener.local_addr()?;

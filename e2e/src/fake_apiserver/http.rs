@@ -140,6 +140,11 @@ async fn handle(
     store: &Arc<Store>,
     cancel: CancellationToken,
 ) -> Response<Body> {
+    if req.method() == Method::GET {
+        if let Some(doc) = discovery(req.uri().path()) {
+            return respond(200, &doc);
+        }
+    }
     let Some(t) = parse_path(req.uri().path()) else {
         return respond(
             404,
@@ -190,6 +195,134 @@ async fn handle(
             405,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "MethodNotAllowed", "code": 405}),
         ),
+    }
+}
+
+/// The resources the discovery documents announce: (group, version, plural, kind, namespaced).
+/// Enough for clients that build a REST mapper from discovery (controller-runtime, as in the
+/// upstream Go EPP); the store itself accepts any collection.
+const RESOURCES: &[(&str, &str, &str, &str, bool)] = &[
+    ("", "v1", "pods", "Pod", true),
+    ("", "v1", "services", "Service", true),
+    ("", "v1", "endpoints", "Endpoints", true),
+    ("", "v1", "configmaps", "ConfigMap", true),
+    ("", "v1", "secrets", "Secret", true),
+    ("", "v1", "events", "Event", true),
+    ("", "v1", "namespaces", "Namespace", false),
+    ("coordination.k8s.io", "v1", "leases", "Lease", true),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+    ),
+    (
+        "inference.networking.k8s.io",
+        "v1",
+        "inferencepools",
+        "InferencePool",
+        true,
+    ),
+    (
+        "inference.networking.x-k8s.io",
+        "v1alpha2",
+        "inferencepools",
+        "InferencePool",
+        true,
+    ),
+    (
+        "inference.networking.x-k8s.io",
+        "v1alpha2",
+        "inferenceobjectives",
+        "InferenceObjective",
+        true,
+    ),
+    (
+        "inference.networking.x-k8s.io",
+        "v1alpha2",
+        "inferencemodelrewrites",
+        "InferenceModelRewrite",
+        true,
+    ),
+    (
+        "inference.networking.x-k8s.io",
+        "v1alpha2",
+        "inferencemodels",
+        "InferenceModel",
+        true,
+    ),
+];
+
+/// Legacy (unaggregated) discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{g}/{v}`.
+fn discovery(path: &str) -> Option<Value> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let resources = |group: &str, version: &str| -> Option<Value> {
+        let list: Vec<Value> = RESOURCES
+            .iter()
+            .filter(|r| r.0 == group && r.1 == version)
+            .flat_map(|&(_, _, plural, kind, namespaced)| {
+                let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
+                [
+                    json!({"name": plural, "singularName": kind.to_lowercase(), "namespaced": namespaced,
+                        "kind": kind, "verbs": verbs}),
+                    json!({"name": format!("{plural}/status"), "singularName": "", "namespaced": namespaced,
+                        "kind": kind, "verbs": ["get", "patch", "update"]}),
+                ]
+            })
+            .collect();
+        let gv = if group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{group}/{version}")
+        };
+        (!list.is_empty()).then(|| {
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list})
+        })
+    };
+    match segs.as_slice() {
+        ["version"] => Some(
+            json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-fake",
+            "platform": "linux/amd64"}),
+        ),
+        ["api"] => Some(json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})),
+        ["api", v] => resources("", v),
+        ["apis"] => {
+            let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+            for &(g, v, ..) in RESOURCES.iter().filter(|r| !r.0.is_empty()) {
+                match groups.iter_mut().find(|(name, _)| *name == g) {
+                    Some((_, vs)) if !vs.contains(&v) => vs.push(v),
+                    Some(_) => {}
+                    None => groups.push((g, vec![v])),
+                }
+            }
+            let groups: Vec<Value> = groups
+                .into_iter()
+                .map(|(g, vs)| {
+                    let versions: Vec<Value> = vs
+                        .iter()
+                        .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                        .collect();
+                    json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
+                })
+                .collect();
+            Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+        }
+        ["apis", g] => {
+            let versions: Vec<Value> = RESOURCES
+                .iter()
+                .filter(|r| r.0 == *g)
+                .map(|r| json!({"groupVersion": format!("{g}/{}", r.1), "version": r.1}))
+                .collect();
+            let first = versions.first()?.clone();
+            Some(
+                json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": versions,
+                "preferredVersion": first}),
+            )
+        }
+        ["apis", g, v] => resources(g, v),
+        _ => None,
     }
 }
 
@@ -350,6 +483,26 @@ fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn discovery_names_pods_and_the_inference_pool_resources() {
+        let v1 = discovery("/api/v1").unwrap();
+        assert!(v1["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pods" && r["kind"] == "Pod"));
+        let groups = discovery("/apis").unwrap();
+        assert!(groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "inference.networking.k8s.io"));
+        let pools = discovery("/apis/inference.networking.k8s.io/v1").unwrap();
+        assert_eq!(pools["resources"][0]["kind"], "InferencePool");
+        assert!(discovery("/api/v1/namespaces/ns/pods").is_none());
+        assert!(discovery("/apis/nope/v1").is_none());
+    }
 
     #[test]
     fn paths_name_collections_objects_and_status() {
