@@ -11,9 +11,14 @@
 //! as enough of it has arrived (the early decision, [`scan`]).
 
 pub mod chat;
+pub mod headers;
 pub mod hf;
+pub mod native;
+pub mod parsers;
 pub mod scan;
 pub mod tokenize;
+
+pub use parsers::{Handling, ParserKind, ParserSet};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -27,17 +32,24 @@ pub enum ApiKind {
     Responses,
     Embeddings,
     Conversations,
+    /// Anthropic Messages (`anthropic-parser`): `system`, `messages`, `tools`.
+    Messages,
+    /// vLLM's token-in `/inference/v1/generate` (`vllmhttp-parser`): `token_ids`.
+    VllmGenerate,
+    /// SGLang's native `/generate` (`sglanghttp-parser`): `input_ids`, no model rewrite.
+    SglangGenerate,
 }
 
 impl ApiKind {
-    /// Detects the API from a request path (query string ignored). Unknown paths are treated as
-    /// completions, upstream's default.
+    /// Detects the OpenAI API from a request path (query string ignored). Unknown paths are
+    /// treated as completions, upstream's default; `/render` sub-paths share their parent's body.
     pub fn from_path(path: &str) -> Self {
         let path = path
             .split(['?', '#'])
             .next()
             .unwrap_or(path)
             .trim_end_matches('/');
+        let path = path.strip_suffix("/render").unwrap_or(path);
         if path.ends_with("/chat/completions") {
             Self::ChatCompletions
         } else if path.ends_with("/completions") {
@@ -60,7 +72,24 @@ impl ApiKind {
             Self::ChatCompletions => "messages",
             Self::Responses | Self::Embeddings => "input",
             Self::Conversations => "items",
+            Self::Messages => "messages",
+            Self::VllmGenerate => "token_ids",
+            Self::SglangGenerate => "input_ids",
         }
+    }
+
+    /// Whether the body's `model` can be rewritten (SGLang's body is forwarded as raw bytes
+    /// upstream, so neither a header nor an objective rewrites it).
+    pub fn rewrites_model(self) -> bool {
+        self != Self::SglangGenerate
+    }
+
+    /// Whether the incremental scan can decide before the whole body (the OpenAI APIs).
+    pub fn scans_early(self) -> bool {
+        !matches!(
+            self,
+            Self::Messages | Self::VllmGenerate | Self::SglangGenerate
+        )
     }
 }
 
@@ -109,6 +138,10 @@ pub enum RequestError {
         field: &'static str,
         reason: &'static str,
     },
+    #[error("no parser registered matching path suffix for: {path}")]
+    NoParser { path: String },
+    #[error("unsupported path: {path}")]
+    UnsupportedPath { path: String },
 }
 
 #[derive(Deserialize)]
@@ -140,6 +173,12 @@ pub fn parse(
     body: &[u8],
     max_prompt_bytes: usize,
 ) -> Result<LlmRequest, RequestError> {
+    match api {
+        ApiKind::Messages => return native::messages(body, max_prompt_bytes),
+        ApiKind::VllmGenerate => return native::vllm_generate(body),
+        ApiKind::SglangGenerate => return native::sglang_generate(body),
+        _ => {}
+    }
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
@@ -196,6 +235,7 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         ApiKind::ChatCompletions => w.messages,
         ApiKind::Responses | ApiKind::Embeddings => w.input,
         ApiKind::Conversations => w.items,
+        ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => None,
     }
     .filter(|v| v.get() != "null")
     .ok_or(RequestError::MissingField(field))?;
@@ -222,6 +262,9 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         ))),
         ApiKind::Embeddings => completion_prompt(required.get(), cap),
         ApiKind::Conversations => Ok(Prompt::Text(concat_raw(&[Some(required)], cap))),
+        ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => {
+            Err(RequestError::MissingField(field))
+        }
     }
 }
 

@@ -323,7 +323,7 @@ impl Scanner {
         body: &[u8],
         prompt_cap: usize,
     ) -> Option<LlmRequest> {
-        if self.is_broken() || body.len() != self.pos {
+        if self.is_broken() || body.len() != self.pos || !api.scans_early() {
             return None;
         }
         let model = self.complete(Field::Model)?;
@@ -379,6 +379,8 @@ impl Scanner {
                 cap,
             ),
             ApiKind::Conversations => self.raw_concat(&[Field::Items], body, cap),
+            // Only the whole body decides these (see `ApiKind::scans_early`).
+            ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => None,
         }
     }
 
