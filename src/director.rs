@@ -33,6 +33,8 @@ pub struct Runtime {
     pub health: HealthPolicy,
     /// The saturation detector's thresholds (`utilization-detector` parameters).
     pub thresholds: admission::Thresholds,
+    /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
+    pub parsers: request::ParserSet,
     pub source: String,
 }
 
@@ -101,6 +103,7 @@ impl Runtime {
             served_verifier,
             health,
             thresholds,
+            parsers: request::ParserSet::default(),
             source: text.to_owned(),
         })
     }
@@ -130,6 +133,10 @@ pub struct Incoming<'a> {
     pub objective: Option<&'a str>,
     /// `x-session-token`: the session's endpoint, as a previous response told the client.
     pub session_token: Option<&'a str>,
+    /// The API its parser chose (`None`: the OpenAI API named by `path`).
+    pub api: Option<ApiKind>,
+    /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.
+    pub if_available: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +151,9 @@ pub enum DirectorError {
     Shed(#[from] admission::Shed),
     #[error("scheduler chose endpoint {0} that is not in the datastore")]
     UnknownEndpoint(EndpointId),
+    /// `Prefer: if-available` and the chosen endpoint holds none of the prompt (upstream's text).
+    #[error("no decode worker has the requested KV cache")]
+    NotCached,
 }
 
 /// Keeps a routed request counted (in-flight per endpoint, running per model) until dropped.
@@ -174,6 +184,8 @@ pub struct Routed {
     /// The `x-session-token` response header value (the primary's token) when a
     /// `session-affinity-scorer` is configured.
     pub session_token: Option<String>,
+    /// Every scored candidate's final score (`--emit-endpoint-scores`).
+    pub scores: Vec<(EndpointId, f64)>,
 }
 
 /// Usage, size and timing figures of a finished response, for metrics and passive health.
@@ -284,7 +296,8 @@ impl Director {
     pub fn route(&self, inc: &Incoming<'_>, rng: &mut impl Rng) -> Result<Routed, DirectorError> {
         let started = Instant::now();
         let parse_span = crate::telemetry::child("parse");
-        let req = request::parse(ApiKind::from_path(inc.path), inc.body, self.prompt_cap())?;
+        let api = inc.api.unwrap_or_else(|| ApiKind::from_path(inc.path));
+        let req = request::parse(api, inc.body, self.prompt_cap())?;
         crate::telemetry::annotate(|| {
             vec![
                 opentelemetry::KeyValue::new("epp.model", req.model.clone()),
@@ -358,7 +371,11 @@ impl Director {
     ) -> Result<Routed, DirectorError> {
         let runtime = self.runtime.load();
         let objectives = self.datastore.objectives();
-        let target = objectives.target(&req.model, inc.model_rewrite, rng);
+        let target = if req.api.rewrites_model() {
+            objectives.target(&req.model, inc.model_rewrite, rng)
+        } else {
+            req.model.clone()
+        };
         let priority = objectives.priority(inc.objective, &req.model);
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
@@ -383,11 +400,15 @@ impl Director {
             ),
         };
         let schedule_span = crate::telemetry::child("schedule");
-        let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let (decision, scores) =
+            self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         drop(schedule_span);
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        if inc.if_available && !holds_prefix(lookup.as_ref(), decision[0]) {
+            return Err(DirectorError::NotCached);
+        }
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
         }
@@ -413,6 +434,7 @@ impl Director {
             started,
             lease,
             session_token,
+            scores,
         })
     }
 
@@ -435,10 +457,15 @@ impl Director {
             affinity_key: affinity_key(inc.session_token, None),
             ..Default::default()
         };
-        let decision = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let (decision, scores) =
+            self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
+        // No prompt, so nothing can be cached: upstream answers a passthrough request 412 too.
+        if inc.if_available {
+            return Err(DirectorError::NotCached);
+        }
         let lease = self.lease(primary, "");
         let session_token = runtime
             .scheduler
@@ -453,6 +480,7 @@ impl Director {
             started,
             lease,
             session_token,
+            scores,
         })
     }
 
@@ -747,7 +775,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<Vec<EndpointId>, DirectorError> {
+    ) -> Result<(Vec<EndpointId>, Scores), DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -775,7 +803,7 @@ impl Director {
         };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
         match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok(d.endpoints),
+            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores)),
             Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
             Err(e) => Err(DirectorError::Schedule(e)),
         }
@@ -829,6 +857,15 @@ impl Director {
             running,
         }
     }
+}
+
+/// Every scored candidate's final score, as the scheduler reports them.
+type Scores = Vec<(EndpointId, f64)>;
+
+/// Whether the prefix lookup found any of the prompt's blocks held by `id` (upstream's
+/// conditional-decode gate: a match of at least one block; no prefix scorer, no match).
+fn holds_prefix(lookup: Option<&PrefixLookup>, id: EndpointId) -> bool {
+    lookup.is_some_and(|l| l.matches.iter().any(|(e, n)| *e == id && *n > 0))
 }
 
 /// The candidate a session token names (the token is base64 of the endpoint name).

@@ -35,6 +35,8 @@ pub struct ExtProc {
     director: Arc<Director>,
     limits: Limits,
     flow: Option<Arc<FlowControl>>,
+    /// `--emit-endpoint-scores`: every candidate's score in the routing metadata.
+    emit_endpoint_scores: bool,
 }
 
 impl ExtProc {
@@ -43,7 +45,15 @@ impl ExtProc {
             director,
             limits,
             flow: None,
+            emit_endpoint_scores: false,
         }
+    }
+
+    /// Sends the scheduler's score of every candidate in the routing metadata
+    /// (`envoy.lb/x-gateway-destination-endpoint-scores`, upstream's `--emit-endpoint-scores`).
+    pub fn with_endpoint_scores(mut self, emit: bool) -> Self {
+        self.emit_endpoint_scores = emit;
+        self
     }
 
     /// Routing decisions wait for their turn in `flow` (flow control on).
@@ -80,6 +90,9 @@ impl ExternalProcessor for ExtProc {
         let mut machine = StreamMachine::new(Arc::clone(&self.director), self.limits);
         if self.flow.is_some() {
             machine.use_flow_control();
+        }
+        if self.emit_endpoint_scores {
+            machine.emit_endpoint_scores();
         }
         let driver = Driver {
             inbound: request.into_inner(),

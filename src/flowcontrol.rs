@@ -8,7 +8,8 @@
 //! fairness keys (`x-gateway-inference-fairness-id`, default `default-flow`); first come first
 //! served within a key. Capacity: a total request count and byte size, and a byte size per
 //! band; a request that does not fit is refused at once (429). A request not released within
-//! the TTL is answered 503, and one whose stream ends (client gone) leaves the queue.
+//! the TTL is answered 429 (`rejected-ttl-expired`, as llm-d-router v0.10), and one whose stream
+//! ends (client gone) leaves the queue.
 //!
 //! [`Queues`] is the pure ordering and accounting; [`FlowControl`] adds the waiting (a oneshot
 //! per request) and the dispatcher, which releases one request per tick while the saturation
@@ -70,7 +71,7 @@ pub enum FlowError {
 }
 
 impl FlowError {
-    /// A capacity refusal (429) rather than an expiry (503).
+    /// A capacity refusal (a full queue) rather than an expiry or a shutdown.
     pub fn is_capacity(&self) -> bool {
         matches!(self, Self::Full { .. })
     }

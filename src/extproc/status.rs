@@ -9,6 +9,14 @@
 //! 429 and 503 carries a `Retry-After` header (seconds) and two more fields in `error`,
 //! `reason` (`pool_saturated`, `no_ready_endpoints`, `shed_by_priority`) and
 //! `retry_after_seconds`. The message text is unchanged, so matching on it keeps working.
+//!
+//! llm-d-router v0.10's drop reasons: every 429 and 503 also carries
+//! `x-llm-d-request-dropped-reason` with upstream's value (`pkg/common/error/error.go`):
+//! `rejected-saturated` (every candidate filtered out, a full flow-control queue, a shed
+//! sheddable request — upstream's legacy shed omits the header, epp sets it as its flow-control
+//! path does), `rejected-no-endpoints` (no candidate), `rejected-ttl-expired` (waited out its
+//! queue TTL: 429 while the pool has endpoints, as upstream) and `rejected-shutting-down`.
+//! `Prefer: if-available` with nothing cached answers 412 `PreconditionFailed`, no drop reason.
 
 use crate::director::DirectorError;
 use crate::request::RequestError;
@@ -22,6 +30,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     BadRequest,
+    PreconditionFailed,
     ResourceExhausted,
     ServiceUnavailable,
     Internal,
@@ -34,6 +43,7 @@ impl Code {
     pub fn http_status(self) -> u16 {
         match self {
             Self::BadRequest => 400,
+            Self::PreconditionFailed => 412,
             Self::RequestTimeout => 408,
             Self::PayloadTooLarge => 413,
             Self::HeadersTooLarge => 431,
@@ -46,6 +56,7 @@ impl Code {
     pub fn name(self) -> &'static str {
         match self {
             Self::BadRequest => "BadRequest",
+            Self::PreconditionFailed => "PreconditionFailed",
             Self::RequestTimeout => "RequestTimeout",
             Self::PayloadTooLarge => "PayloadTooLarge",
             Self::HeadersTooLarge => "RequestHeaderFieldsTooLarge",
@@ -88,6 +99,29 @@ impl Backpressure {
     }
 }
 
+/// The `x-llm-d-request-dropped-reason` response header.
+pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
+
+/// Why a request never reached a model server, by upstream's `RequestDroppedReason` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DroppedReason {
+    Saturated,
+    NoEndpoints,
+    TtlExpired,
+    ShuttingDown,
+}
+
+impl DroppedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Saturated => "rejected-saturated",
+            Self::NoEndpoints => "rejected-no-endpoints",
+            Self::TtlExpired => "rejected-ttl-expired",
+            Self::ShuttingDown => "rejected-shutting-down",
+        }
+    }
+}
+
 /// Errors that end a stream before routing, besides the director's.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -113,12 +147,30 @@ impl StreamError {
             Self::Director(DirectorError::Schedule(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::Shed(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::UnknownEndpoint(_)) => Code::Internal,
+            Self::Director(DirectorError::NotCached) => Code::PreconditionFailed,
             Self::BodyTooLarge { .. } => Code::PayloadTooLarge,
             Self::BodyTimeout(_) => Code::RequestTimeout,
             Self::TooManyMessages { .. } => Code::PayloadTooLarge,
             Self::HeadersTooLarge { .. } => Code::HeadersTooLarge,
+            // A TTL expiry is contention, not absence: 429, as upstream v0.10.
             Self::Flow(e) if e.is_capacity() => Code::ResourceExhausted,
+            Self::Flow(crate::flowcontrol::FlowError::Expired(_)) => Code::ResourceExhausted,
             Self::Flow(_) => Code::ServiceUnavailable,
+        }
+    }
+
+    /// Upstream's drop reason for a 429 or 503, `None` for every other error.
+    pub fn dropped_reason(&self) -> Option<DroppedReason> {
+        use crate::flowcontrol::FlowError;
+        match self {
+            Self::Director(DirectorError::NoCandidates(_)) => Some(DroppedReason::NoEndpoints),
+            Self::Director(DirectorError::Schedule(_) | DirectorError::Shed(_)) => {
+                Some(DroppedReason::Saturated)
+            }
+            Self::Flow(FlowError::Full { .. }) => Some(DroppedReason::Saturated),
+            Self::Flow(FlowError::Expired(_)) => Some(DroppedReason::TtlExpired),
+            Self::Flow(FlowError::Closed) => Some(DroppedReason::ShuttingDown),
+            _ => None,
         }
     }
 }
@@ -151,6 +203,12 @@ pub fn immediate(err: &StreamError) -> ProcessingResponse {
     let mut error =
         serde_json::json!({"message": message, "type": code.name(), "code": code.http_status()});
     let mut set_headers = vec![super::wire::set_header("content-type", "application/json")];
+    if let Some(reason) = err.dropped_reason() {
+        set_headers.push(super::wire::set_header(
+            DROPPED_REASON_HEADER,
+            reason.as_str(),
+        ));
+    }
     if let Some(bp) = err.backpressure() {
         error["reason"] = bp.reason().into();
         error["retry_after_seconds"] = bp.retry_after_secs().into();
@@ -218,6 +276,69 @@ mod tests {
                 "{body}"
             );
             assert_eq!(body["error"]["code"], status);
+        }
+    }
+
+    #[test]
+    fn drop_reasons_and_statuses_are_upstreams() {
+        use crate::flowcontrol::FlowError;
+        let shed = crate::admission::Shed {
+            priority: -1,
+            saturation: 1.0,
+        };
+        let cases: Vec<(StreamError, u16, Option<&str>)> = vec![
+            (
+                DirectorError::NoCandidates("x").into(),
+                503,
+                Some("rejected-no-endpoints"),
+            ),
+            (
+                DirectorError::Schedule(ScheduleError::AllFiltered).into(),
+                429,
+                Some("rejected-saturated"),
+            ),
+            (
+                DirectorError::Shed(shed).into(),
+                429,
+                Some("rejected-saturated"),
+            ),
+            (
+                FlowError::Full {
+                    limit: "requests",
+                    value: 1,
+                }
+                .into(),
+                429,
+                Some("rejected-saturated"),
+            ),
+            (
+                FlowError::Expired(std::time::Duration::from_secs(1)).into(),
+                429,
+                Some("rejected-ttl-expired"),
+            ),
+            (
+                FlowError::Closed.into(),
+                503,
+                Some("rejected-shutting-down"),
+            ),
+            (DirectorError::NotCached.into(), 412, None),
+            (StreamError::from(RequestError::MissingModel), 400, None),
+            (StreamError::BodyTooLarge { limit: 1 }, 413, None),
+        ];
+        for (err, status, reason) in cases {
+            let Some(Response::ImmediateResponse(r)) = immediate(&err).response else {
+                panic!()
+            };
+            assert_eq!(r.status.unwrap().code, i32::from(status), "{err}");
+            let got = r
+                .headers
+                .unwrap()
+                .set_headers
+                .into_iter()
+                .filter_map(|h| h.header)
+                .find(|h| h.key == DROPPED_REASON_HEADER)
+                .map(|h| String::from_utf8(h.raw_value).unwrap());
+            assert_eq!(got.as_deref(), reason, "{err}");
         }
     }
 

@@ -13,6 +13,13 @@
 //! through as it arrives ([`early`]). With flow control, the decision first waits for the
 //! request's turn ([`crate::flowcontrol`]); the driver awaits it.
 //!
+//! Parsers (llm-d-router v0.10): the request's path chooses its parser
+//! ([`crate::request::ParserSet`], from the configuration). A passthrough request (the fallback
+//! parser, or Anthropic's `count_tokens`) and a WebSocket upgrade are routed at header time,
+//! load-aware and without a prompt, and their body streams through unread; a path no parser
+//! claims is refused (400) at header time. Steering headers are read under llm-d's names with
+//! the GIE names as aliases ([`crate::request::headers`]).
+//!
 //! The destination is epp's alone: the routing mutation overwrites a client's
 //! `x-gateway-destination-endpoint` and removes the other routing headers a client could
 //! forge ([`wire::routing_common`]).
@@ -22,6 +29,8 @@ use super::status::{self, StreamError};
 use super::wire;
 use crate::director::{Director, Incoming, Routed};
 use crate::metrics::ErrorLabels;
+use crate::request::headers::Steering;
+use crate::request::Handling;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -79,6 +88,11 @@ enum Phase {
 #[derive(Debug, Default)]
 struct RequestMeta {
     path: String,
+    /// The API the path's parser reads; `None` before the headers, for a passthrough request
+    /// and a bodyless one.
+    api: Option<crate::request::ApiKind>,
+    /// `Prefer: if-available`.
+    if_available: bool,
     has_request_id: bool,
     model_rewrite: Option<String>,
     test_selection: Option<String>,
@@ -109,6 +123,8 @@ pub struct StreamMachine {
     trace: Option<crate::telemetry::RequestTrace>,
     /// Request-side progress: the body scan, early decision, flow-control wait.
     req: early::RequestSide,
+    /// Add every candidate's score to the routing metadata (`--emit-endpoint-scores`).
+    emit_scores: bool,
 }
 
 impl StreamMachine {
@@ -127,7 +143,14 @@ impl StreamMachine {
             served: None,
             trace: None,
             req: early::RequestSide::default(),
+            emit_scores: false,
         }
+    }
+
+    /// Adds `x-gateway-destination-endpoint-scores` to the routing metadata (upstream's
+    /// `--emit-endpoint-scores`).
+    pub fn emit_endpoint_scores(&mut self) {
+        self.emit_scores = true;
     }
 
     /// Whether the routing decision is still pending (the body deadline applies).
@@ -203,40 +226,72 @@ impl StreamMachine {
             wire::find_header(map, "tracestate"),
         );
         self.meta.has_request_id = wire::find_header(map, "x-request-id").is_some();
-        self.meta.model_rewrite =
-            wire::find_header(map, "x-gateway-model-name-rewrite").map(String::from);
+        let steering = Steering::read(|k| wire::find_header(map, k), &self.meta.path);
+        self.meta.model_rewrite = steering.model_rewrite;
+        self.meta.if_available = steering.if_available;
         self.meta.test_selection =
             wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
-        self.meta.objective =
-            wire::find_header(map, "x-gateway-inference-objective").map(String::from);
+        self.meta.objective = steering.objective;
         self.meta.session_token =
             wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
-        self.meta.fairness_id = wire::find_header(map, early::FAIRNESS_HEADER).map(String::from);
+        self.meta.fairness_id = steering.fairness_id;
         if let Err(e) = self.check_headers(map) {
             return self.fail(e, out);
         }
         self.phase = Phase::Body;
         if h.end_of_stream {
-            let inc = self.incoming(&[]);
-            match crate::telemetry::in_scope(self.trace.as_ref(), || {
-                self.director.route_bodyless(&inc, &mut rand::rng())
-            }) {
-                Ok(routed) => {
-                    let (common, md) = self.routing(&routed, None);
-                    out.push(wire::request_headers(Some(common), Some(md)));
-                    self.routed = Some(routed);
-                    self.phase = Phase::Routed;
-                }
-                Err(e) => self.fail(e.into(), out),
+            return self.route_at_headers(out);
+        }
+        let handling = if steering.websocket {
+            Ok(Handling::Passthrough)
+        } else {
+            self.director.runtime().parsers.handling(&self.meta.path)
+        };
+        match handling {
+            Err(e) => self.fail(e.into(), out),
+            Ok(Handling::Passthrough) => {
+                self.req.raw = true;
+                self.route_at_headers(out);
             }
-        } else if !self.request_duplex {
-            out.push(wire::request_headers(None, None));
+            Ok(Handling::Parse(api)) => {
+                self.meta.api = Some(api);
+                if !self.request_duplex {
+                    out.push(wire::request_headers(None, None));
+                }
+            }
         }
     }
 
+    /// Routes before the body, load-aware and without a prompt: a bodyless request, a
+    /// passthrough one or a WebSocket upgrade (whose body then streams through unread).
+    fn route_at_headers(&mut self, out: &mut Vec<ProcessingResponse>) {
+        let inc = self.incoming(&[]);
+        match crate::telemetry::in_scope(self.trace.as_ref(), || {
+            self.director.route_bodyless(&inc, &mut rand::rng())
+        }) {
+            Ok(routed) => {
+                let (common, md) = self.routing(&routed, None);
+                out.push(wire::request_headers(Some(common), Some(md)));
+                self.routed = Some(routed);
+                self.phase = Phase::Routed;
+            }
+            Err(e) => self.fail(e.into(), out),
+        }
+    }
+
+    /// The API the body is read as.
+    fn api(&self) -> crate::request::ApiKind {
+        self.meta
+            .api
+            .unwrap_or_else(|| crate::request::ApiKind::from_path(&self.meta.path))
+    }
+
     fn on_request_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        if self.req.raw {
+            return self.forward_raw(b, out);
+        }
         if self.request_open() {
             return self.forward_chunk(b, out);
         }
@@ -306,6 +361,8 @@ impl StreamMachine {
             test_endpoint_selection: self.meta.test_selection.as_deref(),
             objective: self.meta.objective.as_deref(),
             session_token: self.meta.session_token.as_deref(),
+            api: self.meta.api,
+            if_available: self.meta.if_available,
         }
     }
 
@@ -328,7 +385,11 @@ impl StreamMachine {
         }
         (
             wire::request_routing(set),
-            wire::destination_metadata(&value),
+            if self.emit_scores {
+                wire::destination_metadata_with_scores(&value, &routed.scores)
+            } else {
+                wire::destination_metadata(&value)
+            },
         )
     }
 
@@ -441,8 +502,7 @@ impl StreamMachine {
     /// Model labels for an error: the requested and target model when the body names one.
     /// Re-parsing happens only on this failure path; a body never read (413, 408) has none.
     fn error_models(&self) -> (String, String) {
-        let api = crate::request::ApiKind::from_path(&self.meta.path);
-        match crate::request::parse(api, &self.body, 0) {
+        match crate::request::parse(self.api(), &self.body, 0) {
             Ok(req) => {
                 let target = self
                     .meta

@@ -19,6 +19,8 @@ pub const LB_NAMESPACE: &str = "envoy.lb";
 pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
 pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
 pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+/// `envoy.lb` key of the candidates' scores (upstream `DestinationEndpointScoresKey`).
+pub const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
 /// Largest body chunk sent back to Envoy (upstream's `BodyByteLimit`; some builds cap at 64 KiB).
 pub const BODY_CHUNK: usize = 62_000;
 
@@ -71,6 +73,37 @@ pub fn destination_metadata(value: &str) -> Struct {
             kind: Some(Kind::StructValue(inner)),
         },
     );
+    md
+}
+
+/// [`destination_metadata`] plus, when there are any, the scheduler's score of every scored
+/// candidate as upstream's `--emit-endpoint-scores` sends them: a struct under
+/// [`SCORES_KEY`] mapping `ip:port` (IPv6 bracketed) to a number.
+pub fn destination_metadata_with_scores(value: &str, scores: &[(EndpointId, f64)]) -> Struct {
+    let mut md = destination_metadata(value);
+    if scores.is_empty() {
+        return md;
+    }
+    let mut table = Struct::default();
+    for (id, score) in scores {
+        table.fields.insert(
+            id.to_string(),
+            Value {
+                kind: Some(Kind::NumberValue(*score)),
+            },
+        );
+    }
+    if let Some(Value {
+        kind: Some(Kind::StructValue(inner)),
+    }) = md.fields.get_mut(LB_NAMESPACE)
+    {
+        inner.fields.insert(
+            SCORES_KEY.to_owned(),
+            Value {
+                kind: Some(Kind::StructValue(table)),
+            },
+        );
+    }
     md
 }
 

@@ -125,7 +125,8 @@ mod tests {
 
     #[test]
     fn current_names_win_over_aliases_even_when_empty() {
-        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+        type Headers<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Headers<'_>, Option<&str>)] = &[
             (&[], None),
             (&[("x-gateway-inference-objective", "old")], Some("old")),
             (&[("x-llm-d-inference-objective", "new")], Some("new")),

@@ -298,7 +298,10 @@ mod tests {
             ParserSet::from_type_names(["openai-parser", "passthrough-parser", "anthropic-parser"])
                 .unwrap();
         assert_eq!(cut.kinds().collect::<Vec<_>>(), vec![OpenAi, Passthrough]);
-        assert_eq!(cut.handling("/v1/messages").ok(), Some(Handling::Passthrough));
+        assert_eq!(
+            cut.handling("/v1/messages").ok(),
+            Some(Handling::Passthrough)
+        );
         let dup = ParserSet::new([VllmHttp, OpenAi, VllmHttp]);
         assert_eq!(dup.kinds().collect::<Vec<_>>(), vec![VllmHttp, OpenAi]);
         assert!(!dup.contains(Passthrough));

@@ -1,7 +1,7 @@
 //! Flow control through Envoy (issue #7): with `--flow-control`, requests wait in epp while the
 //! pool is saturated; when capacity frees they are served, the Critical objective before the
 //! standard one before the Sheddable one; a full queue answers 429 at once, and a request that
-//! waits past the TTL 503. Priorities come from InferenceObjectives served by the fake API
+//! waits past the TTL 429. Priorities come from InferenceObjectives served by the fake API
 //! server (Kubernetes mode); the pod is a stand-in whose reported queue the test sets, so
 //! saturation is exact: queue 50 saturates, queue 4 leaves room for one request per scrape
 //! (epp counts what it sent since the last scrape as queued), which releases the waiting
@@ -98,7 +98,7 @@ async fn wait_queue(epp: &Epp, waiting: f64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_503() {
+async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429() {
     let api = FakeApiServer::bind().await.unwrap();
     let client = api.client(NS).unwrap();
     let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
@@ -178,7 +178,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_is_429_and_expiry_
     wait_queue(&epp, 50.0).await;
     let started = std::time::Instant::now();
     let (status, text, _) = send(addr, "critical").await;
-    assert_eq!(status, 503, "{text}");
+    assert_eq!(status, 429, "{text}");
     assert!(text.contains("request timed out in queue"), "{text}");
     assert!(
         started.elapsed() >= Duration::from_secs(3),

@@ -17,12 +17,13 @@ use crate::extproc::status::StreamError;
 use crate::extproc::wire;
 use crate::flowcontrol::{FlowError, Ticket};
 use crate::request::scan::Scanner;
-use crate::request::{ApiKind, LlmRequest, RequestError};
+use crate::request::{LlmRequest, RequestError};
 use envoy_types::pb::envoy::config::core::v3::HeaderMap;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use std::time::Instant;
 
-/// The flow-control fairness key header and its default (upstream's names).
+/// The flow-control fairness key header (its GIE name; llm-d's `x-llm-d-inference-fairness-id`
+/// wins, [`crate::request::headers::FAIRNESS_ID`]) and its default (upstream's names).
 pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
 pub const DEFAULT_FLOW: &str = "default-flow";
 
@@ -44,6 +45,9 @@ pub struct RequestSide {
     messages: usize,
     /// Routed early: body chunks still arrive and are passed through.
     open: bool,
+    /// Routed at header time (passthrough, WebSocket): the body streams through unread and
+    /// unlimited (a WebSocket session is long).
+    pub(super) raw: bool,
     /// Decisions wait for flow control.
     pub(super) flow: bool,
     pending: Option<Pending>,
@@ -62,6 +66,7 @@ impl StreamMachine {
     pub(super) fn count_request_message(&mut self, out: &mut Vec<ProcessingResponse>) -> bool {
         self.req.messages += 1;
         let arriving = matches!(self.phase, Phase::Start | Phase::Body) || self.req.open;
+        let arriving = arriving && !self.req.raw;
         if arriving && self.req.messages > self.limits.max_request_messages {
             self.fail(
                 StreamError::TooManyMessages {
@@ -130,7 +135,7 @@ impl StreamMachine {
         if !self.limits.early_decision || !self.request_duplex || self.req.pending.is_some() {
             return;
         }
-        let api = ApiKind::from_path(&self.meta.path);
+        let api = self.api();
         let Some(cap) = self.director.early_prompt_bytes(api) else {
             return;
         };
@@ -183,7 +188,7 @@ impl StreamMachine {
     }
 
     fn whole_body_model(&self) -> Option<String> {
-        let api = ApiKind::from_path(&self.meta.path);
+        let api = self.api();
         match self.req.scanner.early_request(api, &self.body, 0) {
             Some(r) => Some(r.model),
             None => crate::request::parse(api, &self.body, 0)
@@ -256,6 +261,19 @@ impl StreamMachine {
         wire::streamed_body(&b.body, b.end_of_stream, false, out);
         if b.end_of_stream {
             self.close_request();
+        }
+    }
+
+    /// A body chunk of a request routed at header time: passed through as it is.
+    pub(super) fn forward_raw(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        if self.phase != Phase::Routed {
+            return;
+        }
+        self.req.body_len += b.body.len();
+        if self.request_duplex {
+            wire::streamed_body(&b.body, b.end_of_stream, false, out);
+        } else {
+            out.push(wire::request_body(None, None));
         }
     }
 

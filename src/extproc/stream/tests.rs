@@ -11,6 +11,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProtocolConfig
 use envoy_types::pb::google::protobuf::value::Kind;
 use prometheus_client::registry::Registry;
 
+mod parsers;
+
 fn machine_with_store(
     ports: &[u16],
     duplex: bool,

@@ -1,0 +1,255 @@
+//! The llm-d-router v0.10 request interface through the stream machine: parsers by path,
+//! header-time routing (passthrough, WebSocket), steering-header aliases, drop reasons, 412 and
+//! endpoint scores.
+
+use super::*;
+use crate::request::{ParserKind, ParserSet};
+
+fn lb_field(r: &ProcessingResponse, key: &str) -> Option<Kind> {
+    let md = r
+        .dynamic_metadata
+        .as_ref()?
+        .fields
+        .get("envoy.lb")?
+        .kind
+        .clone();
+    let Some(Kind::StructValue(s)) = md else {
+        return None;
+    };
+    s.fields.get(key).and_then(|v| v.kind.clone())
+}
+
+fn immediate_header(out: &[ProcessingResponse], key: &str) -> Option<String> {
+    out.iter().find_map(|r| match &r.response {
+        Some(Response::ImmediateResponse(i)) => i
+            .headers
+            .as_ref()?
+            .set_headers
+            .iter()
+            .filter_map(|h| h.header.as_ref())
+            .find(|h| h.key == key)
+            .map(|h| String::from_utf8_lossy(&h.raw_value).into_owned()),
+        _ => None,
+    })
+}
+
+#[test]
+fn passthrough_paths_route_at_the_headers_and_stream_the_body_unread() {
+    for duplex in [true, false] {
+        let (mut m, pc) = machine(&[1], duplex);
+        let out = run(&mut m, vec![headers("/v1/rerank", false, Some(pc))]);
+        assert_eq!(out.len(), 1, "routed on the headers (duplex {duplex})");
+        assert_eq!(destination(&out[0]).0, "127.0.0.1:1");
+        let junk = b"not json at all {{{";
+        let out = run(&mut m, vec![body(junk, false), body(b"", true)]);
+        if duplex {
+            assert_eq!(streamed_bytes(&out), (junk.to_vec(), true));
+        } else {
+            assert_eq!(out.len(), 2);
+            assert!(immediate_status(&out).is_none());
+        }
+    }
+}
+
+#[test]
+fn websocket_upgrades_route_at_the_headers_whatever_the_parsers() {
+    let (mut m, pc) = machine(&[1], true);
+    let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    rt.parsers = ParserSet::new([ParserKind::OpenAi]);
+    m.director.set_runtime(rt);
+    let out = run(
+        &mut m,
+        vec![headers_with(
+            "/v1/chat/completions",
+            &[("upgrade", "websocket")],
+            pc,
+        )],
+    );
+    assert_eq!(destination(&out[0]).0, "127.0.0.1:1");
+    let frames: Vec<_> = (0..200).map(|i| body(&[i as u8; 10], false)).collect();
+    let out = run(&mut m, frames);
+    assert_eq!(streamed_bytes(&out).0.len(), 2000, "no limit, no scan");
+    let out = run(
+        &mut m,
+        vec![headers("/v1/realtime?model=m", false, Some(pc))],
+    );
+    assert!(out.is_empty(), "one request per stream");
+    let (mut m, pc) = machine(&[1], true);
+    let out = run(
+        &mut m,
+        vec![headers("/v1/realtime?model=m", false, Some(pc))],
+    );
+    assert_eq!(destination(&out[0]).0, "127.0.0.1:1");
+}
+
+#[test]
+fn a_path_no_configured_parser_claims_is_a_400_at_the_headers() {
+    let (mut m, pc) = machine(&[1], true);
+    let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    rt.parsers = ParserSet::new([ParserKind::OpenAi, ParserKind::SglangHttp]);
+    m.director.set_runtime(rt);
+    let out = run(&mut m, vec![headers("/v1/messages", false, Some(pc))]);
+    assert_eq!(immediate_status(&out), Some(400));
+    let (mut m2, _) = machine(&[1], true);
+    m2.director = Arc::clone(&m.director);
+    let gen = br#"{"input_ids":[1,2,3],"extra_key":"k"}"#;
+    let out = run(
+        &mut m2,
+        vec![headers("/generate", false, Some(pc)), body(gen, true)],
+    );
+    assert_eq!(destination(&out[0]).0, "127.0.0.1:1");
+    assert_eq!(streamed_bytes(&out), (gen.to_vec(), true));
+}
+
+#[test]
+fn anthropic_and_token_in_bodies_are_parsed_and_forwarded_unchanged() {
+    let cases: &[(&str, &[u8])] = &[
+        (
+            "/v1/messages",
+            br#"{"model":"claude","system":"s","messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            "/inference/v1/generate",
+            br#"{"model":"m","token_ids":[1,2,3],"sampling_params":{"max_tokens":2}}"#,
+        ),
+    ];
+    for (path, bytes) in cases {
+        let (mut m, pc) = machine(&[1], true);
+        let out = run(
+            &mut m,
+            vec![headers(path, false, Some(pc)), body(bytes, true)],
+        );
+        assert_eq!(destination(&out[0]).0, "127.0.0.1:1", "{path}");
+        assert_eq!(streamed_bytes(&out), (bytes.to_vec(), true), "{path}");
+    }
+    let (mut m, pc) = machine(&[1], true);
+    let bad = br#"{"model":"m","token_ids":[]}"#;
+    let out = run(
+        &mut m,
+        vec![
+            headers("/inference/v1/generate", false, Some(pc)),
+            body(bad, true),
+        ],
+    );
+    assert_eq!(immediate_status(&out), Some(400));
+}
+
+#[test]
+fn llm_d_header_names_win_over_their_gie_aliases() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("x-gateway-model-name-rewrite", "old")], "old"),
+        (&[("x-llm-d-model-name-rewrite", "new")], "new"),
+        (
+            &[
+                ("x-gateway-model-name-rewrite", "old"),
+                ("x-llm-d-model-name-rewrite", "new"),
+            ],
+            "new",
+        ),
+    ];
+    for (extra, want) in cases {
+        let (mut m, pc) = machine(&[1], true);
+        let out = run(
+            &mut m,
+            vec![
+                headers_with("/v1/chat/completions", extra, pc),
+                body(CHAT, true),
+            ],
+        );
+        let (forwarded, _) = streamed_bytes(&out);
+        let text = String::from_utf8(forwarded).unwrap();
+        assert!(
+            text.contains(&format!(r#""model":"{want}""#)),
+            "{extra:?}: {text}"
+        );
+    }
+}
+
+#[test]
+fn rejections_carry_upstreams_drop_reason() {
+    let (mut m, pc) = machine(&[], true);
+    let out = run(
+        &mut m,
+        vec![
+            headers("/v1/chat/completions", false, Some(pc)),
+            body(CHAT, true),
+        ],
+    );
+    assert_eq!(immediate_status(&out), Some(503));
+    assert_eq!(
+        immediate_header(&out, status::DROPPED_REASON_HEADER).as_deref(),
+        Some("rejected-no-endpoints")
+    );
+    let (mut m, pc) = machine(&[1], true);
+    let out = run(
+        &mut m,
+        vec![
+            headers("/v1/chat/completions", false, Some(pc)),
+            body(b"{", true),
+        ],
+    );
+    assert_eq!(immediate_status(&out), Some(400));
+    assert_eq!(immediate_header(&out, status::DROPPED_REASON_HEADER), None);
+}
+
+#[test]
+fn prefer_if_available_is_412_until_the_endpoint_caches_the_prompt() {
+    let prompt = "the same long shared prefix ".repeat(40);
+    let chat = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": prompt}]})
+        .to_string();
+    let (m0, pc) = machine(&[1], true);
+    let director = Arc::clone(&m0.director);
+    let send = |prefer: bool| {
+        let mut m = StreamMachine::new(Arc::clone(&director), Limits::default());
+        let extra: &[(&str, &str)] = if prefer {
+            &[("prefer", "if-available")]
+        } else {
+            &[]
+        };
+        run(
+            &mut m,
+            vec![
+                headers_with("/v1/chat/completions", extra, pc),
+                body(chat.as_bytes(), true),
+            ],
+        )
+    };
+    let out = send(true);
+    assert_eq!(immediate_status(&out), Some(412), "nothing cached yet");
+    assert_eq!(immediate_header(&out, status::DROPPED_REASON_HEADER), None);
+    assert_eq!(immediate_status(&send(false)), None);
+    let out = send(true);
+    assert_eq!(destination(&out[0]).0, "127.0.0.1:1", "cached now");
+}
+
+#[test]
+fn endpoint_scores_are_in_the_metadata_only_when_asked() {
+    for emit in [false, true] {
+        let (mut m, pc) = machine(&[1, 2], true);
+        if emit {
+            m.emit_endpoint_scores();
+        }
+        let out = run(
+            &mut m,
+            vec![
+                headers("/v1/chat/completions", false, Some(pc)),
+                body(CHAT, true),
+            ],
+        );
+        let scores = lb_field(&out[0], wire::SCORES_KEY);
+        if !emit {
+            assert!(scores.is_none());
+            continue;
+        }
+        let Some(Kind::StructValue(s)) = scores else {
+            panic!("{scores:?}")
+        };
+        let mut keys: Vec<_> = s.fields.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, ["127.0.0.1:1", "127.0.0.1:2"]);
+        assert!(s
+            .fields
+            .values()
+            .all(|v| matches!(v.kind, Some(Kind::NumberValue(n)) if n.is_finite())));
+    }
+}
