@@ -26,11 +26,33 @@ pub fn definitions() -> Vec<(String, CustomResourceDefinition)> {
         rewrite::InferenceModelRewrite::crd(),
     ];
     crds.into_iter()
-        .map(|crd| {
+        .map(|mut crd| {
+            approve(&mut crd);
             let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
             (file, crd)
         })
         .collect()
+}
+
+/// The annotation a real API server requires of CRDs in protected groups (`*.k8s.io`, but not
+/// `*.x-k8s.io`): without it the CRD is rejected ("protected groups must have approval
+/// annotation", KEP 1111). The value is upstream's approval.
+pub const API_APPROVED: (&str, &str) = (
+    "api-approved.kubernetes.io",
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/pull/1173",
+);
+
+fn approve(crd: &mut CustomResourceDefinition) {
+    let group = &crd.spec.group;
+    let protected = (group.ends_with(".k8s.io") || group.ends_with(".kubernetes.io"))
+        && !group.ends_with(".x-k8s.io");
+    if protected {
+        let (key, value) = API_APPROVED;
+        crd.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.to_owned(), value.to_owned());
+    }
 }
 
 /// The YAML committed for one CRD.

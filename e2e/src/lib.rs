@@ -26,6 +26,7 @@ pub mod client;
 pub mod envoy;
 pub mod fake_apiserver;
 pub mod fixtures;
+pub mod kube_apiserver;
 pub mod loadgen;
 pub mod noop_extproc;
 pub mod ports;

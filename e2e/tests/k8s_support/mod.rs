@@ -46,6 +46,16 @@ impl Drop for TempDir {
 impl Epp {
     /// Starts epp with `args` plus `--kubeconfig` for `api`, plaintext, fast gauges.
     pub async fn start(api: &FakeApiServer, args: &[&str]) -> Self {
+        Self::start_with(NS, |path| api.write_kubeconfig(path, NS).unwrap(), args).await
+    }
+
+    /// Starts epp for `namespace` with `args` plus `--kubeconfig` (the file `write` writes:
+    /// the fake server's, or a real server's with a ServiceAccount token).
+    pub async fn start_with(
+        namespace: &str,
+        write: impl FnOnce(&std::path::Path),
+        args: &[&str],
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "epp-k8s-{}-{}",
             std::process::id(),
@@ -53,7 +63,7 @@ impl Epp {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig, NS).unwrap();
+        write(&kubeconfig);
         let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
         let listeners = Listeners {
             grpc: bind().await,
@@ -72,7 +82,7 @@ impl Epp {
             "--refresh-prometheus-metrics-interval".into(),
             "50ms".into(),
             "--pool-namespace".into(),
-            NS.into(),
+            namespace.into(),
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
         ];

@@ -1,0 +1,231 @@
+//! Support for the tests against a real kube-apiserver (e2e/src/kube_apiserver.rs): the CRDs
+//! installed once per test binary, a namespace per test, pods whose status the test sets
+//! through `pods/status` (no kubelet runs), and epp started with a kubeconfig.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use epp_e2e::kube_apiserver::{apply, KubeApiServer, TestNamespace};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The shared server with the CRDs of `config/crd/` installed and established.
+pub async fn server() -> &'static KubeApiServer {
+    let server = KubeApiServer::shared().await;
+    CRDS.get_or_init(|| install_crds(server)).await;
+    server
+}
+
+/// The shared server (CRDs installed) and a fresh namespace.
+pub async fn setup(prefix: &str) -> (&'static KubeApiServer, TestNamespace) {
+    let server = server().await;
+    (server, server.namespace(prefix).await.unwrap())
+}
+
+async fn install_crds(server: &KubeApiServer) {
+    let client = server.admin_client("default").await.unwrap();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root().join("config/crd")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for obj in apply::apply_yaml(&client, "default", &text)
+            .await
+            .unwrap_or_else(|e| panic!("{} was not accepted: {e}", path.display()))
+        {
+            names.push(obj.metadata.name.unwrap());
+        }
+    }
+    let api = Api::<CustomResourceDefinition>::all(client);
+    for name in names {
+        let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
+            .unwrap();
+    }
+}
+
+/// Creates any object from JSON in `ns` (server-side apply).
+pub async fn create(ns: &TestNamespace, obj: Value) -> kube::api::DynamicObject {
+    apply::apply(&ns.client, &ns.name, &obj)
+        .await
+        .unwrap_or_else(|e| panic!("{} not accepted: {e}", obj["kind"]))
+}
+
+/// A pod labelled `labels`, bound to a node name so deletion is graceful (no kubelet runs, so
+/// a bound pod stays Terminating until deleted with grace period 0).
+pub fn pod(name: &str, labels: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "vllm", "image": "vllm"}]}
+    }))
+    .unwrap()
+}
+
+pub async fn create_pod(ns: &TestNamespace, name: &str, labels: Value) {
+    Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &pod(name, labels))
+        .await
+        .unwrap();
+}
+
+/// Sets the pod's IP and Ready condition through the `pods/status` subresource, as a kubelet would.
+pub async fn set_status(ns: &TestNamespace, name: &str, ip: &str, ready: bool) {
+    let ready = if ready { "True" } else { "False" };
+    let status = json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": ready}]
+    }});
+    Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
+/// A Ready pod `name` at `ip`, labelled `app=vllm`.
+pub async fn ready_pod(ns: &TestNamespace, name: &str, ip: &str) {
+    create_pod(ns, name, json!({"app": "vllm"})).await;
+    set_status(ns, name, ip, true).await;
+}
+
+/// Deletes a pod; with `grace` None it is removed at once, else it turns Terminating.
+pub async fn delete_pod(ns: &TestNamespace, name: &str, grace: Option<u32>) {
+    let params = DeleteParams {
+        grace_period_seconds: Some(grace.unwrap_or(0)),
+        ..Default::default()
+    };
+    Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
+        .delete(name, &params)
+        .await
+        .unwrap();
+}
+
+/// An InferencePool v1 `pool` selecting `app=vllm` on `ports`.
+pub fn pool(ports: &[u16]) -> Value {
+    let ports: Vec<_> = ports.iter().map(|p| json!({"number": p})).collect();
+    json!({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": "pool"},
+        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": ports,
+                 "endpointPickerRef": {"name": "pool-epp", "port": {"number": 9002}}}
+    })
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The API error of a rejected call: (HTTP code, message).
+pub fn rejection<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(e)) => (e.code, e.message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Model-server stand-ins `pod-<i>` on distinct loopback addresses `127.0.0.<2+i>`, all on one
+/// port (like pods of a Deployment), so the pool's single target port fits them all.
+pub async fn standins(n: usize) -> (u16, Vec<epp_e2e::standin::StandIn>) {
+    use epp_e2e::standin::{StandIn, StandInOptions};
+    let port = epp_e2e::ports::free_port().unwrap();
+    let mut pods = Vec::new();
+    for i in 0..n {
+        let listener = tokio::net::TcpListener::bind(format!("127.0.0.{}:{port}", 2 + i))
+            .await
+            .unwrap();
+        pods.push(StandIn::start(listener, StandInOptions::named(format!("pod-{i}"))).unwrap());
+    }
+    (port, pods)
+}
+
+/// A real Envoy routing through epp at `grpc` to `pods`.
+pub async fn envoy(
+    grpc: std::net::SocketAddr,
+    pods: &[epp_e2e::standin::StandIn],
+) -> epp_e2e::envoy::Envoy {
+    use epp_e2e::envoy::{EnvoyConfig, Template};
+    EnvoyConfig::new(Template::Duplex)
+        .epp(grpc)
+        .pool(pods.iter().map(epp_e2e::standin::StandIn::addr))
+        .start()
+        .await
+        .unwrap()
+}
+
+pub const COMPLETION: &str = r#"{"model":"m","prompt":"Say hello to the pool","max_tokens":3}"#;
+
+/// One completion through Envoy: `Ok(pod name)` or `Err(status)`.
+pub async fn send_through(envoy: &epp_e2e::envoy::Envoy) -> Result<String, u16> {
+    let r = epp_e2e::client::post_json(envoy.listener_addr(), "/v1/completions", COMPLETION)
+        .await
+        .map_err(|_| 0u16)?;
+    if !r.status.is_success() {
+        return Err(r.status.as_u16());
+    }
+    Ok(r.header("x-inference-pod").unwrap_or_default().to_owned())
+}
+
+/// Sends `n` completions; the set of pods that served them. Panics on a failed request.
+pub async fn served_by(
+    envoy: &epp_e2e::envoy::Envoy,
+    n: usize,
+) -> std::collections::BTreeSet<String> {
+    let mut pods = std::collections::BTreeSet::new();
+    for _ in 0..n {
+        match send_through(envoy).await {
+            Ok(pod) => pods.insert(pod),
+            Err(status) => panic!("a request failed with {status}"),
+        };
+    }
+    pods
+}
+
+/// Waits (bounded) until `n` requests are served by exactly `want`.
+pub async fn wait_served(envoy: &epp_e2e::envoy::Envoy, want: &[&str]) {
+    let want: std::collections::BTreeSet<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = served_by(envoy, 12).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "traffic went to {got:?}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes a kubeconfig for ServiceAccount `sa` of `ns` (a freshly minted token) at `path`.
+pub async fn sa_kubeconfig(server: &KubeApiServer, ns: &TestNamespace, sa: &str, path: &Path) {
+    let token = server.mint_token(&ns.name, sa).await.unwrap();
+    server.token_kubeconfig(path, &ns.name, &token).unwrap();
+}
