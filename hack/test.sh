@@ -6,6 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 hack/install-envoy.sh >/dev/null
 export EPP_ENVOY="$(hack/install-envoy.sh)"
+export EPP_KUBE_BIN="$(hack/install-kube.sh)"  # real kube-apiserver + etcd for e2e/tests/kube_*.rs (cold: ~11 min)
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
