@@ -71,12 +71,27 @@ pub async fn run(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_with_drain(opts, listeners, CancellationToken::new(), shutdown).await
+}
+
+/// [`run`], with a graceful stop: when `drain` is cancelled, readiness turns NOT_SERVING at
+/// once while ext_proc keeps serving for `--drain-timeout` (upstream's drain, so the gateway
+/// and the Service stop sending before the streams close); then `shutdown` is cancelled.
+pub async fn run_with_drain(
+    opts: Options,
+    listeners: Listeners,
+    drain: CancellationToken,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
     // Upstream turns flow control on with `featureGates: [flowControl]` in the config.
-    let flow_gate = config::parse_document(&runtime.source)
-        .is_ok_and(|d| d.feature_gates.iter().any(|g| g == "flowControl"));
-    let telemetry = crate::telemetry::Telemetry::from_env()?;
+    let flow_gate = runtime.gates.flow_control;
+    let telemetry = if opts.tracing {
+        crate::telemetry::Telemetry::from_env()?
+    } else {
+        crate::telemetry::Telemetry::off()
+    };
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let info = InfoLabels {
@@ -139,11 +154,17 @@ pub async fn run(
             .tls_config(tls_config(&opts)?)
             .context("configuring TLS")?;
     }
+    let mut server = grpc.into_server();
+    if let Some(n) = opts.grpc_max_recv_msg_size {
+        server = server.max_decoding_message_size(n);
+    }
+    if let Some(n) = opts.grpc_max_send_msg_size {
+        server = server.max_encoding_message_size(n);
+    }
     let ext_router = if opts.health_checking {
-        ext.add_service(grpc.into_server())
-            .add_service(health_service.clone())
+        ext.add_service(server).add_service(health_service.clone())
     } else {
-        ext.add_service(grpc.into_server())
+        ext.add_service(server)
     };
     let health_router = tonic::transport::Server::builder().add_service(health_service);
     let failed = CancellationToken::new();
@@ -181,9 +202,15 @@ pub async fn run(
     match leader {
         None => health.set_ready(true).await,
         Some(rx) => {
-            tracker.spawn(follow_leader(health.clone(), rx, shutdown.clone()));
+            tracker.spawn(follow_leader(health.clone(), rx, drain.clone(), shutdown.clone()));
         }
     }
+    tracker.spawn(drain_then_stop(
+        health.clone(),
+        drain,
+        opts.drain_timeout,
+        shutdown.clone(),
+    ));
     tracing::info!(
         endpoints = datastore.snapshot().len(),
         tls = opts.secure_serving,
@@ -211,7 +238,10 @@ fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         (None, Some(text)) => text.clone(),
         _ => config::DEFAULT_CONFIG.to_owned(),
     };
-    Ok(Runtime::build(&text, None)?)
+    let load = config::LoadOptions {
+        allow_experimental: opts.allow_experimental_plugins,
+    };
+    Ok(Runtime::build_with(&text, None, load)?)
 }
 
 /// Where the configuration comes from, for `/debug/snapshot`.
@@ -306,6 +336,10 @@ fn spawn_background(
         interval: opts.refresh_metrics_interval,
         timeout: opts.metrics_scrape_timeout,
         gpu_metrics_url: opts.gpu_metrics_url.clone(),
+        path: opts.model_server_metrics_path.clone(),
+        port: opts.model_server_metrics_port,
+        // Checked by `Options::validate`.
+        names: opts.metric_names().unwrap_or_default(),
     };
     tracker.spawn(scrape::run(
         Arc::clone(datastore),
@@ -431,6 +465,7 @@ async fn spawn_kubernetes(
 async fn follow_leader(
     health: Health,
     mut leader: tokio::sync::watch::Receiver<bool>,
+    drain: CancellationToken,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -438,9 +473,30 @@ async fn follow_leader(
         health.set_ready(leading).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            _ = drain.cancelled() => return,
             changed = leader.changed() => if changed.is_err() { return },
         }
     }
+}
+
+/// The graceful stop: NOT_SERVING at once, ext_proc served for `timeout`, then everything stops.
+async fn drain_then_stop(
+    health: Health,
+    drain: CancellationToken,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        _ = drain.cancelled() => {}
+        _ = shutdown.cancelled() => return,
+    }
+    health.set_ready(false).await;
+    tracing::info!(drain_timeout = ?timeout, "draining: readiness NOT_SERVING, ext_proc still serving");
+    tokio::select! {
+        _ = tokio::time::sleep(timeout) => {}
+        _ = shutdown.cancelled() => {}
+    }
+    shutdown.cancel();
 }
 
 /// TLS identity: `--cert-path` (tls.crt + tls.key) or a fresh self-signed certificate.

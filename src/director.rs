@@ -5,7 +5,9 @@
 use crate::admission;
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
-use crate::datastore::{self as ds, Datastore, EndpointState, InflightGuard, Observation};
+use crate::datastore::{
+    self as ds, ttft, Datastore, EndpointState, InflightGuard, Observation, PrefillGuard,
+};
 use crate::endpoint::EndpointId;
 use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
 use crate::objectives::Priority;
@@ -35,6 +37,11 @@ pub struct Runtime {
     pub thresholds: admission::Thresholds,
     /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
     pub parsers: request::ParserSet,
+    /// The configuration's `featureGates`.
+    pub gates: config::FeatureGates,
+    /// The load options it was built with (a reload keeps them).
+    pub load: config::LoadOptions,
+    /// The text it was built from (shown by `/debug/snapshot`).
     pub source: String,
 }
 
@@ -42,9 +49,22 @@ impl Runtime {
     /// Parses, validates and builds a configuration. A tokenizer already built for the same
     /// vocabulary is reused (building one costs 0.1–0.2 s).
     pub fn build(text: &str, previous: Option<&Runtime>) -> Result<Self, ConfigError> {
+        let load = previous.map(|p| p.load).unwrap_or_default();
+        Self::build_with(text, previous, load)
+    }
+
+    /// [`Runtime::build`] with the command line's load options.
+    pub fn build_with(
+        text: &str,
+        previous: Option<&Runtime>,
+        load: config::LoadOptions,
+    ) -> Result<Self, ConfigError> {
         let doc = config::parse_document(text)?;
+        for note in doc.deprecations() {
+            tracing::info!("{note}");
+        }
         let mut problems = config::check(&doc);
-        let built = scheduling::build(&doc);
+        let built = scheduling::build_with(&doc, load);
         if let Err(p) = &built {
             problems.extend(p.iter().cloned());
         }
@@ -93,10 +113,11 @@ impl Runtime {
                 ),
             },
         };
-        let served_verifier = doc
-            .plugins
-            .iter()
-            .any(|p| p.plugin_type == "destination-endpoint-served-verifier");
+        let served_verifier = doc.plugins.iter().any(|p| {
+            config::PluginKind::from_name(&p.plugin_type)
+                == Some(config::PluginKind::DestinationEndpointServedVerifier)
+        });
+        let gates = config::FeatureGates::parse(&doc.feature_gates).unwrap_or_default();
         Ok(Self {
             scheduler,
             tokenizer,
@@ -104,6 +125,8 @@ impl Runtime {
             health,
             thresholds,
             parsers: request::ParserSet::default(),
+            gates,
+            load,
             source: text.to_owned(),
         })
     }
@@ -133,6 +156,8 @@ pub struct Incoming<'a> {
     pub objective: Option<&'a str>,
     /// `x-session-token`: the session's endpoint, as a previous response told the client.
     pub session_token: Option<&'a str>,
+    /// `x-llm-d-slo-ttft-ms` (alias `x-slo-ttft-ms`): the request's TTFT SLO in milliseconds.
+    pub slo_ttft_ms: Option<f64>,
     /// The API its parser chose (`None`: the OpenAI API named by `path`).
     pub api: Option<ApiKind>,
     /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.
@@ -186,6 +211,17 @@ pub struct Routed {
     pub session_token: Option<String>,
     /// Every scored candidate's final score (`--emit-endpoint-scores`).
     pub scores: Vec<(EndpointId, f64)>,
+    /// The request's prefill counted against the primary until its first token.
+    pub prefill: Option<PrefillGuard>,
+    /// What the primary faced at dispatch, for learning its TTFT rates from the response.
+    pub dispatched: Option<scheduling::scorer::TtftInputs>,
+}
+
+impl Routed {
+    /// The first response byte arrived: the prefill is done, stop counting it as work ahead.
+    pub fn first_token(&mut self) {
+        self.prefill = None;
+    }
 }
 
 /// Usage, size and timing figures of a finished response, for metrics and passive health.
@@ -227,6 +263,8 @@ pub trait PlacementSink: Send + Sync {
 /// The prompt's block hashes and what the index believes about them.
 struct PrefixLookup {
     hashes: Vec<u64>,
+    /// Prompt tokens tokenized (up to the match cap): the request's prefill size.
+    prompt_tokens: usize,
     block_size: usize,
     capacity: usize,
     auto_tune: bool,
@@ -398,6 +436,9 @@ impl Director {
                 inc.session_token,
                 lookup.as_ref().and_then(|l| l.hashes.first().copied()),
             ),
+            prompt_tokens: lookup.as_ref().map_or(0, |l| l.prompt_tokens),
+            slo_ttft_s: inc.slo_ttft_ms.filter(|v| *v > 0.0).map(|ms| ms / 1e3),
+            sheddable: priority < 0,
         };
         let schedule_span = crate::telemetry::child("schedule");
         let (decision, scores) =
@@ -412,6 +453,14 @@ impl Director {
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
         }
+        let dispatched = candidates
+            .iter()
+            .find(|c| c.id == primary.id())
+            .map(|c| match runtime.scheduler.estimated_ttft() {
+                Some(s) => s.inputs(&sreq, c),
+                None => scheduling::scorer::EstimatedTtftScorer::default().inputs(&sreq, c),
+            });
+        let prefill = dispatched.map(|d| primary.start_prefill(d.own_tokens as u64));
         let body = (target != req.model)
             .then(|| request::rewrite_model(inc.body, &req.model_span, &target));
         let labels = RequestLabels {
@@ -435,6 +484,8 @@ impl Director {
             lease,
             session_token,
             scores,
+            prefill,
+            dispatched,
         })
     }
 
@@ -481,6 +532,8 @@ impl Director {
             lease,
             session_token,
             scores,
+            prefill: None,
+            dispatched: None,
         })
     }
 
@@ -512,6 +565,47 @@ impl Director {
                 .observe(t as f64);
         }
         self.record_outcome(routed, &observation(routed, summary));
+        self.learn_ttft(routed, summary);
+    }
+
+    /// Teaches the served endpoint's TTFT model what this request cost: the work it faced at
+    /// dispatch (its own prefill corrected by the cached tokens the response reported) against
+    /// the TTFT measured. Only streamed successes measure a TTFT.
+    fn learn_ttft(&self, routed: &Routed, s: &ResponseSummary) {
+        let (Some(d), Some(first)) = (routed.dispatched, s.first_body_at) else {
+            return;
+        };
+        if !routed.stream || !s.status.is_some_and(|c| (200..300).contains(&c)) {
+            return;
+        }
+        let own = match (s.prompt_tokens, s.cached_tokens) {
+            (Some(p), Some(c)) => p.saturating_sub(c) as f64,
+            (Some(p), None) => p as f64,
+            _ => d.own_tokens,
+        };
+        let features = ttft::Features {
+            ahead_tokens: d.ahead_tokens,
+            own_tokens: own,
+            running: d.running,
+            waiting: d.waiting,
+        };
+        let runtime = self.runtime.load();
+        let seed = match runtime.scheduler.estimated_ttft() {
+            Some(e) => e.seed(),
+            None => scheduling::scorer::EstimatedTtftScorer::default().seed(),
+        };
+        let prior = ttft::Coefficients {
+            base: seed.base,
+            per_token: seed.per_token,
+            per_running: seed.per_running,
+            per_waiting: seed.per_waiting,
+        };
+        let secs = first.saturating_duration_since(routed.started).as_secs_f64();
+        routed
+            .lease
+            ._inflight
+            .endpoint()
+            .observe_ttft(&features, secs, &prior, Instant::now());
     }
 
     /// The stream ended without response headers for a routed request (`None`: nothing to
@@ -655,6 +749,7 @@ impl Director {
         let matches = self.index.longest_prefix(&hashes);
         Some(PrefixLookup {
             hashes,
+            prompt_tokens: tokens.len(),
             block_size,
             capacity: params.lru_capacity_per_server,
             auto_tune: params.auto_tune,
@@ -716,6 +811,7 @@ impl Director {
         let ttl = p.speculative_indexing.then_some(p.speculative_ttl);
         Some(PrefixLookup {
             hashes,
+            prompt_tokens: tokens.len(),
             block_size,
             capacity: 0,
             auto_tune: false,
@@ -763,6 +859,7 @@ impl Director {
                         .filter(|l| l.0.is_some() || l.1.is_some())
                         .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
                     ramp: s.ramp(&policy, now),
+                    prefill: prefill_load(s),
                 }
             })
             .collect()
@@ -856,6 +953,22 @@ impl Director {
             _inflight: primary.acquire(),
             running,
         }
+    }
+}
+
+/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
+fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
+    let (tokens, requests) = s.prefill_pending();
+    scheduling::scorer::PrefillLoad {
+        pending_tokens: tokens as f64,
+        pending_requests: f64::from(requests),
+        learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
+            base: l.coefficients.base,
+            per_token: l.coefficients.per_token,
+            per_running: l.coefficients.per_running,
+            per_waiting: l.coefficients.per_waiting,
+            mean_tokens: l.mean_tokens,
+        }),
     }
 }
 

@@ -50,15 +50,23 @@ async fn shutdown_signal(token: CancellationToken) {
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
     init_logging(&opts);
+    for note in opts.partial_notes() {
+        tracing::warn!("{note}");
+    }
     opts.validate()?;
     let listeners = Listeners::bind(&opts).await?;
+    // The first SIGTERM/SIGINT drains (--drain-timeout); a second one stops at once.
+    let drain = CancellationToken::new();
     let shutdown = CancellationToken::new();
-    let signal = shutdown_signal(shutdown.clone());
-    let run = app::run(opts, listeners, shutdown.clone());
+    let run = app::run_with_drain(opts, listeners, drain.clone(), shutdown.clone());
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => return result,
-        _ = signal => {}
+        _ = shutdown_signal(drain) => {}
+    }
+    tokio::select! {
+        result = &mut run => return result,
+        _ = shutdown_signal(shutdown) => {}
     }
     run.await
 }

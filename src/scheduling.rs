@@ -5,6 +5,8 @@
 //! 2. Staleness gate: of the survivors, endpoints whose metrics are stale (or never scraped) are
 //!    dropped when at least one is fresh, so a pod that stopped reporting is a last resort and
 //!    never a silent favourite (an idle-looking stale pod would otherwise win every comparison).
+//!    Then slow start thins warming endpoints, and with an `estimated-ttft-scorer` a sheddable
+//!    request whose TTFT SLO no survivor can meet is [`ScheduleError::SloUnattainable`] (429).
 //! 3. Each scorer yields a score per endpoint, clamped to [0, 1] (NaN → 0) and multiplied by its
 //!    weight; the weighted scores are summed (not divided by the total weight, as upstream; the
 //!    ranking is the same).
@@ -18,7 +20,7 @@ pub mod filter;
 pub mod picker;
 pub mod scorer;
 
-use crate::config::{EndpointPickerConfig, PluginSpec, Problem};
+use crate::config::{self, Category, EndpointPickerConfig, LoadOptions, PluginKind, PluginSpec, Problem};
 use crate::endpoint::{EndpointId, EndpointMetrics};
 use filter::Filter;
 use picker::Picker;
@@ -46,6 +48,9 @@ pub struct Candidate {
     /// Slow-start share in (0, 1]: a cold or just-restored endpoint takes part in a request's
     /// selection with probability `ramp / max ramp` (1 = full share).
     pub ramp: f64,
+    /// Prefill work epp sent here and the endpoint's learned TTFT rates, for the
+    /// `estimated-ttft-scorer`.
+    pub prefill: scorer::PrefillLoad,
 }
 
 /// What the scheduler needs to know about the request.
@@ -67,6 +72,12 @@ pub struct SchedulingRequest<'a> {
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
+    /// Prompt tokens, as far as the prefix lookup tokenized them (0 without one).
+    pub prompt_tokens: usize,
+    /// The request's TTFT SLO (`x-llm-d-slo-ttft-ms`), seconds.
+    pub slo_ttft_s: Option<f64>,
+    /// Priority below 0: the request may be rejected to protect the others.
+    pub sheddable: bool,
 }
 
 /// The chosen endpoints in rank order (first is primary), with every candidate's total score.
@@ -82,6 +93,9 @@ pub enum ScheduleError {
     NoCandidates,
     #[error("failed to find target endpoint: every candidate was filtered out")]
     AllFiltered,
+    /// A sheddable request's TTFT SLO no candidate can meet (upstream's `latency-slo-admitter`).
+    #[error("no endpoint can meet the request's TTFT SLO")]
+    SloUnattainable,
 }
 
 /// One scheduling profile, built from configuration.
@@ -115,6 +129,12 @@ impl Scheduler {
             pool.retain(|c| c.fresh);
         }
         slow_start(&mut pool, rng);
+        if self
+            .estimated_ttft()
+            .is_some_and(|s| s.rejects(req, &pool))
+        {
+            return Err(ScheduleError::SloUnattainable);
+        }
         let totals = self.score(req, &pool);
         let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
         let endpoints = self.picker.pick(req, &scored, rng);
@@ -145,6 +165,14 @@ impl Scheduler {
     /// the candidates' prefix matches from the KV-event index instead of the approximate one.
     pub fn precise_params(&self) -> Option<&scorer::PrecisePrefixParams> {
         self.scorers.iter().find_map(|(s, _)| s.precise_params())
+    }
+
+    /// The `estimated-ttft-scorer`, when one is configured (its seed rates prime learning).
+    pub fn estimated_ttft(&self) -> Option<&scorer::EstimatedTtftScorer> {
+        self.scorers.iter().find_map(|(s, _)| match s {
+            scorer::Scorer::EstimatedTtft(s) => Some(s),
+            _ => None,
+        })
     }
 
     /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
@@ -178,21 +206,6 @@ fn slow_start(pool: &mut Vec<&Candidate>, rng: &mut impl Rng) {
     }
 }
 
-/// Plugin types that upstream configurations name and that epp accepts without a plugin of its
-/// own, because epp does the same thing built in (profile handling, parsing, metric collection).
-const BUILT_IN_TYPES: &[&str] = &[
-    "single-profile-handler",
-    "openai-parser",
-    "metrics-data-source",
-    "core-metrics-extractor",
-    "utilization-detector",
-    "inflight-load-producer",
-    "destination-endpoint-served-verifier",
-    // Passive health, applied by the director and the datastore (`datastore::health`).
-    "outlier-detection",
-    "slow-start",
-];
-
 enum Built {
     Filter(Filter),
     Scorer(Scorer),
@@ -201,33 +214,40 @@ enum Built {
     Accepted,
 }
 
-fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
+fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> {
+    let kind = config::check_type(spec, load)?;
     let params = spec.parameters.clone().unwrap_or(serde_yaml::Value::Null);
     let wrap = |e: serde_yaml::Error| Problem::Parameters {
         plugin: spec.name().to_owned(),
         message: e.to_string(),
     };
-    if let Some(f) = Filter::build(&spec.plugin_type, &params).transpose() {
-        return f.map(Built::Filter).map_err(wrap);
+    let name = kind.name();
+    match kind.category() {
+        Category::Filter => {
+            if let Some(f) = Filter::build(name, &params).transpose() {
+                return f.map(Built::Filter).map_err(wrap);
+            }
+        }
+        Category::Scorer => {
+            if let Some(s) = Scorer::build(name, &params).transpose() {
+                return s.map(Built::Scorer).map_err(wrap);
+            }
+        }
+        Category::Picker => {
+            if let Some(p) = Picker::build(name, &params).transpose() {
+                return p.map(Built::Picker).map_err(wrap);
+            }
+        }
+        _ if kind == PluginKind::ApproxPrefixCacheProducer => {
+            return PrefixParams::from_yaml(&params)
+                .map(Built::Prefix)
+                .map_err(wrap);
+        }
+        _ => {}
     }
-    if spec.plugin_type == "approx-prefix-cache-producer" {
-        return PrefixParams::from_yaml(&params)
-            .map(Built::Prefix)
-            .map_err(wrap);
-    }
-    if let Some(s) = Scorer::build(&spec.plugin_type, &params).transpose() {
-        return s.map(Built::Scorer).map_err(wrap);
-    }
-    if let Some(p) = Picker::build(&spec.plugin_type, &params).transpose() {
-        return p.map(Built::Picker).map_err(wrap);
-    }
-    if BUILT_IN_TYPES.contains(&spec.plugin_type.as_str()) {
-        return Ok(Built::Accepted);
-    }
-    Err(Problem::UnknownPluginType {
-        plugin: spec.name().to_owned(),
-        plugin_type: spec.plugin_type.clone(),
-    })
+    // Plugins built elsewhere (health, saturation detector, served verifier) and the kinds
+    // epp does without a plugin: their parameters are read by their own modules.
+    Ok(Built::Accepted)
 }
 
 /// Builds the scheduler from a parsed configuration, reporting every problem at once.
@@ -236,10 +256,15 @@ fn build_plugin(spec: &PluginSpec) -> Result<Built, Problem> {
 /// scorer without weight gets 1; a profile without a picker gets the first configured picker or
 /// a `max-score-picker`. epp runs a single profile (upstream's `single-profile-handler`).
 pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
+    build_with(cfg, LoadOptions::default())
+}
+
+/// [`build`] with the command line's load options.
+pub fn build_with(cfg: &EndpointPickerConfig, load: LoadOptions) -> Result<Scheduler, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut built: Vec<(&str, Built)> = Vec::new();
     for spec in &cfg.plugins {
-        match build_plugin(spec) {
+        match build_plugin(spec, load) {
             Ok(b) => built.push((spec.name(), b)),
             Err(p) => problems.push(p),
         }
@@ -324,6 +349,7 @@ pub(crate) mod testing {
             prefix_blocks,
             latency: None,
             ramp: 1.0,
+            prefill: scorer::PrefillLoad::default(),
         }
     }
 }
@@ -408,8 +434,12 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
         for name in ["chwbl.yaml", "gpu-aware.yaml", "weighted.yaml"] {
             let text = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
-            let s = build(&config::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")))
-                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            // gpu-aware.yaml uses session-affinity-scorer, an alpha plugin upstream.
+            let load = LoadOptions {
+                allow_experimental: true,
+            };
+            let doc = config::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let s = build_with(&doc, load).unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert_eq!(s.max_endpoints(), 2, "{name}");
         }
     }

@@ -29,6 +29,25 @@ pub struct ScrapeOptions {
     /// A DCGM exporter (per node, or a Prometheus `/federate` URL) whose GPU series, matched
     /// to each endpoint by their `pod` label, replace those of the pod's own `/metrics`.
     pub gpu_metrics_url: Option<String>,
+    /// `--model-server-metrics-path`: replaces the engine's path for every endpoint.
+    pub path: Option<String>,
+    /// `--model-server-metrics-port`: scrape this port instead of the serving port (0 = no).
+    pub port: u16,
+    /// The metric names given on the command line.
+    pub names: parse::NameOverrides,
+}
+
+impl Default for ScrapeOptions {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_secs(1),
+            gpu_metrics_url: None,
+            path: None,
+            port: 0,
+            names: parse::NameOverrides::default(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +109,17 @@ pub async fn run(
 async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
     let id = state.id();
     let engine = state.endpoint.engine;
-    let uri = format!("http://{id}{}", engine.metrics_path());
+    let opts = &shared.opts;
+    let path = opts
+        .path
+        .as_deref()
+        .map(parse::unquote)
+        .filter(|p| !p.is_empty())
+        .unwrap_or(engine.metrics_path());
+    let uri = match opts.port {
+        0 => format!("http://{id}{path}"),
+        port => format!("http://{}{path}", std::net::SocketAddr::new(id.0.ip(), port)),
+    };
     let mut tick = tokio::time::interval(shared.opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -105,7 +134,14 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
         )
         .await
         {
-            Ok(r) => r.and_then(|text| Ok(parse::extract(&text, engine, Instant::now())?)),
+            Ok(r) => r.and_then(|text| {
+                Ok(parse::extract_with(
+                    &text,
+                    engine,
+                    &shared.opts.names,
+                    Instant::now(),
+                )?)
+            }),
             Err(_) => Err(ScrapeError::Timeout(shared.opts.timeout)),
         };
         let result = match (result, &shared.opts.gpu_metrics_url) {

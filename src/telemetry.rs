@@ -92,6 +92,11 @@ impl Telemetry {
         })
     }
 
+    /// No tracing (`--tracing=false`), whatever the environment says.
+    pub fn off() -> Self {
+        Self { provider: None }
+    }
+
     pub fn enabled(&self) -> bool {
         self.provider.is_some()
     }

@@ -26,10 +26,7 @@ impl Thresholds {
     /// `saturationDetector.pluginRef` names, else the first `utilization-detector` plugin, else
     /// the defaults.
     pub fn from_config(doc: &EndpointPickerConfig) -> Result<Self, Vec<Problem>> {
-        let named = doc
-            .saturation_detector
-            .as_ref()
-            .map(|r| r.plugin_ref.as_str());
+        let named = doc.saturation_detector_ref();
         let spec = match named {
             Some(name) => doc.plugins.iter().find(|p| p.name() == name),
             None => doc.plugins.iter().find(|p| p.plugin_type == DETECTOR_TYPE),

@@ -20,6 +20,12 @@ pub enum OptionsError {
     Unsupported(&'static str),
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    #[error("{0}")]
+    MetricName(String),
+    #[error("{0} requires {1}")]
+    Requires(&'static str, &'static str),
+    #[error("{0} {1}")]
+    Invalid(&'static str, &'static str),
 }
 
 /// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
@@ -204,7 +210,8 @@ pub struct Options {
     /// Flow control: how long a request may wait (`defaultRequestTTL`; 503 beyond).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub flow_control_default_request_ttl: Duration,
-    /// Metrics endpoint authentication (needs Kubernetes TokenReview; must stay false here).
+    /// Metrics endpoint authentication (upstream default true: TokenReview +
+    /// SubjectAccessReview). Accepted; see `partial_notes`.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub metrics_endpoint_auth: bool,
     /// Log format: `json` or `console`.
@@ -216,6 +223,131 @@ pub struct Options {
     /// Verbosity as upstream's `-v`: 1 = debug, 2+ = trace.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
+
+    // ---- Upstream flags (GIE v1.5.0 and llm-d-router v0.10.0), accepted with their meaning.
+    // `Option` where epp must know whether the flag was given (to say once that it is honoured
+    // only in part). See `Options::partial_notes`.
+    /// OpenTelemetry tracing (upstream default true). epp exports spans when an OTLP endpoint
+    /// is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`); `--tracing=false` turns tracing off.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub tracing: bool,
+    /// Deprecated upstream (GIE): scheme of the model servers' metrics endpoint.
+    #[arg(long, default_value = "http")]
+    pub model_server_metrics_scheme: String,
+    /// Deprecated upstream (GIE): path of the model servers' metrics endpoint (overrides the
+    /// engine's path).
+    #[arg(long)]
+    pub model_server_metrics_path: Option<String>,
+    /// Deprecated upstream (GIE): port of the model servers' metrics endpoint (0 = the serving
+    /// port).
+    #[arg(long, default_value_t = 0)]
+    pub model_server_metrics_port: u16,
+    /// Deprecated upstream (GIE): skip TLS verification when scraping over https.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub model_server_metrics_https_insecure_skip_verify: bool,
+    /// Overrides the engine's queue-length series (`name` or `name{label=value}`).
+    #[arg(long)]
+    pub total_queued_requests_metric: Option<String>,
+    /// Overrides the engine's running-requests series.
+    #[arg(long)]
+    pub total_running_requests_metric: Option<String>,
+    /// Overrides the engine's KV-cache usage series.
+    #[arg(long)]
+    pub kv_cache_usage_percentage_metric: Option<String>,
+    /// Overrides the engine's LoRA info series.
+    #[arg(long)]
+    pub lora_info_metric: Option<String>,
+    /// Overrides the engine's cache-config info series.
+    #[arg(long)]
+    pub cache_info_metric: Option<String>,
+    /// zap development mode (upstream default true, and a no-op there: its logger is fixed).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub zap_devel: Option<bool>,
+    /// zap stack-trace level (accepted; a no-op upstream too).
+    #[arg(long)]
+    pub zap_stacktrace_level: Option<String>,
+    /// zap time encoding: epoch, millis, nano, iso8601, rfc3339, rfc3339nano (accepted; epp
+    /// logs RFC 3339 timestamps).
+    #[arg(long)]
+    pub zap_time_encoding: Option<String>,
+    /// Go pprof handlers on the metrics port (upstream default true; epp has no Go runtime).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_pprof: Option<bool>,
+    /// Allow alpha (experimental) plugins in the configuration.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub allow_experimental_plugins: bool,
+    /// After SIGTERM: report NOT_SERVING and keep serving ext_proc this long, then stop.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// Put every candidate's score in the dynamic metadata
+    /// (`envoy.lb` `x-gateway-destination-endpoint-scores`).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub emit_endpoint_scores: bool,
+    /// ext_proc stream metrics (epp always counts streams; accepted).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_grpc_stream_metrics: bool,
+    /// Largest gRPC message epp accepts (`25MiB`, `10MB`, bytes).
+    #[arg(long, value_parser = parse_size)]
+    pub grpc_max_recv_msg_size: Option<usize>,
+    /// Largest gRPC message epp sends.
+    #[arg(long, value_parser = parse_size)]
+    pub grpc_max_send_msg_size: Option<usize>,
+    /// Lowest TLS version of the ext_proc server: VersionTLS10 … VersionTLS13.
+    #[arg(long, value_parser = parse_tls_version)]
+    pub tls_min_version: Option<TlsVersion>,
+    /// TLS cipher suites of the ext_proc server (Go crypto/tls names).
+    #[arg(long, value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
+    /// TLS on the metrics port: a directory with tls.crt and tls.key.
+    #[arg(long)]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// mTLS on the metrics port: the CA that client certificates must chain to.
+    #[arg(long)]
+    pub metrics_client_ca_file: Option<PathBuf>,
+}
+
+/// `--tls-min-version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls10,
+    Tls11,
+    Tls12,
+    Tls13,
+}
+
+fn parse_tls_version(s: &str) -> Result<TlsVersion, String> {
+    match s {
+        "VersionTLS10" => Ok(TlsVersion::Tls10),
+        "VersionTLS11" => Ok(TlsVersion::Tls11),
+        "VersionTLS12" => Ok(TlsVersion::Tls12),
+        "VersionTLS13" => Ok(TlsVersion::Tls13),
+        _ => Err(format!(
+            "unknown TLS version {s:?}; supported values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"
+        )),
+    }
+}
+
+/// Parses a Kubernetes quantity of bytes as upstream's gRPC size flags do: `25MiB`, `10MB`,
+/// `1Gi`, `1048576` (a trailing `B`/`b` is dropped).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let mult: u64 = match unit {
+        "" => 1,
+        "k" | "K" => 1000,
+        "M" => 1000 * 1000,
+        "G" => 1000 * 1000 * 1000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(format!("invalid size unit in {s:?} (use Ki, Mi, Gi, K, M, G)")),
+    };
+    n.checked_mul(mult)
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 impl Options {
@@ -243,11 +375,29 @@ impl Options {
         if self.enable_cert_reload {
             return Err(OptionsError::Unsupported("--enable-cert-reload"));
         }
-        if self.metrics_endpoint_auth {
-            return Err(OptionsError::Unsupported(
-                "--metrics-endpoint-auth (needs Kubernetes)",
+        if self.metrics_client_ca_file.is_some() && self.metrics_cert_dir.is_none() {
+            return Err(OptionsError::Requires(
+                "--metrics-client-ca-file",
+                "--metrics-cert-dir",
             ));
         }
+        if self.metrics_cert_dir.is_some() {
+            return Err(OptionsError::Unsupported(
+                "--metrics-cert-dir (TLS on the metrics port)",
+            ));
+        }
+        if !matches!(self.model_server_metrics_scheme.as_str(), "http" | "https") {
+            return Err(OptionsError::Invalid(
+                "--model-server-metrics-scheme",
+                "must be http or https",
+            ));
+        }
+        if self.model_server_metrics_scheme == "https" {
+            return Err(OptionsError::Unsupported(
+                "--model-server-metrics-scheme=https (epp scrapes over http)",
+            ));
+        }
+        self.metric_names().map_err(OptionsError::MetricName)?;
         if self.refresh_metrics_interval.is_zero() {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
         }
@@ -277,6 +427,47 @@ impl Options {
         self.pool_name
             .clone()
             .unwrap_or_else(|| "static".to_owned())
+    }
+
+    /// What epp does differently from upstream for the flags given: one line each, logged once
+    /// at start.
+    pub fn partial_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.enable_pprof == Some(true) {
+            notes.push("--enable-pprof: epp has no Go pprof handlers; use /debug/snapshot and the epp_* metrics".to_owned());
+        }
+        if self.zap_devel.is_some() || self.zap_stacktrace_level.is_some() {
+            notes.push("--zap-devel/--zap-stacktrace-level: accepted; epp's log format follows --zap-encoder and its level --zap-log-level/-v".to_owned());
+        }
+        if self.zap_time_encoding.is_some() {
+            notes.push("--zap-time-encoding: accepted; epp logs RFC 3339 timestamps".to_owned());
+        }
+        if self.enable_grpc_stream_metrics {
+            notes.push("--enable-grpc-stream-metrics: epp always counts ext_proc streams (epp_extproc_* metrics)".to_owned());
+        }
+        if !self.tls_cipher_suites.is_empty() {
+            notes.push("--tls-cipher-suites: accepted; epp's TLS stack (rustls) offers only modern AEAD suites and ignores the Go names".to_owned());
+        }
+        match self.tls_min_version {
+            Some(v) if v < TlsVersion::Tls12 => notes.push("--tls-min-version below TLS 1.2: epp's TLS stack (rustls) supports TLS 1.2 and 1.3 only, so its minimum is TLS 1.2".to_owned()),
+            Some(TlsVersion::Tls13) => notes.push("--tls-min-version=VersionTLS13: epp still accepts TLS 1.2 clients (its gRPC TLS stack does not expose the minimum)".to_owned()),
+            _ => {}
+        }
+        if self.metrics_endpoint_auth {
+            notes.push("--metrics-endpoint-auth: /metrics is not protected by epp (TokenReview is not implemented); restrict the metrics port with a NetworkPolicy".to_owned());
+        }
+        notes
+    }
+
+    /// The metric names of the per-engine flags.
+    pub fn metric_names(&self) -> Result<crate::scrape::parse::NameOverrides, String> {
+        crate::scrape::parse::NameOverrides::parse(crate::scrape::parse::NameFlags {
+            waiting: self.total_queued_requests_metric.as_deref(),
+            running: self.total_running_requests_metric.as_deref(),
+            kv: self.kv_cache_usage_percentage_metric.as_deref(),
+            lora: self.lora_info_metric.as_deref(),
+            cache: self.cache_info_metric.as_deref(),
+        })
     }
 
     /// The tracing filter directive from `--zap-log-level` and `-v`.

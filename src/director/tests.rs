@@ -281,7 +281,11 @@ fn inference_model_targets_rewrite_the_body() {
 
 fn director_with(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
     let (d, ds) = director(ports);
-    d.set_runtime(Runtime::build(config_text, None).unwrap());
+    // Test configurations may use alpha plugins (session-affinity-scorer).
+    let load = config::LoadOptions {
+        allow_experimental: true,
+    };
+    d.set_runtime(Runtime::build_with(config_text, None, load).unwrap());
     for p in ports {
         set_metrics(&ds, *p, 0.0, Duration::ZERO);
     }
@@ -346,5 +350,109 @@ fn consistent_hashing_keys_on_the_first_prompt_block_without_a_prefix_scorer() {
     assert!(
         owners.len() >= 3,
         "distinct prompts spread over the ring: {owners:?}"
+    );
+}
+
+const TTFT_CONFIG: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {autoTune: false}
+- type: estimated-ttft-scorer
+  parameters: {peakPrefillThroughput: 2000}
+- type: max-score-picker
+";
+
+#[test]
+fn a_routed_prompt_counts_as_prefill_ahead_until_its_first_token() {
+    let (d, ds) = director_with(&[1], TTFT_CONFIG);
+    set_metrics(&ds, 1, 0.0, Duration::ZERO);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let body = chat(&"word ".repeat(300));
+    let mut routed = d.route(&incoming(&body), &mut rng).unwrap();
+    let state = Arc::clone(ds.snapshot().get(&routed.destinations[0]).unwrap());
+    let (tokens, requests) = state.prefill_pending();
+    assert!(tokens >= 300 && requests == 1, "{tokens} tokens, {requests}");
+    routed.first_token();
+    assert_eq!(state.prefill_pending(), (0, 0));
+}
+
+#[test]
+fn a_streamed_response_teaches_the_pod_its_prefill_rate() {
+    let (d, ds) = director_with(&[1], TTFT_CONFIG);
+    set_metrics(&ds, 1, 0.0, Duration::ZERO);
+    let mut rng = SmallRng::seed_from_u64(6);
+    let body = serde_json::json!({"model": "m", "stream": true, "prompt": "word ".repeat(500)})
+        .to_string()
+        .into_bytes();
+    let inc = Incoming {
+        path: "/v1/completions",
+        body: &body,
+        ..Default::default()
+    };
+    let state_of = |r: &Routed| Arc::clone(ds.snapshot().get(&r.destinations[0]).unwrap());
+    for _ in 0..30 {
+        let routed = d.route(&inc, &mut rng).unwrap();
+        // 500 uncached tokens in 1 s: 500 tokens/s, four times slower than the seed.
+        let summary = ResponseSummary {
+            status: Some(200),
+            prompt_tokens: Some(500),
+            cached_tokens: Some(0),
+            first_body_at: Some(routed.started + Duration::from_secs(1)),
+            ..Default::default()
+        };
+        d.finish(&routed, &summary);
+        let _ = state_of(&routed);
+    }
+    let routed = d.route(&inc, &mut rng).unwrap();
+    let learned = state_of(&routed).ttft_learned().unwrap();
+    let predicted = learned.coefficients.base + learned.coefficients.per_token * 500.0;
+    assert!(
+        (0.8..1.2).contains(&predicted),
+        "predicted {predicted} s for a request measured at 1 s: {learned:?}"
+    );
+}
+
+#[test]
+fn a_sheddable_request_whose_ttft_slo_no_pod_meets_is_rejected() {
+    let (d, ds) = director_with(&[1, 2], TTFT_CONFIG);
+    for p in [1, 2] {
+        set_metrics(&ds, p, 30.0, Duration::ZERO);
+    }
+    let mut rng = SmallRng::seed_from_u64(7);
+    let body = chat("a question");
+    let inc = |slo| Incoming {
+        slo_ttft_ms: Some(slo),
+        ..incoming(&body)
+    };
+    // Not sheddable (no objective): never rejected for its SLO, routed to the earliest estimate.
+    assert!(d.route(&inc(10.0), &mut rng).is_ok());
+    let sched = d.runtime();
+    let s = sched.scheduler.estimated_ttft().unwrap();
+    let cands = [
+        crate::scheduling::Candidate {
+            waiting: 30.0,
+            running: 5.0,
+            kv_usage: 0.5,
+            ..crate::scheduling::testing::cand(1, 30.0, 0.5, 0)
+        },
+        crate::scheduling::Candidate {
+            running: 5.0,
+            ..crate::scheduling::testing::cand(2, 30.0, 0.5, 0)
+        },
+    ];
+    let pool: Vec<&crate::scheduling::Candidate> = cands.iter().collect();
+    let req = SchedulingRequest {
+        prompt_tokens: 100,
+        block_size: 16,
+        slo_ttft_s: Some(0.01),
+        sheddable: true,
+        ..Default::default()
+    };
+    assert!(s.rejects(&req, &pool));
+    let mut rng = SmallRng::seed_from_u64(8);
+    assert_eq!(
+        sched.scheduler.schedule(&req, &cands, &mut rng),
+        Err(ScheduleError::SloUnattainable)
     );
 }

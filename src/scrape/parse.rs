@@ -100,7 +100,7 @@ struct Names {
     lora: Option<&'static str>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Selector(&'static str, Option<(&'static str, &'static str)>);
 
 enum CacheSpec {
@@ -169,7 +169,102 @@ fn names(engine: EngineType) -> Names {
     }
 }
 
+/// The metric names given on the command line (upstream's per-engine flags
+/// `--total-queued-requests-metric` and friends, which its GIE chart renders for SGLang and
+/// TRT-LLM): each replaces the engine's own series for every endpoint. A name may carry one
+/// label matcher, `name{label="value"}`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NameOverrides {
+    waiting: Option<Selector>,
+    running: Option<Selector>,
+    kv: Option<&'static [Selector]>,
+    lora: Option<&'static str>,
+    cache: Option<&'static str>,
+}
+
+/// The five metric-name flags, as given.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NameFlags<'a> {
+    pub waiting: Option<&'a str>,
+    pub running: Option<&'a str>,
+    pub kv: Option<&'a str>,
+    pub lora: Option<&'a str>,
+    pub cache: Option<&'a str>,
+}
+
+impl NameOverrides {
+    /// Parses the flags; the names live for the process (they are set once, at start-up).
+    /// A value is unquoted first (the GIE chart renders `--flag="name"` as one argument, and
+    /// no shell removes the quotes); an empty value (`--lora-info-metric ''`) means unset.
+    pub fn parse(flags: NameFlags<'_>) -> Result<Self, String> {
+        let sel = |flag: &str, v: Option<&str>| -> Result<Option<Selector>, String> {
+            v.map(unquote)
+                .filter(|v| !v.is_empty())
+                .map(|v| Selector::parse(v).ok_or_else(|| format!("--{flag} {v:?}: expected NAME or NAME{{LABEL=\"VALUE\"}}")))
+                .transpose()
+        };
+        let plain = |flag: &str, v: Option<&str>| -> Result<Option<&'static str>, String> {
+            match sel(flag, v)? {
+                Some(Selector(name, None)) => Ok(Some(name)),
+                Some(_) => Err(format!("--{flag}: a label matcher is not allowed here")),
+                None => Ok(None),
+            }
+        };
+        Ok(Self {
+            waiting: sel("total-queued-requests-metric", flags.waiting)?,
+            running: sel("total-running-requests-metric", flags.running)?,
+            kv: sel("kv-cache-usage-percentage-metric", flags.kv)?
+                .map(|k| -> &'static [Selector] { Box::leak(Box::new([k])) }),
+            lora: plain("lora-info-metric", flags.lora)?,
+            cache: plain("cache-info-metric", flags.cache)?,
+        })
+    }
+
+    fn apply(&self, mut n: Names) -> Names {
+        n.waiting = self.waiting.unwrap_or(n.waiting);
+        n.running = self.running.unwrap_or(n.running);
+        n.kv = self.kv.unwrap_or(n.kv);
+        n.lora = self.lora.or(n.lora);
+        if let (Some(name), CacheSpec::Labels { series, .. }) = (self.cache, &mut n.cache) {
+            *series = name;
+        }
+        n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.waiting.is_none()
+            && self.running.is_none()
+            && self.kv.is_none()
+            && self.lora.is_none()
+            && self.cache.is_none()
+    }
+}
+
+/// Removes one pair of surrounding double quotes, and surrounding white space.
+pub fn unquote(v: &str) -> &str {
+    let v = v.trim();
+    v.strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(v)
+}
+
 impl Selector {
+    /// `name` or `name{label="value"}` (quotes optional); the strings are leaked, once per flag.
+    fn parse(text: &str) -> Option<Self> {
+        let text = text.trim();
+        let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
+        let valid = |s: &str| !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || "{}=\"".contains(c));
+        match text.split_once('{') {
+            None => valid(text).then(|| Selector(leak(text), None)),
+            Some((name, rest)) => {
+                let (label, value) = rest.strip_suffix('}')?.split_once('=')?;
+                let value = value.trim().trim_matches('"');
+                (valid(name) && valid(label.trim()) && valid(value))
+                    .then(|| Selector(leak(name), Some((leak(label.trim()), leak(value)))))
+            }
+        }
+    }
+
     fn matches(&self, s: &Sample<'_>) -> bool {
         s.name == self.0 && self.1.is_none_or(|(k, v)| s.label(k) == Some(v))
     }
@@ -188,7 +283,21 @@ pub fn extract(
     engine: EngineType,
     now: Instant,
 ) -> Result<EndpointMetrics, ExtractError> {
-    let n = names(engine);
+    extract_with(text, engine, &NameOverrides::default(), now)
+}
+
+/// [`extract`] with the command line's metric names.
+pub fn extract_with(
+    text: &str,
+    engine: EngineType,
+    overrides: &NameOverrides,
+    now: Instant,
+) -> Result<EndpointMetrics, ExtractError> {
+    let n = if overrides.is_empty() {
+        names(engine)
+    } else {
+        overrides.apply(names(engine))
+    };
     let (mut waiting, mut running) = (None::<f64>, None::<f64>);
     let mut kv: Vec<Option<f64>> = vec![None; n.kv.len()];
     let (mut block_size, mut num_blocks) = (None, None);
@@ -299,6 +408,34 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapt
 vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="27493",sliding_window="None"} 1.0
 vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480.0
 "#;
+
+    #[test]
+    fn command_line_names_replace_the_engines() {
+        let o = NameOverrides::parse(NameFlags {
+            waiting: Some("my_queue{kind=\"waiting\"}"),
+            running: Some("my_running"),
+            kv: Some("my_kv"),
+            ..NameFlags::default()
+        })
+        .unwrap();
+        let text = "my_queue{kind=\"waiting\"} 4\nmy_queue{kind=\"other\"} 9\nmy_running 2\nmy_kv 0.25\n";
+        let m = extract_with(text, EngineType::Sglang, &o, Instant::now()).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (4.0, 2.0, 0.25));
+        let quoted = NameOverrides::parse(NameFlags {
+            waiting: Some("\"sglang:num_queue_reqs\""),
+            lora: Some(""),
+            ..NameFlags::default()
+        })
+        .unwrap();
+        assert_eq!(quoted.waiting.map(|s| s.0), Some("sglang:num_queue_reqs"));
+        assert!(quoted.lora.is_none());
+        for bad in ["a b", "x{y}", "x{=v}", "\"\"x"] {
+            let flags = NameFlags { waiting: Some(bad), ..NameFlags::default() };
+            assert!(NameOverrides::parse(flags).is_err(), "{bad:?}");
+        }
+        let flags = NameFlags { lora: Some("l{a=b}"), ..NameFlags::default() };
+        assert!(NameOverrides::parse(flags).is_err());
+    }
 
     #[test]
     fn extracts_vllm_metrics_from_a_realistic_exposition() {

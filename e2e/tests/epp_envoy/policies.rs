@@ -51,6 +51,8 @@ impl GpuStack {
             config,
             "--refresh-metrics-interval",
             "20ms",
+            // session-affinity-scorer is an alpha plugin upstream.
+            "--allow-experimental-plugins",
         ];
         let epp = Epp::start(&args(&flags)).await.unwrap();
         let envoy = EnvoyConfig::new(Template::Duplex)

@@ -585,6 +585,7 @@ impl Replica {
                 interval: Duration::from_millis(50),
                 timeout: Duration::from_secs(1),
                 gpu_metrics_url: None,
+                ..epp::scrape::ScrapeOptions::default()
             };
             tracker.spawn(epp::scrape::run(
                 Arc::clone(&datastore),

@@ -1,0 +1,267 @@
+//! Every plugin `type:` an upstream `EndpointPickerConfig` can name, as one enum.
+//!
+//! The registry is the union of GIE v1.5.0's and llm-d-router v0.10.0's in-tree plugins
+//! (`cmd/epp/runner/runner.go`, `registerInTreePlugins`) plus epp's own. Each kind carries its
+//! upstream stability level (llm-d-router #2073: alpha plugins need
+//! `--allow-experimental-plugins`) and what epp does with it:
+//! - [`Support::Plugin`]: a plugin of epp's, built from its parameters;
+//! - [`Support::BuiltIn`]: accepted, because epp does the same thing without a plugin (and
+//!   says where);
+//! - [`Support::Unsupported`]: refused at load with a message naming the plugin as not
+//!   supported by epp, never silently ignored.
+//!
+//! A `type:` outside this table is an unknown plugin type. Nothing else in the crate compares
+//! type-name strings: the decoder turns the name into a [`PluginKind`] once.
+
+use std::fmt;
+
+/// What a plugin is for (upstream's plugin interfaces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Category {
+    Filter,
+    Scorer,
+    Picker,
+    ProfileHandler,
+    Decider,
+    DataProducer,
+    Parser,
+    DataLayer,
+    FlowControl,
+    Saturation,
+    RequestControl,
+    Health,
+}
+
+/// Upstream stability level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stability {
+    Alpha,
+    Beta,
+    Stable,
+}
+
+/// What epp does with a plugin of this kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// A plugin of epp's, built from its parameters.
+    Plugin,
+    /// Accepted; epp does this without a plugin (the text says where).
+    BuiltIn(&'static str),
+    /// Refused at load (the text says why).
+    Unsupported(&'static str),
+}
+
+macro_rules! kinds {
+    ($($variant:ident = $name:literal, $cat:ident, $stab:ident, $support:expr;)*) => {
+        /// One upstream (or epp) plugin type.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum PluginKind { $($variant),* }
+
+        impl PluginKind {
+            /// Every kind, in registry order.
+            pub const ALL: &'static [PluginKind] = &[$(PluginKind::$variant),*];
+
+            /// The `type:` name.
+            pub fn name(self) -> &'static str {
+                match self { $(PluginKind::$variant => $name),* }
+            }
+
+            pub fn category(self) -> Category {
+                match self { $(PluginKind::$variant => Category::$cat),* }
+            }
+
+            pub fn stability(self) -> Stability {
+                match self { $(PluginKind::$variant => Stability::$stab),* }
+            }
+
+            pub fn support(self) -> Support {
+                match self { $(PluginKind::$variant => $support),* }
+            }
+
+            /// The kind a `type:` name denotes.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name { $($name => Some(PluginKind::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+use Support::{BuiltIn, Plugin, Unsupported};
+
+const PD: Support = Unsupported("prefill/decode disaggregation is not implemented in epp yet");
+const MULTICLUSTER: Support = Unsupported("multi-cluster routing is not implemented in epp");
+const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
+const LATENCY_PREDICTOR: Support =
+    Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
+const TOPOLOGY: Support = Unsupported("topology affinity is not implemented in epp");
+const PROFILE: Support = BuiltIn("epp runs one scheduling profile (single-profile-handler)");
+const METRICS: Support =
+    BuiltIn("epp scrapes each endpoint's /metrics itself (--refresh-metrics-interval)");
+const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kubernetes or static)");
+const FLOW: Support = BuiltIn("epp's flow control has one FCFS queue per priority band");
+
+kinds! {
+    // Filters.
+    DecodeFilter = "decode-filter", Filter, Stable, PD;
+    PrefillFilter = "prefill-filter", Filter, Stable, PD;
+    EncodeFilter = "encode-filter", Filter, Stable, PD;
+    LabelSelectorFilter = "label-selector-filter", Filter, Stable, Unsupported("not implemented in epp yet");
+    ByLabel = "by-label", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
+    ByLabelSelector = "by-label-selector", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
+    PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Unsupported("not implemented in epp yet");
+    SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Stable, LATENCY_PREDICTOR;
+    SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
+    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
+    TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
+    UtilizationFilter = "utilization-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
+    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
+    MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, MULTICLUSTER;
+    HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Stable, Plugin;
+    GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
+
+    // Scorers.
+    QueueScorer = "queue-scorer", Scorer, Stable, Plugin;
+    KvCacheUtilizationScorer = "kv-cache-utilization-scorer", Scorer, Stable, Plugin;
+    PrefixCacheScorer = "prefix-cache-scorer", Scorer, Stable, Plugin;
+    RunningRequestsSizeScorer = "running-requests-size-scorer", Scorer, Stable, Plugin;
+    LoraAffinityScorer = "lora-affinity-scorer", Scorer, Stable, Plugin;
+    TokenLoadScorer = "token-load-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    LatencyScorer = "latency-scorer", Scorer, Stable, Plugin;
+    LoadAwareScorer = "load-aware-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    ActiveRequestScorer = "active-request-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    NoHitLruScorer = "no-hit-lru-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    ContextLengthAware = "context-length-aware", Scorer, Stable, Unsupported("not implemented in epp yet");
+    PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Stable, Plugin;
+    MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Stable, MULTIMODAL;
+    SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
+    HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
+    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
+    TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, TOPOLOGY;
+    MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, MULTICLUSTER;
+    MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, MULTICLUSTER;
+    MulticlusterPrefixCacheScorer = "multicluster-prefix-cache-scorer", Scorer, Alpha, MULTICLUSTER;
+    GpuUtilizationScorer = "gpu-utilization-scorer", Scorer, Stable, Plugin;
+    EstimatedTtftScorer = "estimated-ttft-scorer", Scorer, Stable, Plugin;
+
+    // Pickers.
+    MaxScorePicker = "max-score-picker", Picker, Stable, Plugin;
+    RandomPicker = "random-picker", Picker, Stable, Plugin;
+    WeightedRandomPicker = "weighted-random-picker", Picker, Stable, Plugin;
+    RoundRobinPicker = "round-robin-picker", Picker, Stable, Plugin;
+    WeightedRoundRobinPicker = "weighted-round-robin-picker", Picker, Stable, Plugin;
+    P2cPicker = "p2c", Picker, Stable, Plugin;
+    WeightedLeastRequestPicker = "weighted-least-request-picker", Picker, Stable, Plugin;
+    PowerOfTwoChoicesPicker = "power-of-two-choices-picker", Picker, Stable, Plugin;
+    ConsistentHashPicker = "consistent-hash-picker", Picker, Stable, Plugin;
+
+    // Profile handlers and P/D deciders.
+    SingleProfileHandler = "single-profile-handler", ProfileHandler, Stable, PROFILE;
+    DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Stable, PD;
+    HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Unsupported("epp runs one scheduling profile");
+    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Stable, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
+    PdProfileHandler = "pd-profile-handler", ProfileHandler, Stable, PD;
+    DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Stable, PD;
+    PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Stable, PD;
+    PrefixBasedPdDecider = "prefix-based-pd-decider", Decider, Stable, PD;
+    AlwaysDisaggPdDecider = "always-disagg-pd-decider", Decider, Stable, PD;
+    AlwaysDisaggMultimodalDecider = "always-disagg-multimodal-decider", Decider, Stable, PD;
+
+    // Data producers.
+    ApproxPrefixCacheProducer = "approx-prefix-cache-producer", DataProducer, Stable, Plugin;
+    InflightLoadProducer = "inflight-load-producer", DataProducer, Stable, BuiltIn("epp counts in-flight requests and tokens per endpoint itself");
+    PredictedLatencyProducer = "predicted-latency-producer", DataProducer, Stable, LATENCY_PREDICTOR;
+    PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Stable, Unsupported("not implemented in epp yet (use precise-prefix-cache-scorer)");
+    TokenProducer = "token-producer", DataProducer, Stable, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
+    Tokenizer = "tokenizer", DataProducer, Stable, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
+    SessionIdProducer = "session-id-producer", DataProducer, Stable, Unsupported("not implemented in epp yet");
+    MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Stable, MULTIMODAL;
+    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
+    P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, PD;
+    MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
+
+    // Request parsers.
+    OpenaiParser = "openai-parser", Parser, Stable, BuiltIn("epp parses OpenAI requests by path");
+    VllmgrpcParser = "vllmgrpc-parser", Parser, Stable, Unsupported("epp does not parse vLLM gRPC requests");
+    PassthroughParser = "passthrough-parser", Parser, Stable, BuiltIn("epp routes bodies it cannot parse by load");
+    AnthropicParser = "anthropic-parser", Parser, Stable, BuiltIn("epp parses Anthropic Messages requests by path");
+    VllmhttpParser = "vllmhttp-parser", Parser, Stable, BuiltIn("epp parses vLLM token-in requests by path");
+    SglanghttpParser = "sglanghttp-parser", Parser, Stable, BuiltIn("epp parses SGLang /generate requests by path");
+    VertexaiParser = "vertexai-parser", Parser, Stable, Unsupported("epp does not parse Vertex AI requests");
+
+    // Data layer.
+    MetricsDataSource = "metrics-data-source", DataLayer, Stable, METRICS;
+    CoreMetricsExtractor = "core-metrics-extractor", DataLayer, Stable, METRICS;
+    ModelsDataSource = "models-data-source", DataLayer, Stable, Unsupported("epp does not poll /v1/models");
+    ModelsDataExtractor = "models-data-extractor", DataLayer, Stable, Unsupported("epp does not poll /v1/models");
+    K8sNotificationSource = "k8s-notification-source", DataLayer, Stable, DISCOVERY;
+    EndpointNotificationSource = "endpoint-notification-source", DataLayer, Stable, DISCOVERY;
+    FileDiscovery = "file-discovery", DataLayer, Stable, Unsupported("not implemented in epp yet (use --static-endpoints-file)");
+    TopologyExtractor = "topology-extractor", DataLayer, Alpha, TOPOLOGY;
+    DcgmDataSource = "dcgm-data-source", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
+    DcgmExtractor = "dcgm-extractor", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
+    MulticlusterMetricsDataSource = "multicluster-metrics-data-source", DataLayer, Alpha, MULTICLUSTER;
+    MulticlusterMetricsExtractor = "multicluster-metrics-extractor", DataLayer, Alpha, MULTICLUSTER;
+    MulticlusterFileDiscovery = "multicluster-file-discovery", DataLayer, Alpha, MULTICLUSTER;
+
+    // Flow control.
+    GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Stable, FLOW;
+    RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Stable, Unsupported("epp's flow control has no round-robin fairness yet");
+    ProgramAwareFairness = "program-aware-fairness", FlowControl, Stable, Unsupported("epp's flow control has no program-aware fairness");
+    FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Stable, FLOW;
+    EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Stable, Unsupported("epp's flow control orders FCFS only");
+    SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Stable, Unsupported("epp's flow control orders FCFS only");
+    StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Stable, Unsupported("not implemented in epp");
+    PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
+    SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
+    SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
+    PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
+    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Stable, Unsupported("epp does not evict in-flight requests");
+    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Stable, Unsupported("epp does not evict in-flight requests");
+
+    // Saturation detectors.
+    UtilizationDetector = "utilization-detector", Saturation, Stable, Plugin;
+    ConcurrencyDetector = "concurrency-detector", Saturation, Stable, Unsupported("not implemented in epp yet (use utilization-detector)");
+
+    // Request control.
+    LatencySloAdmitter = "latency-slo-admitter", RequestControl, Stable, LATENCY_PREDICTOR;
+    ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Stable, Unsupported("not implemented in epp");
+    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Stable, Unsupported("not implemented in epp");
+    DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Stable, Plugin;
+    AgentIdentity = "agent-identity", RequestControl, Alpha, Unsupported("not implemented in epp");
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, PD;
+
+    // Passive health (epp's own).
+    OutlierDetection = "outlier-detection", Health, Stable, Plugin;
+    SlowStart = "slow-start", Health, Stable, Plugin;
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = HashSet::new();
+        for &k in PluginKind::ALL {
+            assert!(seen.insert(k.name()), "{k} twice");
+            assert_eq!(PluginKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(PluginKind::from_name("queue-scorers"), None);
+    }
+
+    #[test]
+    fn every_refusal_says_why() {
+        for &k in PluginKind::ALL {
+            if let Support::Unsupported(why) | Support::BuiltIn(why) = k.support() {
+                assert!(why.len() > 10, "{k}: {why:?}");
+            }
+        }
+    }
+}
