@@ -229,3 +229,60 @@ pub async fn sa_kubeconfig(server: &KubeApiServer, ns: &TestNamespace, sa: &str,
     let token = server.mint_token(&ns.name, sa).await.unwrap();
     server.token_kubeconfig(path, &ns.name, &token).unwrap();
 }
+
+/// Lints and renders `charts/inferencepool` as e2e/tests/helm.rs does (Helm's Go code through
+/// hack/helm/render.py); the objects of every manifest.
+pub fn render_chart(release: &str, namespace: &str, values: &Value) -> Vec<Value> {
+    use std::process::Command;
+    let venv = Command::new(root().join("hack/helm/venv.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        venv.status.success(),
+        "creating the helm venv failed: {}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let python = String::from_utf8(venv.stdout).unwrap().trim().to_owned();
+    let out = Command::new(python)
+        .arg(root().join("hack/helm/render.py"))
+        .arg(root().join("charts/inferencepool"))
+        .args([release, namespace, &values.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "render failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut objects = Vec::new();
+    for text in result["manifests"].as_object().unwrap().values() {
+        for doc in serde_yaml::Deserializer::from_str(text.as_str().unwrap()) {
+            let v = <Value as serde::Deserialize>::deserialize(doc).unwrap();
+            if !v.is_null() {
+                objects.push(v);
+            }
+        }
+    }
+    objects
+}
+
+/// Chart values for a pool of `app=vllm` pods on `port`, with `extra` merged in at the top.
+pub fn chart_values(port: u16, extra: Value) -> Value {
+    let mut values = json!({
+        "inferencePool": {"targetPorts": [{"number": port}], "modelServers": {"matchLabels": {"app": "vllm"}}}
+    });
+    if let (Some(v), Value::Object(extra)) = (values.as_object_mut(), extra) {
+        v.extend(extra);
+    }
+    values
+}
+
+/// Renders the chart into `ns` and applies every object as the admin; the objects.
+pub async fn install_chart(ns: &TestNamespace, release: &str, values: &Value) -> Vec<Value> {
+    let objects = render_chart(release, &ns.name, values);
+    for obj in &objects {
+        create(ns, obj.clone()).await;
+    }
+    objects
+}
