@@ -67,6 +67,7 @@ async fn route(shared: &Arc<Shared>, parts: &http::request::Parts, body: Bytes) 
             Some(api) => inference(shared, api, &body).await,
             None => error(StatusCode::NOT_FOUND, "not found"),
         },
+        (&Method::POST, _) if NATIVE_PATHS.contains(&path) => native(shared, path, &body),
         (&Method::GET, "/v1/models") => json_response(StatusCode::OK, models(shared)),
         (&Method::GET, "/health") => full(StatusCode::OK, "text/plain", Bytes::new()),
         (&Method::GET, "/metrics") => metrics(shared).await,
@@ -78,6 +79,28 @@ async fn route(shared: &Arc<Shared>, parts: &http::request::Parts, body: Bytes) 
         }
         _ => error(StatusCode::NOT_FOUND, &format!("no route for {path}")),
     }
+}
+
+/// Paths served by [`native`]: llm-d-router v0.10's other parsers (Anthropic Messages, vLLM and
+/// SGLang token-in generate) and a path only the passthrough parser takes.
+const NATIVE_PATHS: [&str; 5] = [
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/inference/v1/generate",
+    "/generate",
+    "/v1/rerank",
+];
+
+/// A minimal 200 for the non-OpenAI APIs: the stand-in only needs to be reachable there (the
+/// tests assert on what it received); the answer names the path, the model and the body size.
+fn native(shared: &Shared, path: &str, body: &[u8]) -> Response<Body> {
+    let model = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("model").cloned());
+    json_response(
+        StatusCode::OK,
+        json!({"object": "native", "path": path, "model": model, "bytes": body.len(), "pod": shared.opts.name}),
+    )
 }
 
 fn forced_status(parts: &http::request::Parts) -> Option<StatusCode> {

@@ -33,7 +33,17 @@ fn assert_rejected(response: &HttpResponse, status: StatusCode, code: &str, name
 
 /// Asserts the backpressure details of a 429/503 (#7, upstream issue #1082): a `Retry-After`
 /// header and `error.reason` saying why, with the same delay in `error.retry_after_seconds`.
+/// Also llm-d-router v0.10's `x-llm-d-request-dropped-reason`, with upstream's value.
 fn assert_backpressure(response: &HttpResponse, reason: &str, retry_after: u64) {
+    let dropped = match reason {
+        "no_ready_endpoints" => "rejected-no-endpoints",
+        _ => "rejected-saturated",
+    };
+    assert_eq!(
+        response.header("x-llm-d-request-dropped-reason"),
+        Some(dropped),
+        "{reason}"
+    );
     let body = response.json().unwrap();
     assert_eq!(body["error"]["reason"], reason, "{body}");
     assert_eq!(body["error"]["retry_after_seconds"], retry_after, "{body}");
@@ -98,6 +108,7 @@ async fn malformed_requests_are_a_400_naming_the_problem() {
             None,
             "a 400 is not backpressure"
         );
+        assert_eq!(response.header("x-llm-d-request-dropped-reason"), None);
     }
     assert_logged_rejections(&stack, cases.len(), 400, "BadRequest").await;
     stack.stop().await;

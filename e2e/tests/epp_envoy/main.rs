@@ -12,6 +12,7 @@ mod body;
 mod early;
 mod errors;
 mod flow;
+mod interface;
 mod limits;
 mod policies;
 mod routing;

@@ -1,0 +1,166 @@
+//! llm-d-router v0.10's request interface through Envoy (issue 19): the parser the path selects
+//! (Anthropic Messages, vLLM token-in, passthrough), llm-d's steering header names over their
+//! GIE aliases, and `Prefer: if-available` (412 until the chosen pod caches the prompt).
+//! Drop reasons on 429/503 are asserted with the other rejections (`errors.rs`).
+
+use epp_e2e::stack::StackOptions;
+use http::StatusCode;
+use serde_json::json;
+
+use crate::support::{access_log, assert_routed_to, post, served_by, start, traffic, words, MODEL};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_messages_stick_to_the_pod_caching_their_system_prompt() {
+    let stack = start(StackOptions::default()).await;
+    let system = words(7, 2_000);
+    let body = |question: &str| {
+        json!({"model": MODEL, "max_tokens": 5, "system": system,
+               "messages": [{"role": "user", "content": question}]})
+        .to_string()
+    };
+    let mut served = Vec::new();
+    for i in 0..4 {
+        let sent = body(&format!("question number {i}"));
+        let response = post(&stack, "/v1/messages", sent.clone(), &[]).await;
+        let pod = served_by(&stack, &response);
+        assert_eq!(response.json().unwrap()["path"], "/v1/messages");
+        let received = traffic(&stack.pods[pod]);
+        assert_eq!(
+            received.last().unwrap().body,
+            sent.as_bytes(),
+            "byte for byte"
+        );
+        served.push(pod);
+    }
+    assert!(
+        served.iter().all(|p| *p == served[0]),
+        "the shared system prompt is a shared prefix: {served:?}"
+    );
+    let log = access_log(&stack, 4).await;
+    assert_routed_to(&log[3], &stack.pods[served[0]].endpoint());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_in_generate_requests_route_on_their_token_ids() {
+    let stack = start(StackOptions::default()).await;
+    let shared: Vec<u32> = (0..2_000u32).map(|i| (i * 7919) % 50_000).collect();
+    let mut served = Vec::new();
+    for tail in 0..4u32 {
+        let mut ids = shared.clone();
+        ids.extend([60_000 + tail, 60_100 + tail]);
+        let sent = json!({"model": MODEL, "token_ids": ids,
+                          "sampling_params": {"max_tokens": 3}})
+        .to_string();
+        let response = post(&stack, "/inference/v1/generate", sent.clone(), &[]).await;
+        let pod = served_by(&stack, &response);
+        assert_eq!(
+            traffic(&stack.pods[pod]).last().unwrap().body,
+            sent.as_bytes()
+        );
+        served.push(pod);
+    }
+    assert!(
+        served.iter().all(|p| *p == served[0]),
+        "the shared token prefix sticks: {served:?}"
+    );
+    let bad = post(
+        &stack,
+        "/inference/v1/generate",
+        json!({"model": MODEL, "token_ids": []}).to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.text());
+    assert!(bad.text().contains("token_ids"), "{}", bad.text());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_no_parser_claims_pass_through_unread() {
+    let stack = start(StackOptions::default()).await;
+    let cases = [
+        ("/v1/rerank", "not json at all {{{"),
+        ("/generate", r#"{"input_ids": "whatever the pod accepts"}"#),
+        ("/v1/messages/count_tokens", r#"{"messages": "unchecked"}"#),
+    ];
+    for (i, (path, body)) in cases.iter().enumerate() {
+        let response = post(&stack, path, *body, &[]).await;
+        let pod = served_by(&stack, &response);
+        let last = traffic(&stack.pods[pod]).pop().unwrap();
+        assert_eq!(
+            (last.path.as_str(), &last.body[..]),
+            (*path, body.as_bytes())
+        );
+        let log = access_log(&stack, i + 1).await;
+        assert_routed_to(&log[i], &stack.pods[pod].endpoint());
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_d_header_names_win_over_their_gie_aliases() {
+    let stack = start(StackOptions::default()).await;
+    let chat = json!({"model": MODEL, "max_tokens": 2,
+                      "messages": [{"role": "user", "content": "which model am I?"}]})
+    .to_string();
+    let cases: [(&[(&'static str, &str)], &str); 3] = [
+        (&[("x-gateway-model-name-rewrite", "gie-name")], "gie-name"),
+        (&[("x-llm-d-model-name-rewrite", "llmd-name")], "llmd-name"),
+        (
+            &[
+                ("x-gateway-model-name-rewrite", "gie-name"),
+                ("x-llm-d-model-name-rewrite", "llmd-name"),
+            ],
+            "llmd-name",
+        ),
+    ];
+    for (headers, want) in cases {
+        let response = post(&stack, "/v1/chat/completions", chat.clone(), headers).await;
+        let pod = served_by(&stack, &response);
+        let received = traffic(&stack.pods[pod]).pop().unwrap();
+        let forwarded: serde_json::Value = serde_json::from_slice(&received.body).unwrap();
+        assert_eq!(forwarded["model"], want, "{headers:?}");
+        assert_eq!(
+            response.json().unwrap()["model"],
+            MODEL,
+            "the client sees its own model name"
+        );
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_if_available_is_412_until_the_chosen_pod_caches_the_prompt() {
+    let stack = start(StackOptions::default()).await;
+    let body = json!({"model": MODEL, "max_tokens": 2, "prompt": words(3, 1_500)}).to_string();
+    let prefer = [("prefer", "if-available")];
+    let refused = post(&stack, "/v1/completions", body.clone(), &prefer).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        refused.text()
+    );
+    assert_eq!(
+        refused.json().unwrap()["error"]["type"],
+        "PreconditionFailed"
+    );
+    assert_eq!(refused.header("x-llm-d-request-dropped-reason"), None);
+    let first = post(&stack, "/v1/completions", body.clone(), &[]).await;
+    let pod = served_by(&stack, &first);
+    let cached = post(&stack, "/v1/completions", body.clone(), &prefer).await;
+    assert_eq!(served_by(&stack, &cached), pod, "served where it is cached");
+    let log = access_log(&stack, 3).await;
+    assert_eq!(
+        (
+            log[0].status,
+            log[0].details.as_str(),
+            log[0].upstream.as_deref()
+        ),
+        (412, "epp_PreconditionFailed", None),
+        "{}",
+        log[0].line
+    );
+    stack.stop().await;
+}
