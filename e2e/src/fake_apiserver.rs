@@ -1,9 +1,19 @@
-//! A fake Kubernetes API server, enough of the real protocol for an unmodified `kube::Client`:
-//! namespaced collections under `/api/v1` and `/apis/{group}/{version}`, list with a
-//! `resourceVersion`, watch streams (ADDED / MODIFIED / DELETED / BOOKMARK, `timeoutSeconds`,
-//! label selectors), `410 Gone` for compacted versions (as an ERROR watch event, the way the real
-//! server reports it), get / create / replace / merge-patch / delete with optimistic concurrency
-//! on `metadata.resourceVersion`, and the `status` subresource.
+//! A fake Kubernetes API server, kept for what a real one cannot be made to do. Everything a
+//! real server can show (CRD schemas and CEL rules, RBAC, pods through `pods/status`, watches
+//! across a restart and a compaction, Leases under optimistic concurrency) is tested against a
+//! real kube-apiserver + etcd ([`crate::kube_apiserver`], e2e/tests/kube_*.rs). This fake stays
+//! for e2e/tests/k8s.rs:
+//! - objects a real server never admits (breaking the CRDs' CEL rules: stored before a rule
+//!   existed, or written around validation), which epp's own gate must ignore and count;
+//! - history that changes while the server is unreachable and is then compacted, so the resumed
+//!   watch is answered `410 Gone` at a moment the test chooses;
+//! - fast, dependency-free runs (no Go build) for the unit-level tests of the discovery code.
+//!
+//! What it speaks: namespaced collections under `/api/v1` and `/apis/{group}/{version}`, list
+//! with a `resourceVersion`, watch streams (ADDED / MODIFIED / DELETED / BOOKMARK,
+//! `timeoutSeconds`, label selectors), `410 Gone` for compacted versions (as an ERROR watch
+//! event, the way the real server reports it), get / create / replace / merge-patch / delete with
+//! optimistic concurrency on `metadata.resourceVersion`, and the `status` subresource.
 //!
 //! It stores JSON, not types, so pods, Leases and CRDs all work without registration; it does
 //! not validate schemas, default fields, or run admission. The [`Store`] outlives a server, so a
