@@ -41,6 +41,8 @@ pub struct Runtime {
     pub gates: config::FeatureGates,
     /// The load options it was built with (a reload keeps them).
     pub load: config::LoadOptions,
+    /// What the data-layer plugins say about scraping (read at start-up).
+    pub metrics_settings: config::MetricsSettings,
     /// The text it was built from (shown by `/debug/snapshot`).
     pub source: String,
 }
@@ -80,6 +82,10 @@ impl Runtime {
             }));
         }
         let health = health.unwrap_or_default();
+        let metrics_settings = config::MetricsSettings::from_config(&doc).unwrap_or_else(|p| {
+            problems.extend(p);
+            config::MetricsSettings::default()
+        });
         let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
             problems.extend(p);
             admission::Thresholds::default()
@@ -127,6 +133,7 @@ impl Runtime {
             parsers: request::ParserSet::default(),
             gates,
             load,
+            metrics_settings,
             source: text.to_owned(),
         })
     }
@@ -424,7 +431,8 @@ impl Director {
             None => self.lookup_prefix(&runtime, &req, &target, &states),
         };
         drop(tokenize_span);
-        let candidates = self.candidates(&states, lookup.as_ref());
+        let candidates =
+            self.candidates(&states, lookup.as_ref(), runtime.scheduler.reads_labels());
         let sreq = SchedulingRequest {
             target_model: &target,
             prefix_total_blocks: lookup.as_ref().map_or(0, |l| l.hashes.len()),
@@ -436,7 +444,7 @@ impl Director {
                 inc.session_token,
                 lookup.as_ref().and_then(|l| l.hashes.first().copied()),
             ),
-            prompt_tokens: lookup.as_ref().map_or(0, |l| l.prompt_tokens),
+            prompt_tokens: prompt_tokens(lookup.as_ref(), &req, inc.body, self.prompt_cap()),
             slo_ttft_s: inc.slo_ttft_ms.filter(|v| *v > 0.0).map(|ms| ms / 1e3),
             sheddable: priority < 0,
         };
@@ -453,13 +461,12 @@ impl Director {
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
         }
-        let dispatched = candidates
-            .iter()
-            .find(|c| c.id == primary.id())
-            .map(|c| match runtime.scheduler.estimated_ttft() {
+        let dispatched = candidates.iter().find(|c| c.id == primary.id()).map(|c| {
+            match runtime.scheduler.estimated_ttft() {
                 Some(s) => s.inputs(&sreq, c),
                 None => scheduling::scorer::EstimatedTtftScorer::default().inputs(&sreq, c),
-            });
+            }
+        });
         let prefill = dispatched.map(|d| primary.start_prefill(d.own_tokens as u64));
         let body = (target != req.model)
             .then(|| request::rewrite_model(inc.body, &req.model_span, &target));
@@ -499,7 +506,7 @@ impl Director {
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
-        let candidates = self.candidates(&states, None);
+        let candidates = self.candidates(&states, None, runtime.scheduler.reads_labels());
         let sreq = SchedulingRequest {
             block_size: 16,
             test_endpoint_selection: inc.test_endpoint_selection,
@@ -600,7 +607,9 @@ impl Director {
             per_running: seed.per_running,
             per_waiting: seed.per_waiting,
         };
-        let secs = first.saturating_duration_since(routed.started).as_secs_f64();
+        let secs = first
+            .saturating_duration_since(routed.started)
+            .as_secs_f64();
         routed
             .lease
             ._inflight
@@ -825,9 +834,11 @@ impl Director {
         &self,
         states: &[&Arc<EndpointState>],
         lookup: Option<&PrefixLookup>,
+        labels: bool,
     ) -> Vec<Candidate> {
         let now = Instant::now();
         let policy = self.datastore.health_policy();
+        let no_labels = Arc::default();
         states
             .iter()
             .map(|s| {
@@ -852,6 +863,12 @@ impl Director {
                     metrics: m,
                     waiting: waiting + f64::from(s.dispatched_since_scrape()),
                     running: running.max(f64::from(s.inflight())),
+                    inflight: f64::from(s.inflight()),
+                    labels: if labels {
+                        Arc::new(s.endpoint.labels.clone())
+                    } else {
+                        Arc::clone(&no_labels)
+                    },
                     kv_usage: kv,
                     fresh,
                     prefix_blocks,
@@ -969,6 +986,25 @@ fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
             per_waiting: l.coefficients.per_waiting,
             mean_tokens: l.mean_tokens,
         }),
+    }
+}
+
+/// The request's prompt tokens: as the prefix lookup tokenized them, else estimated at four
+/// bytes a token (llm-d's default `estimate` token producer) from the prompt text, or from the
+/// whole body when parsing kept only the first `cap` bytes of the prompt.
+fn prompt_tokens(
+    lookup: Option<&PrefixLookup>,
+    req: &LlmRequest,
+    body: &[u8],
+    cap: usize,
+) -> usize {
+    if let Some(l) = lookup {
+        return l.prompt_tokens;
+    }
+    match &req.prompt {
+        Prompt::Tokens(t) => t.len(),
+        Prompt::Text(t) if t.len() < cap => t.len().div_ceil(4),
+        Prompt::Text(_) => body.len().div_ceil(4),
     }
 }
 

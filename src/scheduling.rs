@@ -17,15 +17,19 @@
 //! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
 
 pub mod filter;
+pub mod inflight_load;
 pub mod picker;
 pub mod scorer;
 
-use crate::config::{self, Category, EndpointPickerConfig, LoadOptions, PluginKind, PluginSpec, Problem};
+use crate::config::{
+    self, Category, EndpointPickerConfig, LoadOptions, PluginKind, PluginSpec, Problem,
+};
 use crate::endpoint::{EndpointId, EndpointMetrics};
 use filter::Filter;
 use picker::Picker;
 use rand::Rng;
 use scorer::{PrefixParams, Scorer};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One endpoint as the scheduler sees it for one request: a value snapshot.
@@ -38,6 +42,11 @@ pub struct Candidate {
     pub waiting: f64,
     /// Running requests: last scrape, or epp's own in-flight count if that is larger.
     pub running: f64,
+    /// Requests epp routed here that have not finished (llm-d's `InFlightLoad.Requests`).
+    pub inflight: f64,
+    /// The endpoint's labels (pod labels), for the label filters and `context-length-aware`;
+    /// empty unless the configuration reads them ([`Scheduler::reads_labels`]).
+    pub labels: Arc<BTreeMap<String, String>>,
     pub kv_usage: f64,
     /// Whether the metrics are younger than the staleness threshold.
     pub fresh: bool,
@@ -72,12 +81,23 @@ pub struct SchedulingRequest<'a> {
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
-    /// Prompt tokens, as far as the prefix lookup tokenized them (0 without one).
+    /// Prompt tokens, as far as the prefix lookup tokenized them; without a lookup, estimated
+    /// at four bytes a token (llm-d's `estimate` token producer).
     pub prompt_tokens: usize,
     /// The request's TTFT SLO (`x-llm-d-slo-ttft-ms`), seconds.
     pub slo_ttft_s: Option<f64>,
     /// Priority below 0: the request may be rejected to protect the others.
     pub sheddable: bool,
+}
+
+impl SchedulingRequest<'_> {
+    /// This request's prompt tokens `c` does not hold (llm-d's `UncachedRequestTokens`):
+    /// `(total − matched) · blockSize + (prompt − total · blockSize)`, which is the prompt less
+    /// the matched blocks since the prefix index hashes full blocks only.
+    pub fn uncached_tokens(&self, c: &Candidate) -> f64 {
+        let prompt = self.prompt_tokens as f64;
+        prompt - ((c.prefix_blocks * self.block_size) as f64).min(prompt)
+    }
 }
 
 /// The chosen endpoints in rank order (first is primary), with every candidate's total score.
@@ -120,7 +140,7 @@ impl Scheduler {
         }
         let mut pool: Vec<&Candidate> = candidates.iter().collect();
         for f in &self.filters {
-            pool = f.filter(req, pool);
+            pool = f.filter(req, pool, rng);
             if pool.is_empty() {
                 return Err(ScheduleError::AllFiltered);
             }
@@ -129,10 +149,7 @@ impl Scheduler {
             pool.retain(|c| c.fresh);
         }
         slow_start(&mut pool, rng);
-        if self
-            .estimated_ttft()
-            .is_some_and(|s| s.rejects(req, &pool))
-        {
+        if self.estimated_ttft().is_some_and(|s| s.rejects(req, &pool)) {
             return Err(ScheduleError::SloUnattainable);
         }
         let totals = self.score(req, &pool);
@@ -180,6 +197,13 @@ impl Scheduler {
         self.scorers
             .iter()
             .any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+    }
+
+    /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
+    /// onto the candidates).
+    pub fn reads_labels(&self) -> bool {
+        self.filters.iter().any(Filter::reads_labels)
+            || self.scorers.iter().any(|(s, _)| s.reads_labels())
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
@@ -238,6 +262,13 @@ fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> 
                 return p.map(Built::Picker).map_err(wrap);
             }
         }
+        _ if kind == PluginKind::InflightLoadProducer => {
+            let p = scorer::params::<inflight_load::InflightLoadParams>(&params).map_err(wrap)?;
+            p.validate().map_err(|message| Problem::Parameters {
+                plugin: spec.name().to_owned(),
+                message,
+            })?;
+        }
         _ if kind == PluginKind::ApproxPrefixCacheProducer => {
             return PrefixParams::from_yaml(&params)
                 .map(Built::Prefix)
@@ -260,7 +291,10 @@ pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
 }
 
 /// [`build`] with the command line's load options.
-pub fn build_with(cfg: &EndpointPickerConfig, load: LoadOptions) -> Result<Scheduler, Vec<Problem>> {
+pub fn build_with(
+    cfg: &EndpointPickerConfig,
+    load: LoadOptions,
+) -> Result<Scheduler, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut built: Vec<(&str, Built)> = Vec::new();
     for spec in &cfg.plugins {
@@ -344,6 +378,8 @@ pub(crate) mod testing {
             metrics: None,
             waiting,
             running: 0.0,
+            inflight: 0.0,
+            labels: Arc::default(),
             kv_usage: kv,
             fresh: true,
             prefix_blocks,
@@ -351,6 +387,19 @@ pub(crate) mod testing {
             ramp: 1.0,
             prefill: scorer::PrefillLoad::default(),
         }
+    }
+
+    /// A fresh scrape with the given queue, running count and KV usage.
+    pub fn metrics(waiting: f64, running: f64, kv_usage: f64) -> Arc<EndpointMetrics> {
+        Arc::new(EndpointMetrics {
+            waiting,
+            running,
+            kv_usage,
+            lora: None,
+            cache: None,
+            gpu: None,
+            updated: std::time::Instant::now(),
+        })
     }
 }
 

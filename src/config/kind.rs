@@ -108,7 +108,7 @@ kinds! {
     LabelSelectorFilter = "label-selector-filter", Filter, Stable, Unsupported("not implemented in epp yet");
     ByLabel = "by-label", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
     ByLabelSelector = "by-label-selector", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
-    PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Unsupported("not implemented in epp yet");
+    PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Stable, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
@@ -125,10 +125,10 @@ kinds! {
     PrefixCacheScorer = "prefix-cache-scorer", Scorer, Stable, Plugin;
     RunningRequestsSizeScorer = "running-requests-size-scorer", Scorer, Stable, Plugin;
     LoraAffinityScorer = "lora-affinity-scorer", Scorer, Stable, Plugin;
-    TokenLoadScorer = "token-load-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    TokenLoadScorer = "token-load-scorer", Scorer, Stable, Plugin;
     LatencyScorer = "latency-scorer", Scorer, Stable, Plugin;
-    LoadAwareScorer = "load-aware-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
-    ActiveRequestScorer = "active-request-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
+    LoadAwareScorer = "load-aware-scorer", Scorer, Stable, Plugin;
+    ActiveRequestScorer = "active-request-scorer", Scorer, Stable, Plugin;
     NoHitLruScorer = "no-hit-lru-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
     ContextLengthAware = "context-length-aware", Scorer, Stable, Unsupported("not implemented in epp yet");
     PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Stable, Plugin;

@@ -372,7 +372,10 @@ fn a_routed_prompt_counts_as_prefill_ahead_until_its_first_token() {
     let mut routed = d.route(&incoming(&body), &mut rng).unwrap();
     let state = Arc::clone(ds.snapshot().get(&routed.destinations[0]).unwrap());
     let (tokens, requests) = state.prefill_pending();
-    assert!(tokens >= 300 && requests == 1, "{tokens} tokens, {requests}");
+    assert!(
+        tokens >= 300 && requests == 1,
+        "{tokens} tokens, {requests}"
+    );
     routed.first_token();
     assert_eq!(state.prefill_pending(), (0, 0));
 }

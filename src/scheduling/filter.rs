@@ -2,47 +2,56 @@
 
 mod gpu_memory;
 mod header_based_testing;
+mod prefix_cache_affinity;
 
+use super::scorer::{checked, params};
 use super::{Candidate, SchedulingRequest};
 pub use gpu_memory::GpuMemoryFilter;
 pub use header_based_testing::HeaderBasedTestingFilter;
+pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
+use rand::Rng;
 
 /// Every filter epp knows, by upstream type name.
 #[derive(Clone, Debug)]
 pub enum Filter {
     HeaderBasedTesting(HeaderBasedTestingFilter),
     GpuMemory(GpuMemoryFilter),
+    PrefixCacheAffinity(PrefixCacheAffinityFilter),
 }
 
 impl Filter {
     /// Builds the filter for `plugin_type`, or `None` when the type is not a filter.
     pub fn build(
         plugin_type: &str,
-        params: &serde_yaml::Value,
+        p: &serde_yaml::Value,
     ) -> Result<Option<Self>, serde_yaml::Error> {
-        Ok(match plugin_type {
-            HeaderBasedTestingFilter::TYPE => {
-                Some(Self::HeaderBasedTesting(super::scorer::params(params)?))
-            }
+        Ok(Some(match plugin_type {
+            HeaderBasedTestingFilter::TYPE => Self::HeaderBasedTesting(params(p)?),
             GpuMemoryFilter::TYPE => {
-                let f: GpuMemoryFilter = super::scorer::params(params)?;
-                Some(Self::GpuMemory(
-                    f.validate()
-                        .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
-                ))
+                Self::GpuMemory(checked(params::<GpuMemoryFilter>(p)?.validate())?)
             }
-            _ => None,
-        })
+            PrefixCacheAffinityFilter::TYPE => Self::PrefixCacheAffinity(checked(
+                params::<PrefixCacheAffinityFilter>(p)?.validate(),
+            )?),
+            _ => return Ok(None),
+        }))
     }
 
     pub fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,
+        rng: &mut impl Rng,
     ) -> Vec<&'c Candidate> {
         match self {
             Self::HeaderBasedTesting(f) => f.filter(req, pool),
             Self::GpuMemory(f) => f.filter(pool),
+            Self::PrefixCacheAffinity(f) => f.filter(req, pool, rng),
         }
+    }
+
+    /// Whether this filter reads the candidates' labels.
+    pub fn reads_labels(&self) -> bool {
+        false
     }
 }

@@ -1,25 +1,33 @@
 //! Scorers: rate each candidate in [0, 1] (higher is better). One per file under `scorer/`.
 
+mod active_request;
+mod estimated_ttft;
 mod gpu_utilization;
 mod kv_cache;
 mod latency;
+mod load_aware;
 mod lora_affinity;
 mod precise_prefix;
 mod prefix;
 mod queue;
 mod running_requests;
 mod session_affinity;
+mod token_load;
 
 use super::{Candidate, SchedulingRequest};
+pub use active_request::ActiveRequestScorer;
+pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
 pub use gpu_utilization::GpuUtilizationScorer;
 pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
+pub use load_aware::LoadAwareScorer;
 pub use lora_affinity::LoraAffinityScorer;
 pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
 pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
+pub use token_load::TokenLoadScorer;
 
 /// Decodes plugin parameters strictly; absent parameters mean the defaults.
 pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
@@ -30,6 +38,12 @@ pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
     } else {
         serde_yaml::from_value(v.clone())
     }
+}
+
+/// A parameter check's message as a decoding error (it reaches the user as the plugin's
+/// parameter problem).
+pub(crate) fn checked<T>(r: Result<T, String>) -> Result<T, serde_yaml::Error> {
+    r.map_err(<serde_yaml::Error as serde::de::Error>::custom)
 }
 
 /// Every scorer epp knows, by upstream type name.
@@ -45,6 +59,10 @@ pub enum Scorer {
     Latency(LatencyScorer),
     SessionAffinity(SessionAffinityScorer),
     GpuUtilization(GpuUtilizationScorer),
+    EstimatedTtft(EstimatedTtftScorer),
+    TokenLoad(TokenLoadScorer),
+    ActiveRequest(ActiveRequestScorer),
+    LoadAware(LoadAwareScorer),
 }
 
 impl Scorer {
@@ -69,6 +87,20 @@ impl Scorer {
                     .validate()
                     .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
             ),
+            EstimatedTtftScorer::TYPE => Self::EstimatedTtft(
+                params::<EstimatedTtftScorer>(p)?
+                    .validate()
+                    .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
+            ),
+            TokenLoadScorer::TYPE => {
+                Self::TokenLoad(checked(params::<TokenLoadScorer>(p)?.validate())?)
+            }
+            ActiveRequestScorer::TYPE => {
+                Self::ActiveRequest(checked(params::<ActiveRequestScorer>(p)?.validate())?)
+            }
+            LoadAwareScorer::TYPE => {
+                Self::LoadAware(checked(params::<LoadAwareScorer>(p)?.validate())?)
+            }
             _ => return Ok(None),
         }))
     }
@@ -85,7 +117,16 @@ impl Scorer {
             Self::Latency(s) => s.score(pool, out),
             Self::SessionAffinity(s) => s.score(req, pool, out),
             Self::GpuUtilization(s) => s.score(pool, out),
+            Self::EstimatedTtft(s) => s.score(req, pool, out),
+            Self::TokenLoad(s) => s.score(req, pool, out),
+            Self::ActiveRequest(s) => s.score(pool, out),
+            Self::LoadAware(s) => s.score(pool, out),
         }
+    }
+
+    /// Whether this scorer reads the candidates' labels.
+    pub fn reads_labels(&self) -> bool {
+        false
     }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {

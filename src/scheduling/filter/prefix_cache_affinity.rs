@@ -1,0 +1,259 @@
+//! `prefix-cache-affinity-filter` (llm-d): keep only the endpoints that hold most of the
+//! prompt ("sticky"), unless that costs too much time-to-first-token.
+//!
+//! A candidate is sticky when `prefix_blocks / prefix_total_blocks ≥ affinityThreshold`. No
+//! sticky candidate, a threshold ≤ 0, one candidate or an exploration draw
+//! (`explorationProbability`) keep everyone. With `maxTTFTPenaltyMs > 0` and non-sticky
+//! candidates present, each candidate's TTFT is estimated as its in-flight tokens (uncached
+//! prompt tokens epp sent there with no first token yet) over `peakPrefillThroughput`, and
+//! when the best sticky TTFT exceeds the best non-sticky one by more than `maxTTFTPenaltyMs`
+//! the filter keeps everyone (the load gate). Otherwise only the sticky candidates remain.
+
+use crate::scheduling::{Candidate, SchedulingRequest};
+use rand::Rng;
+
+const PREFILL_THROUGHPUT: &str = "prefillThroughput";
+const LATENCY_PREDICTOR: &str = "latencyPredictor";
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct PrefixCacheAffinityFilter {
+    pub affinity_threshold: f64,
+    pub exploration_probability: f64,
+    #[serde(rename = "maxTTFTPenaltyMs")]
+    pub max_ttft_penalty_ms: f64,
+    /// `prefillThroughput`, or `latencyPredictor` (upstream's predictor sidecars: refused,
+    /// epp has none).
+    #[serde(rename = "ttftSource")]
+    pub ttft_source: String,
+    /// Tokens per second one endpoint prefills.
+    pub peak_prefill_throughput: f64,
+    /// Producer names: epp has one of each, so any name is accepted.
+    pub prefix_match_info_producer_name: String,
+    pub latency_prediction_info_producer_name: String,
+    pub in_flight_load_producer_name: String,
+}
+
+impl Default for PrefixCacheAffinityFilter {
+    fn default() -> Self {
+        Self {
+            affinity_threshold: 0.80,
+            exploration_probability: 0.0,
+            max_ttft_penalty_ms: 18_000.0,
+            ttft_source: PREFILL_THROUGHPUT.into(),
+            peak_prefill_throughput: 15_928.0,
+            prefix_match_info_producer_name: String::new(),
+            latency_prediction_info_producer_name: String::new(),
+            in_flight_load_producer_name: String::new(),
+        }
+    }
+}
+
+impl PrefixCacheAffinityFilter {
+    pub const TYPE: &'static str = "prefix-cache-affinity-filter";
+
+    /// Upstream's checks and messages (Go's `%f`: six decimals).
+    pub fn validate(self) -> Result<Self, String> {
+        let fail = |m: String| Err(format!("invalid config: {m}"));
+        if self.affinity_threshold > 1.0 {
+            return fail(format!(
+                "affinityThreshold must be <= 1.0, got {:.6}",
+                self.affinity_threshold
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.exploration_probability) {
+            return fail(format!(
+                "explorationProbability must be in [0, 1], got {:.6}",
+                self.exploration_probability
+            ));
+        }
+        if self.max_ttft_penalty_ms < 0.0 {
+            return fail(format!(
+                "maxTTFTPenaltyMs must be >= 0, got {:.6}",
+                self.max_ttft_penalty_ms
+            ));
+        }
+        if self.peak_prefill_throughput < 0.0 {
+            return fail(format!(
+                "peakPrefillThroughput must be >= 0, got {:.6}",
+                self.peak_prefill_throughput
+            ));
+        }
+        if self.ttft_source != PREFILL_THROUGHPUT && self.ttft_source != LATENCY_PREDICTOR {
+            return fail(format!(
+                "ttftSource must be {LATENCY_PREDICTOR:?} or {PREFILL_THROUGHPUT:?}, got {:?}",
+                self.ttft_source
+            ));
+        }
+        if self.ttft_source == LATENCY_PREDICTOR {
+            return fail(
+                "ttftSource \"latencyPredictor\" needs upstream's latency-predictor sidecars, which epp does not implement; use \"prefillThroughput\"".into(),
+            );
+        }
+        if self.max_ttft_penalty_ms > 0.0 && self.peak_prefill_throughput == 0.0 {
+            return fail(
+                "peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput".into(),
+            );
+        }
+        Ok(self)
+    }
+
+    pub fn filter<'c>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: Vec<&'c Candidate>,
+        rng: &mut impl Rng,
+    ) -> Vec<&'c Candidate> {
+        if pool.len() <= 1 || self.affinity_threshold <= 0.0 {
+            return pool;
+        }
+        if rng.random::<f64>() < self.exploration_probability {
+            return pool;
+        }
+        let (sticky, other): (Vec<&Candidate>, Vec<&Candidate>) = pool
+            .iter()
+            .partition(|c| score(req, c) >= self.affinity_threshold);
+        if sticky.is_empty() {
+            return pool;
+        }
+        if self.max_ttft_penalty_ms > 0.0 && !other.is_empty() {
+            let penalty = self.best_ttft_ms(&sticky) - self.best_ttft_ms(&other);
+            if penalty > self.max_ttft_penalty_ms {
+                return pool;
+            }
+        }
+        sticky
+    }
+
+    fn best_ttft_ms(&self, pool: &[&Candidate]) -> f64 {
+        pool.iter()
+            .map(|c| c.prefill.pending_tokens / self.peak_prefill_throughput * 1000.0)
+            .fold(f64::MAX, f64::min)
+    }
+}
+
+/// The prefix match ratio (0 without a prompt).
+fn score(req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
+    if req.prefix_total_blocks == 0 {
+        return 0.0;
+    }
+    c.prefix_blocks as f64 / req.prefix_total_blocks as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::scorer::params;
+    use crate::scheduling::testing::cand;
+    use rand::{rngs::SmallRng, SeedableRng};
+
+    fn req() -> SchedulingRequest<'static> {
+        SchedulingRequest {
+            prefix_total_blocks: 10,
+            block_size: 16,
+            prompt_tokens: 160,
+            ..Default::default()
+        }
+    }
+
+    /// (prefix blocks, in-flight tokens) per candidate.
+    fn kept(f: &PrefixCacheAffinityFilter, cands: &[(usize, f64)]) -> Vec<u16> {
+        let cands: Vec<Candidate> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, (blocks, pending))| {
+                let mut c = cand(i as u16 + 1, 0.0, 0.0, *blocks);
+                c.prefill.pending_tokens = *pending;
+                c
+            })
+            .collect();
+        let mut rng = SmallRng::seed_from_u64(1);
+        f.filter(&req(), cands.iter().collect(), &mut rng)
+            .iter()
+            .map(|c| c.id.0.port())
+            .collect()
+    }
+
+    #[test]
+    fn keeps_sticky_endpoints_unless_the_ttft_gate_breaks() {
+        let d = PrefixCacheAffinityFilter::default();
+        let always_stick = PrefixCacheAffinityFilter {
+            max_ttft_penalty_ms: 0.0,
+            ..Default::default()
+        };
+        let off = PrefixCacheAffinityFilter {
+            affinity_threshold: 0.0,
+            ..Default::default()
+        };
+        let table: [(&PrefixCacheAffinityFilter, &[(usize, f64)], &[u16]); 6] = [
+            // 8/10 ≥ 0.8 is sticky, 7/10 is not.
+            (&d, &[(8, 0.0), (7, 0.0), (0, 0.0)], &[1]),
+            (&d, &[(7, 0.0), (0, 0.0)], &[1, 2]),
+            // 15928 tokens/s: 300k tokens ahead ≈ 18.8 s > 18 s penalty → everyone.
+            (&d, &[(10, 300_000.0), (0, 0.0)], &[1, 2]),
+            (&d, &[(10, 200_000.0), (0, 0.0)], &[1]),
+            (&always_stick, &[(10, 1e9), (0, 0.0)], &[1]),
+            (&off, &[(10, 0.0), (0, 0.0)], &[1, 2]),
+        ];
+        for (f, cands, want) in table {
+            assert_eq!(kept(f, cands), want, "{cands:?}");
+        }
+    }
+
+    #[test]
+    fn exploration_keeps_everyone_at_its_rate() {
+        let f = PrefixCacheAffinityFilter {
+            exploration_probability: 0.25,
+            ..Default::default()
+        };
+        let cands = [cand(1, 0.0, 0.0, 10), cand(2, 0.0, 0.0, 0)];
+        let mut rng = SmallRng::seed_from_u64(9);
+        let all = (0..4000)
+            .filter(|_| f.filter(&req(), cands.iter().collect(), &mut rng).len() == 2)
+            .count();
+        assert!((800..1200).contains(&all), "{all}");
+    }
+
+    #[test]
+    fn parameters_are_checked_with_upstream_messages() {
+        let bad = [
+            (
+                "affinityThreshold: 1.5",
+                "affinityThreshold must be <= 1.0, got 1.500000",
+            ),
+            (
+                "explorationProbability: -0.1",
+                "explorationProbability must be in [0, 1], got -0.100000",
+            ),
+            (
+                "maxTTFTPenaltyMs: -1",
+                "maxTTFTPenaltyMs must be >= 0, got -1.000000",
+            ),
+            (
+                "peakPrefillThroughput: 0",
+                "peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput",
+            ),
+            ("ttftSource: latencyPredictor", "latency-predictor"),
+            (
+                "ttftSource: fast",
+                "ttftSource must be \"latencyPredictor\" or \"prefillThroughput\", got \"fast\"",
+            ),
+        ];
+        for (yaml, want) in bad {
+            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let err = params::<PrefixCacheAffinityFilter>(&v)
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+        let v: serde_yaml::Value =
+            serde_yaml::from_str("{peakPrefillThroughput: 0, maxTTFTPenaltyMs: 0}").unwrap();
+        assert!(params::<PrefixCacheAffinityFilter>(&v)
+            .unwrap()
+            .validate()
+            .is_ok());
+        let v: serde_yaml::Value = serde_yaml::from_str("threshold: 0.5").unwrap();
+        assert!(params::<PrefixCacheAffinityFilter>(&v).is_err());
+    }
+}
