@@ -41,6 +41,29 @@ const APIS: [ApiKind; 5] = [
     ApiKind::Conversations,
 ];
 
+/// The model span holds the model, and rewriting it changes nothing else the parser reads.
+fn rewrite_changes_the_model_only(
+    api: ApiKind,
+    body: &[u8],
+    cap: usize,
+    req: &request::LlmRequest,
+) {
+    let quoted = body
+        .get(req.model_span.clone())
+        .unwrap_or_else(|| panic!("model span {:?} outside the body", req.model_span));
+    let model: String = serde_json::from_slice(quoted)
+        .unwrap_or_else(|e| panic!("model span is not a JSON string: {e}"));
+    assert_eq!(model, req.model, "the model span holds the model");
+    let rewritten = request::rewrite_model(body, &req.model_span, "fuzz/model\"é");
+    let again = request::parse(api, &rewritten, cap)
+        .unwrap_or_else(|e| panic!("a rewritten body no longer parses: {e}"));
+    assert_eq!(
+        (again.model.as_str(), again.stream, &again.prompt),
+        ("fuzz/model\"é", req.stream, &req.prompt),
+        "the rewrite changes the model only"
+    );
+}
+
 /// Request bodies: the whole-body parser, the model rewrite, and the incremental scanner fed
 /// in two chunks. Byte 0 picks the API, the prompt cap and the chunk boundary.
 pub fn request_parser(data: &[u8]) {
@@ -51,20 +74,24 @@ pub fn request_parser(data: &[u8]) {
     let cap = usize::from(sel >> 3) * 32;
     let whole = request::parse(api, body, cap);
     if let Ok(req) = &whole {
-        let quoted = body
-            .get(req.model_span.clone())
-            .unwrap_or_else(|| panic!("model span {:?} outside the body", req.model_span));
-        let model: String = serde_json::from_slice(quoted)
-            .unwrap_or_else(|e| panic!("model span is not a JSON string: {e}"));
-        assert_eq!(model, req.model, "the model span holds the model");
-        let rewritten = request::rewrite_model(body, &req.model_span, "fuzz/model\"é");
-        let again = request::parse(api, &rewritten, cap)
-            .unwrap_or_else(|e| panic!("a rewritten body no longer parses: {e}"));
-        assert_eq!(
-            (again.model.as_str(), again.stream, &again.prompt),
-            ("fuzz/model\"é", req.stream, &req.prompt),
-            "the rewrite changes the model only"
-        );
+        rewrite_changes_the_model_only(api, body, cap, req);
+    }
+    // llm-d-router v0.10's other parsers read the same bytes (no early scan for them).
+    for native in [
+        ApiKind::Messages,
+        ApiKind::VllmGenerate,
+        ApiKind::SglangGenerate,
+    ] {
+        match request::parse(native, body, cap) {
+            Ok(req) if native.rewrites_model() => {
+                rewrite_changes_the_model_only(native, body, cap, &req);
+            }
+            Ok(req) => assert!(
+                req.model_span.is_empty(),
+                "SGLang's model is never rewritten"
+            ),
+            Err(_) => {}
+        }
     }
     let cut = usize::from(sel).wrapping_mul(7) % (body.len() + 1);
     let mut scanner = Scanner::new();
