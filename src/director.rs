@@ -1080,3 +1080,5 @@ fn in_subset(id: EndpointId, list: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_llmd;

@@ -494,6 +494,32 @@ mod tests {
     }
 
     #[test]
+    fn llm_d_optimized_baseline_sticks_to_the_prefix_until_the_ttft_gate() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/llm-d-optimized-baseline.yaml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let s = build(&config::parse(&text).unwrap()).unwrap();
+        assert_eq!(s.prefix_params().unwrap().max_prefix_tokens_to_match, 40_960);
+        let r = SchedulingRequest {
+            prompt_tokens: 160,
+            ..req(10)
+        };
+        let mut rng = SmallRng::seed_from_u64(5);
+        // (in-flight tokens on the pod holding 9 of 10 blocks, expected pick): 100k tokens ahead
+        // is 6.3 s at 15928 tokens/s, under the 18 s penalty; 400k (25 s) breaks the gate and
+        // token load decides.
+        for (ahead, want) in [(100_000.0, 1), (400_000.0, 2)] {
+            let mut home = cand(1, 0.0, 0.0, 9);
+            home.prefill.pending_tokens = ahead;
+            let cands = [home, cand(2, 0.0, 0.0, 0)];
+            let d = s.schedule(&r, &cands, &mut rng).unwrap();
+            assert_eq!(d.endpoints, vec![cands[want - 1].id], "{ahead}");
+        }
+    }
+
+    #[test]
     fn empty_candidates_and_unknown_types_are_errors() {
         let s = default_scheduler();
         let mut rng = SmallRng::seed_from_u64(3);

@@ -1,0 +1,80 @@
+//! Director-level tests of llm-d's plugins: configurations that need the director's state
+//! (in-flight load, prefix index, LRU and session bindings) recorded between requests.
+
+use super::*;
+use crate::endpoint::{Endpoint, EndpointMetrics};
+use prometheus_client::registry::Registry;
+use rand::{rngs::SmallRng, SeedableRng};
+
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
+
+fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
+    let ds = Arc::new(Datastore::new());
+    ds.set_endpoints(
+        ports
+            .iter()
+            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
+            .collect(),
+    );
+    for s in ds.snapshot().iter() {
+        s.store_metrics(EndpointMetrics {
+            waiting: 0.0,
+            running: 0.0,
+            kv_usage: 0.1,
+            lora: None,
+            cache: None,
+            gpu: None,
+            updated: Instant::now(),
+        });
+    }
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    let opts = DirectorOptions {
+        pool_name: "pool".into(),
+        staleness: Duration::from_secs(60),
+        subset_filter: true,
+    };
+    let load = config::LoadOptions {
+        allow_experimental: true,
+    };
+    let runtime = Runtime::build_with(config_text, None, load).unwrap();
+    (Director::new(Arc::clone(&ds), runtime, metrics, opts), ds)
+}
+
+fn chat(content: &str) -> Vec<u8> {
+    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]})
+        .to_string()
+        .into_bytes()
+}
+
+fn route(d: &Director, body: &[u8], rng: &mut SmallRng) -> Routed {
+    let inc = Incoming {
+        path: "/v1/chat/completions",
+        body,
+        ..Default::default()
+    };
+    d.route(&inc, rng).unwrap()
+}
+
+#[test]
+fn optimized_baseline_keeps_a_conversation_home_and_spreads_new_prompts_by_token_load() {
+    let text =
+        std::fs::read_to_string(format!("{EXAMPLES}/llm-d-optimized-baseline.yaml")).unwrap();
+    let (d, _ds) = director(&[1, 2, 3], &text);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let conversation = chat(&"You are a careful assistant. ".repeat(300));
+    let first = route(&d, &conversation, &mut rng);
+    let home = first.destinations[0];
+    let (pending, _) = first.lease._inflight.endpoint().prefill_pending();
+    assert!(
+        pending > 1000,
+        "its uncached prompt counts as in-flight tokens: {pending}"
+    );
+    // Still prefilling there: token load alone would go elsewhere, the affinity filter keeps
+    // the prompt on the pod that holds it (the backlog costs far less than 18 s).
+    let again = route(&d, &conversation, &mut rng);
+    assert_eq!(again.destinations[0], home);
+    // A new prompt holds nothing anywhere: the pod with the fewest tokens in flight wins.
+    let other = route(&d, &chat("a short unrelated question"), &mut rng);
+    assert_ne!(other.destinations[0], home);
+    drop((first, again, other));
+}
