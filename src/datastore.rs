@@ -12,6 +12,7 @@
 
 pub mod health;
 pub mod latency;
+pub mod ttft;
 
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
 use crate::metrics::{EndpointLabels, Metrics};
@@ -19,8 +20,9 @@ use crate::objectives::Objectives;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use health::{Health, HealthPolicy, Mode, Signal, Transition};
 use latency::Latency;
+use ttft::{Coefficients, Features, Learned, TtftModel};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -79,6 +81,13 @@ pub struct EndpointState {
     inflight: AtomicU32,
     dispatched_since_scrape: AtomicU32,
     passive: Mutex<Passive>,
+    /// Uncached prompt tokens (and requests) epp sent here that have no first token yet: the
+    /// prefill work ahead of the next request (llm-d's token load).
+    prefill_tokens: AtomicU64,
+    prefill_requests: AtomicU32,
+    /// The learned TTFT model ([`ttft`]): written on responses, read by every decision.
+    ttft: Mutex<TtftModel>,
+    ttft_learned: ArcSwapOption<Learned>,
 }
 
 impl EndpointState {
@@ -92,6 +101,10 @@ impl EndpointState {
                 health: Health::new(Instant::now()),
                 latency: Latency::default(),
             }),
+            prefill_tokens: AtomicU64::new(0),
+            prefill_requests: AtomicU32::new(0),
+            ttft: Mutex::default(),
+            ttft_learned: ArcSwapOption::empty(),
         }
     }
 
@@ -189,6 +202,39 @@ impl EndpointState {
         self.dispatched_since_scrape.load(Ordering::Relaxed)
     }
 
+    /// Uncached prompt tokens and requests epp sent here that have no first token yet.
+    pub fn prefill_pending(&self) -> (u64, u32) {
+        (
+            self.prefill_tokens.load(Ordering::Relaxed),
+            self.prefill_requests.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts `tokens` of prefill work here until the guard is released (first token) or dropped.
+    pub fn start_prefill(self: &Arc<Self>, tokens: u64) -> PrefillGuard {
+        self.prefill_tokens.fetch_add(tokens, Ordering::Relaxed);
+        self.prefill_requests.fetch_add(1, Ordering::Relaxed);
+        PrefillGuard {
+            state: Arc::clone(self),
+            tokens,
+        }
+    }
+
+    /// The TTFT model learned so far (`None` before the first observation).
+    pub fn ttft_learned(&self) -> Option<Learned> {
+        self.ttft_learned.load().as_deref().copied()
+    }
+
+    /// Records a measured TTFT (seconds) of a request dispatched with `features`.
+    pub fn observe_ttft(&self, features: &Features, ttft: f64, prior: &Coefficients, now: Instant) {
+        let learned = self
+            .ttft
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .observe(features, ttft, prior, now);
+        self.ttft_learned.store(Some(Arc::new(learned)));
+    }
+
     /// Counts a request routed here until the returned guard drops.
     pub fn acquire(self: &Arc<Self>) -> InflightGuard {
         self.inflight.fetch_add(1, Ordering::Relaxed);
@@ -214,6 +260,28 @@ impl Drop for InflightGuard {
         let _ = self
             .0
             .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// One request's prefill work counted against its endpoint; released at its first token (or
+/// when the request ends without one).
+#[derive(Debug)]
+pub struct PrefillGuard {
+    state: Arc<EndpointState>,
+    tokens: u64,
+}
+
+impl Drop for PrefillGuard {
+    fn drop(&mut self) {
+        let s = &self.state;
+        let _ = s
+            .prefill_tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(self.tokens))
+            });
+        let _ = s
+            .prefill_requests
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 }
@@ -367,6 +435,12 @@ fn carry_over(old: &EndpointState, endpoint: Endpoint) -> EndpointState {
     s.metrics.store(old.metrics());
     s.inflight.store(old.inflight(), Ordering::Relaxed);
     *s.passive() = *old.passive();
+    // Pending prefill is not carried: the old state's guards release against the old state.
+    *s.ttft.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = *old
+        .ttft
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    s.ttft_learned.store(old.ttft_learned.load_full());
     s
 }
 
@@ -444,6 +518,20 @@ mod tests {
         assert_eq!((s.inflight(), s.dispatched_since_scrape()), (1, 0));
         drop(g2);
         assert_eq!(s.inflight(), 0);
+    }
+
+    #[test]
+    fn prefill_guards_count_pending_tokens_until_released() {
+        let ds = Datastore::new();
+        ds.set_endpoints(vec![ep(1)]);
+        let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
+        let a = s.start_prefill(1000);
+        let b = s.start_prefill(24);
+        assert_eq!(s.prefill_pending(), (1024, 2));
+        drop(a);
+        assert_eq!(s.prefill_pending(), (24, 1));
+        drop(b);
+        assert_eq!(s.prefill_pending(), (0, 0));
     }
 
     fn policy() -> HealthPolicy {

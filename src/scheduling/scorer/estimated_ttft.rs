@@ -1,0 +1,320 @@
+//! `estimated-ttft-scorer` (epp): compare candidates in one unit, time. For each candidate it
+//! estimates when this request's first token would arrive there and scores `best / estimate`,
+//! so with `max-score-picker` (and no other scorer) the pick is the earliest first token.
+//!
+//! # The estimate
+//! ```text
+//! own     = prompt tokens − prefix the pod holds (approximate or precise index)
+//! ahead   = uncached tokens epp sent there with no first token yet
+//!         + (waiting requests epp did not send) × the pod's mean request size
+//! ttft    = base + per_token · (ahead + own) + per_running · running + per_waiting · waiting
+//! cost    = ttft + evictionCostWeight · per_token · own · kv_usage
+//! ```
+//! The coefficients are the pod's own, learned online from what epp observed of its responses
+//! (`datastore::ttft`: prompt size, cached tokens from `usage`, measured TTFT); a pod never
+//! observed gets the seed built from this plugin's parameters (`peakPrefillThroughput`, llm-d's
+//! name and default). The last term prices the other prefixes a full cache must evict to hold
+//! `own` new tokens: they will be recomputed later, by someone.
+//!
+//! # Bounded load falls out of the unit
+//! A request goes to the pod holding its prefix until that pod's queue costs more than
+//! recomputing the prefix elsewhere: for a 16-token match behind 20 queued requests, the
+//! idle pod wins; for an 8,000-token conversation behind one queued request, its home wins.
+//! No weight trades a prefix ratio against a min-max queue score.
+//!
+//! # Relation to llm-d's plugins
+//! - `token-load-scorer` scores `1 − in-flight tokens / threshold`: the `ahead` term alone, in
+//!   tokens, without the request's own prefill or the pod's speed.
+//! - `prefix-cache-affinity-filter` keeps the pods above a prefix-score threshold unless their
+//!   TTFT, estimated as `in-flight tokens / peakPrefillThroughput`, exceeds the best other pod's
+//!   by `maxTTFTPenaltyMs`: the same comparison, as a yes/no gate with one fleet-wide rate.
+//! - `latency-scorer` scores headroom against the SLO from a trained predictor sidecar; here the
+//!   predictor is this linear model, learned per pod in-process.
+//!
+//! # SLO
+//! With `x-llm-d-slo-ttft-ms` (or `x-slo-ttft-ms`) on a sheddable request (priority < 0), the
+//! scheduler rejects it (429) when no candidate's estimate meets the SLO and none is idle or
+//! cold, as upstream's `latency-slo-admitter` does with its predictions. Other requests are
+//! never rejected for their SLO; they go to the earliest first token.
+//!
+//! Cost: a few multiplications per candidate; no allocation beyond the score vector.
+
+use crate::scheduling::{Candidate, SchedulingRequest};
+
+/// Seconds per part of a request's wait on one endpoint (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TtftRates {
+    pub base: f64,
+    pub per_token: f64,
+    pub per_running: f64,
+    pub per_waiting: f64,
+    /// Mean uncached prompt tokens per request at this endpoint (0: unknown).
+    pub mean_tokens: f64,
+}
+
+/// What the estimate needs of an endpoint besides its metrics, filled by the director.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillLoad {
+    /// Uncached prompt tokens epp dispatched here that have no first token yet.
+    pub pending_tokens: f64,
+    /// How many requests those are.
+    pub pending_requests: f64,
+    /// The endpoint's learned rates; `None` until epp has observed it.
+    pub learned: Option<TtftRates>,
+}
+
+/// The terms of one candidate's estimate, as the director records them for learning.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TtftInputs {
+    pub ahead_tokens: f64,
+    pub own_tokens: f64,
+    pub running: f64,
+    pub waiting: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct EstimatedTtftScorer {
+    /// Seed prefill throughput of a pod, tokens/s (llm-d's `peakPrefillThroughput`).
+    pub peak_prefill_throughput: f64,
+    /// Seed fixed part of a TTFT (an engine step, the network), ms.
+    pub base_latency_ms: f64,
+    /// Seed cost of each sequence the pod is decoding, ms.
+    pub decode_cost_ms: f64,
+    /// Seed cost of each request waiting in the pod's queue beyond its tokens, ms.
+    pub queued_request_cost_ms: f64,
+    /// Weight of the recomputation a full cache's evictions cause (0 = this request only).
+    pub eviction_cost_weight: f64,
+    /// Use each pod's learned rates (false: the seed for every pod).
+    pub learn: bool,
+}
+
+impl Default for EstimatedTtftScorer {
+    fn default() -> Self {
+        Self {
+            peak_prefill_throughput: 15_928.0,
+            base_latency_ms: 30.0,
+            decode_cost_ms: 1.0,
+            queued_request_cost_ms: 100.0,
+            eviction_cost_weight: 0.25,
+            learn: true,
+        }
+    }
+}
+
+impl EstimatedTtftScorer {
+    pub const TYPE: &'static str = "estimated-ttft-scorer";
+
+    pub fn validate(self) -> Result<Self, String> {
+        let fields = [
+            ("peakPrefillThroughput", self.peak_prefill_throughput, false),
+            ("baseLatencyMs", self.base_latency_ms, true),
+            ("decodeCostMs", self.decode_cost_ms, true),
+            ("queuedRequestCostMs", self.queued_request_cost_ms, true),
+            ("evictionCostWeight", self.eviction_cost_weight, true),
+        ];
+        for (name, v, zero_ok) in fields {
+            if !v.is_finite() || v < 0.0 || (v == 0.0 && !zero_ok) {
+                return Err(format!(
+                    "{name} must be a finite number > 0 (≥ 0 unless it is a rate), got {v}"
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The rates of a pod never observed.
+    pub fn seed(&self) -> TtftRates {
+        TtftRates {
+            base: self.base_latency_ms / 1e3,
+            per_token: 1.0 / self.peak_prefill_throughput.max(1e-9),
+            per_running: self.decode_cost_ms / 1e3,
+            per_waiting: self.queued_request_cost_ms / 1e3,
+            mean_tokens: 0.0,
+        }
+    }
+
+    fn rates(&self, c: &Candidate) -> TtftRates {
+        match c.prefill.learned {
+            Some(l) if self.learn => l,
+            _ => self.seed(),
+        }
+    }
+
+    /// The terms of `c`'s estimate for `req`.
+    pub fn inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> TtftInputs {
+        let prompt = req.prompt_tokens as f64;
+        let held = ((c.prefix_blocks * req.block_size) as f64).min(prompt);
+        let own = prompt - held;
+        // A queued request epp did not send: the pod's mean, else as large as this whole prompt.
+        let mean = Some(self.rates(c).mean_tokens)
+            .filter(|m| *m > 0.0)
+            .unwrap_or(prompt.max(1.0));
+        let external = (c.waiting - c.prefill.pending_requests).max(0.0);
+        TtftInputs {
+            ahead_tokens: c.prefill.pending_tokens.max(0.0) + external * mean,
+            own_tokens: own,
+            running: c.running.max(0.0),
+            waiting: c.waiting.max(0.0),
+        }
+    }
+
+    /// Estimated seconds to this request's first token on `c`.
+    pub fn estimate(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
+        let r = self.rates(c);
+        let i = self.inputs(req, c);
+        r.base
+            + r.per_token * (i.ahead_tokens + i.own_tokens)
+            + r.per_running * i.running
+            + r.per_waiting * i.waiting
+    }
+
+    /// The estimate plus the price of what a full cache evicts to hold the new tokens.
+    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
+        let own = self.inputs(req, c).own_tokens;
+        let evict = self.eviction_cost_weight * self.rates(c).per_token * own;
+        let cost = self.estimate(req, c) + evict * c.kv_usage.clamp(0.0, 1.0);
+        if cost.is_finite() {
+            cost.max(1e-6)
+        } else {
+            f64::MAX
+        }
+    }
+
+    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+        for (o, c) in out.iter_mut().zip(pool) {
+            *o = self.cost(req, c);
+        }
+        let best = out.iter().copied().fold(f64::INFINITY, f64::min);
+        for o in out.iter_mut() {
+            *o = best / *o;
+        }
+    }
+
+    /// upstream's `latency-slo-admitter`: a sheddable request with a TTFT SLO is rejected when
+    /// no candidate meets it and none is idle (nothing running or queued) or cold (KV < 2%).
+    pub fn rejects(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> bool {
+        let Some(slo) = req.slo_ttft_s.filter(|_| req.sheddable) else {
+            return false;
+        };
+        !pool.iter().any(|c| {
+            self.estimate(req, c) <= slo
+                || (c.running <= 0.0 && c.waiting <= 0.0)
+                || c.kv_usage < 0.02
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::testing::cand;
+
+    fn req(prompt_tokens: usize) -> SchedulingRequest<'static> {
+        SchedulingRequest {
+            prompt_tokens,
+            prefix_total_blocks: prompt_tokens / 16,
+            block_size: 16,
+            ..Default::default()
+        }
+    }
+
+    fn pick(s: &EstimatedTtftScorer, r: &SchedulingRequest<'_>, cands: &[Candidate]) -> usize {
+        let pool: Vec<&Candidate> = cands.iter().collect();
+        let mut out = vec![0.0; cands.len()];
+        s.score(r, &pool, &mut out);
+        for v in &out {
+            assert!((0.0..=1.0).contains(v), "{out:?}");
+        }
+        (0..out.len())
+            .max_by(|a, b| out[*a].total_cmp(&out[*b]))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_short_match_behind_a_deep_queue_loses_to_an_idle_pod() {
+        let s = EstimatedTtftScorer::default();
+        // The first 16-token block is held by pod 0, which reports 4 waiting requests.
+        let cands = [cand(1, 4.0, 0.3, 1), cand(2, 0.0, 0.3, 0)];
+        assert_eq!(pick(&s, &req(40), &cands), 1);
+    }
+
+    #[test]
+    fn a_long_conversation_stays_home_behind_a_short_queue() {
+        let s = EstimatedTtftScorer::default();
+        let mut home = cand(1, 1.0, 0.9, 500);
+        home.prefill.pending_tokens = 200.0;
+        home.prefill.pending_requests = 1.0;
+        let cands = [home, cand(2, 0.0, 0.2, 0)];
+        assert_eq!(pick(&s, &req(8_100), &cands), 0);
+    }
+
+    #[test]
+    fn a_popular_prefix_spreads_when_its_home_queue_costs_more_than_recomputing_it() {
+        let s = EstimatedTtftScorer::default();
+        let mut home = cand(1, 0.0, 0.5, 125);
+        // 2,000 tokens held; 30,000 tokens of other requests' prefill already queued there.
+        home.prefill.pending_tokens = 30_000.0;
+        home.prefill.pending_requests = 15.0;
+        let cands = [home, cand(2, 0.0, 0.5, 0)];
+        assert_eq!(pick(&s, &req(2_200), &cands), 1);
+    }
+
+    #[test]
+    fn a_pod_learned_slow_gets_work_only_when_it_is_still_the_earliest() {
+        let s = EstimatedTtftScorer::default();
+        let fast = TtftRates {
+            mean_tokens: 500.0,
+            ..s.seed()
+        };
+        let slow = TtftRates {
+            per_token: fast.per_token * 2.0,
+            ..fast
+        };
+        let mut a = cand(1, 0.0, 0.1, 0);
+        a.prefill.learned = Some(slow);
+        let mut b = cand(2, 0.0, 0.1, 0);
+        b.prefill.learned = Some(fast);
+        assert_eq!(pick(&s, &req(1_000), &[a.clone(), b.clone()]), 1);
+        b.prefill.pending_tokens = 3_000.0;
+        b.prefill.pending_requests = 3.0;
+        assert_eq!(pick(&s, &req(1_000), &[a, b]), 0);
+    }
+
+    #[test]
+    fn a_sheddable_request_no_pod_can_serve_in_time_is_rejected_unless_one_is_idle() {
+        let s = EstimatedTtftScorer::default();
+        let busy = |port| {
+            let mut c = cand(port, 10.0, 0.5, 0);
+            c.running = 20.0;
+            c
+        };
+        let cands = [busy(1), busy(2)];
+        let pool: Vec<&Candidate> = cands.iter().collect();
+        let mut r = req(1_000);
+        r.slo_ttft_s = Some(0.2);
+        assert!(!s.rejects(&r, &pool), "not sheddable");
+        r.sheddable = true;
+        assert!(s.rejects(&r, &pool));
+        r.slo_ttft_s = Some(60.0);
+        assert!(!s.rejects(&r, &pool), "a lax SLO is met");
+        r.slo_ttft_s = Some(0.2);
+        let idle = cand(3, 0.0, 0.5, 0);
+        let with_idle = [&cands[0], &cands[1], &idle];
+        assert!(!s.rejects(&r, &with_idle));
+    }
+
+    #[test]
+    fn parameters_are_strict_and_checked() {
+        let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
+        let p: EstimatedTtftScorer =
+            crate::scheduling::scorer::params(&yaml("{peakPrefillThroughput: 4000}")).unwrap();
+        assert_eq!(p.validate().unwrap().seed().per_token, 1.0 / 4000.0);
+        let bad: EstimatedTtftScorer =
+            crate::scheduling::scorer::params(&yaml("{peakPrefillThroughput: 0}")).unwrap();
+        assert!(bad.validate().is_err());
+        assert!(
+            crate::scheduling::scorer::params::<EstimatedTtftScorer>(&yaml("{bogus: 1}")).is_err()
+        );
+    }
+}
