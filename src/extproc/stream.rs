@@ -101,6 +101,8 @@ struct RequestMeta {
     session_token: Option<String>,
     content_length: Option<usize>,
     fairness_id: Option<String>,
+    /// `x-llm-d-slo-ttft-ms` (or its alias `x-slo-ttft-ms`), milliseconds.
+    slo_ttft_ms: Option<f64>,
 }
 
 pub struct StreamMachine {
@@ -237,6 +239,7 @@ impl StreamMachine {
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = steering.fairness_id;
+        self.meta.slo_ttft_ms = steering.slo_ttft_ms;
         if let Err(e) = self.check_headers(map) {
             return self.fail(e, out);
         }
@@ -363,6 +366,7 @@ impl StreamMachine {
             session_token: self.meta.session_token.as_deref(),
             api: self.meta.api,
             if_available: self.meta.if_available,
+            slo_ttft_ms: self.meta.slo_ttft_ms,
         }
     }
 
@@ -452,6 +456,9 @@ impl StreamMachine {
     }
 
     fn on_response_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        if let Some(routed) = self.routed.as_mut().filter(|_| !b.body.is_empty()) {
+            routed.first_token();
+        }
         let tracker = self.response.get_or_insert_with(ResponseTracker::default);
         if self.response_duplex {
             tracker.on_chunk(&b.body, b.end_of_stream, out);
