@@ -102,12 +102,12 @@ const FLOW: Support = BuiltIn("epp's flow control has one FCFS queue per priorit
 
 kinds! {
     // Filters.
-    DecodeFilter = "decode-filter", Filter, Stable, PD;
-    PrefillFilter = "prefill-filter", Filter, Stable, PD;
-    EncodeFilter = "encode-filter", Filter, Stable, PD;
-    LabelSelectorFilter = "label-selector-filter", Filter, Stable, Unsupported("not implemented in epp yet");
-    ByLabel = "by-label", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
-    ByLabelSelector = "by-label-selector", Filter, Stable, Unsupported("deprecated upstream (use label-selector-filter); not implemented in epp");
+    DecodeFilter = "decode-filter", Filter, Stable, Plugin;
+    PrefillFilter = "prefill-filter", Filter, Stable, Plugin;
+    EncodeFilter = "encode-filter", Filter, Stable, Plugin;
+    LabelSelectorFilter = "label-selector-filter", Filter, Stable, Plugin;
+    ByLabel = "by-label", Filter, Stable, Plugin;
+    ByLabelSelector = "by-label-selector", Filter, Stable, Plugin;
     PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Stable, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Unsupported("not implemented in epp yet");

@@ -1,13 +1,17 @@
 //! Filters: drop candidates that must not serve a request. One per file under `filter/`.
 
+mod by_label;
 mod gpu_memory;
 mod header_based_testing;
+mod label_selector;
 mod prefix_cache_affinity;
 
 use super::scorer::{checked, params};
 use super::{Candidate, SchedulingRequest};
+pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
 pub use gpu_memory::GpuMemoryFilter;
 pub use header_based_testing::HeaderBasedTestingFilter;
+pub use label_selector::LabelSelectorFilter;
 pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
 
@@ -17,6 +21,9 @@ pub enum Filter {
     HeaderBasedTesting(HeaderBasedTestingFilter),
     GpuMemory(GpuMemoryFilter),
     PrefixCacheAffinity(PrefixCacheAffinityFilter),
+    LabelSelector(LabelSelectorFilter),
+    /// `by-label` and the role filters.
+    ByLabel(ByLabelFilter),
 }
 
 impl Filter {
@@ -33,7 +40,18 @@ impl Filter {
             PrefixCacheAffinityFilter::TYPE => Self::PrefixCacheAffinity(checked(
                 params::<PrefixCacheAffinityFilter>(p)?.validate(),
             )?),
-            _ => return Ok(None),
+            LabelSelectorFilter::TYPE => {
+                Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
+            }
+            LabelSelectorFilter::DEPRECATED_TYPE => {
+                tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
+                Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
+            }
+            ByLabelFilter::TYPE => Self::ByLabel(checked(params::<ByLabelFilter>(p)?.validate())?),
+            t => match Role::from_type(t) {
+                Some(role) => Self::ByLabel(ByLabelFilter::role(role)),
+                None => return Ok(None),
+            },
         }))
     }
 
@@ -47,11 +65,13 @@ impl Filter {
             Self::HeaderBasedTesting(f) => f.filter(req, pool),
             Self::GpuMemory(f) => f.filter(pool),
             Self::PrefixCacheAffinity(f) => f.filter(req, pool, rng),
+            Self::LabelSelector(f) => f.filter(pool),
+            Self::ByLabel(f) => f.filter(pool),
         }
     }
 
     /// Whether this filter reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        false
+        matches!(self, Self::LabelSelector(_) | Self::ByLabel(_))
     }
 }

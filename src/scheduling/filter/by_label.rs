@@ -1,0 +1,192 @@
+//! `by-label` (llm-d, deprecated: use `label-selector-filter` or the role filters) and the role
+//! filters `decode-filter`, `prefill-filter`, `encode-filter`, which are fixed `by-label`
+//! instances on the `llm-d.ai/role` label.
+//!
+//! An endpoint stays when its value of `label` is one of `validValues`, or when it has no such
+//! label and `allowsNoLabel` is set. The role filters take no parameters (upstream ignores
+//! whatever is given, and so does epp).
+
+use crate::scheduling::Candidate;
+
+/// The label naming an endpoint's disaggregation role.
+pub const ROLE_LABEL: &str = "llm-d.ai/role";
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ByLabelFilter {
+    pub label: String,
+    pub valid_values: Vec<String>,
+    pub allows_no_label: bool,
+}
+
+/// Which role filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Decode,
+    Prefill,
+    Encode,
+}
+
+impl ByLabelFilter {
+    pub const TYPE: &'static str = "by-label";
+
+    /// Upstream's checks and messages.
+    pub fn validate(self) -> Result<Self, String> {
+        tracing::info!("Deprecated: plugin type 'by-label' is deprecated, use 'label-selector-filter' for generic label filtering or 'decode-filter'/'prefill-filter'/'encode-filter' for role-based filtering");
+        if self.label.is_empty() {
+            return Err(
+                "invalid configuration for 'by-label' filter: 'label' must be specified".into(),
+            );
+        }
+        if self.valid_values.is_empty() && !self.allows_no_label {
+            return Err("invalid configuration for 'by-label' filter: either 'validValues' must be non-empty or 'allowsNoLabel' must be true".into());
+        }
+        Ok(self)
+    }
+
+    /// The role filter `role` (upstream's `roles.go`).
+    pub fn role(role: Role) -> Self {
+        let (allows_no_label, values): (bool, &[&str]) = match role {
+            Role::Decode => (
+                true,
+                &["decode", "prefill-decode", "both", "encode-prefill-decode"],
+            ),
+            Role::Prefill => (
+                false,
+                &[
+                    "prefill",
+                    "encode-prefill",
+                    "prefill-decode",
+                    "both",
+                    "encode-prefill-decode",
+                ],
+            ),
+            Role::Encode => (
+                false,
+                &["encode", "encode-prefill", "encode-prefill-decode"],
+            ),
+        };
+        Self {
+            label: ROLE_LABEL.into(),
+            valid_values: values.iter().map(|v| (*v).to_owned()).collect(),
+            allows_no_label,
+        }
+    }
+
+    pub fn keeps(&self, c: &Candidate) -> bool {
+        match c.labels.get(&self.label) {
+            None => self.allows_no_label,
+            Some(v) => self.valid_values.iter().any(|ok| ok == v),
+        }
+    }
+
+    pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+        pool.retain(|c| self.keeps(c));
+        pool
+    }
+}
+
+impl Role {
+    pub fn from_type(plugin_type: &str) -> Option<Self> {
+        match plugin_type {
+            "decode-filter" => Some(Self::Decode),
+            "prefill-filter" => Some(Self::Prefill),
+            "encode-filter" => Some(Self::Encode),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::scheduling::scorer::params;
+    use crate::scheduling::testing::cand;
+    use std::sync::Arc;
+
+    /// A candidate on `port` with the given labels.
+    pub fn labelled(port: u16, labels: &[(&str, &str)]) -> Candidate {
+        Candidate {
+            labels: Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..cand(port, 0.0, 0.0, 0)
+        }
+    }
+
+    fn roles() -> Vec<Candidate> {
+        let values = [
+            "decode",
+            "prefill",
+            "encode",
+            "both",
+            "prefill-decode",
+            "encode-prefill",
+            "encode-prefill-decode",
+            "other",
+        ];
+        let mut cands: Vec<Candidate> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| labelled(i as u16 + 1, &[(ROLE_LABEL, v)]))
+            .collect();
+        cands.push(labelled(9, &[]));
+        cands
+    }
+
+    fn kept(f: &ByLabelFilter, cands: &[Candidate]) -> Vec<u16> {
+        f.filter(cands.iter().collect())
+            .iter()
+            .map(|c| c.id.0.port())
+            .collect()
+    }
+
+    #[test]
+    fn role_filters_keep_upstreams_role_sets() {
+        let cands = roles();
+        let table = [
+            ("decode-filter", vec![1, 4, 5, 7, 9]),
+            ("prefill-filter", vec![2, 4, 5, 6, 7]),
+            ("encode-filter", vec![3, 6, 7]),
+        ];
+        for (name, want) in table {
+            let f = ByLabelFilter::role(Role::from_type(name).unwrap());
+            assert_eq!(kept(&f, &cands), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn by_label_checks_parameters_and_filters_on_one_label() {
+        let v: serde_yaml::Value =
+            serde_yaml::from_str("{label: tier, validValues: [gold]}").unwrap();
+        let f = params::<ByLabelFilter>(&v).unwrap().validate().unwrap();
+        let cands = [
+            labelled(1, &[("tier", "gold")]),
+            labelled(2, &[("tier", "tin")]),
+            labelled(3, &[]),
+        ];
+        assert_eq!(kept(&f, &cands), vec![1]);
+        let open = ByLabelFilter {
+            allows_no_label: true,
+            ..f
+        };
+        assert_eq!(kept(&open, &cands), vec![1, 3]);
+        let bad = [
+            ("{validValues: [a]}", "'label' must be specified"),
+            (
+                "{label: tier}",
+                "either 'validValues' must be non-empty or 'allowsNoLabel' must be true",
+            ),
+        ];
+        for (yaml, want) in bad {
+            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let err = params::<ByLabelFilter>(&v).unwrap().validate().unwrap_err();
+            assert!(err.ends_with(want), "{yaml}: {err}");
+        }
+        let v: serde_yaml::Value = serde_yaml::from_str("{label: a, values: [b]}").unwrap();
+        assert!(params::<ByLabelFilter>(&v).is_err());
+    }
+}
