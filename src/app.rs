@@ -142,7 +142,8 @@ pub async fn run_with_drain(
         tracker.clone(),
         shutdown.clone(),
     ));
-    let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts));
+    let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts))
+        .with_endpoint_scores(opts.emit_endpoint_scores);
     if opts.flow_control || flow_gate {
         let flow = flow_control(&opts, &director);
         tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
@@ -202,7 +203,12 @@ pub async fn run_with_drain(
     match leader {
         None => health.set_ready(true).await,
         Some(rx) => {
-            tracker.spawn(follow_leader(health.clone(), rx, drain.clone(), shutdown.clone()));
+            tracker.spawn(follow_leader(
+                health.clone(),
+                rx,
+                drain.clone(),
+                shutdown.clone(),
+            ));
         }
     }
     tracker.spawn(drain_then_stop(
@@ -332,12 +338,23 @@ fn spawn_background(
             shutdown.clone(),
         ));
     }
+    let runtime = director.runtime();
+    let settings = &runtime.metrics_settings;
     let sopts = scrape::ScrapeOptions {
         interval: opts.refresh_metrics_interval,
         timeout: opts.metrics_scrape_timeout,
         gpu_metrics_url: opts.gpu_metrics_url.clone(),
-        path: opts.model_server_metrics_path.clone(),
-        port: opts.model_server_metrics_port,
+        // The deprecated flags win over the data-layer plugins' parameters.
+        path: opts
+            .model_server_metrics_path
+            .clone()
+            .or(settings.path.clone()),
+        port: match opts.model_server_metrics_port {
+            0 => settings.port.unwrap_or(0),
+            port => port,
+        },
+        default_engine: settings.default_engine,
+        engine_label_key: settings.engine_label_key.clone(),
         // Checked by `Options::validate`.
         names: opts.metric_names().unwrap_or_default(),
     };

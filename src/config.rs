@@ -13,7 +13,9 @@ use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt;
 
+mod datalayer;
 mod kind;
+pub use datalayer::MetricsSettings;
 pub use kind::{Category, PluginKind, Stability, Support};
 
 /// llm-d-router v0.10's API group (the one its charts render).
@@ -228,11 +230,7 @@ impl EndpointPickerConfig {
             Some(h) if !h.parsers.is_empty() => {
                 h.parsers.iter().map(|r| r.plugin_ref.as_str()).collect()
             }
-            _ => self
-                .parser
-                .iter()
-                .map(|r| r.plugin_ref.as_str())
-                .collect(),
+            _ => self.parser.iter().map(|r| r.plugin_ref.as_str()).collect(),
         }
     }
 
@@ -302,14 +300,36 @@ pub enum Problem {
     ApiVersion(String),
     Kind(String),
     DuplicatePlugin(String),
-    UnknownPluginRef { profile: String, plugin: String },
-    UnknownPluginType { plugin: String, plugin_type: String },
-    UnsupportedPlugin { plugin: String, kind: PluginKind, why: &'static str },
-    Experimental { plugin: String, kind: PluginKind },
+    UnknownPluginRef {
+        profile: String,
+        plugin: String,
+    },
+    UnknownPluginType {
+        plugin: String,
+        plugin_type: String,
+    },
+    UnsupportedPlugin {
+        plugin: String,
+        kind: PluginKind,
+        why: &'static str,
+    },
+    Experimental {
+        plugin: String,
+        kind: PluginKind,
+    },
     FeatureGate(String),
-    Reference { path: String, plugin: String },
-    Parameters { plugin: String, message: String },
-    Weight { profile: String, plugin: String },
+    Reference {
+        path: String,
+        plugin: String,
+    },
+    Parameters {
+        plugin: String,
+        message: String,
+    },
+    Weight {
+        profile: String,
+        plugin: String,
+    },
     Profile(String),
     Conflict(String),
 }
@@ -450,7 +470,10 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
         for (i, src) in dl.sources.iter().enumerate() {
             refs.push((format!("dataLayer.sources[{i}]"), &src.plugin_ref));
             for (j, e) in src.extractors.iter().enumerate() {
-                refs.push((format!("dataLayer.sources[{i}].extractors[{j}]"), &e.plugin_ref));
+                refs.push((
+                    format!("dataLayer.sources[{i}].extractors[{j}]"),
+                    &e.plugin_ref,
+                ));
             }
         }
         if let Some(d) = &dl.discovery {
@@ -460,8 +483,12 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     for (path, plugin) in refs {
         // Upstream instantiates a referenced parser or detector that is missing by type name.
         let implied = path.starts_with("requestHandler") || path == "saturationDetector";
-        if !names.contains(plugin) && !(implied && PluginKind::from_name(plugin).is_some()) {
-            problems.push(Problem::Reference { path, plugin: plugin.to_owned() });
+        let known = names.contains(plugin) || implied && PluginKind::from_name(plugin).is_some();
+        if !known {
+            problems.push(Problem::Reference {
+                path,
+                plugin: plugin.to_owned(),
+            });
         }
     }
     if doc.kind != KIND {
@@ -556,7 +583,10 @@ mod tests {
         assert_eq!(gie.deprecations().len(), 1, "{:?}", gie.deprecations());
         let other = DEFAULT_CONFIG.replace(API_VERSION_GIE, "example.com/v1");
         let err = parse(&other).unwrap_err().to_string();
-        assert!(err.contains("llm-d.ai/v1alpha1") && err.contains("example.com/v1"), "{err}");
+        assert!(
+            err.contains("llm-d.ai/v1alpha1") && err.contains("example.com/v1"),
+            "{err}"
+        );
         let bare = "plugins:\n- type: queue-scorer\n";
         assert_eq!(parse(bare).unwrap().api_version, API_VERSION);
     }
@@ -567,7 +597,10 @@ mod tests {
         let problems = build(text, LoadOptions::default()).unwrap_err();
         assert_eq!(problems.len(), 2, "{problems:?}");
         let all = ConfigError::from(problems).to_string();
-        assert!(all.contains("\"disagg-profile-handler\" is not supported by epp"), "{all}");
+        assert!(
+            all.contains("\"disagg-profile-handler\" is not supported by epp"),
+            "{all}"
+        );
         assert!(all.contains("unknown type \"no-such-scorer\""), "{all}");
     }
 
@@ -591,10 +624,21 @@ mod tests {
             FeatureGates::parse(&list.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         };
         assert!(on(&["flowControl"]).unwrap().flow_control);
-        assert!(!on(&["flowControl", "flowControl=false"]).unwrap().flow_control);
-        assert!(!on(&["haPopulateNonLeaderDatastore=false"]).unwrap().ha_populate_non_leader_datastore);
+        assert!(
+            !on(&["flowControl", "flowControl=false"])
+                .unwrap()
+                .flow_control
+        );
+        assert!(
+            !on(&["haPopulateNonLeaderDatastore=false"])
+                .unwrap()
+                .ha_populate_non_leader_datastore
+        );
         assert!(on(&["dataLayer"]).is_ok(), "GIE v1.5's gates are accepted");
-        assert_eq!(on(&["flowControl=maybe", "warpDrive"]).unwrap_err().len(), 2);
+        assert_eq!(
+            on(&["flowControl=maybe", "warpDrive"]).unwrap_err().len(),
+            2
+        );
     }
 
     #[test]
@@ -625,8 +669,14 @@ flowControl:
         assert_eq!(doc.parser_refs(), ["openai-parser", "anthropic-parser"]);
         build(text, LoadOptions::default()).unwrap();
         let bad = text
-            .replace("{pluginRef: core-metrics-extractor}]}]", "{pluginRef: nope}]}]")
-            .replace("saturationDetector: {pluginRef: utilization-detector}", "saturationDetector: {pluginRef: missing}")
+            .replace(
+                "{pluginRef: core-metrics-extractor}]}]",
+                "{pluginRef: nope}]}]",
+            )
+            .replace(
+                "saturationDetector: {pluginRef: utilization-detector}",
+                "saturationDetector: {pluginRef: missing}",
+            )
             .replace("maxBytes: 10Gi", "maxBytes: 10Gi\n  maxBites: 1");
         let err = parse(&bad).unwrap_err().to_string();
         assert!(err.contains("maxBites"), "{err}");
@@ -634,7 +684,13 @@ flowControl:
         let problems = parse(&bad).unwrap_err().problems;
         assert_eq!(problems.len(), 2, "{problems:?}");
         let err = ConfigError::from(problems).to_string();
-        assert!(err.contains("dataLayer.sources[0].extractors[0] references undefined plugin \"nope\""), "{err}");
-        assert!(err.contains("saturationDetector references undefined plugin \"missing\""), "{err}");
+        assert!(
+            err.contains("dataLayer.sources[0].extractors[0] references undefined plugin \"nope\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("saturationDetector references undefined plugin \"missing\""),
+            "{err}"
+        );
     }
 }

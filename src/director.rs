@@ -259,6 +259,9 @@ pub struct Director {
     /// Where this replica's speculative entries go besides its own index: the other replicas
     /// (`--speculative-peers`, [`crate::kvevents::peers`]).
     placements: Option<Box<dyn PlacementSink>>,
+    /// The `no-hit-lru-scorer`'s order: endpoints by their last cold request (upstream's
+    /// `PreRequest` state), read as a snapshot by each decision.
+    lru: std::sync::Mutex<scheduling::scorer::LruOrder>,
 }
 
 /// Told of every speculative entry the director records (precise prefix), so other epp replicas
@@ -300,6 +303,7 @@ impl Director {
             metrics,
             opts,
             placements: None,
+            lru: Default::default(),
         }
     }
 
@@ -433,6 +437,7 @@ impl Director {
         drop(tokenize_span);
         let candidates =
             self.candidates(&states, lookup.as_ref(), runtime.scheduler.reads_labels());
+        let lru = self.lru_snapshot(&runtime.scheduler);
         let sreq = SchedulingRequest {
             target_model: &target,
             prefix_total_blocks: lookup.as_ref().map_or(0, |l| l.hashes.len()),
@@ -447,6 +452,7 @@ impl Director {
             prompt_tokens: prompt_tokens(lookup.as_ref(), &req, inc.body, self.prompt_cap()),
             slo_ttft_s: inc.slo_ttft_ms.filter(|v| *v > 0.0).map(|ms| ms / 1e3),
             sheddable: priority < 0,
+            lru: &lru,
         };
         let schedule_span = crate::telemetry::child("schedule");
         let (decision, scores) =
@@ -461,6 +467,7 @@ impl Director {
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
         }
+        self.record_no_hit(&runtime.scheduler, &candidates, primary.id());
         let dispatched = candidates.iter().find(|c| c.id == primary.id()).map(|c| {
             match runtime.scheduler.estimated_ttft() {
                 Some(s) => s.inputs(&sreq, c),
@@ -507,8 +514,10 @@ impl Director {
         let snapshot = self.datastore.snapshot();
         let states = self.candidate_states(&snapshot, inc.subset)?;
         let candidates = self.candidates(&states, None, runtime.scheduler.reads_labels());
+        let lru = self.lru_snapshot(&runtime.scheduler);
         let sreq = SchedulingRequest {
             block_size: 16,
+            lru: &lru,
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
             session_endpoint: session_endpoint(&states, inc.session_token),
@@ -524,6 +533,7 @@ impl Director {
         if inc.if_available {
             return Err(DirectorError::NotCached);
         }
+        self.record_no_hit(&runtime.scheduler, &candidates, primary.id());
         let lease = self.lease(primary, "");
         let session_token = runtime
             .scheduler
@@ -955,6 +965,34 @@ impl Director {
             .filter(|_| l.auto_tune);
         let capacity = reported.map_or(l.capacity, |c| c.num_blocks as usize);
         self.index.record(primary.id(), &l.hashes, capacity);
+    }
+
+    /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
+    fn lru_snapshot(&self, scheduler: &Scheduler) -> Vec<EndpointId> {
+        if scheduler.no_hit_lru().is_none() {
+            return Vec::new();
+        }
+        self.lru
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .snapshot()
+    }
+
+    /// A cold request (no candidate holds any of its blocks) makes its primary the most
+    /// recently used endpoint of the no-hit LRU. Upstream decides coldness over the filtered
+    /// candidates; here it is every candidate, which differs only when a filter drops each
+    /// endpoint holding part of the prompt.
+    fn record_no_hit(&self, scheduler: &Scheduler, candidates: &[Candidate], primary: EndpointId) {
+        let Some(s) = scheduler.no_hit_lru() else {
+            return;
+        };
+        let all: Vec<&Candidate> = candidates.iter().collect();
+        if scheduling::scorer::is_cold(&all) {
+            self.lru
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .touch(primary, s.capacity());
+        }
     }
 
     fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {

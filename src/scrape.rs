@@ -9,6 +9,7 @@ pub mod dcgm;
 pub mod parse;
 
 use crate::datastore::{Datastore, EndpointState};
+use crate::endpoint::EngineType;
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -35,6 +36,34 @@ pub struct ScrapeOptions {
     pub port: u16,
     /// The metric names given on the command line.
     pub names: parse::NameOverrides,
+    /// The engine of endpoints that name none (`core-metrics-extractor` `defaultEngine`).
+    pub default_engine: Option<EngineType>,
+    /// The label naming an endpoint's engine (`engineLabelKey`); otherwise
+    /// `llm-d.ai/engine-type`, then `inference.networking.k8s.io/engine-type`.
+    pub engine_label_key: Option<String>,
+}
+
+/// The engine label keys, llm-d-router's first (GIE's is its fallback).
+pub const ENGINE_LABELS: [&str; 2] = [
+    "llm-d.ai/engine-type",
+    "inference.networking.k8s.io/engine-type",
+];
+
+impl ScrapeOptions {
+    /// The engine whose metric names an endpoint's exposition uses: its engine label, else the
+    /// engine discovery gave it (a static endpoint's `engineType`), else the configured
+    /// default.
+    pub fn engine_of(&self, endpoint: &crate::endpoint::Endpoint) -> EngineType {
+        let labelled = match &self.engine_label_key {
+            Some(key) => endpoint.labels.get(key),
+            None => ENGINE_LABELS.iter().find_map(|k| endpoint.labels.get(*k)),
+        };
+        labelled
+            .and_then(|v| EngineType::from_label(v))
+            .or((endpoint.engine != EngineType::default()).then_some(endpoint.engine))
+            .or(self.default_engine)
+            .unwrap_or_default()
+    }
 }
 
 impl Default for ScrapeOptions {
@@ -46,6 +75,8 @@ impl Default for ScrapeOptions {
             path: None,
             port: 0,
             names: parse::NameOverrides::default(),
+            default_engine: None,
+            engine_label_key: None,
         }
     }
 }
@@ -108,7 +139,7 @@ pub async fn run(
 
 async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
     let id = state.id();
-    let engine = state.endpoint.engine;
+    let engine = shared.opts.engine_of(&state.endpoint);
     let opts = &shared.opts;
     let path = opts
         .path
@@ -118,7 +149,10 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
         .unwrap_or(engine.metrics_path());
     let uri = match opts.port {
         0 => format!("http://{id}{path}"),
-        port => format!("http://{}{path}", std::net::SocketAddr::new(id.0.ip(), port)),
+        port => format!(
+            "http://{}{path}",
+            std::net::SocketAddr::new(id.0.ip(), port)
+        ),
     };
     let mut tick = tokio::time::interval(shared.opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

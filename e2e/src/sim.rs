@@ -57,7 +57,9 @@ pub mod runner;
 pub mod tokenizer;
 
 pub use cluster::{serve_admin, Cluster, ClusterError, PodStatus};
-pub use config::{EngineConfig, KvUsageMetric, MetricsOptions, PodConfig, Profile, TimingProfile};
+pub use config::{
+    EngineConfig, EngineNaming, KvUsageMetric, MetricsOptions, PodConfig, Profile, TimingProfile,
+};
 pub use faults::{FaultSwitch, Faults};
 pub use kv_events::{EventEncoding, KvEventsConfig, SocketMode};
 pub use pod::{run_pod, Pod, PodControl, PodError};

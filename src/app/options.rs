@@ -343,7 +343,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         "Ki" => 1 << 10,
         "Mi" => 1 << 20,
         "Gi" => 1 << 30,
-        _ => return Err(format!("invalid size unit in {s:?} (use Ki, Mi, Gi, K, M, G)")),
+        _ => {
+            return Err(format!(
+                "invalid size unit in {s:?} (use Ki, Mi, Gi, K, M, G)"
+            ))
+        }
     };
     n.checked_mul(mult)
         .and_then(|v| usize::try_from(v).ok())

@@ -200,7 +200,11 @@ impl NameOverrides {
         let sel = |flag: &str, v: Option<&str>| -> Result<Option<Selector>, String> {
             v.map(unquote)
                 .filter(|v| !v.is_empty())
-                .map(|v| Selector::parse(v).ok_or_else(|| format!("--{flag} {v:?}: expected NAME or NAME{{LABEL=\"VALUE\"}}")))
+                .map(|v| {
+                    Selector::parse(v).ok_or_else(|| {
+                        format!("--{flag} {v:?}: expected NAME or NAME{{LABEL=\"VALUE\"}}")
+                    })
+                })
                 .transpose()
         };
         let plain = |flag: &str, v: Option<&str>| -> Result<Option<&'static str>, String> {
@@ -253,7 +257,9 @@ impl Selector {
     fn parse(text: &str) -> Option<Self> {
         let text = text.trim();
         let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
-        let valid = |s: &str| !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || "{}=\"".contains(c));
+        let valid = |s: &str| {
+            !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || "{}=\"".contains(c))
+        };
         match text.split_once('{') {
             None => valid(text).then(|| Selector(leak(text), None)),
             Some((name, rest)) => {
@@ -418,7 +424,8 @@ vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480
             ..NameFlags::default()
         })
         .unwrap();
-        let text = "my_queue{kind=\"waiting\"} 4\nmy_queue{kind=\"other\"} 9\nmy_running 2\nmy_kv 0.25\n";
+        let text =
+            "my_queue{kind=\"waiting\"} 4\nmy_queue{kind=\"other\"} 9\nmy_running 2\nmy_kv 0.25\n";
         let m = extract_with(text, EngineType::Sglang, &o, Instant::now()).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (4.0, 2.0, 0.25));
         let quoted = NameOverrides::parse(NameFlags {
@@ -430,10 +437,16 @@ vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 480
         assert_eq!(quoted.waiting.map(|s| s.0), Some("sglang:num_queue_reqs"));
         assert!(quoted.lora.is_none());
         for bad in ["a b", "x{y}", "x{=v}", "\"\"x"] {
-            let flags = NameFlags { waiting: Some(bad), ..NameFlags::default() };
+            let flags = NameFlags {
+                waiting: Some(bad),
+                ..NameFlags::default()
+            };
             assert!(NameOverrides::parse(flags).is_err(), "{bad:?}");
         }
-        let flags = NameFlags { lora: Some("l{a=b}"), ..NameFlags::default() };
+        let flags = NameFlags {
+            lora: Some("l{a=b}"),
+            ..NameFlags::default()
+        };
         assert!(NameOverrides::parse(flags).is_err());
     }
 

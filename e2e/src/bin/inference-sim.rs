@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use clap::Parser;
 use epp_e2e::sim::hashing::DEFAULT_HASH_SEED;
 use epp_e2e::sim::{
-    serve_admin, Cluster, EngineConfig, EventEncoding, Faults, KvEventsConfig, KvUsageMetric,
-    MetricsOptions, PodConfig, Profile, SocketMode, TokenizerKind,
+    serve_admin, Cluster, EngineConfig, EngineNaming, EventEncoding, Faults, KvEventsConfig,
+    KvUsageMetric, MetricsOptions, PodConfig, Profile, SocketMode, TokenizerKind,
 };
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -176,6 +176,10 @@ struct MetricsArgs {
     /// Append NVIDIA DCGM exporter series (GPU util, framebuffer used/free).
     #[arg(long)]
     dcgm_metrics: bool,
+    /// Whose names the load metrics carry: vllm, sglang or trtllm-serve (also served on
+    /// /prometheus/metrics).
+    #[arg(long, value_enum, default_value_t = EngineNaming::Vllm)]
+    metric_names: EngineNaming,
     /// Omit usage.prompt_tokens_details.cached_tokens.
     #[arg(long)]
     no_prompt_tokens_details: bool,
@@ -330,6 +334,7 @@ impl Args {
                 kv_usage: self.metrics.kv_usage_metric,
                 created_series: !self.metrics.no_created_series,
                 dcgm: self.metrics.dcgm_metrics,
+                naming: self.metrics.metric_names,
             },
             kv_events: self.kv_events(i, addr),
             faults: Faults {

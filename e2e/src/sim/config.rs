@@ -177,6 +177,24 @@ pub struct MetricsOptions {
     /// Append NVIDIA DCGM exporter series (GPU util, framebuffer used/free), as a
     /// dcgm-exporter sidecar would (`--dcgm-metrics`).
     pub dcgm: bool,
+    /// Whose names the queue, running, KV-usage and cache-info series carry.
+    pub naming: EngineNaming,
+}
+
+/// The engine whose metric names a pod exposes (the load metrics only; counters and
+/// histograms keep vLLM's names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineNaming {
+    #[default]
+    Vllm,
+    /// `sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`,
+    /// `sglang:cache_config_info{page_size,num_pages}`.
+    Sglang,
+    /// `trtllm_num_requests_waiting`, `trtllm_num_requests_running`,
+    /// `trtllm_kv_cache_utilization`, `trtllm_kv_cache_tokens_per_block`,
+    /// `trtllm_kv_cache_max_blocks`, also served on `/prometheus/metrics` as trtllm-serve does.
+    #[value(name = "trtllm-serve")]
+    TrtllmServe,
 }
 
 impl Default for MetricsOptions {
@@ -185,6 +203,7 @@ impl Default for MetricsOptions {
             kv_usage: KvUsageMetric::Both,
             created_series: true,
             dcgm: false,
+            naming: EngineNaming::Vllm,
         }
     }
 }

@@ -118,7 +118,7 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
         (Method::GET, "/version") => {
             Ok(json_response(StatusCode::OK, &json!({"version": VERSION})))
         }
-        (Method::GET, "/metrics" | "/metrics/") => Ok(metrics(state)),
+        (Method::GET, "/metrics" | "/metrics/" | "/prometheus/metrics") => Ok(metrics(state)),
         _ if !state.ready() => Err(ApiError::Unavailable("the engine is starting")),
         (Method::GET, "/v1/models") => Ok(models(state)),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,

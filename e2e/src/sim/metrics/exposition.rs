@@ -10,7 +10,7 @@
 use std::fmt::Write;
 
 use super::{Histogram, PodMetrics};
-use crate::sim::config::{KvUsageMetric, PodConfig};
+use crate::sim::config::{EngineNaming, KvUsageMetric, PodConfig};
 use crate::sim::engine::FinishReason;
 
 /// Python `repr(float)` (shortest round-trip digits, exponent form below 1e-4
@@ -162,6 +162,41 @@ pub fn render(m: &PodMetrics, cfg: &PodConfig) -> String {
 
 fn gauges(w: &mut Writer<'_>, m: &PodMetrics, cfg: &PodConfig) {
     let g = &m.gauges;
+    match cfg.metrics.naming {
+        EngineNaming::Vllm => {}
+        EngineNaming::Sglang => {
+            w.gauge(
+                "sglang:num_running_reqs",
+                "The number of running requests.",
+                g.running as f64,
+            );
+            w.gauge(
+                "sglang:num_queue_reqs",
+                "The number of requests in the waiting queue.",
+                g.waiting as f64,
+            );
+            w.gauge("sglang:token_usage", "The token usage.", g.kv_usage);
+            return;
+        }
+        EngineNaming::TrtllmServe => {
+            w.gauge(
+                "trtllm_num_requests_running",
+                "Running requests.",
+                g.running as f64,
+            );
+            w.gauge(
+                "trtllm_num_requests_waiting",
+                "Waiting requests.",
+                g.waiting as f64,
+            );
+            w.gauge(
+                "trtllm_kv_cache_utilization",
+                "KV-cache utilization.",
+                g.kv_usage,
+            );
+            return;
+        }
+    }
     w.gauge(
         "vllm:num_requests_running",
         "Number of requests in model execution batches.",
@@ -276,6 +311,34 @@ fn lora_info(w: &mut Writer<'_>, m: &PodMetrics, max_loras: usize) {
 }
 
 fn cache_config(w: &mut Writer<'_>, cfg: &PodConfig) {
+    let block_size = cfg.engine.block_size.to_string();
+    let blocks = cfg.engine.num_gpu_blocks.to_string();
+    match cfg.metrics.naming {
+        EngineNaming::Vllm => {}
+        EngineNaming::Sglang => {
+            let name = "sglang:cache_config_info";
+            w.header(name, "Cache configuration.", "gauge");
+            let labels = [
+                ("num_pages", blocks.as_str()),
+                ("page_size", block_size.as_str()),
+            ];
+            w.sample(name, &labels, 1.0, false);
+            return;
+        }
+        EngineNaming::TrtllmServe => {
+            w.gauge(
+                "trtllm_kv_cache_tokens_per_block",
+                "Tokens per KV block.",
+                cfg.engine.block_size as f64,
+            );
+            w.gauge(
+                "trtllm_kv_cache_max_blocks",
+                "KV blocks.",
+                cfg.engine.num_gpu_blocks as f64,
+            );
+            return;
+        }
+    }
     let name = "vllm:cache_config_info";
     w.header(name, "Information of the LLMEngine CacheConfig", "gauge");
     let block_size = cfg.engine.block_size.to_string();
