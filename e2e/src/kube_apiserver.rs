@@ -152,6 +152,11 @@ impl KubeApiServer {
         format!("https://127.0.0.1:{}", self.apiserver_port)
     }
 
+    /// The API server's address (what [`Self::url`] names).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.apiserver_port).into()
+    }
+
     /// The cluster CA (PEM file) clients must trust.
     pub fn ca_file(&self) -> &Path {
         &self.certs.ca

@@ -286,3 +286,81 @@ pub async fn install_chart(ns: &TestNamespace, release: &str, values: &Value) ->
     }
     objects
 }
+
+/// A TCP proxy in front of the API server, to cut one client off (a network partition: the
+/// client keeps running but cannot reach the server) and to restore it on the same port.
+pub struct Proxy {
+    pub addr: std::net::SocketAddr,
+    target: std::net::SocketAddr,
+    cut: tokio_util::sync::CancellationToken,
+    tasks: tokio_util::task::TaskTracker,
+}
+
+impl Proxy {
+    pub async fn start(target: std::net::SocketAddr) -> Self {
+        Self::start_on(
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            target,
+        )
+    }
+
+    fn start_on(listener: tokio::net::TcpListener, target: std::net::SocketAddr) -> Self {
+        let addr = listener.local_addr().unwrap();
+        let cut = tokio_util::sync::CancellationToken::new();
+        let tasks = tokio_util::task::TaskTracker::new();
+        let (token, inner) = (cut.clone(), tasks.clone());
+        tasks.spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = token.cancelled() => return,
+                    a = listener.accept() => a,
+                };
+                let Ok((mut inbound, _)) = accepted else {
+                    continue;
+                };
+                let token = token.clone();
+                inner.spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = token.cancelled() => {}
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            target,
+            cut,
+            tasks,
+        }
+    }
+
+    /// Closes the listener and every connection.
+    pub async fn cut(self) -> (std::net::SocketAddr, std::net::SocketAddr) {
+        self.cut.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        (self.addr, self.target)
+    }
+
+    /// Cuts, then serves again on the same port.
+    pub async fn restore(addr: std::net::SocketAddr, target: std::net::SocketAddr) -> Self {
+        Self::start_on(tokio::net::TcpListener::bind(addr).await.unwrap(), target)
+    }
+}
+
+/// A kubeconfig for `token` that reaches the server through `via` (a [`Proxy`]).
+pub fn token_kubeconfig_via(
+    server: &KubeApiServer,
+    ns: &TestNamespace,
+    token: &str,
+    via: std::net::SocketAddr,
+    path: &Path,
+) {
+    server.token_kubeconfig(path, &ns.name, token).unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, text.replace(&server.url(), &format!("https://{via}"))).unwrap();
+}
