@@ -11,6 +11,8 @@
 //!    gap, end-to-end latency, status, tokens, cached tokens and the serving pod;
 //! 4. [`pods`] reads the pods' vLLM counters before and after, for the prefix-cache hit rate and
 //!    the per-pod spread whatever the router;
+//!    ([`trace`] replays aiperf/Mooncake JSONL traces instead: contents and send times from
+//!    the file, and writes synthetic agentic and RL traces);
 //! 5. [`summary`] condenses it all (percentiles, throughput, errors, oracle hit rate, stages);
 //!    [`plot`] draws TTFT CDFs and latency against offered load as SVG.
 
@@ -20,6 +22,7 @@ pub mod run;
 pub mod schedule;
 pub mod stream;
 pub mod summary;
+pub mod trace;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};

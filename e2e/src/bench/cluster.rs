@@ -10,6 +10,18 @@ use serde::Serialize;
 use super::procs::{free_port_range, wait_http_ok, Proc};
 use super::BenchError;
 
+/// Which simulator serves the pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Ours: `inference-sim`, every pod in one process.
+    #[default]
+    InferenceSim,
+    /// llm-d-inference-sim v0.10.2 (`hack/install-peers.sh`), one process per pod, timing
+    /// set to match inference-sim's `llmd-h100-8b` profile at the same time scale.
+    LlmdSim,
+}
+
 /// The pods' engine settings (inference-sim flags).
 #[derive(Clone, Debug, Serialize)]
 pub struct SimOptions {
@@ -32,6 +44,8 @@ pub struct SimOptions {
     pub host_per_pod: bool,
     /// Per-pod speed factors, cycled over the pods (inference-sim `--speeds`; empty: all 1.0).
     pub speeds: Vec<f64>,
+    /// Which simulator serves the pods.
+    pub engine: Engine,
 }
 
 impl SimOptions {
@@ -99,6 +113,44 @@ impl SimOptions {
         }
     }
 
+    /// llm-d-inference-sim flags of one pod on `port`: KV cache on (same blocks), the
+    /// `llmd-h100-8b` timing (12 ms per step, 250 µs per prefill token) divided by the time scale.
+    pub fn llmd_sim_args(&self, port: u16, model: &str) -> Vec<String> {
+        let scale = self.time_scale.max(1e-3);
+        let us = |v: f64| format!("{}us", (v / scale).round() as u64);
+        [
+            "--port",
+            &port.to_string(),
+            "--model",
+            model,
+            "--mode",
+            "random",
+            "--force-dummy-tokenizer",
+            "--enable-kvcache",
+            "--kv-cache-size",
+            &self.num_gpu_blocks.saturating_sub(1).to_string(),
+            "--block-size",
+            &self.block_size.to_string(),
+            "--max-model-len",
+            &self.max_model_len.to_string(),
+            "--max-num-seqs",
+            "64",
+            "--prefill-overhead",
+            &us(12_000.0),
+            "--prefill-time-per-token",
+            &us(250.0),
+            "--inter-token-latency",
+            &us(12_000.0),
+            "--time-factor-under-load",
+            "2",
+            "--seed",
+            "7",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    }
+
     /// KV capacity of one pod in tokens.
     pub fn pod_kv_tokens(&self) -> usize {
         self.num_gpu_blocks.saturating_sub(1) * self.block_size
@@ -108,6 +160,8 @@ impl SimOptions {
 /// A running simulator process and its pods' addresses.
 pub struct SimCluster {
     pub proc_: Proc,
+    /// The other processes (llm-d-inference-sim: one per pod).
+    pub more: Vec<Proc>,
     pub pods: Vec<SocketAddr>,
     /// Per pod, its KV-event PUB and replay ports (empty without `kv_events`).
     pub kv_ports: Vec<(u16, u16)>,
@@ -115,6 +169,9 @@ pub struct SimCluster {
 
 impl SimCluster {
     pub async fn start(sim: &Path, opts: &SimOptions, dir: &Path) -> Result<Self, BenchError> {
+        if opts.engine == Engine::LlmdSim {
+            return Self::start_llmd(opts, dir).await;
+        }
         // One range: HTTP ports, then (with KV events) PUB ports, then replay ports.
         let n = opts.pods as u16;
         let base = free_port_range(opts.pods * if opts.kv_events { 3 } else { 1 })?;
@@ -129,8 +186,44 @@ impl SimCluster {
         }
         Ok(Self {
             proc_,
+            more: Vec::new(),
             pods,
             kv_ports,
+        })
+    }
+
+    /// One llm-d-inference-sim process per pod on 127.0.0.1 (it binds every interface, so one
+    /// port per pod: no `host_per_pod`).
+    async fn start_llmd(opts: &SimOptions, dir: &Path) -> Result<Self, BenchError> {
+        let bin = super::upstream::peer_bin("llm-d-inference-sim");
+        if !bin.is_file() {
+            return Err(BenchError::Setup(format!(
+                "{} is not installed (hack/install-peers.sh)",
+                bin.display()
+            )));
+        }
+        if opts.host_per_pod || opts.kv_events {
+            return Err(BenchError::Setup(
+                "llm-d-inference-sim pods here have one port each and no KV events".into(),
+            ));
+        }
+        let base = free_port_range(opts.pods)?;
+        let mut procs = Vec::new();
+        let mut pods = Vec::new();
+        for i in 0..opts.pods as u16 {
+            let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
+            let args = opts.llmd_sim_args(addr.port(), super::plan::MODEL);
+            let mut p = Proc::spawn(&format!("llm-d-inference-sim-{i}"), &bin, &args, dir)?;
+            wait_http_ok(&mut p, addr, "/health", Duration::from_secs(30)).await?;
+            procs.push(p);
+            pods.push(addr);
+        }
+        let proc_ = procs.remove(0);
+        Ok(Self {
+            proc_,
+            more: procs,
+            pods,
+            kv_ports: Vec::new(),
         })
     }
 }
@@ -153,6 +246,7 @@ mod tests {
             kv_events: true,
             host_per_pod: false,
             speeds: Vec::new(),
+            engine: Engine::InferenceSim,
         };
         let a = opts.args(9000, Some((9002, 9004))).join(" ");
         assert!(

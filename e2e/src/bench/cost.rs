@@ -104,8 +104,14 @@ pub struct ShapeCost {
     pub offered_rps: f64,
     pub ok: usize,
     pub errors: usize,
-    /// CPU ms per finished request, per process (the EPP, envoy).
+    /// CPU ms per finished request, per process (the EPP, envoy): everything the process used
+    /// while the load ran (its scraping included).
     pub cpu_ms_per_request: BTreeMap<String, f64>,
+    /// The same less what the process uses idle over the same wall time (its idle rate ×
+    /// the load's duration): the cost of the requests themselves.
+    pub cpu_ms_per_request_above_idle: BTreeMap<String, f64>,
+    /// Wall time of the load (send + drain), s.
+    pub wall_s: f64,
     /// The EPP's own decision latency over this load (ms), if it reports it.
     pub decision_p50_ms: Option<f64>,
     pub decision_p99_ms: Option<f64>,
@@ -123,6 +129,8 @@ pub struct EppCost {
     pub shapes: Vec<ShapeCost>,
     /// Peak RSS (VmHWM) of the EPP process(es), MiB.
     pub peak_rss_mib: f64,
+    /// Simulated pods the EPP scraped.
+    pub pods: usize,
     pub error: Option<String>,
 }
 
@@ -170,6 +178,7 @@ fn sim(opts: &CostOptions) -> SimOptions {
         // Every EPP sees the same pods: one IP each (GIE's EPP needs it).
         host_per_pod: true,
         speeds: Vec::new(),
+        engine: super::cluster::Engine::InferenceSim,
     }
 }
 
@@ -193,7 +202,7 @@ async fn one(
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(opts.idle_secs)).await;
     let wall = t0.elapsed().as_secs_f64();
-    let idle_cores = pids
+    let idle_cores: BTreeMap<String, f64> = pids
         .iter()
         .zip(&before)
         .map(|((n, p), b)| {
@@ -229,15 +238,28 @@ async fn one(
             "--out".into(),
             report_path.display().to_string(),
         ]);
+        let started = Instant::now();
         run_loadgen(&bins.loadgen, a, &sdir).await?;
+        let wall_s = started.elapsed().as_secs_f64();
         let report = read_report(&report_path)?;
         let n = report.summary.ok.max(1) as f64;
-        let cpu_ms_per_request = pids
+        let used: Vec<(String, f64)> = pids
             .iter()
             .zip(&before)
             .map(|((name, pid), b)| {
                 let used = cpu_time(*pid).unwrap_or_default().saturating_sub(*b);
-                (name.clone(), used.as_secs_f64() * 1e3 / n)
+                (name.clone(), used.as_secs_f64())
+            })
+            .collect();
+        let cpu_ms_per_request = used
+            .iter()
+            .map(|(name, u)| (name.clone(), u * 1e3 / n))
+            .collect();
+        let cpu_ms_per_request_above_idle = used
+            .iter()
+            .map(|(name, u)| {
+                let idle = idle_cores.get(name).copied().unwrap_or(0.0) * wall_s;
+                (name.clone(), (u - idle).max(0.0) * 1e3 / n)
             })
             .collect();
         let hist = scrape_hist(running.metrics).await.minus(&hist_before);
@@ -247,11 +269,19 @@ async fn one(
             ok: report.summary.ok,
             errors: report.summary.requests - report.summary.ok,
             cpu_ms_per_request,
+            cpu_ms_per_request_above_idle,
+            wall_s,
             decision_p50_ms: hist.quantile(0.5).map(|s| s * 1e3),
             decision_p99_ms: hist.quantile(0.99).map(|s| s * 1e3),
             decisions: hist.count(),
             ttft_p50_ms: report.summary.ttft_ms.p50,
         });
+    }
+    // What the EPP exposes, for the metric-name diff (BENCHMARKS.md).
+    if let Some(addr) = running.metrics {
+        if let Ok(r) = crate::client::get(addr, "/metrics").await {
+            let _ = std::fs::write(dir.join("metrics.txt"), r.text());
+        }
     }
     let peak_rss_mib = running
         .procs
@@ -266,6 +296,7 @@ async fn one(
         idle_secs: wall,
         shapes,
         peak_rss_mib,
+        pods: opts.pods,
         error: None,
     })
 }
@@ -381,7 +412,7 @@ pub fn table(costs: &[EppCost], ours: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| EPP | idle CPU, EPP (cores) | idle CPU, Envoy | peak RSS, EPP (MiB) | shape | offered req/s | ok / errors | EPP CPU ms/req | Envoy CPU ms/req | decision p50 / p99 (ms, EPP's histogram) | decisions | TTFT p50 (ms) |\n|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|"
+        "| EPP | idle CPU, EPP (cores) | idle CPU, Envoy | peak RSS, EPP (MiB) | shape | offered req/s | ok / errors | EPP CPU ms/req (total / above idle) | Envoy CPU ms/req | decision p50 / p99 (ms, EPP's histogram) | decisions | TTFT p50 (ms) |\n|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|"
     );
     for c in costs {
         if let Some(e) = &c.error {
@@ -411,12 +442,16 @@ pub fn table(costs: &[EppCost], ours: &str) -> String {
             };
             let _ = writeln!(
                 out,
-                "{lead} {} | {} | {} / {} | {:.2} | {:.2} | {dec} | {} | {:.0} |",
+                "{lead} {} | {} | {} / {} | {:.2} / {:.2} | {:.2} | {dec} | {} | {:.0} |",
                 s.shape,
                 s.offered_rps,
                 s.ok,
                 s.errors,
                 s.cpu_ms_per_request.get(epp).copied().unwrap_or(0.0),
+                s.cpu_ms_per_request_above_idle
+                    .get(epp)
+                    .copied()
+                    .unwrap_or(0.0),
                 s.cpu_ms_per_request.get("envoy").copied().unwrap_or(0.0),
                 s.decisions,
                 s.ttft_p50_ms,
@@ -459,17 +494,28 @@ pub fn ratios(costs: &[EppCost], ours: &str) -> String {
         let (a, b) = (epp_name(us).unwrap_or(""), epp_name(them).unwrap_or(""));
         for s in &us.shapes {
             let other = them.shapes.iter().find(|t| t.shape == s.shape);
-            let v = other.and_then(|o| {
-                let d = o.cpu_ms_per_request.get(b).copied()?;
-                (d > 0.0).then(|| s.cpu_ms_per_request.get(a).copied().unwrap_or(0.0) / d)
-            });
-            line(
-                &mut out,
-                format!("CPU per request, {}, / {}", s.shape, them.router),
-                v,
-                0.1,
-                true,
-            );
+            for (what, pick) in [
+                (
+                    "total",
+                    (|x: &ShapeCost| &x.cpu_ms_per_request)
+                        as fn(&ShapeCost) -> &BTreeMap<String, f64>,
+                ),
+                ("above idle", |x: &ShapeCost| {
+                    &x.cpu_ms_per_request_above_idle
+                }),
+            ] {
+                let v = other.and_then(|o| {
+                    let d = pick(o).get(b).copied()?;
+                    (d > 0.0).then(|| pick(s).get(a).copied().unwrap_or(0.0) / d)
+                });
+                line(
+                    &mut out,
+                    format!("CPU per request ({what}), {}, / {}", s.shape, them.router),
+                    v,
+                    0.1,
+                    true,
+                );
+            }
         }
         let idle = match (us.idle_cores.get(a), them.idle_cores.get(b)) {
             (Some(x), Some(y)) if *y > 0.0 => Some(x / y),
@@ -477,7 +523,7 @@ pub fn ratios(costs: &[EppCost], ours: &str) -> String {
         };
         line(
             &mut out,
-            format!("idle CPU ({} pods), / {}", "100", them.router),
+            format!("idle CPU ({} pods), / {}", us.pods, them.router),
             idle,
             0.1,
             true,

@@ -218,6 +218,7 @@ pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
         kv_events: false,
         host_per_pod: false,
         speeds: Vec::new(),
+        engine: super::cluster::Engine::InferenceSim,
     }
 }
 
@@ -382,10 +383,38 @@ pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
         v.push(scenario(
             "multi-turn",
             sim(o, 8),
-            chat,
+            chat.clone(),
             open(format!("{}:{d}", r * 0.6), drain, w),
             routers_of(o),
         ));
+        if o.upstream {
+            // The same two workloads on llm-d-inference-sim pods (one process per pod, one
+            // port each: GIE's EPP, which needs one IP per pod, cannot run there).
+            let mut llmd_sim = sim(o, 8);
+            llmd_sim.engine = super::cluster::Engine::LlmdSim;
+            let on_llmd_sim = || {
+                let mut rs = routers_of(o);
+                rs.retain(|r| {
+                    matches!(r, Router::Epp { .. } | Router::LlmdEpp { .. })
+                        && !r.label().ends_with("-x3")
+                });
+                rs
+            };
+            v.push(scenario(
+                "shared-prefix-llmd-sim",
+                llmd_sim.clone(),
+                shared_prefix_args(),
+                open(format!("{}:{d}", o.shared_prefix_rate), drain, w),
+                on_llmd_sim(),
+            ));
+            v.push(scenario(
+                "multi-turn-llmd-sim",
+                llmd_sim,
+                chat,
+                open(format!("{}:{d}", r * 0.6), drain, w),
+                on_llmd_sim(),
+            ));
+        }
         let mix = args(&[
             "--workload",
             "mix",

@@ -5,7 +5,11 @@
 //! loadgen --target 127.0.0.1:8081 --workload shared-prefix --groups 64 --system-len 3000 \
 //!     --rate-stages 5:30,10:30 --pods 127.0.0.1:8000,127.0.0.1:8001 --out run.json
 //! loadgen --target 127.0.0.1:8081 --workload random --concurrency 16 --max-requests 5000
+//! loadgen --target 127.0.0.1:8081 --workload trace --trace mooncake.jsonl \
+//!     --trace-tokens-per-block 16 --trace-time-scale 0.1 --out run.json
 //! ```
+//!
+//! Traces (aiperf / Dynamo Mooncake JSONL) are written by `tracegen`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +20,8 @@ use clap::{Parser, ValueEnum};
 use epp_e2e::loadgen::plot::{self, Series};
 use epp_e2e::loadgen::pods::{delta, scrape_all};
 use epp_e2e::loadgen::summary::Context;
-use epp_e2e::loadgen::{run, summarize, Load, Report, RunConfig, Workload, MARKDOWN_HEADER};
+use epp_e2e::loadgen::trace::Replay;
+use epp_e2e::loadgen::{run, summarize, Load, Report, RunConfig, Stage, Workload, MARKDOWN_HEADER};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Kind {
@@ -25,6 +30,8 @@ enum Kind {
     Mix,
     Lora,
     Random,
+    /// Replay a JSONL trace (--trace): contents and send times from the file.
+    Trace,
 }
 
 /// Seeded LLM load against an OpenAI-compatible endpoint on 127.0.0.1.
@@ -71,6 +78,18 @@ struct Args {
     long_min: usize,
     #[arg(long, default_value_t = 12000)]
     long_max: usize,
+    /// Trace: the JSONL file (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Trace: tokens per hash block in the file (Mooncake traces: 512).
+    #[arg(long, default_value_t = 512)]
+    trace_block_size: usize,
+    /// Trace: tokens per hash block when replayed (scales every prompt by this / block size).
+    #[arg(long)]
+    trace_tokens_per_block: Option<usize>,
+    /// Trace: multiplies every timestamp (0.1 = ten times faster).
+    #[arg(long, default_value_t = 1.0)]
+    trace_time_scale: f64,
     /// Open loop: `rate:seconds` stages, comma-separated (e.g. `5:30,10:30`).
     #[arg(long, conflicts_with = "concurrency")]
     rate_stages: Option<String>,
@@ -142,10 +161,47 @@ impl Args {
                 input_len: self.input_len,
                 output_len: self.output_len,
             },
+            Kind::Trace => Workload::Trace {
+                path: self
+                    .trace
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                replay: self.replay(),
+            },
+        }
+    }
+
+    fn replay(&self) -> Replay {
+        Replay {
+            block_size: self.trace_block_size.max(1),
+            tokens_per_block: self
+                .trace_tokens_per_block
+                .unwrap_or(self.trace_block_size)
+                .max(1),
+            time_scale: self.trace_time_scale,
         }
     }
 
     fn load(&self) -> anyhow::Result<Load> {
+        if matches!(self.workload, Kind::Trace) {
+            // The trace sets the send times; one stage spanning it bounds the run.
+            let path = self
+                .trace
+                .as_ref()
+                .context("--workload trace needs --trace FILE")?;
+            let entries = epp_e2e::loadgen::trace::read(path)?;
+            anyhow::ensure!(!entries.is_empty(), "{} has no requests", path.display());
+            let replay = self.replay();
+            let span = entries.last().map_or(0.0, |e| replay.at_secs(e)) + 0.001;
+            return Ok(Load::Open {
+                stages: vec![Stage {
+                    rate: entries.len() as f64 / span,
+                    duration: Duration::from_secs_f64(span),
+                }],
+                poisson: false,
+            });
+        }
         match (&self.rate_stages, self.concurrency) {
             (Some(text), _) => {
                 let stages =

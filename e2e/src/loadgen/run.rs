@@ -212,10 +212,18 @@ pub async fn run(cfg: RunConfig) -> Vec<RequestRecord> {
     let mut tasks: JoinSet<RequestRecord> = JoinSet::new();
     match &cfg.load {
         Load::Open { stages, poisson } => {
-            for (id, a) in arrivals(stages, *poisson, cfg.max_requests, cfg.seed)
-                .into_iter()
-                .enumerate()
-            {
+            let planned = match generator.trace_times() {
+                Some(times) => times
+                    .into_iter()
+                    .take(cfg.max_requests)
+                    .map(|t| super::schedule::Arrival {
+                        at: Duration::from_secs_f64(t),
+                        stage: 0,
+                    })
+                    .collect(),
+                None => arrivals(stages, *poisson, cfg.max_requests, cfg.seed),
+            };
+            for (id, a) in planned.into_iter().enumerate() {
                 if a.at >= cfg.max_duration {
                     break;
                 }

@@ -65,6 +65,11 @@ pub enum Workload {
     },
     /// Random prompts: nothing shared between requests.
     Random { input_len: usize, output_len: usize },
+    /// A replayed JSONL trace ([`super::trace`]): contents and send times from the file.
+    Trace {
+        path: String,
+        replay: super::trace::Replay,
+    },
 }
 
 /// What one request asks for, before it is sent.
@@ -93,6 +98,8 @@ pub struct Generator {
     systems: Vec<String>,
     questions: Vec<Vec<String>>,
     next_session: usize,
+    /// The entries of a [`Workload::Trace`], in send order.
+    trace: Vec<super::trace::TraceEntry>,
 }
 
 /// `n` random words from the one-token list.
@@ -138,12 +145,29 @@ impl Generator {
             ),
             _ => (Vec::new(), Vec::new()),
         };
+        let trace = match &workload {
+            Workload::Trace { path, .. } => {
+                super::trace::read(std::path::Path::new(path)).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
         Self {
             workload,
             rng,
             systems,
             questions,
             next_session: 0,
+            trace,
+        }
+    }
+
+    /// Send offsets of a trace's requests (seconds), `None` for other workloads.
+    pub fn trace_times(&self) -> Option<Vec<f64>> {
+        match &self.workload {
+            Workload::Trace { replay, .. } => {
+                Some(self.trace.iter().map(|e| replay.at_secs(e)).collect())
+            }
+            _ => None,
         }
     }
 
@@ -213,6 +237,19 @@ impl Generator {
                 input_len,
                 output_len,
             } => self.random_prompt(input_len, output_len, None),
+            Workload::Trace { replay, .. } => {
+                let i = self.next_session;
+                self.next_session += 1;
+                match self.trace.get(i % self.trace.len().max(1)) {
+                    Some(e) => RequestSpec {
+                        body: Body::Prompt(replay.prompt(e)),
+                        adapter: None,
+                        max_tokens: e.output_length.max(1),
+                        group: None,
+                    },
+                    None => self.random_prompt(1, 1, None),
+                }
+            }
         }
     }
 
