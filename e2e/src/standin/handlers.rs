@@ -82,8 +82,10 @@ async fn route(shared: &Arc<Shared>, parts: &http::request::Parts, body: Bytes) 
 }
 
 /// Paths served by [`native`]: llm-d-router v0.10's other parsers (Anthropic Messages, vLLM and
-/// SGLang token-in generate) and a path only the passthrough parser takes.
-const NATIVE_PATHS: [&str; 5] = [
+/// SGLang token-in generate), OpenAI's Realtime path and a path only the passthrough parser
+/// takes.
+const NATIVE_PATHS: [&str; 6] = [
+    "/v1/realtime",
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/inference/v1/generate",

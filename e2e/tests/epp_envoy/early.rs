@@ -107,7 +107,7 @@ async fn upstream_requests(stack: &Stack) -> u64 {
 }
 
 /// Polls until Envoy has opened `n` upstream requests (bounded); whether it did.
-async fn wait_upstream(stack: &Stack, n: u64, within: Duration) -> bool {
+pub async fn wait_upstream(stack: &Stack, n: u64, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if upstream_requests(stack).await >= n {

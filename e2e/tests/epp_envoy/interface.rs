@@ -1,12 +1,17 @@
 //! llm-d-router v0.10's request interface through Envoy (issue 19): the parser the path selects
 //! (Anthropic Messages, vLLM token-in, passthrough), llm-d's steering header names over their
-//! GIE aliases, and `Prefer: if-available` (412 until the chosen pod caches the prompt).
+//! GIE aliases, and `Prefer: if-available` (412 until the chosen pod caches the prompt). A
+//! passthrough or Realtime request is routed on its headers: Envoy reaches the pod while the
+//! client is still sending (llm-d-router #1532).
 //! Drop reasons on 429/503 are asserted with the other rejections (`errors.rs`).
+
+use std::time::Duration;
 
 use epp_e2e::stack::StackOptions;
 use http::StatusCode;
 use serde_json::json;
 
+use crate::early::{wait_upstream, HeldRequest};
 use crate::support::{access_log, assert_routed_to, post, served_by, start, traffic, words, MODEL};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,5 +167,40 @@ async fn prefer_if_available_is_412_until_the_chosen_pod_caches_the_prompt() {
         "{}",
         log[0].line
     );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_and_passthrough_requests_reach_the_pod_before_their_body_ends() {
+    let stack = start(StackOptions {
+        pods: 2,
+        ..StackOptions::default()
+    })
+    .await;
+    let body = vec![b'x'; 64 << 10];
+    for (i, path) in ["/v1/realtime", "/v1/rerank"].into_iter().enumerate() {
+        let held = HeldRequest::open(
+            stack.envoy.listener_addr(),
+            path,
+            &[],
+            body.len(),
+            &body[..16],
+        )
+        .await;
+        assert!(
+            wait_upstream(&stack, i as u64 + 1, Duration::from_secs(10)).await,
+            "{path}: Envoy never opened the upstream request while the body was incomplete"
+        );
+        let (status, text) = held.finish(&body[16..]).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let received: Vec<_> = stack
+            .pods
+            .iter()
+            .flat_map(traffic)
+            .filter(|r| r.path == path)
+            .collect();
+        assert_eq!(received.len(), 1, "{path}");
+        assert_eq!(received[0].body.as_ref(), body.as_slice(), "{path}");
+    }
     stack.stop().await;
 }
