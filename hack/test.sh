@@ -9,6 +9,7 @@ export EPP_ENVOY="$(hack/install-envoy.sh)"
 export EPP_KUBE_BIN="$(hack/install-kube.sh)"  # real kube-apiserver + etcd for e2e/tests/kube_*.rs (cold: ~11 min)
 
 cargo fmt --all --check
+python3 hack/check-layers.py  # the layer table of ARCHITECTURE.md
 cargo clippy --workspace --all-targets --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast

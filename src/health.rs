@@ -9,7 +9,7 @@ const READINESS_NAMES: &[&str] = &[
     "readiness",
     "",
     "inference-extension",
-    crate::extproc::SERVICE_NAME,
+    envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::SERVICE_NAME,
 ];
 
 /// The write side of the health service.
