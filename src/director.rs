@@ -275,6 +275,8 @@ struct PrefixLookup {
     hashes: Vec<u64>,
     /// Prompt tokens tokenized (up to the match cap): the request's prefill size.
     prompt_tokens: usize,
+    /// The match cap in tokens: a prompt tokenized up to it is longer than `prompt_tokens`.
+    token_cap: usize,
     block_size: usize,
     capacity: usize,
     auto_tune: bool,
@@ -769,6 +771,7 @@ impl Director {
         Some(PrefixLookup {
             hashes,
             prompt_tokens: tokens.len(),
+            token_cap: max_blocks * block_size,
             block_size,
             capacity: params.lru_capacity_per_server,
             auto_tune: params.auto_tune,
@@ -831,6 +834,7 @@ impl Director {
         Some(PrefixLookup {
             hashes,
             prompt_tokens: tokens.len(),
+            token_cap: max_tokens,
             block_size,
             capacity: 0,
             auto_tune: false,
@@ -1027,22 +1031,25 @@ fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
     }
 }
 
-/// The request's prompt tokens: as the prefix lookup tokenized them, else estimated at four
-/// bytes a token (llm-d's default `estimate` token producer) from the prompt text, or from the
-/// whole body when parsing kept only the first `cap` bytes of the prompt.
+/// The request's prompt tokens: as the prefix lookup tokenized them, else (and past the
+/// lookup's match cap) estimated at four bytes a token (llm-d's default `estimate` token
+/// producer) from the prompt text, or from the whole body when parsing kept only the first
+/// `cap` bytes of the prompt.
 fn prompt_tokens(
     lookup: Option<&PrefixLookup>,
     req: &LlmRequest,
     body: &[u8],
     cap: usize,
 ) -> usize {
-    if let Some(l) = lookup {
-        return l.prompt_tokens;
-    }
-    match &req.prompt {
+    let estimate = || match &req.prompt {
         Prompt::Tokens(t) => t.len(),
         Prompt::Text(t) if t.len() < cap => t.len().div_ceil(4),
         Prompt::Text(_) => body.len().div_ceil(4),
+    };
+    match lookup {
+        Some(l) if l.prompt_tokens < l.token_cap => l.prompt_tokens,
+        Some(l) => l.prompt_tokens.max(estimate()),
+        None => estimate(),
     }
 }
 

@@ -88,6 +88,9 @@ pub struct SchedulingRequest<'a> {
     pub slo_ttft_s: Option<f64>,
     /// Priority below 0: the request may be rejected to protect the others.
     pub sheddable: bool,
+    /// Endpoints in order of their last cold request, oldest first, for the
+    /// `no-hit-lru-scorer` (empty without one).
+    pub lru: &'a [EndpointId],
 }
 
 impl SchedulingRequest<'_> {
@@ -197,6 +200,14 @@ impl Scheduler {
         self.scorers
             .iter()
             .any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+    }
+
+    /// The `no-hit-lru-scorer`, when one is configured: the director then keeps its LRU.
+    pub fn no_hit_lru(&self) -> Option<&scorer::NoHitLruScorer> {
+        self.scorers.iter().find_map(|(s, _)| match s {
+            scorer::Scorer::NoHitLru(s) => Some(s),
+            _ => None,
+        })
     }
 
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
@@ -330,7 +341,11 @@ pub fn build_with(
     for (name, weight) in &refs {
         match built.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
             Some(Built::Filter(f)) => sched.filters.push(f.clone()),
-            Some(Built::Scorer(s)) => sched.scorers.push((s.clone(), *weight)),
+            Some(Built::Scorer(s)) => {
+                // A scorer that is also a filter (`context-length-aware`) filters in profile order.
+                sched.filters.extend(s.as_filter());
+                sched.scorers.push((s.clone(), *weight));
+            }
             Some(Built::Picker(p)) => picker = picker.or(Some(p.clone())),
             Some(Built::Prefix(_) | Built::Accepted) | None => {}
         }
@@ -353,12 +368,21 @@ pub fn build_with(
             None
         }
     });
-    sched.prefix = producer.or_else(|| {
-        sched
-            .scorers
+    // Consumers of prefix match information get upstream's default producer when none is
+    // configured (llm-d creates `approx-prefix-cache-producer` for them).
+    let consumer = sched.no_hit_lru().is_some()
+        || sched
+            .filters
             .iter()
-            .find_map(|(s, _)| s.prefix_params().cloned())
-    });
+            .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)));
+    sched.prefix = producer
+        .or_else(|| {
+            sched
+                .scorers
+                .iter()
+                .find_map(|(s, _)| s.prefix_params().cloned())
+        })
+        .or_else(|| consumer.then(PrefixParams::default));
     if problems.is_empty() {
         Ok(sched)
     } else {
@@ -386,6 +410,19 @@ pub(crate) mod testing {
             latency: None,
             ramp: 1.0,
             prefill: scorer::PrefillLoad::default(),
+        }
+    }
+
+    /// A candidate on `port` with the given labels.
+    pub fn labelled(port: u16, labels: &[(&str, &str)]) -> Candidate {
+        Candidate {
+            labels: Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..cand(port, 0.0, 0.0, 0)
         }
     }
 
@@ -501,7 +538,10 @@ mod tests {
         );
         let text = std::fs::read_to_string(path).unwrap();
         let s = build(&config::parse(&text).unwrap()).unwrap();
-        assert_eq!(s.prefix_params().unwrap().max_prefix_tokens_to_match, 40_960);
+        assert_eq!(
+            s.prefix_params().unwrap().max_prefix_tokens_to_match,
+            40_960
+        );
         let r = SchedulingRequest {
             prompt_tokens: 160,
             ..req(10)

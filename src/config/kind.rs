@@ -113,7 +113,7 @@ kinds! {
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
-    UtilizationFilter = "utilization-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
+    UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
     ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, MULTICLUSTER;
     HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Stable, Plugin;
@@ -129,8 +129,8 @@ kinds! {
     LatencyScorer = "latency-scorer", Scorer, Stable, Plugin;
     LoadAwareScorer = "load-aware-scorer", Scorer, Stable, Plugin;
     ActiveRequestScorer = "active-request-scorer", Scorer, Stable, Plugin;
-    NoHitLruScorer = "no-hit-lru-scorer", Scorer, Stable, Unsupported("not implemented in epp yet");
-    ContextLengthAware = "context-length-aware", Scorer, Stable, Unsupported("not implemented in epp yet");
+    NoHitLruScorer = "no-hit-lru-scorer", Scorer, Stable, Plugin;
+    ContextLengthAware = "context-length-aware", Scorer, Stable, Plugin;
     PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Stable, Plugin;
     MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Stable, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;

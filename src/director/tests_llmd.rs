@@ -78,3 +78,60 @@ fn optimized_baseline_keeps_a_conversation_home_and_spreads_new_prompts_by_token
     assert_ne!(other.destinations[0], home);
     drop((first, again, other));
 }
+
+#[test]
+fn no_hit_lru_sends_cold_prompts_to_the_least_recently_cold_pod() {
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: no-hit-lru-scorer
+  parameters: {lruSize: 8}
+- type: max-score-picker
+";
+    let (d, _ds) = director(&[1, 2, 3], text);
+    let mut rng = SmallRng::seed_from_u64(12);
+    let mut order = Vec::new();
+    for i in 0..6 {
+        // Shorter than a block: nobody can hold it, every request is cold.
+        let routed = route(&d, &chat(&format!("q{i}")), &mut rng);
+        order.push(routed.destinations[0].0.port());
+    }
+    let first: HashSet<u16> = order[..3].iter().copied().collect();
+    assert_eq!(first.len(), 3, "{order:?}");
+    assert_eq!(
+        order[3..],
+        order[..3],
+        "then round the LRU again: {order:?}"
+    );
+}
+
+#[test]
+fn llm_d_well_known_optimized_baseline_with_no_hit_lru_routes() {
+    // llm-d-router v0.10.0 test/integration/epp/wellknown_configs_test.go.
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: no-hit-lru-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: no-hit-lru-scorer
+    weight: 2
+";
+    let (d, _ds) = director(&[1, 2], text);
+    let mut rng = SmallRng::seed_from_u64(13);
+    let long = chat(&"Summarise the following report carefully. ".repeat(100));
+    let home = route(&d, &long, &mut rng).destinations[0];
+    for _ in 0..3 {
+        assert_eq!(route(&d, &long, &mut rng).destinations[0], home);
+    }
+}

@@ -5,6 +5,7 @@ mod gpu_memory;
 mod header_based_testing;
 mod label_selector;
 mod prefix_cache_affinity;
+mod utilization;
 
 use super::scorer::{checked, params};
 use super::{Candidate, SchedulingRequest};
@@ -14,6 +15,7 @@ pub use header_based_testing::HeaderBasedTestingFilter;
 pub use label_selector::LabelSelectorFilter;
 pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
+pub use utilization::UtilizationFilter;
 
 /// Every filter epp knows, by upstream type name.
 #[derive(Clone, Debug)]
@@ -24,6 +26,9 @@ pub enum Filter {
     LabelSelector(LabelSelectorFilter),
     /// `by-label` and the role filters.
     ByLabel(ByLabelFilter),
+    Utilization(UtilizationFilter),
+    /// `context-length-aware` with `enableFiltering` (built as a scorer).
+    ContextLength(super::scorer::ContextLengthAware),
 }
 
 impl Filter {
@@ -47,6 +52,9 @@ impl Filter {
                 tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
                 Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
             }
+            UtilizationFilter::TYPE => {
+                Self::Utilization(checked(params::<UtilizationFilter>(p)?.validate())?)
+            }
             ByLabelFilter::TYPE => Self::ByLabel(checked(params::<ByLabelFilter>(p)?.validate())?),
             t => match Role::from_type(t) {
                 Some(role) => Self::ByLabel(ByLabelFilter::role(role)),
@@ -67,11 +75,16 @@ impl Filter {
             Self::PrefixCacheAffinity(f) => f.filter(req, pool, rng),
             Self::LabelSelector(f) => f.filter(pool),
             Self::ByLabel(f) => f.filter(pool),
+            Self::Utilization(f) => f.filter(pool),
+            Self::ContextLength(f) => f.filter(req, pool),
         }
     }
 
     /// Whether this filter reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        matches!(self, Self::LabelSelector(_) | Self::ByLabel(_))
+        matches!(
+            self,
+            Self::LabelSelector(_) | Self::ByLabel(_) | Self::ContextLength(_)
+        )
     }
 }

@@ -1,12 +1,14 @@
 //! Scorers: rate each candidate in [0, 1] (higher is better). One per file under `scorer/`.
 
 mod active_request;
+mod context_length_aware;
 mod estimated_ttft;
 mod gpu_utilization;
 mod kv_cache;
 mod latency;
 mod load_aware;
 mod lora_affinity;
+mod no_hit_lru;
 mod precise_prefix;
 mod prefix;
 mod queue;
@@ -16,12 +18,14 @@ mod token_load;
 
 use super::{Candidate, SchedulingRequest};
 pub use active_request::ActiveRequestScorer;
+pub use context_length_aware::ContextLengthAware;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
 pub use gpu_utilization::GpuUtilizationScorer;
 pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
 pub use load_aware::LoadAwareScorer;
 pub use lora_affinity::LoraAffinityScorer;
+pub use no_hit_lru::{is_cold, LruOrder, NoHitLruScorer};
 pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
@@ -63,6 +67,9 @@ pub enum Scorer {
     TokenLoad(TokenLoadScorer),
     ActiveRequest(ActiveRequestScorer),
     LoadAware(LoadAwareScorer),
+    NoHitLru(NoHitLruScorer),
+    /// Also a filter when `enableFiltering` ([`Scorer::as_filter`]).
+    ContextLength(ContextLengthAware),
 }
 
 impl Scorer {
@@ -101,6 +108,12 @@ impl Scorer {
             LoadAwareScorer::TYPE => {
                 Self::LoadAware(checked(params::<LoadAwareScorer>(p)?.validate())?)
             }
+            NoHitLruScorer::TYPE => {
+                Self::NoHitLru(checked(params::<NoHitLruScorer>(p)?.validate())?)
+            }
+            ContextLengthAware::TYPE => {
+                Self::ContextLength(checked(params::<ContextLengthAware>(p)?.validate())?)
+            }
             _ => return Ok(None),
         }))
     }
@@ -121,12 +134,24 @@ impl Scorer {
             Self::TokenLoad(s) => s.score(req, pool, out),
             Self::ActiveRequest(s) => s.score(pool, out),
             Self::LoadAware(s) => s.score(pool, out),
+            Self::NoHitLru(s) => s.score(req, pool, out),
+            Self::ContextLength(s) => s.score(req, pool, out),
+        }
+    }
+
+    /// The filter half of a plugin that is both (`context-length-aware`).
+    pub fn as_filter(&self) -> Option<super::filter::Filter> {
+        match self {
+            Self::ContextLength(s) if s.enable_filtering => {
+                Some(super::filter::Filter::ContextLength(s.clone()))
+            }
+            _ => None,
         }
     }
 
     /// Whether this scorer reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        false
+        matches!(self, Self::ContextLength(_))
     }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {

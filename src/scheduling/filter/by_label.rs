@@ -98,24 +98,10 @@ impl Role {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::scheduling::scorer::params;
-    use crate::scheduling::testing::cand;
-    use std::sync::Arc;
-
-    /// A candidate on `port` with the given labels.
-    pub fn labelled(port: u16, labels: &[(&str, &str)]) -> Candidate {
-        Candidate {
-            labels: Arc::new(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            ..cand(port, 0.0, 0.0, 0)
-        }
-    }
+    use crate::scheduling::testing::labelled;
 
     fn roles() -> Vec<Candidate> {
         let values = [

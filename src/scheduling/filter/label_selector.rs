@@ -125,7 +125,7 @@ fn label_chars(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::filter::by_label::tests::labelled;
+    use crate::scheduling::testing::labelled;
     use crate::scheduling::scorer::params;
 
     fn selector(yaml: &str) -> Result<LabelSelectorFilter, String> {
