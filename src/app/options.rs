@@ -220,7 +220,7 @@ pub struct Options {
     /// Log level: error, warn, info, debug, trace (or upstream's -v verbosity).
     #[arg(long, default_value = "info")]
     pub zap_log_level: String,
-    /// Verbosity as upstream's `-v`: 1 = debug, 2+ = trace.
+    /// Verbosity as upstream's `-v`: 0–3 = `--zap-log-level`, 4 = debug, 5+ = trace.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
 
@@ -475,10 +475,13 @@ impl Options {
     }
 
     /// The tracing filter directive from `--zap-log-level` and `-v`.
+    ///
+    /// Upstream's `-v N` is zap level −N, named `info` for −1..−3, `debug` at −4 and `trace`
+    /// below: the charts' default `--v 1` is info-level logging, not debug.
     pub fn log_directive(&self) -> String {
         match self.verbosity {
-            0 => self.zap_log_level.clone(),
-            1 => "debug".to_owned(),
+            0..=3 => self.zap_log_level.clone(),
+            4 => "debug".to_owned(),
             _ => "trace".to_owned(),
         }
     }
@@ -500,7 +503,7 @@ mod tests {
             "--static-endpoints",
             "127.0.0.1:1",
             "-v",
-            "1",
+            "4",
         ])
         .unwrap();
         assert!(!o.secure_serving);
