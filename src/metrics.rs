@@ -81,6 +81,39 @@ pub struct CrdRuleLabels {
     pub rule: String,
 }
 
+/// A Kubernetes resource epp reads (label value of `epp_kubernetes_forbidden`).
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+#[allow(non_camel_case_types)]
+pub enum KubeResource {
+    pods,
+    inferencepools,
+    inferenceobjectives,
+    inferencemodels,
+    inferencemodelrewrites,
+    leases,
+}
+
+/// The verb the API server refused (label value of `epp_kubernetes_forbidden`).
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+#[allow(non_camel_case_types)]
+pub enum KubeVerb {
+    get,
+    list,
+    watch,
+    create,
+    update,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForbiddenLabels {
+    pub resource: KubeResource,
+    pub verb: KubeVerb,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KvEventLabels {
     pub kind: KvEventKind,
@@ -236,6 +269,8 @@ pub struct Metrics {
     pub endpoint_ejected: Family<EndpointLabels, Gauge>,
     pub health_probes: Family<OutcomeLabels, Counter>,
     pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
+    /// API requests refused with 403 (RBAC), by resource and verb.
+    pub kubernetes_forbidden: Family<ForbiddenLabels, Counter>,
     pub kv: KvEventMetrics,
     /// Placements shared with other replicas, by outcome.
     pub peer_messages: Family<PeerLabels, Counter>,
@@ -276,7 +311,128 @@ impl Metrics {
         m.register_objective(registry);
         m.register_pool(registry);
         m.register_extension(registry);
+        m.register_llm_d(registry);
         m
+    }
+
+    /// llm-d-router v0.10's `llm_d_epp_*` names for the same families (upstream emits both
+    /// sets; a family registered twice shares its values). The label sets stay GIE's: the
+    /// request families have no `fairness_id` label here.
+    fn register_llm_d(&self, r: &mut Registry) {
+        const HELP: &str = "llm-d-router name of the GIE family";
+        r.register("llm_d_epp_request", HELP, self.request_total.clone());
+        r.register(
+            "llm_d_epp_request_error",
+            HELP,
+            self.request_error_total.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_duration_seconds",
+            HELP,
+            self.request_duration.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_size_bytes",
+            HELP,
+            self.request_sizes.clone(),
+        );
+        r.register(
+            "llm_d_epp_response_size_bytes",
+            HELP,
+            self.response_sizes.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_input_tokens",
+            HELP,
+            self.input_tokens.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_output_tokens",
+            HELP,
+            self.output_tokens.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_cached_tokens",
+            HELP,
+            self.prompt_cached_tokens.clone(),
+        );
+        r.register(
+            "llm_d_epp_request_running",
+            HELP,
+            self.running_requests.clone(),
+        );
+        r.register(
+            "llm_d_epp_average_kv_cache_utilization",
+            HELP,
+            self.pool_avg_kv.clone(),
+        );
+        r.register(
+            "llm_d_epp_average_queue_size",
+            HELP,
+            self.pool_avg_queue.clone(),
+        );
+        r.register(
+            "llm_d_epp_average_running_requests",
+            HELP,
+            self.pool_avg_running.clone(),
+        );
+        r.register(
+            "llm_d_epp_ready_endpoints",
+            HELP,
+            self.pool_ready_pods.clone(),
+        );
+        r.register(
+            "llm_d_epp_per_endpoint_queue_size",
+            HELP,
+            self.pool_per_pod_queue.clone(),
+        );
+        r.register(
+            "llm_d_epp_scheduler_e2e_duration_seconds",
+            HELP,
+            self.scheduler_e2e.clone(),
+        );
+        r.register(
+            "llm_d_epp_scheduler_attempts",
+            HELP,
+            self.scheduler_attempts.clone(),
+        );
+        r.register(
+            "llm_d_epp_prefix_indexer_size",
+            HELP,
+            self.prefix_indexer_size.clone(),
+        );
+        r.register(
+            "llm_d_epp_prefix_indexer_hit_ratio",
+            HELP,
+            self.prefix_hit_ratio.clone(),
+        );
+        r.register(
+            "llm_d_epp_prefix_indexer_hit_bytes",
+            HELP,
+            self.prefix_hit_bytes.clone(),
+        );
+        r.register("llm_d_epp_info", HELP, self.info.clone());
+        let f = &self.flow;
+        r.register(
+            "llm_d_epp_flow_control_queue_size",
+            HELP,
+            f.queue_size.clone(),
+        );
+        r.register(
+            "llm_d_epp_flow_control_queue_bytes",
+            HELP,
+            f.queue_bytes.clone(),
+        );
+        r.register(
+            "llm_d_epp_flow_control_request_queue_duration_seconds",
+            HELP,
+            f.queue_duration.clone(),
+        );
+        r.register(
+            "llm_d_epp_flow_control_pool_saturation",
+            HELP,
+            f.pool_saturation.clone(),
+        );
     }
 
     fn new() -> Self {
@@ -311,6 +467,7 @@ impl Metrics {
             endpoint_ejected: Family::default(),
             health_probes: Family::default(),
             crd_validation_failures: Family::default(),
+            kubernetes_forbidden: Family::default(),
             kv: KvEventMetrics::default(),
             peer_messages: Family::default(),
             flow: FlowControlMetrics {
@@ -471,6 +628,11 @@ impl Metrics {
             "epp: watched objects ignored because they break their CRD's validation rule",
             self.crd_validation_failures.clone(),
         );
+        r.register(
+            "epp_kubernetes_forbidden",
+            "epp: Kubernetes API requests refused as forbidden (RBAC), by resource and verb",
+            self.kubernetes_forbidden.clone(),
+        );
         self.register_kv(r);
         self.register_flow(r);
     }
@@ -560,6 +722,8 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("inference_objective_request_total{model_name=\"m\",target_model_name=\"m\",priority=\"0\"} 1"), "{text}");
         assert!(text.contains("inference_pool_ready_pods{name=\"p\"} 2"));
+        assert!(text.contains("llm_d_epp_request_total{model_name=\"m\",target_model_name=\"m\",priority=\"0\"} 1"), "{text}");
+        assert!(text.contains("llm_d_epp_ready_endpoints{name=\"p\"} 2"));
         assert!(
             text.contains("# TYPE inference_extension_scheduler_e2e_duration_seconds histogram")
         );
