@@ -4,6 +4,9 @@
 //! [START] METHOD PATH CODE flags=F details=D upstream=U hdr=H md=M served=S dur=Nms
 //! ```
 //!
+//! (`duplex.yaml` also writes `scores=` before `dur=`: the `--emit-endpoint-scores` struct as
+//! JSON; read from `line` by the test that needs it.)
+//!
 //! `hdr` is the `x-gateway-destination-endpoint` request header as the router saw it, `md` the
 //! EPP's `envoy.lb` metadata and `served` the host override_host chose. Envoy writes `-` for an
 //! absent value; here that becomes `None`.

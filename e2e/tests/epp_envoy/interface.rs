@@ -12,7 +12,9 @@ use http::StatusCode;
 use serde_json::json;
 
 use crate::early::{wait_upstream, HeldRequest};
-use crate::support::{access_log, assert_routed_to, post, served_by, start, traffic, words, MODEL};
+use crate::support::{
+    access_log, args, assert_routed_to, completion, post, served_by, start, traffic, words, MODEL,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_messages_stick_to_the_pod_caching_their_system_prompt() {
@@ -203,4 +205,40 @@ async fn realtime_and_passthrough_requests_reach_the_pod_before_their_body_ends(
         assert_eq!(received[0].body.as_ref(), body.as_slice(), "{path}");
     }
     stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_scores_reach_envoys_metadata_with_emit_endpoint_scores() {
+    for emit in [false, true] {
+        let stack = start(StackOptions {
+            epp_args: if emit {
+                args(&["--emit-endpoint-scores"])
+            } else {
+                Vec::new()
+            },
+            ..StackOptions::default()
+        })
+        .await;
+        let response = post(&stack, "/v1/completions", completion("scored"), &[]).await;
+        served_by(&stack, &response);
+        let log = access_log(&stack, 1).await;
+        let scores = log[0]
+            .line
+            .split(' ')
+            .find_map(|w| w.strip_prefix("scores="))
+            .unwrap_or_else(|| panic!("no scores field: {}", log[0].line));
+        if !emit {
+            assert_eq!(scores, "-", "{}", log[0].line);
+        } else {
+            let table: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(scores).unwrap_or_else(|e| panic!("{e}: {}", log[0].line));
+            let mut keys: Vec<_> = table.keys().cloned().collect();
+            keys.sort();
+            let mut pods: Vec<_> = stack.pods.iter().map(|p| p.endpoint()).collect();
+            pods.sort();
+            assert_eq!(keys, pods, "every candidate's ip:port");
+            assert!(table.values().all(serde_json::Value::is_number), "{scores}");
+        }
+        stack.stop().await;
+    }
 }
