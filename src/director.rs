@@ -130,13 +130,26 @@ impl Runtime {
             served_verifier,
             health,
             thresholds,
-            parsers: request::ParserSet::default(),
+            parsers: parser_set(&doc),
             gates,
             load,
             metrics_settings,
             source: text.to_owned(),
         })
     }
+}
+
+/// The parsers `requestHandler.parsers` (or the deprecated top-level `parser`) names, by plugin
+/// type, in order; upstream's default when none is named. The configuration check has already
+/// refused references to unknown plugins and parser types epp does not implement.
+fn parser_set(doc: &config::EndpointPickerConfig) -> request::ParserSet {
+    let types: Vec<&str> = doc
+        .parser_refs()
+        .into_iter()
+        .filter_map(|r| doc.plugins.iter().find(|p| p.name() == r))
+        .map(|p| p.plugin_type.as_str())
+        .collect();
+    request::ParserSet::from_type_names(types).unwrap_or_default()
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +176,9 @@ pub struct Incoming<'a> {
     pub objective: Option<&'a str>,
     /// `x-session-token`: the session's endpoint, as a previous response told the client.
     pub session_token: Option<&'a str>,
+    /// The session id of the `session_id` affinity strategy: the first non-empty header of its
+    /// sources ([`Director::session_id`]).
+    pub session_id: Option<&'a str>,
     /// `x-llm-d-slo-ttft-ms` (alias `x-slo-ttft-ms`): the request's TTFT SLO in milliseconds.
     pub slo_ttft_ms: Option<f64>,
     /// The API its parser chose (`None`: the OpenAI API named by `path`).
@@ -262,6 +278,8 @@ pub struct Director {
     /// The `no-hit-lru-scorer`'s order: endpoints by their last cold request (upstream's
     /// `PreRequest` state), read as a snapshot by each decision.
     lru: std::sync::Mutex<scheduling::scorer::LruOrder>,
+    /// The session-affinity `session_id` strategy's bindings (upstream's `PreRequest` state).
+    sessions: std::sync::Mutex<scheduling::scorer::SessionBindings>,
 }
 
 /// Told of every speculative entry the director records (precise prefix), so other epp replicas
@@ -306,6 +324,7 @@ impl Director {
             opts,
             placements: None,
             lru: Default::default(),
+            sessions: Default::default(),
         }
     }
 
@@ -440,6 +459,7 @@ impl Director {
         let candidates =
             self.candidates(&states, lookup.as_ref(), runtime.scheduler.reads_labels());
         let lru = self.lru_snapshot(&runtime.scheduler);
+        let bound = self.session_bound(&runtime.scheduler, inc.session_id);
         let sreq = SchedulingRequest {
             target_model: &target,
             prefix_total_blocks: lookup.as_ref().map_or(0, |l| l.hashes.len()),
@@ -455,6 +475,7 @@ impl Director {
             slo_ttft_s: inc.slo_ttft_ms.filter(|v| *v > 0.0).map(|ms| ms / 1e3),
             sheddable: priority < 0,
             lru: &lru,
+            session_bound: bound,
         };
         let schedule_span = crate::telemetry::child("schedule");
         let (decision, scores) =
@@ -470,6 +491,13 @@ impl Director {
             self.record_prefix(l, primary);
         }
         self.record_no_hit(&runtime.scheduler, &candidates, primary.id());
+        self.record_session(
+            &runtime.scheduler,
+            inc.session_id,
+            bound,
+            &candidates,
+            primary.id(),
+        );
         let dispatched = candidates.iter().find(|c| c.id == primary.id()).map(|c| {
             match runtime.scheduler.estimated_ttft() {
                 Some(s) => s.inputs(&sreq, c),
@@ -517,9 +545,11 @@ impl Director {
         let states = self.candidate_states(&snapshot, inc.subset)?;
         let candidates = self.candidates(&states, None, runtime.scheduler.reads_labels());
         let lru = self.lru_snapshot(&runtime.scheduler);
+        let bound = self.session_bound(&runtime.scheduler, inc.session_id);
         let sreq = SchedulingRequest {
             block_size: 16,
             lru: &lru,
+            session_bound: bound,
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
             session_endpoint: session_endpoint(&states, inc.session_token),
@@ -536,6 +566,13 @@ impl Director {
             return Err(DirectorError::NotCached);
         }
         self.record_no_hit(&runtime.scheduler, &candidates, primary.id());
+        self.record_session(
+            &runtime.scheduler,
+            inc.session_id,
+            bound,
+            &candidates,
+            primary.id(),
+        );
         let lease = self.lease(primary, "");
         let session_token = runtime
             .scheduler
@@ -969,6 +1006,47 @@ impl Director {
             .filter(|_| l.auto_tune);
         let capacity = reported.map_or(l.capacity, |c| c.num_blocks as usize);
         self.index.record(primary.id(), &l.hashes, capacity);
+    }
+
+    /// The request's session id for the `session_id` affinity strategy: the first of its
+    /// source headers with a non-empty (trimmed) value; `None` when no plugin uses it.
+    pub fn session_id<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
+        let runtime = self.runtime.load();
+        let config = runtime.scheduler.session_id()?;
+        config.sources.iter().find_map(|s| {
+            header(&s.header)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        })
+    }
+
+    fn session_bound(&self, scheduler: &Scheduler, session: Option<&str>) -> Option<EndpointId> {
+        let (config, session) = (scheduler.session_id()?, session?);
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .bound(session, config, Instant::now())
+    }
+
+    /// Binds the session to the primary, refreshes the binding, or moves it when the bound
+    /// endpoint was not a candidate (upstream's `PreRequest`).
+    fn record_session(
+        &self,
+        scheduler: &Scheduler,
+        session: Option<&str>,
+        bound: Option<EndpointId>,
+        candidates: &[Candidate],
+        primary: EndpointId,
+    ) {
+        let (Some(_), Some(session)) = (scheduler.session_id(), session) else {
+            return;
+        };
+        let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(session, primary, present, Instant::now());
     }
 
     /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).

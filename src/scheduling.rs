@@ -88,6 +88,9 @@ pub struct SchedulingRequest<'a> {
     pub slo_ttft_s: Option<f64>,
     /// Priority below 0: the request may be rejected to protect the others.
     pub sheddable: bool,
+    /// The endpoint the request's session id is bound to (`session_id` strategy of the
+    /// session-affinity plugins), resolved by the director; `None` when unbound.
+    pub session_bound: Option<EndpointId>,
     /// Endpoints in order of their last cold request, oldest first, for the
     /// `no-hit-lru-scorer` (empty without one).
     pub lru: &'a [EndpointId],
@@ -195,11 +198,29 @@ impl Scheduler {
         })
     }
 
-    /// Whether a `session-affinity-scorer` is configured: responses then carry the token.
+    /// The session-affinity plugins' parameters (scorer and filter), in configuration order.
+    fn session_params(&self) -> impl Iterator<Item = &scorer::SessionAffinityParams> {
+        let scorers = self.scorers.iter().filter_map(|(s, _)| match s {
+            scorer::Scorer::SessionAffinity(s) => Some(&s.params),
+            _ => None,
+        });
+        let filters = self.filters.iter().filter_map(|f| match f {
+            Filter::SessionAffinity(f) => Some(&f.params),
+            _ => None,
+        });
+        scorers.chain(filters)
+    }
+
+    /// Whether a session-affinity plugin with the `encoded_endpoint_header` strategy is
+    /// configured: responses then carry the token.
     pub fn session_affinity(&self) -> bool {
-        self.scorers
-            .iter()
-            .any(|(s, _)| matches!(s, scorer::Scorer::SessionAffinity(_)))
+        self.session_params().any(|p| p.session_id().is_none())
+    }
+
+    /// The `session_id` strategy's configuration, when a session-affinity plugin uses it: the
+    /// director then keeps the session bindings.
+    pub fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
+        self.session_params().find_map(|p| p.session_id())
     }
 
     /// The `no-hit-lru-scorer`, when one is configured: the director then keeps its LRU.

@@ -110,7 +110,7 @@ kinds! {
     ByLabelSelector = "by-label-selector", Filter, Stable, Plugin;
     PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Stable, LATENCY_PREDICTOR;
-    SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Unsupported("not implemented in epp yet");
+    SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;

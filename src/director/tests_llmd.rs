@@ -135,3 +135,51 @@ schedulingProfiles:
         assert_eq!(route(&d, &long, &mut rng).destinations[0], home);
     }
 }
+
+#[test]
+fn session_id_affinity_binds_a_session_to_its_first_pod_and_moves_it_when_that_pod_is_gone() {
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: session-affinity-filter
+  parameters: {strategy: session_id, sessionIdConfig: {sources: [{header: x-conversation}]}}
+- type: queue-scorer
+";
+    let (d, _ds) = director(&[1, 2, 3], text);
+    assert_eq!(
+        d.session_id(|h| (h == "x-conversation").then_some(" c1 ")),
+        Some("c1".to_owned())
+    );
+    assert_eq!(d.session_id(|_| None), None);
+    assert!(
+        !d.runtime().scheduler.session_affinity(),
+        "no token header with session_id"
+    );
+    let mut rng = SmallRng::seed_from_u64(14);
+    let body = chat("hello");
+    let send = |session: &str, subset: Option<&[String]>, rng: &mut SmallRng| {
+        let inc = Incoming {
+            path: "/v1/chat/completions",
+            body: &body,
+            session_id: Some(session),
+            subset,
+            ..Default::default()
+        };
+        d.route(&inc, rng).unwrap()
+    };
+    // Queue scoring would spread these (each dispatch counts as queued): the binding holds.
+    let held: Vec<Routed> = (0..4).map(|_| send("c1", None, &mut rng)).collect();
+    let home = held[0].destinations[0];
+    assert!(held.iter().all(|r| r.destinations[0] == home));
+    let other = send("c2", None, &mut rng);
+    assert_ne!(other.destinations[0], home, "a new session goes by load");
+    // The bound pod is not a candidate: the session moves, and stays where it moved.
+    let elsewhere: Vec<String> = [1u16, 2, 3]
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .filter(|a| *a != home.to_string())
+        .collect();
+    let moved = send("c1", Some(&elsewhere), &mut rng).destinations[0];
+    assert_ne!(moved, home);
+    assert_eq!(send("c1", None, &mut rng).destinations[0], moved);
+}

@@ -99,6 +99,8 @@ struct RequestMeta {
     objective: Option<String>,
     subset: Option<Vec<String>>,
     session_token: Option<String>,
+    /// The session id of the `session_id` affinity strategy (configured headers).
+    session_id: Option<String>,
     content_length: Option<usize>,
     fairness_id: Option<String>,
     /// `x-llm-d-slo-ttft-ms` (or its alias `x-slo-ttft-ms`), milliseconds.
@@ -236,6 +238,7 @@ impl StreamMachine {
         self.meta.objective = steering.objective;
         self.meta.session_token =
             wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
+        self.meta.session_id = self.director.session_id(|h| wire::find_header(map, h));
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = steering.fairness_id;
@@ -364,6 +367,7 @@ impl StreamMachine {
             test_endpoint_selection: self.meta.test_selection.as_deref(),
             objective: self.meta.objective.as_deref(),
             session_token: self.meta.session_token.as_deref(),
+            session_id: self.meta.session_id.as_deref(),
             api: self.meta.api,
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,

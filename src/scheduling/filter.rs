@@ -5,6 +5,7 @@ mod gpu_memory;
 mod header_based_testing;
 mod label_selector;
 mod prefix_cache_affinity;
+mod session_affinity;
 mod utilization;
 
 use super::scorer::{checked, params};
@@ -15,6 +16,7 @@ pub use header_based_testing::HeaderBasedTestingFilter;
 pub use label_selector::LabelSelectorFilter;
 pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
+pub use session_affinity::SessionAffinityFilter;
 pub use utilization::UtilizationFilter;
 
 /// Every filter epp knows, by upstream type name.
@@ -27,6 +29,7 @@ pub enum Filter {
     /// `by-label` and the role filters.
     ByLabel(ByLabelFilter),
     Utilization(UtilizationFilter),
+    SessionAffinity(SessionAffinityFilter),
     /// `context-length-aware` with `enableFiltering` (built as a scorer).
     ContextLength(super::scorer::ContextLengthAware),
 }
@@ -52,6 +55,9 @@ impl Filter {
                 tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
                 Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
             }
+            SessionAffinityFilter::TYPE => {
+                Self::SessionAffinity(checked(params::<SessionAffinityFilter>(p)?.validate())?)
+            }
             UtilizationFilter::TYPE => {
                 Self::Utilization(checked(params::<UtilizationFilter>(p)?.validate())?)
             }
@@ -76,6 +82,7 @@ impl Filter {
             Self::LabelSelector(f) => f.filter(pool),
             Self::ByLabel(f) => f.filter(pool),
             Self::Utilization(f) => f.filter(pool),
+            Self::SessionAffinity(f) => f.filter(req, pool),
             Self::ContextLength(f) => f.filter(req, pool),
         }
     }

@@ -30,7 +30,10 @@ pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
-pub use session_affinity::{decode_token, encode_token, SessionAffinityScorer, SESSION_HEADER};
+pub use session_affinity::{
+    decode_token, encode_token, SessionAffinityParams, SessionAffinityScorer, SessionBindings,
+    SessionIdConfig, SESSION_HEADER,
+};
 pub use token_load::TokenLoadScorer;
 
 /// Decodes plugin parameters strictly; absent parameters mean the defaults.
@@ -88,7 +91,9 @@ impl Scorer {
             LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
             RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
             LatencyScorer::TYPE => Self::Latency(params(p)?),
-            SessionAffinityScorer::TYPE => Self::SessionAffinity(params(p)?),
+            SessionAffinityScorer::TYPE => {
+                Self::SessionAffinity(checked(params::<SessionAffinityScorer>(p)?.validate())?)
+            }
             GpuUtilizationScorer::TYPE => Self::GpuUtilization(
                 params::<GpuUtilizationScorer>(p)?
                     .validate()

@@ -125,8 +125,8 @@ fn label_chars(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::testing::labelled;
     use crate::scheduling::scorer::params;
+    use crate::scheduling::testing::labelled;
 
     fn selector(yaml: &str) -> Result<LabelSelectorFilter, String> {
         let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();

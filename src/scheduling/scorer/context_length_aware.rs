@@ -101,8 +101,8 @@ fn range_score(len: i64, (lo, hi): (i64, i64)) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::testing::labelled;
     use crate::scheduling::scorer::params;
+    use crate::scheduling::testing::labelled;
 
     const L: &str = "llm-d.ai/context-length-range";
 

@@ -1,34 +1,231 @@
-//! `session-affinity-scorer`, as llm-d's: a request carrying `x-session-token` scores 1 on the
-//! endpoint that served its session before and 0 elsewhere; without a token (or when that
-//! endpoint is gone) every candidate scores 0 and the other scorers decide.
+//! `session-affinity-scorer` (llm-d, alpha), and the parameters it shares with
+//! `session-affinity-filter`: a request of a known session scores 1 on its endpoint and 0
+//! elsewhere; without one every candidate scores 0 and the other scorers decide.
 //!
-//! The token is the standard base64 of the endpoint's name (the pod name, with `-rank-N` for
-//! data-parallel ranks; the address for static endpoints). epp returns it in the
-//! `x-session-token` response header of every routed request when this scorer is configured,
-//! and the client echoes it on the next turn. The director resolves the token to an endpoint
-//! against the snapshot (`SchedulingRequest::session_endpoint`), so scoring is one comparison.
-//! With its usual weight the affinity yields to a stronger load signal: a session moves when
-//! its pod is much busier than the rest, and the next response carries the new token.
+//! Two strategies name the session's endpoint:
+//! - `encoded_endpoint_header` (default): the request carries `x-session-token`, the standard
+//!   base64 of the endpoint's name (the pod name, with `-rank-N` for data-parallel ranks; the
+//!   address for static endpoints). epp returns it in the `x-session-token` response header
+//!   of every routed request and the client echoes it. The director resolves the token against
+//!   the snapshot (`SchedulingRequest::session_endpoint`).
+//! - `session_id`: the request carries a session id (the first non-empty of the configured
+//!   headers, `x-session-id` by default); the director keeps a binding session → endpoint
+//!   ([`SessionBindings`]), made by the first placement, refreshed by each placement there,
+//!   moved only when the bound endpoint was not a candidate, and forgotten after
+//!   `evictionTtlSeconds` idle (`SchedulingRequest::session_bound`). No response header.
+//!
+//! With its usual weight the affinity yields to a stronger load signal.
 
+use crate::endpoint::EndpointId;
 use crate::scheduling::{Candidate, SchedulingRequest};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// Header carrying the token in both directions.
 pub const SESSION_HEADER: &str = "x-session-token";
 
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionAffinityScorer {}
+const ENCODED: &str = "encoded_endpoint_header";
+const SESSION_ID: &str = "session_id";
+
+/// The parameters of both session-affinity plugins (upstream's shared util).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SessionAffinityParams {
+    pub strategy: String,
+    pub encoded_endpoint_header_config: EncodedEndpointHeaderConfig,
+    pub session_id_config: SessionIdConfig,
+    /// The profile whose pick binds; epp runs one profile, so any name means the primary.
+    pub profile_name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EncodedEndpointHeaderConfig {
+    pub header: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SessionIdConfig {
+    pub sources: Vec<SessionIdSource>,
+    pub eviction_ttl_seconds: f64,
+    pub eviction_sweep_seconds: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionIdSource {
+    pub header: String,
+    pub attribute: String,
+}
+
+impl Default for SessionAffinityParams {
+    fn default() -> Self {
+        Self {
+            strategy: ENCODED.into(),
+            encoded_endpoint_header_config: EncodedEndpointHeaderConfig::default(),
+            session_id_config: SessionIdConfig::default(),
+            profile_name: String::new(),
+        }
+    }
+}
+
+impl SessionAffinityParams {
+    /// Upstream's defaults and checks; `plugin` is `scorer` or `filter` for the messages.
+    pub fn validate(mut self, plugin_type: &str, plugin: &str) -> Result<Self, String> {
+        let fail = |m: String| {
+            Err(format!(
+                "invalid parameters of the '{plugin_type}' {plugin} - {m}"
+            ))
+        };
+        match self.strategy.as_str() {
+            ENCODED => {
+                let h = self
+                    .encoded_endpoint_header_config
+                    .header
+                    .trim()
+                    .to_lowercase();
+                if !h.is_empty() && h != SESSION_HEADER {
+                    return fail(format!("epp reads and writes the session token in {SESSION_HEADER} only, got header {h:?}"));
+                }
+                self.encoded_endpoint_header_config.header = SESSION_HEADER.into();
+            }
+            SESSION_ID => {
+                let c = &mut self.session_id_config;
+                if c.sources.is_empty() {
+                    c.sources = vec![SessionIdSource {
+                        header: "x-session-id".into(),
+                        attribute: String::new(),
+                    }];
+                }
+                if c.eviction_ttl_seconds == 0.0 {
+                    c.eviction_ttl_seconds = 300.0;
+                }
+                if c.eviction_sweep_seconds == 0.0 {
+                    c.eviction_sweep_seconds = 10.0;
+                }
+                for (i, s) in c.sources.iter_mut().enumerate() {
+                    if s.header.is_empty() == s.attribute.is_empty() {
+                        return fail(format!(
+                            "sources[{i}]: exactly one of header or attribute must be set"
+                        ));
+                    }
+                    if !s.attribute.is_empty() {
+                        return fail(format!("sources[{i}]: attribute sources are not supported by epp (no plugin sets request attributes); use a header"));
+                    }
+                    s.header = s.header.trim().to_lowercase();
+                }
+                if !(c.eviction_ttl_seconds > 0.0) {
+                    return fail(format!(
+                        "evictionTtlSeconds must be > 0, got {}",
+                        c.eviction_ttl_seconds
+                    ));
+                }
+                if !(c.eviction_sweep_seconds > 0.0) {
+                    return fail(format!(
+                        "evictionSweepSeconds must be > 0, got {}",
+                        c.eviction_sweep_seconds
+                    ));
+                }
+            }
+            other => {
+                return fail(format!(
+                    "strategy must be {ENCODED:?} or {SESSION_ID:?}, got {other:?}"
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The session-id configuration, with the `session_id` strategy.
+    pub fn session_id(&self) -> Option<&SessionIdConfig> {
+        (self.strategy == SESSION_ID).then_some(&self.session_id_config)
+    }
+
+    /// The session's endpoint for this request, by the configured strategy.
+    pub fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
+        if self.strategy == SESSION_ID {
+            req.session_bound
+        } else {
+            req.session_endpoint
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct SessionAffinityScorer {
+    pub params: SessionAffinityParams,
+}
 
 impl SessionAffinityScorer {
     pub const TYPE: &'static str = "session-affinity-scorer";
 
+    pub fn validate(self) -> Result<Self, String> {
+        Ok(Self {
+            params: self.params.validate(Self::TYPE, "scorer")?,
+        })
+    }
+
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+        let target = self.params.target(req);
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = if req.session_endpoint == Some(c.id) {
-                1.0
-            } else {
-                0.0
-            };
+            *o = if target == Some(c.id) { 1.0 } else { 0.0 };
+        }
+    }
+}
+
+/// The `session_id` strategy's bindings, kept by the director: session id → endpoint and when
+/// the session last placed a request. Expired bindings are swept every `sweep` (lazily, on the
+/// next access after the interval), as upstream's background sweep does.
+#[derive(Debug)]
+pub struct SessionBindings {
+    map: HashMap<String, (EndpointId, Instant)>,
+    last_sweep: Instant,
+}
+
+impl Default for SessionBindings {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            last_sweep: Instant::now(),
+        }
+    }
+}
+
+impl SessionBindings {
+    fn sweep(&mut self, c: &SessionIdConfig, now: Instant) {
+        let sweep = Duration::from_secs_f64(c.eviction_sweep_seconds.max(1e-3));
+        if now.saturating_duration_since(self.last_sweep) < sweep {
+            return;
+        }
+        self.last_sweep = now;
+        let ttl = Duration::from_secs_f64(c.eviction_ttl_seconds.max(1e-3));
+        self.map
+            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) <= ttl);
+    }
+
+    /// The endpoint `session` is bound to.
+    pub fn bound(
+        &mut self,
+        session: &str,
+        c: &SessionIdConfig,
+        now: Instant,
+    ) -> Option<EndpointId> {
+        self.sweep(c, now);
+        self.map.get(session).map(|(id, _)| *id)
+    }
+
+    /// Records that `session`'s request went to `picked`; `bound_present` says whether the
+    /// endpoint it was bound to was a candidate (only then does a binding stay put).
+    pub fn record(&mut self, session: &str, picked: EndpointId, bound_present: bool, now: Instant) {
+        match self.map.get_mut(session) {
+            None => {
+                self.map.insert(session.to_owned(), (picked, now));
+            }
+            Some((id, seen)) if *id == picked => *seen = now,
+            Some(b) if !bound_present => *b = (picked, now),
+            Some(_) => {}
         }
     }
 }
@@ -96,10 +293,124 @@ mod tests {
             session_endpoint: Some(cands[1].id),
             ..Default::default()
         };
-        SessionAffinityScorer {}.score(&req, &pool, &mut out);
+        let s = SessionAffinityScorer::default().validate().unwrap();
+        s.score(&req, &pool, &mut out);
         assert_eq!(out, [0.0, 1.0]);
-        SessionAffinityScorer {}.score(&SchedulingRequest::default(), &pool, &mut out);
+        s.score(&SchedulingRequest::default(), &pool, &mut out);
         assert_eq!(out, [0.0, 0.0]);
+        // session_id: the bound endpoint scores, the token is not read.
+        let by_id = params_of("strategy: session_id");
+        let req = SchedulingRequest {
+            session_endpoint: Some(cands[1].id),
+            session_bound: Some(cands[0].id),
+            ..Default::default()
+        };
+        by_id.score(&req, &pool, &mut out);
+        assert_eq!(out, [1.0, 0.0]);
+    }
+
+    fn params_of(yaml: &str) -> SessionAffinityScorer {
+        try_params(yaml).unwrap()
+    }
+
+    fn try_params(yaml: &str) -> Result<SessionAffinityScorer, String> {
+        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        crate::scheduling::scorer::params::<SessionAffinityScorer>(&v)
+            .map_err(|e| e.to_string())?
+            .validate()
+    }
+
+    #[test]
+    fn parameters_default_and_check_as_upstream() {
+        let d = params_of("~");
+        assert_eq!(
+            d.params.encoded_endpoint_header_config.header,
+            SESSION_HEADER
+        );
+        let s = params_of("{strategy: session_id, sessionIdConfig: {sources: [{header: \" X-Conv \"}, {header: x-b}]}}");
+        let c = s.params.session_id().unwrap();
+        assert_eq!(
+            (c.eviction_ttl_seconds, c.eviction_sweep_seconds),
+            (300.0, 10.0)
+        );
+        assert_eq!(c.sources[0].header, "x-conv");
+        assert_eq!(
+            params_of("strategy: session_id")
+                .params
+                .session_id()
+                .unwrap()
+                .sources[0]
+                .header,
+            "x-session-id"
+        );
+        let bad = [
+            (
+                "strategy: sticky",
+                "strategy must be \"encoded_endpoint_header\" or \"session_id\", got \"sticky\"",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {sources: [{header: a, attribute: b}]}}",
+                "sources[0]: exactly one of header or attribute must be set",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {sources: [{attribute: b}]}}",
+                "attribute sources are not supported",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {evictionTtlSeconds: -1}}",
+                "evictionTtlSeconds must be > 0, got -1",
+            ),
+            (
+                "{encodedEndpointHeaderConfig: {header: x-other}}",
+                "x-session-token only",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {ttl: 3}}",
+                "unknown field `ttl`",
+            ),
+        ];
+        for (yaml, want) in bad {
+            let err = try_params(yaml).unwrap_err();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+        assert!(
+            try_params("{strategy: session_id, sessionIdConfig: {evictionTtlSeconds: -1}}")
+                .unwrap_err()
+                .starts_with("invalid parameters of the 'session-affinity-scorer' scorer - ")
+        );
+    }
+
+    #[test]
+    fn bindings_stick_move_only_when_the_bound_endpoint_is_gone_and_expire() {
+        let c = params_of("{strategy: session_id, sessionIdConfig: {evictionTtlSeconds: 5, evictionSweepSeconds: 1}}")
+            .params
+            .session_id_config;
+        let (a, b) = (cand(1, 0.0, 0.0, 0).id, cand(2, 0.0, 0.0, 0).id);
+        let t0 = Instant::now();
+        let mut m = SessionBindings::default();
+        assert_eq!(m.bound("s", &c, t0), None);
+        m.record("s", a, false, t0);
+        assert_eq!(m.bound("s", &c, t0), Some(a));
+        m.record("s", b, true, t0);
+        assert_eq!(
+            m.bound("s", &c, t0),
+            Some(a),
+            "load moved this request, not the session"
+        );
+        m.record("s", b, false, t0);
+        assert_eq!(m.bound("s", &c, t0), Some(b), "the bound endpoint was gone");
+        let later = t0 + Duration::from_secs(4);
+        m.record("s", b, true, later);
+        assert_eq!(
+            m.bound("s", &c, later + Duration::from_secs(4)),
+            Some(b),
+            "refreshed"
+        );
+        assert_eq!(
+            m.bound("s", &c, later + Duration::from_secs(7)),
+            None,
+            "idle past the TTL"
+        );
     }
 
     #[test]
