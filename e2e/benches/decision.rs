@@ -145,6 +145,8 @@ fn bench(c: &mut Criterion) {
             metrics: None,
             waiting: f64::from(i % 7),
             running: 4.0,
+            inflight: 0.0,
+            labels: Default::default(),
             kv_usage: 0.3,
             fresh: true,
             prefix_blocks: 0,
