@@ -9,6 +9,7 @@
 //! every retry period and steps down when it cannot renew within the renew deadline. On
 //! shutdown the leader releases the lease (controller-runtime's `ReleaseOnCancel`).
 
+use crate::metrics::KubeVerb;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -108,10 +109,14 @@ impl Election {
         }
     }
 
-    /// One attempt to acquire or renew; Ok(true) when we hold the lease afterwards.
-    async fn try_acquire(&self, api: &Api<Lease>) -> Result<bool, kube::Error> {
+    /// One attempt to acquire or renew; Ok(true) when we hold the lease afterwards. An error
+    /// carries the verb of the request that failed.
+    async fn try_acquire(&self, api: &Api<Lease>) -> Result<bool, (KubeVerb, kube::Error)> {
         let now = Timestamp::now();
-        let existing = api.get_opt(&self.lease_name).await?;
+        let existing = api
+            .get_opt(&self.lease_name)
+            .await
+            .map_err(|e| (KubeVerb::get, e))?;
         let Some(mut lease) = existing else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -123,7 +128,7 @@ impl Election {
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                Err(e) => Err(e),
+                Err(e) => Err((KubeVerb::create, e)),
             };
         };
         if held_elsewhere(&lease, &self.identity, now) {
@@ -136,7 +141,23 @@ impl Election {
         {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
+            Err(e) => Err((KubeVerb::update, e)),
+        }
+    }
+
+    /// Logs a failed lease request: a 403 once per verb, naming the missing permission.
+    fn report(
+        &self,
+        verb: KubeVerb,
+        e: &kube::Error,
+        forbidden: &mut std::collections::HashSet<KubeVerb>,
+    ) {
+        let is_403 = matches!(e, kube::Error::Api(s) if s.code == 403);
+        if !is_403 {
+            tracing::warn!(error = %e, lease = %self.lease_name, "leader election: lease request failed");
+        } else if forbidden.insert(verb) {
+            tracing::error!(error = %e, lease = %self.lease_name, verb = ?verb,
+                "leader election forbidden: the ServiceAccount lacks `{verb:?}` on `leases` (coordination.k8s.io); retrying, logged once");
         }
     }
 
@@ -169,11 +190,12 @@ impl Election {
     ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let mut last_renewed: Option<Instant> = None;
+        let mut forbidden = std::collections::HashSet::new();
         loop {
             let held = match self.try_acquire(&api).await {
                 Ok(held) => held,
-                Err(e) => {
-                    tracing::warn!(error = %e, lease = %self.lease_name, "leader election: lease request failed");
+                Err((verb, e)) => {
+                    self.report(verb, &e, &mut forbidden);
                     false
                 }
             };

@@ -118,3 +118,38 @@ async fn assert_least_privilege(client: &kube::Client, ns: &str) {
             .map(drop),
     );
 }
+
+/// A ServiceAccount without the chart's Role: every watch is refused, and epp says which
+/// permission is missing (counted per resource and verb) instead of crashing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_counted_by_resource_and_verb_when_the_role_is_missing() {
+    let (server, ns) = setup("chart-norbac").await;
+    create(&ns, pool(&[8000])).await;
+    server
+        .create_service_account(&ns.client, &ns.name, "nobody")
+        .await
+        .unwrap();
+    let dir = TempDir::new("epp-norbac");
+    let kubeconfig = dir.0.join("sa.kubeconfig");
+    sa_kubeconfig(server, &ns, "nobody", &kubeconfig).await;
+    let epp = k8s_support::Epp::start_with(
+        &ns.name,
+        |path| std::fs::copy(&kubeconfig, path).map(drop).unwrap(),
+        &["--pool-name", "pool"],
+    )
+    .await;
+    for resource in ["pods", "inferencepools", "inferenceobjectives"] {
+        let line =
+            format!(r#"epp_kubernetes_forbidden_total{{resource="{resource}",verb="list"}}"#);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while epp.metric(&line).await.is_none_or(|n| n < 1.0) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no refusal counted for {resource}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_ne!(epp.ready_pods().await, Some(1), "nothing was discovered");
+    epp.stop().await;
+}

@@ -17,6 +17,7 @@
 pub mod gate;
 pub mod objectives;
 pub mod pods;
+pub mod report;
 
 use crate::crd::validate::Validate;
 use crate::crd::{
@@ -24,7 +25,7 @@ use crate::crd::{
     rewrite::InferenceModelRewrite,
 };
 use crate::datastore::Datastore;
-use crate::metrics::Metrics;
+use crate::metrics::{KubeResource, Metrics};
 use futures::stream::{BoxStream, StreamExt};
 use gate::Gate;
 use k8s_openapi::api::core::v1::Pod;
@@ -32,6 +33,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use pods::PoolTarget;
+use report::Reporter;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -92,21 +94,55 @@ fn selector_text(s: Option<BTreeMap<String, String>>) -> String {
     s.map(|m| format!("{m:?}")).unwrap_or_default()
 }
 
-/// Builds a client from `--kubeconfig` or, without it, the in-cluster / `$KUBECONFIG` config.
+/// Builds a client from `--kubeconfig` or, without it, the in-cluster / `$KUBECONFIG` config,
+/// and logs which server it talks to with which credentials. A configuration that cannot be
+/// read fails start-up with an error naming the credential source; an unreachable server does
+/// not (the watchers retry with backoff), but is logged at once, naming the server.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, K8sError> {
+    let source = credential_source(kubeconfig);
+    let config_err = |e: &dyn std::fmt::Display| K8sError::Config(format!("{source}: {e}"));
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| K8sError::Config(e.to_string()))?;
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| config_err(&e))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| K8sError::Config(e.to_string()))?
+                .map_err(|e| config_err(&e))?
         }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| K8sError::Config(e.to_string()))?,
+        None => kube::Config::infer().await.map_err(|e| config_err(&e))?,
     };
-    Ok(Client::try_from(config)?)
+    let server = config.cluster_url.to_string();
+    tracing::info!(server = %server, credentials = %source, "Kubernetes API server");
+    let client = Client::try_from(config)?;
+    let probe = tokio::time::timeout(STARTUP_PROBE, client.apiserver_version()).await;
+    match probe {
+        Ok(Ok(v)) => {
+            tracing::info!(server = %server, version = %v.git_version, "Kubernetes API server reachable")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(server = %server, credentials = %source, error = %e, "Kubernetes API server not usable at start-up; discovery retries with backoff")
+        }
+        Err(_) => {
+            tracing::warn!(server = %server, credentials = %source, "Kubernetes API server did not answer within {STARTUP_PROBE:?} at start-up; discovery retries with backoff")
+        }
+    }
+    Ok(client)
+}
+
+/// How long start-up waits for the API server's `/version` before going on without it.
+const STARTUP_PROBE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Where the credentials come from, for log lines and errors.
+fn credential_source(kubeconfig: Option<&std::path::Path>) -> String {
+    if let Some(path) = kubeconfig {
+        return format!("--kubeconfig {}", path.display());
+    }
+    if let Some(path) = std::env::var_os("KUBECONFIG") {
+        return format!("$KUBECONFIG {}", std::path::Path::new(&path).display());
+    }
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return "in-cluster ServiceAccount token".to_owned();
+    }
+    "~/.kube/config (no --kubeconfig, no $KUBECONFIG, not in a cluster)".to_owned()
 }
 
 /// A collection as last seen, by object name. A re-list is buffered and swapped in whole.
@@ -248,10 +284,6 @@ fn pool_stream(
     }
 }
 
-fn log_error(what: &str, e: &watcher::Error) {
-    tracing::warn!(watch = what, error = %e, "Kubernetes watch failed; retrying");
-}
-
 /// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change.
 pub async fn run_endpoints(
     client: Client,
@@ -279,11 +311,12 @@ pub async fn run_endpoints(
     let mut pools = pool_stream(&client, &namespace, &source, &metrics);
     let (mut pod_mirror, mut pool_mirror) =
         (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
+    let mut report = Reporter::new(Arc::clone(&metrics));
     loop {
         let changed = tokio::select! {
             _ = shutdown.cancelled() => return,
-            Some(event) = pods.next() => event.map(|e| pod_mirror.apply(e)).unwrap_or_else(|e| { log_error("pods", &e); false }),
-            Some(event) = pools.next() => event.map(|e| pool_mirror.apply(e)).unwrap_or_else(|e| { log_error("inferencepool", &e); false }),
+            Some(event) = pods.next() => event.map(|e| pod_mirror.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::pods, &e); false }),
+            Some(event) = pools.next() => event.map(|e| pool_mirror.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferencepools, &e); false }),
         };
         if !changed {
             continue;
@@ -330,12 +363,13 @@ pub async fn run_objectives(
         Gate::new("InferenceModelRewrite", Arc::clone(&metrics)),
     );
     let (mut om, mut mm, mut rm) = (Mirror::default(), Mirror::default(), Mirror::default());
+    let mut report = Reporter::new(Arc::clone(&metrics));
     loop {
         let changed = tokio::select! {
             _ = shutdown.cancelled() => return,
-            Some(e) = objectives.next() => e.map(|e| om.apply(e)).unwrap_or_else(|e| { log_error("inferenceobjectives", &e); false }),
-            Some(e) = models.next() => e.map(|e| mm.apply(e)).unwrap_or_else(|e| { log_error("inferencemodels", &e); false }),
-            Some(e) = rewrites.next() => e.map(|e| rm.apply(e)).unwrap_or_else(|e| { log_error("inferencemodelrewrites", &e); false }),
+            Some(e) = objectives.next() => e.map(|e| om.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferenceobjectives, &e); false }),
+            Some(e) = models.next() => e.map(|e| mm.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferencemodels, &e); false }),
+            Some(e) = rewrites.next() => e.map(|e| rm.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferencemodelrewrites, &e); false }),
         };
         if changed {
             datastore.set_objectives(objectives::build(
