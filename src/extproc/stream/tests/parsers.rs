@@ -253,3 +253,20 @@ fn endpoint_scores_are_in_the_metadata_only_when_asked() {
             .all(|v| matches!(v.kind, Some(Kind::NumberValue(n)) if n.is_finite())));
     }
 }
+
+#[test]
+fn the_configured_request_handler_parsers_decide() {
+    let config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: max-score-picker\n- name: anthropic\n  type: anthropic-parser\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\nrequestHandler:\n  parsers:\n  - pluginRef: anthropic\n";
+    let (mut m, pc, _) = machine_with_config(&[1], true, config);
+    assert_eq!(
+        m.director.runtime().parsers.kinds().collect::<Vec<_>>(),
+        vec![ParserKind::Anthropic]
+    );
+    let out = run(
+        &mut m,
+        vec![headers("/v1/chat/completions", false, Some(pc))],
+    );
+    assert_eq!(immediate_status(&out), Some(400), "no fallback configured");
+    let (m, _, _) = machine_with_config(&[1], true, config::DEFAULT_CONFIG);
+    assert_eq!(m.director.runtime().parsers, ParserSet::default());
+}
