@@ -10,6 +10,7 @@
 //! The thresholds are the detector plugin's `parameters` in the EndpointPickerConfig
 //! ([`Thresholds::from_config`]), with upstream's names, defaults and checks.
 
+pub mod concurrency;
 mod params;
 
 use crate::endpoint::EndpointMetrics;
@@ -30,6 +31,9 @@ pub struct Thresholds {
     /// `headroom`: upstream applies it only when the detector also runs as a filter, which
     /// epp does not; accepted and checked so upstream configurations load unchanged.
     pub headroom: f64,
+    /// The `concurrency-detector`, when `saturationDetector.pluginRef` names one: saturation is
+    /// then epp's own in-flight load ([`concurrency::Concurrency::saturation`]).
+    pub concurrency: Option<concurrency::Concurrency>,
 }
 
 impl Default for Thresholds {
@@ -39,6 +43,7 @@ impl Default for Thresholds {
             kv_cache_util: 0.8,
             staleness: None,
             headroom: 0.0,
+            concurrency: None,
         }
     }
 }

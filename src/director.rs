@@ -415,6 +415,9 @@ impl Director {
     pub fn pool_saturation(&self) -> f64 {
         let runtime = self.runtime.load();
         let snapshot = self.datastore.snapshot();
+        if let Some(c) = &runtime.thresholds.concurrency {
+            return c.saturation(snapshot.iter().map(|s| inflight_load(s)));
+        }
         let adjusted = |s: &Arc<EndpointState>| {
             s.metrics().map(|m| crate::endpoint::EndpointMetrics {
                 waiting: m.waiting + f64::from(s.dispatched_since_scrape()),
@@ -763,6 +766,9 @@ impl Director {
         states: &[&Arc<EndpointState>],
     ) -> Result<(), DirectorError> {
         let saturation = || {
+            if let Some(c) = &thresholds.concurrency {
+                return c.saturation(states.iter().map(|s| inflight_load(s)));
+            }
             let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
             admission::saturation(
                 metrics.iter().map(|m| m.as_deref()),
@@ -1091,6 +1097,12 @@ impl Director {
             running,
         }
     }
+}
+
+/// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
+/// `InFlightLoad`), for the `concurrency-detector`.
+fn inflight_load(s: &EndpointState) -> (f64, f64) {
+    (f64::from(s.inflight()), s.prefill_pending().0 as f64)
 }
 
 /// What epp sent `s` that is still prefilling, and its learned TTFT rates.

@@ -33,6 +33,10 @@ impl Thresholds {
         };
         match spec {
             Some(spec) if spec.plugin_type == DETECTOR_TYPE => from_spec(spec),
+            Some(spec) if spec.plugin_type == super::concurrency::TYPE => Ok(Self {
+                concurrency: Some(super::concurrency::Concurrency::from_spec(spec)?),
+                ..Self::default()
+            }),
             _ => Ok(Self::default()),
         }
     }
@@ -144,7 +148,8 @@ mod tests {
                 queue_depth: 10.0,
                 kv_cache_util: 0.9,
                 staleness: Some(Duration::from_secs(90)),
-                headroom: 0.2
+                headroom: 0.2,
+                concurrency: None,
             }
         );
         assert_eq!(

@@ -220,7 +220,7 @@ kinds! {
 
     // Saturation detectors.
     UtilizationDetector = "utilization-detector", Saturation, Stable, Plugin;
-    ConcurrencyDetector = "concurrency-detector", Saturation, Stable, Unsupported("not implemented in epp yet (use utilization-detector)");
+    ConcurrencyDetector = "concurrency-detector", Saturation, Stable, Plugin;
 
     // Request control.
     LatencySloAdmitter = "latency-slo-admitter", RequestControl, Stable, LATENCY_PREDICTOR;

@@ -183,3 +183,24 @@ plugins:
     assert_ne!(moved, home);
     assert_eq!(send("c1", None, &mut rng).destinations[0], moved);
 }
+
+#[test]
+fn the_concurrency_detector_measures_saturation_by_epps_in_flight_requests() {
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: concurrency-detector
+  parameters: {maxConcurrency: 2}
+- type: queue-scorer
+flowControl:
+  saturationDetector: {pluginRef: concurrency-detector}
+";
+    let (d, _ds) = director(&[1, 2], text);
+    assert_eq!(d.pool_saturation(), 0.0);
+    let mut rng = SmallRng::seed_from_u64(15);
+    let body = chat("hi");
+    let held: Vec<Routed> = (0..3).map(|_| route(&d, &body, &mut rng)).collect();
+    assert_eq!(d.pool_saturation(), 0.75, "3 requests over 2 × 2");
+    drop(held);
+    assert_eq!(d.pool_saturation(), 0.0);
+}

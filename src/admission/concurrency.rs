@@ -1,0 +1,168 @@
+//! The `concurrency-detector` (llm-d's `saturationdetector/concurrency`): saturation from the
+//! requests and tokens epp itself has in flight on each endpoint, not from scraped metrics.
+//!
+//! With `N` endpoints: `requests` mode `Σ requests / (N · maxConcurrency)`; `tokens` mode
+//! `Σ tokens / (N · maxTokenConcurrency)`; `hybrid` the mean over endpoints of the larger of
+//! the two ratios; no endpoints is 1.0. In-flight requests end with their response; in-flight
+//! tokens are a request's uncached prompt tokens until its first token (upstream's
+//! `inflight-load-producer`). `headroom` only matters when upstream also runs the detector as a
+//! filter, which epp does not; it is accepted and checked.
+
+use crate::config::{PluginSpec, Problem};
+
+pub const TYPE: &str = "concurrency-detector";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Requests,
+    Tokens,
+    Hybrid,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Concurrency {
+    pub max_requests: f64,
+    pub max_tokens: f64,
+    pub mode: Mode,
+    pub headroom: f64,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Params {
+    max_concurrency: Option<i64>,
+    headroom: Option<f64>,
+    concurrency_mode: Option<String>,
+    max_token_concurrency: Option<i64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    in_flight_load_producer_name: String,
+}
+
+impl Concurrency {
+    /// Decodes and checks the plugin's parameters with upstream's messages (all at once).
+    pub fn from_spec(spec: &PluginSpec) -> Result<Self, Vec<Problem>> {
+        let problem = |m: String| Problem::Parameters {
+            plugin: spec.name().to_owned(),
+            message: m,
+        };
+        let p: Params = match &spec.parameters {
+            None | Some(serde_yaml::Value::Null) => Params::default(),
+            Some(v) => {
+                serde_yaml::from_value(v.clone()).map_err(|e| vec![problem(e.to_string())])?
+            }
+        };
+        let max_requests = p.max_concurrency.unwrap_or(100);
+        let max_tokens = p.max_token_concurrency.unwrap_or(1_000_000);
+        let headroom = p.headroom.unwrap_or(0.0);
+        let mut errs = Vec::new();
+        if max_requests <= 0 {
+            errs.push(format!(
+                "maxConcurrency must be strictly positive, got {max_requests}"
+            ));
+        }
+        if headroom < 0.0 {
+            errs.push(format!(
+                "headroom must be a non-negative value, got {headroom:.6}"
+            ));
+        }
+        if max_tokens <= 0 {
+            errs.push(format!(
+                "maxTokenConcurrency must be strictly positive, got {max_tokens}"
+            ));
+        }
+        let mode = match p.concurrency_mode.as_deref().unwrap_or("requests") {
+            "requests" => Mode::Requests,
+            "tokens" => Mode::Tokens,
+            "hybrid" => Mode::Hybrid,
+            other => {
+                errs.push(format!("unsupported concurrencyMode: {other:?}"));
+                Mode::Requests
+            }
+        };
+        if !errs.is_empty() {
+            return Err(vec![problem(format!(
+                "invalid concurrency detector configuration: {}",
+                errs.join("\n")
+            ))]);
+        }
+        Ok(Self {
+            max_requests: max_requests as f64,
+            max_tokens: max_tokens as f64,
+            mode,
+            headroom,
+        })
+    }
+
+    /// The pool's saturation over `(in-flight requests, in-flight tokens)` per endpoint.
+    pub fn saturation(&self, loads: impl Iterator<Item = (f64, f64)>) -> f64 {
+        let (mut n, mut requests, mut tokens, mut hybrid) = (0.0, 0.0, 0.0, 0.0);
+        for (r, t) in loads {
+            n += 1.0;
+            requests += r;
+            tokens += t;
+            hybrid += f64::max(r / self.max_requests, t / self.max_tokens);
+        }
+        if n == 0.0 {
+            return 1.0;
+        }
+        match self.mode {
+            Mode::Requests => requests / (n * self.max_requests),
+            Mode::Tokens => tokens / (n * self.max_tokens),
+            Mode::Hybrid => hybrid / n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(params: &str) -> PluginSpec {
+        let text = format!("type: concurrency-detector\nparameters: {params}\n");
+        serde_yaml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn saturation_per_mode() {
+        let c = Concurrency::from_spec(&spec("{maxConcurrency: 10, maxTokenConcurrency: 1000}"))
+            .unwrap();
+        let loads = [(5.0, 100.0), (15.0, 1500.0)];
+        let table = [
+            (Mode::Requests, 1.0),
+            (Mode::Tokens, 0.8),
+            (Mode::Hybrid, 1.0),
+        ];
+        for (mode, want) in table {
+            let c = Concurrency { mode, ..c };
+            assert!(
+                (c.saturation(loads.into_iter()) - want).abs() < 1e-12,
+                "{mode:?}"
+            );
+            assert_eq!(c.saturation(std::iter::empty()), 1.0);
+        }
+        let hybrid = Concurrency {
+            mode: Mode::Hybrid,
+            ..c
+        };
+        assert!((hybrid.saturation([(1.0, 900.0), (5.0, 0.0)].into_iter()) - 0.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn parameters_default_and_check_as_upstream() {
+        let d = Concurrency::from_spec(&spec("~")).unwrap();
+        assert_eq!(
+            (d.max_requests, d.max_tokens, d.mode, d.headroom),
+            (100.0, 1e6, Mode::Requests, 0.0)
+        );
+        let err = Concurrency::from_spec(&spec("{maxConcurrency: 0, concurrencyMode: burst}"))
+            .unwrap_err();
+        let text = err[0].to_string();
+        assert!(text.contains("invalid concurrency detector configuration: maxConcurrency must be strictly positive, got 0"), "{text}");
+        assert!(
+            text.contains("unsupported concurrencyMode: \"burst\""),
+            "{text}"
+        );
+        assert!(Concurrency::from_spec(&spec("{maxConcurency: 3}")).is_err());
+    }
+}
