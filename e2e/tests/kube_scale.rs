@@ -55,6 +55,31 @@ async fn ready_pods(metrics: u16) -> Option<i64> {
         .ok()
 }
 
+/// Starts the epp binary for `pool` in `namespace`; the child and its first port.
+fn spawn_epp(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    dir: &std::path::Path,
+) -> (std::process::Child, u16) {
+    let base = epp_e2e::ports::free_range(3).unwrap();
+    let binary = epp_binary();
+    let log = std::fs::File::create(dir.join(format!("epp-{namespace}.log"))).unwrap();
+    let child = Command::new(&binary)
+        .args(["--pool-name", "pool", "--pool-namespace", namespace])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--secure-serving=false", "--refresh-metrics-interval", "5s"])
+        .args(["--refresh-prometheus-metrics-interval", "100ms"])
+        .args(["--grpc-port", &base.to_string()])
+        .args(["--grpc-health-port", &(base + 1).to_string()])
+        .args(["--metrics-port", &(base + 2).to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --bin epp)", binary.display()));
+    (child, base)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement (BENCHMARKS.md); run with --ignored --nocapture"]
 async fn epp_watching_a_thousand_pods_on_a_real_server() {
@@ -82,21 +107,16 @@ async fn epp_watching_a_thousand_pods_on_a_real_server() {
     let dir = TempDir::new("epp-scale");
     let kubeconfig = dir.0.join("kubeconfig");
     server.admin_kubeconfig(&kubeconfig, &ns.name).unwrap();
-    let base = epp_e2e::ports::free_range(3).unwrap();
+    let idle = dir.0.join("idle.kubeconfig");
+    let empty = server.namespace("scale-empty").await.unwrap();
+    server.admin_kubeconfig(&idle, &empty.name).unwrap();
+    let (mut baseline, _) = spawn_epp(&idle, &empty.name, &dir.0);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_rss = rss_kib(baseline.id(), "VmRSS:");
+    let _ = Command::new("kill").arg(baseline.id().to_string()).status();
+    let _ = baseline.wait();
     let binary = epp_binary();
-    let log = std::fs::File::create(dir.0.join("epp.log")).unwrap();
-    let mut epp = Command::new(&binary)
-        .args(["--pool-name", "pool", "--pool-namespace", &ns.name])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--secure-serving=false", "--refresh-metrics-interval", "5s"])
-        .args(["--grpc-port", &base.to_string()])
-        .args(["--grpc-health-port", &(base + 1).to_string()])
-        .args(["--metrics-port", &(base + 2).to_string()])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --bin epp)", binary.display()));
+    let (mut epp, base) = spawn_epp(&kubeconfig, &ns.name, &dir.0);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
     while ready_pods(base + 2).await != Some(PODS as i64) {
@@ -107,10 +127,11 @@ async fn epp_watching_a_thousand_pods_on_a_real_server() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let (rss, hwm) = (rss_kib(epp.id(), "VmRSS:"), rss_kib(epp.id(), "VmHWM:"));
     println!(
-        "measured: {} watching {PODS} Ready pods: first sync {synced:?} after start; RSS {} MiB (peak {} MiB) 10 s later",
+        "measured: {} watching {PODS} Ready pods: first sync {synced:?} after start; RSS {} MiB (peak {} MiB) 10 s later; with no pods {} MiB",
         binary.display(),
         rss / 1024,
-        hwm / 1024
+        hwm / 1024,
+        idle_rss / 1024
     );
     let _ = Command::new("kill").arg(epp.id().to_string()).status();
     let _ = epp.wait();
