@@ -185,7 +185,8 @@ mod tests {
             affinity_threshold: 0.0,
             ..Default::default()
         };
-        let table: [(&PrefixCacheAffinityFilter, &[(usize, f64)], &[u16]); 6] = [
+        type Case<'a> = (&'a PrefixCacheAffinityFilter, &'a [(usize, f64)], &'a [u16]);
+        let table: [Case; 6] = [
             // 8/10 ≥ 0.8 is sticky, 7/10 is not.
             (&d, &[(8, 0.0), (7, 0.0), (0, 0.0)], &[1]),
             (&d, &[(7, 0.0), (0, 0.0)], &[1, 2]),

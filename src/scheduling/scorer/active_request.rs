@@ -6,7 +6,7 @@
 
 use crate::scheduling::Candidate;
 
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ActiveRequestScorer {
     /// Deprecated upstream and ignored (logged at load).
@@ -17,17 +17,6 @@ pub struct ActiveRequestScorer {
     pub max_busy_score: Option<f64>,
     /// Names the in-flight load producer; epp has one, so any name is accepted.
     pub in_flight_load_producer_name: String,
-}
-
-impl Default for ActiveRequestScorer {
-    fn default() -> Self {
-        Self {
-            request_timeout: String::new(),
-            idle_threshold: 0,
-            max_busy_score: None,
-            in_flight_load_producer_name: String::new(),
-        }
-    }
 }
 
 impl ActiveRequestScorer {

@@ -115,13 +115,13 @@ impl SessionAffinityParams {
                     }
                     s.header = s.header.trim().to_lowercase();
                 }
-                if !(c.eviction_ttl_seconds > 0.0) {
+                if c.eviction_ttl_seconds.is_nan() || c.eviction_ttl_seconds <= 0.0 {
                     return fail(format!(
                         "evictionTtlSeconds must be > 0, got {}",
                         c.eviction_ttl_seconds
                     ));
                 }
-                if !(c.eviction_sweep_seconds > 0.0) {
+                if c.eviction_sweep_seconds.is_nan() || c.eviction_sweep_seconds <= 0.0 {
                     return fail(format!(
                         "evictionSweepSeconds must be > 0, got {}",
                         c.eviction_sweep_seconds
