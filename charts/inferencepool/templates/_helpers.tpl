@@ -15,14 +15,22 @@ inferencepool: {{ include "epp.name" . }}
 {{- end -}}
 
 {{- define "epp.poolGroup" -}}
-{{- (split "/" .Values.inferencePool.apiVersion)._0 -}}
+{{- (split "/" (.Values.inferencePool.apiVersion | default "inference.networking.k8s.io/v1"))._0 -}}
 {{- end -}}
 
 {{/* "true" when the replicas share speculative entries: active-active, more than one replica and a peer port; empty otherwise. */}}
 {{- define "epp.sharePeers" -}}
-{{- $ie := .Values.inferenceExtension -}}
-{{- $peers := $ie.speculativePeers | default dict -}}
-{{- if and (gt (int $ie.replicas) 1) (eq (default "leader" $ie.haMode) "active-active") (gt (int ($peers.port | default 0)) 0) -}}
+{{- $s := include "epp.settings" . | fromYaml -}}
+{{- $peers := .Values.inferenceExtension.speculativePeers | default dict -}}
+{{- if and (gt (int $s.replicas) 1) (eq $s.haMode "active-active") (gt (int ($peers.port | default 0)) 0) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when epp runs with leader election: more than one replica, haMode leader. */}}
+{{- define "epp.leaderElection" -}}
+{{- $s := include "epp.settings" . | fromYaml -}}
+{{- if and (gt (int $s.replicas) 1) (ne $s.haMode "active-active") -}}
 true
 {{- end -}}
 {{- end -}}
