@@ -248,7 +248,7 @@ impl StreamMachine {
         }
         self.phase = Phase::Body;
         if h.end_of_stream {
-            return self.route_at_headers(out);
+            return self.route_at_headers(false, out);
         }
         let handling = if steering.websocket {
             Ok(Handling::Passthrough)
@@ -259,7 +259,7 @@ impl StreamMachine {
             Err(e) => self.fail(e.into(), out),
             Ok(Handling::Passthrough) => {
                 self.req.raw = true;
-                self.route_at_headers(out);
+                self.route_at_headers(true, out);
             }
             Ok(Handling::Parse(api)) => {
                 self.meta.api = Some(api);
@@ -270,12 +270,19 @@ impl StreamMachine {
         }
     }
 
-    /// Routes before the body, load-aware and without a prompt: a bodyless request, a
-    /// passthrough one or a WebSocket upgrade (whose body then streams through unread).
-    fn route_at_headers(&mut self, out: &mut Vec<ProcessingResponse>) {
-        let inc = self.incoming(&[]);
+    /// Routes before the body, load-aware and without a prompt: a bodyless request, or a
+    /// `passthrough` one (its parser reads no body, or a WebSocket upgrade; admitted first, and
+    /// its body then streams through unread).
+    fn route_at_headers(&mut self, passthrough: bool, out: &mut Vec<ProcessingResponse>) {
+        let mut inc = self.incoming(&[]);
+        inc.if_available &= passthrough;
         match crate::telemetry::in_scope(self.trace.as_ref(), || {
-            self.director.route_bodyless(&inc, &mut rand::rng())
+            let rng = &mut rand::rng();
+            if passthrough {
+                self.director.route_passthrough(&inc, rng)
+            } else {
+                self.director.route_bodyless(&inc, rng)
+            }
         }) {
             Ok(routed) => {
                 let (common, md) = self.routing(&routed, None);

@@ -270,3 +270,56 @@ fn the_configured_request_handler_parsers_decide() {
     let (m, _, _) = machine_with_config(&[1], true, config::DEFAULT_CONFIG);
     assert_eq!(m.director.runtime().parsers, ParserSet::default());
 }
+
+#[test]
+fn passthrough_is_admitted_like_any_request_and_bodyless_requests_are_never_412() {
+    let (mut m, pc, ds) = machine_with_store(&[1], true);
+    let mut o = crate::objectives::Objectives::default();
+    o.objectives.insert("batch".into(), -1);
+    ds.set_objectives(o);
+    // No scraped metrics: the pool counts as saturated, so a sheddable request is shed.
+    let out = run(
+        &mut m,
+        vec![headers_with(
+            "/v1/rerank",
+            &[("x-llm-d-inference-objective", "batch")],
+            pc,
+        )],
+    );
+    assert_eq!(immediate_status(&out), Some(429));
+    assert_eq!(
+        immediate_header(&out, status::DROPPED_REASON_HEADER).as_deref(),
+        Some("rejected-saturated")
+    );
+    let (mut m, pc) = machine(&[1], true);
+    let out = run(
+        &mut m,
+        vec![headers_with(
+            "/v1/rerank",
+            &[("prefer", "if-available")],
+            pc,
+        )],
+    );
+    assert_eq!(
+        immediate_status(&out),
+        Some(412),
+        "a passthrough prompt is never cached"
+    );
+    let (mut m, _) = machine(&[1], true);
+    let mut get = headers("/v1/models", true, Some(pc));
+    if let Some(Request::RequestHeaders(h)) = &mut get.request {
+        if let Some(map) = h.headers.as_mut() {
+            map.headers.push(HeaderValue {
+                key: "prefer".into(),
+                raw_value: b"if-available".to_vec(),
+                ..Default::default()
+            });
+        }
+    }
+    let out = run(&mut m, vec![get]);
+    assert_eq!(
+        destination(&out[0]).0,
+        "127.0.0.1:1",
+        "upstream never gates GETs"
+    );
+}
