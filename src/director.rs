@@ -393,9 +393,13 @@ impl Director {
     /// What an early decision (before the whole body) must have seen of the prompt: `Some(0)`
     /// when the model alone decides (no prefix scorer), `Some(n)` for the first `n` bytes of
     /// prompt text, `None` when only the whole body will do (the precise scorer renders the
-    /// whole chat template).
+    /// whole chat template; `token-load-scorer` and `context-length-aware` count the whole
+    /// prompt, as upstream, which always reads the whole body).
     pub fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
         let runtime = self.runtime.load();
+        if runtime.scheduler.reads_prompt_length() {
+            return None;
+        }
         let precise = runtime.scheduler.precise_params().is_some();
         if precise && api == ApiKind::ChatCompletions {
             return None;
@@ -536,22 +540,6 @@ impl Director {
         })
     }
 
-    /// Routes a request its parser does not read (`passthrough-parser`, a WebSocket upgrade):
-    /// as upstream, it is admitted first (a sheddable request meets a saturated pool with 429,
-    /// its priority from the objective header alone), then routed by load without a prompt.
-    pub fn route_passthrough(
-        &self,
-        inc: &Incoming<'_>,
-        rng: &mut impl Rng,
-    ) -> Result<Routed, DirectorError> {
-        let runtime = self.runtime.load();
-        let priority = self.datastore.objectives().priority(inc.objective, "");
-        let snapshot = self.datastore.snapshot();
-        let states = self.candidate_states(&snapshot, inc.subset)?;
-        self.admit(&runtime.thresholds, priority, &states)?;
-        self.route_bodyless(inc, rng)
-    }
-
     /// Routes a request without a body (GET and friends): load-aware, no prompt.
     pub fn route_bodyless(
         &self,
@@ -580,8 +568,7 @@ impl Director {
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
-        // No prompt, so nothing can be cached: upstream answers a passthrough request 412 too
-        // (the adapter clears `if_available` for a bodyless request, which upstream never gates).
+        // No prompt, so nothing can be cached: upstream answers a passthrough request 412 too.
         if inc.if_available {
             return Err(DirectorError::NotCached);
         }

@@ -231,6 +231,17 @@ impl Scheduler {
         })
     }
 
+    /// Whether a plugin reads the prompt's length (`token-load-scorer`, `context-length-aware`):
+    /// the decision then waits for the whole body, whose length upstream counts.
+    pub fn reads_prompt_length(&self) -> bool {
+        self.scorers.iter().any(|(s, _)| {
+            matches!(
+                s,
+                scorer::Scorer::TokenLoad(_) | scorer::Scorer::ContextLength(_)
+            )
+        })
+    }
+
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
     /// onto the candidates).
     pub fn reads_labels(&self) -> bool {
