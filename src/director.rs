@@ -540,6 +540,22 @@ impl Director {
         })
     }
 
+    /// Routes a request its parser does not read (`passthrough-parser`, a WebSocket upgrade):
+    /// as upstream, it is admitted first (a sheddable request meets a saturated pool with 429,
+    /// its priority from the objective header alone), then routed by load without a prompt.
+    pub fn route_passthrough(
+        &self,
+        inc: &Incoming<'_>,
+        rng: &mut impl Rng,
+    ) -> Result<Routed, DirectorError> {
+        let runtime = self.runtime.load();
+        let priority = self.datastore.objectives().priority(inc.objective, "");
+        let snapshot = self.datastore.snapshot();
+        let states = self.candidate_states(&snapshot, inc.subset)?;
+        self.admit(&runtime.thresholds, priority, &states)?;
+        self.route_bodyless(inc, rng)
+    }
+
     /// Routes a request without a body (GET and friends): load-aware, no prompt.
     pub fn route_bodyless(
         &self,
@@ -568,7 +584,8 @@ impl Director {
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
-        // No prompt, so nothing can be cached: upstream answers a passthrough request 412 too.
+        // No prompt, so nothing can be cached: upstream answers a passthrough request 412 too
+        // (the adapter clears `if_available` for a bodyless request, which upstream never gates).
         if inc.if_available {
             return Err(DirectorError::NotCached);
         }
