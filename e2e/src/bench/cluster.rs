@@ -213,7 +213,10 @@ impl SimCluster {
         for i in 0..opts.pods as u16 {
             let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
             let args = opts.llmd_sim_args(addr.port(), super::plan::MODEL);
-            let mut p = Proc::spawn(&format!("llm-d-inference-sim-{i}"), &bin, &args, dir)?;
+            // Its KV cache needs POD_IP (it names the pod in its KV events).
+            let env = [("POD_IP".to_owned(), "127.0.0.1".to_owned())];
+            let mut p =
+                Proc::spawn_env(&format!("llm-d-inference-sim-{i}"), &bin, &args, &env, dir)?;
             wait_http_ok(&mut p, addr, "/health", Duration::from_secs(30)).await?;
             procs.push(p);
             pods.push(addr);

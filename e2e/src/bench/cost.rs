@@ -504,9 +504,12 @@ pub fn ratios(costs: &[EppCost], ours: &str) -> String {
                     &x.cpu_ms_per_request_above_idle
                 }),
             ] {
+                // Above idle, a process that used less than its idle rate (CPU-starved
+                // scraping under load) has no per-request figure: no ratio either.
                 let v = other.and_then(|o| {
                     let d = pick(o).get(b).copied()?;
-                    (d > 0.0).then(|| pick(s).get(a).copied().unwrap_or(0.0) / d)
+                    let n = pick(s).get(a).copied()?;
+                    (d > 0.0 && n > 0.0).then(|| n / d)
                 });
                 line(
                     &mut out,
