@@ -5,7 +5,7 @@
 #   hack/bench.sh --full         quick + load sweep, multi-turn, long/short mix, LoRA mix
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
 #   hack/bench.sh --cost         epp beside the upstream EPPs on 100 pods: idle CPU, CPU per request
-#                                (small chat, 10K, 100K prompts), peak RSS, decision latency (≈ 6 min)
+#                                (small chat, 10K, 100K prompts), peak RSS, decision latency (6–8 min)
 #   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
 #   hack/bench.sh --quick -- --only shared-prefix --epp-replicas 1,3 --epp precise=hack/bench/epp-precise.yaml \
 #     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers --out target/bench/aa
