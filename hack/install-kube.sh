@@ -35,7 +35,7 @@ build_apiserver() {
   minor="${minor%%.*}"
   local pkg="k8s.io/component-base/version"
   log "building kube-apiserver ${KUBE_VERSION} (long on a cold cache)"
-  (cd "${WRAPPERS}/apiserver" && CGO_ENABLED=0 go build -mod=readonly -trimpath \
+  (cd "${WRAPPERS}/apiserver" && CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false \
     -ldflags "-s -w -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean" \
     -o "${BIN_DIR}/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "${BIN_DIR}/kube-apiserver.new" "${BIN_DIR}/kube-apiserver"
@@ -43,7 +43,7 @@ build_apiserver() {
 
 build_etcd() {
   log "building etcd ${ETCD_VERSION}"
-  (cd "${WRAPPERS}/etcd" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" \
+  (cd "${WRAPPERS}/etcd" && CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" \
     -o "${BIN_DIR}/etcd.new" go.etcd.io/etcd/server/v3)
   mv "${BIN_DIR}/etcd.new" "${BIN_DIR}/etcd"
 }

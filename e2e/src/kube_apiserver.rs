@@ -2,7 +2,8 @@
 //! `hack/install-kube.sh`) on 127.0.0.1, with generated certificates, RBAC authorization, the
 //! default admission plugins and ServiceAccount token signing.
 //!
-//! One server per test binary ([`KubeApiServer::shared`]), one namespace per test
+//! One server per test binary ([`KubeApiServer::shared`]; under cargo-nextest, which runs each
+//! test in its own process, one per test: start-up takes about 2 s), one namespace per test
 //! ([`KubeApiServer::namespace`]) so tests stay independent. The admin client authenticates
 //! with a client certificate in `system:masters`; [`KubeApiServer::token_kubeconfig`] writes a
 //! kubeconfig for a ServiceAccount token minted with TokenRequest, so epp can run with exactly
