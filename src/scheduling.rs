@@ -592,6 +592,48 @@ mod tests {
     }
 
     #[test]
+    fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
+        // Parameters a plugin cannot go without; every other one builds from its defaults.
+        let required = |k: PluginKind| match k {
+            PluginKind::ByLabel => "\n  parameters: {label: tier, validValues: [a]}",
+            PluginKind::UtilizationFilter => {
+                "\n  parameters: {conditions: [{metric: waiting-queue, maxValue: 4}]}"
+            }
+            _ => "",
+        };
+        let load = LoadOptions {
+            allow_experimental: true,
+        };
+        for &k in PluginKind::ALL {
+            let built = matches!(
+                k.category(),
+                Category::Filter | Category::Scorer | Category::Picker
+            );
+            if !built || k.support() != config::Support::Plugin {
+                continue;
+            }
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: {k}{}\n",
+                required(k)
+            );
+            let s = build_with(&config::parse(&text).unwrap(), load)
+                .unwrap_or_else(|e| panic!("{k}: {e:?}"));
+            let mut rng = SmallRng::seed_from_u64(1);
+            let cands = [cand(1, 0.0, 0.0, 0), cand(2, 1.0, 0.5, 0)];
+            let d = s.schedule(&req(0), &cands, &mut rng);
+            assert!(
+                matches!(&d, Ok(_) | Err(ScheduleError::AllFiltered)),
+                "{k}: {d:?}"
+            );
+            if k.category() == Category::Filter {
+                assert!(!s.filters.is_empty(), "{k} is not a filter of the profile");
+            } else if k.category() == Category::Scorer {
+                assert!(!s.scorers.is_empty(), "{k} is not a scorer of the profile");
+            }
+        }
+    }
+
+    #[test]
     fn empty_candidates_and_unknown_types_are_errors() {
         let s = default_scheduler();
         let mut rng = SmallRng::seed_from_u64(3);
