@@ -6,6 +6,8 @@
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
 #   hack/bench.sh --cost         epp beside the upstream EPPs on 100 pods: idle CPU, CPU per request
 #                                (small chat, 10K, 100K prompts), peak RSS, decision latency (6–8 min)
+#   hack/bench.sh --compat       the same requests through epp and each upstream EPP: status, pod,
+#                                error body side by side (≈ 1 min)
 #   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
 #   hack/bench.sh --quick -- --only shared-prefix --epp-replicas 1,3 --epp precise=hack/bench/epp-precise.yaml \
 #     --routers epp-precise,epp-precise-x3,epp-default,epp-default-x3 --no-peers --out target/bench/aa
@@ -29,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --full) mode=full ;;
     --smoke) mode=smoke ;;
     --cost) mode=cost ;;
+    --compat) mode=compat ;;
     --) shift; extra=("$@"); break ;;
     *) extra+=("$1") ;;
   esac
@@ -64,6 +67,9 @@ cargo build --release --locked -p epp -p epp-e2e \
 out="target/bench/$mode"
 mkdir -p "$out"
 echo "machine: $(nproc) cores; $(uptime)"
+if [[ "$mode" == compat ]]; then
+  exec target/release/bench --mode quick --no-routing --compat --out "$out" ${extra[@]+"${extra[@]}"}
+fi
 if [[ "$mode" == cost ]]; then
   exec target/release/bench --mode quick --no-routing --cost --out "$out" ${extra[@]+"${extra[@]}"}
 fi

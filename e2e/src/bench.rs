@@ -17,6 +17,7 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod compat;
 pub mod cost;
 pub mod crosscheck;
 pub mod overhead;

@@ -1,7 +1,7 @@
 //! What each EPP costs (issue 18, the upstream operations guide's experiment scaled to this
 //! machine): 100 simulated pods, each EPP behind the same Envoy, first idle (no traffic: only
-//! scraping 100 pods), then small chat, 10K-token and 100K-token prompts (shared system prompt
-//! + question, as the guide's 95K + 5K) at fixed rates. Per EPP process: CPU-seconds from
+//! scraping 100 pods), then small chat, 10K-token and 100K-token prompts (a shared system prompt
+//! and a question, as the guide's 95K and 5K) at fixed rates. Per EPP process: CPU-seconds from
 //! `/proc/<pid>/stat` while idle (as cores) and per finished request, peak RSS (VmHWM), and the
 //! decision latency each EPP reports itself (its `scheduler_e2e_duration_seconds` histogram,
 //! bucket counts diffed around each load, quantiles interpolated as Prometheus'

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use epp_e2e::bench::plan::{scenarios, Mode, PlanOptions};
 use epp_e2e::bench::routers::Bins;
-use epp_e2e::bench::{compare, cost, crosscheck, overhead, report};
+use epp_e2e::bench::{compare, compat, cost, crosscheck, overhead, report};
 
 /// Routing quality of epp against Envoy, vllm-router and sglang-router, and epp's overhead.
 #[derive(Debug, Parser)]
@@ -92,6 +92,10 @@ struct Args {
     cost_secs: f64,
     #[arg(long, value_delimiter = ',', default_value = "40,8,1")]
     cost_rates: Vec<f64>,
+    /// Send the same requests (well-formed, bodyless, subset hints, bad inputs, a repeated long
+    /// prompt) through epp and each upstream EPP and compare status, pod and error body.
+    #[arg(long)]
+    compat: bool,
     /// Cost run: the pods' time scale (fast, so the EPPs, not the simulated GPUs, are measured).
     #[arg(long, default_value_t = 10.0)]
     cost_time_scale: f64,
@@ -203,6 +207,22 @@ async fn main() -> anyhow::Result<()> {
             cost::table(&costs, "epp-default")
         ));
     }
+    let mut compat_results = Vec::new();
+    if args.compat {
+        let mut rs = epp_e2e::bench::plan::cost_routers();
+        rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+        compat_results = compat::run(
+            &rs,
+            &bins,
+            &args.out.join("compat"),
+            epp_e2e::bench::plan::MODEL,
+        )
+        .await;
+        md.push_str(&format!(
+            "\n\n### compatibility (same requests, 4 pods; status, pod, error body)\n\n{}",
+            compat::table(&compat_results, "epp-default")
+        ));
+    }
     let mut over = Vec::new();
     if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
         over = overhead::run(
@@ -217,7 +237,7 @@ async fn main() -> anyhow::Result<()> {
     md.push_str(&format!("\nmachine load after: {}\n", uptime()));
     println!("{md}");
     std::fs::write(args.out.join("results.md"), &md)?;
-    let json = serde_json::json!({"routing": results, "overhead": over, "cost": costs, "options": format!("{args:?}")});
+    let json = serde_json::json!({"routing": results, "overhead": over, "cost": costs, "compat": compat_results, "options": format!("{args:?}")});
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_vec_pretty(&json)?,
