@@ -554,6 +554,23 @@ fn the_engine_without_a_custom_config_only_adds_the_data_layer_when_needed() {
 }
 
 #[test]
+fn a_custom_config_as_text_still_replaces_the_default_file() {
+    let objects = render(&json!({
+        "inferenceExtension": {"pluginsCustomConfig": CUSTOM},
+        "inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}
+    }));
+    let data = find(&objects, "ConfigMap")["data"].as_object().unwrap();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data["default-plugins.yaml"], CUSTOM);
+    let (_, opts) = options(&objects);
+    assert_eq!(
+        opts.config_file.as_deref(),
+        Some(Path::new("/config/default-plugins.yaml"))
+    );
+    config(&objects, "default-plugins.yaml", false);
+}
+
+#[test]
 fn upstream_keys_epp_cannot_honour_fail_with_a_message() {
     let gie = |extra: Value| {
         let mut v = json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}});
