@@ -158,7 +158,10 @@ pub async fn gie(
         ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
         ("NAMESPACE".to_owned(), NAMESPACE.to_owned()),
         // The fake API server has no watch-list streaming (sendInitialEvents): plain list + watch.
-        ("KUBE_FEATURE_WatchListClient".to_owned(), "false".to_owned()),
+        (
+            "KUBE_FEATURE_WatchListClient".to_owned(),
+            "false".to_owned(),
+        ),
     ];
     let mut proc_ = Proc::spawn_env("gie-epp", &bin, &args, &env, dir)?;
     wait_http_ok(
