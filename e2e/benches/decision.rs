@@ -152,6 +152,7 @@ fn bench(c: &mut Criterion) {
             prefix_blocks: 0,
             latency: None,
             ramp: 1.0,
+            prefill: Default::default(),
         })
         .collect();
     for c in candidates.iter().take(10) {
@@ -187,6 +188,80 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     tokenizers(c, &mut text_rng);
+    estimate(c);
+}
+
+const TTFT_CONFIG: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {maxPrefixTokensToMatch: 8192, autoTune: false}
+- type: estimated-ttft-scorer
+- type: max-score-picker
+";
+
+/// What the estimated-TTFT scorer costs: `Scheduler::schedule` over the same 100 candidates
+/// (prefix matches, queues, pending prefill and learned rates varied) with the upstream
+/// default's three scorers and with `estimated-ttft-scorer` alone; `_slo` adds a sheddable
+/// request's SLO check (one more estimate per candidate).
+fn estimate(c: &mut Criterion) {
+    use epp::scheduling::scorer::{PrefillLoad, TtftRates};
+    let mut g = c.benchmark_group("estimate_100_endpoints");
+    g.measurement_time(Duration::from_secs(4));
+    let candidates: Vec<Candidate> = (0..100u16)
+        .map(|i| Candidate {
+            id: format!("10.0.0.{}:8000", i + 1).parse().expect("addr"),
+            weight: 1,
+            metrics: None,
+            waiting: f64::from(i % 7),
+            running: f64::from(i % 13),
+            inflight: 0.0,
+            labels: Default::default(),
+            kv_usage: 0.3 + f64::from(i % 5) / 10.0,
+            fresh: true,
+            prefix_blocks: usize::from(i % 9) * 40,
+            latency: None,
+            ramp: 1.0,
+            prefill: PrefillLoad {
+                pending_tokens: f64::from(i % 11) * 300.0,
+                pending_requests: f64::from(i % 3),
+                learned: (i % 4 != 0).then_some(TtftRates {
+                    base: 0.02,
+                    per_token: 1.0 / (2000.0 + f64::from(i)),
+                    per_running: 0.001,
+                    per_waiting: 0.05,
+                    mean_tokens: 600.0,
+                }),
+            },
+        })
+        .collect();
+    let req = SchedulingRequest {
+        target_model: "m",
+        prefix_total_blocks: 512,
+        block_size: 16,
+        prompt_tokens: 8192,
+        ..Default::default()
+    };
+    let slo = SchedulingRequest {
+        slo_ttft_s: Some(0.5),
+        sheddable: true,
+        ..req
+    };
+    let mut rng = SmallRng::seed_from_u64(9);
+    for (name, config, r) in [
+        ("upstream_default", CONFIG, &req),
+        ("estimated_ttft", TTFT_CONFIG, &req),
+        ("estimated_ttft_slo", TTFT_CONFIG, &slo),
+    ] {
+        let runtime = Runtime::build(config, None).expect("config");
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let d = runtime.scheduler.schedule(r, &candidates, &mut rng);
+                black_box(d.map(|d| d.endpoints.len()).unwrap_or(0))
+            })
+        });
+    }
+    g.finish();
 }
 
 /// Tokenizing 8K tokens of new text (what `cold_text` pays), epp's tokenizer (bpe-openai behind

@@ -16,28 +16,34 @@
 //! beyond its tokens (a queue in vLLM means the batch is full: requests wait for slots).
 //!
 //! # Estimation
-//! A ridge regression on exponentially time-decayed sufficient statistics (`τ` = [`DECAY`]):
-//! `θ = (λ·P + Σ wᵢ xᵢxᵢᵀ)⁻¹ (λ·P·θ₀ + Σ wᵢ xᵢ yᵢ)`, the prior `θ₀` being the scorer's seed
-//! (`peakPrefillThroughput` and friends) and `P` one pseudo-observation at typical feature sizes.
-//! With no data the seed stands; a handful of observations move it; old ones fade, so a pod that
-//! slowed down (gray failure, a noisy neighbour) is priced at its new speed within seconds and a
-//! pod that recovered is priced back as its new samples arrive. Every pod has its own θ, so
-//! heterogeneous GPUs are priced apart without configuration.
+//! The seed (the scorer's parameters: `peakPrefillThroughput` and friends) fixes the shape of
+//! the model; each pod learns one factor, its slowness relative to the seed: the least-squares
+//! `s` of `TTFT ≈ s · seed(features)` over exponentially time-decayed observations
+//! (`τ` = [`DECAY`], at most [`MAX_WEIGHT`] of them), shrunk toward 1 by one pseudo-observation. A four-coefficient regression was
+//! tried first and dropped: the features move together (a long queue comes with many running
+//! sequences), so a wrong seed let the fit trade one coefficient for another, and with llm-d's
+//! default seed (8× too fast for the bench's pods) it priced prefill too cheap and lost the cache
+//! (BENCHMARKS.md, "Estimated TTFT"). One factor is identifiable from any traffic: a pod that
+//! slowed down (gray failure, a noisy neighbour) or a slower GPU is priced at its own speed within
+//! a few dozen responses, and a recovered pod is priced back as its new samples arrive.
 //!
-//! Cost: the 4×4 solve (Cholesky) runs once per observed response, under the endpoint's own
-//! mutex; decisions read the published coefficients without locking.
+//! Cost: two multiply-adds per observed response, under the endpoint's own mutex; decisions read
+//! the published coefficients without locking.
 
 use std::time::{Duration, Instant};
 
 /// Time constant of the decay of old observations.
-pub const DECAY: Duration = Duration::from_secs(60);
+pub const DECAY: Duration = Duration::from_secs(30);
 
-/// Feature scales: one pseudo-observation of the prior sits at these sizes, and the solve works
-/// in these units so the system stays well conditioned.
-const SCALE: [f64; 4] = [1.0, 1000.0, 10.0, 1.0];
+/// At most this many observations weigh in (older ones are discounted to make room), so a pod
+/// whose speed changed is repriced within about this many responses however busy it was.
+const MAX_WEIGHT: f64 = 16.0;
 
-/// Strength of the prior, in observations.
+/// Strength of the prior (factor 1), in observations.
 const PRIOR_WEIGHT: f64 = 1.0;
+
+/// The learned factor stays within these bounds of the seed.
+const FACTOR_RANGE: (f64, f64) = (1.0 / 64.0, 64.0);
 
 /// Seconds: what each part of a request's wait costs on one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,24 +59,6 @@ pub struct Coefficients {
 }
 
 impl Coefficients {
-    fn scaled(&self) -> [f64; 4] {
-        [
-            self.base * SCALE[0],
-            self.per_token * SCALE[1],
-            self.per_running * SCALE[2],
-            self.per_waiting * SCALE[3],
-        ]
-    }
-
-    fn unscaled(v: [f64; 4]) -> Self {
-        Self {
-            base: v[0] / SCALE[0],
-            per_token: v[1] / SCALE[1],
-            per_running: v[2] / SCALE[2],
-            per_waiting: v[3] / SCALE[3],
-        }
-    }
-
     /// The predicted TTFT (seconds) for `f`.
     pub fn predict(&self, f: &Features) -> f64 {
         self.base
@@ -79,17 +67,13 @@ impl Coefficients {
             + self.per_waiting * f.waiting
     }
 
-    /// Never negative, never NaN: a sample set that would fit a negative cost (collinear features)
-    /// does not make an endpoint look free; the prefill rate keeps at least 2% of the seed's, and
-    /// a queued request costs at least one base latency (in vLLM a queue means a full batch).
-    fn clamped(self, prior: &Self) -> Self {
-        let ok = |v: f64, min: f64| if v.is_finite() { v.max(min) } else { min };
-        let base = ok(self.base, 0.0);
+    /// The seed scaled by `factor`.
+    fn scaled(&self, factor: f64) -> Self {
         Self {
-            base,
-            per_token: ok(self.per_token, prior.per_token * 0.02),
-            per_running: ok(self.per_running, 0.0),
-            per_waiting: ok(self.per_waiting, base),
+            base: self.base * factor,
+            per_token: self.per_token * factor,
+            per_running: self.per_running * factor,
+            per_waiting: self.per_waiting * factor,
         }
     }
 }
@@ -103,32 +87,26 @@ pub struct Features {
     pub waiting: f64,
 }
 
-impl Features {
-    fn scaled(&self) -> [f64; 4] {
-        [
-            1.0,
-            (self.ahead_tokens + self.own_tokens).max(0.0) / SCALE[1],
-            self.running.max(0.0) / SCALE[2],
-            self.waiting.max(0.0) / SCALE[3],
-        ]
-    }
-}
-
 /// The published state of one endpoint's model, read by every decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Learned {
     pub coefficients: Coefficients,
+    /// The pod's slowness relative to the seed (2 = takes twice as long).
+    pub factor: f64,
     /// Decayed number of observations behind them.
     pub samples: f64,
     /// Mean uncached prompt tokens per request (the size of a queued request epp did not send).
     pub mean_tokens: f64,
 }
 
-/// The regression's state (one per endpoint, behind its mutex).
+/// The fit's state (one per endpoint, behind its mutex): decayed sums of `y·ŷ` and `ŷ²`, `ŷ`
+/// being the seed's prediction and `y` the measured TTFT.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TtftModel {
-    xx: [[f64; 4]; 4],
-    xy: [f64; 4],
+    yp: f64,
+    pp: f64,
+    /// The seed's mean prediction, where the prior's pseudo-observation sits.
+    p_mean: f64,
     weight: f64,
     mean_tokens: f64,
     stamp: Option<Instant>,
@@ -136,78 +114,54 @@ pub struct TtftModel {
 
 impl TtftModel {
     /// Adds one observation (`ttft` seconds for a request dispatched with `f`) and returns the
-    /// refitted model; `prior` is the seed the fit shrinks toward.
-    pub fn observe(&mut self, f: &Features, ttft: f64, prior: &Coefficients, now: Instant) -> Learned {
+    /// refitted model; `prior` is the seed it scales.
+    pub fn observe(
+        &mut self,
+        f: &Features,
+        ttft: f64,
+        prior: &Coefficients,
+        now: Instant,
+    ) -> Learned {
         let decay = self.stamp.map_or(1.0, |s| {
             (-now.saturating_duration_since(s).as_secs_f64() / DECAY.as_secs_f64()).exp()
         });
         self.stamp = Some(now);
-        for row in &mut self.xx {
-            row.iter_mut().for_each(|v| *v *= decay);
-        }
-        self.xy.iter_mut().for_each(|v| *v *= decay);
+        let decay = decay * (MAX_WEIGHT / (self.weight * decay + 1.0).max(MAX_WEIGHT));
+        self.yp *= decay;
+        self.pp *= decay;
         self.weight *= decay;
-        if ttft.is_finite() && ttft >= 0.0 {
-            let x = f.scaled();
-            for (i, row) in self.xx.iter_mut().enumerate() {
-                for (j, v) in row.iter_mut().enumerate() {
-                    *v += x[i] * x[j];
-                }
-                self.xy[i] += x[i] * ttft;
-            }
+        let predicted = prior.predict(f);
+        if ttft.is_finite() && ttft >= 0.0 && predicted.is_finite() && predicted > 0.0 {
+            self.yp += ttft * predicted;
+            self.pp += predicted * predicted;
             let w = 1.0 / (self.weight + 1.0);
+            self.p_mean = self.p_mean * (1.0 - w) + predicted * w;
             self.mean_tokens = self.mean_tokens * (1.0 - w) + f.own_tokens.max(0.0) * w;
             self.weight += 1.0;
         }
         self.learned(prior)
     }
 
-    /// The ridge solution for the statistics so far.
+    /// The fit for the observations so far.
     pub fn learned(&self, prior: &Coefficients) -> Learned {
-        let p = prior.scaled();
-        let mut a = self.xx;
-        let mut b = self.xy;
-        for i in 0..4 {
-            a[i][i] += PRIOR_WEIGHT;
-            b[i] += PRIOR_WEIGHT * p[i];
-        }
-        let coefficients = solve(a, b)
-            .map_or(*prior, Coefficients::unscaled)
-            .clamped(prior);
+        let anchor = PRIOR_WEIGHT * self.p_mean * self.p_mean;
+        let factor = if self.pp + anchor > 0.0 {
+            (self.yp + anchor) / (self.pp + anchor)
+        } else {
+            1.0
+        };
+        let factor = if factor.is_finite() {
+            factor.clamp(FACTOR_RANGE.0, FACTOR_RANGE.1)
+        } else {
+            1.0
+        };
         Learned {
-            coefficients,
+            coefficients: prior.scaled(factor),
+            factor,
             samples: self.weight,
             mean_tokens: self.mean_tokens,
         }
     }
-}
-
-/// Solves `a·x = b` for a symmetric positive definite `a` (Cholesky); `None` if it is not.
-fn solve(a: [[f64; 4]; 4], b: [f64; 4]) -> Option<[f64; 4]> {
-    let mut l = [[0.0f64; 4]; 4];
-    for i in 0..4 {
-        for j in 0..=i {
-            let sum: f64 = (0..j).map(|k| l[i][k] * l[j][k]).sum();
-            if i == j {
-                let d = a[i][i] - sum;
-                if d <= 0.0 || !d.is_finite() {
-                    return None;
-                }
-                l[i][j] = d.sqrt();
-            } else {
-                l[i][j] = (a[i][j] - sum) / l[j][j];
-            }
-        }
-    }
-    let mut y = [0.0; 4];
-    for i in 0..4 {
-        y[i] = (b[i] - (0..i).map(|k| l[i][k] * y[k]).sum::<f64>()) / l[i][i];
-    }
-    let mut x = [0.0; 4];
-    for i in (0..4).rev() {
-        x[i] = (y[i] - (i + 1..4).map(|k| l[k][i] * x[k]).sum::<f64>()) / l[i][i];
-    }
-    x.iter().all(|v| v.is_finite()).then_some(x)
 }
 
 #[cfg(test)]
@@ -221,13 +175,8 @@ mod tests {
         per_waiting: 0.1,
     };
 
-    fn truth(per_token: f64) -> Coefficients {
-        Coefficients {
-            base: 0.024,
-            per_token,
-            per_running: 0.0016,
-            per_waiting: 0.05,
-        }
+    fn truth(slowness: f64) -> Coefficients {
+        SEED.scaled(slowness)
     }
 
     /// Varied dispatches, as a busy pod sees them.
@@ -252,7 +201,7 @@ mod tests {
     #[test]
     fn learns_a_pod_eight_times_slower_than_the_seed_within_a_few_dozen_samples() {
         let t0 = Instant::now();
-        let real = truth(8.0 / 15_928.0);
+        let real = truth(8.0);
         let mut m = TtftModel::default();
         let mut learned = m.learned(&SEED);
         for i in 0..40 {
@@ -266,17 +215,25 @@ mod tests {
             waiting: 1.0,
         };
         let (got, want) = (learned.coefficients.predict(&f), real.predict(&f));
-        assert!((got - want).abs() / want < 0.1, "{got} vs {want}: {learned:?}");
+        assert!(
+            (got - want).abs() / want < 0.1,
+            "{got} vs {want}: {learned:?}"
+        );
     }
 
     #[test]
     fn a_pod_that_slows_down_is_priced_at_its_new_speed_soon() {
         let t0 = Instant::now();
-        let (fast, slow) = (truth(1.0 / 4000.0), truth(4.0 / 4000.0));
+        let (fast, slow) = (truth(4.0), truth(16.0));
         let mut m = TtftModel::default();
         for i in 0..200 {
             let f = features(i);
-            m.observe(&f, fast.predict(&f), &SEED, t0 + Duration::from_millis(i as u64 * 50));
+            m.observe(
+                &f,
+                fast.predict(&f),
+                &SEED,
+                t0 + Duration::from_millis(i as u64 * 50),
+            );
         }
         let later = t0 + Duration::from_secs(10);
         let mut learned = m.learned(&SEED);
@@ -285,8 +242,22 @@ mod tests {
             let at = later + Duration::from_millis(i as u64 * 500);
             learned = m.observe(&f, slow.predict(&f), &SEED, at);
         }
-        let rate = learned.coefficients.per_token;
-        assert!(rate > 2.5 / 4000.0, "still priced near the old speed: {rate}");
+        let factor = learned.factor;
+        assert!(factor > 10.0, "still priced near the old speed: {factor}");
+    }
+
+    #[test]
+    fn noisy_samples_around_the_truth_give_its_factor() {
+        let t0 = Instant::now();
+        let real = truth(3.0);
+        let mut m = TtftModel::default();
+        let mut learned = m.learned(&SEED);
+        for i in 0..60 {
+            let f = features(i);
+            let noise = if i % 2 == 0 { 1.3 } else { 0.7 };
+            learned = m.observe(&f, real.predict(&f) * noise, &SEED, t0);
+        }
+        assert!((2.5..3.5).contains(&learned.factor), "{learned:?}");
     }
 
     #[test]

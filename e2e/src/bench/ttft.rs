@@ -2,8 +2,9 @@
 //! run one with `--mode full --only <name>`:
 //!
 //! - `agentic`: multi-turn sessions whose turns reuse ≥ 90% of the previous context (a
-//!   2,000-token system prompt, 100-token questions and answers, up to 12 turns: 2,100 → 4,300
-//!   tokens), more sessions than the cluster's KV holds;
+//!   2,000-token system prompt, 100-token questions, 64-token answers, up to 16 turns: 2,100 →
+//!   4,600 tokens); 6 sessions per req/s of load: at 8 req/s, 48 sessions of 3,300 tokens on
+//!   average want 1.2× the cluster's KV;
 //! - `short-prompts`: 100-token prompts, nothing shared (the queue, not the cache, decides);
 //! - `heterogeneous`: no sharing on pods of speeds 1.0 and 0.5 alternately (the slow pods have
 //!   a third of the capacity: a slow pod's fair share is 8.3%, a fast one's 16.7%);
@@ -46,19 +47,23 @@ pub fn scenarios(o: &PlanOptions, routers: &[Router]) -> Vec<Scenario> {
             model: MODEL.into(),
         }
     };
+    // `--random-rate` (5.5 by default) sets the scale of these loads; the agentic sessions grow
+    // with it (6 per req/s: a session's turn every 6 s, a turn takes about 2 s).
+    let r = o.random_rate;
+    let sessions = ((r * 6.0).round() as usize).max(8).to_string();
     let agentic = [
         "--workload",
         "multi-turn",
         "--sessions",
-        "64",
+        &sessions,
         "--turns",
-        "12",
+        "16",
         "--system-len",
         "2000",
         "--question-len",
         "100",
         "--output-len",
-        "100",
+        "64",
     ];
     let short = [
         "--workload",
@@ -104,14 +109,17 @@ pub fn scenarios(o: &PlanOptions, routers: &[Router]) -> Vec<Scenario> {
         "--output-len",
         "50",
     ];
-    // `--random-rate` (5.5 by default) sets the scale of these loads too.
-    let r = o.random_rate;
     let cycles = ((d / 5.0).round() as usize).max(1);
     let bursty: Vec<String> = (0..cycles).map(|_| "2:4,64:1".to_owned()).collect();
     vec![
         make("agentic", &[], &agentic, format!("{r}:{d}")),
         make("short-prompts", &[], &short, format!("{}:{d}", r * 3.0)),
-        make("heterogeneous", &[1.0, 0.5], &random, format!("{}:{d}", r * 0.75)),
+        make(
+            "heterogeneous",
+            &[1.0, 0.5],
+            &random,
+            format!("{}:{d}", r * 0.75),
+        ),
         make("rl-burst", &[], &burst, bursty.join(",")),
         make("cache-pressure", &[], &pressure, format!("{}:{d}", r * 2.0)),
     ]

@@ -19,3 +19,4 @@ mod routing;
 mod scheduling;
 mod security;
 mod support;
+mod ttft;

@@ -135,10 +135,41 @@ impl EstimatedTtftScorer {
     }
 
     fn rates(&self, c: &Candidate) -> TtftRates {
+        self.rates_with(c, 1.0)
+    }
+
+    /// `c`'s learned rates; a pod not observed yet gets the seed times `typical`, the pool's
+    /// median slowness relative to the seed (so a wrong seed does not make it look the fastest).
+    fn rates_with(&self, c: &Candidate, typical: f64) -> TtftRates {
         match c.prefill.learned {
             Some(l) if self.learn => l,
-            _ => self.seed(),
+            _ => {
+                let s = self.seed();
+                TtftRates {
+                    base: s.base * typical,
+                    per_token: s.per_token * typical,
+                    per_running: s.per_running * typical,
+                    per_waiting: s.per_waiting * typical,
+                    mean_tokens: 0.0,
+                }
+            }
         }
+    }
+
+    /// The median of the learned pods' slowness relative to the seed (1 when none has learned).
+    fn typical_factor(&self, pool: &[&Candidate]) -> f64 {
+        let seed = self.seed().per_token;
+        let mut f: Vec<f64> = pool
+            .iter()
+            .filter_map(|c| c.prefill.learned)
+            .map(|l| l.per_token / seed)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .collect();
+        if !self.learn || f.is_empty() {
+            return 1.0;
+        }
+        f.sort_by(f64::total_cmp);
+        f[f.len() / 2]
     }
 
     /// The terms of `c`'s estimate for `req`.
@@ -161,7 +192,11 @@ impl EstimatedTtftScorer {
 
     /// Estimated seconds to this request's first token on `c`.
     pub fn estimate(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
-        let r = self.rates(c);
+        self.estimate_with(req, c, 1.0)
+    }
+
+    fn estimate_with(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64) -> f64 {
+        let r = self.rates_with(c, typical);
         let i = self.inputs(req, c);
         r.base
             + r.per_token * (i.ahead_tokens + i.own_tokens)
@@ -170,10 +205,10 @@ impl EstimatedTtftScorer {
     }
 
     /// The estimate plus the price of what a full cache evicts to hold the new tokens.
-    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
+    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64) -> f64 {
         let own = self.inputs(req, c).own_tokens;
-        let evict = self.eviction_cost_weight * self.rates(c).per_token * own;
-        let cost = self.estimate(req, c) + evict * c.kv_usage.clamp(0.0, 1.0);
+        let evict = self.eviction_cost_weight * self.rates_with(c, typical).per_token * own;
+        let cost = self.estimate_with(req, c, typical) + evict * c.kv_usage.clamp(0.0, 1.0);
         if cost.is_finite() {
             cost.max(1e-6)
         } else {
@@ -182,8 +217,9 @@ impl EstimatedTtftScorer {
     }
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+        let typical = self.typical_factor(pool);
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = self.cost(req, c);
+            *o = self.cost(req, c, typical);
         }
         let best = out.iter().copied().fold(f64::INFINITY, f64::min);
         for o in out.iter_mut() {
@@ -197,8 +233,9 @@ impl EstimatedTtftScorer {
         let Some(slo) = req.slo_ttft_s.filter(|_| req.sheddable) else {
             return false;
         };
+        let typical = self.typical_factor(pool);
         !pool.iter().any(|c| {
-            self.estimate(req, c) <= slo
+            self.estimate_with(req, c, typical) <= slo
                 || (c.running <= 0.0 && c.waiting <= 0.0)
                 || c.kv_usage < 0.02
         })
@@ -279,6 +316,27 @@ mod tests {
         b.prefill.pending_tokens = 3_000.0;
         b.prefill.pending_requests = 3.0;
         assert_eq!(pick(&s, &req(1_000), &[a, b]), 0);
+    }
+
+    #[test]
+    fn a_pod_not_observed_yet_is_priced_like_the_learned_ones_not_like_the_seed() {
+        let s = EstimatedTtftScorer::default();
+        // The seed is 8 times too fast for these pods: the learned ones say so.
+        let learned = TtftRates {
+            base: s.seed().base * 8.0,
+            per_token: s.seed().per_token * 8.0,
+            per_running: s.seed().per_running * 8.0,
+            per_waiting: s.seed().per_waiting * 8.0,
+            mean_tokens: 1000.0,
+        };
+        let mut a = cand(1, 0.0, 0.1, 0);
+        a.prefill.learned = Some(learned);
+        a.prefill.pending_tokens = 500.0;
+        let new = cand(2, 0.0, 0.1, 0);
+        let mut busy_new = new.clone();
+        busy_new.prefill.pending_tokens = 1500.0;
+        // Unobserved but busier: it is no faster for being unobserved.
+        assert_eq!(pick(&s, &req(1_000), &[a, busy_new]), 0);
     }
 
     #[test]
