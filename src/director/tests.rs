@@ -395,6 +395,8 @@ fn a_streamed_response_teaches_the_pod_its_prefill_rate() {
     };
     let state_of = |r: &Routed| Arc::clone(ds.snapshot().get(&r.destinations[0]).unwrap());
     for _ in 0..30 {
+        // A scrape between requests: the queue the pod reports is empty.
+        set_metrics(&ds, 1, 0.0, Duration::ZERO);
         let routed = d.route(&inc, &mut rng).unwrap();
         // 500 uncached tokens in 1 s: 500 tokens/s, four times slower than the seed.
         let summary = ResponseSummary {
