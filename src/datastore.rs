@@ -20,7 +20,6 @@ use crate::objectives::Objectives;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use health::{Health, HealthPolicy, Mode, Signal, Transition};
 use latency::Latency;
-use ttft::{Coefficients, Features, Learned, TtftModel};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use ttft::{Coefficients, Features, Learned, TtftModel};
 
 /// How a request reached (or failed to reach) its endpoint, as the gateway reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -436,7 +436,9 @@ fn carry_over(old: &EndpointState, endpoint: Endpoint) -> EndpointState {
     s.inflight.store(old.inflight(), Ordering::Relaxed);
     *s.passive() = *old.passive();
     // Pending prefill is not carried: the old state's guards release against the old state.
-    *s.ttft.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = *old
+    *s.ttft
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = *old
         .ttft
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
