@@ -316,7 +316,15 @@ pub fn extproc_stream(data: &[u8]) {
 }
 
 /// Runs one `extproc_stream` input; returns every destination epp's responses named.
+///
+/// Streams run one at a time: the leak check below reads every endpoint's in-flight count of
+/// the shared director, which a stream running concurrently (another test of the same binary)
+/// would hold.
 pub fn stream_destinations(data: &[u8]) -> Vec<String> {
+    static EXCLUSIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = EXCLUSIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (director, datastore) = director();
     let limits = Limits {
         max_body_bytes: 8192,
