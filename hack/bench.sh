@@ -45,8 +45,8 @@ if [[ "$mode" != smoke && ! -x .venv-bench/bin/sglang-router ]]; then
   python3 -m venv .venv-bench
   .venv-bench/bin/pip install -q vllm-router==0.1.17 sglang-router==0.3.2
 fi
-# The upstream EPPs (Go, from the module proxy; a long build the first time). llm-d-router is
-# built from LLM_D_EPP_SRC when the proxy does not serve it (see hack/install-peers.sh).
+# The upstream EPPs (Go, from the module proxy; a long build the first time). A version the
+# proxy does not serve (llm-d-router here) is reported and its rows are skipped.
 if [[ "$mode" != smoke ]]; then
   hack/install-peers.sh gie-epp llm-d-epp || echo "bench: some upstream EPPs are not installed; their rows will say so" >&2
 fi

@@ -12,11 +12,6 @@
 #
 # Usage: hack/install-peers.sh [name...]   (default: all three)
 # Env:   PEERS_DIR (default <repo>/.peers), GO (default: go on PATH).
-#        <NAME>_SRC (GIE_EPP_SRC, LLM_D_EPP_SRC, LLM_D_INFERENCE_SIM_SRC): a directory holding that
-#        module's source (its go.mod must name the module), used only when the proxy does not
-#        serve the pinned version: the binary is then built from that source, with its own go.mod
-#        and go.sum (dependencies still from the proxy), and the build is recorded as such in
-#        <PEERS_DIR>/<name>/bin/.source. Without it, an unserved version is an error naming it.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,29 +63,6 @@ module_dir() {
   "${GO}" mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'
 }
 
-# Builds ${pkg} from a local source tree of ${module} (the proxy does not serve ${version}).
-build_from_source() {
-  local name="$1" module="$2" pkg="$3" version="$4" src="$5" gobin="$6"
-  [[ -f "${src}/go.mod" ]] || { log "${src}/go.mod not found"; return 1; }
-  local declared
-  declared="$(sed -n 's/^module[[:space:]]\{1,\}//p' "${src}/go.mod" | head -n1)"
-  [[ "${declared}" == "${module}" ]] ||
-    { log "${src}/go.mod declares ${declared}, not ${module}"; return 1; }
-  local digest
-  digest="$(cd "${src}" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
-    xargs sha256sum | sha256sum | cut -c1-16)"
-  if [[ -x "${gobin}/${name}" && -f "${gobin}/.source" &&
-    "$(cat "${gobin}/.source")" == "${module} ${version} source ${src} ${digest}" ]]; then
-    return 0
-  fi
-  mkdir -p "${gobin}"
-  log "building ${name} from the source in ${src} (module ${module}, expected to be ${version})"
-  (cd "${src}" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly "${GO}" build -trimpath \
-    -o "${gobin}/${name}" "./${pkg#"${module}"/}") ||
-    { log "build of ${name} from ${src} failed"; return 1; }
-  echo "${module} ${version} source ${src} ${digest}" >"${gobin}/.source"
-}
-
 install_one() {
   local name="$1" module="$2" pkg="$3" version="$4"
   local gobin="${PEERS_DIR}/${name}/bin"
@@ -100,17 +72,9 @@ install_one() {
     return 0
   fi
   command -v "${GO}" >/dev/null || { log "go not found (set GO=/path/to/go)"; return 1; }
-  local src_var
-  src_var="$(tr 'a-z-' 'A-Z_' <<<"${name}")_SRC"
   if ! check_served "${module}" "${version}"; then
-    local src_dir="${!src_var:-}"
-    [[ -n "${src_dir}" ]] || {
-      log "${name}: ${module}@${version} is not served by the Go module proxy (GOPROXY=$("${GO}" env GOPROXY)); set ${src_var} to a source tree of that version to build it from source"
-      return 1
-    }
-    build_from_source "${name}" "${module}" "${pkg}" "${version}" "${src_dir}" "${gobin}"
-    echo "${name} ${target}"
-    return 0
+    log "${name}: ${module}@${version} is not served by the Go module proxy (GOPROXY=$("${GO}" env GOPROXY)); this script installs published module versions only"
+    return 1
   fi
   rm -f "${gobin}/.source"
   mkdir -p "${gobin}"
