@@ -459,31 +459,29 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
             }
         }
     }
-    let mut refs: Vec<(String, &str)> = Vec::new();
+    // (path, plugin, whether upstream instantiates a missing plugin by its type name, as it
+    // does for parsers and the saturation detector).
+    let mut refs: Vec<(String, &str, bool)> = Vec::new();
     if let Some(r) = doc.saturation_detector_ref() {
-        refs.push(("saturationDetector".to_owned(), r));
+        refs.push(("saturationDetector".to_owned(), r, true));
     }
     for (i, r) in doc.parser_refs().into_iter().enumerate() {
-        refs.push((format!("requestHandler.parsers[{i}]"), r));
+        refs.push((format!("requestHandler.parsers[{i}]"), r, true));
     }
     if let Some(dl) = &doc.data_layer {
         for (i, src) in dl.sources.iter().enumerate() {
-            refs.push((format!("dataLayer.sources[{i}]"), &src.plugin_ref));
+            refs.push((format!("dataLayer.sources[{i}]"), &src.plugin_ref, false));
             for (j, e) in src.extractors.iter().enumerate() {
-                refs.push((
-                    format!("dataLayer.sources[{i}].extractors[{j}]"),
-                    &e.plugin_ref,
-                ));
+                let path = format!("dataLayer.sources[{i}].extractors[{j}]");
+                refs.push((path, &e.plugin_ref, false));
             }
         }
         if let Some(d) = &dl.discovery {
-            refs.push(("dataLayer.discovery".to_owned(), &d.plugin_ref));
+            refs.push(("dataLayer.discovery".to_owned(), &d.plugin_ref, false));
         }
     }
-    for (path, plugin) in refs {
-        // Upstream instantiates a referenced parser or detector that is missing by type name.
-        let implied = path.starts_with("requestHandler") || path == "saturationDetector";
-        let known = names.contains(plugin) || implied && PluginKind::from_name(plugin).is_some();
+    for (path, plugin, by_type) in refs {
+        let known = names.contains(plugin) || by_type && PluginKind::from_name(plugin).is_some();
         if !known {
             problems.push(Problem::Reference {
                 path,

@@ -3,7 +3,8 @@
 //! The registry is the union of GIE v1.5.0's and llm-d-router v0.10.0's in-tree plugins
 //! (`cmd/epp/runner/runner.go`, `registerInTreePlugins`) plus epp's own. Each kind carries its
 //! upstream stability level (llm-d-router #2073: alpha plugins need
-//! `--allow-experimental-plugins`) and what epp does with it:
+//! `--allow-experimental-plugins`; every other upstream plugin is registered Beta there, and
+//! epp's own plugins are Stable) and what epp does with it:
 //! - [`Support::Plugin`]: a plugin of epp's, built from its parameters;
 //! - [`Support::BuiltIn`]: accepted, because epp does the same thing without a plugin (and
 //!   says where);
@@ -102,37 +103,37 @@ const FLOW: Support = BuiltIn("epp's flow control has one FCFS queue per priorit
 
 kinds! {
     // Filters.
-    DecodeFilter = "decode-filter", Filter, Stable, Plugin;
-    PrefillFilter = "prefill-filter", Filter, Stable, Plugin;
-    EncodeFilter = "encode-filter", Filter, Stable, Plugin;
-    LabelSelectorFilter = "label-selector-filter", Filter, Stable, Plugin;
-    ByLabel = "by-label", Filter, Stable, Plugin;
-    ByLabelSelector = "by-label-selector", Filter, Stable, Plugin;
-    PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Stable, Plugin;
-    SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Stable, LATENCY_PREDICTOR;
+    DecodeFilter = "decode-filter", Filter, Beta, Plugin;
+    PrefillFilter = "prefill-filter", Filter, Beta, Plugin;
+    EncodeFilter = "encode-filter", Filter, Beta, Plugin;
+    LabelSelectorFilter = "label-selector-filter", Filter, Beta, Plugin;
+    ByLabel = "by-label", Filter, Beta, Plugin;
+    ByLabelSelector = "by-label-selector", Filter, Beta, Plugin;
+    PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Beta, Plugin;
+    SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
     ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, MULTICLUSTER;
-    HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Stable, Plugin;
+    HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Beta, Plugin;
     GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
 
     // Scorers.
-    QueueScorer = "queue-scorer", Scorer, Stable, Plugin;
-    KvCacheUtilizationScorer = "kv-cache-utilization-scorer", Scorer, Stable, Plugin;
-    PrefixCacheScorer = "prefix-cache-scorer", Scorer, Stable, Plugin;
-    RunningRequestsSizeScorer = "running-requests-size-scorer", Scorer, Stable, Plugin;
-    LoraAffinityScorer = "lora-affinity-scorer", Scorer, Stable, Plugin;
-    TokenLoadScorer = "token-load-scorer", Scorer, Stable, Plugin;
-    LatencyScorer = "latency-scorer", Scorer, Stable, Plugin;
-    LoadAwareScorer = "load-aware-scorer", Scorer, Stable, Plugin;
-    ActiveRequestScorer = "active-request-scorer", Scorer, Stable, Plugin;
-    NoHitLruScorer = "no-hit-lru-scorer", Scorer, Stable, Plugin;
-    ContextLengthAware = "context-length-aware", Scorer, Stable, Plugin;
-    PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Stable, Plugin;
-    MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Stable, MULTIMODAL;
+    QueueScorer = "queue-scorer", Scorer, Beta, Plugin;
+    KvCacheUtilizationScorer = "kv-cache-utilization-scorer", Scorer, Beta, Plugin;
+    PrefixCacheScorer = "prefix-cache-scorer", Scorer, Beta, Plugin;
+    RunningRequestsSizeScorer = "running-requests-size-scorer", Scorer, Beta, Plugin;
+    LoraAffinityScorer = "lora-affinity-scorer", Scorer, Beta, Plugin;
+    TokenLoadScorer = "token-load-scorer", Scorer, Beta, Plugin;
+    LatencyScorer = "latency-scorer", Scorer, Beta, Plugin;
+    LoadAwareScorer = "load-aware-scorer", Scorer, Beta, Plugin;
+    ActiveRequestScorer = "active-request-scorer", Scorer, Beta, Plugin;
+    NoHitLruScorer = "no-hit-lru-scorer", Scorer, Beta, Plugin;
+    ContextLengthAware = "context-length-aware", Scorer, Beta, Plugin;
+    PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Beta, Plugin;
+    MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
     EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
@@ -144,9 +145,9 @@ kinds! {
     EstimatedTtftScorer = "estimated-ttft-scorer", Scorer, Stable, Plugin;
 
     // Pickers.
-    MaxScorePicker = "max-score-picker", Picker, Stable, Plugin;
-    RandomPicker = "random-picker", Picker, Stable, Plugin;
-    WeightedRandomPicker = "weighted-random-picker", Picker, Stable, Plugin;
+    MaxScorePicker = "max-score-picker", Picker, Beta, Plugin;
+    RandomPicker = "random-picker", Picker, Beta, Plugin;
+    WeightedRandomPicker = "weighted-random-picker", Picker, Beta, Plugin;
     RoundRobinPicker = "round-robin-picker", Picker, Stable, Plugin;
     WeightedRoundRobinPicker = "weighted-round-robin-picker", Picker, Stable, Plugin;
     P2cPicker = "p2c", Picker, Stable, Plugin;
@@ -155,47 +156,47 @@ kinds! {
     ConsistentHashPicker = "consistent-hash-picker", Picker, Stable, Plugin;
 
     // Profile handlers and P/D deciders.
-    SingleProfileHandler = "single-profile-handler", ProfileHandler, Stable, PROFILE;
-    DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Stable, PD;
+    SingleProfileHandler = "single-profile-handler", ProfileHandler, Beta, PROFILE;
+    DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, PD;
     HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Unsupported("epp runs one scheduling profile");
-    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Stable, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
-    PdProfileHandler = "pd-profile-handler", ProfileHandler, Stable, PD;
-    DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Stable, PD;
-    PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Stable, PD;
-    PrefixBasedPdDecider = "prefix-based-pd-decider", Decider, Stable, PD;
-    AlwaysDisaggPdDecider = "always-disagg-pd-decider", Decider, Stable, PD;
-    AlwaysDisaggMultimodalDecider = "always-disagg-multimodal-decider", Decider, Stable, PD;
+    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
+    PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, PD;
+    DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, PD;
+    PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Beta, PD;
+    PrefixBasedPdDecider = "prefix-based-pd-decider", Decider, Beta, PD;
+    AlwaysDisaggPdDecider = "always-disagg-pd-decider", Decider, Beta, PD;
+    AlwaysDisaggMultimodalDecider = "always-disagg-multimodal-decider", Decider, Beta, PD;
 
     // Data producers.
-    ApproxPrefixCacheProducer = "approx-prefix-cache-producer", DataProducer, Stable, Plugin;
-    InflightLoadProducer = "inflight-load-producer", DataProducer, Stable, BuiltIn("epp counts in-flight requests and tokens per endpoint itself");
-    PredictedLatencyProducer = "predicted-latency-producer", DataProducer, Stable, LATENCY_PREDICTOR;
-    PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Stable, Unsupported("not implemented in epp yet (use precise-prefix-cache-scorer)");
-    TokenProducer = "token-producer", DataProducer, Stable, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
-    Tokenizer = "tokenizer", DataProducer, Stable, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
-    SessionIdProducer = "session-id-producer", DataProducer, Stable, Unsupported("not implemented in epp yet");
-    MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Stable, MULTIMODAL;
+    ApproxPrefixCacheProducer = "approx-prefix-cache-producer", DataProducer, Beta, Plugin;
+    InflightLoadProducer = "inflight-load-producer", DataProducer, Beta, BuiltIn("epp counts in-flight requests and tokens per endpoint itself");
+    PredictedLatencyProducer = "predicted-latency-producer", DataProducer, Beta, LATENCY_PREDICTOR;
+    PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Beta, Unsupported("not implemented in epp yet (use precise-prefix-cache-scorer)");
+    TokenProducer = "token-producer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
+    Tokenizer = "tokenizer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
+    SessionIdProducer = "session-id-producer", DataProducer, Beta, Unsupported("not implemented in epp yet");
+    MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, PD;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
 
     // Request parsers.
-    OpenaiParser = "openai-parser", Parser, Stable, BuiltIn("epp parses OpenAI requests by path");
-    VllmgrpcParser = "vllmgrpc-parser", Parser, Stable, Unsupported("epp does not parse vLLM gRPC requests");
-    PassthroughParser = "passthrough-parser", Parser, Stable, BuiltIn("epp routes bodies it cannot parse by load");
-    AnthropicParser = "anthropic-parser", Parser, Stable, BuiltIn("epp parses Anthropic Messages requests by path");
-    VllmhttpParser = "vllmhttp-parser", Parser, Stable, BuiltIn("epp parses vLLM token-in requests by path");
-    SglanghttpParser = "sglanghttp-parser", Parser, Stable, BuiltIn("epp parses SGLang /generate requests by path");
-    VertexaiParser = "vertexai-parser", Parser, Stable, Unsupported("epp does not parse Vertex AI requests");
+    OpenaiParser = "openai-parser", Parser, Beta, BuiltIn("epp parses OpenAI requests by path");
+    VllmgrpcParser = "vllmgrpc-parser", Parser, Beta, Unsupported("epp does not parse vLLM gRPC requests");
+    PassthroughParser = "passthrough-parser", Parser, Beta, BuiltIn("epp routes bodies it cannot parse by load");
+    AnthropicParser = "anthropic-parser", Parser, Beta, BuiltIn("epp parses Anthropic Messages requests by path");
+    VllmhttpParser = "vllmhttp-parser", Parser, Beta, BuiltIn("epp parses vLLM token-in requests by path");
+    SglanghttpParser = "sglanghttp-parser", Parser, Beta, BuiltIn("epp parses SGLang /generate requests by path");
+    VertexaiParser = "vertexai-parser", Parser, Beta, Unsupported("epp does not parse Vertex AI requests");
 
     // Data layer.
-    MetricsDataSource = "metrics-data-source", DataLayer, Stable, METRICS;
-    CoreMetricsExtractor = "core-metrics-extractor", DataLayer, Stable, METRICS;
-    ModelsDataSource = "models-data-source", DataLayer, Stable, Unsupported("epp does not poll /v1/models");
-    ModelsDataExtractor = "models-data-extractor", DataLayer, Stable, Unsupported("epp does not poll /v1/models");
-    K8sNotificationSource = "k8s-notification-source", DataLayer, Stable, DISCOVERY;
-    EndpointNotificationSource = "endpoint-notification-source", DataLayer, Stable, DISCOVERY;
-    FileDiscovery = "file-discovery", DataLayer, Stable, Unsupported("not implemented in epp yet (use --static-endpoints-file)");
+    MetricsDataSource = "metrics-data-source", DataLayer, Beta, METRICS;
+    CoreMetricsExtractor = "core-metrics-extractor", DataLayer, Beta, METRICS;
+    ModelsDataSource = "models-data-source", DataLayer, Beta, Unsupported("epp does not poll /v1/models");
+    ModelsDataExtractor = "models-data-extractor", DataLayer, Beta, Unsupported("epp does not poll /v1/models");
+    K8sNotificationSource = "k8s-notification-source", DataLayer, Beta, DISCOVERY;
+    EndpointNotificationSource = "endpoint-notification-source", DataLayer, Beta, DISCOVERY;
+    FileDiscovery = "file-discovery", DataLayer, Beta, Unsupported("not implemented in epp yet (use --static-endpoints-file)");
     TopologyExtractor = "topology-extractor", DataLayer, Alpha, TOPOLOGY;
     DcgmDataSource = "dcgm-data-source", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
     DcgmExtractor = "dcgm-extractor", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
@@ -204,29 +205,29 @@ kinds! {
     MulticlusterFileDiscovery = "multicluster-file-discovery", DataLayer, Alpha, MULTICLUSTER;
 
     // Flow control.
-    GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Stable, FLOW;
-    RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Stable, Unsupported("epp's flow control has no round-robin fairness yet");
-    ProgramAwareFairness = "program-aware-fairness", FlowControl, Stable, Unsupported("epp's flow control has no program-aware fairness");
-    FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Stable, FLOW;
-    EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Stable, Unsupported("epp's flow control orders FCFS only");
-    SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Stable, Unsupported("epp's flow control orders FCFS only");
-    StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Stable, Unsupported("not implemented in epp");
+    GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Beta, FLOW;
+    RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Beta, Unsupported("epp's flow control has no round-robin fairness yet");
+    ProgramAwareFairness = "program-aware-fairness", FlowControl, Beta, Unsupported("epp's flow control has no program-aware fairness");
+    FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Beta, FLOW;
+    EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, Unsupported("epp's flow control orders FCFS only");
+    SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, Unsupported("epp's flow control orders FCFS only");
+    StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Beta, BuiltIn("epp's flow control limits requests and bytes per band statically (maxRequests, maxBytes)");
     PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
     SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
     SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
     PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
-    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Stable, Unsupported("epp does not evict in-flight requests");
-    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Stable, Unsupported("epp does not evict in-flight requests");
+    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
+    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
 
     // Saturation detectors.
-    UtilizationDetector = "utilization-detector", Saturation, Stable, Plugin;
-    ConcurrencyDetector = "concurrency-detector", Saturation, Stable, Plugin;
+    UtilizationDetector = "utilization-detector", Saturation, Beta, Plugin;
+    ConcurrencyDetector = "concurrency-detector", Saturation, Beta, Plugin;
 
     // Request control.
-    LatencySloAdmitter = "latency-slo-admitter", RequestControl, Stable, LATENCY_PREDICTOR;
-    ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Stable, Unsupported("not implemented in epp");
-    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Stable, Unsupported("not implemented in epp");
-    DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Stable, Plugin;
+    LatencySloAdmitter = "latency-slo-admitter", RequestControl, Beta, LATENCY_PREDICTOR;
+    ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Unsupported("not implemented in epp");
+    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
+    DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Unsupported("not implemented in epp");
     DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, PD;
 
