@@ -20,7 +20,6 @@
 
 mod k8s_support;
 
-use epp::app::{self, Listeners, Options};
 use epp_e2e::envoy::{EnvoyConfig, Template};
 use epp_e2e::fake_apiserver::FakeApiServer;
 use epp_e2e::sim::{Cluster, EngineConfig, EngineNaming, PodConfig};
@@ -30,8 +29,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 const GIE: &str = "sigs.k8s.io/gateway-api-inference-extension@v1.5.0";
 const RELEASE: &str = "pool";
@@ -350,26 +347,12 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
         }
     }
     argv.extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
-    let opts: Options = clap::Parser::try_parse_from(&argv)
-        .map_err(|e| format!("epp refused the rendering's arguments {argv:?}: {e}"))?;
-    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-    let listeners = Listeners {
-        grpc: bind().await,
-        health: bind().await,
-        metrics: bind().await,
-        peers: None,
-    };
-    let (grpc, metrics) = (
-        listeners.grpc.local_addr().unwrap(),
-        listeners.metrics.local_addr().unwrap(),
-    );
-    let shutdown = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    let (done_tx, mut done) = tokio::sync::oneshot::channel();
-    let token = shutdown.clone();
-    tracker.spawn(async move {
-        let _ = done_tx.send(app::run(opts, listeners, token).await);
-    });
+    // The shared in-process launcher binds the ports and waits for readiness (the leader's,
+    // with leader election); a refused argument or config fails start-up with its message.
+    let epp = epp_e2e::stack::Epp::start(&argv[1..])
+        .await
+        .map_err(|e| format!("epp did not start with {argv:?}: {e:#}"))?;
+    let (grpc, metrics) = (epp.grpc, epp.metrics);
     let envoy = EnvoyConfig::new(Template::Duplex)
         .epp(grpc)
         .epp_tls(true)
@@ -381,9 +364,6 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut last;
     let outcome = loop {
-        if let Ok(result) = done.try_recv() {
-            break Err(format!("epp exited: {:?}", result.err()));
-        }
         match epp_e2e::client::post_json(
             envoy.listener_addr(),
             "/v1/chat/completions",
@@ -433,9 +413,7 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
         Ok(())
     };
     drop(envoy);
-    shutdown.cancel();
-    tracker.close();
-    tracker.wait().await;
+    epp.stop().await;
     drop(cluster);
     outcome.and(scrapes)
 }
