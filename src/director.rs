@@ -9,7 +9,7 @@ use crate::datastore::{
     self as ds, ttft, Datastore, EndpointState, InflightGuard, Observation, PrefillGuard,
 };
 use crate::endpoint::EndpointId;
-use crate::metrics::{AttemptLabels, Metrics, ModelLabels, RequestLabels, RunningLabels};
+use crate::metrics::{AttemptLabels, Metrics, ModelLabels, Outcome, RequestLabels, RunningLabels};
 use crate::objectives::Priority;
 use crate::prefix::{
     self, index::PrefixIndex, precise::home::HomeCandidate, precise::PreciseIndex,
@@ -515,8 +515,8 @@ impl Director {
         let body = (target != req.model)
             .then(|| request::rewrite_model(inc.body, &req.model_span, &target));
         let labels = RequestLabels {
-            model_name: req.model.clone(),
-            target_model_name: target.clone(),
+            model_name: self.metrics.model(&req.model),
+            target_model_name: self.metrics.model(&target),
             priority: priority.to_string(),
         };
         self.metrics.request_total.get_or_create(&labels).inc();
@@ -620,8 +620,8 @@ impl Director {
     /// Records a finished response in the objective metrics.
     pub fn finish(&self, routed: &Routed, summary: &ResponseSummary) {
         let labels = ModelLabels {
-            model_name: routed.model.clone(),
-            target_model_name: routed.target_model.clone(),
+            model_name: self.metrics.model(&routed.model),
+            target_model_name: self.metrics.model(&routed.target_model),
         };
         let m = &self.metrics;
         m.request_duration
@@ -977,18 +977,18 @@ impl Director {
             .observe(started.elapsed().as_secs_f64());
         let (status, pod) = match &result {
             Ok(d) => (
-                "success",
+                Outcome::success,
                 d.endpoints
                     .first()
                     .map(|e| e.to_string())
                     .unwrap_or_default(),
             ),
-            Err(_) => ("failure", String::new()),
+            Err(_) => (Outcome::failure, String::new()),
         };
         let port = pod.rsplit(':').next().unwrap_or("").to_owned();
         let labels = AttemptLabels {
-            status: status.into(),
-            target_model_name: sreq.target_model.to_owned(),
+            status,
+            target_model_name: self.metrics.model(sreq.target_model),
             pod_name: pod,
             namespace: String::new(),
             port,
@@ -1109,7 +1109,7 @@ impl Director {
             .metrics
             .running_requests
             .get_or_create(&RunningLabels {
-                model_name: model.to_owned(),
+                model_name: self.metrics.model(model),
             })
             .clone();
         running.inc();
