@@ -9,7 +9,8 @@
 //! - `/metrics` behind TokenReview + SubjectAccessReview (the default in Kubernetes mode) with
 //!   the chart's RBAC: 401 without or with a bad token, 403 for a ServiceAccount without the
 //!   `/metrics` grant (and for a path it was not granted), 200 for one bound to a ClusterRole
-//!   granting it; answers are cached (a revoked grant is still honoured within the cache TTL).
+//!   granting it; answers are cached (a revoked grant is still honoured within the cache TTL);
+//!   without the chart's grant to create reviews, a token not cached yet is a 500.
 //!
 //! Needs hack/install-kube.sh and the Helm venv (hack/helm/venv.sh, created on first use).
 #![allow(clippy::unwrap_used)]
@@ -285,6 +286,30 @@ async fn metrics_need_a_token_the_api_server_authenticates_and_authorizes() {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no {line} in {text}"));
         assert!(n >= at_least, "{line} {n}");
+    }
+    // epp without the chart's review grant: a token not cached yet cannot be reviewed (500).
+    server
+        .create_service_account(&ns.client, &ns.name, "late")
+        .await
+        .unwrap();
+    let late = server.mint_token(&ns.name, "late").await.unwrap();
+    let chart_grant = format!("{}-llama-epp-metrics-auth", ns.name);
+    Api::<ClusterRoleBinding>::all(server.admin_client("default").await.unwrap())
+        .delete(&chart_grant, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = get_as(epp.metrics, "/metrics", Some(&late)).await;
+        if status == 500 {
+            assert_eq!(body, "Authentication failed\n");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {status} without the review grant"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     epp.stop().await;
 }

@@ -12,7 +12,8 @@
 //! Answers are cached as upstream caches them: token reviews for 1 minute (authenticated or
 //! not), access reviews for 5 minutes when allowed and 30 seconds when denied; failures are not
 //! cached. Each cache holds at most [`CACHE_ENTRIES`] entries, so a flood of random tokens cannot
-//! grow it. Every answer is counted in `epp_metrics_auth_requests_total{outcome}`.
+//! grow it. Every answer is counted in `epp_metrics_auth_requests_total{outcome}`; a review that
+//! fails is logged at warn once (then at debug: Prometheus would repeat it every scrape).
 
 use crate::metrics::{Metrics, MetricsAuthLabels, MetricsAuthOutcome};
 use http::{HeaderMap, StatusCode};
@@ -111,6 +112,8 @@ pub struct MetricsAuth {
     tokens: Mutex<Cache<String, Identity>>,
     /// (token, verb, path) → allowed.
     access: Mutex<Cache<(String, String, String), bool>>,
+    /// Whether a failed review has been logged at warn.
+    warned: std::sync::atomic::AtomicBool,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -132,6 +135,7 @@ impl MetricsAuth {
             metrics,
             tokens: Mutex::new(Cache::new()),
             access: Mutex::new(Cache::new()),
+            warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -151,13 +155,17 @@ impl MetricsAuth {
             .metrics_auth
             .get_or_create(&MetricsAuthLabels { outcome })
             .inc();
-        if let Err(e) = &result {
-            match e {
-                Refusal::TokenReview(source) | Refusal::AccessReview { source, .. } => {
-                    tracing::warn!(error = %source, path, "metrics endpoint auth: {e} (epp's ServiceAccount needs create on tokenreviews and subjectaccessreviews)");
+        match &result {
+            Err(e @ (Refusal::TokenReview(source) | Refusal::AccessReview { source, .. })) => {
+                // Once per process at warn (every scrape would repeat it); counted every time.
+                if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(error = %source, path, "metrics endpoint auth: {e} (epp's ServiceAccount needs create on tokenreviews and subjectaccessreviews; further failures are logged at debug and counted in epp_metrics_auth_requests_total{{outcome=\"error\"}})");
+                } else {
+                    tracing::debug!(error = %source, path, "metrics endpoint auth: {e}");
                 }
-                _ => tracing::debug!(path, "metrics endpoint auth: {e}"),
             }
+            Err(e) => tracing::debug!(path, "metrics endpoint auth: {e}"),
+            Ok(()) => {}
         }
         result
     }
