@@ -125,6 +125,9 @@ pub enum KubeResource {
     inferencemodels,
     inferencemodelrewrites,
     leases,
+    /// `/metrics` auth (`--metrics-endpoint-auth`).
+    tokenreviews,
+    subjectaccessreviews,
 }
 
 /// The verb the API server refused (label value of `epp_kubernetes_forbidden`).

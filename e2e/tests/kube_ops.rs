@@ -311,5 +311,12 @@ async fn metrics_need_a_token_the_api_server_authenticates_and_authorizes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The refusal is counted like every other RBAC refusal (read with the reader's cached answer).
+    let (status, text) = get_as(epp.metrics, "/metrics", Some(&reader)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains(r#"epp_kubernetes_forbidden_total{resource="tokenreviews",verb="create"}"#),
+        "{text}"
+    );
     epp.stop().await;
 }

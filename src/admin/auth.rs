@@ -11,11 +11,15 @@
 //!
 //! Answers are cached as upstream caches them: token reviews for 1 minute (authenticated or
 //! not), access reviews for 5 minutes when allowed and 30 seconds when denied; failures are not
-//! cached. Each cache holds at most [`CACHE_ENTRIES`] entries, so a flood of random tokens cannot
+//! cached; a review refused as forbidden also counts in
+//! `epp_kubernetes_forbidden_total{resource="tokenreviews"|"subjectaccessreviews",verb="create"}`.
+//! Each cache holds at most [`CACHE_ENTRIES`] entries, so a flood of random tokens cannot
 //! grow it. Every answer is counted in `epp_metrics_auth_requests_total{outcome}`; a review that
 //! fails is logged at warn once (then at debug: Prometheus would repeat it every scrape).
 
-use crate::metrics::{Metrics, MetricsAuthLabels, MetricsAuthOutcome};
+use crate::metrics::{
+    ForbiddenLabels, KubeResource, KubeVerb, Metrics, MetricsAuthLabels, MetricsAuthOutcome,
+};
 use http::{HeaderMap, StatusCode};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{
@@ -60,6 +64,18 @@ impl Refusal {
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Denied(_) => StatusCode::FORBIDDEN,
             Self::TokenReview(_) | Self::AccessReview { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The review the API server refused as forbidden (RBAC), if that is what failed.
+    fn forbidden(&self) -> Option<KubeResource> {
+        let is_403 = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403);
+        match self {
+            Self::TokenReview(e) if is_403(e) => Some(KubeResource::tokenreviews),
+            Self::AccessReview { source, .. } if is_403(source) => {
+                Some(KubeResource::subjectaccessreviews)
+            }
+            _ => None,
         }
     }
 
@@ -155,6 +171,16 @@ impl MetricsAuth {
             .metrics_auth
             .get_or_create(&MetricsAuthLabels { outcome })
             .inc();
+        if let Some(resource) = result.as_ref().err().and_then(Refusal::forbidden) {
+            let labels = ForbiddenLabels {
+                resource,
+                verb: KubeVerb::create,
+            };
+            self.metrics
+                .kubernetes_forbidden
+                .get_or_create(&labels)
+                .inc();
+        }
         match &result {
             Err(e @ (Refusal::TokenReview(source) | Refusal::AccessReview { source, .. })) => {
                 // Once per process at warn (every scrape would repeat it); counted every time.
