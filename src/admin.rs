@@ -1,6 +1,10 @@
 //! The metrics port (`--metrics-port`, 9090): Prometheus `/metrics`, `GET /debug/snapshot`
 //! (what the picker currently believes, as JSON: see [`debug_snapshot`]), plus the task that
-//! refreshes the pool gauges every `--refresh-prometheus-metrics-interval` ([`PoolGauges`]).
+//! refreshes the pool gauges every `--refresh-prometheus-metrics-interval` ([`PoolGauges`]). With
+//! `--metrics-endpoint-auth` every path is served only to callers the API server authenticates
+//! and authorizes ([`auth`]).
+
+pub mod auth;
 
 use crate::datastore::Datastore;
 use crate::director::LiveConfig;
@@ -33,6 +37,8 @@ pub struct AdminState {
     pub config_origin: String,
     /// Metrics older than this are reported stale (`--metrics-staleness-threshold`).
     pub staleness: Duration,
+    /// TokenReview + SubjectAccessReview in front of every path (`--metrics-endpoint-auth`).
+    pub auth: Option<auth::MetricsAuth>,
 }
 
 /// Serves the metrics port on `listener` until `shutdown`; connections run on `tracker`.
@@ -57,7 +63,8 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                std::future::ready(Ok::<_, std::convert::Infallible>(handle(&req, &state)))
+                let state = Arc::clone(&state);
+                async move { Ok::<_, std::convert::Infallible>(authorized(&req, &state).await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
@@ -76,6 +83,23 @@ fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>>
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
     }
     r
+}
+
+/// [`handle`], behind the auth gate when there is one; a refusal answers as upstream (plain text).
+async fn authorized(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    if let Some(gate) = &state.auth {
+        if let Err(refusal) = gate
+            .check(req.method(), req.uri().path(), req.headers())
+            .await
+        {
+            return reply(
+                refusal.status(),
+                "text/plain; charset=utf-8",
+                format!("{refusal}\n"),
+            );
+        }
+    }
+    handle(req, state)
 }
 
 fn handle(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {

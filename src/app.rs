@@ -122,7 +122,11 @@ pub async fn run_with_drain(
     let director = Arc::new(Director::new(shared.clone(), dopts).with_placement_sink(placements));
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file));
-    let leader = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
+    let kube = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
+    let (client, readiness) = kube.map_or((None, Vec::new()), |k| (Some(k.client), k.readiness));
+    let auth = client
+        .filter(|_| opts.metrics_auth())
+        .map(|c| admin::auth::MetricsAuth::new(c, Arc::clone(&metrics)));
     let admin_state = admin::AdminState {
         registry,
         datastore: Arc::clone(&datastore),
@@ -131,6 +135,7 @@ pub async fn run_with_drain(
         pool_name: opts.pool_label(),
         config_origin: config_origin(&opts),
         staleness: opts.metrics_staleness_threshold,
+        auth,
     };
     tracker.spawn(admin::serve(
         listeners.metrics,
@@ -201,17 +206,11 @@ pub async fn run_with_drain(
             ),
         ),
     ));
-    match leader {
-        None => health.set_ready(true).await,
-        Some(rx) => {
-            tracker.spawn(follow_leader(
-                health.clone(),
-                rx,
-                drain.clone(),
-                shutdown.clone(),
-            ));
-        }
-    }
+    tracker.spawn(
+        health
+            .clone()
+            .follow(readiness, drain.clone(), shutdown.clone()),
+    );
     tracker.spawn(drain_then_stop(
         health.clone(),
         drain,
@@ -221,6 +220,7 @@ pub async fn run_with_drain(
     tracing::info!(
         endpoints = datastore.snapshot().len(),
         tls = opts.secure_serving,
+        metrics_auth = opts.metrics_auth(),
         "epp ready"
     );
     tokio::select! {
@@ -422,15 +422,21 @@ fn spawn_background(
     }
 }
 
-/// Starts Kubernetes discovery (and leader election) when the options ask for it; returns the
-/// leadership signal readiness must follow, if elections are on.
+/// What Kubernetes mode hands back: the client (for `/metrics` auth) and the signals readiness
+/// follows (discovery synced and its API server reachable; leadership, with leader election).
+struct Kube {
+    client: kube::Client,
+    readiness: Vec<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Starts Kubernetes discovery (and leader election) when the options ask for it.
 async fn spawn_kubernetes(
     opts: &Options,
     datastore: &Arc<Datastore>,
     metrics: &Arc<Metrics>,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
+) -> anyhow::Result<Option<Kube>> {
     use discovery::k8s::{self, PoolSource};
     if !opts.uses_kubernetes() {
         return Ok(None);
@@ -443,24 +449,32 @@ async fn spawn_kubernetes(
     let client = k8s::client(opts.kubeconfig.as_deref()).await?;
     let namespace = opts.namespace();
     tracing::info!(namespace = %namespace, source = ?source, "Kubernetes discovery");
+    let (sync, sync_tracker, synced) =
+        k8s::sync::tracker(client.clone(), opts.kube_api_unreachable_grace);
+    tracker.spawn(sync_tracker.run(shutdown.clone()));
+    let watching = k8s::Watching {
+        client: client.clone(),
+        namespace: namespace.clone(),
+        datastore: Arc::clone(datastore),
+        metrics: Arc::clone(metrics),
+        sync,
+    };
     tracker.spawn(k8s::run_endpoints(
-        client.clone(),
-        namespace.clone(),
+        watching.clone(),
         source,
-        Arc::clone(datastore),
-        Arc::clone(metrics),
         shutdown.clone(),
     ));
     tracker.spawn(k8s::run_objectives(
-        client.clone(),
-        namespace.clone(),
+        watching,
         opts.pool_name.clone(),
-        Arc::clone(datastore),
-        Arc::clone(metrics),
         shutdown.clone(),
     ));
+    let mut kube = Kube {
+        client: client.clone(),
+        readiness: vec![synced],
+    };
     if !opts.ha_enable_leader_election {
-        return Ok(None);
+        return Ok(Some(kube));
     }
     let pool = opts
         .pool_name
@@ -483,26 +497,9 @@ async fn spawn_kubernetes(
         timing,
     };
     let (tx, rx) = tokio::sync::watch::channel(false);
-    tracker.spawn(election.run(client, tx, shutdown.clone()));
-    Ok(Some(rx))
-}
-
-/// Readiness follows leadership.
-async fn follow_leader(
-    health: Health,
-    mut leader: tokio::sync::watch::Receiver<bool>,
-    drain: CancellationToken,
-    shutdown: CancellationToken,
-) {
-    loop {
-        let leading = *leader.borrow_and_update();
-        health.set_ready(leading).await;
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = drain.cancelled() => return,
-            changed = leader.changed() => if changed.is_err() { return },
-        }
-    }
+    tracker.spawn(election.run(client, tx, Arc::clone(metrics), shutdown.clone()));
+    kube.readiness.push(rx);
+    Ok(Some(kube))
 }
 
 /// The graceful stop: NOT_SERVING at once, ext_proc served for `timeout`, then everything stops.

@@ -285,7 +285,7 @@ impl FlowControl {
     }
 
     fn labels(&self, ticket: &Ticket) -> FlowQueueLabels {
-        let model = ticket.model_name.clone();
+        let model = self.metrics.model(&ticket.model_name);
         FlowQueueLabels {
             fairness_id: ticket.fairness_id.clone(),
             priority: ticket.priority.to_string(),

@@ -8,8 +8,13 @@
 //! racing for an expired lease exactly one wins (the other gets 409 Conflict). The leader renews
 //! every retry period and steps down when it cannot renew within the renew deadline. On
 //! shutdown the leader releases the lease (controller-runtime's `ReleaseOnCancel`).
+//!
+//! A lease request the API server refuses (403: the ServiceAccount lacks the leader-election
+//! Role) is no reason to stop: it is counted in `epp_kubernetes_forbidden_total{resource="leases"}`
+//! every time, logged once per verb naming the missing permission, and retried every retry
+//! period; this replica simply never leads (so never reports ready) until the Role is granted.
 
-use crate::metrics::KubeVerb;
+use crate::metrics::{ForbiddenLabels, KubeResource, KubeVerb, Metrics};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -145,14 +150,23 @@ impl Election {
         }
     }
 
-    /// Logs a failed lease request: a 403 once per verb, naming the missing permission.
+    /// Logs a failed lease request (a 403 once per verb, naming the missing permission) and
+    /// counts every 403.
     fn report(
         &self,
         verb: KubeVerb,
         e: &kube::Error,
+        metrics: &Metrics,
         forbidden: &mut std::collections::HashSet<KubeVerb>,
     ) {
         let is_403 = matches!(e, kube::Error::Api(s) if s.code == 403);
+        if is_403 {
+            let labels = ForbiddenLabels {
+                resource: KubeResource::leases,
+                verb,
+            };
+            metrics.kubernetes_forbidden.get_or_create(&labels).inc();
+        }
         if !is_403 {
             tracing::warn!(error = %e, lease = %self.lease_name, "leader election: lease request failed");
         } else if forbidden.insert(verb) {
@@ -186,6 +200,7 @@ impl Election {
         self,
         client: Client,
         leader: watch::Sender<bool>,
+        metrics: std::sync::Arc<Metrics>,
         shutdown: CancellationToken,
     ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
@@ -195,7 +210,7 @@ impl Election {
             let held = match self.try_acquire(&api).await {
                 Ok(held) => held,
                 Err((verb, e)) => {
-                    self.report(verb, &e, &mut forbidden);
+                    self.report(verb, &e, &metrics, &mut forbidden);
                     false
                 }
             };
@@ -250,5 +265,37 @@ mod tests {
             Election::lease_name("ns", "pool"),
             "epp-ns-pool.gateway-api-inference-extension.sigs.k8s.io"
         );
+    }
+
+    #[test]
+    fn a_refused_lease_request_is_counted_every_time_and_logged_once_per_verb() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let election = Election {
+            lease_name: "l".into(),
+            namespace: "ns".into(),
+            identity: "me".into(),
+            timing: Timing::default(),
+        };
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        let mut logged = std::collections::HashSet::new();
+        for _ in 0..3 {
+            election.report(KubeVerb::get, &status(403), &metrics, &mut logged);
+        }
+        election.report(KubeVerb::create, &status(500), &metrics, &mut logged);
+        let count = |verb| {
+            let labels = ForbiddenLabels {
+                resource: KubeResource::leases,
+                verb,
+            };
+            metrics.kubernetes_forbidden.get_or_create(&labels).get()
+        };
+        assert_eq!(count(KubeVerb::get), 3);
+        assert_eq!(count(KubeVerb::create), 0, "only refusals are counted");
+        assert_eq!(logged.len(), 1);
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! Names and labels follow the upstream EPP (`pkg/epp/metrics/metrics.go`) so dashboards and
 //! alerts carry over; families prefixed `epp_` are ours and say so in their help text.
-//! Label values are typed structs; nothing formats a metric name at request time.
+//! Label values are typed structs; nothing formats a metric name at request time. Closed sets
+//! (outcomes, error codes, resources, kinds) are enums; model names are capped ([`model`]).
+
+pub mod model;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,31 +15,48 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+pub use model::{ModelLabel, ModelNames};
+
 type GaugeF = Gauge<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelLabels {
-    pub model_name: String,
-    pub target_model_name: String,
+    pub model_name: ModelLabel,
+    pub target_model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub model_name: String,
-    pub target_model_name: String,
+    pub model_name: ModelLabel,
+    pub target_model_name: ModelLabel,
     pub priority: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
-    pub model_name: String,
-    pub target_model_name: String,
-    pub error_code: String,
+    pub model_name: ModelLabel,
+    pub target_model_name: ModelLabel,
+    pub error_code: ErrorCode,
+}
+
+/// Upstream's error codes (`pkg/common/error/error.go`), the `error_code` label value.
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+pub enum ErrorCode {
+    BadRequest,
+    PreconditionFailed,
+    RequestTimeout,
+    PayloadTooLarge,
+    RequestHeaderFieldsTooLarge,
+    ResourceExhausted,
+    Internal,
+    ServiceUnavailable,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunningLabels {
-    pub model_name: String,
+    pub model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,8 +72,8 @@ pub struct PodLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
-    pub status: String,
-    pub target_model_name: String,
+    pub status: Outcome,
+    pub target_model_name: ModelLabel,
     pub pod_name: String,
     pub namespace: String,
     pub port: String,
@@ -77,8 +97,20 @@ pub struct InfoLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CrdRuleLabels {
-    pub kind: String,
-    pub rule: String,
+    pub kind: CrdKind,
+    /// The rule's id ([`crate::crd::validate::Rule`]): a closed set defined in code.
+    pub rule: &'static str,
+}
+
+/// A CRD kind whose objects pass the admission gate (label value of `epp_crd_validation_failures`).
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+pub enum CrdKind {
+    InferencePool,
+    InferenceObjective,
+    InferenceModel,
+    InferenceModelRewrite,
 }
 
 /// A Kubernetes resource epp reads (label value of `epp_kubernetes_forbidden`).
@@ -93,6 +125,9 @@ pub enum KubeResource {
     inferencemodels,
     inferencemodelrewrites,
     leases,
+    /// `/metrics` auth (`--metrics-endpoint-auth`).
+    tokenreviews,
+    subjectaccessreviews,
 }
 
 /// The verb the API server refused (label value of `epp_kubernetes_forbidden`).
@@ -114,6 +149,27 @@ pub struct ForbiddenLabels {
     pub verb: KubeVerb,
 }
 
+/// How `/metrics` authentication (`--metrics-endpoint-auth`) answered a request.
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+#[allow(non_camel_case_types)]
+pub enum MetricsAuthOutcome {
+    /// Authenticated and authorized (200).
+    allowed,
+    /// No bearer token, or TokenReview did not authenticate it (401).
+    unauthenticated,
+    /// Authenticated, but SubjectAccessReview denied `get` on the path (403).
+    forbidden,
+    /// TokenReview or SubjectAccessReview could not be asked (500).
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetricsAuthLabels {
+    pub outcome: MetricsAuthOutcome,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KvEventLabels {
     pub kind: KvEventKind,
@@ -130,8 +186,8 @@ pub struct FlowQueueLabels {
     pub fairness_id: String,
     pub priority: String,
     pub inference_pool: String,
-    pub model_name: String,
-    pub target_model_name: String,
+    pub model_name: ModelLabel,
+    pub target_model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -140,8 +196,8 @@ pub struct FlowDurationLabels {
     pub priority: String,
     pub outcome: FlowOutcome,
     pub inference_pool: String,
-    pub model_name: String,
-    pub target_model_name: String,
+    pub model_name: ModelLabel,
+    pub target_model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -275,6 +331,10 @@ pub struct Metrics {
     /// Placements shared with other replicas, by outcome.
     pub peer_messages: Family<PeerLabels, Counter>,
     pub flow: FlowControlMetrics,
+    /// `/metrics` requests refused or failed by the endpoint's authentication, by outcome.
+    pub metrics_auth: Family<MetricsAuthLabels, Counter>,
+    /// The model names given label values so far (capped).
+    pub models: ModelNames,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
@@ -305,6 +365,11 @@ pub struct KvEventMetrics {
 }
 
 impl Metrics {
+    /// The label value for model `name`, capped at [`model::MODEL_LABEL_CAP`] distinct names.
+    pub fn model(&self, name: &str) -> ModelLabel {
+        self.models.label(name)
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::new();
@@ -470,6 +535,8 @@ impl Metrics {
             kubernetes_forbidden: Family::default(),
             kv: KvEventMetrics::default(),
             peer_messages: Family::default(),
+            metrics_auth: Family::default(),
+            models: ModelNames::default(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),
@@ -629,6 +696,11 @@ impl Metrics {
             self.crd_validation_failures.clone(),
         );
         r.register(
+            "epp_metrics_auth_requests",
+            "epp: requests to the metrics port by authentication outcome (--metrics-endpoint-auth)",
+            self.metrics_auth.clone(),
+        );
+        r.register(
             "epp_kubernetes_forbidden",
             "epp: Kubernetes API requests refused as forbidden (RBAC), by resource and verb",
             self.kubernetes_forbidden.clone(),
@@ -710,8 +782,8 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         let labels = RequestLabels {
-            model_name: "m".into(),
-            target_model_name: "m".into(),
+            model_name: m.model("m"),
+            target_model_name: m.model("m"),
             priority: "0".into(),
         };
         m.request_total.get_or_create(&labels).inc();
@@ -726,6 +798,74 @@ mod tests {
         assert!(text.contains("llm_d_epp_ready_endpoints{name=\"p\"} 2"));
         assert!(
             text.contains("# TYPE inference_extension_scheduler_e2e_duration_seconds histogram")
+        );
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    fn text(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn request_series_beyond_a_thousand_models_collapse_into_other() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        for i in 0..model::MODEL_LABEL_CAP + 50 {
+            let name = m.model(&format!("model-{i}"));
+            let labels = RequestLabels {
+                model_name: name.clone(),
+                target_model_name: name,
+                priority: "0".into(),
+            };
+            m.request_total.get_or_create(&labels).inc();
+        }
+        let text = text(&registry);
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("inference_objective_request_total{"))
+            .count();
+        assert_eq!(
+            series,
+            model::MODEL_LABEL_CAP + 1,
+            "a thousand names and `other`"
+        );
+        assert!(text.contains(
+            r#"inference_objective_request_total{model_name="other",target_model_name="other",priority="0"} 50"#
+        ));
+    }
+
+    #[test]
+    fn closed_set_labels_encode_as_their_upstream_names() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let labels = ErrorLabels {
+            model_name: m.model("m"),
+            target_model_name: m.model("m"),
+            error_code: ErrorCode::RequestHeaderFieldsTooLarge,
+        };
+        m.request_error_total.get_or_create(&labels).inc();
+        let attempt = AttemptLabels {
+            status: Outcome::success,
+            target_model_name: m.model("m"),
+            pod_name: String::new(),
+            namespace: String::new(),
+            port: String::new(),
+        };
+        m.scheduler_attempts.get_or_create(&attempt).inc();
+        let text = text(&registry);
+        assert!(
+            text.contains(r#"error_code="RequestHeaderFieldsTooLarge""#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"inference_extension_scheduler_attempts_total{status="success""#),
+            "{text}"
         );
     }
 }

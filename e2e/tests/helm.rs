@@ -112,6 +112,11 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             }
             ("rbac.authorization.k8s.io/v1", "Role") => drop(typed::<Role>(o)),
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => drop(typed::<RoleBinding>(o)),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => drop(typed::<ClusterRole>(o)),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                drop(typed::<ClusterRoleBinding>(o))
+            }
+            ("v1", "Secret") => assert_eq!(o["type"], "kubernetes.io/service-account-token"),
             ("inference.networking.k8s.io/v1", "InferencePool") => {
                 drop(typed::<epp::crd::pool::InferencePool>(o))
             }
@@ -175,6 +180,8 @@ fn the_default_chart_renders_a_pool_epp_and_least_privilege_rbac() {
     assert_eq!(
         kinds,
         [
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
             "InferencePool",
@@ -183,6 +190,70 @@ fn the_default_chart_renders_a_pool_epp_and_least_privilege_rbac() {
             "Service",
             "ServiceAccount"
         ]
+    );
+}
+
+/// The rules of the ClusterRole that lets epp review tokens for /metrics, if rendered.
+fn metrics_auth_rules(objects: &[Value]) -> Option<Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole")
+        .map(|o| o["rules"].clone())
+}
+
+fn deployment_args(objects: &[Value]) -> Vec<String> {
+    let d = find(objects, "Deployment");
+    serde_json::from_value(d["spec"]["template"]["spec"]["containers"][0]["args"].clone()).unwrap()
+}
+
+#[test]
+fn metrics_auth_is_on_by_default_with_the_review_permissions_and_off_on_request() {
+    let pool = json!({"modelServers": {"matchLabels": {"app": "vllm"}}});
+    let on = render(&json!({"inferencePool": pool}));
+    let args = deployment_args(&on);
+    assert!(
+        !args.iter().any(|a| a.contains("metrics-endpoint-auth")),
+        "{args:?}"
+    );
+    let rules =
+        metrics_auth_rules(&on).expect("a ClusterRole for TokenReview and SubjectAccessReview");
+    assert_eq!(
+        rules,
+        json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+        ])
+    );
+    let binding = find(&on, "ClusterRoleBinding");
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        find(&on, "ServiceAccount")["metadata"]["name"]
+    );
+
+    let off = render(
+        &json!({"inferencePool": pool, "inferenceExtension": {"monitoring": {"prometheus": {"auth": {"enabled": false}}}}}),
+    );
+    assert!(deployment_args(&off).contains(&"--metrics-endpoint-auth=false".to_owned()));
+    assert_eq!(
+        metrics_auth_rules(&off),
+        None,
+        "no cluster-wide grant without auth"
+    );
+
+    let scraped = render(
+        &json!({"inferencePool": pool, "inferenceExtension": {"monitoring": {"prometheus": {"enabled": true}}}}),
+    );
+    check_objects(&scraped);
+    let monitor = find(&scraped, "ServiceMonitor");
+    let secret = find(&scraped, "Secret");
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["authorization"]["credentials"]["name"],
+        secret["metadata"]["name"]
+    );
+    let rules = metrics_auth_rules(&scraped).unwrap();
+    assert_eq!(
+        rules[2],
+        json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]})
     );
 }
 

@@ -620,10 +620,6 @@ fn upstream_keys_epp_cannot_honour_fail_with_a_message() {
             "Google Managed Prometheus",
         ),
         (
-            gie(json!({"inferenceExtension": {"monitoring": {"prometheus": {"enabled": true, "auth": {"enabled": true}}}}})),
-            "epp does not authenticate /metrics",
-        ),
-        (
             router(json!({"router": {"modelServers": {"type": "triton"}}})),
             "triton (generic NVIDIA Triton) is not supported",
         ),

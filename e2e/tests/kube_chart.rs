@@ -73,14 +73,27 @@ async fn the_chart_installs_and_epp_routes_as_its_service_account_with_least_pri
     }
 }
 
-/// What the chart's Role grants (read pods and the inference CRDs of the release namespace) works;
-/// everything else is refused by the server with 403.
+/// What the chart's Role grants (read pods and the inference CRDs of the release namespace) and
+/// its `/metrics` auth ClusterRole grants (create TokenReviews) works; everything else is refused
+/// by the server with 403.
 async fn assert_least_privilege(client: &kube::Client, ns: &str) {
     let lp = ListParams::default();
     Api::<Pod>::namespaced(client.clone(), ns)
         .list(&lp)
         .await
         .expect("the chart grants list pods");
+    let review = k8s_openapi::api::authentication::v1::TokenReview {
+        spec: k8s_openapi::api::authentication::v1::TokenReviewSpec {
+            token: "not-a-token".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<k8s_openapi::api::authentication::v1::TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("the chart grants create tokenreviews (metrics auth)");
+    assert_ne!(answer.status.and_then(|s| s.authenticated), Some(true));
     let forbidden = |what: &str, r: Result<(), kube::Error>| {
         let (code, message) = rejection(r);
         assert_eq!(code, 403, "{what}: {message}");
@@ -102,6 +115,13 @@ async fn assert_least_privilege(client: &kube::Client, ns: &str) {
     forbidden(
         "list pods cluster-wide",
         Api::<Pod>::all(client.clone()).list(&lp).await.map(drop),
+    );
+    forbidden(
+        "list cluster roles",
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+            .list(&lp)
+            .await
+            .map(drop),
     );
     forbidden(
         "create a pod",

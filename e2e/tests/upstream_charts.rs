@@ -347,6 +347,14 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
         }
     }
     argv.extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
+    // The renderings keep upstream's /metrics auth on; the fake API server reviews no tokens,
+    // so the scrape check below reads /metrics with auth off (kube_ops tests the auth itself).
+    if !argv
+        .iter()
+        .any(|a| a.starts_with("--metrics-endpoint-auth"))
+    {
+        argv.push("--metrics-endpoint-auth=false".into());
+    }
     // The shared in-process launcher binds the ports and waits for readiness (the leader's,
     // with leader election); a refused argument or config fails start-up with its message.
     let epp = epp_e2e::stack::Epp::start(&argv[1..])

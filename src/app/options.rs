@@ -210,10 +210,16 @@ pub struct Options {
     /// Flow control: how long a request may wait (`defaultRequestTTL`; 503 beyond).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub flow_control_default_request_ttl: Duration,
-    /// Metrics endpoint authentication (upstream default true: TokenReview +
-    /// SubjectAccessReview). Accepted; see `partial_notes`.
-    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub metrics_endpoint_auth: bool,
+    /// Metrics endpoint authentication and authorization, as upstream: a bearer token checked
+    /// with TokenReview, then SubjectAccessReview for `get` on the path. Default: on in
+    /// Kubernetes mode (upstream's default), off without an API server to ask; `true` without
+    /// Kubernetes discovery fails start-up.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub metrics_endpoint_auth: Option<bool>,
+    /// How long the Kubernetes API server may stay unreachable before readiness turns
+    /// NOT_SERVING (epp; routing continues from the last known state meanwhile).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub kube_api_unreachable_grace: Duration,
     /// Log format: `json` or `console`.
     #[arg(long, default_value = "console")]
     pub zap_encoder: String,
@@ -376,6 +382,12 @@ impl Options {
         if self.ha_enable_leader_election && !self.uses_kubernetes() {
             return Err(OptionsError::ElectionWithoutKubernetes);
         }
+        if self.metrics_endpoint_auth == Some(true) && !self.uses_kubernetes() {
+            return Err(OptionsError::Requires(
+                "--metrics-endpoint-auth=true",
+                "Kubernetes discovery (--pool-name or --endpoint-selector) to review tokens",
+            ));
+        }
         if self.enable_cert_reload {
             return Err(OptionsError::Unsupported("--enable-cert-reload"));
         }
@@ -413,6 +425,11 @@ impl Options {
     pub fn uses_kubernetes(&self) -> bool {
         let static_eps = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
         !static_eps && (self.pool_name.is_some() || self.endpoint_selector.is_some())
+    }
+
+    /// Whether the metrics port checks bearer tokens with the API server.
+    pub fn metrics_auth(&self) -> bool {
+        self.metrics_endpoint_auth.unwrap_or(true) && self.uses_kubernetes()
     }
 
     /// `--pool-namespace`, then `$NAMESPACE`, then `default`.
@@ -456,9 +473,6 @@ impl Options {
             Some(v) if v < TlsVersion::Tls12 => notes.push("--tls-min-version below TLS 1.2: epp's TLS stack (rustls) supports TLS 1.2 and 1.3 only, so its minimum is TLS 1.2".to_owned()),
             Some(TlsVersion::Tls13) => notes.push("--tls-min-version=VersionTLS13: epp still accepts TLS 1.2 clients (its gRPC TLS stack does not expose the minimum)".to_owned()),
             _ => {}
-        }
-        if self.metrics_endpoint_auth {
-            notes.push("--metrics-endpoint-auth: /metrics is not protected by epp (TokenReview is not implemented); restrict the metrics port with a NetworkPolicy".to_owned());
         }
         notes
     }
@@ -549,5 +563,30 @@ mod tests {
             Err(OptionsError::ElectionWithoutKubernetes)
         ));
         assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn metrics_auth_is_on_by_default_in_kubernetes_mode_only() {
+        let parse = |args: &[&str]| {
+            Options::try_parse_from(std::iter::once("epp").chain(args.iter().copied())).unwrap()
+        };
+        assert!(
+            parse(&["--pool-name", "p"]).metrics_auth(),
+            "upstream's default"
+        );
+        assert!(!parse(&["--pool-name", "p", "--metrics-endpoint-auth=false"]).metrics_auth());
+        let static_eps = parse(&["--static-endpoints", "127.0.0.1:1"]);
+        assert!(!static_eps.metrics_auth(), "no API server to ask");
+        static_eps.validate().unwrap();
+        let forced = parse(&[
+            "--static-endpoints",
+            "127.0.0.1:1",
+            "--metrics-endpoint-auth",
+        ]);
+        assert!(matches!(forced.validate(), Err(OptionsError::Requires(..))));
+        assert_eq!(
+            parse(&["--pool-name", "p"]).kube_api_unreachable_grace,
+            Duration::from_secs(30)
+        );
     }
 }

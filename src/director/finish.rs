@@ -11,8 +11,8 @@ use std::time::Instant;
 /// Records a finished response in the objective metrics and the endpoint's health.
 pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary) {
     let labels = ModelLabels {
-        model_name: routed.model.clone(),
-        target_model_name: routed.target_model.clone(),
+        model_name: d.metrics.model(&routed.model),
+        target_model_name: d.metrics.model(&routed.target_model),
     };
     let m = &d.metrics;
     m.request_duration

@@ -7,7 +7,7 @@ use super::{prompt_cap, Director, Runtime};
 use crate::admission;
 use crate::datastore::{EndpointSet, EndpointState};
 use crate::endpoint::EndpointId;
-use crate::metrics::{AttemptLabels, RequestLabels, RunningLabels};
+use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
 use crate::objectives::Priority;
 use crate::prefix::source::{Lookup, Pod, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
@@ -227,8 +227,8 @@ impl Director {
                 let body = (p.target != req.model)
                     .then(|| request::rewrite_model(p.bytes, &req.model_span, &p.target));
                 let labels = RequestLabels {
-                    model_name: req.model.clone(),
-                    target_model_name: p.target.clone(),
+                    model_name: self.metrics.model(&req.model),
+                    target_model_name: self.metrics.model(&p.target),
                     priority: p.priority.to_string(),
                 };
                 self.metrics.request_total.get_or_create(&labels).inc();
@@ -387,18 +387,18 @@ impl Director {
             .observe(started.elapsed().as_secs_f64());
         let (status, pod) = match &result {
             Ok(d) => (
-                "success",
+                Outcome::success,
                 d.endpoints
                     .first()
                     .map(|e| e.to_string())
                     .unwrap_or_default(),
             ),
-            Err(_) => ("failure", String::new()),
+            Err(_) => (Outcome::failure, String::new()),
         };
         let port = pod.rsplit(':').next().unwrap_or("").to_owned();
         let labels = AttemptLabels {
-            status: status.into(),
-            target_model_name: sreq.target_model.to_owned(),
+            status,
+            target_model_name: self.metrics.model(sreq.target_model),
             pod_name: pod,
             namespace: String::new(),
             port,
@@ -487,7 +487,7 @@ impl Director {
             .metrics
             .running_requests
             .get_or_create(&RunningLabels {
-                model_name: model.to_owned(),
+                model_name: self.metrics.model(model),
             })
             .clone();
         running.inc();

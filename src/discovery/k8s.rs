@@ -13,11 +13,14 @@
 //! atomically here, so a re-list never publishes a half-empty pool. Errors (API server down,
 //! CRD not installed) are logged and retried with backoff; the last good state stays published.
 //! CRD objects pass through a [`gate::Gate`] first, which drops those breaking the CRDs' CEL rules.
+//! Both tasks feed [`sync`], which tells readiness whether discovery has synced and the API
+//! server still answers.
 
 pub mod gate;
 pub mod objectives;
 pub mod pods;
 pub mod report;
+pub mod sync;
 
 use crate::crd::validate::Validate;
 use crate::crd::{
@@ -25,7 +28,7 @@ use crate::crd::{
     rewrite::InferenceModelRewrite,
 };
 use crate::datastore::Datastore;
-use crate::metrics::{KubeResource, Metrics};
+use crate::metrics::{CrdKind, KubeResource, Metrics};
 use futures::stream::{BoxStream, StreamExt};
 use gate::Gate;
 use k8s_openapi::api::core::v1::Pod;
@@ -38,6 +41,7 @@ use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
+pub use sync::{SyncInputs, Synced};
 use tokio_util::sync::CancellationToken;
 
 pub const GROUP_V1: &str = "inference.networking.k8s.io";
@@ -149,6 +153,8 @@ fn credential_source(kubeconfig: Option<&std::path::Path>) -> String {
 struct Mirror<V> {
     items: BTreeMap<String, V>,
     relist: Option<BTreeMap<String, V>>,
+    /// Whether a first list has completed.
+    listed: bool,
 }
 
 impl<V> Default for Mirror<V> {
@@ -156,6 +162,7 @@ impl<V> Default for Mirror<V> {
         Self {
             items: BTreeMap::new(),
             relist: None,
+            listed: false,
         }
     }
 }
@@ -174,6 +181,7 @@ impl<V> Mirror<V> {
             }
             Event::InitDone => {
                 self.items = self.relist.take().unwrap_or_default();
+                self.listed = true;
                 true
             }
             Event::Apply((k, v)) => {
@@ -269,14 +277,14 @@ fn pool_stream(
                     Api::<pool::InferencePool>::namespaced(client.clone(), namespace),
                     config,
                     v1_target,
-                    Gate::new("InferencePool", Arc::clone(metrics)),
+                    Gate::new(CrdKind::InferencePool, Arc::clone(metrics)),
                 )
             } else {
                 watch_checked(
                     Api::<pool_v1alpha2::InferencePool>::namespaced(client.clone(), namespace),
                     config,
                     v1alpha2_target,
-                    Gate::new("InferencePool", Arc::clone(metrics)),
+                    Gate::new(CrdKind::InferencePool, Arc::clone(metrics)),
                 )
             }
         }
@@ -284,15 +292,26 @@ fn pool_stream(
     }
 }
 
-/// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change.
-pub async fn run_endpoints(
-    client: Client,
-    namespace: String,
-    source: PoolSource,
-    datastore: Arc<Datastore>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) {
+/// What both watch tasks share: where they watch, what they write and whom they tell.
+#[derive(Clone)]
+pub struct Watching {
+    pub client: Client,
+    pub namespace: String,
+    pub datastore: Arc<Datastore>,
+    pub metrics: Arc<Metrics>,
+    pub sync: SyncInputs,
+}
+
+/// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change
+/// and whether it is synced (pods listed, the pool present) to readiness.
+pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: CancellationToken) {
+    let Watching {
+        client,
+        namespace,
+        datastore,
+        metrics,
+        sync,
+    } = w;
     let pod_config = match &source {
         PoolSource::Selector(t) => watcher::Config::default().labels(
             &t.selector
@@ -311,7 +330,7 @@ pub async fn run_endpoints(
     let mut pools = pool_stream(&client, &namespace, &source, &metrics);
     let (mut pod_mirror, mut pool_mirror) =
         (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
-    let mut report = Reporter::new(Arc::clone(&metrics));
+    let mut report = Reporter::new(Arc::clone(&metrics), Some(sync.clone()));
     loop {
         let changed = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -330,40 +349,41 @@ pub async fn run_endpoints(
             .unwrap_or_default();
         tracing::debug!(count = endpoints.len(), "endpoints from Kubernetes");
         datastore.set_endpoints(endpoints);
+        sync.set_listed(pod_mirror.listed && target.is_some());
     }
 }
 
 /// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
 /// restricts them to those referencing the pool.
-pub async fn run_objectives(
-    client: Client,
-    namespace: String,
-    pool: Option<String>,
-    datastore: Arc<Datastore>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) {
+pub async fn run_objectives(w: Watching, pool: Option<String>, shutdown: CancellationToken) {
+    let Watching {
+        client,
+        namespace,
+        datastore,
+        metrics,
+        sync,
+    } = w;
     let cfg = watcher::Config::default;
     let mut objectives = watch_checked(
         Api::<InferenceObjective>::namespaced(client.clone(), &namespace),
         cfg(),
         |o| o,
-        Gate::new("InferenceObjective", Arc::clone(&metrics)),
+        Gate::new(CrdKind::InferenceObjective, Arc::clone(&metrics)),
     );
     let mut models = watch_checked(
         Api::<InferenceModel>::namespaced(client.clone(), &namespace),
         cfg(),
         |m| m,
-        Gate::new("InferenceModel", Arc::clone(&metrics)),
+        Gate::new(CrdKind::InferenceModel, Arc::clone(&metrics)),
     );
     let mut rewrites = watch_checked(
         Api::<InferenceModelRewrite>::namespaced(client, &namespace),
         cfg(),
         |r| r,
-        Gate::new("InferenceModelRewrite", Arc::clone(&metrics)),
+        Gate::new(CrdKind::InferenceModelRewrite, Arc::clone(&metrics)),
     );
     let (mut om, mut mm, mut rm) = (Mirror::default(), Mirror::default(), Mirror::default());
-    let mut report = Reporter::new(Arc::clone(&metrics));
+    let mut report = Reporter::new(Arc::clone(&metrics), Some(sync));
     loop {
         let changed = tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -19,6 +19,7 @@
 //! `Prefer: if-available` with nothing cached answers 412 `PreconditionFailed`, no drop reason.
 
 use crate::director::DirectorError;
+use crate::metrics::ErrorCode;
 use crate::request::RequestError;
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
@@ -50,6 +51,20 @@ impl Code {
             Self::ResourceExhausted => 429,
             Self::Internal => 500,
             Self::ServiceUnavailable => 503,
+        }
+    }
+
+    /// The `error_code` metric label.
+    pub fn label(self) -> ErrorCode {
+        match self {
+            Self::BadRequest => ErrorCode::BadRequest,
+            Self::PreconditionFailed => ErrorCode::PreconditionFailed,
+            Self::RequestTimeout => ErrorCode::RequestTimeout,
+            Self::PayloadTooLarge => ErrorCode::PayloadTooLarge,
+            Self::HeadersTooLarge => ErrorCode::RequestHeaderFieldsTooLarge,
+            Self::ResourceExhausted => ErrorCode::ResourceExhausted,
+            Self::Internal => ErrorCode::Internal,
+            Self::ServiceUnavailable => ErrorCode::ServiceUnavailable,
         }
     }
 

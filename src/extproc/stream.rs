@@ -514,16 +514,13 @@ impl StreamMachine {
         }
         tracing::debug!(error = %err, status = code.http_status(), "request rejected");
         let (model_name, target_model_name) = self.error_models(request);
+        let metrics = &self.services.metrics;
         let labels = ErrorLabels {
-            model_name,
-            target_model_name,
-            error_code: code.name().to_owned(),
+            model_name: metrics.model(&model_name),
+            target_model_name: metrics.model(&target_model_name),
+            error_code: code.label(),
         };
-        self.services
-            .metrics
-            .request_error_total
-            .get_or_create(&labels)
-            .inc();
+        metrics.request_error_total.get_or_create(&labels).inc();
         out.push(status::immediate(&err));
         self.state = State::Done;
     }

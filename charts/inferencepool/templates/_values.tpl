@@ -119,9 +119,15 @@ or this chart cannot provide, fail the render with a message naming them.
 {{- /* Monitoring. */ -}}
 {{- $mon := ternary ($r.monitoring | default dict) ($ie.monitoring | default dict) (hasKey $r "monitoring") -}}
 {{- $prom := $mon.prometheus | default dict -}}
-{{- if and $prom.enabled (($prom.auth | default dict).enabled) -}}
-{{- fail "monitoring.prometheus.auth.enabled: epp does not authenticate /metrics (no TokenReview); set it to false and restrict the metrics port (9090) with a NetworkPolicy" -}}
+{{- /* /metrics auth (TokenReview + SubjectAccessReview): on unless auth.enabled is false, as
+     upstream; a --metrics-endpoint-auth flag wins. */ -}}
+{{- $auth := $prom.auth | default dict -}}
+{{- $metricsAuth := ternary $auth.enabled true (hasKey $auth "enabled") -}}
+{{- if hasKey $s.flags "metrics-endpoint-auth" -}}
+{{- $metricsAuth = eq (index $s.flags "metrics-endpoint-auth") "true" -}}
 {{- end -}}
+{{- $_ := set $s "metricsAuth" (not (not $metricsAuth)) -}}
+{{- $_ := set $s "metricsSecret" ($auth.secretName | default "inference-gateway-sa-metrics-reader-secret") -}}
 {{- if and $router $prom.enabled -}}
 {{- $mp := (($mon.provider | default dict).name | default "") | lower -}}
 {{- if or (eq $mp "gmp") (and (eq $mp "") (eq (lower (($v.provider | default dict).name | default "")) "gke")) -}}

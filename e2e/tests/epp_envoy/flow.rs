@@ -119,6 +119,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
         "--kubeconfig",
         &kubeconfig.display().to_string(),
         "--secure-serving=false",
+        "--metrics-endpoint-auth=false",
         "--refresh-prometheus-metrics-interval",
         "50ms",
         "--flow-control",

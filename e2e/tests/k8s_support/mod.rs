@@ -79,6 +79,8 @@ impl Epp {
         let mut full = vec![
             "epp".to_owned(),
             "--secure-serving=false".into(),
+            // The tests read /metrics without a token (kube_ops tests the auth).
+            "--metrics-endpoint-auth=false".into(),
             "--refresh-prometheus-metrics-interval".into(),
             "50ms".into(),
             "--pool-namespace".into(),

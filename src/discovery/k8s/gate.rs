@@ -7,14 +7,14 @@
 //! counted in `epp_crd_validation_failures{kind,rule}`.
 
 use crate::crd::validate::{Rule, Validate};
-use crate::metrics::{CrdRuleLabels, Metrics};
+use crate::metrics::{CrdKind, CrdRuleLabels, Metrics};
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct Gate<K> {
-    kind: &'static str,
+    kind: CrdKind,
     accepted: BTreeMap<String, K>,
     /// Names seen during a re-list; the rest are forgotten at `InitDone`.
     relisted: Option<BTreeMap<String, K>>,
@@ -22,7 +22,7 @@ pub struct Gate<K> {
 }
 
 impl<K: Validate + Resource + Clone> Gate<K> {
-    pub fn new(kind: &'static str, metrics: Arc<Metrics>) -> Self {
+    pub fn new(kind: CrdKind, metrics: Arc<Metrics>) -> Self {
         Self {
             kind,
             accepted: BTreeMap::new(),
@@ -80,12 +80,12 @@ impl<K: Validate + Resource + Clone> Gate<K> {
 
     fn reject(&self, obj: &K, rule: &Rule) {
         let ns = obj.namespace().unwrap_or_default();
-        tracing::warn!(kind = self.kind, namespace = %ns, name = %obj.name_any(), rule = rule.rule, "ignoring an object that breaks its CRD's validation rule: {}", rule.message);
+        tracing::warn!(kind = ?self.kind, namespace = %ns, name = %obj.name_any(), rule = rule.rule, "ignoring an object that breaks its CRD's validation rule: {}", rule.message);
         self.metrics
             .crd_validation_failures
             .get_or_create(&CrdRuleLabels {
-                kind: self.kind.to_owned(),
-                rule: rule.id.to_owned(),
+                kind: self.kind,
+                rule: rule.id,
             })
             .inc();
     }
@@ -112,11 +112,11 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn failures(m: &Metrics, rule: &str) -> u64 {
+    fn failures(m: &Metrics, rule: &'static str) -> u64 {
         m.crd_validation_failures
             .get_or_create(&CrdRuleLabels {
-                kind: "InferenceModel".into(),
-                rule: rule.into(),
+                kind: CrdKind::InferenceModel,
+                rule,
             })
             .get()
     }
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn invalid_objects_are_dropped_and_counted() {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
-        let mut gate = Gate::new("InferenceModel", Arc::clone(&metrics));
+        let mut gate = Gate::new(CrdKind::InferenceModel, Arc::clone(&metrics));
         assert!(gate
             .admit(Event::Apply(model("a", "m", &[Some(1), None])))
             .is_none());
@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn a_renamed_model_keeps_its_previous_version() {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
-        let mut gate = Gate::new("InferenceModel", Arc::clone(&metrics));
+        let mut gate = Gate::new(CrdKind::InferenceModel, Arc::clone(&metrics));
         gate.admit(Event::Apply(model("a", "m", &[])));
         let Some(Event::Apply(kept)) = gate.admit(Event::Apply(model("a", "renamed", &[]))) else {
             panic!("the old version should stay")
@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn a_relist_forgets_objects_that_are_gone() {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
-        let mut gate = Gate::new("InferenceModel", metrics);
+        let mut gate = Gate::new(CrdKind::InferenceModel, metrics);
         gate.admit(Event::Apply(model("a", "m", &[])));
         for e in [
             Event::Init,

@@ -16,18 +16,24 @@ use std::sync::Arc;
 pub struct Reporter {
     metrics: Arc<Metrics>,
     logged: HashSet<(KubeResource, KubeVerb)>,
+    /// Told of every failure, so readiness can check whether the API server still answers.
+    sync: Option<super::SyncInputs>,
 }
 
 impl Reporter {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub fn new(metrics: Arc<Metrics>, sync: Option<super::SyncInputs>) -> Self {
         Self {
             metrics,
             logged: HashSet::new(),
+            sync,
         }
     }
 
     /// Reports one failed step of the watch of `resource`.
     pub fn watch_failed(&mut self, resource: KubeResource, e: &watcher::Error) {
+        if let Some(sync) = &self.sync {
+            sync.watch_failed();
+        }
         match forbidden_verb(e) {
             Some(verb) => self.forbidden(resource, verb, e),
             None => tracing::warn!(
@@ -91,7 +97,7 @@ mod tests {
         let metrics = Arc::new(Metrics::register(
             &mut prometheus_client::registry::Registry::default(),
         ));
-        let mut r = Reporter::new(Arc::clone(&metrics));
+        let mut r = Reporter::new(Arc::clone(&metrics), None);
         for _ in 0..3 {
             r.watch_failed(
                 KubeResource::pods,
