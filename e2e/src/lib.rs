@@ -4,13 +4,12 @@
 //! epp, fake and real API servers, ports), [`inference_sim`] (the simulated vLLM pods) and
 //! [`loadgen`] (the load generator and the benchmark orchestrator). This library gives the tests
 //! one import root for all three, under the module names they use (`epp_e2e::envoy`,
-//! `epp_e2e::sim`, ...), plus the benches' director fixture.
+//! `epp_e2e::sim`, ...).
 
-pub mod fixtures;
-
+pub use ::loadgen;
 pub use harness::{
-    client, envoy, fake_apiserver, kube_apiserver, noop_extproc, ports, server, stack, standin,
+    client, envoy, fake_apiserver, kube_apiserver, noop_extproc, ports, prometheus, server, stack,
+    standin,
 };
 pub use inference_sim as sim;
 pub use loadgen::bench;
-pub use ::loadgen;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::endpoint::{Endpoint, EndpointMetrics};
+use crate::endpoint::Endpoint;
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -23,15 +23,11 @@ fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
 
 fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
     let id: EndpointId = format!("127.0.0.1:{port}").parse().unwrap();
-    let m = EndpointMetrics {
-        waiting,
-        running: 0.0,
-        kv_usage: 0.1,
-        lora: None,
-        cache: None,
-        gpu: None,
-        updated: Instant::now() - age,
-    };
+    let m = crate::fixtures::metrics()
+        .waiting(waiting)
+        .kv_usage(0.1)
+        .age(age)
+        .build();
     ds.snapshot().get(&id).unwrap().store_metrics(m);
 }
 

@@ -2,7 +2,7 @@
 //! (in-flight load, prefix index, LRU and session bindings) recorded between requests.
 
 use super::*;
-use crate::endpoint::{Endpoint, EndpointMetrics};
+use crate::endpoint::Endpoint;
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -17,15 +17,7 @@ fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
             .collect(),
     );
     for s in ds.snapshot().iter() {
-        s.store_metrics(EndpointMetrics {
-            waiting: 0.0,
-            running: 0.0,
-            kv_usage: 0.1,
-            lora: None,
-            cache: None,
-            gpu: None,
-            updated: Instant::now(),
-        });
+        s.store_metrics(crate::fixtures::metrics().kv_usage(0.1).build());
     }
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {

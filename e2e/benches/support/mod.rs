@@ -1,10 +1,12 @@
-//! A director over synthetic endpoints, for the decision benchmarks: `n` endpoints with fresh
-//! metrics (queues 0..6, KV 0.3, 30,000 blocks of 16 tokens) and the given configuration.
+//! A director over synthetic endpoints, for the decision benchmarks (`decision`, `scale`): `n`
+//! endpoints with fresh metrics (queues 0..6, KV 0.3, 30,000 blocks of 16 tokens) and the given
+//! configuration.
 
 use anyhow::Context;
 use epp::datastore::Datastore;
 use epp::director::{Director, DirectorOptions, Runtime};
-use epp::endpoint::{CacheInfo, Endpoint, EndpointMetrics};
+use epp::endpoint::Endpoint;
+use epp::fixtures;
 use epp::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,20 +24,14 @@ pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> 
             .context("endpoint address")?,
     );
     for (i, s) in ds.snapshot().iter().enumerate() {
-        let cache = Some(CacheInfo {
-            block_size: 16,
-            num_blocks: 30_000,
-        });
         let updated = Instant::now() + Duration::from_secs(3600);
-        s.store_metrics(EndpointMetrics {
-            waiting: (i % 7) as f64,
-            running: 4.0,
-            kv_usage: 0.3,
-            lora: None,
-            cache,
-            gpu: None,
-            updated,
-        });
+        let metrics = fixtures::metrics()
+            .waiting((i % 7) as f64)
+            .running(4.0)
+            .kv_usage(0.3)
+            .cache(16, 30_000)
+            .updated(updated);
+        s.store_metrics(metrics.build());
     }
     let metrics = Arc::new(Metrics::register(
         &mut prometheus_client::registry::Registry::default(),

@@ -23,10 +23,12 @@
 
 pub mod client;
 pub mod envoy;
+pub mod epp;
 pub mod fake_apiserver;
 pub mod kube_apiserver;
 pub mod noop_extproc;
 pub mod ports;
+pub mod prometheus;
 pub mod server;
 pub mod stack;
 pub mod standin;

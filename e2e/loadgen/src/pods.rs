@@ -20,15 +20,9 @@ impl PodCounters {
     /// Parses the Prometheus text of a vLLM (or inference-sim) `/metrics`.
     pub fn parse(text: &str) -> Self {
         let mut c = Self::default();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((name_labels, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let name = name_labels.split('{').next().unwrap_or(name_labels);
-            let Ok(v) = value.parse::<f64>() else {
-                continue;
-            };
-            match name {
+        for sample in harness::prometheus::samples(text) {
+            let v = sample.value;
+            match sample.name {
                 "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => {
                     c.prefix_queries += v
                 }
