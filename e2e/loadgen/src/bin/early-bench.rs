@@ -9,7 +9,7 @@
 //! allows, and paced at 16 KiB per 2 ms (≈ 8 MB/s, a client link), where deciding early lets
 //! epp's work overlap the upload.
 //!
-//! Run: `EPP_ENVOY=$(hack/install-envoy.sh) cargo run --release -p epp-e2e --bin early-bench -- [requests]`
+//! Run: `EPP_ENVOY=$(hack/install-envoy.sh) cargo run --release -p loadgen --bin early-bench -- [requests]`
 
 #![allow(clippy::unwrap_used)]
 
