@@ -232,6 +232,8 @@ pub struct PodConfig {
     pub kv_events: Option<KvEventsConfig>,
     /// Faults in force at start; changed at run time through `PodControl`.
     pub faults: Faults,
+    /// Keep every request as received, byte for byte, for tests (`PodControl::hook`).
+    pub record_requests: bool,
 }
 
 impl PodConfig {

@@ -24,6 +24,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::watch;
 
+/// Request header that makes that request fail at once with its value as the status
+/// (llm-d-inference-sim's name).
+pub const RETURN_ERROR_HEADER: &str = "x-return-error";
+
 /// Fault settings of one pod (also the JSON body of the admin endpoint).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

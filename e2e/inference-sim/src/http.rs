@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use rand::rngs::SmallRng;
@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::config::PodConfig;
 use super::faults::FaultSwitch;
+use super::hook::{MetricsMode, RecordedRequest, TestHook};
 use super::lora::LoraRegistry;
 use super::metrics::{render, PodMetrics};
 use super::openai::{Api, ApiError, LoraRequest, TokenizeRequest};
@@ -36,6 +37,9 @@ mod inference;
 
 /// Response body type of every route.
 pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Request body type of the routes: as received, or already read by the test hook.
+pub type ReqBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
 const MAX_BODY: usize = 64 << 20;
 const VERSION: &str = "0.10.1.1+inference-sim";
@@ -55,6 +59,8 @@ pub struct PodState {
     pub ready_at: Instant,
     pub clock: SimClock,
     pub next_id: AtomicU64,
+    /// What tests see and force ([`TestHook`]).
+    pub hook: TestHook,
 }
 
 impl PodState {
@@ -112,13 +118,14 @@ pub async fn handle(
 }
 
 async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let req = receive(&state.hook, req).await?;
     let path = req.uri().path().to_owned();
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/health" | "/ping") | (Method::POST, "/ping") => health(state),
         (Method::GET, "/version") => {
             Ok(json_response(StatusCode::OK, &json!({"version": VERSION})))
         }
-        (Method::GET, "/metrics" | "/metrics/" | "/prometheus/metrics") => Ok(metrics(state)),
+        (Method::GET, "/metrics" | "/metrics/" | "/prometheus/metrics") => metrics(state).await,
         _ if !state.ready() => Err(ApiError::Unavailable("the engine is starting")),
         (Method::GET, "/v1/models") => Ok(models(state)),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,
@@ -138,7 +145,39 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
     }
 }
 
-pub async fn read_json<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+/// The request with its body boxed; read and recorded first when the hook records.
+async fn receive(hook: &TestHook, req: Request<Incoming>) -> Result<Request<ReqBody>, ApiError> {
+    if !hook.records() {
+        return Ok(req.map(BodyExt::boxed_unsync));
+    }
+    let received_at = std::time::Instant::now();
+    let (parts, body) = req.into_parts();
+    let body = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| ApiError::Body)?
+        .to_bytes();
+    hook.record(RecordedRequest {
+        method: parts.method.clone(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+        received_at,
+    });
+    let never = |e: Infallible| -> hyper::Error { match e {} };
+    let body = Full::new(body).map_err(never).boxed_unsync();
+    Ok(Request::from_parts(parts, body))
+}
+
+pub async fn read_json<T, B>(req: Request<B>) -> Result<T, ApiError>
+where
+    T: DeserializeOwned,
+    B: hyper::body::Body<Data = Bytes, Error = hyper::Error>,
+{
     let body = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
@@ -158,7 +197,24 @@ fn health(state: &PodState) -> Result<Response<Body>, ApiError> {
     Ok(full(StatusCode::OK, "text/plain", ""))
 }
 
-fn metrics(state: &PodState) -> Response<Body> {
+async fn metrics(state: &PodState) -> Result<Response<Body>, ApiError> {
+    let mut mode = state.hook.metrics_mode();
+    loop {
+        match *mode.borrow_and_update() {
+            MetricsMode::Normal => break,
+            MetricsMode::Error => {
+                return Err(ApiError::Injected(StatusCode::INTERNAL_SERVER_ERROR))
+            }
+            MetricsMode::Hang => {}
+        }
+        if mode.changed().await.is_err() {
+            return Err(ApiError::Unavailable("the pod has stopped"));
+        }
+    }
+    Ok(metrics_text(state))
+}
+
+fn metrics_text(state: &PodState) -> Response<Body> {
     let stalled = state.faults.current().stall_metrics;
     let mut frozen = state.frozen.lock().unwrap_or_else(|e| e.into_inner());
     if !stalled {
@@ -169,7 +225,9 @@ fn metrics(state: &PodState) -> Response<Body> {
         None => {
             let mut m = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
             m.initialised = state.ready();
-            let mut text = render(&m, &state.cfg);
+            let now = state.clock.unix(Instant::now());
+            let forced = state.hook.forced_view(&m, state.cfg.enable_lora, now);
+            let mut text = render(forced.as_ref().unwrap_or(&m), &state.cfg);
             if state.cfg.metrics.dcgm {
                 let exhausted = state.faults.current().gpu_memory_exhausted;
                 super::metrics::dcgm::append(&mut text, &m.gauges, &state.cfg, exhausted);

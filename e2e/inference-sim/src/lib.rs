@@ -27,7 +27,7 @@
 //! [`run_pod`]; see `src/bin/inference-sim.rs` for the command line:
 //!
 //! ```text
-//! cargo run --release -p epp-e2e --bin inference-sim -- --pods 4 --base-port 8000 \
+//! cargo run --release -p inference-sim --bin inference-sim -- --pods 4 --base-port 8000 \
 //!     --time-scale 10 --speeds 1,1,1,0.5 --admin-port 8099 \
 //!     --kv-events-endpoint 'tcp://*:5557' --kv-events-replay-endpoint 'tcp://*:5657'
 //! ```
@@ -46,6 +46,7 @@ pub mod config;
 pub mod engine;
 pub mod faults;
 pub mod hashing;
+pub mod hook;
 pub mod http;
 pub mod kv_cache;
 pub mod kv_events;
@@ -60,7 +61,8 @@ pub use cluster::{serve_admin, Cluster, ClusterError, PodStatus};
 pub use config::{
     EngineConfig, EngineNaming, KvUsageMetric, MetricsOptions, PodConfig, Profile, TimingProfile,
 };
-pub use faults::{FaultSwitch, Faults};
+pub use faults::{FaultSwitch, Faults, RETURN_ERROR_HEADER};
+pub use hook::{ForcedMetrics, MetricValues, MetricsMode, RecordedRequest, TestHook};
 pub use kv_events::{EventEncoding, KvEventsConfig, SocketMode};
 pub use pod::{run_pod, Pod, PodControl, PodError};
 pub use tokenizer::{Tokenizer, TokenizerKind};

@@ -346,6 +346,8 @@ impl Args {
                 unhealthy: false,
                 gpu_memory_exhausted: false,
             },
+            // In-process tests only (`PodControl::hook`); a process records nothing.
+            record_requests: false,
         }
     }
 }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{ConfigError, PodConfig};
 use super::engine::Engine;
 use super::faults::FaultSwitch;
+use super::hook::{MetricValues, TestHook};
 use super::http::{self, PodState};
 use super::kv_events::{KvEventsError, KvPublisher, PublisherEndpoints};
 use super::lora::LoraRegistry;
@@ -59,6 +60,17 @@ impl PodControl {
     pub fn metrics_text(&self) -> String {
         let m = self.state.metrics.lock().unwrap_or_else(|e| e.into_inner());
         render(&m, &self.state.cfg)
+    }
+
+    /// The test hook: recorded requests, forced metric values, `/metrics` failure modes.
+    pub fn hook(&self) -> &TestHook {
+        &self.state.hook
+    }
+
+    /// The gauge values `/metrics` reports now (simulated, or forced through the hook).
+    pub fn metric_values(&self) -> MetricValues {
+        let m = self.state.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        self.state.hook.values(&m.gauges)
     }
 
     /// Resolved KV-event endpoints (bound sockets only).
@@ -127,6 +139,7 @@ impl Pod {
             ready_at: now + cfg.startup_delay.div_f64(cfg.engine.time_scale),
             clock,
             next_id: AtomicU64::new(0),
+            hook: TestHook::new(cfg.record_requests),
             cfg,
         });
         tasks.spawn(serve(listener, state.clone(), cancel.clone()));

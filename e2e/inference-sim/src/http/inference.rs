@@ -8,13 +8,13 @@ use bytes::Bytes;
 use futures::stream;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use rand::Rng;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{json_response, read_json, Body, PodState};
+use super::{json_response, read_json, Body, PodState, ReqBody};
 use crate::engine::{FinishReason, LoraRef, NewRequest, SeqOutput, Usage};
 use crate::openai::{Api, ApiError, InferenceRequest, PromptInput, ResponseMeta};
 use crate::runner::Command;
@@ -36,13 +36,13 @@ struct Prepared {
 /// `POST /v1/completions` and `/v1/chat/completions`.
 pub async fn serve(
     state: &Arc<PodState>,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     api: Api,
 ) -> Result<Response<Body>, ApiError> {
     let faults = state.faults.current();
     let return_error = req
         .headers()
-        .get("x-return-error")
+        .get(crate::faults::RETURN_ERROR_HEADER)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let injected = {
         let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,7 +102,7 @@ fn submit(
 /// ids the request would be prefilled with, without generating.
 pub async fn render(
     state: &Arc<PodState>,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     api: Api,
 ) -> Result<Response<Body>, ApiError> {
     let body: InferenceRequest = read_json(req).await?;
