@@ -61,7 +61,7 @@ if [[ "$mode" == full && ! -f target/bench/tokenizer-cl100k/tokenizer.json ]]; t
   .venv-bench/perf/bin/python hack/bench/make-tokenizer.py target/bench/tokenizer-cl100k >/dev/null 2>&1
 fi
 
-cargo build --release --locked -p epp -p epp-e2e \
+cargo build --release --locked -p epp -p loadgen -p inference-sim -p harness \
   --bin epp --bin bench --bin loadgen --bin inference-sim --bin model-server --bin noop-extproc
 
 out="target/bench/$mode"

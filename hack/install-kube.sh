@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a real kube-apiserver (Kubernetes 1.36.3) and etcd (3.6.16) from the Go module proxy into
 # <repo>/.kube-bin and prints that directory. Idempotent: a second run checks a stamp and returns
-# at once. The e2e fixture (e2e/src/kube_apiserver.rs) reads the directory from EPP_KUBE_BIN and
+# at once. The e2e fixture (e2e/harness/src/kube_apiserver.rs) reads the directory from EPP_KUBE_BIN and
 # falls back to <repo>/.kube-bin.
 #
 # The wrapper modules hack/kube/apiserver and hack/kube/etcd hold only a go.mod (with a `tool`

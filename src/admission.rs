@@ -107,15 +107,11 @@ mod tests {
     use super::*;
 
     fn m(waiting: f64, kv: f64, age_ms: u64, now: Instant) -> EndpointMetrics {
-        EndpointMetrics {
-            waiting,
-            running: 0.0,
-            kv_usage: kv,
-            lora: None,
-            cache: None,
-            gpu: None,
-            updated: now - Duration::from_millis(age_ms),
-        }
+        crate::fixtures::metrics()
+            .waiting(waiting)
+            .kv_usage(kv)
+            .updated(now - Duration::from_millis(age_ms))
+            .build()
     }
 
     #[test]

@@ -476,15 +476,11 @@ mod tests {
     }
 
     fn metrics() -> EndpointMetrics {
-        EndpointMetrics {
-            waiting: 1.0,
-            running: 2.0,
-            kv_usage: 0.5,
-            lora: None,
-            cache: None,
-            gpu: None,
-            updated: Instant::now(),
-        }
+        crate::fixtures::metrics()
+            .waiting(1.0)
+            .running(2.0)
+            .kv_usage(0.5)
+            .build()
     }
 
     #[test]

@@ -34,7 +34,10 @@ pub mod director;
 pub mod discovery;
 pub mod endpoint;
 pub mod extproc;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 pub mod flowcontrol;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

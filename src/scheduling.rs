@@ -460,15 +460,11 @@ pub(crate) mod testing {
 
     /// A fresh scrape with the given queue, running count and KV usage.
     pub fn metrics(waiting: f64, running: f64, kv_usage: f64) -> Arc<EndpointMetrics> {
-        Arc::new(EndpointMetrics {
-            waiting,
-            running,
-            kv_usage,
-            lora: None,
-            cache: None,
-            gpu: None,
-            updated: std::time::Instant::now(),
-        })
+        crate::fixtures::metrics()
+            .waiting(waiting)
+            .running(running)
+            .kv_usage(kv_usage)
+            .arc()
     }
 }
 

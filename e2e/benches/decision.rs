@@ -12,6 +12,8 @@
 //! `cargo bench -p epp-e2e --bench decision`; results in BENCHMARKS.md. Allocation goes
 //! through mimalloc, the epp binary's global allocator.
 
+mod support;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use epp::director::Runtime;
 use epp::scheduling::{Candidate, SchedulingRequest};
@@ -66,7 +68,7 @@ fn token_body(tokens: usize, seed: u32) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let d = epp_e2e::fixtures::bench_director(100, CONFIG).expect("bench director");
+    let d = support::bench_director(100, CONFIG).expect("bench director");
     let mut rng = SmallRng::seed_from_u64(1);
     let mut text_rng = SmallRng::seed_from_u64(2);
     let ids = token_body(8192, 0);

@@ -4,6 +4,8 @@
 //! Plain timing loops (median and p99 of single decisions), release build:
 //! `cargo bench -p epp-e2e --bench scale`.
 
+mod support;
+
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -89,7 +91,7 @@ fn index_memory(blocks: usize, endpoints: u16) -> anyhow::Result<f64> {
 fn main() -> anyhow::Result<()> {
     println!("| endpoints | prompt tokens | decision p50 (µs) | p99 (µs) |\n|---:|---:|---:|---:|");
     for endpoints in [10, 100, 1000] {
-        let d = epp_e2e::fixtures::bench_director(endpoints, CONFIG)?;
+        let d = support::bench_director(endpoints, CONFIG)?;
         for tokens in [1_000, 8_000, 32_000] {
             let n = if tokens > 8_000 { 200 } else { 1_000 };
             let (p50, p99) = measure(&d, tokens, n);

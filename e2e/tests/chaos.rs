@@ -8,16 +8,14 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp::app::{self, Listeners};
 use epp_e2e::client;
 use epp_e2e::envoy::{EnvoyConfig, Template};
+use epp_e2e::prometheus::sum as metric;
 use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
-use epp_e2e::stack::{Epp, SimStack};
+use epp_e2e::stack::{Epp, SimStack, WaitFor};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Queue and KV scorers, the latency scorer (weight 3; 0 leaves it out), and outlier detection
 /// with the given parameters.
@@ -139,13 +137,6 @@ fn share(samples: &[Sample], pod: &str) -> f64 {
         .filter(|s| s.pod.as_deref() == Some(pod))
         .count();
     n as f64 / samples.len().max(1) as f64
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,42 +426,18 @@ async fn a_pod_failing_its_health_probe_is_ejected_while_its_metrics_still_answe
 }
 
 /// epp in this process on a given gRPC port (so a restart reuses it).
-struct OwnEpp {
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-}
-
-impl OwnEpp {
-    async fn start(grpc: SocketAddr, args: &[String]) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let grpc_listener = loop {
-            match TcpListener::bind(grpc).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() > deadline => panic!("rebinding {grpc}: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
-        let listeners = Listeners {
-            grpc: grpc_listener,
-            health: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            metrics: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            peers: None,
-        };
-        let opts: app::Options = clap::Parser::try_parse_from(
-            std::iter::once("epp".to_owned()).chain(args.iter().cloned()),
-        )
-        .unwrap();
-        let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-        let token = shutdown.clone();
-        tracker.spawn(async move { app::run(opts, listeners, token).await.unwrap() });
-        Self { shutdown, tracker }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
-    }
+async fn epp_on(grpc: SocketAddr, args: &[String]) -> Epp {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let grpc_listener = loop {
+        match TcpListener::bind(grpc).await {
+            Ok(l) => break l,
+            Err(e) if Instant::now() > deadline => panic!("rebinding {grpc}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    Epp::launch(grpc_listener, args, WaitFor::Started)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Restarts epp (graceful stop, 1 s down, start on the same port) under load through Envoy
@@ -507,7 +474,7 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
         .unwrap()
         .local_addr()
         .unwrap();
-    let epp = OwnEpp::start(grpc, &args).await;
+    let epp = epp_on(grpc, &args).await;
     let envoy = EnvoyConfig::new(template.clone())
         .epp(grpc)
         .pool(cluster.addrs().iter().copied())
@@ -520,7 +487,7 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
         let down = t0.elapsed();
         epp.stop().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let again = OwnEpp::start(grpc, &args).await;
+        let again = epp_on(grpc, &args).await;
         (down, t0.elapsed(), again)
     };
     let (samples, (down, up, epp)) = tokio::join!(

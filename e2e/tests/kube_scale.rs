@@ -43,16 +43,9 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 }
 
 async fn ready_pods(metrics: u16) -> Option<i64> {
-    let r = epp_e2e::client::get(([127, 0, 0, 1], metrics).into(), "/metrics")
-        .await
-        .ok()?;
-    r.text()
-        .lines()
-        .find(|l| l.starts_with("inference_pool_ready_pods{"))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
+    let addr = ([127, 0, 0, 1], metrics).into();
+    let text = epp_e2e::prometheus::scrape(addr, "/metrics").await.ok()?;
+    Some(epp_e2e::prometheus::value(&text, "inference_pool_ready_pods")? as i64)
 }
 
 /// Starts the epp binary for `pool` in `namespace`; the child and its first port.

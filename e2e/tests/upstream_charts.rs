@@ -400,13 +400,8 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
             .unwrap()
             .text();
         let count = |outcome: &str| -> f64 {
-            text.lines()
-                .filter(|l| {
-                    l.starts_with("epp_metrics_scrapes_total{")
-                        && l.contains(&format!("outcome=\"{outcome}\""))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
+            let series = format!("epp_metrics_scrapes_total{{outcome=\"{outcome}\"}}");
+            epp_e2e::prometheus::sum(&text, &series)
         };
         if count("success") > 0.0 && count("failure") == 0.0 {
             Ok(())

@@ -1,7 +1,7 @@
 use super::*;
 use crate::config;
 use crate::datastore::Datastore;
-use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
+use crate::endpoint::{Endpoint, EndpointId};
 use crate::request::{self, ApiKind, LlmRequest};
 use crate::scheduling::{ScheduleError, SchedulingRequest};
 use prometheus_client::registry::Registry;
@@ -55,15 +55,11 @@ fn route_body(
 
 fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
     let id: EndpointId = format!("127.0.0.1:{port}").parse().unwrap();
-    let m = EndpointMetrics {
-        waiting,
-        running: 0.0,
-        kv_usage: 0.1,
-        lora: None,
-        cache: None,
-        gpu: None,
-        updated: Instant::now() - age,
-    };
+    let m = crate::fixtures::metrics()
+        .waiting(waiting)
+        .kv_usage(0.1)
+        .age(age)
+        .build();
     ds.snapshot().get(&id).unwrap().store_metrics(m);
 }
 

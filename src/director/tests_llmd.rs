@@ -4,7 +4,7 @@
 use super::*;
 use crate::config;
 use crate::datastore::Datastore;
-use crate::endpoint::{Endpoint, EndpointMetrics};
+use crate::endpoint::Endpoint;
 use crate::request::{self, LlmRequest};
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
@@ -21,15 +21,7 @@ fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
             .collect(),
     );
     for s in ds.snapshot().iter() {
-        s.store_metrics(EndpointMetrics {
-            waiting: 0.0,
-            running: 0.0,
-            kv_usage: 0.1,
-            lora: None,
-            cache: None,
-            gpu: None,
-            updated: Instant::now(),
-        });
+        s.store_metrics(crate::fixtures::metrics().kv_usage(0.1).build());
     }
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {

@@ -69,10 +69,7 @@ async fn send(envoy: std::net::SocketAddr, objective: &'static str) -> (u16, Str
 
 /// Requests waiting in epp's flow-control queue, summed over its series (one per priority here).
 fn queued(text: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with("inference_extension_flow_control_queue_size{"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+    epp_e2e::prometheus::sum(text, "inference_extension_flow_control_queue_size")
 }
 
 /// Waits until `n` requests wait in epp's queue (the 429 below depends on the three being queued).

@@ -100,19 +100,8 @@ pub fn received_counts(stack: &Stack) -> Vec<usize> {
 }
 
 /// The value of the first sample of `name` whose labels include every `key="value"` in
-/// `labels`, from Prometheus text.
-pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, label_text) = series.split_once('{').unwrap_or((series, ""));
-            let wanted = labels
-                .iter()
-                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")));
-            (metric == name && wanted).then(|| value.parse().ok())?
-        })
-}
+/// `labels`, from Prometheus text (epp's parser).
+pub use epp_e2e::prometheus::labelled as sample;
 
 /// Polls epp's `/metrics` until `ready` accepts the text (bounded); returns that text.
 pub async fn wait_for_metrics(epp: &Epp, what: &str, ready: impl Fn(&str) -> bool) -> String {

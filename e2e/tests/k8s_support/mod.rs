@@ -12,27 +12,29 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration,
 };
-use epp::app::{self, Listeners, Options};
 use epp_e2e::fake_apiserver::FakeApiServer;
+use epp_e2e::stack::WaitFor;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub const NS: &str = "llm";
 
-/// epp running in-process against a fake API server.
+/// epp running in-process ([`epp_e2e::stack::Epp`]) against a fake or real API server, with the
+/// directory of its kubeconfig.
 pub struct Epp {
-    pub grpc: SocketAddr,
-    pub health: SocketAddr,
-    pub metrics: SocketAddr,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
+    epp: epp_e2e::stack::Epp,
     _dir: TempDir,
+}
+
+impl std::ops::Deref for Epp {
+    type Target = epp_e2e::stack::Epp;
+    fn deref(&self) -> &Self::Target {
+        &self.epp
+    }
 }
 
 pub struct TempDir(pub std::path::PathBuf);
@@ -64,21 +66,8 @@ impl Epp {
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         write(&kubeconfig);
-        let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-        let listeners = Listeners {
-            grpc: bind().await,
-            health: bind().await,
-            metrics: bind().await,
-            peers: None,
-        };
-        let (grpc, health, metrics) = (
-            listeners.grpc.local_addr().unwrap(),
-            listeners.health.local_addr().unwrap(),
-            listeners.metrics.local_addr().unwrap(),
-        );
         let mut full = vec![
-            "epp".to_owned(),
-            "--secure-serving=false".into(),
+            "--secure-serving=false".to_owned(),
             // The tests read /metrics without a token (kube_ops tests the auth).
             "--metrics-endpoint-auth=false".into(),
             "--refresh-prometheus-metrics-interval".into(),
@@ -89,57 +78,23 @@ impl Epp {
             kubeconfig.display().to_string(),
         ];
         full.extend(args.iter().map(|s| (*s).to_owned()));
-        let opts: Options = clap::Parser::try_parse_from(full).unwrap();
-        let shutdown = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        let token = shutdown.clone();
-        tracker.spawn(async move {
-            if let Err(e) = app::run(opts, listeners, token).await {
-                panic!("epp failed: {e:#}");
-            }
-        });
+        let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let epp = epp_e2e::stack::Epp::launch(grpc, &full, WaitFor::Started)
+            .await
+            .unwrap_or_else(|e| panic!("epp failed: {e:#}"));
         Self {
-            grpc,
-            health,
-            metrics,
-            shutdown,
-            tracker,
+            epp,
             _dir: TempDir(dir),
         }
     }
 
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
+        self.epp.stop().await;
     }
 
     /// `inference_pool_ready_pods` (endpoints in the datastore), once the gauge is published.
     pub async fn ready_pods(&self) -> Option<i64> {
-        let text = epp_e2e::client::get(self.metrics, "/metrics")
-            .await
-            .ok()?
-            .text();
-        text.lines()
-            .find(|l| l.starts_with("inference_pool_ready_pods{"))?
-            .rsplit(' ')
-            .next()?
-            .parse()
-            .ok()
-    }
-
-    /// The value of the metric line starting with `prefix` (name and labels), if exported.
-    pub async fn metric(&self, prefix: &str) -> Option<f64> {
-        let text = epp_e2e::client::get(self.metrics, "/metrics")
-            .await
-            .ok()?
-            .text();
-        text.lines()
-            .find(|l| l.starts_with(prefix))?
-            .rsplit(' ')
-            .next()?
-            .parse()
-            .ok()
+        Some(self.metric("inference_pool_ready_pods").await? as i64)
     }
 
     /// Waits (bounded) until the datastore holds `n` endpoints.

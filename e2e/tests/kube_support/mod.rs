@@ -1,4 +1,4 @@
-//! Support for the tests against a real kube-apiserver (e2e/src/kube_apiserver.rs): the CRDs
+//! Support for the tests against a real kube-apiserver (e2e/harness/src/kube_apiserver.rs): the CRDs
 //! installed once per test binary, a namespace per test, pods whose status the test sets
 //! through `pods/status` (no kubelet runs), and epp started with a kubeconfig.
 #![allow(dead_code, clippy::unwrap_used)]

@@ -55,17 +55,12 @@ pub async fn post(addr: SocketAddr, path: &str, body: Value) -> client::HttpResp
         .expect("request completes")
 }
 
-/// The value of one sample line (`name{labels} value`) whose text starts with `prefix`.
-pub fn sample(metrics: &str, prefix: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(prefix))?
-        .rsplit_once(' ')?
-        .1
-        .parse()
-        .ok()
-}
+/// The first sample of a series (`name` or `name{labels}`), with epp's parser.
+#[allow(unused_imports)] // sim_python reads no samples
+pub use epp_e2e::prometheus::value as sample;
 
 pub async fn metrics(addr: SocketAddr) -> String {
-    client::get(addr, "/metrics").await.expect("metrics").text()
+    epp_e2e::prometheus::scrape(addr, "/metrics")
+        .await
+        .expect("metrics")
 }

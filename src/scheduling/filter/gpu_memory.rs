@@ -58,10 +58,8 @@ impl GpuMemoryFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{EndpointMetrics, GpuMetrics};
+    use crate::endpoint::GpuMetrics;
     use crate::scheduling::testing::cand;
-    use std::sync::Arc;
-    use std::time::Instant;
 
     fn with_free(port: u16, free: Option<f64>) -> Candidate {
         let gpu = GpuMetrics {
@@ -70,17 +68,8 @@ mod tests {
             devices: 1,
             ..Default::default()
         };
-        let m = EndpointMetrics {
-            waiting: 0.0,
-            running: 0.0,
-            kv_usage: 0.0,
-            lora: None,
-            cache: None,
-            gpu: Some(gpu),
-            updated: Instant::now(),
-        };
         Candidate {
-            metrics: Some(Arc::new(m)),
+            metrics: Some(crate::fixtures::metrics().gpu(gpu).arc()),
             ..cand(port, 0.0, 0.0, 0)
         }
     }

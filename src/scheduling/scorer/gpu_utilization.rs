@@ -75,11 +75,9 @@ impl GpuUtilizationScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{EndpointMetrics, GpuMetrics};
+    use crate::endpoint::GpuMetrics;
     use crate::scheduling::testing::cand;
     use proptest::prelude::*;
-    use std::sync::Arc;
-    use std::time::Instant;
 
     fn with_gpu(port: u16, running: f64, kv: f64, util: Option<f64>) -> Candidate {
         let gpu = util.map(|u| GpuMetrics {
@@ -87,18 +85,13 @@ mod tests {
             devices: 1,
             ..Default::default()
         });
-        let m = EndpointMetrics {
-            waiting: 0.0,
-            running,
-            kv_usage: kv,
-            lora: None,
-            cache: None,
-            gpu,
-            updated: Instant::now(),
-        };
+        let mut m = crate::fixtures::metrics().running(running).kv_usage(kv);
+        if let Some(gpu) = gpu {
+            m = m.gpu(gpu);
+        }
         Candidate {
             running,
-            metrics: Some(Arc::new(m)),
+            metrics: Some(m.arc()),
             ..cand(port, 0.0, kv, 0)
         }
     }

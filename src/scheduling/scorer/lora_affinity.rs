@@ -27,10 +27,8 @@ impl LoraAffinityScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{EndpointMetrics, LoraState};
+    use crate::endpoint::LoraState;
     use crate::scheduling::testing::cand;
-    use std::sync::Arc;
-    use std::time::Instant;
 
     fn with_lora(port: u16, running: &[&str], waiting: &[&str], max: u32) -> Candidate {
         let mut c = cand(port, 0.0, 0.0, 0);
@@ -39,16 +37,7 @@ mod tests {
             waiting: waiting.iter().map(|s| s.to_string()).collect(),
             max_loras: max,
         };
-        let m = EndpointMetrics {
-            waiting: 0.0,
-            running: 0.0,
-            kv_usage: 0.0,
-            lora: Some(lora),
-            cache: None,
-            gpu: None,
-            updated: Instant::now(),
-        };
-        c.metrics = Some(Arc::new(m));
+        c.metrics = Some(crate::fixtures::metrics().lora(lora).arc());
         c
     }
 

@@ -1,0 +1,617 @@
+//! What each mode runs. The cluster is llm-d's published shape scaled to this machine: 8 pods
+//! whose KV cache (16,000 tokens each) is exceeded six times over by the shared prefixes of the
+//! workload (48 system prompts × 2,000 tokens = 96,000 tokens, 75% of the cluster's cache;
+//! llm-d's 73-capacity run: ≈ 6× one pod, 73%). The pods use inference-sim's `llmd-h100-8b`
+//! profile (llm-d-inference-sim's timing, what upstream benchmarks on) at time scale 0.5, so
+//! the request rates stay within what the 2-core machine can drive.
+//!
+//! - `smoke`: 2 pods, a few requests, epp and round robin only (what CI runs, in-process);
+//! - `quick`: shared prefix at the target load through every router, no sharing through Envoy
+//!   least request and epp-best;
+//! - `full`: every router on every workload: shared prefix, no sharing, a shared-prefix load
+//!   sweep (latency against offered load), multi-turn chat, the long/short mix, the LoRA mix;
+//!   plus the overhead runs and the inference-perf cross-check.
+
+use std::path::PathBuf;
+
+use super::cluster::SimOptions;
+use super::compare::Scenario;
+use super::routers::Router;
+use harness::envoy::repo_root;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Smoke,
+    Quick,
+    Full,
+}
+
+/// Knobs of a plan (flags of the `bench` binary).
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    pub mode: Mode,
+    /// Offered load of the shared-prefix run (requests/s).
+    pub shared_prefix_rate: f64,
+    /// Offered load of the no-sharing run (requests/s).
+    pub random_rate: f64,
+    /// Seconds of load per run.
+    pub duration_s: f64,
+    /// Seconds at the start of each run left out of the figures (caches warm up).
+    pub warmup_s: f64,
+    /// Include vllm-router and sglang-router.
+    pub peers: bool,
+    pub profile: String,
+    pub time_scale: f64,
+    /// More epp configurations to compare: (name, config file).
+    pub extra_epp: Vec<(String, PathBuf)>,
+    /// Each epp router runs once per count here (active-active replicas behind Envoy; a count
+    /// above 1 adds `-x<count>` to the label). Empty means `[1]`.
+    pub epp_replicas: Vec<usize>,
+    /// Also run each multi-replica precise router with the replicas sharing their speculative
+    /// entries (label suffix `-shared`).
+    pub share_speculative: bool,
+    /// Include the upstream EPPs (GIE's EPP, llm-d-router; `hack/install-peers.sh`).
+    pub upstream: bool,
+}
+
+pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+fn config(name: &str) -> PathBuf {
+    repo_root().join("hack").join("bench").join(name)
+}
+
+/// The routers of a full comparison, in table order, plus `o.extra_epp`.
+fn routers_of(o: &PlanOptions) -> Vec<Router> {
+    let mut r = routers(o.peers);
+    if o.upstream {
+        r.extend(upstream_routers());
+    }
+    // An extra configuration named like a built-in one replaces it.
+    r.retain(|b| {
+        !o.extra_epp
+            .iter()
+            .any(|(n, _)| b.label() == format!("epp-{n}"))
+    });
+    r.extend(
+        o.extra_epp
+            .iter()
+            .map(|(name, config)| epp_router(name, config)),
+    );
+    with_replicas(r, &o.epp_replicas, o.share_speculative)
+}
+
+/// Every epp router once per replica count in `counts` (empty: unchanged); with `share`, each
+/// multi-replica precise router a second time with shared speculative entries.
+fn with_replicas(routers: Vec<Router>, counts: &[usize], share: bool) -> Vec<Router> {
+    if counts.is_empty() {
+        return routers;
+    }
+    let mut out = Vec::new();
+    for r in routers {
+        match r {
+            Router::Epp { name, config, .. } => out.extend(counts.iter().map(|&n| Router::Epp {
+                name: name.clone(),
+                config: config.clone(),
+                replicas: n,
+            })),
+            Router::EppPrecise { name, config, .. } => {
+                for &n in counts {
+                    for shared in [false, true].into_iter().filter(|s| !s || (share && n > 1)) {
+                        out.push(Router::EppPrecise {
+                            name: name.clone(),
+                            config: config.clone(),
+                            replicas: n,
+                            shared,
+                        });
+                    }
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// An epp router for `config`: with the pods' KV events when the config uses the precise scorer.
+pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
+    let precise =
+        std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
+    let (name, config) = (name.to_owned(), config.to_path_buf());
+    if precise {
+        Router::EppPrecise {
+            name,
+            config,
+            replicas: 1,
+            shared: false,
+        }
+    } else {
+        Router::Epp {
+            name,
+            config,
+            replicas: 1,
+        }
+    }
+}
+
+/// The routers of a full comparison, in table order.
+pub fn routers(peers: bool) -> Vec<Router> {
+    let mut r = vec![
+        Router::EnvoyRoundRobin,
+        Router::EnvoyLeastRequest,
+        Router::Epp {
+            name: "default".into(),
+            config: config("epp-default.yaml"),
+            replicas: 1,
+        },
+        Router::Epp {
+            name: "best".into(),
+            config: config("epp-best.yaml"),
+            replicas: 1,
+        },
+        Router::EppPrecise {
+            name: "precise".into(),
+            config: config("epp-precise.yaml"),
+            replicas: 1,
+            shared: false,
+        },
+        Router::Epp {
+            name: "ttft".into(),
+            config: config("epp-ttft.yaml"),
+            replicas: 1,
+        },
+    ];
+    if peers {
+        r.push(Router::VllmRouter {
+            policy: "cache_aware".into(),
+        });
+        r.push(Router::VllmRouter {
+            policy: "power_of_two".into(),
+        });
+        r.push(Router::SglangRouter {
+            policy: "cache_aware".into(),
+        });
+    }
+    r
+}
+
+/// The upstream EPPs, each in its built-in default and, for llm-d-router, the llm-d guides'
+/// "optimized baseline" (`hack/bench/llmd-optimized-baseline.yaml`, see BENCHMARKS.md).
+pub fn upstream_routers() -> Vec<Router> {
+    vec![
+        Router::GieEpp {
+            name: "default".into(),
+            config: None,
+        },
+        Router::LlmdEpp {
+            name: "default".into(),
+            config: config("llmd-default.yaml"),
+        },
+        Router::LlmdEpp {
+            name: "optimized-baseline".into(),
+            config: config("llmd-optimized-baseline.yaml"),
+        },
+    ]
+}
+
+/// The routers of the cost run: epp's default and each upstream EPP's default, plus llm-d's
+/// optimized baseline.
+pub fn cost_routers() -> Vec<Router> {
+    let mut r = vec![Router::Epp {
+        name: "default".into(),
+        config: config("epp-default.yaml"),
+        replicas: 1,
+    }];
+    r.extend(upstream_routers());
+    r
+}
+
+pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
+    SimOptions {
+        pods,
+        num_gpu_blocks: 1001,
+        block_size: 16,
+        max_model_len: 16384,
+        profile: opts.profile.clone(),
+        time_scale: opts.time_scale,
+        lora_adapters: Vec::new(),
+        max_loras: 4,
+        kv_events: false,
+        host_per_pod: false,
+        speeds: Vec::new(),
+        engine: super::cluster::Engine::InferenceSim,
+    }
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// `loadgen` flags of the shared-prefix workload (without the load).
+pub fn shared_prefix_args() -> Vec<String> {
+    args(&[
+        "--workload",
+        "shared-prefix",
+        "--groups",
+        "48",
+        "--prompts-per-group",
+        "16",
+        "--system-len",
+        "2000",
+        "--question-len",
+        "200",
+        "--output-len",
+        "50",
+    ])
+}
+
+fn open(rate_stages: String, drain_s: f64, warmup_s: f64) -> Vec<String> {
+    let mut v = vec![
+        "--rate-stages".into(),
+        rate_stages,
+        "--drain-secs".into(),
+        drain_s.to_string(),
+        "--seed".into(),
+        "1".into(),
+    ];
+    v.extend(["--warmup-secs".into(), warmup_s.to_string()]);
+    v
+}
+
+fn scenario(
+    name: &str,
+    sim: SimOptions,
+    mut workload: Vec<String>,
+    load: Vec<String>,
+    routers: Vec<Router>,
+) -> Scenario {
+    workload.extend(load);
+    Scenario {
+        name: name.into(),
+        sim,
+        loadgen_args: workload,
+        routers,
+        model: MODEL.into(),
+    }
+}
+
+/// The scenarios of a mode.
+pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
+    let (d, w) = (o.duration_s, o.warmup_s);
+    let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
+    if o.mode == Mode::Smoke {
+        let routers = vec![
+            Router::EnvoyRoundRobin,
+            Router::Epp {
+                name: "default".into(),
+                config: config("epp-default.yaml"),
+                replicas: 1,
+            },
+        ];
+        let wl = args(&[
+            "--workload",
+            "shared-prefix",
+            "--groups",
+            "4",
+            "--prompts-per-group",
+            "2",
+            "--system-len",
+            "200",
+            "--question-len",
+            "20",
+            "--output-len",
+            "4",
+        ]);
+        return vec![scenario(
+            "smoke",
+            sim(o, 2),
+            wl,
+            open(format!("4:{d}"), 5.0, 0.0),
+            routers,
+        )];
+    }
+    let random = args(&[
+        "--workload",
+        "random",
+        "--input-len",
+        "1000",
+        "--output-len",
+        "50",
+    ]);
+    let mut no_sharing_routers = routers_of(o);
+    let mut shared_routers = routers_of(o);
+    if o.mode == Mode::Quick {
+        no_sharing_routers
+            .retain(|r| matches!(r, Router::EnvoyLeastRequest) || r.label() == "epp-best");
+        // Under 5 minutes: the precise router runs in full mode (or quick with `--epp
+        // precise=hack/bench/epp-precise.yaml`).
+        shared_routers.retain(|r| {
+            r.label() != "epp-precise" || o.extra_epp.iter().any(|(n, _)| n == "precise")
+        });
+        // One upstream EPP in quick mode: GIE's default, the one the Go module proxy serves.
+        shared_routers.retain(|r| {
+            !matches!(r, Router::LlmdEpp { .. } | Router::GieEpp { .. })
+                || r.label() == "gie-epp-default"
+        });
+    }
+    let mut v = vec![
+        scenario(
+            "shared-prefix",
+            sim(o, 8),
+            shared_prefix_args(),
+            open(format!("{}:{d}", o.shared_prefix_rate), drain, w),
+            shared_routers,
+        ),
+        scenario(
+            "no-sharing",
+            sim(o, 8),
+            random,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            no_sharing_routers,
+        ),
+    ];
+    if o.mode == Mode::Full {
+        let r = o.shared_prefix_rate;
+        let st = (d / 2.0).max(10.0);
+        let sweep = format!(
+            "{}:{st},{}:{st},{}:{st},{}:{st}",
+            r * 0.25,
+            r * 0.5,
+            r * 0.75,
+            r
+        );
+        v.push(scenario(
+            "shared-prefix-sweep",
+            sim(o, 8),
+            shared_prefix_args(),
+            open(sweep, drain, 0.0),
+            routers_of(o),
+        ));
+        let chat = args(&[
+            "--workload",
+            "multi-turn",
+            "--sessions",
+            "48",
+            "--turns",
+            "6",
+            "--system-len",
+            "1000",
+            "--question-len",
+            "150",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "multi-turn",
+            sim(o, 8),
+            chat.clone(),
+            open(format!("{}:{d}", r * 0.6), drain, w),
+            routers_of(o),
+        ));
+        if o.upstream {
+            // The same two workloads on llm-d-inference-sim pods (one process per pod, one
+            // port each: GIE's EPP, which needs one IP per pod, cannot run there).
+            let mut llmd_sim = sim(o, 8);
+            llmd_sim.engine = super::cluster::Engine::LlmdSim;
+            let on_llmd_sim = || {
+                let mut rs = routers_of(o);
+                rs.retain(|r| {
+                    matches!(r, Router::Epp { .. } | Router::LlmdEpp { .. })
+                        && !r.label().ends_with("-x3")
+                });
+                rs
+            };
+            v.push(scenario(
+                "shared-prefix-llmd-sim",
+                llmd_sim.clone(),
+                shared_prefix_args(),
+                open(format!("{}:{d}", o.shared_prefix_rate), drain, w),
+                on_llmd_sim(),
+            ));
+            v.push(scenario(
+                "multi-turn-llmd-sim",
+                llmd_sim,
+                chat,
+                open(format!("{}:{d}", r * 0.6), drain, w),
+                on_llmd_sim(),
+            ));
+        }
+        let mix = args(&[
+            "--workload",
+            "mix",
+            "--short-len",
+            "200",
+            "--long-fraction",
+            "0.1",
+            "--long-min",
+            "1500",
+            "--long-max",
+            "8000",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "long-short-mix",
+            sim(o, 8),
+            mix,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            routers_of(o),
+        ));
+        let mut lora_sim = sim(o, 8);
+        lora_sim.lora_adapters = (0..8).map(crate::workload::lora_name).collect();
+        let lora = args(&[
+            "--workload",
+            "lora",
+            "--adapters",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "50",
+        ]);
+        v.push(scenario(
+            "lora-mix",
+            lora_sim,
+            lora,
+            open(format!("{}:{d}", o.random_rate), drain, w),
+            routers_of(o),
+        ));
+        v.extend(super::ttft::scenarios(o, &routers_of(o)));
+    }
+    v
+}
+
+/// The cross-check scenario: shared prefix through epp (default profile) at half the target
+/// load, evenly spaced arrivals (so both tools offer exactly the same load), no warm-up
+/// (inference-perf has none), `secs` seconds.
+pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
+    let router = Router::Epp {
+        name: "default".into(),
+        config: config("epp-default.yaml"),
+        replicas: 1,
+    };
+    let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
+    load.push("--constant".into());
+    scenario(
+        "crosscheck",
+        sim(o, 8),
+        shared_prefix_args(),
+        load,
+        vec![router],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_with_the_precise_scorer_run_with_kv_events() {
+        assert!(epp_router("precise", &config("epp-precise.yaml")).needs_kv_events());
+        assert!(!epp_router("best", &config("epp-best.yaml")).needs_kv_events());
+        let labels: Vec<String> = routers(false).iter().map(Router::label).collect();
+        assert!(
+            labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned())
+        );
+    }
+
+    #[test]
+    fn replica_counts_multiply_the_epp_routers_only() {
+        let base = vec![
+            Router::EnvoyRoundRobin,
+            Router::Epp {
+                name: "default".into(),
+                config: config("epp-default.yaml"),
+                replicas: 1,
+            },
+        ];
+        let labels: Vec<String> = with_replicas(base.clone(), &[1, 3], false)
+            .iter()
+            .map(Router::label)
+            .collect();
+        assert_eq!(
+            labels,
+            ["envoy-round-robin", "epp-default", "epp-default-x3"]
+        );
+        assert_eq!(with_replicas(base.clone(), &[], false), base);
+    }
+
+    #[test]
+    fn sharing_adds_a_shared_run_of_multi_replica_precise_routers_only() {
+        let base = vec![
+            epp_router("precise", &config("epp-precise.yaml")),
+            Router::Epp {
+                name: "best".into(),
+                config: config("epp-best.yaml"),
+                replicas: 1,
+            },
+        ];
+        let labels: Vec<String> = with_replicas(base, &[1, 3], true)
+            .iter()
+            .map(Router::label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "epp-precise",
+                "epp-precise-x3",
+                "epp-precise-x3-shared",
+                "epp-best",
+                "epp-best-x3"
+            ]
+        );
+    }
+
+    #[test]
+    fn quick_mode_runs_the_precise_router_only_when_asked() {
+        let mut o = PlanOptions {
+            mode: Mode::Quick,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
+            share_speculative: false,
+            upstream: true,
+        };
+        let precise = |o: &PlanOptions| {
+            scenarios(o)[0]
+                .routers
+                .iter()
+                .filter(|r| r.label() == "epp-precise")
+                .count()
+        };
+        assert_eq!(precise(&o), 0);
+        o.extra_epp
+            .push(("precise".into(), config("epp-precise.yaml")));
+        assert_eq!(
+            precise(&o),
+            1,
+            "the extra configuration replaces the built-in one"
+        );
+        o.mode = Mode::Full;
+        o.extra_epp.clear();
+        assert_eq!(precise(&o), 1);
+    }
+
+    #[test]
+    fn quick_mode_has_one_upstream_epp_and_full_mode_all_three() {
+        let mut o = PlanOptions {
+            mode: Mode::Quick,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
+            share_speculative: false,
+            upstream: true,
+        };
+        let upstream = |o: &PlanOptions| -> Vec<String> {
+            scenarios(o)[0]
+                .routers
+                .iter()
+                .filter(|r| matches!(r, Router::GieEpp { .. } | Router::LlmdEpp { .. }))
+                .map(Router::label)
+                .collect()
+        };
+        assert_eq!(upstream(&o), ["gie-epp-default"]);
+        o.mode = Mode::Full;
+        assert_eq!(
+            upstream(&o),
+            [
+                "gie-epp-default",
+                "llm-d-epp-default",
+                "llm-d-epp-optimized-baseline"
+            ]
+        );
+        o.upstream = false;
+        assert!(upstream(&o).is_empty());
+    }
+}

@@ -1,0 +1,498 @@
+//! The routers compared, each started as its own process(es) in front of the same pods:
+//! Envoy alone (round robin, least request), Envoy + epp (a config file per variant), Envoy +
+//! the do-nothing ext_proc server, vllm-router and sglang-router (from PyPI, in
+//! `.venv-bench`). Every router is ready once a tiny completion through it answers 200.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::procs::{free_ports, log_tail, wait_http_ok, Proc};
+use super::BenchError;
+use harness::envoy::{Envoy, EnvoyConfig, Template};
+
+/// One router configuration of the comparison.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Router {
+    /// Envoy STATIC cluster, ROUND_ROBIN (what a Kubernetes Service gives).
+    EnvoyRoundRobin,
+    /// Envoy STATIC cluster, LEAST_REQUEST (power of two choices).
+    EnvoyLeastRequest,
+    /// Envoy + epp (FULL_DUPLEX_STREAMED ext_proc, ORIGINAL_DST) with this config file;
+    /// `replicas` epp processes (active-active) in Envoy's ext_proc cluster.
+    Epp {
+        name: String,
+        config: PathBuf,
+        replicas: usize,
+    },
+    /// Envoy + epp subscribed to the pods' KV-cache events (the pods publish them), for a
+    /// config with `precise-prefix-cache-scorer`; `replicas` as for [`Router::Epp`], each
+    /// replica subscribed to every pod; `shared`: the replicas send each other their
+    /// speculative entries (`--speculative-peers`).
+    EppPrecise {
+        name: String,
+        config: PathBuf,
+        replicas: usize,
+        shared: bool,
+    },
+    /// Envoy + the do-nothing ext_proc server (round robin), the overhead floor.
+    EnvoyNoopExtProc,
+    /// vllm-router with this `--policy`.
+    VllmRouter { policy: String },
+    /// sglang-router with this `--policy`.
+    SglangRouter { policy: String },
+    /// GIE's EPP v1.5.0 (Kubernetes discovery, against the fake API server) behind the same
+    /// Envoy as epp; `config`: its `--config-file`, `None` for its built-in default.
+    GieEpp {
+        name: String,
+        config: Option<PathBuf>,
+    },
+    /// llm-d-router's EPP v0.10.0 (file discovery) behind the same Envoy as epp, with this
+    /// config template (`${ENDPOINTS_FILE}` is filled in).
+    LlmdEpp { name: String, config: PathBuf },
+}
+
+impl Router {
+    /// The label used in tables and plots.
+    pub fn label(&self) -> String {
+        match self {
+            Router::EnvoyRoundRobin => "envoy-round-robin".into(),
+            Router::EnvoyLeastRequest => "envoy-least-request".into(),
+            Router::EppPrecise {
+                name,
+                replicas,
+                shared: true,
+                ..
+            } => format!("epp-{name}-x{replicas}-shared"),
+            Router::Epp { name, replicas, .. } | Router::EppPrecise { name, replicas, .. }
+                if *replicas > 1 =>
+            {
+                format!("epp-{name}-x{replicas}")
+            }
+            Router::Epp { name, .. } | Router::EppPrecise { name, .. } => format!("epp-{name}"),
+            Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
+            Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
+            Router::SglangRouter { policy } => format!("sglang-router-{policy}"),
+            Router::GieEpp { name, .. } => format!("gie-epp-{name}"),
+            Router::LlmdEpp { name, .. } => format!("llm-d-epp-{name}"),
+        }
+    }
+
+    /// Whether the pods must each have their own IP (one port for all): GIE's EPP takes its
+    /// target port from the InferencePool.
+    pub fn needs_host_per_pod(&self) -> bool {
+        matches!(self, Router::GieEpp { .. })
+    }
+
+    /// Whether the pods must publish KV-cache events for this router.
+    pub fn needs_kv_events(&self) -> bool {
+        matches!(self, Router::EppPrecise { .. })
+    }
+}
+
+/// Where the programs are.
+#[derive(Clone, Debug)]
+pub struct Bins {
+    pub epp: PathBuf,
+    pub noop_extproc: PathBuf,
+    pub inference_sim: PathBuf,
+    pub model_server: PathBuf,
+    pub loadgen: PathBuf,
+    /// The Python venv holding vllm-router and sglang-router.
+    pub venv: PathBuf,
+    /// The upstream peers from `hack/install-peers.sh`.
+    pub gie_epp: PathBuf,
+    pub llmd_epp: PathBuf,
+    pub llmd_sim: PathBuf,
+}
+
+impl Bins {
+    /// The binaries next to the running one (same profile), and `<repo>/.venv-bench`.
+    pub fn beside_current_exe() -> Result<Self, BenchError> {
+        let exe = std::env::current_exe().map_err(BenchError::io("locating the bench binary"))?;
+        let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Self {
+            epp: dir.join("epp"),
+            noop_extproc: dir.join("noop-extproc"),
+            inference_sim: dir.join("inference-sim"),
+            model_server: dir.join("model-server"),
+            loadgen: dir.join("loadgen"),
+            venv: harness::envoy::repo_root().join(".venv-bench"),
+            gie_epp: super::upstream::peer_bin("gie-epp"),
+            llmd_epp: super::upstream::peer_bin("llm-d-epp"),
+            llmd_sim: super::upstream::peer_bin("llm-d-inference-sim"),
+        })
+    }
+}
+
+/// A started router: where to send requests and the processes to measure.
+pub struct Running {
+    pub target: SocketAddr,
+    /// Processes other than Envoy (epp, the noop server, a Python router).
+    pub procs: Vec<Proc>,
+    pub envoy: Option<Envoy>,
+    /// The EPP's Prometheus endpoint (first replica), for its own decision-latency histogram.
+    pub metrics: Option<SocketAddr>,
+    /// The fake API server an EPP with Kubernetes discovery watches (kept running).
+    pub api: Option<harness::fake_apiserver::FakeApiServer>,
+}
+
+impl Running {
+    /// `(name, pid)` of every process of this router.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = self
+            .procs
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect();
+        if let Some(e) = &self.envoy {
+            v.push(("envoy".into(), e.pid()));
+        }
+        v
+    }
+}
+
+/// Starts `router` in front of `pods` and waits until a completion through it succeeds.
+/// `kv_ports` are the pods' KV-event (PUB, replay) ports, needed by [`Router::EppPrecise`].
+pub async fn start(
+    router: &Router,
+    pods: &[SocketAddr],
+    kv_ports: &[(u16, u16)],
+    bins: &Bins,
+    dir: &Path,
+    model: &str,
+) -> Result<Running, BenchError> {
+    let running = match router {
+        Router::EnvoyRoundRobin => envoy_only(Template::RoundRobin, pods).await?,
+        Router::EnvoyLeastRequest => envoy_only(Template::LeastRequest, pods).await?,
+        Router::Epp {
+            config, replicas, ..
+        } => {
+            epp(
+                bins,
+                &["--static-endpoints".into(), endpoints(pods)],
+                dir,
+                config,
+                *replicas,
+                false,
+            )
+            .await?
+        }
+        Router::EppPrecise {
+            config,
+            replicas,
+            shared,
+            ..
+        } => {
+            if kv_ports.len() != pods.len() {
+                return Err(BenchError::Setup(format!(
+                    "{} needs pods that publish KV events",
+                    router.label()
+                )));
+            }
+            let file = endpoints_file(pods, kv_ports, dir)?;
+            epp(
+                bins,
+                &["--static-endpoints-file".into(), file],
+                dir,
+                config,
+                *replicas,
+                *shared,
+            )
+            .await?
+        }
+        Router::EnvoyNoopExtProc => noop(bins, pods, dir).await?,
+        Router::VllmRouter { policy } => {
+            python_router(bins, "vllm-router", &[], policy, pods, dir)?
+        }
+        Router::SglangRouter { policy } => python_router(
+            bins,
+            "sglang-router",
+            &["launch", "--log-level", "warn"],
+            policy,
+            pods,
+            dir,
+        )?,
+        Router::GieEpp { config, .. } => {
+            super::upstream::gie(bins, pods, dir, config.as_deref()).await?
+        }
+        Router::LlmdEpp { config, .. } => super::upstream::llmd(bins, pods, dir, config).await?,
+    };
+    wait_routable(running.target, model, Duration::from_secs(60))
+        .await
+        .map_err(|e| match &running.procs.first() {
+            Some(p) => BenchError::NotReady {
+                what: format!("{} ({e})", router.label()),
+                log: log_tail(&p.log),
+            },
+            None => e,
+        })?;
+    Ok(running)
+}
+
+async fn envoy_only(template: Template, pods: &[SocketAddr]) -> Result<Running, BenchError> {
+    let envoy = EnvoyConfig::new(template)
+        .pool(pods.iter().copied())
+        .concurrency(2)
+        .start()
+        .await?;
+    Ok(Running {
+        target: envoy.listener_addr(),
+        procs: Vec::new(),
+        envoy: Some(envoy),
+        metrics: None,
+        api: None,
+    })
+}
+
+fn endpoints(pods: &[SocketAddr]) -> String {
+    pods.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A `--static-endpoints-file` naming each pod's KV-event ports in its labels.
+fn endpoints_file(
+    pods: &[SocketAddr],
+    kv_ports: &[(u16, u16)],
+    dir: &Path,
+) -> Result<String, BenchError> {
+    let yaml: String = pods
+        .iter()
+        .zip(kv_ports)
+        .map(|(a, (p, r))| format!("- {{address: {}, port: {}, labels: {{kv-events-port: \"{p}\", kv-events-replay-port: \"{r}\"}}}}\n", a.ip(), a.port()))
+        .collect();
+    let path = dir.join("endpoints.yaml");
+    std::fs::write(&path, yaml).map_err(BenchError::io(format!("writing {}", path.display())))?;
+    Ok(path.display().to_string())
+}
+
+/// `replicas` epp processes with the same flags, each its own process with its own ports (as
+/// separate pods would be), all in Envoy's ext_proc cluster; `shared`: each sends its
+/// speculative entries to all (UDP, `--speculative-peer-port` / `--speculative-peers`).
+async fn epp(
+    bins: &Bins,
+    discovery: &[String],
+    dir: &Path,
+    config: &Path,
+    replicas: usize,
+    shared: bool,
+) -> Result<Running, BenchError> {
+    let mut procs = Vec::new();
+    let mut grpc = Vec::new();
+    let mut metrics = None;
+    let ports: Vec<Vec<u16>> = (0..replicas.max(1))
+        .map(|_| free_ports(4))
+        .collect::<Result<_, _>>()?;
+    let peers = ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p[3]))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (i, p) in ports.iter().enumerate() {
+        let mut args: Vec<String> = [
+            "--grpc-port",
+            &p[0].to_string(),
+            "--grpc-health-port",
+            &p[1].to_string(),
+            "--metrics-port",
+            &p[2].to_string(),
+            "--secure-serving=false",
+            "--config-file",
+            &config.display().to_string(),
+            "--zap-log-level",
+            "error",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend_from_slice(discovery);
+        if shared {
+            args.extend([
+                "--speculative-peer-port".to_owned(),
+                p[3].to_string(),
+                "--speculative-peers".to_owned(),
+                peers.clone(),
+            ]);
+        }
+        let name = if i == 0 {
+            "epp".to_owned()
+        } else {
+            format!("epp-{}", i + 1)
+        };
+        let mut proc_ = Proc::spawn(&name, &bins.epp, &args, dir)?;
+        wait_http_ok(
+            &mut proc_,
+            SocketAddr::from(([127, 0, 0, 1], p[2])),
+            "/metrics",
+            Duration::from_secs(20),
+        )
+        .await?;
+        procs.push(proc_);
+        grpc.push(SocketAddr::from(([127, 0, 0, 1], p[0])));
+        metrics.get_or_insert(SocketAddr::from(([127, 0, 0, 1], p[2])));
+    }
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp_replicas(grpc)
+        .concurrency(2)
+        .start()
+        .await?;
+    Ok(Running {
+        target: envoy.listener_addr(),
+        procs,
+        envoy: Some(envoy),
+        metrics,
+        api: None,
+    })
+}
+
+async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, BenchError> {
+    let port = free_ports(1)?[0];
+    let args = vec![
+        "--port".to_owned(),
+        port.to_string(),
+        "--endpoints".to_owned(),
+        endpoints(pods),
+    ];
+    let proc_ = Proc::spawn("noop-extproc", &bins.noop_extproc, &args, dir)?;
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(SocketAddr::from(([127, 0, 0, 1], port)))
+        .concurrency(2)
+        .start()
+        .await?;
+    Ok(Running {
+        target: envoy.listener_addr(),
+        procs: vec![proc_],
+        envoy: Some(envoy),
+        metrics: None,
+        api: None,
+    })
+}
+
+fn python_router(
+    bins: &Bins,
+    program: &str,
+    pre: &[&str],
+    policy: &str,
+    pods: &[SocketAddr],
+    dir: &Path,
+) -> Result<Running, BenchError> {
+    let exe = bins.venv.join("bin").join(program);
+    if !exe.is_file() {
+        return Err(BenchError::Setup(format!(
+            "{} is not installed (hack/bench.sh installs it into .venv-bench)",
+            exe.display()
+        )));
+    }
+    let p = free_ports(2)?;
+    let mut args: Vec<String> = pre.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &p[0].to_string(),
+            "--policy",
+            policy,
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &p[1].to_string(),
+        ]
+        .map(str::to_owned),
+    );
+    args.push("--worker-urls".into());
+    args.extend(pods.iter().map(|a| format!("http://{a}")));
+    let proc_ = Proc::spawn(program, &exe, &args, dir)?;
+    Ok(Running {
+        target: SocketAddr::from(([127, 0, 0, 1], p[0])),
+        procs: vec![proc_],
+        envoy: None,
+        metrics: None,
+        api: None,
+    })
+}
+
+/// Sends a one-token completion through `target` until one answers 200.
+pub async fn wait_routable(
+    target: SocketAddr,
+    model: &str,
+    timeout: Duration,
+) -> Result<(), BenchError> {
+    let body =
+        serde_json::json!({"model": model, "prompt": "ready check", "max_tokens": 1}).to_string();
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match harness::client::post_json(target, "/v1/completions", body.clone()).await {
+            Ok(r) if r.status.is_success() => return Ok(()),
+            Ok(r) => last = format!("status {}: {}", r.status, r.text()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(BenchError::NotReady {
+        what: format!("a completion through {target}"),
+        log: last,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_precise_router_gets_each_pods_event_ports_as_labels() {
+        let dir = std::env::temp_dir().join(format!("epp-bench-routers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pods = [
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from(([127, 0, 0, 1], 9001)),
+        ];
+        let file = endpoints_file(&pods, &[(9100, 9200), (9101, 9201)], &dir).unwrap();
+        let parsed = epp::discovery::parse_file(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[1].id.0, pods[1]);
+        assert_eq!(
+            parsed[1]
+                .labels
+                .get(epp::kvevents::PORT_LABEL)
+                .map(String::as_str),
+            Some("9101")
+        );
+        assert_eq!(
+            parsed[1]
+                .labels
+                .get(epp::kvevents::REPLAY_PORT_LABEL)
+                .map(String::as_str),
+            Some("9201")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(Router::EppPrecise {
+            name: "p".into(),
+            config: PathBuf::new(),
+            replicas: 1,
+            shared: false
+        }
+        .needs_kv_events());
+        assert!(!Router::Epp {
+            name: "p".into(),
+            config: PathBuf::new(),
+            replicas: 3
+        }
+        .needs_kv_events());
+        assert_eq!(
+            Router::Epp {
+                name: "p".into(),
+                config: PathBuf::new(),
+                replicas: 3
+            }
+            .label(),
+            "epp-p-x3"
+        );
+    }
+}

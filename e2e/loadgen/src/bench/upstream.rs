@@ -1,0 +1,293 @@
+//! The upstream EPPs next to epp (issue 18), run the way their users run them, each behind the
+//! same Envoy bootstrap as epp (`FULL_DUPLEX_STREAMED` ext_proc, ORIGINAL_DST):
+//!
+//! - **gie-epp**: the Gateway API Inference Extension's EPP v1.5.0 (`hack/install-peers.sh`).
+//!   It discovers pods through Kubernetes only, so it runs against the e2e fake API server
+//!   ([`harness::fake_apiserver`], started in the bench process, its CPU not charged to the EPP),
+//!   holding one `InferencePool` (`inference.networking.k8s.io/v1`) and one Ready pod object per
+//!   simulated pod. One target port per pool means one IP per pod: the pods run with
+//!   `--host-per-pod` (127.0.0.1, 127.0.0.2, ... all on one port).
+//! - **llm-d-epp**: llm-d-router v0.10.0, with its `file-discovery` plugin (no Kubernetes; its
+//!   `docs/discovery.md`): the config file names the endpoints file this module writes.
+//!
+//! Both get plaintext gRPC (`--secure-serving=false`), no metrics-endpoint auth, no tracing, log
+//! level error, and the same `--refresh-metrics-interval` as epp (50 ms, also their default).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::procs::{free_ports, wait_http_ok, Proc};
+use super::routers::{Bins, Running};
+use super::BenchError;
+use harness::envoy::{EnvoyConfig, Template};
+use harness::fake_apiserver::{FakeApiServer, Key};
+
+/// Namespace and pool name the upstream EPPs are told about.
+pub const NAMESPACE: &str = "bench";
+pub const POOL: &str = "bench-pool";
+/// The scrape interval every EPP gets (epp's and both upstream defaults).
+pub const REFRESH_METRICS_INTERVAL: &str = "50ms";
+
+/// Where `hack/install-peers.sh` puts peer `name`.
+pub fn peer_bin(name: &str) -> PathBuf {
+    harness::envoy::repo_root()
+        .join(".peers")
+        .join(name)
+        .join("bin")
+        .join(name)
+}
+
+/// Flags both upstream EPPs share (same names in both).
+fn common_flags(grpc: u16, health: u16, metrics: u16) -> Vec<String> {
+    [
+        "--grpc-port",
+        &grpc.to_string(),
+        "--grpc-health-port",
+        &health.to_string(),
+        "--metrics-port",
+        &metrics.to_string(),
+        "--secure-serving=false",
+        "--metrics-endpoint-auth=false",
+        "--tracing=false",
+        "--enable-pprof=false",
+        "--zap-log-level",
+        "error",
+        "--refresh-metrics-interval",
+        REFRESH_METRICS_INTERVAL,
+        "--pool-namespace",
+        NAMESPACE,
+        "--pool-name",
+        POOL,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+fn missing(bin: &Path) -> BenchError {
+    BenchError::Setup(format!(
+        "{} is not installed (hack/install-peers.sh)",
+        bin.display()
+    ))
+}
+
+/// The pod objects and the InferencePool of `pods` (all on one port, one IP each).
+pub fn seed_store(api: &FakeApiServer, pods: &[SocketAddr]) -> Result<(), BenchError> {
+    let port = pods.first().map_or(8000, SocketAddr::port);
+    if pods.iter().any(|p| p.port() != port) {
+        return Err(BenchError::Setup(
+            "gie-epp needs every pod on the same port (SimOptions::host_per_pod)".into(),
+        ));
+    }
+    let store = api.store();
+    let key = |collection: &str, name: &str| Key {
+        collection: collection.into(),
+        namespace: NAMESPACE.into(),
+        name: name.into(),
+    };
+    let err = |e: harness::fake_apiserver::StoreError| BenchError::Setup(e.to_string());
+    store
+        .create(
+            key("apis/inference.networking.k8s.io/v1/inferencepools", POOL),
+            json!({
+                "apiVersion": "inference.networking.k8s.io/v1",
+                "kind": "InferencePool",
+                "metadata": {"name": POOL, "namespace": NAMESPACE},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "sim"}},
+                    "targetPorts": [{"number": port}],
+                    "endpointPickerRef": {"name": "epp", "kind": "Service",
+                        "port": {"number": 9002}, "failureMode": "FailClose"}
+                }
+            }),
+        )
+        .map_err(err)?;
+    for (i, pod) in pods.iter().enumerate() {
+        let name = format!("sim-{i}");
+        store
+            .create(
+                key("api/v1/pods", &name),
+                json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "sim"},
+                        "uid": format!("00000000-0000-0000-0000-{i:012}")},
+                    "spec": {"containers": [{"name": "vllm", "image": "inference-sim",
+                        "ports": [{"containerPort": port}]}]},
+                    "status": {
+                        "phase": "Running",
+                        "podIP": pod.ip().to_string(),
+                        "podIPs": [{"ip": pod.ip().to_string()}],
+                        "conditions": [{"type": "Ready", "status": "True"}]
+                    }
+                }),
+            )
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// GIE's EPP against a fake API server holding `pods`, behind Envoy; `config`: a config file,
+/// or `None` for its built-in default.
+pub async fn gie(
+    bins: &Bins,
+    pods: &[SocketAddr],
+    dir: &Path,
+    config: Option<&Path>,
+) -> Result<Running, BenchError> {
+    let bin = bins.gie_epp.clone();
+    if !bin.is_file() {
+        return Err(missing(&bin));
+    }
+    let api = FakeApiServer::bind()
+        .await
+        .map_err(BenchError::io("starting the fake API server"))?;
+    seed_store(&api, pods)?;
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, NAMESPACE)
+        .map_err(BenchError::io("writing the kubeconfig"))?;
+    let p = free_ports(3)?;
+    let mut args = common_flags(p[0], p[1], p[2]);
+    if let Some(c) = config {
+        args.extend(["--config-file".to_owned(), c.display().to_string()]);
+    }
+    let env = [
+        ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+        ("NAMESPACE".to_owned(), NAMESPACE.to_owned()),
+        // The fake API server has no watch-list streaming (sendInitialEvents): plain list + watch.
+        (
+            "KUBE_FEATURE_WatchListClient".to_owned(),
+            "false".to_owned(),
+        ),
+    ];
+    let mut proc_ = Proc::spawn_env("gie-epp", &bin, &args, &env, dir)?;
+    wait_http_ok(
+        &mut proc_,
+        SocketAddr::from(([127, 0, 0, 1], p[2])),
+        "/metrics",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(SocketAddr::from(([127, 0, 0, 1], p[0])))
+        .concurrency(2)
+        .start()
+        .await?;
+    Ok(Running {
+        target: envoy.listener_addr(),
+        procs: vec![proc_],
+        envoy: Some(envoy),
+        metrics: Some(SocketAddr::from(([127, 0, 0, 1], p[2]))),
+        api: Some(api),
+    })
+}
+
+/// The `file-discovery` endpoints file of `pods`.
+pub fn endpoints_file(pods: &[SocketAddr]) -> String {
+    let mut s = String::from("endpoints:\n");
+    for (i, p) in pods.iter().enumerate() {
+        s.push_str(&format!(
+            "- name: sim-{i}\n  namespace: {NAMESPACE}\n  address: \"{}\"\n  port: \"{}\"\n",
+            p.ip(),
+            p.port()
+        ));
+    }
+    s
+}
+
+/// llm-d-router's EPP with file discovery, behind Envoy. `config` is a template in which
+/// `${ENDPOINTS_FILE}` is replaced by the endpoints file written here.
+pub async fn llmd(
+    bins: &Bins,
+    pods: &[SocketAddr],
+    dir: &Path,
+    config: &Path,
+) -> Result<Running, BenchError> {
+    let bin = bins.llmd_epp.clone();
+    if !bin.is_file() {
+        return Err(missing(&bin));
+    }
+    let endpoints = dir.join("llmd-endpoints.yaml");
+    std::fs::write(&endpoints, endpoints_file(pods))
+        .map_err(BenchError::io(format!("writing {}", endpoints.display())))?;
+    let template = std::fs::read_to_string(config)
+        .map_err(BenchError::io(format!("reading {}", config.display())))?;
+    let rendered = dir.join("llmd-config.yaml");
+    std::fs::write(
+        &rendered,
+        template.replace("${ENDPOINTS_FILE}", &endpoints.display().to_string()),
+    )
+    .map_err(BenchError::io(format!("writing {}", rendered.display())))?;
+    let p = free_ports(3)?;
+    let mut args = common_flags(p[0], p[1], p[2]);
+    args.extend([
+        "--config-file".to_owned(),
+        rendered.display().to_string(),
+        "--allow-experimental-plugins=true".to_owned(),
+    ]);
+    let mut proc_ = Proc::spawn_env("llm-d-epp", &bin, &args, &[], dir)?;
+    wait_http_ok(
+        &mut proc_,
+        SocketAddr::from(([127, 0, 0, 1], p[2])),
+        "/metrics",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(SocketAddr::from(([127, 0, 0, 1], p[0])))
+        .concurrency(2)
+        .start()
+        .await?;
+    Ok(Running {
+        target: envoy.listener_addr(),
+        procs: vec![proc_],
+        envoy: Some(envoy),
+        metrics: Some(SocketAddr::from(([127, 0, 0, 1], p[2]))),
+        api: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoints_file_lists_every_pod_by_ip_and_port() {
+        let pods = [
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from(([127, 0, 0, 2], 9000)),
+        ];
+        let f = endpoints_file(&pods);
+        assert!(f.starts_with("endpoints:\n- name: sim-0\n"), "{f}");
+        assert!(
+            f.contains("address: \"127.0.0.2\"\n  port: \"9000\""),
+            "{f}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_fake_api_server_holds_the_pool_and_ready_pods() {
+        let api = FakeApiServer::bind().await.unwrap();
+        let pods = [
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from(([127, 0, 0, 2], 9000)),
+        ];
+        seed_store(&api, &pods).unwrap();
+        let (_, listed) = api.store().list("api/v1/pods", Some(NAMESPACE));
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[1]["status"]["podIP"], "127.0.0.2");
+        let (_, pools) = api
+            .store()
+            .list("apis/inference.networking.k8s.io/v1/inferencepools", None);
+        assert_eq!(pools[0]["spec"]["targetPorts"][0]["number"], 9000);
+        let mixed = [
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from(([127, 0, 0, 1], 9001)),
+        ];
+        let other = FakeApiServer::bind().await.unwrap();
+        assert!(seed_store(&other, &mixed).is_err());
+    }
+}
