@@ -1,13 +1,15 @@
 //! The metrics port (`--metrics-port`, 9090): Prometheus `/metrics`, `GET /debug/snapshot`
 //! (what the picker currently believes, as JSON: see [`debug_snapshot`]), plus the task that
-//! refreshes the pool gauges every `--refresh-prometheus-metrics-interval`. With
+//! refreshes the pool gauges every `--refresh-prometheus-metrics-interval` ([`PoolGauges`]). With
 //! `--metrics-endpoint-auth` every path is served only to callers the API server authenticates
 //! and authorizes ([`auth`]).
 
 pub mod auth;
 
-use crate::director::Director;
-use crate::metrics::{PodLabels, PoolLabels};
+use crate::datastore::Datastore;
+use crate::director::LiveConfig;
+use crate::metrics::{Metrics, PodLabels, PoolLabels};
+use crate::prefix::source::Indexes;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -23,8 +25,13 @@ use tokio_util::task::TaskTracker;
 /// What the metrics port serves.
 pub struct AdminState {
     pub registry: Registry,
-    pub director: Arc<Director>,
-    pub datastore: Arc<crate::datastore::Datastore>,
+    pub datastore: Arc<Datastore>,
+    /// The configuration in force (its text is shown).
+    pub config: Arc<LiveConfig>,
+    /// The prefix indexes (their sizes are shown).
+    pub indexes: Arc<Indexes>,
+    /// The pool's name, as the metrics label it.
+    pub pool_name: String,
     /// Where the active configuration came from (`--config-file <path>`, `--config-text`, or
     /// the built-in default).
     pub config_origin: String,
@@ -127,14 +134,14 @@ pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
         .iter()
         .map(|s| endpoint_json(s, now, state.staleness))
         .collect();
-    let precise = state.director.precise_index();
-    let runtime = state.director.runtime();
+    let precise = &state.indexes.precise;
+    let runtime = state.config.load();
     serde_json::json!({
-        "pool": state.director.pool_name(),
+        "pool": state.pool_name,
         "endpoints": endpoints,
         "inflight_total": snapshot.iter().map(|s| u64::from(s.inflight())).sum::<u64>(),
         "prefix_index": {
-            "approximate_blocks": state.director.prefix_index().size(),
+            "approximate_blocks": state.indexes.approximate.size(),
             "precise_entries": precise.entries(),
             "precise_heap_bytes": precise.heap_bytes(),
         },
@@ -177,57 +184,63 @@ fn endpoint_json(
     })
 }
 
-/// Refreshes the pool gauges and prunes the prefix index of removed endpoints, until `shutdown`.
-pub async fn refresh_pool_gauges(
-    director: Arc<Director>,
-    datastore: Arc<crate::datastore::Datastore>,
-    every: Duration,
-    staleness: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        refresh_once(&director, &datastore, staleness);
-    }
+/// The pool gauges and what they are computed from.
+pub struct PoolGauges {
+    pub metrics: Arc<Metrics>,
+    pub datastore: Arc<Datastore>,
+    /// The approximate index's size is a gauge.
+    pub indexes: Arc<Indexes>,
+    pub pool: String,
+    /// Endpoints whose metrics are older count as stale.
+    pub staleness: Duration,
 }
 
-fn refresh_once(director: &Director, datastore: &crate::datastore::Datastore, staleness: Duration) {
-    let m = director.metrics();
-    let pool = PoolLabels {
-        name: director.pool_name().to_owned(),
-    };
-    let snapshot = datastore.snapshot();
-    let now = Instant::now();
-    let (mut kv, mut queue, mut running, mut n, mut stale) = (0.0, 0.0, 0.0, 0u32, 0i64);
-    for s in snapshot.iter() {
-        match s.metrics() {
-            Some(x) if x.age(now) <= staleness => {
-                kv += x.kv_usage;
-                queue += x.waiting;
-                running += x.running;
-                n += 1;
-                let labels = PodLabels {
-                    name: pool.name.clone(),
-                    model_server_pod: s.endpoint.name.clone(),
-                };
-                m.pool_per_pod_queue.get_or_create(&labels).set(x.waiting);
+impl PoolGauges {
+    /// Refreshes the pool gauges every `every` until `shutdown`.
+    pub async fn run(self, every: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
             }
-            _ => stale += 1,
+            self.refresh();
         }
     }
-    let avg = |v: f64| if n > 0 { v / f64::from(n) } else { 0.0 };
-    m.pool_avg_kv.get_or_create(&pool).set(avg(kv));
-    m.pool_avg_queue.get_or_create(&pool).set(avg(queue));
-    m.pool_avg_running.get_or_create(&pool).set(avg(running));
-    m.pool_ready_pods
-        .get_or_create(&pool)
-        .set(snapshot.len() as i64);
-    m.stale_endpoints.set(stale);
-    director.prune_index();
-    m.prefix_indexer_size
-        .set(director.prefix_index().size() as i64);
+
+    fn refresh(&self) {
+        let (m, datastore, staleness) = (&self.metrics, &self.datastore, self.staleness);
+        let pool = PoolLabels {
+            name: self.pool.clone(),
+        };
+        let snapshot = datastore.snapshot();
+        let now = Instant::now();
+        let (mut kv, mut queue, mut running, mut n, mut stale) = (0.0, 0.0, 0.0, 0u32, 0i64);
+        for s in snapshot.iter() {
+            match s.metrics() {
+                Some(x) if x.age(now) <= staleness => {
+                    kv += x.kv_usage;
+                    queue += x.waiting;
+                    running += x.running;
+                    n += 1;
+                    let labels = PodLabels {
+                        name: pool.name.clone(),
+                        model_server_pod: s.endpoint.name.clone(),
+                    };
+                    m.pool_per_pod_queue.get_or_create(&labels).set(x.waiting);
+                }
+                _ => stale += 1,
+            }
+        }
+        let avg = |v: f64| if n > 0 { v / f64::from(n) } else { 0.0 };
+        m.pool_avg_kv.get_or_create(&pool).set(avg(kv));
+        m.pool_avg_queue.get_or_create(&pool).set(avg(queue));
+        m.pool_avg_running.get_or_create(&pool).set(avg(running));
+        m.pool_ready_pods
+            .get_or_create(&pool)
+            .set(snapshot.len() as i64);
+        m.stale_endpoints.set(stale);
+        m.prefix_indexer_size
+            .set(self.indexes.approximate.size() as i64);
+    }
 }

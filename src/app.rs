@@ -5,10 +5,11 @@
 //! on shutdown cancels them all and waits for them.
 
 mod options;
+mod prefix_gc;
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, Runtime};
-use crate::extproc::{stream::Limits, ExtProc};
+use crate::director::{Director, DirectorOptions, Runtime, Shared};
+use crate::extproc::{stream::Limits, stream::Services, ExtProc};
 use crate::health::Health;
 use crate::kvevents::peers;
 use crate::metrics::{InfoLabels, Metrics};
@@ -102,32 +103,25 @@ pub async fn run_with_drain(
     let datastore = Arc::new(Datastore::new());
     let (fixed, file) = initial_endpoints(&opts, &datastore)?;
     let dopts = DirectorOptions {
-        pool_name: opts.pool_label(),
         staleness: opts.metrics_staleness_threshold,
         subset_filter: !opts.disable_endpoint_subset_filter,
     };
-    let mut director = Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), dopts);
+    // What the director reads and records into is owned here and handed to each adapter.
+    let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
     let tracker = TaskTracker::new();
-    if let Some(socket) = listeners.peers {
-        director = peers::share(
-            director,
+    let placements = listeners.peers.and_then(|socket| {
+        peers::share(
             socket,
             opts.speculative_peers.clone(),
             Arc::clone(&datastore),
-            &tracker,
-            &shutdown,
-        );
-    }
-    let director = Arc::new(director);
+            Arc::clone(&shared.indexes.precise),
+            Arc::clone(&metrics),
+            (&tracker, &shutdown),
+        )
+    });
+    let director = Arc::new(Director::new(shared.clone(), dopts).with_placement_sink(placements));
     let (health, health_service) = Health::new().await;
-    spawn_background(
-        &opts,
-        &director,
-        &datastore,
-        &tracker,
-        &shutdown,
-        (fixed, file),
-    );
+    spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file));
     let kube = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
     let (client, readiness) = kube.map_or((None, Vec::new()), |k| (Some(k.client), k.readiness));
     let auth = client
@@ -135,8 +129,10 @@ pub async fn run_with_drain(
         .map(|c| admin::auth::MetricsAuth::new(c, Arc::clone(&metrics)));
     let admin_state = admin::AdminState {
         registry,
-        director: Arc::clone(&director),
         datastore: Arc::clone(&datastore),
+        config: Arc::clone(&shared.config),
+        indexes: Arc::clone(&shared.indexes),
+        pool_name: opts.pool_label(),
         config_origin: config_origin(&opts),
         staleness: opts.metrics_staleness_threshold,
         auth,
@@ -147,10 +143,15 @@ pub async fn run_with_drain(
         tracker.clone(),
         shutdown.clone(),
     ));
-    let mut grpc = ExtProc::new(Arc::clone(&director), limits(&opts))
-        .with_endpoint_scores(opts.emit_endpoint_scores);
+    let services = Services {
+        director: Arc::clone(&director),
+        config: Arc::clone(&shared.config),
+        metrics: Arc::clone(&metrics),
+    };
+    let mut grpc =
+        ExtProc::new(services, limits(&opts)).with_endpoint_scores(opts.emit_endpoint_scores);
     if opts.flow_control || flow_gate {
-        let flow = flow_control(&opts, &director);
+        let flow = flow_control(&opts, &director, &metrics);
         tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
         grpc = grpc.with_flow_control(flow);
     }
@@ -302,7 +303,11 @@ fn limits(opts: &Options) -> Limits {
 }
 
 /// The flow-control queue, released by the pool's saturation.
-fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcontrol::FlowControl> {
+fn flow_control(
+    opts: &Options,
+    director: &Arc<Director>,
+    metrics: &Arc<Metrics>,
+) -> Arc<crate::flowcontrol::FlowControl> {
     let config = crate::flowcontrol::FlowConfig {
         max_requests: opts.flow_control_max_requests,
         max_bytes: opts.flow_control_max_bytes,
@@ -311,24 +316,23 @@ fn flow_control(opts: &Options, director: &Arc<Director>) -> Arc<crate::flowcont
         ..Default::default()
     };
     let director = Arc::clone(director);
-    let metrics = Arc::clone(director.metrics());
     crate::flowcontrol::FlowControl::new(
         config,
         move || director.pool_saturation(),
-        metrics,
+        Arc::clone(metrics),
         opts.pool_label(),
     )
 }
 
 fn spawn_background(
     opts: &Options,
-    director: &Arc<Director>,
-    datastore: &Arc<Datastore>,
+    shared: &Shared,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
     endpoints: EndpointSources,
 ) {
     let (fixed, file) = endpoints;
+    let (datastore, metrics) = (&shared.datastore, &shared.metrics);
     if file.is_some() {
         tracker.spawn(discovery::run(
             Arc::clone(datastore),
@@ -338,7 +342,7 @@ fn spawn_background(
             shutdown.clone(),
         ));
     }
-    let runtime = director.runtime();
+    let runtime = shared.config.load_full();
     let settings = &runtime.metrics_settings;
     let sopts = scrape::ScrapeOptions {
         interval: opts.refresh_metrics_interval,
@@ -360,7 +364,7 @@ fn spawn_background(
     };
     tracker.spawn(scrape::run(
         Arc::clone(datastore),
-        Arc::clone(director.metrics()),
+        Arc::clone(metrics),
         sopts,
         tracker.clone(),
         shutdown.clone(),
@@ -373,7 +377,7 @@ fn spawn_background(
         };
         tracker.spawn(crate::probe::run(
             Arc::clone(datastore),
-            Arc::clone(director.metrics()),
+            Arc::clone(metrics),
             popts,
             tracker.clone(),
             shutdown.clone(),
@@ -384,10 +388,7 @@ fn spawn_background(
         replay_port: opts.kv_events_replay_port,
         bind: opts.kv_events_bind.clone(),
     };
-    let sink = kvevents::Sink::new(
-        Arc::clone(director.precise_index()),
-        Arc::clone(director.metrics()),
-    );
+    let sink = kvevents::Sink::new(Arc::clone(&shared.indexes.precise), Arc::clone(metrics));
     tracker.spawn(kvevents::run(
         Arc::clone(datastore),
         sink,
@@ -396,16 +397,24 @@ fn spawn_background(
         shutdown.clone(),
     ));
     let every = opts.refresh_prometheus_metrics_interval;
-    tracker.spawn(admin::refresh_pool_gauges(
-        Arc::clone(director),
+    let gauges = admin::PoolGauges {
+        metrics: Arc::clone(metrics),
+        datastore: Arc::clone(datastore),
+        indexes: Arc::clone(&shared.indexes),
+        pool: opts.pool_label(),
+        staleness: opts.metrics_staleness_threshold,
+    };
+    tracker.spawn(gauges.run(every, shutdown.clone()));
+    tracker.spawn(prefix_gc::run(
         Arc::clone(datastore),
+        Arc::clone(&shared.indexes),
         every,
-        opts.metrics_staleness_threshold,
         shutdown.clone(),
     ));
     if let Some(path) = &opts.config_file {
         tracker.spawn(reload::run(
-            Arc::clone(director),
+            Arc::clone(&shared.config),
+            Arc::clone(metrics),
             path.clone(),
             FILE_POLL,
             shutdown.clone(),

@@ -15,7 +15,6 @@ pub mod status;
 pub mod stream;
 pub mod wire;
 
-use crate::director::Director;
 use crate::flowcontrol::FlowControl;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
     ExternalProcessor, ExternalProcessorServer,
@@ -25,14 +24,14 @@ use futures::Stream;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use stream::{Limits, StreamMachine};
+use stream::{Limits, Services, StreamMachine};
 use tonic::{Request, Response, Status, Streaming};
 
 /// The gRPC service name, also served by the health service.
 pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
 
 pub struct ExtProc {
-    director: Arc<Director>,
+    services: Arc<Services>,
     limits: Limits,
     flow: Option<Arc<FlowControl>>,
     /// `--emit-endpoint-scores`: every candidate's score in the routing metadata.
@@ -40,9 +39,9 @@ pub struct ExtProc {
 }
 
 impl ExtProc {
-    pub fn new(director: Arc<Director>, limits: Limits) -> Self {
+    pub fn new(services: Services, limits: Limits) -> Self {
         Self {
-            director,
+            services: Arc::new(services),
             limits,
             flow: None,
             emit_endpoint_scores: false,
@@ -87,7 +86,7 @@ impl ExternalProcessor for ExtProc {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Responses>, Status> {
-        let mut machine = StreamMachine::new(Arc::clone(&self.director), self.limits);
+        let mut machine = StreamMachine::new(Arc::clone(&self.services), self.limits);
         if self.flow.is_some() {
             machine.use_flow_control();
         }

@@ -7,9 +7,9 @@
 //! libFuzzer for millions of executions. Not an API: hidden from the docs.
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, Runtime};
+use crate::director::{Director, DirectorOptions, Runtime, Shared};
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
-use crate::extproc::stream::{Limits, StreamMachine};
+use crate::extproc::stream::{Limits, Services, StreamMachine};
 use crate::kvevents::decode::{decode_batch, KvEvent};
 use crate::metrics::Metrics;
 use crate::prefix::precise::{PreciseIndex, Stored};
@@ -270,8 +270,8 @@ pub fn picker_config(data: &[u8]) {
 /// The pool every `extproc_stream` input routes to.
 pub const FUZZ_ENDPOINTS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "[fd00::3]:8000"];
 
-fn director() -> &'static (Arc<Director>, Arc<Datastore>) {
-    static DIRECTOR: OnceLock<(Arc<Director>, Arc<Datastore>)> = OnceLock::new();
+fn director() -> &'static (Arc<Services>, Arc<Datastore>) {
+    static DIRECTOR: OnceLock<(Arc<Services>, Arc<Datastore>)> = OnceLock::new();
     DIRECTOR.get_or_init(|| {
         let datastore = Arc::new(Datastore::new());
         let endpoints = FUZZ_ENDPOINTS
@@ -286,19 +286,16 @@ fn director() -> &'static (Arc<Director>, Arc<Datastore>) {
             &mut prometheus_client::registry::Registry::default(),
         ));
         let opts = DirectorOptions {
-            pool_name: "fuzz".into(),
             staleness: Duration::from_secs(2),
             subset_filter: true,
         };
-        (
-            Arc::new(Director::new(
-                Arc::clone(&datastore),
-                runtime,
-                metrics,
-                opts,
-            )),
-            datastore,
-        )
+        let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
+        let services = Services {
+            director: Arc::new(Director::new(shared.clone(), opts)),
+            config: shared.config,
+            metrics,
+        };
+        (Arc::new(services), datastore)
     })
 }
 
@@ -325,13 +322,13 @@ pub fn stream_destinations(data: &[u8]) -> Vec<String> {
     let _one_at_a_time = EXCLUSIVE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (director, datastore) = director();
+    let (services, datastore) = director();
     let limits = Limits {
         max_body_bytes: 8192,
         body_timeout: Duration::from_secs(60),
         ..Limits::default()
     };
-    let mut machine = StreamMachine::new(Arc::clone(director), limits);
+    let mut machine = StreamMachine::new(Arc::clone(services), limits);
     let mut out = Vec::new();
     let mut seen = Vec::new();
     for step in extproc_input::decode(data) {

@@ -19,9 +19,13 @@
 //!
 //! Concurrency: one `RwLock`; lookups share it, records (once per routed request, after the
 //! decision) take it briefly. Selection never writes; the director records afterwards.
+//!
+//! Both this index and the precise one ([`precise`]) keep one contract, [`source::PrefixSource`]:
+//! `lookup` once per request, `record` once per decision.
 
 pub mod index;
 pub mod precise;
+pub mod source;
 
 use std::hash::Hasher;
 use xxhash_rust::xxh64::Xxh64;

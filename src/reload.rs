@@ -2,8 +2,8 @@
 //! configuration (requests in flight finish with the old one); an invalid file keeps the last
 //! good configuration, is logged with every problem, and counts in `epp_config_reloads`.
 
-use crate::director::{Director, Runtime};
-use crate::metrics::{Outcome, OutcomeLabels};
+use crate::director::{LiveConfig, Runtime};
+use crate::metrics::{Metrics, Outcome, OutcomeLabels};
 use crate::watch::FileWatch;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Watches `path` until `shutdown`. The first read is skipped: start-up already loaded it.
 pub async fn run(
-    director: Arc<Director>,
+    config: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
     path: PathBuf,
     poll: Duration,
     shutdown: CancellationToken,
@@ -27,25 +28,24 @@ pub async fn run(
         }
         let outcome = match watch.changed() {
             Ok(None) => continue,
-            Ok(Some(text)) => apply(&director, &text),
+            Ok(Some(text)) => apply(&config, &text),
             Err(e) => {
                 tracing::error!(error = %e, path = %watch.path().display(), "config file unreadable; keeping the last good configuration");
                 Outcome::failure
             }
         };
-        director
-            .metrics()
+        metrics
             .config_reloads
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 }
 
-fn apply(director: &Director, text: &str) -> Outcome {
-    let current = director.runtime();
+fn apply(config: &LiveConfig, text: &str) -> Outcome {
+    let current = config.load_full();
     match Runtime::build(text, Some(&current)) {
         Ok(runtime) => {
-            director.set_runtime(runtime);
+            config.store(runtime);
             tracing::info!("configuration reloaded");
             Outcome::success
         }

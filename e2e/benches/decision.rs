@@ -13,8 +13,9 @@
 //! through mimalloc, the epp binary's global allocator.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use epp::director::{Incoming, Runtime};
+use epp::director::Runtime;
 use epp::scheduling::{Candidate, SchedulingRequest};
+use epp_e2e::fixtures::route as route_body;
 use rand::{rngs::SmallRng, SeedableRng};
 use std::hint::black_box;
 use std::time::Duration;
@@ -73,25 +74,10 @@ fn bench(c: &mut Criterion) {
     // Warm the index and the segment cache with the shared prefixes, as in steady state.
     for (i, system) in shared.iter().cycle().take(64).enumerate() {
         let b = chat(system, &format!("warm-up {i}"));
-        let _ = d.route(
-            &Incoming {
-                path: "/v1/chat/completions",
-                body: &b,
-                ..Default::default()
-            },
-            &mut rng,
-        );
+        let _ = route_body(&d, "/v1/chat/completions", &b, &mut rng);
     }
     let route = |body: &[u8], rng: &mut SmallRng| {
-        d.route(
-            &Incoming {
-                path: "/v1/chat/completions",
-                body,
-                ..Default::default()
-            },
-            rng,
-        )
-        .map(|r| r.destinations.len())
+        route_body(&d, "/v1/chat/completions", body, rng).map(|r| r.destinations.len())
     };
     let mut g = c.benchmark_group("decision_100_endpoints_8k_tokens");
     g.bench_function("cold_text", |b| {
@@ -115,15 +101,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("token_ids", |b| {
         b.iter(|| {
             black_box(
-                d.route(
-                    &Incoming {
-                        path: "/v1/completions",
-                        body: &ids,
-                        ..Default::default()
-                    },
-                    &mut rng,
-                )
-                .map(|r| r.destinations.len()),
+                route_body(&d, "/v1/completions", &ids, &mut rng).map(|r| r.destinations.len()),
             )
         })
     });

@@ -3,7 +3,9 @@
 
 use anyhow::Context;
 use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Runtime};
+use epp::director::{
+    Body, Director, DirectorError, DirectorOptions, Incoming, Routed, Runtime, Shared,
+};
 use epp::endpoint::{CacheInfo, Endpoint, EndpointMetrics};
 use epp::metrics::Metrics;
 use std::sync::Arc;
@@ -41,14 +43,28 @@ pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> 
         &mut prometheus_client::registry::Registry::default(),
     ));
     let opts = DirectorOptions {
-        pool_name: "bench".into(),
         staleness: Duration::from_secs(7200),
         subset_filter: true,
     };
-    Ok(Director::new(
-        ds,
-        Runtime::build(config, None)?,
-        metrics,
-        opts,
-    ))
+    let shared = Shared::new(ds, Runtime::build(config, None)?, metrics);
+    Ok(Director::new(shared, opts))
+}
+
+/// Parses `body` once as `path`'s API, as the ext_proc adapter does, and routes it.
+pub fn route(
+    d: &Director,
+    path: &str,
+    body: &[u8],
+    rng: &mut impl rand::Rng,
+) -> Result<Routed, DirectorError> {
+    let api = epp::request::ApiKind::from_path(path);
+    let request = epp::request::parse(api, body, d.prompt_cap())?;
+    let inc = Incoming {
+        body: Body::Parsed {
+            request: &request,
+            bytes: body,
+        },
+        ..Default::default()
+    };
+    d.route(&inc, rng)
 }

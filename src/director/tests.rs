@@ -1,7 +1,12 @@
 use super::*;
-use crate::endpoint::{Endpoint, EndpointMetrics};
+use crate::config;
+use crate::datastore::Datastore;
+use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
+use crate::request::{self, ApiKind, LlmRequest};
+use crate::scheduling::{ScheduleError, SchedulingRequest};
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
+use std::collections::HashSet;
 
 fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
     let ds = Arc::new(Datastore::new());
@@ -13,12 +18,39 @@ fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
     );
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {
-        pool_name: "pool".into(),
         staleness: Duration::from_secs(2),
         subset_filter: true,
     };
     let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
-    (Director::new(Arc::clone(&ds), runtime, metrics, opts), ds)
+    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
+    (Director::new(shared, opts), ds)
+}
+
+/// The adapter's part: `bytes` parsed once by `request`, as the `path`'s API. Leaked so the
+/// parsed request lives as long as the test's `Incoming` values.
+fn parsed_with<'a>(path: &str, bytes: &'a [u8], cap: usize) -> Body<'a> {
+    let request = request::parse(ApiKind::from_path(path), bytes, cap)
+        .unwrap_or_else(|e| panic!("test body does not parse: {e}"));
+    let request: &'a LlmRequest = Box::leak(Box::new(request));
+    Body::Parsed { request, bytes }
+}
+
+/// Parses and routes, as the ext_proc adapter does with a whole body.
+fn route_body(
+    d: &Director,
+    path: &str,
+    bytes: &[u8],
+    rng: &mut SmallRng,
+) -> Result<Routed, DirectorError> {
+    let request = request::parse(ApiKind::from_path(path), bytes, d.prompt_cap())?;
+    let inc = Incoming {
+        body: Body::Parsed {
+            request: &request,
+            bytes,
+        },
+        ..Default::default()
+    };
+    d.route(&inc, rng)
 }
 
 fn set_metrics(ds: &Datastore, port: u16, waiting: f64, age: Duration) {
@@ -41,10 +73,11 @@ fn chat(content: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A chat request with `body`, parsed keeping its whole prompt (every test prompt is below
+/// the prompt cap of the configurations here).
 fn incoming(body: &[u8]) -> Incoming<'_> {
     Incoming {
-        path: "/v1/chat/completions",
-        body,
+        body: parsed_with("/v1/chat/completions", body, 1 << 20),
         ..Default::default()
     }
 }
@@ -99,7 +132,7 @@ fn repeated_long_prompts_stick_to_one_pod() {
         let routed = d.route(&incoming(&chat(&long)), &mut rng).unwrap();
         assert_eq!(routed.destinations[0], first);
     }
-    assert!(d.prefix_index().size() > 0);
+    assert!(d.indexes.approximate.size() > 0);
 }
 
 #[test]
@@ -203,11 +236,11 @@ fn no_endpoints_is_no_candidates_and_bad_body_is_bad_request() {
         Err(DirectorError::NoCandidates(_))
     ));
     assert!(matches!(
-        d.route(&incoming(b"{"), &mut rng),
+        route_body(&d, "/v1/chat/completions", b"{", &mut rng),
         Err(DirectorError::BadRequest(_))
     ));
     assert!(matches!(
-        d.route_bodyless(&incoming(b""), &mut rng),
+        d.route(&Incoming::default(), &mut rng),
         Err(DirectorError::NoCandidates(_))
     ));
 }
@@ -285,7 +318,8 @@ fn director_with(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>)
     let load = config::LoadOptions {
         allow_experimental: true,
     };
-    d.set_runtime(Runtime::build_with(config_text, None, load).unwrap());
+    d.config
+        .store(Runtime::build_with(config_text, None, load).unwrap());
     for p in ports {
         set_metrics(&ds, *p, 0.0, Duration::ZERO);
     }
@@ -299,9 +333,11 @@ fn a_session_token_routes_back_to_the_pod_it_names() {
     let mut rng = SmallRng::seed_from_u64(5);
     let body = chat("hello");
     let first = d.route(&incoming(&body), &mut rng).unwrap();
-    let token = first.session_token.clone().unwrap();
+    // The adapter encodes the name into the response's token and decodes the next request's.
+    let token = crate::extproc::wire::encode_token(first.session_endpoint.as_deref().unwrap());
+    let name = crate::extproc::wire::decode_token(&token);
     assert_eq!(
-        scheduling::scorer::decode_token(&token),
+        crate::extproc::wire::decode_token(&token),
         Some(first.destinations[0].to_string())
     );
     for _ in 0..10 {
@@ -309,6 +345,7 @@ fn a_session_token_routes_back_to_the_pod_it_names() {
             .route(
                 &Incoming {
                     session_token: Some(&token),
+                    session_endpoint: name.as_deref(),
                     ..incoming(&body)
                 },
                 &mut rng,
@@ -389,8 +426,7 @@ fn a_streamed_response_teaches_the_pod_its_prefill_rate() {
         .to_string()
         .into_bytes();
     let inc = Incoming {
-        path: "/v1/completions",
-        body: &body,
+        body: parsed_with("/v1/completions", &body, d.prompt_cap()),
         ..Default::default()
     };
     let state_of = |r: &Routed| Arc::clone(ds.snapshot().get(&r.destinations[0]).unwrap());
@@ -406,7 +442,7 @@ fn a_streamed_response_teaches_the_pod_its_prefill_rate() {
             first_body_at: Some(routed.started + Duration::from_secs(1)),
             ..Default::default()
         };
-        d.finish(&routed, &summary);
+        d.finish(&routed, End::Response(summary));
         let _ = state_of(&routed);
     }
     let routed = d.route(&inc, &mut rng).unwrap();
@@ -432,7 +468,7 @@ fn a_sheddable_request_whose_ttft_slo_no_pod_meets_is_rejected() {
     };
     // Not sheddable (no objective): never rejected for its SLO, routed to the earliest estimate.
     assert!(d.route(&inc(10.0), &mut rng).is_ok());
-    let sched = d.runtime();
+    let sched = d.config.load_full();
     let s = sched.scheduler.estimated_ttft().unwrap();
     let cands = [
         crate::scheduling::Candidate {

@@ -2,9 +2,13 @@
 //! (in-flight load, prefix index, LRU and session bindings) recorded between requests.
 
 use super::*;
+use crate::config;
+use crate::datastore::Datastore;
 use crate::endpoint::{Endpoint, EndpointMetrics};
+use crate::request::{self, LlmRequest};
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
+use std::collections::HashSet;
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
 
@@ -29,7 +33,6 @@ fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
     }
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {
-        pool_name: "pool".into(),
         staleness: Duration::from_secs(60),
         subset_filter: true,
     };
@@ -37,7 +40,8 @@ fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
         allow_experimental: true,
     };
     let runtime = Runtime::build_with(config_text, None, load).unwrap();
-    (Director::new(Arc::clone(&ds), runtime, metrics, opts), ds)
+    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
+    (Director::new(shared, opts), ds)
 }
 
 fn chat(content: &str) -> Vec<u8> {
@@ -46,10 +50,20 @@ fn chat(content: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// The adapter's part: a chat body parsed once by `request` (leaked so the parsed request lives
+/// as long as the test's `Incoming` values).
+fn chat_body<'a>(d: &Director, body: &'a [u8]) -> Body<'a> {
+    let request = request::parse(ApiKind::ChatCompletions, body, d.prompt_cap()).unwrap();
+    let request: &'a LlmRequest = Box::leak(Box::new(request));
+    Body::Parsed {
+        request,
+        bytes: body,
+    }
+}
+
 fn route(d: &Director, body: &[u8], rng: &mut SmallRng) -> Routed {
     let inc = Incoming {
-        path: "/v1/chat/completions",
-        body,
+        body: chat_body(d, body),
         ..Default::default()
     };
     d.route(&inc, rng).unwrap()
@@ -64,7 +78,7 @@ fn optimized_baseline_keeps_a_conversation_home_and_spreads_new_prompts_by_token
     let conversation = chat(&"You are a careful assistant. ".repeat(300));
     let first = route(&d, &conversation, &mut rng);
     let home = first.destinations[0];
-    let (pending, _) = first.lease._inflight.endpoint().prefill_pending();
+    let (pending, _) = first.lease.inflight.endpoint().prefill_pending();
     assert!(
         pending > 1000,
         "its uncached prompt counts as in-flight tokens: {pending}"
@@ -147,20 +161,21 @@ plugins:
 ";
     let (d, _ds) = director(&[1, 2, 3], text);
     assert_eq!(
-        d.session_id(|h| (h == "x-conversation").then_some(" c1 ")),
+        d.config
+            .load()
+            .session_id(|h| (h == "x-conversation").then_some(" c1 ")),
         Some("c1".to_owned())
     );
-    assert_eq!(d.session_id(|_| None), None);
+    assert_eq!(d.config.load().session_id(|_| None), None);
     assert!(
-        !d.runtime().scheduler.session_affinity(),
+        !d.config.load().scheduler.session_affinity(),
         "no token header with session_id"
     );
     let mut rng = SmallRng::seed_from_u64(14);
     let body = chat("hello");
     let send = |session: &str, subset: Option<&[String]>, rng: &mut SmallRng| {
         let inc = Incoming {
-            path: "/v1/chat/completions",
-            body: &body,
+            body: chat_body(&d, &body),
             session_id: Some(session),
             subset,
             ..Default::default()

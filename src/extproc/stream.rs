@@ -8,10 +8,19 @@
 //! Anything after the first end of stream is ignored (upstream bug #2988: a duplicate
 //! end-of-stream chunk corrupted the body).
 //!
+//! The stream is a [`State`], and each message is one `match` on it: `Start` → (headers)
+//! `Reading` → (whole body, or an early decision) → `Parked` while flow control holds the
+//! decision → `Routed` → (response end, or a rejection at any point) `Done`. Each state carries
+//! what it needs (the body and its scan while reading, the parsed request while parked, the
+//! decision while routed), so no flag can disagree with another. How Envoy sends each body is a
+//! [`BodyMode`], read from its `protocol_config`.
+//!
 //! Early decision (duplex mode, on by default): as soon as the model and the prompt prefix the
 //! scorers read are known, epp routes, answers the headers and streams the rest of the body
 //! through as it arrives ([`early`]). With flow control, the decision first waits for the
-//! request's turn ([`crate::flowcontrol`]); the driver awaits it.
+//! request's turn ([`crate::flowcontrol`]); the driver awaits it. The body is parsed once
+//! ([`crate::request::parse`] at its end, or the scan's early request) and the parsed request
+//! is what routing, the flow-control ticket and error labels read.
 //!
 //! Parsers (llm-d-router v0.10): the request's path chooses its parser
 //! ([`crate::request::ParserSet`], from the configuration). A passthrough request (the fallback
@@ -27,19 +36,24 @@
 use super::response::ResponseTracker;
 use super::status::{self, StreamError};
 use super::wire;
-use crate::director::{Director, Incoming, Routed};
-use crate::metrics::ErrorLabels;
+use crate::director::{Body, Director, End, Incoming, LiveConfig, Routed};
+use crate::metrics::{ErrorLabels, Metrics};
 use crate::request::headers::Steering;
-use crate::request::Handling;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use crate::request::scan::Scanner;
+use crate::request::{Handling, LlmRequest};
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub mod early;
+mod mode;
+mod respond;
+
+pub use mode::BodyMode;
+use mode::Modes;
 
 /// Response header the conformance verifier writes.
 pub const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
@@ -72,25 +86,67 @@ impl Default for Limits {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+/// What every stream of one server uses, handed over by `app`.
+pub struct Services {
+    /// Routes each request and records how it ended.
+    pub director: Arc<Director>,
+    /// The configuration in force: parsers by path, session-id headers, the served verifier.
+    pub config: Arc<LiveConfig>,
+    /// Stream resets, served fallbacks and errors are counted here.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Where one stream's exchange is.
+#[derive(Debug, Default)]
+enum State {
     /// Waiting for the request headers.
+    #[default]
     Start,
-    /// Headers seen, collecting the body.
-    Body,
-    /// Routed; passing the response through.
-    Routed,
-    /// Response complete or rejected; nothing more to do.
+    /// Headers read, the body arriving; no decision yet.
+    Reading(early::Reading),
+    /// The decision waits for its flow-control turn.
+    Parked(early::Parked),
+    /// Routed: what is left of the request and the response pass through.
+    Routed(Exchange),
+    /// Response complete, or the request rejected; nothing more to do.
     Done,
+}
+
+/// A routed exchange.
+#[derive(Debug)]
+struct Exchange {
+    routed: Routed,
+    rest: Rest,
+}
+
+impl Exchange {
+    /// The request ended after an early decision: `stream` is now known.
+    fn close_request(&mut self) {
+        if let Rest::Scanning(scanner) = &self.rest {
+            if let Some(stream) = scanner.stream() {
+                self.routed.stream = stream;
+            }
+            self.rest = Rest::Complete;
+        }
+    }
+}
+
+/// What is left of the request once it is routed.
+#[derive(Debug)]
+enum Rest {
+    /// Nothing: the decision came at its end.
+    Complete,
+    /// Routed early: later chunks are scanned (limits, `stream`) and passed through.
+    Scanning(Scanner),
+    /// Routed at header time (passthrough, WebSocket): the body streams through unread and
+    /// unlimited (a WebSocket session is long).
+    Unread,
 }
 
 /// What the request headers said.
 #[derive(Debug, Default)]
 struct RequestMeta {
     path: String,
-    /// The API the path's parser reads; `None` before the headers, for a passthrough request
-    /// and a bodyless one.
-    api: Option<crate::request::ApiKind>,
     /// `Prefer: if-available`.
     if_available: bool,
     has_request_id: bool,
@@ -98,7 +154,9 @@ struct RequestMeta {
     test_selection: Option<String>,
     objective: Option<String>,
     subset: Option<Vec<String>>,
+    /// `x-session-token` as sent, and the endpoint name it encodes.
     session_token: Option<String>,
+    session_endpoint: Option<String>,
     /// The session id of the `session_id` affinity strategy (configured headers).
     session_id: Option<String>,
     content_length: Option<usize>,
@@ -108,45 +166,41 @@ struct RequestMeta {
 }
 
 pub struct StreamMachine {
-    director: Arc<Director>,
+    services: Arc<Services>,
     limits: Limits,
-    request_duplex: bool,
-    response_duplex: bool,
-    /// Envoy will send the response body: its body mode is not NONE (assumed when Envoy does
-    /// not say, since ending the stream early would stall a response that does come).
-    response_body_expected: bool,
-    phase: Phase,
+    modes: Modes,
+    state: State,
     meta: RequestMeta,
-    body: Vec<u8>,
-    routed: Option<Routed>,
+    /// The response, once its headers arrived.
     response: Option<ResponseTracker>,
     /// `envoy.lb/x-gateway-destination-endpoint-served`, reported by gateways whose load
     /// balancer (`override_host`) may walk the fallback list.
     served: Option<String>,
     /// OpenTelemetry spans of this request (`None` when tracing is off).
     trace: Option<crate::telemetry::RequestTrace>,
-    /// Request-side progress: the body scan, early decision, flow-control wait.
-    req: early::RequestSide,
+    /// Request-side messages and body bytes received.
+    messages: usize,
+    body_len: usize,
+    /// Decisions wait for flow control (set once, by the server).
+    flow: bool,
     /// Add every candidate's score to the routing metadata (`--emit-endpoint-scores`).
     emit_scores: bool,
 }
 
 impl StreamMachine {
-    pub fn new(director: Arc<Director>, limits: Limits) -> Self {
+    pub fn new(services: Arc<Services>, limits: Limits) -> Self {
         Self {
-            director,
+            services,
             limits,
-            request_duplex: true,
-            response_duplex: true,
-            response_body_expected: true,
-            phase: Phase::Start,
+            modes: Modes::default(),
+            state: State::Start,
             meta: RequestMeta::default(),
-            body: Vec::new(),
-            routed: None,
             response: None,
             served: None,
             trace: None,
-            req: early::RequestSide::default(),
+            messages: 0,
+            body_len: 0,
+            flow: false,
             emit_scores: false,
         }
     }
@@ -157,33 +211,56 @@ impl StreamMachine {
         self.emit_scores = true;
     }
 
+    /// Makes routing decisions wait for a flow-control turn ([`Self::take_flow_ticket`]).
+    pub fn use_flow_control(&mut self) {
+        self.flow = true;
+    }
+
     /// Whether the routing decision is still pending (the body deadline applies).
     pub fn awaiting_decision(&self) -> bool {
-        matches!(self.phase, Phase::Start | Phase::Body)
+        matches!(
+            self.state,
+            State::Start | State::Reading(_) | State::Parked(_)
+        )
     }
 
     pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
+        matches!(self.state, State::Done)
+    }
+
+    /// Whether the stream ended in the middle of an exchange: before the routing decision, or
+    /// after it while a response was still due (started, or announced by a response body mode
+    /// other than NONE). A gateway configured to send no response phases ends every stream
+    /// after routing; that is not an interruption.
+    pub fn interrupted(&self) -> bool {
+        match self.state {
+            State::Start | State::Done => false,
+            State::Reading(_) | State::Parked(_) => true,
+            State::Routed(_) => self.response.is_some() || self.modes.response.sends_body(),
+        }
     }
 
     /// The gateway reset the stream before the exchange completed (client gone, gateway error).
     pub fn note_reset(&self) {
-        self.director.metrics().stream_resets.inc();
-        self.director
-            .abandoned(self.routed.as_ref().filter(|_| self.response.is_none()));
+        self.services.metrics.stream_resets.inc();
+        if let (State::Routed(ex), None) = (&self.state, &self.response) {
+            self.services.director.finish(&ex.routed, End::Abandoned);
+        }
     }
 
     /// The request body did not arrive in time.
     pub fn on_body_timeout(&mut self, out: &mut Vec<ProcessingResponse>) {
-        self.fail(StreamError::BodyTimeout(self.limits.body_timeout), out);
+        self.fail(
+            StreamError::BodyTimeout(self.limits.body_timeout),
+            None,
+            out,
+        );
     }
 
     /// Handles one message from Envoy, appending the responses to send.
     pub fn handle(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
         if let Some(pc) = &msg.protocol_config {
-            self.request_duplex = pc.request_body_mode == BodySendMode::FullDuplexStreamed as i32;
-            self.response_duplex = pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32;
-            self.response_body_expected = pc.response_body_mode != BodySendMode::None as i32;
+            self.modes = Modes::from(pc);
         }
         let md = msg.metadata_context.as_ref();
         if matches!(msg.request, Some(Request::ResponseHeaders(_))) {
@@ -217,10 +294,44 @@ impl StreamMachine {
     }
 
     fn on_request_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
-        if self.phase != Phase::Start {
+        if !matches!(self.state, State::Start) {
             return;
         }
         let map = h.headers.as_ref();
+        let websocket = self.read_headers(map);
+        if let Err(e) = self.check_headers(map) {
+            return self.fail(e, None, out);
+        }
+        if h.end_of_stream {
+            return self.route_at_headers(Body::None, out);
+        }
+        let handling = if websocket {
+            Ok(Handling::Passthrough)
+        } else {
+            self.services
+                .config
+                .load()
+                .parsers
+                .handling(&self.meta.path)
+        };
+        match handling {
+            Err(e) => self.fail(e.into(), None, out),
+            Ok(Handling::Passthrough) => self.route_at_headers(Body::Unread, out),
+            Ok(Handling::Parse(api)) => {
+                self.state = State::Reading(early::Reading::new(api));
+                if !self.modes.request.duplex() {
+                    out.push(wire::request_headers(None, None));
+                }
+            }
+        }
+    }
+
+    /// Reads what the request headers say into [`RequestMeta`] and starts the request's trace;
+    /// returns whether the request is a WebSocket upgrade.
+    fn read_headers(
+        &mut self,
+        map: Option<&envoy_types::pb::envoy::config::core::v3::HeaderMap>,
+    ) -> bool {
         let path = wire::find_header(map, ":path")
             .or_else(|| wire::find_header(map, "x-original-path"))
             .or_else(|| wire::find_header(map, "x-forwarded-path"));
@@ -236,123 +347,102 @@ impl StreamMachine {
         self.meta.test_selection =
             wire::find_header(map, "test-epp-endpoint-selection").map(String::from);
         self.meta.objective = steering.objective;
-        self.meta.session_token =
-            wire::find_header(map, crate::scheduling::scorer::SESSION_HEADER).map(String::from);
-        self.meta.session_id = self.director.session_id(|h| wire::find_header(map, h));
+        let token = wire::find_header(map, wire::SESSION_HEADER);
+        self.meta.session_endpoint = token.and_then(wire::decode_token);
+        self.meta.session_token = token.map(String::from);
+        self.meta.session_id =
+            (self.services.config.load()).session_id(|h| wire::find_header(map, h));
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = steering.fairness_id;
         self.meta.slo_ttft_ms = steering.slo_ttft_ms;
-        if let Err(e) = self.check_headers(map) {
-            return self.fail(e, out);
-        }
-        self.phase = Phase::Body;
-        if h.end_of_stream {
-            return self.route_at_headers(false, out);
-        }
-        let handling = if steering.websocket {
-            Ok(Handling::Passthrough)
-        } else {
-            self.director.runtime().parsers.handling(&self.meta.path)
-        };
-        match handling {
-            Err(e) => self.fail(e.into(), out),
-            Ok(Handling::Passthrough) => {
-                self.req.raw = true;
-                self.route_at_headers(true, out);
-            }
-            Ok(Handling::Parse(api)) => {
-                self.meta.api = Some(api);
-                if !self.request_duplex {
-                    out.push(wire::request_headers(None, None));
-                }
-            }
-        }
+        steering.websocket
     }
 
-    /// Routes before the body, load-aware and without a prompt: a bodyless request, or a
-    /// `passthrough` one (its parser reads no body, or a WebSocket upgrade; admitted first, and
-    /// its body then streams through unread).
-    fn route_at_headers(&mut self, passthrough: bool, out: &mut Vec<ProcessingResponse>) {
-        let mut inc = self.incoming(&[]);
-        inc.if_available &= passthrough;
-        match crate::telemetry::in_scope(self.trace.as_ref(), || {
-            let rng = &mut rand::rng();
-            if passthrough {
-                self.director.route_passthrough(&inc, rng)
-            } else {
-                self.director.route_bodyless(&inc, rng)
-            }
-        }) {
+    /// Routes before the body, load-aware and without a prompt: a bodyless request
+    /// ([`Body::None`]), or one whose body is not read ([`Body::Unread`]: its parser reads no
+    /// body, or a WebSocket upgrade; admitted first, and its body then streams through).
+    fn route_at_headers(&mut self, body: Body<'_>, out: &mut Vec<ProcessingResponse>) {
+        let rest = match body {
+            Body::Unread => Rest::Unread,
+            _ => Rest::Complete,
+        };
+        let inc = Incoming {
+            body,
+            ..self.incoming()
+        };
+        let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
+            self.services.director.route(&inc, &mut rand::rng())
+        });
+        match result {
             Ok(routed) => {
                 let (common, md) = self.routing(&routed, None);
                 out.push(wire::request_headers(Some(common), Some(md)));
-                self.routed = Some(routed);
-                self.phase = Phase::Routed;
+                self.state = State::Routed(Exchange { routed, rest });
             }
-            Err(e) => self.fail(e.into(), out),
+            Err(e) => self.fail(e.into(), None, out),
         }
-    }
-
-    /// The API the body is read as.
-    fn api(&self) -> crate::request::ApiKind {
-        self.meta
-            .api
-            .unwrap_or_else(|| crate::request::ApiKind::from_path(&self.meta.path))
     }
 
     fn on_request_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
-        if self.req.raw {
-            return self.forward_raw(b, out);
-        }
-        if self.request_open() {
-            return self.forward_chunk(b, out);
-        }
-        if self.phase != Phase::Body || self.req.waiting() {
-            return;
-        }
-        if let Err(e) = self.take_chunk(&b) {
-            return self.fail(e, out);
-        }
-        self.body.extend_from_slice(&b.body);
-        if b.end_of_stream {
-            self.proceed(early::Pending::Whole { body_eos: true }, out);
-        } else if !self.request_duplex {
-            out.push(wire::request_body(None, None));
-        } else {
-            self.try_early(out);
+        match self.state {
+            State::Reading(_) => self.read_chunk(b, out),
+            State::Routed(Exchange {
+                rest: Rest::Scanning(_),
+                ..
+            }) => self.forward_chunk(b, out),
+            State::Routed(Exchange {
+                rest: Rest::Unread, ..
+            }) => self.forward_unread(b, out),
+            State::Routed(_) | State::Start | State::Parked(_) | State::Done => {}
         }
     }
 
     fn on_request_trailers(&mut self, out: &mut Vec<ProcessingResponse>) {
-        if self.request_open() {
-            self.close_request();
-        } else if self.phase == Phase::Body && self.request_duplex && !self.req.waiting() {
-            self.proceed(early::Pending::Whole { body_eos: false }, out);
+        match &mut self.state {
+            State::Routed(ex) => ex.close_request(),
+            State::Reading(_) if self.modes.request.duplex() => self.body_complete(false, out),
+            State::Start | State::Reading(_) | State::Parked(_) | State::Done => {}
         }
-        if self.req.waiting() {
-            return;
-        }
-        if self.phase != Phase::Done {
-            out.push(wire::request_trailers());
+        match self.state {
+            // Answered once flow control admits the decision.
+            State::Parked(_) | State::Done => {}
+            _ => out.push(wire::request_trailers()),
         }
     }
 
-    /// The body is complete: route and answer. `body_eos` is false when trailers end the body.
-    fn route_whole(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
-        let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
-            self.director
-                .route(&self.incoming(&self.body), &mut rand::rng())
-        });
-        let routed = match result {
-            Ok(r) => r,
-            Err(e) => return self.fail(e.into(), out),
+    /// The routing decision on the parsed request; `bytes` is the body it was parsed from.
+    fn route_parsed(
+        &self,
+        request: &LlmRequest,
+        bytes: &[u8],
+        started: Option<Instant>,
+    ) -> Result<Routed, StreamError> {
+        let inc = Incoming {
+            body: Body::Parsed { request, bytes },
+            started,
+            ..self.incoming()
         };
+        crate::telemetry::in_scope(self.trace.as_ref(), || {
+            self.services.director.route(&inc, &mut rand::rng())
+        })
+        .map_err(StreamError::from)
+    }
+
+    /// The body is complete and routed: answer with the decision. `body_eos` is false when
+    /// trailers ended the body.
+    fn answer_whole(
+        &mut self,
+        routed: Routed,
+        body: &[u8],
+        body_eos: bool,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
         let new_body = routed.body.as_deref();
         let (mut common, md) = self.routing(&routed, new_body.map(<[u8]>::len));
-        if self.request_duplex {
+        if self.modes.request.duplex() {
             out.push(wire::request_headers(Some(common), Some(md)));
-            wire::streamed_body(new_body.unwrap_or(&self.body), body_eos, false, out);
+            wire::streamed_body(new_body.unwrap_or(body), body_eos, false, out);
         } else if let Some(b) = new_body {
             common.body_mutation = None;
             let mut r = wire::replaced_body(b.to_vec(), common, false);
@@ -361,21 +451,24 @@ impl StreamMachine {
         } else {
             out.push(wire::request_body(Some(common), Some(md)));
         }
-        self.routed = Some(routed);
-        self.phase = Phase::Routed;
+        self.state = State::Routed(Exchange {
+            routed,
+            rest: Rest::Complete,
+        });
     }
 
-    fn incoming<'a>(&'a self, body: &'a [u8]) -> Incoming<'a> {
+    /// The request as the director sees it, without its body.
+    fn incoming(&self) -> Incoming<'_> {
         Incoming {
-            path: &self.meta.path,
-            body,
+            body: Body::None,
+            started: None,
             model_rewrite: self.meta.model_rewrite.as_deref(),
             subset: self.meta.subset.as_deref(),
             test_endpoint_selection: self.meta.test_selection.as_deref(),
             objective: self.meta.objective.as_deref(),
             session_token: self.meta.session_token.as_deref(),
+            session_endpoint: self.meta.session_endpoint.as_deref(),
             session_id: self.meta.session_id.as_deref(),
-            api: self.meta.api,
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,
         }
@@ -408,139 +501,47 @@ impl StreamMachine {
         )
     }
 
-    fn on_response_headers(&mut self, h: HttpHeaders, out: &mut Vec<ProcessingResponse>) {
-        let map = h.headers.as_ref();
-        let status = wire::find_header(map, ":status").and_then(|s| s.parse().ok());
-        if let Some(t) = &mut self.trace {
-            t.response_started(status);
-        }
-        let rewrite = self
-            .routed
-            .as_ref()
-            .filter(|r| r.target_model != r.model)
-            .map(|r| (r.target_model.as_str(), r.model.as_str()));
-        let stream = self.routed.as_ref().is_some_and(|r| r.stream);
-        self.response = Some(ResponseTracker::new(
-            status,
-            wire::find_header(map, "content-type"),
-            stream,
-            rewrite,
-        ));
-        if let (Some(served), Some(routed)) = (&self.served, &self.routed) {
-            if routed
-                .destinations
-                .first()
-                .map(ToString::to_string)
-                .as_deref()
-                != Some(served.as_str())
-            {
-                tracing::debug!(served = %served, picked = %wire::destination_value(&routed.destinations), "gateway served a fallback endpoint");
-                self.director.metrics().served_fallbacks.inc();
-            }
-        }
-        let mut set = Vec::new();
-        if self.director.runtime().served_verifier {
-            let value = self
-                .served
-                .clone()
-                .unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
-            set.push(wire::set_header(SERVED_VERIFIER_HEADER, &value));
-        }
-        if let Some(token) = self
-            .routed
-            .as_ref()
-            .and_then(|r| r.session_token.as_deref())
-        {
-            set.push(wire::set_header(
-                crate::scheduling::scorer::SESSION_HEADER,
-                token,
-            ));
-        }
-        let common = (!set.is_empty()).then(|| wire::routing_common(set));
-        out.push(wire::response_headers(common.map(|mut c| {
-            c.clear_route_cache = false;
-            c
-        })));
-        if h.end_of_stream || !self.response_body_expected {
-            self.finish();
-        }
-    }
-
-    fn on_response_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
-        if let Some(routed) = self.routed.as_mut().filter(|_| !b.body.is_empty()) {
-            routed.first_token();
-        }
-        let tracker = self.response.get_or_insert_with(ResponseTracker::default);
-        if self.response_duplex {
-            tracker.on_chunk(&b.body, b.end_of_stream, out);
-        } else {
-            match tracker.on_buffered(&b.body) {
-                Some(body) => out.push(wire::replaced_body(body, Default::default(), true)),
-                None => out.push(wire::response_body_continue()),
-            }
-        }
-        if b.end_of_stream {
-            self.finish();
-        }
-    }
-
-    /// The response is complete: record it and release the endpoint.
-    fn finish(&mut self) {
-        if let (Some(routed), Some(resp)) = (self.routed.take(), self.response.as_ref()) {
-            self.director
-                .finish(&routed, &resp.summary(self.req.body_len));
-        }
-        self.trace = None; // ends the request's spans
-        self.phase = Phase::Done;
-    }
-
-    fn fail(&mut self, err: StreamError, out: &mut Vec<ProcessingResponse>) {
+    /// Rejects the request; `request` names the models the error is counted against.
+    fn fail(
+        &mut self,
+        err: StreamError,
+        request: Option<&LlmRequest>,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
         let code = err.code();
         if let Some(t) = &self.trace {
             t.fail(err.to_string());
         }
         tracing::debug!(error = %err, status = code.http_status(), "request rejected");
-        let (model_name, target_model_name) = self.error_models();
-        let metrics = self.director.metrics();
+        let (model_name, target_model_name) = self.error_models(request);
+        let metrics = &self.services.metrics;
         let labels = ErrorLabels {
             model_name: metrics.model(&model_name),
             target_model_name: metrics.model(&target_model_name),
             error_code: code.label(),
         };
-        metrics.request_error_total.get_or_create(&labels).inc();
+        metrics
+            .request_error_total
+            .get_or_create(&labels)
+            .inc();
         out.push(status::immediate(&err));
-        self.phase = Phase::Done;
-    }
-}
-
-impl StreamMachine {
-    /// Model labels for an error: the requested and target model when the body names one.
-    /// Re-parsing happens only on this failure path; a body never read (413, 408) has none.
-    fn error_models(&self) -> (String, String) {
-        match crate::request::parse(self.api(), &self.body, 0) {
-            Ok(req) => {
-                let target = self
-                    .meta
-                    .model_rewrite
-                    .clone()
-                    .filter(|m| !m.is_empty())
-                    .unwrap_or_else(|| req.model.clone());
-                (req.model, target)
-            }
-            Err(_) => (String::new(), String::new()),
-        }
+        self.state = State::Done;
     }
 
-    /// Whether the stream ended in the middle of an exchange: before the routing decision, or
-    /// after it while a response was still due (started, or announced by a response body mode
-    /// other than NONE). A gateway configured to send no response phases ends every stream
-    /// after routing; that is not an interruption.
-    pub fn interrupted(&self) -> bool {
-        match self.phase {
-            Phase::Start | Phase::Done => false,
-            Phase::Body => true,
-            Phase::Routed => self.response.is_some() || self.response_body_expected,
-        }
+    /// Model labels for an error: the requested model and the rewrite header's target (else
+    /// the requested model), when the body was parsed; empty otherwise (413, 408, a body not
+    /// JSON, a request routed without reading its body).
+    fn error_models(&self, request: Option<&LlmRequest>) -> (String, String) {
+        let Some(req) = request else {
+            return (String::new(), String::new());
+        };
+        let target = self
+            .meta
+            .model_rewrite
+            .clone()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| req.model.clone());
+        (req.model.clone(), target)
     }
 }
 

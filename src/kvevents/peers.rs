@@ -28,7 +28,7 @@
 //! Counted in `epp_speculative_peer_messages_total{outcome}` ([`PeerOutcome`]).
 
 use crate::datastore::Datastore;
-use crate::director::{Director, PlacementSink};
+use crate::director::PlacementSink;
 use crate::endpoint::EndpointId;
 use crate::metrics::{Metrics, PeerLabels, PeerOutcome};
 use crate::prefix::precise::PreciseIndex;
@@ -159,35 +159,30 @@ pub fn outbox(metrics: Arc<Metrics>) -> (Outbox, mpsc::Receiver<Placement>) {
     (Outbox { tx, metrics }, rx)
 }
 
-/// Wires sharing for `director`: applies the other replicas' placements to its precise index
-/// and, when `peers` names any, sends its own to them. Returns the director with its
-/// [`Outbox`]; the tasks run on `tracker` until `shutdown`.
+/// Wires sharing for this replica: applies the other replicas' placements to `precise` and,
+/// when `peers` names any, returns the [`Outbox`] the director sends its own placements to. The
+/// tasks run on `tracker` until `shutdown`.
 pub fn share(
-    director: Director,
     socket: UdpSocket,
     peers: Vec<String>,
     datastore: Arc<Datastore>,
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-) -> Director {
-    let metrics = Arc::clone(director.metrics());
+    precise: Arc<PreciseIndex>,
+    metrics: Arc<Metrics>,
+    tasks: (&TaskTracker, &CancellationToken),
+) -> Option<Box<dyn PlacementSink>> {
+    let (tracker, shutdown) = tasks;
     let sock = PeerSocket {
         socket: Arc::new(socket),
         sender: rand::random(),
         metrics: Arc::clone(&metrics),
     };
-    tracker.spawn(receive(
-        sock.clone(),
-        datastore,
-        Arc::clone(director.precise_index()),
-        shutdown.clone(),
-    ));
+    tracker.spawn(receive(sock.clone(), datastore, precise, shutdown.clone()));
     if peers.is_empty() {
-        return director;
+        return None;
     }
     let (outbox, rx) = outbox(metrics);
     tracker.spawn(send(sock, peers, rx, shutdown.clone()));
-    director.with_placement_sink(Box::new(outbox))
+    Some(Box::new(outbox))
 }
 
 /// What the peer tasks share: the socket, this replica's id and the counts.

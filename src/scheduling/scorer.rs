@@ -31,8 +31,7 @@ pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
 pub use session_affinity::{
-    decode_token, encode_token, SessionAffinityParams, SessionAffinityScorer, SessionBindings,
-    SessionIdConfig, SESSION_HEADER,
+    SessionAffinityParams, SessionAffinityScorer, SessionBindings, SessionIdConfig, SESSION_HEADER,
 };
 pub use token_load::TokenLoadScorer;
 

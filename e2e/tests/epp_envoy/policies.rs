@@ -170,7 +170,7 @@ async fn a_session_token_pins_follow_up_requests_to_the_sessions_pod() {
         .to_owned();
     // The token is base64 of the endpoint name; static endpoints are named by their address.
     assert_eq!(
-        epp::scheduling::scorer::decode_token(&token),
+        epp::extproc::wire::decode_token(&token),
         Some(stack.cluster.addrs()[owner].to_string())
     );
     for i in 0..12 {

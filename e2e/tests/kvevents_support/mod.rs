@@ -6,9 +6,10 @@
 
 use bytes::Bytes;
 use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Incoming, Runtime};
+use epp::director::{Director, DirectorOptions, Runtime, Shared};
 use epp::endpoint::{Endpoint, EndpointId};
 use epp::kvevents::{self, peers, KvEventsOptions};
+use epp::prefix::source::Indexes;
 use epp::request::tokenize::{Tokenizer, Vocabulary};
 use epp_e2e::sim::kv_cache::KvEvent;
 use epp_e2e::sim::kv_events::encode_batch;
@@ -222,7 +223,7 @@ impl FakePod {
     /// Publishes `seq` until the replica has indexed something (a SUB socket joins late).
     pub async fn publish_until_seen(&self, replica: &Replica, seq: u64, event: KvEvent) {
         let deadline = Instant::now() + Duration::from_secs(15);
-        while replica.director.precise_index().entries() == 0 {
+        while replica.indexes.precise.entries() == 0 {
             assert!(
                 Instant::now() < deadline,
                 "subscriber never received seq {seq}"
@@ -455,6 +456,8 @@ static NEXT_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 /// One epp replica in-process: datastore, director, and the KV-event supervisor.
 pub struct Replica {
     pub director: Arc<Director>,
+    /// The replica's prefix indexes (the director records into them, the events feed them).
+    pub indexes: Arc<Indexes>,
     pub datastore: Arc<Datastore>,
     pub metrics: Arc<epp::metrics::Metrics>,
     ids: Vec<EndpointId>,
@@ -551,27 +554,25 @@ impl Replica {
         let metrics = Arc::new(epp::metrics::Metrics::register(&mut registry));
         let runtime = Runtime::build(config, None).expect("config");
         let opts = DirectorOptions {
-            pool_name: "test".into(),
             staleness: Duration::from_secs(2),
             subset_filter: true,
         };
-        let mut director =
-            Director::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics), opts);
+        let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
+        let indexes = Arc::clone(&shared.indexes);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
-        if let Some((socket, peers)) = share {
-            director = peers::share(
-                director,
+        let placements = share.and_then(|(socket, peers)| {
+            peers::share(
                 socket,
                 peers,
                 Arc::clone(&datastore),
-                &tracker,
-                &stop,
-            );
-        }
-        let director = Arc::new(director);
+                Arc::clone(&indexes.precise),
+                Arc::clone(&metrics),
+                (&tracker, &stop),
+            )
+        });
+        let director = Arc::new(Director::new(shared, opts).with_placement_sink(placements));
         if let Some(kv) = events {
-            let sink =
-                kvevents::Sink::new(Arc::clone(director.precise_index()), Arc::clone(&metrics));
+            let sink = kvevents::Sink::new(Arc::clone(&indexes.precise), Arc::clone(&metrics));
             tracker.spawn(kvevents::run(
                 Arc::clone(&datastore),
                 sink,
@@ -599,6 +600,7 @@ impl Replica {
         let tokenizer = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
         Self {
             director,
+            indexes,
             datastore: datastore_for_tests,
             metrics,
             ids: endpoints.iter().map(|e| e.id).collect(),
@@ -612,8 +614,8 @@ impl Replica {
     }
 
     pub fn matched(&self, id: EndpointId, keys: &[u64]) -> usize {
-        self.director
-            .precise_index()
+        self.indexes
+            .precise
             .longest_prefix(keys, Instant::now())
             .into_iter()
             .find(|(e, _)| *e == id)
@@ -635,14 +637,8 @@ impl Replica {
 
     /// Routes and keeps the decision (its in-flight count lasts until the `Routed` drops).
     pub fn route_held(&self, path: &str, body: &str) -> (usize, epp::director::Routed) {
-        let inc = Incoming {
-            path,
-            body: body.as_bytes(),
-            ..Default::default()
-        };
-        let routed = self
-            .director
-            .route(&inc, &mut *self.rng.lock().expect("lock"))
+        let mut rng = self.rng.lock().expect("lock");
+        let routed = epp_e2e::fixtures::route(&self.director, path, body.as_bytes(), &mut *rng)
             .expect("routed");
         (
             self.ids

@@ -1,5 +1,6 @@
-//! The request side of a stream beyond the headers: the body scan (limits, early decision),
-//! the wait for flow control, and passing the rest of the body through after an early decision.
+//! The request side of a stream beyond the headers: reading the body (limits, scan), the
+//! decision (whole body, or early), the wait for flow control, and passing the rest of the body
+//! through after an early decision or unread.
 //!
 //! Why early: upstream buffers the whole body before deciding, which adds the body's transfer
 //! time to TTFT (over a second for a 220 KB prompt, upstream #2928). The decision reads only the
@@ -11,13 +12,16 @@
 //! `cache_salt`, chat `tools` or responses `instructions` arriving after the decision point
 //! are not part of the decision (see the scan's documentation). A model rewrite patches the
 //! part already received (the model is always in it) and the content length is corrected.
+//!
+//! The body is parsed once: at its end by [`crate::request::parse`] (or, early, by the scan),
+//! and the parsed request is what the decision, the flow-control ticket and error labels read.
 
-use super::{early, Phase, StreamMachine};
+use super::{Exchange, Rest, State, StreamMachine};
 use crate::extproc::status::StreamError;
 use crate::extproc::wire;
 use crate::flowcontrol::{FlowError, Ticket};
 use crate::request::scan::Scanner;
-use crate::request::{LlmRequest, RequestError};
+use crate::request::{ApiKind, LlmRequest, RequestError};
 use envoy_types::pb::envoy::config::core::v3::HeaderMap;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use std::time::Instant;
@@ -27,53 +31,70 @@ use std::time::Instant;
 pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
 pub const DEFAULT_FLOW: &str = "default-flow";
 
+/// The body arriving, before the decision.
+#[derive(Debug)]
+pub(super) struct Reading {
+    /// The API the path's parser reads.
+    api: ApiKind,
+    body: Vec<u8>,
+    scanner: Scanner,
+}
+
+impl Reading {
+    pub(super) fn new(api: ApiKind) -> Self {
+        Self {
+            api,
+            body: Vec::new(),
+            scanner: Scanner::default(),
+        }
+    }
+}
+
 /// A decision waiting for its flow-control turn.
 #[derive(Debug)]
-pub(super) enum Pending {
-    /// The whole body is in; `body_eos` as for the decision.
-    Whole { body_eos: bool },
-    /// Early: decided on the scanned part.
+pub(super) struct Parked {
+    reading: Reading,
+    decision: Decision,
+    /// The ticket was handed to the driver (one per request).
+    ticketed: bool,
+}
+
+/// What a decision rides on.
+#[derive(Debug)]
+enum Decision {
+    /// The whole body, parsed once; `body_eos` is false when trailers ended it.
+    Whole {
+        request: Result<LlmRequest, RequestError>,
+        body_eos: bool,
+        /// When the body was complete (the decision's latency counts from it).
+        read_at: Instant,
+    },
+    /// The part of the body received so far, as the scan read it.
     Early(LlmRequest),
 }
 
-/// Request-side progress of one stream.
-#[derive(Debug, Default)]
-pub struct RequestSide {
-    scanner: Scanner,
-    /// Request body bytes received.
-    pub(super) body_len: usize,
-    messages: usize,
-    /// Routed early: body chunks still arrive and are passed through.
-    open: bool,
-    /// Routed at header time (passthrough, WebSocket): the body streams through unread and
-    /// unlimited (a WebSocket session is long).
-    pub(super) raw: bool,
-    /// Decisions wait for flow control.
-    pub(super) flow: bool,
-    pending: Option<Pending>,
-    ticket_taken: bool,
-    admitted: bool,
+impl Decision {
+    fn request(&self) -> Option<&LlmRequest> {
+        match self {
+            Self::Whole { request, .. } => request.as_ref().ok(),
+            Self::Early(req) => Some(req),
+        }
+    }
 }
 
 impl StreamMachine {
-    /// Makes routing decisions wait for a flow-control turn ([`Self::take_flow_ticket`]).
-    pub fn use_flow_control(&mut self) {
-        self.req.flow = true;
-    }
-
     /// Counts a request-side message; fails the stream past the limit (while the request is
     /// still arriving). Returns whether the stream failed.
     pub(super) fn count_request_message(&mut self, out: &mut Vec<ProcessingResponse>) -> bool {
-        self.req.messages += 1;
-        let arriving = matches!(self.phase, Phase::Start | Phase::Body) || self.req.open;
-        let arriving = arriving && !self.req.raw;
-        if arriving && self.req.messages > self.limits.max_request_messages {
-            self.fail(
-                StreamError::TooManyMessages {
-                    limit: self.limits.max_request_messages,
-                },
-                out,
-            );
+        self.messages += 1;
+        let arriving = match &self.state {
+            State::Start | State::Reading(_) | State::Parked(_) => true,
+            State::Routed(ex) => matches!(ex.rest, Rest::Scanning(_)),
+            State::Done => false,
+        };
+        if arriving && self.messages > self.limits.max_request_messages {
+            let limit = self.limits.max_request_messages;
+            self.fail(StreamError::TooManyMessages { limit }, None, out);
             return true;
         }
         false
@@ -105,70 +126,162 @@ impl StreamMachine {
         Ok(())
     }
 
-    /// Takes a body chunk before the decision: limits, scan, then an early decision if due.
-    /// Returns `Err` when a limit refused it.
-    pub(super) fn take_chunk(&mut self, b: &HttpBody) -> Result<(), StreamError> {
-        if self.req.body_len + b.body.len() > self.limits.max_body_bytes {
-            return Err(StreamError::BodyTooLarge {
-                limit: self.limits.max_body_bytes,
-            });
+    /// A body chunk before the decision: limits and scan, then the decision when the body is
+    /// complete or (duplex) the scan has what an early decision reads.
+    pub(super) fn read_chunk(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        let State::Reading(r) = &mut self.state else {
+            return;
+        };
+        let taken = take_chunk(&self.limits, &mut self.body_len, &mut r.scanner, &b.body);
+        if let Err(e) = taken {
+            return self.fail(e, None, out);
         }
-        self.req.body_len += b.body.len();
-        self.req.scanner.feed(&b.body);
-        if self.req.scanner.too_deep() {
-            return Err(RequestError::TooDeep {
-                limit: crate::request::MAX_DEPTH,
+        r.body.extend_from_slice(&b.body);
+        if b.end_of_stream {
+            self.body_complete(true, out);
+        } else if !self.modes.request.duplex() {
+            out.push(wire::request_body(None, None));
+        } else {
+            self.try_early(out);
+        }
+    }
+
+    /// The body is complete: parse it (once) and decide. `body_eos` is false when trailers
+    /// end the body.
+    pub(super) fn body_complete(&mut self, body_eos: bool, out: &mut Vec<ProcessingResponse>) {
+        let State::Reading(r) = &self.state else {
+            return;
+        };
+        let cap = self.services.director.prompt_cap();
+        let request = crate::telemetry::in_scope(self.trace.as_ref(), || {
+            let _span = crate::telemetry::child("parse");
+            let parsed = crate::request::parse(r.api, &r.body, cap);
+            if let Ok(req) = &parsed {
+                crate::telemetry::annotate(|| {
+                    vec![
+                        opentelemetry::KeyValue::new("epp.model", req.model.clone()),
+                        opentelemetry::KeyValue::new("epp.stream", req.stream),
+                    ]
+                });
             }
-            .into());
-        }
-        if self.req.scanner.messages_seen() > self.limits.max_chat_messages {
-            return Err(RequestError::TooManyMessages {
-                limit: self.limits.max_chat_messages,
-            }
-            .into());
-        }
-        Ok(())
+            parsed
+        });
+        let decision = Decision::Whole {
+            request,
+            body_eos,
+            read_at: Instant::now(),
+        };
+        self.decide(decision, out);
     }
 
     /// Routes early when the scan has what the decision reads (duplex mode only).
-    pub(super) fn try_early(&mut self, out: &mut Vec<ProcessingResponse>) {
-        if !self.limits.early_decision || !self.request_duplex || self.req.pending.is_some() {
-            return;
-        }
-        let api = self.api();
-        let Some(cap) = self.director.early_prompt_bytes(api) else {
+    fn try_early(&mut self, out: &mut Vec<ProcessingResponse>) {
+        let State::Reading(r) = &self.state else {
             return;
         };
-        if let Some(req) = self.req.scanner.early_request(api, &self.body, cap) {
-            self.proceed(Pending::Early(req), out);
+        if !self.limits.early_decision || !self.modes.request.duplex() {
+            return;
+        }
+        let Some(cap) = self.services.director.early_prompt_bytes(r.api) else {
+            return;
+        };
+        if let Some(req) = r.scanner.early_request(r.api, &r.body, cap) {
+            self.decide(Decision::Early(req), out);
         }
     }
 
     /// Routes now, or parks the decision until flow control admits the request.
-    pub(super) fn proceed(&mut self, pending: Pending, out: &mut Vec<ProcessingResponse>) {
-        if self.req.flow && !self.req.admitted {
-            self.req.pending = Some(pending);
+    fn decide(&mut self, decision: Decision, out: &mut Vec<ProcessingResponse>) {
+        let reading = match std::mem::take(&mut self.state) {
+            State::Reading(r) => r,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        if self.flow {
+            self.state = State::Parked(Parked {
+                reading,
+                decision,
+                ticketed: false,
+            });
             return;
         }
-        match pending {
-            Pending::Whole { body_eos } => self.route_whole(body_eos, out),
-            Pending::Early(req) => self.route_early(req, out),
+        let started = match &decision {
+            Decision::Whole { read_at, .. } => Some(*read_at),
+            Decision::Early(_) => None,
+        };
+        self.route_decision(reading, decision, started, out);
+    }
+
+    /// The routing decision, and the answer that carries it.
+    fn route_decision(
+        &mut self,
+        reading: Reading,
+        decision: Decision,
+        started: Option<Instant>,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
+        match decision {
+            Decision::Whole {
+                request: Err(e), ..
+            } => self.fail(e.into(), None, out),
+            Decision::Whole {
+                request: Ok(req),
+                body_eos,
+                ..
+            } => match self.route_parsed(&req, &reading.body, started) {
+                Ok(routed) => self.answer_whole(routed, &reading.body, body_eos, out),
+                Err(e) => self.fail(e, Some(&req), out),
+            },
+            Decision::Early(req) => self.route_early(reading, req, out),
         }
+    }
+
+    /// Routes on the part of the body received so far; the rest streams through.
+    fn route_early(
+        &mut self,
+        reading: Reading,
+        req: LlmRequest,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
+        let body = &reading.body;
+        crate::telemetry::in_scope(self.trace.as_ref(), || {
+            crate::telemetry::parsed_early(&req.model, req.stream, body.len());
+        });
+        let routed = match self.route_parsed(&req, body, Some(Instant::now())) {
+            Ok(r) => r,
+            Err(e) => return self.fail(e, Some(&req), out),
+        };
+        let new_len = match (&routed.body, self.meta.content_length) {
+            (Some(b), Some(len)) => Some((len + b.len()).saturating_sub(body.len())),
+            _ => None,
+        };
+        let (common, md) = self.routing(&routed, new_len);
+        out.push(wire::request_headers(Some(common), Some(md)));
+        wire::streamed_body(routed.body.as_deref().unwrap_or(body), false, false, out);
+        self.state = State::Routed(Exchange {
+            routed,
+            rest: Rest::Scanning(reading.scanner),
+        });
     }
 
     /// The flow-control ticket of a parked decision, once.
     pub fn take_flow_ticket(&mut self) -> Option<Ticket> {
-        let pending = self
-            .req
-            .pending
-            .as_ref()
-            .filter(|_| !self.req.ticket_taken && self.phase == Phase::Body)?;
-        self.req.ticket_taken = true;
-        let model = match pending {
-            Pending::Early(req) => Some(req.model.clone()),
-            Pending::Whole { .. } => self.whole_body_model(),
+        let State::Parked(p) = &mut self.state else {
+            return None;
         };
-        let priority = self.director.priority(
+        if p.ticketed {
+            return None;
+        }
+        p.ticketed = true;
+        let r = &p.reading;
+        // A body that failed to parse still names its model to the scan, if it does.
+        let model = match p.decision.request() {
+            Some(req) => Some(req.model.clone()),
+            None => r.scanner.early_request(r.api, &r.body, 0).map(|r| r.model),
+        };
+        let priority = self.services.director.priority(
             self.meta.objective.as_deref(),
             model.as_deref().unwrap_or(""),
         );
@@ -178,7 +291,7 @@ impl StreamMachine {
             .clone()
             .filter(|f| !f.is_empty())
             .unwrap_or_else(|| DEFAULT_FLOW.to_owned());
-        let bytes = self.meta.content_length.unwrap_or(self.req.body_len) as u64;
+        let bytes = self.meta.content_length.unwrap_or(self.body_len) as u64;
         Some(Ticket {
             priority,
             fairness_id,
@@ -187,108 +300,94 @@ impl StreamMachine {
         })
     }
 
-    fn whole_body_model(&self) -> Option<String> {
-        let api = self.api();
-        match self.req.scanner.early_request(api, &self.body, 0) {
-            Some(r) => Some(r.model),
-            None => crate::request::parse(api, &self.body, 0)
-                .ok()
-                .map(|r| r.model),
-        }
-    }
-
     /// Flow control's answer for the parked decision.
     pub fn on_admission(
         &mut self,
         result: Result<(), FlowError>,
         out: &mut Vec<ProcessingResponse>,
     ) {
-        match result {
-            Err(e) => self.fail(StreamError::Flow(e), out),
-            Ok(()) => {
-                self.req.admitted = true;
-                let trailers = matches!(self.req.pending, Some(Pending::Whole { body_eos: false }));
-                if let Some(p) = self.req.pending.take() {
-                    self.proceed(p, out);
-                }
-                if trailers && self.phase != Phase::Done {
+        let parked = match std::mem::take(&mut self.state) {
+            State::Parked(p) => Some(p),
+            other => {
+                self.state = other;
+                None
+            }
+        };
+        match (result, parked) {
+            (Err(e), p) => {
+                let request = p.as_ref().and_then(|p| p.decision.request());
+                self.fail(StreamError::Flow(e), request, out);
+            }
+            (Ok(()), None) => {}
+            (Ok(()), Some(p)) => {
+                let trailers = matches!(
+                    p.decision,
+                    Decision::Whole {
+                        body_eos: false,
+                        ..
+                    }
+                );
+                self.route_decision(p.reading, p.decision, None, out);
+                if trailers && !self.is_done() {
                     out.push(wire::request_trailers());
                 }
             }
         }
     }
 
-    /// Routes on the part of the body received so far; the rest streams through.
-    fn route_early(&mut self, req: LlmRequest, out: &mut Vec<ProcessingResponse>) {
-        let started = Instant::now();
-        let result = crate::telemetry::in_scope(self.trace.as_ref(), || {
-            crate::telemetry::parsed_early(&req.model, req.stream, self.body.len());
-            self.director
-                .route_parsed(&self.incoming(&self.body), req, started, &mut rand::rng())
-        });
-        let routed = match result {
-            Ok(r) => r,
-            Err(e) => return self.fail(e.into(), out),
-        };
-        let new_len = match (&routed.body, self.meta.content_length) {
-            (Some(b), Some(len)) => Some((len + b.len()).saturating_sub(self.body.len())),
-            _ => None,
-        };
-        let (common, md) = self.routing(&routed, new_len);
-        out.push(wire::request_headers(Some(common), Some(md)));
-        wire::streamed_body(
-            routed.body.as_deref().unwrap_or(&self.body),
-            false,
-            false,
-            out,
-        );
-        self.routed = Some(routed);
-        self.phase = Phase::Routed;
-        self.req.open = true;
-        self.body = Vec::new();
-    }
-
-    /// Whether body chunks still arrive after an early decision.
-    pub(super) fn request_open(&self) -> bool {
-        self.phase == Phase::Routed && self.req.open
-    }
-
     /// A body chunk after an early decision: checked, scanned and passed through.
     pub(super) fn forward_chunk(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
-        if let Err(e) = self.take_chunk(&b) {
-            return self.fail(e, out);
+        let State::Routed(ex) = &mut self.state else {
+            return;
+        };
+        let Rest::Scanning(scanner) = &mut ex.rest else {
+            return;
+        };
+        if let Err(e) = take_chunk(&self.limits, &mut self.body_len, scanner, &b.body) {
+            return self.fail(e, None, out);
         }
         wire::streamed_body(&b.body, b.end_of_stream, false, out);
         if b.end_of_stream {
-            self.close_request();
+            ex.close_request();
         }
     }
 
     /// A body chunk of a request routed at header time: passed through as it is.
-    pub(super) fn forward_raw(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
-        if self.phase != Phase::Routed {
-            return;
-        }
-        self.req.body_len += b.body.len();
-        if self.request_duplex {
+    pub(super) fn forward_unread(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
+        self.body_len += b.body.len();
+        if self.modes.request.duplex() {
             wire::streamed_body(&b.body, b.end_of_stream, false, out);
         } else {
             out.push(wire::request_body(None, None));
         }
     }
-
-    /// The request ended after an early decision: `stream` is now known.
-    pub(super) fn close_request(&mut self) {
-        self.req.open = false;
-        if let (Some(routed), Some(stream)) = (self.routed.as_mut(), self.req.scanner.stream()) {
-            routed.stream = stream;
-        }
-    }
 }
 
-impl early::RequestSide {
-    /// Whether a decision is parked for flow control.
-    pub fn waiting(&self) -> bool {
-        self.pending.is_some()
+/// Takes a body chunk before the request ends: the body limit, then the scan and its limits.
+fn take_chunk(
+    limits: &super::Limits,
+    body_len: &mut usize,
+    scanner: &mut Scanner,
+    chunk: &[u8],
+) -> Result<(), StreamError> {
+    if *body_len + chunk.len() > limits.max_body_bytes {
+        return Err(StreamError::BodyTooLarge {
+            limit: limits.max_body_bytes,
+        });
     }
+    *body_len += chunk.len();
+    scanner.feed(chunk);
+    if scanner.too_deep() {
+        return Err(RequestError::TooDeep {
+            limit: crate::request::MAX_DEPTH,
+        }
+        .into());
+    }
+    if scanner.messages_seen() > limits.max_chat_messages {
+        return Err(RequestError::TooManyMessages {
+            limit: limits.max_chat_messages,
+        }
+        .into());
+    }
+    Ok(())
 }

@@ -1,10 +1,11 @@
 use super::*;
 use crate::config;
 use crate::datastore::Datastore;
-use crate::director::{DirectorOptions, Runtime};
+use crate::director::{Director, DirectorOptions, Runtime, Shared};
 use crate::endpoint::Endpoint;
 use crate::metrics::Metrics;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProtocolConfiguration};
@@ -34,16 +35,16 @@ fn machine_with_config(
     );
     let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {
-        pool_name: "p".into(),
         staleness: Duration::from_secs(2),
         subset_filter: true,
     };
-    let director = Arc::new(Director::new(
-        Arc::clone(&ds),
-        Runtime::build(config, None).unwrap(),
+    let runtime = Runtime::build(config, None).unwrap();
+    let shared = Shared::new(Arc::clone(&ds), runtime, Arc::clone(&metrics));
+    let director = Arc::new(Services {
+        director: Arc::new(Director::new(shared.clone(), opts)),
+        config: shared.config,
         metrics,
-        opts,
-    ));
+    });
     let mode = if duplex {
         BodySendMode::FullDuplexStreamed
     } else {
@@ -512,7 +513,7 @@ fn early_decision_routes_once_the_prefix_is_in_and_streams_the_rest() {
         "every byte passes through, in order"
     );
     assert!(
-        m.routed.as_ref().unwrap().stream,
+        m.routed().unwrap().stream,
         "`stream` came after the decision point and is still seen"
     );
 }
@@ -552,7 +553,7 @@ fn early_rewrite_patches_the_model_and_fixes_the_content_length() {
 fn without_early_decision_or_in_buffered_mode_the_whole_body_decides() {
     let (director, pc) = {
         let (m, pc, _) = machine_with_store(&[1], true);
-        (m.director, pc)
+        (m.services, pc)
     };
     let mut m = StreamMachine::new(
         director,
@@ -613,7 +614,7 @@ fn routing_strips_headers_a_client_could_forge() {
 
 #[test]
 fn limits_answer_with_their_own_status() {
-    let director = machine_with_store(&[1], true).0.director;
+    let director = machine_with_store(&[1], true).0.services;
     let limited = |l: Limits| StreamMachine::new(Arc::clone(&director), l);
     let pc = machine(&[1], true).1;
     let mut m = limited(Limits {
@@ -723,4 +724,14 @@ fn an_early_decision_also_waits_for_flow_control() {
     destination(&out[0]);
     m.handle(body(&whole[50_000..], true), &mut out);
     assert_eq!(streamed_bytes(&out), (whole, true));
+}
+
+impl StreamMachine {
+    /// The decision of a routed stream.
+    fn routed(&self) -> Option<&Routed> {
+        match &self.state {
+            State::Routed(ex) => Some(&ex.routed),
+            _ => None,
+        }
+    }
 }

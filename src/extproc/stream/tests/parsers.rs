@@ -56,7 +56,7 @@ fn websocket_upgrades_route_at_the_headers_whatever_the_parsers() {
     let (mut m, pc) = machine(&[1], true);
     let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
     rt.parsers = ParserSet::new([ParserKind::OpenAi]);
-    m.director.set_runtime(rt);
+    m.services.config.store(rt);
     let out = run(
         &mut m,
         vec![headers_with(
@@ -87,11 +87,11 @@ fn a_path_no_configured_parser_claims_is_a_400_at_the_headers() {
     let (mut m, pc) = machine(&[1], true);
     let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
     rt.parsers = ParserSet::new([ParserKind::OpenAi, ParserKind::SglangHttp]);
-    m.director.set_runtime(rt);
+    m.services.config.store(rt);
     let out = run(&mut m, vec![headers("/v1/messages", false, Some(pc))]);
     assert_eq!(immediate_status(&out), Some(400));
     let (mut m2, _) = machine(&[1], true);
-    m2.director = Arc::clone(&m.director);
+    m2.services = Arc::clone(&m.services);
     let gen = br#"{"input_ids":[1,2,3],"extra_key":"k"}"#;
     let out = run(
         &mut m2,
@@ -198,7 +198,7 @@ fn prefer_if_available_is_412_until_the_endpoint_caches_the_prompt() {
     let chat = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": prompt}]})
         .to_string();
     let (m0, pc) = machine(&[1], true);
-    let director = Arc::clone(&m0.director);
+    let director = Arc::clone(&m0.services);
     let send = |prefer: bool| {
         let mut m = StreamMachine::new(Arc::clone(&director), Limits::default());
         let extra: &[(&str, &str)] = if prefer {
@@ -259,7 +259,7 @@ fn the_configured_request_handler_parsers_decide() {
     let config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: max-score-picker\n- name: anthropic\n  type: anthropic-parser\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\nrequestHandler:\n  parsers:\n  - pluginRef: anthropic\n";
     let (mut m, pc, _) = machine_with_config(&[1], true, config);
     assert_eq!(
-        m.director.runtime().parsers.kinds().collect::<Vec<_>>(),
+        m.services.config.load().parsers.kinds().collect::<Vec<_>>(),
         vec![ParserKind::Anthropic]
     );
     let out = run(
@@ -268,7 +268,7 @@ fn the_configured_request_handler_parsers_decide() {
     );
     assert_eq!(immediate_status(&out), Some(400), "no fallback configured");
     let (m, _, _) = machine_with_config(&[1], true, config::DEFAULT_CONFIG);
-    assert_eq!(m.director.runtime().parsers, ParserSet::default());
+    assert_eq!(m.services.config.load().parsers, ParserSet::default());
 }
 
 #[test]

@@ -1,0 +1,145 @@
+//! What crosses the director's boundary: the request an adapter hands over ([`Incoming`] with
+//! its [`Body`]), the decision it gets back ([`Routed`], holding the endpoint's [`Lease`]), and
+//! how the exchange ended ([`End`]).
+
+use crate::admission;
+use crate::datastore::{InflightGuard, PrefillGuard};
+use crate::endpoint::EndpointId;
+use crate::request::{LlmRequest, RequestError};
+use crate::scheduling::{self, ScheduleError};
+use std::time::Instant;
+
+/// A request as the ext_proc adapter hands it over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Incoming<'a> {
+    /// What the decision reads of the body.
+    pub body: Body<'a>,
+    /// When the request was read, if before the call (the scheduler's latency counts from it).
+    pub started: Option<Instant>,
+    /// `x-gateway-model-name-rewrite`.
+    pub model_rewrite: Option<&'a str>,
+    /// `envoy.lb.subset_hint` entries; `Some(&[])` means "present and empty".
+    pub subset: Option<&'a [String]>,
+    /// `test-epp-endpoint-selection`.
+    pub test_endpoint_selection: Option<&'a str>,
+    /// `x-gateway-inference-objective`: the InferenceObjective giving the request's priority.
+    pub objective: Option<&'a str>,
+    /// `x-session-token` as sent: the consistent-hash picker keys on it.
+    pub session_token: Option<&'a str>,
+    /// The endpoint name the session token encodes (the adapter decodes it).
+    pub session_endpoint: Option<&'a str>,
+    /// The session id of the `session_id` affinity strategy: the first non-empty header of its
+    /// sources ([`super::Runtime::session_id`]).
+    pub session_id: Option<&'a str>,
+    /// `x-llm-d-slo-ttft-ms` (alias `x-slo-ttft-ms`): the request's TTFT SLO in milliseconds.
+    pub slo_ttft_ms: Option<f64>,
+    /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.
+    pub if_available: bool,
+}
+
+/// What the decision reads of a request's body: the one thing that tells a bodyless, an unread
+/// and a parsed request apart.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Body<'a> {
+    /// No body (GET and friends): routed at once by load, never shed, never gated by
+    /// `Prefer: if-available` (as upstream).
+    #[default]
+    None,
+    /// A body its parser does not read (`passthrough-parser`, a WebSocket upgrade): admitted
+    /// like any request (priority from the objective header alone), then routed by load
+    /// without a prompt; `Prefer: if-available` is refused, nothing being cached.
+    Unread,
+    /// The request as [`crate::request`] parsed it, and the bytes it was parsed from: the whole
+    /// body, or for an early decision the part received so far.
+    Parsed {
+        request: &'a LlmRequest,
+        bytes: &'a [u8],
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DirectorError {
+    #[error(transparent)]
+    BadRequest(#[from] RequestError),
+    #[error("failed to find endpoint candidates: {0}")]
+    NoCandidates(&'static str),
+    #[error(transparent)]
+    Schedule(ScheduleError),
+    #[error(transparent)]
+    Shed(#[from] admission::Shed),
+    #[error("scheduler chose endpoint {0} that is not in the datastore")]
+    UnknownEndpoint(EndpointId),
+    /// `Prefer: if-available` and the chosen endpoint holds none of the prompt (upstream's text).
+    #[error("no decode worker has the requested KV cache")]
+    NotCached,
+}
+
+/// Keeps a routed request counted (in-flight per endpoint, running per model) until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    pub(super) inflight: InflightGuard,
+    pub(super) running: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.running.dec();
+    }
+}
+
+/// A routing decision and what the response phase needs from it.
+#[derive(Debug)]
+pub struct Routed {
+    /// Destinations in rank order; the first is the primary.
+    pub destinations: Vec<EndpointId>,
+    /// The body to forward when it changed (model rewrite); `None` forwards the original.
+    pub body: Option<Vec<u8>>,
+    pub model: String,
+    pub target_model: String,
+    pub stream: bool,
+    pub started: Instant,
+    pub lease: Lease,
+    /// The primary's name when a `session-affinity-scorer` is configured: the response carries
+    /// it as the session token.
+    pub session_endpoint: Option<String>,
+    /// Every scored candidate's final score (`--emit-endpoint-scores`).
+    pub scores: Vec<(EndpointId, f64)>,
+    /// The request's prefill counted against the primary until its first token.
+    pub prefill: Option<PrefillGuard>,
+    /// What the primary faced at dispatch, for learning its TTFT rates from the response.
+    pub dispatched: Option<scheduling::scorer::TtftInputs>,
+}
+
+impl Routed {
+    /// The first response byte arrived: the prefill is done, stop counting it as work ahead.
+    pub fn first_token(&mut self) {
+        self.prefill = None;
+    }
+}
+
+/// How an exchange ended, for [`super::Director::finish`].
+#[derive(Clone, Copy, Debug)]
+pub enum End {
+    /// The response completed.
+    Response(ResponseSummary),
+    /// The stream ended without response headers: a gateway reset, a client gone, or a pod
+    /// that never answered. Counts as a local-origin failure of the endpoint.
+    Abandoned,
+}
+
+/// Usage, size and timing figures of a finished response, for metrics and passive health.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResponseSummary {
+    pub request_bytes: usize,
+    pub response_bytes: usize,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+    /// `:status` of the response headers.
+    pub status: Option<u16>,
+    /// The answer is the gateway's own: it could not connect to the endpoint.
+    pub connect_failure: bool,
+    pub headers_at: Option<Instant>,
+    pub first_body_at: Option<Instant>,
+    pub last_body_at: Option<Instant>,
+}

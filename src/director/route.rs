@@ -1,0 +1,578 @@
+//! The routing steps of [`Director::route`]: candidates (subset hint, outlier ejection),
+//! admission, the prefix lookup, scheduling, and recording the decision (prefix index, no-hit
+//! LRU, session binding, in-flight lease).
+
+use super::exchange::{Body, DirectorError, Incoming, Lease, Routed};
+use super::{prompt_cap, Director, Runtime};
+use crate::admission;
+use crate::datastore::{EndpointSet, EndpointState};
+use crate::endpoint::EndpointId;
+use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
+use crate::objectives::Priority;
+use crate::prefix::source::{Lookup, Pod, PrefixSource, Query, Source};
+use crate::request::{self, LlmRequest, Prompt};
+use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
+use rand::Rng;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+/// A parsed request's part of the decision.
+struct Prompted<'a> {
+    request: &'a LlmRequest,
+    bytes: &'a [u8],
+    /// The model the request goes to (rewrites, InferenceModel splits).
+    target: String,
+    priority: Priority,
+}
+
+pub(super) fn route(
+    d: &Director,
+    inc: &Incoming<'_>,
+    rng: &mut impl Rng,
+) -> Result<Routed, DirectorError> {
+    let started = inc.started.unwrap_or_else(Instant::now);
+    let runtime = d.config.load();
+    let prompted = d.prompted(inc, rng);
+    let snapshot = d.datastore.snapshot();
+    let states = d.candidate_states(&snapshot, inc.subset)?;
+    let priority = match (&prompted, inc.body) {
+        (Some(p), _) => Some(p.priority),
+        (None, Body::Unread) => Some(d.priority(inc.objective, "")),
+        (None, _) => None,
+    };
+    if let Some(priority) = priority {
+        d.admit(&runtime.thresholds, priority, &states)?;
+    }
+    let source = d.source(&runtime);
+    let lookup = prompted
+        .as_ref()
+        .zip(source.as_ref())
+        .and_then(|(p, source)| {
+            let _span = crate::telemetry::child("tokenize");
+            lookup(&runtime, source, p, &states)
+        });
+    let candidates = d.candidates(&states, lookup.as_ref(), runtime.scheduler.reads_labels());
+    let lru = d.lru_snapshot(&runtime.scheduler);
+    let facts = Facts {
+        inc,
+        prompted: prompted.as_ref(),
+        lookup: lookup.as_ref(),
+        states: &states,
+        prompt_cap: prompt_cap(&runtime, source.as_ref()),
+    };
+    let bound = d.session_bound(&runtime.scheduler, inc.session_id);
+    let sreq = facts.scheduling_request(&lru, bound);
+    let span = prompted
+        .as_ref()
+        .map(|_| crate::telemetry::child("schedule"));
+    let (destinations, scores) =
+        d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+    drop(span);
+    let primary = snapshot
+        .get(&destinations[0])
+        .ok_or(DirectorError::UnknownEndpoint(destinations[0]))?;
+    let gated = !matches!(inc.body, Body::None) && inc.if_available;
+    if gated && !holds_prefix(lookup.as_ref(), destinations[0]) {
+        return Err(DirectorError::NotCached);
+    }
+    if let (Some(l), Some(source)) = (&lookup, &source) {
+        d.record_prefix(source, l, primary);
+    }
+    d.record_no_hit(&runtime.scheduler, &candidates, primary.id());
+    let session = (inc.session_id, bound);
+    d.record_session(&runtime.scheduler, session, &candidates, primary.id());
+    let decided = Decided {
+        destinations,
+        scores,
+        session_endpoint: (runtime.scheduler.session_affinity())
+            .then(|| primary.endpoint.name.clone()),
+        dispatched: prompted
+            .as_ref()
+            .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
+        started,
+    };
+    Ok(d.answer(prompted, primary, decided))
+}
+
+/// What the scheduling request is made of.
+struct Facts<'a> {
+    inc: &'a Incoming<'a>,
+    prompted: Option<&'a Prompted<'a>>,
+    lookup: Option<&'a Lookup>,
+    states: &'a [&'a Arc<EndpointState>],
+    /// Bytes of prompt text parsing kept.
+    prompt_cap: usize,
+}
+
+impl<'a> Facts<'a> {
+    /// The scheduler's view of the request: without a parsed body there is no model, prompt,
+    /// SLO, or shedding.
+    fn scheduling_request(
+        &self,
+        lru: &'a [EndpointId],
+        bound: Option<EndpointId>,
+    ) -> SchedulingRequest<'a> {
+        let (inc, p, lookup) = (self.inc, self.prompted, self.lookup);
+        SchedulingRequest {
+            target_model: p.map_or("", |p| p.target.as_str()),
+            prefix_total_blocks: lookup.map_or(0, |l| l.hashes.len()),
+            block_size: lookup.map_or(16, |l| l.block_size),
+            test_endpoint_selection: inc.test_endpoint_selection,
+            session_token: inc.session_token,
+            session_endpoint: session_endpoint(self.states, inc.session_endpoint),
+            affinity_key: affinity_key(
+                inc.session_token,
+                lookup.and_then(|l| l.hashes.first().copied()),
+            ),
+            prompt_tokens: p.map_or(0, |p| {
+                prompt_tokens(lookup, p.request, p.bytes, self.prompt_cap)
+            }),
+            slo_ttft_s: p
+                .and(inc.slo_ttft_ms)
+                .filter(|v| *v > 0.0)
+                .map(|ms| ms / 1e3),
+            sheddable: p.is_some_and(|p| p.priority < 0),
+            lru,
+            session_bound: bound,
+        }
+    }
+}
+
+/// What the primary faced at dispatch, for its prefill count and TTFT learning.
+fn dispatched(
+    scheduler: &Scheduler,
+    sreq: &SchedulingRequest<'_>,
+    candidates: &[Candidate],
+    primary: EndpointId,
+) -> Option<scheduling::scorer::TtftInputs> {
+    let c = candidates.iter().find(|c| c.id == primary)?;
+    Some(match scheduler.estimated_ttft() {
+        Some(s) => s.inputs(sreq, c),
+        None => scheduling::scorer::EstimatedTtftScorer::default().inputs(sreq, c),
+    })
+}
+
+/// The scheduler's answer, before the lease is taken.
+struct Decided {
+    destinations: Vec<EndpointId>,
+    scores: Vec<(EndpointId, f64)>,
+    session_endpoint: Option<String>,
+    dispatched: Option<scheduling::scorer::TtftInputs>,
+    started: Instant,
+}
+
+/// The prompt's blocks and who holds them, as the configuration's index says.
+fn lookup(
+    runtime: &Runtime,
+    source: &Source<'_>,
+    p: &Prompted<'_>,
+    states: &[&Arc<EndpointState>],
+) -> Option<Lookup> {
+    let pods: Vec<Pod> = states.iter().map(|s| pod(s)).collect();
+    let query = Query {
+        request: p.request,
+        body: p.bytes,
+        model: &p.target,
+        tokenizer: runtime.tokenizer.as_ref(),
+        pods: &pods,
+    };
+    source.lookup(&query, Instant::now())
+}
+
+/// What a prefix index weighs of `s`.
+fn pod(s: &EndpointState) -> Pod {
+    let m = s.metrics();
+    Pod {
+        id: s.id(),
+        load: m.as_ref().map_or(0.0, |m| m.waiting + m.running),
+        cache: m.and_then(|m| m.cache),
+    }
+}
+
+impl Director {
+    /// A parsed request's target model and priority (the objectives decide both).
+    fn prompted<'a>(&self, inc: &Incoming<'a>, rng: &mut impl Rng) -> Option<Prompted<'a>> {
+        let Body::Parsed { request, bytes } = inc.body else {
+            return None;
+        };
+        let objectives = self.datastore.objectives();
+        let target = if request.api.rewrites_model() {
+            objectives.target(&request.model, inc.model_rewrite, rng)
+        } else {
+            request.model.clone()
+        };
+        let priority = objectives.priority(inc.objective, &request.model);
+        Some(Prompted {
+            request,
+            bytes,
+            target,
+            priority,
+        })
+    }
+
+    /// The decision as the adapter gets it: the in-flight lease taken, the body rewritten
+    /// when the target model differs.
+    fn answer(
+        &self,
+        prompted: Option<Prompted<'_>>,
+        primary: &Arc<EndpointState>,
+        decided: Decided,
+    ) -> Routed {
+        let prefill = decided
+            .dispatched
+            .map(|d| primary.start_prefill(d.own_tokens as u64));
+        let (model, target_model, stream, body) = match prompted {
+            Some(p) => {
+                let req = p.request;
+                let body = (p.target != req.model)
+                    .then(|| request::rewrite_model(p.bytes, &req.model_span, &p.target));
+                let labels = RequestLabels {
+                    model_name: self.metrics.model(&req.model),
+                    target_model_name: self.metrics.model(&p.target),
+                    priority: p.priority.to_string(),
+                };
+                self.metrics.request_total.get_or_create(&labels).inc();
+                (req.model.clone(), p.target, req.stream, body)
+            }
+            None => (String::new(), String::new(), false, None),
+        };
+        let lease = self.lease(primary, &model);
+        Routed {
+            destinations: decided.destinations,
+            body,
+            model,
+            target_model,
+            stream,
+            started: decided.started,
+            lease,
+            session_endpoint: decided.session_endpoint,
+            scores: decided.scores,
+            prefill,
+            dispatched: decided.dispatched,
+        }
+    }
+
+    pub(super) fn candidate_states<'s>(
+        &self,
+        snapshot: &'s EndpointSet,
+        subset: Option<&[String]>,
+    ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
+        if snapshot.is_empty() {
+            return Err(DirectorError::NoCandidates(
+                "no ready endpoints in the pool",
+            ));
+        }
+        let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
+            None => snapshot.iter().collect(),
+            Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
+            Some(list) => snapshot
+                .iter()
+                .filter(|s| in_subset(s.id(), list))
+                .collect(),
+        };
+        if states.is_empty() {
+            return Err(DirectorError::NoCandidates(
+                "no endpoint matches the subset hint",
+            ));
+        }
+        Ok(self.without_ejected(states))
+    }
+
+    /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
+    /// every one stays (a degraded pool beats no pool) and a warning is logged.
+    fn without_ejected<'s>(
+        &self,
+        states: Vec<&'s Arc<EndpointState>>,
+    ) -> Vec<&'s Arc<EndpointState>> {
+        let policy = self.datastore.health_policy();
+        if policy.outlier.is_none() {
+            return states;
+        }
+        let now = Instant::now();
+        let available: Vec<&Arc<EndpointState>> = states
+            .iter()
+            .copied()
+            .filter(|s| s.available(&policy, now))
+            .collect();
+        if available.is_empty() {
+            tracing::warn!(
+                candidates = states.len(),
+                "every candidate endpoint is ejected; routing to them anyway"
+            );
+            return states;
+        }
+        available
+    }
+
+    /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
+    fn admit(
+        &self,
+        thresholds: &admission::Thresholds,
+        priority: Priority,
+        states: &[&Arc<EndpointState>],
+    ) -> Result<(), DirectorError> {
+        let saturation = || {
+            if let Some(c) = &thresholds.concurrency {
+                return c.saturation(states.iter().map(|s| inflight_load(s)));
+            }
+            let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
+            admission::saturation(
+                metrics.iter().map(|m| m.as_deref()),
+                Instant::now(),
+                thresholds,
+                self.opts.staleness,
+            )
+        };
+        Ok(admission::admit(priority, saturation)?)
+    }
+
+    fn candidates(
+        &self,
+        states: &[&Arc<EndpointState>],
+        lookup: Option<&Lookup>,
+        labels: bool,
+    ) -> Vec<Candidate> {
+        let now = Instant::now();
+        let policy = self.datastore.health_policy();
+        let no_labels = Arc::default();
+        states
+            .iter()
+            .map(|s| {
+                let m = s.metrics();
+                let fresh = m
+                    .as_ref()
+                    .is_some_and(|m| m.age(now) <= self.opts.staleness);
+                let (waiting, running, kv) = m
+                    .as_ref()
+                    .map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
+                Candidate {
+                    id: s.id(),
+                    weight: s.endpoint.weight,
+                    metrics: m,
+                    waiting: waiting + f64::from(s.dispatched_since_scrape()),
+                    running: running.max(f64::from(s.inflight())),
+                    inflight: f64::from(s.inflight()),
+                    labels: if labels {
+                        Arc::new(s.endpoint.labels.clone())
+                    } else {
+                        Arc::clone(&no_labels)
+                    },
+                    kv_usage: kv,
+                    fresh,
+                    prefix_blocks: lookup.map_or(0, |l| l.scored(s.id())),
+                    latency: Some(s.latency(now))
+                        .filter(|l| l.0.is_some() || l.1.is_some())
+                        .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
+                    ramp: s.ramp(&policy, now),
+                    prefill: prefill_load(s),
+                }
+            })
+            .collect()
+    }
+
+    fn schedule(
+        &self,
+        scheduler: &Scheduler,
+        sreq: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut impl Rng,
+        started: Instant,
+    ) -> Result<(Vec<EndpointId>, Scores), DirectorError> {
+        let result = scheduler.schedule(sreq, candidates, rng);
+        if let Ok(d) = &result {
+            crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
+        }
+        self.metrics
+            .scheduler_e2e
+            .observe(started.elapsed().as_secs_f64());
+        let (status, pod) = match &result {
+            Ok(d) => (
+                Outcome::success,
+                d.endpoints
+                    .first()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default(),
+            ),
+            Err(_) => (Outcome::failure, String::new()),
+        };
+        let port = pod.rsplit(':').next().unwrap_or("").to_owned();
+        let labels = AttemptLabels {
+            status,
+            target_model_name: self.metrics.model(sreq.target_model),
+            pod_name: pod,
+            namespace: String::new(),
+            port,
+        };
+        self.metrics.scheduler_attempts.get_or_create(&labels).inc();
+        match result {
+            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores)),
+            Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
+            Err(e) => Err(DirectorError::Schedule(e)),
+        }
+    }
+
+    /// The hit metrics, then the index's own record of the decision.
+    fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: &Arc<EndpointState>) {
+        let total = l.hashes.len();
+        if total == 0 {
+            return;
+        }
+        let matched = l.held(primary.id());
+        self.metrics
+            .prefix_hit_ratio
+            .observe(matched as f64 / total as f64);
+        self.metrics
+            .prefix_hit_bytes
+            .observe((matched * l.block_size * 4) as f64);
+        source.record(l, &pod(primary), Instant::now());
+    }
+
+    fn session_bound(&self, scheduler: &Scheduler, session: Option<&str>) -> Option<EndpointId> {
+        let (config, session) = (scheduler.session_id()?, session?);
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bound(session, config, Instant::now())
+    }
+
+    /// Binds the session to the primary, refreshes the binding, or moves it when the bound
+    /// endpoint was not a candidate (upstream's `PreRequest`).
+    fn record_session(
+        &self,
+        scheduler: &Scheduler,
+        (session, bound): (Option<&str>, Option<EndpointId>),
+        candidates: &[Candidate],
+        primary: EndpointId,
+    ) {
+        let (Some(_), Some(session)) = (scheduler.session_id(), session) else {
+            return;
+        };
+        let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(session, primary, present, Instant::now());
+    }
+
+    /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
+    fn lru_snapshot(&self, scheduler: &Scheduler) -> Vec<EndpointId> {
+        if scheduler.no_hit_lru().is_none() {
+            return Vec::new();
+        }
+        self.lru
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshot()
+    }
+
+    /// A cold request (no candidate holds any of its blocks) makes its primary the most
+    /// recently used endpoint of the no-hit LRU. Upstream decides coldness over the filtered
+    /// candidates; here it is every candidate, which differs only when a filter drops each
+    /// endpoint holding part of the prompt.
+    fn record_no_hit(&self, scheduler: &Scheduler, candidates: &[Candidate], primary: EndpointId) {
+        let Some(s) = scheduler.no_hit_lru() else {
+            return;
+        };
+        let all: Vec<&Candidate> = candidates.iter().collect();
+        if scheduling::scorer::is_cold(&all) {
+            self.lru
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .touch(primary, s.capacity());
+        }
+    }
+
+    fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {
+        let running = self
+            .metrics
+            .running_requests
+            .get_or_create(&RunningLabels {
+                model_name: self.metrics.model(model),
+            })
+            .clone();
+        running.inc();
+        Lease {
+            inflight: primary.acquire(),
+            running,
+        }
+    }
+}
+
+/// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
+/// `InFlightLoad`), for the `concurrency-detector`.
+pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
+    (f64::from(s.inflight()), s.prefill_pending().0 as f64)
+}
+
+/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
+fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
+    let (tokens, requests) = s.prefill_pending();
+    scheduling::scorer::PrefillLoad {
+        pending_tokens: tokens as f64,
+        pending_requests: f64::from(requests),
+        learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
+            base: l.coefficients.base,
+            per_token: l.coefficients.per_token,
+            per_running: l.coefficients.per_running,
+            per_waiting: l.coefficients.per_waiting,
+            mean_tokens: l.mean_tokens,
+        }),
+    }
+}
+
+/// The request's prompt tokens: as the prefix lookup tokenized them, else (and past the
+/// lookup's match cap) estimated at four bytes a token (llm-d's default `estimate` token
+/// producer) from the prompt text, or from the whole body when parsing kept only the first
+/// `cap` bytes of the prompt.
+fn prompt_tokens(lookup: Option<&Lookup>, req: &LlmRequest, body: &[u8], cap: usize) -> usize {
+    let estimate = || match &req.prompt {
+        Prompt::Tokens(t) => t.len(),
+        Prompt::Text(t) if t.len() < cap => t.len().div_ceil(4),
+        Prompt::Text(_) => body.len().div_ceil(4),
+    };
+    match lookup {
+        Some(l) if l.prompt_tokens < l.token_cap => l.prompt_tokens,
+        Some(l) => l.prompt_tokens.max(estimate()),
+        None => estimate(),
+    }
+}
+
+/// Every scored candidate's final score, as the scheduler reports them.
+type Scores = Vec<(EndpointId, f64)>;
+
+/// Whether the prefix lookup found any of the prompt's blocks held by `id` (upstream's
+/// conditional-decode gate: a match of at least one block; no prefix scorer, no match).
+fn holds_prefix(lookup: Option<&Lookup>, id: EndpointId) -> bool {
+    lookup.is_some_and(|l| l.held(id) > 0)
+}
+
+/// The candidate named by a session token (the adapter decoded the endpoint name from it).
+fn session_endpoint(states: &[&Arc<EndpointState>], name: Option<&str>) -> Option<EndpointId> {
+    let name = name?;
+    states
+        .iter()
+        .find(|s| s.endpoint.name == name)
+        .map(|s| s.id())
+}
+
+/// The consistent-hash key: the session token's hash, else the first prompt block hash.
+fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
+    match token.filter(|t| !t.is_empty()) {
+        Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
+        None => first_block,
+    }
+}
+
+/// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
+/// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
+fn in_subset(id: EndpointId, list: &[String]) -> bool {
+    list.iter()
+        .map(|e| e.trim())
+        .any(|e| match e.parse::<EndpointId>() {
+            Ok(exact) => exact == id,
+            Err(_) => e
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip == id.0.ip()),
+        })
+}

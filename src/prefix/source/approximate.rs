@@ -1,0 +1,91 @@
+//! The approximate index behind the prefix contract: blocks of the prompt text's tokens, salted
+//! with `cache_salt`, recorded in the primary's LRU sized by its reported KV blocks.
+
+use super::{Lookup, Pod, PrefixSource, Query};
+use crate::prefix::block_hashes;
+use crate::prefix::index::PrefixIndex;
+use crate::request::{ApiKind, Prompt};
+use std::borrow::Cow;
+use std::time::Instant;
+
+/// The `prefix-cache-scorer` parameters the index uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApproximateParams {
+    /// Tokens per block unless auto-tuned.
+    pub block_size: usize,
+    /// `maxPrefixBlocksToMatch`.
+    pub max_blocks: usize,
+    /// `maxPrefixTokensToMatch` (0 = unset; wins over `max_blocks` when set).
+    pub max_tokens: usize,
+    /// `lruCapacityPerServer`: blocks per endpoint unless auto-tuned.
+    pub capacity: usize,
+    /// Block size and capacity from what the pods report (`vllm:cache_config_info`).
+    pub auto_tune: bool,
+}
+
+impl ApproximateParams {
+    /// The most blocks a prompt is hashed into at `block_size`.
+    fn blocks_at(&self, block_size: usize) -> usize {
+        if self.max_tokens > 0 {
+            self.max_tokens / block_size.max(1)
+        } else {
+            self.max_blocks
+        }
+    }
+}
+
+/// The approximate index with its parameters.
+pub struct Approximate<'a> {
+    pub index: &'a PrefixIndex,
+    pub params: &'a ApproximateParams,
+}
+
+impl PrefixSource for Approximate<'_> {
+    fn prompt_text_cap(&self) -> usize {
+        let p = self.params;
+        p.blocks_at(p.block_size) * p.block_size * 8
+    }
+
+    fn reads_whole_body(&self, _api: ApiKind) -> bool {
+        false
+    }
+
+    fn lookup(&self, q: &Query<'_>, _now: Instant) -> Option<Lookup> {
+        let p = self.params;
+        let tuned = q
+            .pods
+            .iter()
+            .find_map(|pod| pod.cache)
+            .filter(|_| p.auto_tune);
+        let block_size = tuned.map_or(p.block_size, |c| c.block_size as usize);
+        let max_blocks = p.blocks_at(block_size);
+        let tokens = match &q.request.prompt {
+            Prompt::Tokens(t) => Cow::Borrowed(t.as_slice()),
+            Prompt::Text(text) => {
+                Cow::Owned(q.tokenizer?.encode_prefix(text, max_blocks * block_size))
+            }
+        };
+        let hashes = block_hashes(
+            q.model,
+            q.request.cache_salt.as_deref(),
+            &tokens,
+            block_size,
+            max_blocks,
+        );
+        let matches = self.index.longest_prefix(&hashes);
+        Some(Lookup {
+            hashes,
+            prompt_tokens: tokens.len(),
+            token_cap: max_blocks * block_size,
+            block_size,
+            matches,
+            credited: None,
+        })
+    }
+
+    fn record(&self, lookup: &Lookup, primary: &Pod, _now: Instant) {
+        let reported = primary.cache.filter(|_| self.params.auto_tune);
+        let capacity = reported.map_or(self.params.capacity, |c| c.num_blocks as usize);
+        self.index.record(primary.id, &lookup.hashes, capacity);
+    }
+}

@@ -1,0 +1,274 @@
+//! One table of cases, run over both implementations of the prefix contract: what a lookup
+//! matches after a sequence of recorded decisions must not depend on the index.
+
+use super::*;
+use crate::request::Prompt;
+
+const APPROXIMATE: Config = Config::Approximate(ApproximateParams {
+    block_size: 4,
+    max_blocks: 100,
+    max_tokens: 0,
+    capacity: 1000,
+    auto_tune: false,
+});
+
+const PRECISE_PARAMS: PreciseParams = PreciseParams {
+    block_size: 4,
+    max_blocks: 100,
+    speculative_ttl: Some(Duration::from_secs(60)),
+};
+
+const PRECISE: Config = Config::Precise(PRECISE_PARAMS);
+
+const IMPLEMENTATIONS: [(&str, Config); 2] = [("approximate", APPROXIMATE), ("precise", PRECISE)];
+
+fn ep(n: u16) -> EndpointId {
+    format!("10.0.0.1:{n}").parse().unwrap()
+}
+
+fn pods() -> Vec<Pod> {
+    (1..=3)
+        .map(|n| Pod {
+            id: ep(n),
+            load: 0.0,
+            cache: None,
+        })
+        .collect()
+}
+
+fn request(tokens: &[u32]) -> LlmRequest {
+    LlmRequest {
+        api: ApiKind::Completions,
+        model: "m".into(),
+        model_span: 0..0,
+        stream: false,
+        prompt: Prompt::Tokens(tokens.to_vec()),
+        cache_salt: None,
+    }
+}
+
+fn lookup(source: &Source<'_>, model: &str, tokens: &[u32], now: Instant) -> Lookup {
+    let (req, pods) = (request(tokens), pods());
+    let query = Query {
+        request: &req,
+        body: b"",
+        model,
+        tokenizer: None,
+        pods: &pods,
+    };
+    source
+        .lookup(&query, now)
+        .expect("token prompts need no tokenizer")
+}
+
+fn record(source: &Source<'_>, endpoint: u16, tokens: &[u32], now: Instant) {
+    let found = lookup(source, "m", tokens, now);
+    let primary = Pod {
+        id: ep(endpoint),
+        load: 0.0,
+        cache: None,
+    };
+    source.record(&found, &primary, now);
+}
+
+fn range(a: u32, b: u32) -> Vec<u32> {
+    (a..b).collect()
+}
+
+struct Case {
+    name: &'static str,
+    /// Decisions recorded, in order: (endpoint, prompt tokens).
+    records: Vec<(u16, Vec<u32>)>,
+    model: &'static str,
+    query: Vec<u32>,
+    /// Blocks held per endpoint, sorted.
+    want: Vec<(u16, usize)>,
+}
+
+fn cases() -> Vec<Case> {
+    let case = |name, records, query, want| Case {
+        name,
+        records,
+        model: "m",
+        query,
+        want,
+    };
+    vec![
+        case(
+            "an empty index matches nothing",
+            vec![],
+            range(0, 16),
+            vec![],
+        ),
+        case(
+            "a routed prompt is held whole by its endpoint",
+            vec![(1, range(0, 16))],
+            range(0, 16),
+            vec![(1, 4)],
+        ),
+        case(
+            "a shared beginning matches up to the first different block",
+            vec![(1, range(0, 16))],
+            [range(0, 8), range(100, 108)].concat(),
+            vec![(1, 2)],
+        ),
+        case(
+            "a different first block matches nothing",
+            vec![(1, range(0, 16))],
+            [vec![99], range(1, 16)].concat(),
+            vec![],
+        ),
+        case(
+            "each endpoint matches its own prefix",
+            vec![(1, range(0, 16)), (2, range(0, 8))],
+            range(0, 16),
+            vec![(1, 4), (2, 2)],
+        ),
+        case(
+            "a longer prompt matches the recorded part",
+            vec![(1, range(0, 8))],
+            range(0, 16),
+            vec![(1, 2)],
+        ),
+        case(
+            "a trailing partial block is neither recorded nor matched",
+            vec![(1, range(0, 6))],
+            range(0, 7),
+            vec![(1, 1)],
+        ),
+        case(
+            "a prompt shorter than a block records nothing",
+            vec![(1, range(0, 3))],
+            range(0, 16),
+            vec![],
+        ),
+        case(
+            "a gap in the recorded chain ends the match",
+            vec![
+                (1, range(0, 4)),
+                (1, [range(0, 4), range(50, 54), range(8, 12)].concat()),
+            ],
+            range(0, 12),
+            vec![(1, 1)],
+        ),
+        Case {
+            model: "other",
+            ..case(
+                "blocks of another model do not match",
+                vec![(1, range(0, 16))],
+                range(0, 16),
+                vec![],
+            )
+        },
+    ]
+}
+
+#[test]
+fn both_indexes_answer_every_case_alike() {
+    for (kind, config) in &IMPLEMENTATIONS {
+        for case in cases() {
+            let indexes = Indexes::default();
+            let source = config.bind(&indexes, None);
+            let now = Instant::now();
+            for (endpoint, tokens) in &case.records {
+                record(&source, *endpoint, tokens, now);
+            }
+            let found = lookup(&source, case.model, &case.query, now);
+            let mut got: Vec<(u16, usize)> = found
+                .matches
+                .iter()
+                .map(|(e, n)| (e.0.port(), *n))
+                .collect();
+            got.sort_unstable();
+            assert_eq!(got, case.want, "{kind}: {}", case.name);
+        }
+    }
+}
+
+#[test]
+fn a_lookup_reports_its_blocks_and_tokens() {
+    for (kind, config) in &IMPLEMENTATIONS {
+        let indexes = Indexes::default();
+        let source = config.bind(&indexes, None);
+        let found = lookup(&source, "m", &range(0, 18), Instant::now());
+        assert_eq!(found.hashes.len(), 4, "{kind}");
+        assert_eq!(found.block_size, 4, "{kind}");
+        assert_eq!(found.prompt_tokens, 18, "{kind}");
+        assert_eq!(found.token_cap, 400, "{kind}");
+        assert_eq!(source.prompt_text_cap(), 400 * 8, "{kind}");
+    }
+}
+
+#[test]
+fn credit_never_lowers_what_an_endpoint_holds_and_goes_to_a_candidate() {
+    for (kind, config) in &IMPLEMENTATIONS {
+        let indexes = Indexes::default();
+        let source = config.bind(&indexes, None);
+        let now = Instant::now();
+        record(&source, 2, &range(0, 8), now);
+        let found = lookup(&source, "m", &range(0, 16), now);
+        for pod in pods() {
+            assert!(found.scored(pod.id) >= found.held(pod.id), "{kind}");
+        }
+        if let Some((id, blocks)) = found.credited {
+            assert!(pods().iter().any(|p| p.id == id), "{kind}");
+            assert!(blocks <= found.hashes.len(), "{kind}");
+        }
+    }
+}
+
+#[test]
+fn forgotten_endpoints_match_nothing() {
+    for (kind, config) in &IMPLEMENTATIONS {
+        let indexes = Indexes::default();
+        let source = config.bind(&indexes, None);
+        let now = Instant::now();
+        record(&source, 1, &range(0, 16), now);
+        record(&source, 2, &range(0, 16), now);
+        indexes.retain(&[ep(2)].into_iter().collect());
+        let found = lookup(&source, "m", &range(0, 16), now);
+        assert_eq!(found.matches, vec![(ep(2), 4)], "{kind}");
+    }
+}
+
+#[test]
+fn recording_twice_holds_the_prompt_once() {
+    for (kind, config) in &IMPLEMENTATIONS {
+        let indexes = Indexes::default();
+        let source = config.bind(&indexes, None);
+        let now = Instant::now();
+        record(&source, 1, &range(0, 16), now);
+        record(&source, 1, &range(0, 16), now);
+        let found = lookup(&source, "m", &range(0, 16), now);
+        assert_eq!(found.matches, vec![(ep(1), 4)], "{kind}");
+    }
+}
+
+/// Where the indexes differ by design, each side is pinned here.
+#[test]
+fn precise_entries_expire_and_reach_the_sink() {
+    struct Sink(std::sync::Mutex<Vec<(EndpointId, usize)>>);
+    impl PlacementSink for Sink {
+        fn placed(&self, endpoint: EndpointId, keys: &[u64], _ttl: Duration) {
+            self.0.lock().unwrap().push((endpoint, keys.len()));
+        }
+    }
+    let sink = Sink(Default::default());
+    let indexes = Indexes::default();
+    let source = PRECISE.bind(&indexes, Some(&sink));
+    let now = Instant::now();
+    record(&source, 1, &range(0, 16), now);
+    assert_eq!(*sink.0.lock().unwrap(), vec![(ep(1), 4)]);
+    let later = now + Duration::from_secs(61);
+    assert!(lookup(&source, "m", &range(0, 16), later)
+        .matches
+        .is_empty());
+    let off = Config::Precise(PreciseParams {
+        speculative_ttl: None,
+        ..PRECISE_PARAMS
+    });
+    let indexes = Indexes::default();
+    let source = off.bind(&indexes, None);
+    record(&source, 1, &range(0, 16), now);
+    assert!(lookup(&source, "m", &range(0, 16), now).matches.is_empty());
+}
