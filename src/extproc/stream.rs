@@ -520,10 +520,7 @@ impl StreamMachine {
             target_model_name: metrics.model(&target_model_name),
             error_code: code.label(),
         };
-        metrics
-            .request_error_total
-            .get_or_create(&labels)
-            .inc();
+        metrics.request_error_total.get_or_create(&labels).inc();
         out.push(status::immediate(&err));
         self.state = State::Done;
     }
