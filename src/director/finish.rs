@@ -10,11 +10,11 @@ use std::time::Instant;
 
 /// Records a finished response in the objective metrics and the endpoint's health.
 pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary) {
-    let m = &d.metrics;
     let labels = ModelLabels {
-        model_name: m.model(&routed.model),
-        target_model_name: m.model(&routed.target_model),
+        model_name: d.metrics.model(&routed.model),
+        target_model_name: d.metrics.model(&routed.target_model),
     };
+    let m = &d.metrics;
     m.request_duration
         .get_or_create(&labels)
         .observe(routed.started.elapsed().as_secs_f64());
