@@ -2,7 +2,8 @@
 //! - readiness follows Kubernetes discovery: NOT_SERVING while the API server is unreachable at
 //!   start-up, SERVING once the pool and pods are listed, NOT_SERVING again when the server
 //!   stays unreachable beyond `--kube-api-unreachable-grace` (a network cut through a proxy, so
-//!   the shared server keeps serving the other tests), SERVING again when it answers;
+//!   the shared server keeps serving the other tests), SERVING again when it answers; and the
+//!   same with a server of the test's own killed (SIGKILL) and restarted;
 //! - a ServiceAccount without the leader-election Role: every refused Lease request is counted
 //!   in `epp_kubernetes_forbidden_total{resource="leases"}`, epp keeps running and routing data
 //!   stays current, and it never reports ready (it cannot lead);
@@ -67,10 +68,12 @@ async fn readiness_follows_discovery_and_the_api_server_being_reachable() {
     epp.wait_endpoints(2, Duration::from_secs(5)).await;
 
     // A cut beyond the grace: NOT_SERVING, the last known endpoints kept.
+    let cut = Instant::now();
     let (via, target) = proxy.cut().await;
-    let unready = wait_ready(&epp, false, Duration::from_secs(20)).await;
+    wait_ready(&epp, false, Duration::from_secs(20)).await;
+    let unready = cut.elapsed();
     assert!(
-        unready >= Duration::from_millis(900),
+        unready >= Duration::from_secs(1),
         "NOT_SERVING after {unready:?}, before the 1 s grace"
     );
     assert_eq!(
@@ -101,6 +104,42 @@ async fn readiness_follows_discovery_and_the_api_server_being_reachable() {
     wait_ready(&epp, false, Duration::from_secs(20)).await;
     epp.stop().await;
     proxy.cut().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_turns_not_serving_while_the_api_server_is_stopped_and_back_after_its_restart() {
+    // A server of this test's own: stopping the shared one would break the tests beside it.
+    let server = KubeApiServer::start().await.unwrap();
+    install_crds(&server).await;
+    let ns = server.namespace("ops-stop").await.unwrap();
+    create(&ns, pool(&[8000])).await;
+    ready_pod(&ns, "pod-0", "127.0.0.2").await;
+    let epp = k8s_support::Epp::start_with(
+        &ns.name,
+        |path| server.admin_kubeconfig(path, &ns.name).unwrap(),
+        &["--pool-name", "pool", "--kube-api-unreachable-grace", "1s"],
+    )
+    .await;
+    wait_ready(&epp, true, Duration::from_secs(30)).await;
+    let killed = Instant::now();
+    server.stop_apiserver(true);
+    wait_ready(&epp, false, Duration::from_secs(20)).await;
+    let unready = killed.elapsed();
+    assert!(
+        unready >= Duration::from_secs(1),
+        "before the grace: {unready:?}"
+    );
+    assert_eq!(
+        epp.ready_pods().await,
+        Some(1),
+        "the last known state stays"
+    );
+    let restarted = Instant::now();
+    server.start_apiserver().await.unwrap();
+    let up = restarted.elapsed();
+    let back = wait_ready(&epp, true, Duration::from_secs(30)).await;
+    println!("measured: NOT_SERVING {unready:?} after SIGKILL (grace 1 s); API server restarted in {up:?}, SERVING {back:?} after it was ready");
+    epp.stop().await;
 }
 
 /// Grants the namespace's `default` ServiceAccount what discovery reads (as the chart's Role).

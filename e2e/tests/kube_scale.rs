@@ -62,6 +62,8 @@ fn spawn_epp(
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--secure-serving=false", "--refresh-metrics-interval", "5s"])
+        // The measurement reads /metrics without a token (kube_ops tests the auth).
+        .arg("--metrics-endpoint-auth=false")
         .args(["--refresh-prometheus-metrics-interval", "100ms"])
         .args(["--grpc-port", &base.to_string()])
         .args(["--grpc-health-port", &(base + 1).to_string()])

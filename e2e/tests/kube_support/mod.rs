@@ -31,7 +31,8 @@ pub async fn setup(prefix: &str) -> (&'static KubeApiServer, TestNamespace) {
     (server, server.namespace(prefix).await.unwrap())
 }
 
-async fn install_crds(server: &KubeApiServer) {
+/// Installs the CRDs of `config/crd/` on `server` and waits until they are established.
+pub async fn install_crds(server: &KubeApiServer) {
     let client = server.admin_client("default").await.unwrap();
     let mut names = Vec::new();
     for entry in std::fs::read_dir(root().join("config/crd")).unwrap() {
