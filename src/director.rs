@@ -16,6 +16,7 @@ use crate::prefix::{
 };
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
+use crate::scheduling::disagg::DisaggOutcome;
 use crate::scheduling::scorer::PrecisePrefixParams;
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use arc_swap::ArcSwap;
@@ -238,6 +239,8 @@ pub struct Routed {
     pub prefill: Option<PrefillGuard>,
     /// What the primary faced at dispatch, for learning its TTFT rates from the response.
     pub dispatched: Option<scheduling::scorer::TtftInputs>,
+    /// Request headers for the decode pod's sidecar (P/D): set to the value, or removed.
+    pub headers: Vec<(&'static str, Option<String>)>,
 }
 
 impl Routed {
@@ -483,11 +486,20 @@ impl Director {
             sheddable: priority < 0,
             lru: &lru,
             session_bound: bound,
+            multimodal: runtime
+                .scheduler
+                .disagg()
+                .is_some_and(|d| d.reads_multimodal())
+                && scheduling::disagg::has_multimodal(inc.body),
         };
         let schedule_span = crate::telemetry::child("schedule");
-        let (decision, scores) =
+        let (decision, scores, disagg) =
             self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         drop(schedule_span);
+        let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
+        if let Some(o) = &disagg {
+            self.metrics.disagg.record(o, &target);
+        }
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
@@ -496,6 +508,10 @@ impl Director {
         }
         if let Some(l) = &lookup {
             self.record_prefix(l, primary);
+            // The prefill pod computed the prompt too (upstream records both).
+            if let Some(p) = prefill_pod.and_then(|p| snapshot.get(&p)) {
+                self.record_prefix(l, p);
+            }
         }
         self.record_no_hit(&runtime.scheduler, &candidates, primary.id());
         self.record_session(
@@ -511,7 +527,19 @@ impl Director {
                 None => scheduling::scorer::EstimatedTtftScorer::default().inputs(&sreq, c),
             }
         });
-        let prefill = dispatched.map(|d| primary.start_prefill(d.own_tokens as u64));
+        // With remote prefill the prefill pod does the prompt's work, and the decode pod's TTFT
+        // (prefill elsewhere + transfer) must not teach it its own prefill rate.
+        let (prefill, dispatched) = match prefill_pod.and_then(|p| snapshot.get(&p)) {
+            Some(p) => {
+                let own = candidates.iter().find(|c| c.id == p.id());
+                let own = own.map(|c| sreq.uncached_tokens(c) as u64);
+                (own.map(|t| p.start_prefill(t)), None)
+            }
+            None => (
+                dispatched.map(|d| primary.start_prefill(d.own_tokens as u64)),
+                dispatched,
+            ),
+        };
         let body = (target != req.model)
             .then(|| request::rewrite_model(inc.body, &req.model_span, &target));
         let labels = RequestLabels {
@@ -537,6 +565,7 @@ impl Director {
             scores,
             prefill,
             dispatched,
+            headers: disagg.map(|o| o.headers()).unwrap_or_default(),
         })
     }
 
@@ -579,8 +608,11 @@ impl Director {
             affinity_key: affinity_key(inc.session_token, None),
             ..Default::default()
         };
-        let (decision, scores) =
+        let (decision, scores, disagg) =
             self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        if let Some(o) = &disagg {
+            self.metrics.disagg.record(o, "");
+        }
         let primary = snapshot
             .get(&decision[0])
             .ok_or(DirectorError::UnknownEndpoint(decision[0]))?;
@@ -614,6 +646,7 @@ impl Director {
             scores,
             prefill: None,
             dispatched: None,
+            headers: disagg.map(|o| o.headers()).unwrap_or_default(),
         })
     }
 
@@ -967,7 +1000,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<(Vec<EndpointId>, Scores), DirectorError> {
+    ) -> Result<(Vec<EndpointId>, Scores, Option<DisaggOutcome>), DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -995,7 +1028,7 @@ impl Director {
         };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
         match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores)),
+            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores, d.disagg)),
             Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
             Err(e) => Err(DirectorError::Schedule(e)),
         }

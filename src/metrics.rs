@@ -12,6 +12,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+mod disagg;
+pub use disagg::DisaggMetrics;
+
 type GaugeF = Gauge<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -275,6 +278,8 @@ pub struct Metrics {
     /// Placements shared with other replicas, by outcome.
     pub peer_messages: Family<PeerLabels, Counter>,
     pub flow: FlowControlMetrics,
+    /// Disaggregated serving: the profile handlers' decisions.
+    pub disagg: DisaggMetrics,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
@@ -312,6 +317,7 @@ impl Metrics {
         m.register_pool(registry);
         m.register_extension(registry);
         m.register_llm_d(registry);
+        m.disagg.register(registry);
         m
     }
 
@@ -470,6 +476,7 @@ impl Metrics {
             kubernetes_forbidden: Family::default(),
             kv: KvEventMetrics::default(),
             peer_messages: Family::default(),
+            disagg: DisaggMetrics::default(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),

@@ -29,6 +29,7 @@ pub mod fixtures;
 pub mod kube_apiserver;
 pub mod loadgen;
 pub mod noop_extproc;
+pub mod pd_sidecar;
 pub mod ports;
 pub mod server;
 pub mod sim;
