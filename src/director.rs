@@ -16,7 +16,6 @@ use crate::prefix::{
 };
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::request::{self, ApiKind, LlmRequest, Prompt, RequestError};
-use crate::scheduling::disagg::DisaggOutcome;
 use crate::scheduling::scorer::PrecisePrefixParams;
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use arc_swap::ArcSwap;
@@ -493,8 +492,12 @@ impl Director {
                 && scheduling::disagg::has_multimodal(inc.body),
         };
         let schedule_span = crate::telemetry::child("schedule");
-        let (decision, scores, disagg) =
-            self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let scheduling::Decision {
+            endpoints: decision,
+            scores,
+            disagg,
+            headers,
+        } = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         drop(schedule_span);
         let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
         if let Some(o) = &disagg {
@@ -565,7 +568,7 @@ impl Director {
             scores,
             prefill,
             dispatched,
-            headers: disagg.map(|o| o.headers()).unwrap_or_default(),
+            headers,
         })
     }
 
@@ -608,8 +611,12 @@ impl Director {
             affinity_key: affinity_key(inc.session_token, None),
             ..Default::default()
         };
-        let (decision, scores, disagg) =
-            self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+        let scheduling::Decision {
+            endpoints: decision,
+            scores,
+            disagg,
+            headers,
+        } = self.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
         if let Some(o) = &disagg {
             self.metrics.disagg.record(o, "");
         }
@@ -646,7 +653,7 @@ impl Director {
             scores,
             prefill: None,
             dispatched: None,
-            headers: disagg.map(|o| o.headers()).unwrap_or_default(),
+            headers,
         })
     }
 
@@ -1000,7 +1007,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<(Vec<EndpointId>, Scores, Option<DisaggOutcome>), DirectorError> {
+    ) -> Result<scheduling::Decision, DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -1028,7 +1035,7 @@ impl Director {
         };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
         match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores, d.disagg)),
+            Ok(d) if !d.endpoints.is_empty() => Ok(d),
             Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
             Err(e) => Err(DirectorError::Schedule(e)),
         }
@@ -1196,9 +1203,6 @@ fn prompt_tokens(
         None => estimate(),
     }
 }
-
-/// Every scored candidate's final score, as the scheduler reports them.
-type Scores = Vec<(EndpointId, f64)>;
 
 /// Whether the prefix lookup found any of the prompt's blocks held by `id` (upstream's
 /// conditional-decode gate: a match of at least one block; no prefix scorer, no match).

@@ -117,6 +117,8 @@ pub struct Decision {
     pub scores: Vec<(EndpointId, f64)>,
     /// What a disaggregating profile handler did (`None` with a single profile).
     pub disagg: Option<disagg::DisaggOutcome>,
+    /// Request headers for the destination's sidecar: set to the value, or removed (`None`).
+    pub headers: Vec<(&'static str, Option<String>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,6 +141,8 @@ pub struct Scheduler {
     prefix: Option<PrefixParams>,
     /// The disaggregating profile handler, whose decode profile is this one.
     disagg: Option<Box<disagg::Disagg>>,
+    /// `p2p-source-producer`: names a peer to pull the cached prefix from.
+    p2p: Option<disagg::p2p::P2pSourceProducer>,
 }
 
 impl Scheduler {
@@ -149,10 +153,16 @@ impl Scheduler {
         candidates: &[Candidate],
         rng: &mut impl Rng,
     ) -> Result<Decision, ScheduleError> {
-        match &self.disagg {
-            Some(d) => d.schedule(self, req, candidates, rng),
-            None => self.schedule_profile(req, candidates, rng),
+        let mut d = match &self.disagg {
+            Some(d) => d.schedule(self, req, candidates, rng)?,
+            None => self.schedule_profile(req, candidates, rng)?,
+        };
+        d.headers = d.disagg.as_ref().map(|o| o.headers()).unwrap_or_default();
+        let computing = d.disagg.as_ref().and_then(|o| o.prefill);
+        if let (Some(p), Some(c)) = (&self.p2p, computing.or(d.endpoints.first().copied())) {
+            d.headers.push(p.header(req, candidates, c, rng));
         }
+        Ok(d)
     }
 
     /// Runs this profile alone.
@@ -211,6 +221,7 @@ impl Scheduler {
             endpoints,
             scores,
             disagg: None,
+            headers: Vec::new(),
         })
     }
 
@@ -341,6 +352,7 @@ enum Built {
     Prefix(PrefixParams),
     Decider(disagg::Decider),
     Handler(PluginKind, disagg::HandlerParams),
+    P2p(disagg::p2p::P2pSourceProducer),
     Accepted,
 }
 
@@ -391,6 +403,10 @@ fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> 
         _ if kind == PluginKind::InflightLoadProducer => {
             let p = scorer::params::<inflight_load::InflightLoadParams>(&params).map_err(wrap)?;
             p.validate().map_err(message)?;
+        }
+        _ if kind == PluginKind::P2pSourceProducer => {
+            let p = scorer::params::<disagg::p2p::P2pSourceProducer>(&params).map_err(wrap)?;
+            return p.validate().map(Built::P2p).map_err(message);
         }
         _ if kind == PluginKind::ApproxPrefixCacheProducer => {
             return PrefixParams::from_yaml(&params)
@@ -450,6 +466,10 @@ pub fn build_with(
             build_profile(cfg, &built, cfg.scheduling_profiles.first())
         }
     };
+    sched.p2p = built.iter().find_map(|(_, b)| match b {
+        Built::P2p(p) => Some(p.clone()),
+        _ => None,
+    });
     let producer = built.iter().find_map(|(_, b)| match b {
         Built::Prefix(p) => Some(p.clone()),
         _ => None,
@@ -462,6 +482,7 @@ pub fn build_with(
             .filters
             .iter()
             .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)))
+        || sched.p2p.is_some()
         || sched
             .disagg
             .as_ref()
@@ -508,6 +529,7 @@ fn build_profile(
         picker: Picker::default(),
         prefix: None,
         disagg: None,
+        p2p: None,
     };
     let mut picker = None;
     for (name, weight) in &refs {

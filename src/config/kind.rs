@@ -180,7 +180,7 @@ kinds! {
     SessionIdProducer = "session-id-producer", DataProducer, Beta, Unsupported("not implemented in epp yet");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
-    P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Unsupported("the P2P KV pull source (x-kv-cache-source-host-port) is not implemented in epp yet");
+    P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
 
     // Request parsers.

@@ -22,6 +22,7 @@
 
 pub mod cost;
 mod decider;
+pub mod p2p;
 mod params;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
@@ -38,6 +39,8 @@ pub use params::HandlerParams;
 pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
 /// The encode pods' `ip:port` list, comma-separated.
 pub const ENCODERS_HEADER: &str = "x-encoder-hosts-ports";
+/// A peer to pull the cached prefix from (`p2p-source-producer`).
+pub const KV_SOURCE_HEADER: &str = "x-kv-cache-source-host-port";
 
 /// Execution order of the stages (upstream's `StageOrder`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

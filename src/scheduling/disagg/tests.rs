@@ -305,3 +305,39 @@ fn the_cost_based_example_loads_and_keeps_short_suffixes_local() {
         .unwrap();
     assert_eq!(out.decision, DisaggDecision::DecodeOnly);
 }
+
+#[test]
+fn p2p_source_names_a_richer_peer_for_the_prefill_pod_and_needs_the_experimental_flag() {
+    let text = example("llm-d-pd.yaml").replace(
+        "- type: prefix-cache-scorer",
+        "- type: p2p-source-producer\n- type: prefix-cache-scorer",
+    );
+    let doc = config::parse(&text).unwrap();
+    let err = build(&doc).unwrap_err();
+    assert!(
+        err[0].to_string().contains("Alpha stability level"),
+        "{err:?}"
+    );
+    let load = config::LoadOptions {
+        allow_experimental: true,
+    };
+    let s = build_with(&doc, load).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    // Decode pod 1 holds 40 blocks (360 uncached tokens: P/D), the prefill pods none: the
+    // prefill pod should pull 640 tokens from pod 1 rather than compute them.
+    let d = s
+        .schedule(&req(1_000), &pool([40, 0, 0, 0]), &mut rng)
+        .unwrap();
+    let out = d.disagg.clone().unwrap();
+    assert_eq!(out.decision, DisaggDecision::PrefillDecode);
+    assert_eq!(port(d.endpoints[0]), 1);
+    let source = Some("10.0.0.1:1".to_owned());
+    assert!(
+        d.headers.contains(&(KV_SOURCE_HEADER, source)),
+        "{:?}",
+        d.headers
+    );
+    assert!(d
+        .headers
+        .contains(&(PREFILLER_HEADER, out.prefill.map(|p| p.to_string()))));
+}
