@@ -591,12 +591,12 @@ mod tests {
 
     #[test]
     fn known_but_unsupported_plugins_name_themselves() {
-        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: disagg-profile-handler\n- type: no-such-scorer\n- type: queue-scorer\n";
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: mm-embeddings-cache-scorer\n- type: no-such-scorer\n- type: queue-scorer\n";
         let problems = build(text, LoadOptions::default()).unwrap_err();
         assert_eq!(problems.len(), 2, "{problems:?}");
         let all = ConfigError::from(problems).to_string();
         assert!(
-            all.contains("\"disagg-profile-handler\" is not supported by epp"),
+            all.contains("\"mm-embeddings-cache-scorer\" is not supported by epp"),
             "{all}"
         );
         assert!(all.contains("unknown type \"no-such-scorer\""), "{all}");

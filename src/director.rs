@@ -11,6 +11,7 @@
 //! - [`exchange`]: the types crossing the boundary;
 //! - `route`: the routing steps; `finish`: what a finished response teaches.
 
+mod disagg;
 mod exchange;
 mod finish;
 mod route;

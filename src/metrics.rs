@@ -16,6 +16,8 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 pub use model::{ModelLabel, ModelNames};
+pub mod disagg;
+pub use disagg::DisaggMetrics;
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
@@ -335,6 +337,8 @@ pub struct Metrics {
     pub metrics_auth: Family<MetricsAuthLabels, Counter>,
     /// The model names given label values so far (capped).
     pub models: ModelNames,
+    /// Disaggregated serving: the profile handlers' decisions.
+    pub disagg: DisaggMetrics,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
@@ -377,6 +381,7 @@ impl Metrics {
         m.register_pool(registry);
         m.register_extension(registry);
         m.register_llm_d(registry);
+        m.disagg.register(registry);
         m
     }
 
@@ -537,6 +542,7 @@ impl Metrics {
             peer_messages: Family::default(),
             metrics_auth: Family::default(),
             models: ModelNames::default(),
+            disagg: DisaggMetrics::default(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),

@@ -16,6 +16,7 @@
 //! here mutates shared state or knows about tokio: randomness comes in as an `Rng`, the prefix
 //! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
 
+pub mod disagg;
 pub mod filter;
 pub mod inflight_load;
 pub mod picker;
@@ -94,6 +95,9 @@ pub struct SchedulingRequest<'a> {
     /// Endpoints in order of their last cold request, oldest first, for the
     /// `no-hit-lru-scorer` (empty without one).
     pub lru: &'a [EndpointId],
+    /// The body carries image, audio or video content (`always-disagg-multimodal-decider`);
+    /// filled only when such a decider is configured.
+    pub multimodal: bool,
 }
 
 impl SchedulingRequest<'_> {
@@ -111,6 +115,10 @@ impl SchedulingRequest<'_> {
 pub struct Decision {
     pub endpoints: Vec<EndpointId>,
     pub scores: Vec<(EndpointId, f64)>,
+    /// What a disaggregating profile handler did (`None` with a single profile).
+    pub disagg: Option<disagg::DisaggOutcome>,
+    /// Request headers for the destination's sidecar: set to the value, or removed (`None`).
+    pub headers: Vec<(&'static str, Option<String>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,11 +139,34 @@ pub struct Scheduler {
     scorers: Vec<(Scorer, f64)>,
     picker: Picker,
     prefix: Option<PrefixParams>,
+    /// The disaggregating profile handler, whose decode profile is this one.
+    disagg: Option<Box<disagg::Disagg>>,
+    /// `p2p-source-producer`: names a peer to pull the cached prefix from.
+    p2p: Option<disagg::p2p::P2pSourceProducer>,
 }
 
 impl Scheduler {
-    /// Runs one scheduling cycle.
+    /// Runs one scheduling cycle: this profile, or every stage of the disaggregating handler.
     pub fn schedule(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut impl Rng,
+    ) -> Result<Decision, ScheduleError> {
+        let mut d = match &self.disagg {
+            Some(d) => d.schedule(self, req, candidates, rng)?,
+            None => self.schedule_profile(req, candidates, rng)?,
+        };
+        d.headers = d.disagg.as_ref().map(|o| o.headers()).unwrap_or_default();
+        let computing = d.disagg.as_ref().and_then(|o| o.prefill);
+        if let (Some(p), Some(c)) = (&self.p2p, computing.or(d.endpoints.first().copied())) {
+            d.headers.push(p.header(req, candidates, c, rng));
+        }
+        Ok(d)
+    }
+
+    /// Runs this profile alone.
+    fn schedule_profile(
         &self,
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],
@@ -144,13 +175,37 @@ impl Scheduler {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
+        let pool = self.filter_pool(req, candidates, rng);
+        if pool.is_empty() {
+            return Err(ScheduleError::AllFiltered);
+        }
+        self.finish(req, pool, rng)
+    }
+
+    /// The candidates this profile's filters keep (empty when one drains the pool).
+    fn filter_pool<'c>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &'c [Candidate],
+        rng: &mut impl Rng,
+    ) -> Vec<&'c Candidate> {
         let mut pool: Vec<&Candidate> = candidates.iter().collect();
         for f in &self.filters {
             pool = f.filter(req, pool, rng);
             if pool.is_empty() {
-                return Err(ScheduleError::AllFiltered);
+                break;
             }
         }
+        pool
+    }
+
+    /// Staleness gate, slow start, SLO check, scores and the pick, over a filtered pool.
+    fn finish(
+        &self,
+        req: &SchedulingRequest<'_>,
+        mut pool: Vec<&Candidate>,
+        rng: &mut impl Rng,
+    ) -> Result<Decision, ScheduleError> {
         if pool.iter().any(|c| c.fresh) {
             pool.retain(|c| c.fresh);
         }
@@ -162,7 +217,17 @@ impl Scheduler {
         let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
         let endpoints = self.picker.pick(req, &scored, rng);
         let scores = scored.iter().map(|(c, s)| (c.id, *s)).collect();
-        Ok(Decision { endpoints, scores })
+        Ok(Decision {
+            endpoints,
+            scores,
+            disagg: None,
+            headers: Vec::new(),
+        })
+    }
+
+    /// The disaggregating handler, when one is configured.
+    pub fn disagg(&self) -> Option<&disagg::Disagg> {
+        self.disagg.as_deref()
     }
 
     fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> Vec<f64> {
@@ -239,7 +304,10 @@ impl Scheduler {
                 s,
                 scorer::Scorer::TokenLoad(_) | scorer::Scorer::ContextLength(_)
             )
-        })
+        }) || self
+            .disagg
+            .as_ref()
+            .is_some_and(|d| d.reads_prompt_length())
     }
 
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
@@ -247,6 +315,10 @@ impl Scheduler {
     pub fn reads_labels(&self) -> bool {
         self.filters.iter().any(Filter::reads_labels)
             || self.scorers.iter().any(|(s, _)| s.reads_labels())
+            || self
+                .disagg
+                .as_ref()
+                .is_some_and(|d| d.profiles().any(Scheduler::reads_labels))
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
@@ -278,6 +350,9 @@ enum Built {
     Scorer(Scorer),
     Picker(Picker),
     Prefix(PrefixParams),
+    Decider(disagg::Decider),
+    Handler(PluginKind, disagg::HandlerParams),
+    P2p(disagg::p2p::P2pSourceProducer),
     Accepted,
 }
 
@@ -287,6 +362,10 @@ fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> 
     let wrap = |e: serde_yaml::Error| Problem::Parameters {
         plugin: spec.name().to_owned(),
         message: e.to_string(),
+    };
+    let message = |message: String| Problem::Parameters {
+        plugin: spec.name().to_owned(),
+        message,
     };
     let name = kind.name();
     match kind.category() {
@@ -305,12 +384,29 @@ fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> 
                 return p.map(Built::Picker).map_err(wrap);
             }
         }
+        Category::Decider => {
+            if let Some(d) = disagg::Decider::build(name, &params).transpose() {
+                return d.map(Built::Decider).map_err(wrap);
+            }
+        }
+        Category::ProfileHandler => match kind {
+            PluginKind::DisaggProfileHandler => {
+                let p = disagg::HandlerParams::disagg(&params).map_err(message)?;
+                return Ok(Built::Handler(kind, p));
+            }
+            PluginKind::PdProfileHandler => {
+                let p = disagg::HandlerParams::pd(&params).map_err(message)?;
+                return Ok(Built::Handler(kind, p));
+            }
+            _ => {}
+        },
         _ if kind == PluginKind::InflightLoadProducer => {
             let p = scorer::params::<inflight_load::InflightLoadParams>(&params).map_err(wrap)?;
-            p.validate().map_err(|message| Problem::Parameters {
-                plugin: spec.name().to_owned(),
-                message,
-            })?;
+            p.validate().map_err(message)?;
+        }
+        _ if kind == PluginKind::P2pSourceProducer => {
+            let p = scorer::params::<disagg::p2p::P2pSourceProducer>(&params).map_err(wrap)?;
+            return p.validate().map(Built::P2p).map_err(message);
         }
         _ if kind == PluginKind::ApproxPrefixCacheProducer => {
             return PrefixParams::from_yaml(&params)
@@ -328,7 +424,8 @@ fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> 
 ///
 /// Upstream defaulting applies: with no profile, one profile holds every configured plugin; a
 /// scorer without weight gets 1; a profile without a picker gets the first configured picker or
-/// a `max-score-picker`. epp runs a single profile (upstream's `single-profile-handler`).
+/// a `max-score-picker`. Without a profile handler (or with `single-profile-handler`) there is
+/// one profile; `disagg-profile-handler` and `pd-profile-handler` run several ([`disagg`]).
 pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
     build_with(cfg, LoadOptions::default())
 }
@@ -346,12 +443,75 @@ pub fn build_with(
             Err(p) => problems.push(p),
         }
     }
-    if cfg.scheduling_profiles.len() > 1 {
+    let handlers: Vec<(&str, PluginKind, &disagg::HandlerParams)> = built
+        .iter()
+        .filter_map(|(n, b)| match b {
+            Built::Handler(k, p) => Some((*n, *k, p)),
+            _ => None,
+        })
+        .collect();
+    if handlers.len() > 1 {
         problems.push(Problem::Profile(
-            "only one scheduling profile is supported (single-profile-handler)".into(),
+            "more than one disaggregating profile handler is configured".into(),
         ));
     }
-    let refs: Vec<(String, f64)> = match cfg.scheduling_profiles.first() {
+    let mut sched = match handlers.first() {
+        Some(&(name, kind, params)) => build_disagg(cfg, &built, name, kind, params, &mut problems),
+        None => {
+            if cfg.scheduling_profiles.len() > 1 {
+                problems.push(Problem::Profile(
+                    "several scheduling profiles need a profile handler that runs them (disagg-profile-handler); single-profile-handler runs one".into(),
+                ));
+            }
+            build_profile(cfg, &built, cfg.scheduling_profiles.first())
+        }
+    };
+    sched.p2p = built.iter().find_map(|(_, b)| match b {
+        Built::P2p(p) => Some(p.clone()),
+        _ => None,
+    });
+    let producer = built.iter().find_map(|(_, b)| match b {
+        Built::Prefix(p) => Some(p.clone()),
+        _ => None,
+    });
+    // Consumers of prefix match information get upstream's default producer when none is
+    // configured (llm-d creates `approx-prefix-cache-producer` for them; the disaggregating
+    // handlers consume it through their prefill decider).
+    let consumer = sched.no_hit_lru().is_some()
+        || sched
+            .filters
+            .iter()
+            .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)))
+        || sched.p2p.is_some()
+        || sched
+            .disagg
+            .as_ref()
+            .and_then(|d| d.prefill.as_ref())
+            .is_some_and(|s| s.decider.is_some());
+    let from_scorers = {
+        let stages = sched.disagg.iter().flat_map(|d| d.profiles());
+        std::iter::once(&sched)
+            .chain(stages)
+            .flat_map(|s| s.scorers.iter())
+            .find_map(|(s, _)| s.prefix_params().cloned())
+    };
+    sched.prefix = producer
+        .or(from_scorers)
+        .or_else(|| consumer.then(PrefixParams::default));
+    if problems.is_empty() {
+        Ok(sched)
+    } else {
+        Err(problems)
+    }
+}
+
+/// One profile from its plugin references (or, without a profile, every configured plugin).
+fn build_profile(
+    cfg: &EndpointPickerConfig,
+    built: &[(&str, Built)],
+    profile: Option<&config::ProfileSpec>,
+) -> Scheduler {
+    let refs: Vec<(String, f64)> = match profile {
         Some(p) => p
             .plugins
             .iter()
@@ -368,6 +528,8 @@ pub fn build_with(
         scorers: Vec::new(),
         picker: Picker::default(),
         prefix: None,
+        disagg: None,
+        p2p: None,
     };
     let mut picker = None;
     for (name, weight) in &refs {
@@ -379,47 +541,79 @@ pub fn build_with(
                 sched.scorers.push((s.clone(), *weight));
             }
             Some(Built::Picker(p)) => picker = picker.or(Some(p.clone())),
-            Some(Built::Prefix(_) | Built::Accepted) | None => {}
+            _ => {}
         }
     }
     sched.picker = picker
         .or_else(|| {
-            built.iter().find_map(|(_, b)| {
-                if let Built::Picker(p) = b {
-                    Some(p.clone())
-                } else {
-                    None
-                }
+            built.iter().find_map(|(_, b)| match b {
+                Built::Picker(p) => Some(p.clone()),
+                _ => None,
             })
         })
         .unwrap_or_default();
-    let producer = built.iter().find_map(|(_, b)| {
-        if let Built::Prefix(p) = b {
-            Some(p.clone())
-        } else {
-            None
+    sched
+}
+
+/// The decode profile carrying the disaggregating handler and its other stages.
+fn build_disagg(
+    cfg: &EndpointPickerConfig,
+    built: &[(&str, Built)],
+    name: &str,
+    kind: PluginKind,
+    params: &disagg::HandlerParams,
+    problems: &mut Vec<Problem>,
+) -> Scheduler {
+    let profile = |n: &str| cfg.scheduling_profiles.iter().find(|p| p.name == n);
+    let decider = |field: &str, plugin: &Option<String>, problems: &mut Vec<Problem>| {
+        let plugin = plugin.as_deref()?;
+        match built.iter().find(|(n, _)| *n == plugin).map(|(_, b)| b) {
+            Some(Built::Decider(d)) => Some(d.clone()),
+            Some(_) => {
+                problems.push(Problem::Parameters {
+                    plugin: name.to_owned(),
+                    message: format!("{field}: plugin {plugin:?} is not a decider"),
+                });
+                None
+            }
+            None => {
+                problems.push(Problem::Reference {
+                    path: format!("plugin {name:?} parameters {field}"),
+                    plugin: plugin.to_owned(),
+                });
+                None
+            }
         }
-    });
-    // Consumers of prefix match information get upstream's default producer when none is
-    // configured (llm-d creates `approx-prefix-cache-producer` for them).
-    let consumer = sched.no_hit_lru().is_some()
-        || sched
-            .filters
-            .iter()
-            .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)));
-    sched.prefix = producer
-        .or_else(|| {
-            sched
-                .scorers
-                .iter()
-                .find_map(|(s, _)| s.prefix_params().cloned())
-        })
-        .or_else(|| consumer.then(PrefixParams::default));
-    if problems.is_empty() {
-        Ok(sched)
-    } else {
-        Err(problems)
+    };
+    let Some(decode) = profile(&params.decode) else {
+        problems.push(Problem::Profile(format!(
+            "plugin {name:?} ({kind}): no scheduling profile named {:?} (its decode profile)",
+            params.decode
+        )));
+        return build_profile(cfg, built, None);
+    };
+    let mut sched = build_profile(cfg, built, Some(decode));
+    let mut d = disagg::Disagg::new(name, kind, params.order);
+    let prefill_decider = decider("deciders.prefill", &params.prefill_decider, problems);
+    let encode_decider = decider("deciders.encode", &params.encode_decider, problems);
+    if params.prefill_decider.is_none() && params.order == disagg::StageOrder::DecodeFirst {
+        tracing::info!(
+            handler = name,
+            "No deciders.prefill configured, P/D disaggregation disabled"
+        );
     }
+    d.prefill = profile(&params.prefill).map(|p| disagg::Stage {
+        profile: build_profile(cfg, built, Some(p)),
+        decider: prefill_decider,
+    });
+    d.encode = profile(&params.encode)
+        .filter(|_| kind == PluginKind::DisaggProfileHandler)
+        .map(|p| disagg::Stage {
+            profile: build_profile(cfg, built, Some(p)),
+            decider: encode_decider,
+        });
+    sched.disagg = Some(Box::new(d));
+    sched
 }
 
 #[cfg(test)]

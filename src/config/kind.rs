@@ -89,13 +89,15 @@ macro_rules! kinds {
 
 use Support::{BuiltIn, Plugin, Unsupported};
 
-const PD: Support = Unsupported("prefill/decode disaggregation is not implemented in epp yet");
+const HEADERS: Support =
+    BuiltIn("epp's disaggregating profile handlers set the sidecar headers themselves");
 const MULTICLUSTER: Support = Unsupported("multi-cluster routing is not implemented in epp");
 const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
 const LATENCY_PREDICTOR: Support =
     Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
 const TOPOLOGY: Support = Unsupported("topology affinity is not implemented in epp");
-const PROFILE: Support = BuiltIn("epp runs one scheduling profile (single-profile-handler)");
+const PROFILE: Support =
+    BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
 const METRICS: Support =
     BuiltIn("epp scrapes each endpoint's /metrics itself (--refresh-metrics-interval)");
 const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kubernetes or static)");
@@ -157,15 +159,16 @@ kinds! {
 
     // Profile handlers and P/D deciders.
     SingleProfileHandler = "single-profile-handler", ProfileHandler, Beta, PROFILE;
-    DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, PD;
+    DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, Plugin;
     HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Unsupported("epp runs one scheduling profile");
     DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
-    PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, PD;
-    DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, PD;
-    PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Beta, PD;
-    PrefixBasedPdDecider = "prefix-based-pd-decider", Decider, Beta, PD;
-    AlwaysDisaggPdDecider = "always-disagg-pd-decider", Decider, Beta, PD;
-    AlwaysDisaggMultimodalDecider = "always-disagg-multimodal-decider", Decider, Beta, PD;
+    PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, Plugin;
+    DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, HEADERS;
+    PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Beta, HEADERS;
+    PrefixBasedPdDecider = "prefix-based-pd-decider", Decider, Beta, Plugin;
+    AlwaysDisaggPdDecider = "always-disagg-pd-decider", Decider, Beta, Plugin;
+    AlwaysDisaggMultimodalDecider = "always-disagg-multimodal-decider", Decider, Beta, Plugin;
+    CostBasedPdDecider = "cost-based-pd-decider", Decider, Stable, Plugin;
 
     // Data producers.
     ApproxPrefixCacheProducer = "approx-prefix-cache-producer", DataProducer, Beta, Plugin;
@@ -177,7 +180,7 @@ kinds! {
     SessionIdProducer = "session-id-producer", DataProducer, Beta, Unsupported("not implemented in epp yet");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
-    P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, PD;
+    P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
 
     // Request parsers.
@@ -229,7 +232,7 @@ kinds! {
     RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Unsupported("not implemented in epp");
-    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, PD;
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("DisaggregatedSet revisions are not implemented in epp");
 
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;

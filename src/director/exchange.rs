@@ -108,6 +108,8 @@ pub struct Routed {
     pub prefill: Option<PrefillGuard>,
     /// What the primary faced at dispatch, for learning its TTFT rates from the response.
     pub dispatched: Option<scheduling::scorer::TtftInputs>,
+    /// Request headers for the decode pod's sidecar (P/D): set to the value, or removed.
+    pub headers: Vec<(&'static str, Option<String>)>,
 }
 
 impl Routed {

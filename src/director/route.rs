@@ -5,7 +5,7 @@
 use super::exchange::{Body, DirectorError, Incoming, Lease, Routed};
 use super::{prompt_cap, Director, Runtime};
 use crate::admission;
-use crate::datastore::{EndpointSet, EndpointState};
+use crate::datastore::{EndpointSet, EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
 use crate::objectives::Priority;
@@ -61,13 +61,29 @@ pub(super) fn route(
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
-    let sreq = facts.scheduling_request(&lru, bound);
+    let mut sreq = facts.scheduling_request(&lru, bound);
+    sreq.multimodal = prompted.as_ref().is_some_and(|p| {
+        runtime
+            .scheduler
+            .disagg()
+            .is_some_and(|d| d.reads_multimodal())
+            && scheduling::disagg::has_multimodal(p.bytes)
+    });
     let span = prompted
         .as_ref()
         .map(|_| crate::telemetry::child("schedule"));
-    let (destinations, scores) =
-        d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+    let scheduling::Decision {
+        endpoints: destinations,
+        scores,
+        disagg,
+        headers,
+    } = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
     drop(span);
+    let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
+    if let Some(o) = &disagg {
+        let target = prompted.as_ref().map_or("", |p| p.target.as_str());
+        super::disagg::record(&d.metrics.disagg, o, target);
+    }
     let primary = snapshot
         .get(&destinations[0])
         .ok_or(DirectorError::UnknownEndpoint(destinations[0]))?;
@@ -75,8 +91,13 @@ pub(super) fn route(
     if gated && !holds_prefix(lookup.as_ref(), destinations[0]) {
         return Err(DirectorError::NotCached);
     }
+    // With remote prefill the prefill pod computed the prompt too (upstream records both).
+    let prefill_state = prefill_pod.and_then(|p| snapshot.get(&p));
     if let (Some(l), Some(source)) = (&lookup, &source) {
         d.record_prefix(source, l, primary);
+        if let Some(p) = prefill_state {
+            source.record(l, &pod(p), Instant::now());
+        }
     }
     d.record_no_hit(&runtime.scheduler, &candidates, primary.id());
     let session = (inc.session_id, bound);
@@ -90,8 +111,15 @@ pub(super) fn route(
             .as_ref()
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
         started,
+        headers,
     };
-    Ok(d.answer(prompted, primary, decided))
+    // With remote prefill the prefill pod does the prompt's work, and the decode pod's TTFT
+    // (prefill elsewhere + transfer) must not teach it its own prefill rate.
+    let remote = prefill_state.map(|p| {
+        let own = candidates.iter().find(|c| c.id == p.id());
+        own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
+    });
+    Ok(d.answer(prompted, primary, decided, remote))
 }
 
 /// What the scheduling request is made of.
@@ -134,6 +162,8 @@ impl<'a> Facts<'a> {
             sheddable: p.is_some_and(|p| p.priority < 0),
             lru,
             session_bound: bound,
+            // Set by the caller, which knows whether a decider reads it.
+            multimodal: false,
         }
     }
 }
@@ -159,6 +189,8 @@ struct Decided {
     session_endpoint: Option<String>,
     dispatched: Option<scheduling::scorer::TtftInputs>,
     started: Instant,
+    /// Request headers for the decode pod's sidecar (P/D).
+    headers: Vec<(&'static str, Option<String>)>,
 }
 
 /// The prompt's blocks and who holds them, as the configuration's index says.
@@ -216,11 +248,18 @@ impl Director {
         &self,
         prompted: Option<Prompted<'_>>,
         primary: &Arc<EndpointState>,
-        decided: Decided,
+        mut decided: Decided,
+        remote_prefill: Option<Option<PrefillGuard>>,
     ) -> Routed {
-        let prefill = decided
-            .dispatched
-            .map(|d| primary.start_prefill(d.own_tokens as u64));
+        let prefill = match remote_prefill {
+            Some(guard) => {
+                decided.dispatched = None;
+                guard
+            }
+            None => decided
+                .dispatched
+                .map(|d| primary.start_prefill(d.own_tokens as u64)),
+        };
         let (model, target_model, stream, body) = match prompted {
             Some(p) => {
                 let req = p.request;
@@ -249,6 +288,7 @@ impl Director {
             scores: decided.scores,
             prefill,
             dispatched: decided.dispatched,
+            headers: decided.headers,
         }
     }
 
@@ -377,7 +417,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<(Vec<EndpointId>, Scores), DirectorError> {
+    ) -> Result<scheduling::Decision, DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -405,7 +445,7 @@ impl Director {
         };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
         match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok((d.endpoints, d.scores)),
+            Ok(d) if !d.endpoints.is_empty() => Ok(d),
             Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
             Err(e) => Err(DirectorError::Schedule(e)),
         }
@@ -536,9 +576,6 @@ fn prompt_tokens(lookup: Option<&Lookup>, req: &LlmRequest, body: &[u8], cap: us
         None => estimate(),
     }
 }
-
-/// Every scored candidate's final score, as the scheduler reports them.
-type Scores = Vec<(EndpointId, f64)>;
 
 /// Whether the prefix lookup found any of the prompt's blocks held by `id` (upstream's
 /// conditional-decode gate: a match of at least one block; no prefix scorer, no match).

@@ -491,8 +491,18 @@ impl StreamMachine {
         if !self.meta.has_request_id {
             set.push(wire::set_header("x-request-id", &request_id()));
         }
+        let mut common = wire::request_routing(set);
+        // The sidecar headers of a disaggregating handler: epp's value, or the client's removed.
+        if let Some(m) = common.header_mutation.as_mut() {
+            for (name, value) in &routed.headers {
+                match value {
+                    Some(v) => m.set_headers.push(wire::set_header(name, v)),
+                    None => m.remove_headers.push((*name).to_owned()),
+                }
+            }
+        }
         (
-            wire::request_routing(set),
+            common,
             if self.emit_scores {
                 wire::destination_metadata_with_scores(&value, &routed.scores)
             } else {

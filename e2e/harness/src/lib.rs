@@ -33,6 +33,7 @@ pub mod fake_apiserver;
 pub mod fixtures;
 pub mod kube_apiserver;
 pub mod noop_extproc;
+pub mod pd_sidecar;
 pub mod ports;
 pub mod prometheus;
 pub mod server;

@@ -1,6 +1,8 @@
 //! A whole stack on loopback: epp in-process, model-server stand-ins, and a real Envoy whose
 //! ext_proc filter calls epp. Used by the e2e tests and the demo.
 
+pub mod pd;
+
 use crate::envoy::{Envoy, EnvoyConfig, Template};
 pub use crate::epp::{Epp, WaitFor};
 use crate::standin::{StandIn, StandInOptions};

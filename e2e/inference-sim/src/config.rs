@@ -98,6 +98,95 @@ pub struct EngineConfig {
     pub speed: f64,
     /// Simulated seconds per wall second (10.0 = ten times faster than real time).
     pub time_scale: f64,
+    /// vLLM's `--kv-transfer-config` with the NIXL connector (prefill/decode split);
+    /// `None`: requests' `kv_transfer_params` are ignored, as vLLM without a connector.
+    pub kv_transfer: Option<KvTransferConfig>,
+}
+
+/// Which side of a prefill/decode split a pod may take (vLLM's `kv_role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+pub enum KvRole {
+    /// Prefills for remote decodes (`do_remote_decode`).
+    #[serde(rename = "kv_producer")]
+    Producer,
+    /// Decodes remotely prefilled requests (`do_remote_prefill`).
+    #[serde(rename = "kv_consumer")]
+    Consumer,
+    #[serde(rename = "kv_both")]
+    Both,
+}
+
+/// The simulated NIXL connector: who may do what, and what a KV pull costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvTransferConfig {
+    pub role: KvRole,
+    /// KV bytes per token, all layers, K and V (131,072 for an 8B Llama in bf16).
+    pub bytes_per_token: f64,
+    /// Pull bandwidth, GB/s (10⁹ bytes per simulated second).
+    pub bandwidth_gbps: f64,
+    /// `remote_engine_id` this pod reports (vLLM: a uuid per engine).
+    pub engine_id: String,
+    /// `remote_host` / `remote_port`: the NIXL side channel this pod would listen on.
+    pub host: String,
+    pub port: u16,
+}
+
+/// `--kv-transfer-config` as vLLM takes it (the keys the simulation reads; others ignored).
+#[derive(serde::Deserialize)]
+struct KvTransferJson {
+    kv_connector: String,
+    kv_role: KvRole,
+}
+
+impl KvTransferConfig {
+    /// Parses vLLM's `--kv-transfer-config` JSON; only `NixlConnector` is simulated.
+    pub fn from_vllm_json(
+        json: &str,
+        bytes_per_token: f64,
+        bandwidth_gbps: f64,
+        host: String,
+        port: u16,
+    ) -> Result<Self, String> {
+        let j: KvTransferJson =
+            serde_json::from_str(json).map_err(|e| format!("--kv-transfer-config: {e}"))?;
+        if j.kv_connector != "NixlConnector" {
+            return Err(format!(
+                "--kv-transfer-config: kv_connector {:?} is not simulated (NixlConnector is)",
+                j.kv_connector
+            ));
+        }
+        Ok(Self {
+            role: j.kv_role,
+            bytes_per_token,
+            bandwidth_gbps,
+            engine_id: format!("inference-sim-{host}-{port}"),
+            host,
+            port,
+        })
+    }
+
+    /// Bytes and simulated seconds of pulling `tokens` tokens' KV.
+    pub fn transfer(&self, tokens: usize) -> (f64, f64) {
+        let bytes = tokens as f64 * self.bytes_per_token;
+        (bytes, bytes / (self.bandwidth_gbps * 1e9))
+    }
+
+    pub fn produces(&self) -> bool {
+        matches!(self.role, KvRole::Producer | KvRole::Both)
+    }
+
+    pub fn consumes(&self) -> bool {
+        matches!(self.role, KvRole::Consumer | KvRole::Both)
+    }
+
+    fn problems(&self, out: &mut Vec<String>) {
+        if !(self.bytes_per_token.is_finite() && self.bytes_per_token > 0.0) {
+            out.push("kv-bytes-per-token must be > 0".into());
+        }
+        if !(self.bandwidth_gbps.is_finite() && self.bandwidth_gbps > 0.0) {
+            out.push("kv-transfer-bandwidth-gbps must be > 0".into());
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -116,6 +205,7 @@ impl Default for EngineConfig {
             timing: Profile::H100Llama8b.timing(),
             speed: 1.0,
             time_scale: 1.0,
+            kv_transfer: None,
         }
     }
 }
@@ -153,6 +243,9 @@ impl EngineConfig {
             self.time_scale.is_finite() && self.time_scale > 0.0,
             "time-scale must be > 0",
         );
+        if let Some(t) = &self.kv_transfer {
+            t.problems(out);
+        }
     }
 }
 

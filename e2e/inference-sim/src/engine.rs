@@ -88,6 +88,23 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,
+    /// The request's KV blocks, for a prefill whose decode runs elsewhere
+    /// ([`KvTransfer::RemoteDecode`]: the `remote_block_ids` a decode pulls); else empty.
+    pub block_ids: Vec<BlockId>,
+}
+
+/// The request's part in a prefill/decode split (vLLM's `kv_transfer_params` with the
+/// NIXL connector).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvTransfer {
+    #[default]
+    None,
+    /// `do_remote_decode`: prefill here, a decode pod will pull the KV.
+    RemoteDecode,
+    /// `do_remote_prefill`: the prompt was prefilled on another pod holding `blocks` blocks
+    /// of it; the tokens this pod does not hold are pulled (at the configured bandwidth)
+    /// instead of computed.
+    RemotePrefill { blocks: usize },
 }
 
 /// A request admitted to the engine.
@@ -104,6 +121,7 @@ pub struct NewRequest {
     pub cache_salt: Option<String>,
     pub arrival: Instant,
     pub output: mpsc::UnboundedSender<SeqOutput>,
+    pub kv: KvTransfer,
 }
 
 struct Seq {
@@ -119,6 +137,9 @@ struct Seq {
     first_scheduled: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// While the remote KV is in flight: when it lands (the sequence holds its blocks and
+    /// is not scheduled until then).
+    ready_at: Option<Instant>,
 }
 
 impl Seq {
@@ -151,6 +172,8 @@ pub struct StepReport {
     pub generation_tokens: u64,
     /// (TTFT, prompt tokens computed) per request that produced its first token.
     pub first_tokens: Vec<(f64, usize)>,
+    /// (simulated seconds, bytes) per remote KV pull started.
+    pub kv_transfers: Vec<(f64, f64)>,
     pub inter_token: Vec<f64>,
     pub finished: Vec<FinishedRecord>,
 }
@@ -230,7 +253,14 @@ impl Engine {
             first_scheduled: None,
             first_token: None,
             last_token: None,
+            ready_at: None,
         });
+    }
+
+    /// When the earliest remote KV pull lands, if one is in flight (the driver sleeps until
+    /// then when nothing else can run).
+    pub fn next_ready(&self) -> Option<Instant> {
+        self.running.iter().filter_map(|s| s.ready_at).min()
     }
 
     pub fn is_idle(&self) -> bool {
@@ -343,6 +373,10 @@ impl Engine {
             prompt_tokens: seq.req.prompt.len(),
             completion_tokens: seq.output_len(),
             cached_tokens: seq.cached_tokens.unwrap_or(0),
+            block_ids: match seq.req.kv {
+                KvTransfer::RemoteDecode => seq.table.clone(),
+                _ => Vec::new(),
+            },
         };
         self.report.finished.push(FinishedRecord {
             usage: usage.clone(),

@@ -36,6 +36,16 @@
 //! 8192 batched tokens, 27,493 blocks of 16 tokens (an 8B model on an 80 GB
 //! H100), the `h100-8b` timing profile.
 //!
+//! Prefill/decode disaggregation: with a KV connector (`--kv-transfer-config`, NixlConnector),
+//! a request whose `kv_transfer_params` say `do_remote_decode` is prefilled and answered with
+//! the `kv_transfer_params` vLLM's NIXL connector returns (`remote_block_ids`,
+//! `remote_engine_id`, `remote_host`, `remote_port`); a request carrying those with
+//! `do_remote_prefill` holds its blocks while the KV it does not have locally is pulled
+//! (`bytes per token × tokens / bandwidth`, simulated time), then computes only the last
+//! prompt token. Pulls are in `vllm:nixl_xfer_time_seconds` / `vllm:nixl_bytes_transferred`;
+//! pulled blocks are cached and announced in KV events like computed ones. The decode-side
+//! sidecar is `crate::pd_sidecar` (a stand-in for llm-d's).
+//!
 //! Simplified (honestly): generated text is filler; no speculative decoding,
 //! multimodal, prompt embeddings, beam search or `n > 1`; one KV-cache group;
 //! step time is a linear model (no quadratic prefill attention); the CPU cost
@@ -59,7 +69,8 @@ pub mod tokenizer;
 
 pub use cluster::{serve_admin, Cluster, ClusterError, PodStatus};
 pub use config::{
-    EngineConfig, EngineNaming, KvUsageMetric, MetricsOptions, PodConfig, Profile, TimingProfile,
+    EngineConfig, EngineNaming, KvRole, KvTransferConfig, KvUsageMetric, MetricsOptions, PodConfig,
+    Profile, TimingProfile,
 };
 pub use faults::{FaultSwitch, Faults, RETURN_ERROR_HEADER};
 pub use hook::{ForcedMetrics, MetricValues, MetricsMode, RecordedRequest, TestHook};

@@ -10,7 +10,7 @@ use clap::Parser;
 use inference_sim::hashing::DEFAULT_HASH_SEED;
 use inference_sim::{
     serve_admin, Cluster, EngineConfig, EngineNaming, EventEncoding, Faults, KvEventsConfig,
-    KvUsageMetric, MetricsOptions, PodConfig, Profile, SocketMode, TokenizerKind,
+    KvTransferConfig, KvUsageMetric, MetricsOptions, PodConfig, Profile, SocketMode, TokenizerKind,
 };
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -87,6 +87,8 @@ struct Args {
     faults: FaultArgs,
     #[command(flatten)]
     kv: KvArgs,
+    #[command(flatten)]
+    pd: PdArgs,
     /// Port of the admin endpoint (kill/restart/faults per pod); off if unset.
     #[arg(long)]
     admin_port: Option<u16>,
@@ -224,6 +226,26 @@ struct KvArgs {
     kv_events_buffer_steps: usize,
 }
 
+/// Prefill/decode disaggregation: the simulated NIXL connector (see `epp_e2e::sim` and
+/// `http::inference`). A pod's role in the split is its `kv_role`; which pods prefill and
+/// which decode is the endpoint picker's choice (llm-d's `llm-d.ai/role` pod label).
+#[derive(Debug, clap::Args)]
+struct PdArgs {
+    /// vLLM's --kv-transfer-config, e.g. '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    /// (NixlConnector only). Without it kv_transfer_params are ignored, as vLLM does.
+    #[arg(long)]
+    kv_transfer_config: Option<String>,
+    /// KV bytes per token pulled by a decode (131072: an 8B Llama in bf16).
+    #[arg(long, default_value_t = 131_072.0)]
+    kv_bytes_per_token: f64,
+    /// KV pull bandwidth between pods, GB/s (simulated seconds).
+    #[arg(long, default_value_t = 25.0)]
+    kv_transfer_bandwidth_gbps: f64,
+    /// NIXL side-channel port of pod 0 (remote_port; pod i uses + i), vLLM's default 5600.
+    #[arg(long, default_value_t = 5600)]
+    nixl_side_channel_port: u16,
+}
+
 fn micros(v: Option<f64>, default: Duration) -> Duration {
     v.map_or(default, |us| Duration::from_secs_f64(us.max(0.0) / 1e6))
 }
@@ -286,6 +308,7 @@ impl Args {
                 .copied()
                 .unwrap_or(1.0),
             time_scale: e.time_scale,
+            kv_transfer: None,
         }
     }
 
@@ -318,10 +341,28 @@ impl Args {
         Some(cfg)
     }
 
-    fn pod(&self, i: usize, addr: SocketAddr) -> PodConfig {
+    fn kv_transfer(&self, i: usize, addr: SocketAddr) -> anyhow::Result<Option<KvTransferConfig>> {
+        let Some(json) = &self.pd.kv_transfer_config else {
+            return Ok(None);
+        };
+        let port = self.pd.nixl_side_channel_port.saturating_add(i as u16);
+        KvTransferConfig::from_vllm_json(
+            json,
+            self.pd.kv_bytes_per_token,
+            self.pd.kv_transfer_bandwidth_gbps,
+            addr.ip().to_string(),
+            port,
+        )
+        .map(Some)
+        .map_err(anyhow::Error::msg)
+    }
+
+    fn pod(&self, i: usize, addr: SocketAddr) -> anyhow::Result<PodConfig> {
         let f = &self.faults;
-        PodConfig {
-            engine: self.engine(i),
+        let mut engine = self.engine(i);
+        engine.kv_transfer = self.kv_transfer(i, addr)?;
+        Ok(PodConfig {
+            engine,
             pod_name: format!("{}-{i}", self.prefix()),
             namespace: self.namespace.clone(),
             tokenizer: self.engine.tokenizer,
@@ -348,7 +389,7 @@ impl Args {
             },
             // In-process tests only (`PodControl::hook`); a process records nothing.
             record_requests: false,
-        }
+        })
     }
 }
 
@@ -378,7 +419,7 @@ async fn bind_pods(args: &Args) -> anyhow::Result<(Vec<TcpListener>, Vec<PodConf
             .await
             .with_context(|| format!("bind pod {i} on port {port}"))?;
         let addr = listener.local_addr()?;
-        configs.push(args.pod(i, addr));
+        configs.push(args.pod(i, addr)?);
         listeners.push(listener);
     }
     Ok((listeners, configs))

@@ -106,7 +106,25 @@ pub struct Histograms {
     pub prefill: Histogram,
     pub decode: Histogram,
     pub prefill_kv_computed: Histogram,
+    /// NIXL pulls (rendered only with a KV connector configured): duration and size.
+    pub nixl_xfer_time: Histogram,
+    pub nixl_bytes: Histogram,
 }
+
+/// `vllm:nixl_xfer_time_seconds` buckets.
+pub const NIXL_TIME_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// `vllm:nixl_bytes_transferred` buckets.
+pub const NIXL_BYTES_BUCKETS: &[f64] = &[
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+    4294967296.0,
+];
 
 impl Histograms {
     fn new(max_model_len: usize) -> Self {
@@ -128,6 +146,8 @@ impl Histograms {
             prefill: Histogram::new(LATENCY_BUCKETS),
             decode: Histogram::new(LATENCY_BUCKETS),
             prefill_kv_computed: Histogram::new(&tokens),
+            nixl_xfer_time: Histogram::new(NIXL_TIME_BUCKETS),
+            nixl_bytes: Histogram::new(NIXL_BYTES_BUCKETS),
         }
     }
 }
@@ -216,6 +236,10 @@ impl PodMetrics {
         for &(ttft, computed) in &r.first_tokens {
             h.ttft.observe(ttft);
             h.prefill_kv_computed.observe(computed as f64);
+        }
+        for &(secs, bytes) in &r.kv_transfers {
+            h.nixl_xfer_time.observe(secs);
+            h.nixl_bytes.observe(bytes);
         }
         for &itl in &r.inter_token {
             h.inter_token_latency.observe(itl);

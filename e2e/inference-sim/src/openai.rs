@@ -174,6 +174,8 @@ pub struct InferenceRequest {
     pub n: Option<usize>,
     pub cache_salt: Option<String>,
     pub add_generation_prompt: Option<bool>,
+    /// vLLM's KV-connector parameters (prefill/decode split; see `http::inference`).
+    pub kv_transfer_params: Option<Value>,
 }
 
 /// `/tokenize` and `/detokenize` bodies.

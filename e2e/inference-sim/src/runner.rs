@@ -97,6 +97,19 @@ impl Runner {
             }
             let Some(plan) = self.engine.schedule(deadline) else {
                 self.flush(deadline);
+                // Only remote KV pulls in flight: sleep until the first lands (or a request
+                // comes), instead of spinning.
+                if let Some(ready) = self.engine.next_ready() {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(ready) => {}
+                        cmd = self.commands.recv() => match cmd {
+                            Some(cmd) => self.handle(cmd),
+                            None => return,
+                        },
+                        () = cancel.cancelled() => return,
+                    }
+                    deadline = Instant::now();
+                }
                 continue;
             };
             self.publish_gauges(deadline);
@@ -206,6 +219,7 @@ mod tests {
             cache_salt: None,
             arrival: start,
             output,
+            kv: crate::engine::KvTransfer::None,
         };
         commands_tx
             .send(Command::Submit(Box::new(request)))

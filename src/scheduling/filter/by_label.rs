@@ -76,13 +76,55 @@ impl ByLabelFilter {
     pub fn keeps(&self, c: &Candidate) -> bool {
         match c.labels.get(&self.label) {
             None => self.allows_no_label,
-            Some(v) => self.valid_values.iter().any(|ok| ok == v),
+            Some(v) => {
+                let kept = self.valid_values.iter().any(|ok| ok == v);
+                if !kept && self.label == ROLE_LABEL {
+                    warn_unknown_role(v);
+                }
+                kept
+            }
         }
     }
 
     pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
         pool.retain(|c| self.keeps(c));
         pool
+    }
+}
+
+/// Every `llm-d.ai/role` value upstream knows (`both` is deprecated: `prefill-decode`).
+pub const ROLE_VALUES: [&str; 8] = [
+    "prefill",
+    "decode",
+    "prefill-decode",
+    "encode",
+    "encode-prefill",
+    "encode-decode",
+    "encode-prefill-decode",
+    "both",
+];
+
+/// A role value upstream does not know excludes the endpoint from every role filter; the value
+/// is logged once per process (a typo in a pod template would otherwise be silent).
+fn warn_unknown_role(value: &str) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if ROLE_VALUES.contains(&value) {
+        return;
+    }
+    let seen = SEEN.get_or_init(Mutex::default);
+    let first = seen
+        .lock()
+        .map(|mut s| s.len() < 64 && s.insert(value.to_owned()))
+        .unwrap_or(false);
+    if first {
+        tracing::warn!(
+            label = ROLE_LABEL,
+            value,
+            known = ?ROLE_VALUES,
+            "endpoints with an unknown role value are excluded from the prefill, decode and encode filters"
+        );
     }
 }
 

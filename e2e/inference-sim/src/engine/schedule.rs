@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Engine, FinishReason, Seq, StepPlan};
+use super::{Engine, FinishReason, KvTransfer, Seq, StepPlan};
 use crate::kv_cache::CacheBlocks;
 
 /// Outcome of trying to give one sequence its blocks.
@@ -20,7 +20,7 @@ impl Engine {
     pub fn schedule(&mut self, now: Instant) -> Option<StepPlan> {
         self.reap_aborted(now);
         let mut budget = self.cfg.max_num_batched_tokens;
-        self.schedule_running(&mut budget);
+        self.schedule_running(&mut budget, now);
         self.schedule_waiting(&mut budget, now);
         if self.running.iter().all(|s| s.scheduled == 0) {
             self.abort_unschedulable(now);
@@ -29,9 +29,14 @@ impl Engine {
         Some(self.plan())
     }
 
-    fn schedule_running(&mut self, budget: &mut usize) {
+    fn schedule_running(&mut self, budget: &mut usize, now: Instant) {
         let mut i = 0;
         while i < self.running.len() && *budget > 0 {
+            if self.running[i].ready_at.is_some_and(|t| t > now) {
+                i += 1;
+                continue;
+            }
+            self.running[i].ready_at = None;
             let want = self.running[i].tokens.len() - self.running[i].num_computed;
             let n = want.min(*budget);
             loop {
@@ -86,8 +91,9 @@ impl Engine {
                 }
             }
             let hits = self.lookup_hits(&mut seq);
-            let n = (seq.tokens.len() - seq.num_computed).min(*budget);
-            if !self.fits(&seq, &hits, n) {
+            let remote = self.remote_tokens(&seq);
+            let n = (seq.tokens.len() - seq.num_computed - remote).min(*budget);
+            if !self.fits(&seq, &hits, remote + n) {
                 self.waiting.push_front(seq);
                 break;
             }
@@ -100,7 +106,11 @@ impl Engine {
             }
             self.running.push(seq);
             let i = self.running.len() - 1;
-            if matches!(self.allocate(i, n), Alloc::Done) {
+            if remote > 0 {
+                if matches!(self.allocate(i, remote), Alloc::Done) {
+                    self.start_pull(i, remote, now);
+                }
+            } else if matches!(self.allocate(i, n), Alloc::Done) {
                 self.running[i].scheduled = n;
                 *budget -= n;
             }
@@ -121,6 +131,32 @@ impl Engine {
         self.report.prefix_hits += seq.num_computed as u64;
         seq.cached_tokens.get_or_insert(seq.num_computed);
         hits
+    }
+
+    /// Prompt tokens a remote-prefilled sequence pulls instead of computing: what the
+    /// prefill pod holds beyond this pod's own hits, less the last prompt token (computed
+    /// here to sample the first output token, as vLLM does).
+    fn remote_tokens(&self, seq: &Seq) -> usize {
+        let KvTransfer::RemotePrefill { blocks } = seq.req.kv else {
+            return 0;
+        };
+        let held = (blocks * self.cfg.block_size).min(seq.tokens.len() - 1);
+        held.saturating_sub(seq.num_computed)
+    }
+
+    /// The pulled tokens count as computed (and cached) once they land, at the configured
+    /// bandwidth; the engine charges no prefill for them.
+    fn start_pull(&mut self, i: usize, tokens: usize, now: Instant) {
+        let (bytes, secs) = match &self.cfg.kv_transfer {
+            Some(t) => t.transfer(tokens),
+            None => (0.0, 0.0),
+        };
+        let wall = Duration::from_secs_f64(secs / self.cfg.time_scale);
+        let seq = &mut self.running[i];
+        seq.num_computed += tokens;
+        seq.cached_tokens = Some(seq.num_computed);
+        seq.ready_at = Some(now + wall);
+        self.report.kv_transfers.push((secs, bytes));
     }
 
     fn fits(&self, seq: &Seq, hits: &[u32], n: usize) -> bool {

@@ -55,6 +55,7 @@ impl Harness {
             cache_salt: None,
             arrival: self.now,
             output: tx,
+            kv: KvTransfer::None,
         });
         rx
     }
@@ -225,6 +226,7 @@ fn lora_requests_beyond_max_loras_wait_for_a_slot() {
             cache_salt: None,
             arrival: h.now,
             output: tx,
+            kv: KvTransfer::None,
         });
         rxs.push(rx);
     }
@@ -257,4 +259,100 @@ fn stored_events_carry_the_vllm_hashes_of_the_prompt() {
     };
     assert_eq!(block_hashes, &vec![8866452693264111234, 807986237951177663]);
     assert_eq!(parent_block_hash, &None);
+}
+
+fn nixl(c: &mut EngineConfig) {
+    c.kv_transfer = Some(crate::config::KvTransferConfig {
+        role: crate::config::KvRole::Both,
+        bytes_per_token: 1e6,
+        bandwidth_gbps: 1.0,
+        engine_id: "e".into(),
+        host: "127.0.0.1".into(),
+        port: 5600,
+    });
+}
+
+#[test]
+fn a_remote_prefill_pulls_the_kv_instead_of_computing_it() {
+    let mut c = cfg();
+    nixl(&mut c);
+    let mut h = Harness::new(c);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    h.engine.add(NewRequest {
+        prompt: prompt(5, 480),
+        max_output: 2,
+        reason_at_limit: FinishReason::Length,
+        params_max_tokens: Some(2),
+        lora: None,
+        cache_salt: None,
+        arrival: h.now,
+        output: tx,
+        kv: KvTransfer::RemotePrefill { blocks: 30 },
+    });
+    let start = h.now;
+    assert!(h.step().is_none(), "nothing runs while the KV is in flight");
+    // 479 tokens (the last is computed here) × 1 MB at 1 GB/s.
+    let ready = h.engine.next_ready().unwrap();
+    let waited = (ready - start).as_secs_f64();
+    assert!((waited - 0.479).abs() < 1e-6, "{waited}");
+    h.now = ready;
+    let plan = h.step().unwrap();
+    assert_eq!(
+        plan.prefill_tokens, 1,
+        "only the last prompt token is computed"
+    );
+    h.run_to_idle();
+    let report = h.engine.take_report();
+    assert_eq!(report.kv_transfers, vec![(0.479, 479e6)]);
+    assert_eq!(report.first_tokens[0].1, 1, "prompt tokens computed here");
+    let mut usage = None;
+    while let Ok(out) = rx.try_recv() {
+        if let SeqOutput::Last(_, u) = out {
+            usage = Some(u);
+        }
+    }
+    assert_eq!(usage.unwrap().cached_tokens, 479);
+}
+
+#[test]
+fn a_prefill_for_a_remote_decode_reports_its_blocks_and_a_local_hit_is_not_pulled() {
+    let mut c = cfg();
+    nixl(&mut c);
+    let mut h = Harness::new(c);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    h.engine.add(NewRequest {
+        prompt: prompt(6, 480),
+        max_output: 1,
+        reason_at_limit: FinishReason::Length,
+        params_max_tokens: Some(1),
+        lora: None,
+        cache_salt: None,
+        arrival: h.now,
+        output: tx,
+        kv: KvTransfer::RemoteDecode,
+    });
+    h.run_to_idle();
+    let Ok(SeqOutput::Last(_, usage)) = rx.try_recv() else {
+        panic!("no final token")
+    };
+    assert_eq!(usage.block_ids.len(), 30);
+    // The same prompt decoded here after a remote prefill: 464 tokens are local hits (29
+    // full blocks, the lookup stops before the last token), 15 are pulled.
+    let (tx, _rx) = mpsc::unbounded_channel();
+    h.engine.add(NewRequest {
+        prompt: prompt(6, 480),
+        max_output: 1,
+        reason_at_limit: FinishReason::Length,
+        params_max_tokens: Some(1),
+        lora: None,
+        cache_salt: None,
+        arrival: h.now,
+        output: tx,
+        kv: KvTransfer::RemotePrefill { blocks: 30 },
+    });
+    assert!(h.step().is_none());
+    h.now = h.engine.next_ready().unwrap();
+    h.run_to_idle();
+    let report = h.engine.take_report();
+    assert_eq!(report.kv_transfers, vec![(0.015, 15e6)]);
 }

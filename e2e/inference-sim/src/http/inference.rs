@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{json_response, read_json, Body, PodState, ReqBody};
-use crate::engine::{FinishReason, LoraRef, NewRequest, SeqOutput, Usage};
+use crate::engine::{FinishReason, KvTransfer, LoraRef, NewRequest, SeqOutput, Usage};
 use crate::openai::{Api, ApiError, InferenceRequest, PromptInput, ResponseMeta};
 use crate::runner::Command;
 use crate::tokenizer::{render_chat, TokenId};
@@ -31,6 +31,7 @@ struct Prepared {
     cache_salt: Option<String>,
     stream: bool,
     include_usage: bool,
+    kv: KvTransfer,
 }
 
 /// `POST /v1/completions` and `/v1/chat/completions`.
@@ -58,11 +59,12 @@ pub async fn serve(
     }
     state.faults.wait_unhung().await;
     let (stream, include_usage) = (p.stream, p.include_usage);
+    let remote_decode = p.kv == KvTransfer::RemoteDecode;
     let (meta, rx) = submit(state, api, p)?;
     if stream {
         Ok(sse(state, meta, rx, include_usage))
     } else {
-        collect(state, meta, rx).await
+        collect(state, meta, rx, remote_decode).await
     }
 }
 
@@ -90,6 +92,7 @@ fn submit(
         cache_salt: p.cache_salt,
         arrival: Instant::now(),
         output: tx,
+        kv: p.kv,
     };
     state
         .engine
@@ -162,7 +165,47 @@ fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepare
         cache_salt: body.cache_salt,
         stream: body.stream,
         include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+        kv: kv_transfer(state, body.kv_transfer_params.as_ref())?,
     })
+}
+
+/// The request's part in a prefill/decode split, from vLLM's `kv_transfer_params` as the
+/// llm-d sidecar sends them with the NIXL connector: `do_remote_decode: true` on the prefill
+/// leg, the prefill response's own params (`do_remote_prefill: true`, `remote_block_ids`,
+/// `remote_engine_id`, `remote_host`, `remote_port`) on the decode leg. Without a connector
+/// they are ignored, as vLLM does; a leg the pod's `kv_role` does not take is a 400.
+fn kv_transfer(
+    state: &PodState,
+    params: Option<&serde_json::Value>,
+) -> Result<KvTransfer, ApiError> {
+    let (Some(cfg), Some(p)) = (&state.cfg.engine.kv_transfer, params) else {
+        return Ok(KvTransfer::None);
+    };
+    let flag = |k: &str| {
+        p.get(k)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    };
+    let bad = |m: &str| Err(ApiError::BadRequest(format!("kv_transfer_params: {m}")));
+    match (flag("do_remote_decode"), flag("do_remote_prefill")) {
+        (true, true) => bad("do_remote_decode and do_remote_prefill are exclusive"),
+        (true, false) if !cfg.produces() => bad("this pod's kv_role does not produce KV"),
+        (true, false) => Ok(KvTransfer::RemoteDecode),
+        (false, true) if !cfg.consumes() => bad("this pod's kv_role does not consume KV"),
+        (false, true) => {
+            let blocks = p
+                .get("remote_block_ids")
+                .and_then(serde_json::Value::as_array);
+            let engine = p
+                .get("remote_engine_id")
+                .and_then(serde_json::Value::as_str);
+            match (blocks, engine) {
+                (Some(b), Some(_)) => Ok(KvTransfer::RemotePrefill { blocks: b.len() }),
+                _ => bad("do_remote_prefill needs remote_block_ids and remote_engine_id"),
+            }
+        }
+        (false, false) => Ok(KvTransfer::None),
+    }
 }
 
 /// Generate exactly `max_tokens` (finish "length"), or, when unset, a seeded
@@ -226,6 +269,7 @@ async fn collect(
     state: &PodState,
     meta: ResponseMeta,
     mut rx: mpsc::UnboundedReceiver<SeqOutput>,
+    remote_decode: bool,
 ) -> Result<Response<Body>, ApiError> {
     let mut tokens = Vec::new();
     while let Some(out) = rx.recv().await {
@@ -233,9 +277,11 @@ async fn collect(
             SeqOutput::Token(t) => tokens.push(t),
             SeqOutput::Last(t, usage) => {
                 tokens.push(t);
-                return finish(state, &meta, &tokens, &usage);
+                return finish(state, &meta, &tokens, &usage, remote_decode);
             }
-            SeqOutput::Finished(usage) => return finish(state, &meta, &tokens, &usage),
+            SeqOutput::Finished(usage) => {
+                return finish(state, &meta, &tokens, &usage, remote_decode)
+            }
             SeqOutput::Rejected => break,
         }
     }
@@ -249,9 +295,30 @@ fn finish(
     meta: &ResponseMeta,
     tokens: &[TokenId],
     usage: &Usage,
+    remote_decode: bool,
 ) -> Result<Response<Body>, ApiError> {
     let text = state.tokenizer.decode(tokens)?;
-    Ok(json_response(StatusCode::OK, &meta.full(&text, usage)))
+    let mut body = meta.full(&text, usage);
+    if let Some(cfg) = state
+        .cfg
+        .engine
+        .kv_transfer
+        .as_ref()
+        .filter(|_| remote_decode)
+    {
+        // vLLM NixlConnector.request_finished: what the decode leg needs to pull the KV.
+        body["kv_transfer_params"] = json!({
+            "do_remote_prefill": true,
+            "do_remote_decode": false,
+            "remote_block_ids": usage.block_ids,
+            "remote_engine_id": cfg.engine_id,
+            "remote_request_id": meta.id,
+            "remote_host": cfg.host,
+            "remote_port": cfg.port,
+            "tp_size": 1,
+        });
+    }
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 /// Streams tokens as SSE: one `data:` event per token, the finish reason on

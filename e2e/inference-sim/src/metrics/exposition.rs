@@ -151,6 +151,19 @@ pub fn render(m: &PodMetrics, cfg: &PodConfig) -> String {
     gauges(&mut w, m, cfg);
     counters(&mut w, m);
     histograms(&mut w, m);
+    if cfg.engine.kv_transfer.is_some() {
+        let h = &m.histograms;
+        w.histogram(
+            "vllm:nixl_xfer_time_seconds",
+            "Histogram of transfer duration for NIXL KV Cache transfers.",
+            &h.nixl_xfer_time,
+        );
+        w.histogram(
+            "vllm:nixl_bytes_transferred",
+            "Histogram of bytes transferred per NIXL KV Cache transfers.",
+            &h.nixl_bytes,
+        );
+    }
     if cfg.enable_lora {
         lora_info(&mut w, m, cfg.engine.max_loras);
     }

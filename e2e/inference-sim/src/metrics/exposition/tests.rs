@@ -47,6 +47,7 @@ fn sample_metrics() -> (PodMetrics, PodConfig) {
         prompt_tokens: 30,
         completion_tokens: 5,
         cached_tokens: 16,
+        block_ids: Vec::new(),
     };
     let finished = FinishedRecord {
         usage,

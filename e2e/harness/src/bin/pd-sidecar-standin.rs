@@ -1,0 +1,93 @@
+//! `pd-sidecar-standin`: the stand-in for llm-d's decode-side P/D sidecar (`pd-sidecar`
+//! v0.10.0, not installable here: the Go module proxy refuses `github.com/llm-d/llm-d-router`).
+//! The protocol it follows and what it leaves out: `harness::pd_sidecar`. Flags keep the
+//! sidecar's names; `--standin-fallback-local-prefill` is this stand-in's own.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use harness::pd_sidecar::{Sidecar, SidecarConfig};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Debug, Parser)]
+#[command(name = "pd-sidecar-standin", about)]
+struct Args {
+    /// The port the sidecar listens on.
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Address to listen on and of the local model server.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// The port the model server is listening on.
+    #[arg(long, visible_alias = "vllm-port", default_value_t = 8200)]
+    model_server_port: u16,
+    /// Only the NIXL v2 protocol is reproduced.
+    #[arg(long, default_value = "nixlv2")]
+    kv_connector: String,
+    /// Max retries of a prefill answered 502/503/504.
+    #[arg(long, default_value_t = 0)]
+    prefill_max_retries: u32,
+    /// Delay between prefill retries (Go duration: 100ms, 1s).
+    #[arg(long, default_value = "100ms", value_parser = go_duration)]
+    prefill_retry_backoff: Duration,
+    /// TLS is not reproduced: only false is accepted.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    secure_serving: bool,
+    /// Not upstream: decode locally when the prefill leg finally fails.
+    #[arg(long)]
+    standin_fallback_local_prefill: bool,
+}
+
+fn go_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.kv_connector == "nixlv2",
+        "--kv-connector {:?}: the stand-in reproduces nixlv2 only",
+        args.kv_connector
+    );
+    anyhow::ensure!(
+        !args.secure_serving,
+        "--secure-serving=true: the stand-in serves plain HTTP only"
+    );
+    let listener = TcpListener::bind((args.host, args.port))
+        .await
+        .with_context(|| format!("bind port {}", args.port))?;
+    let cfg = SidecarConfig {
+        decoder: SocketAddr::new(args.host, args.model_server_port),
+        prefill_max_retries: args.prefill_max_retries,
+        prefill_retry_backoff: args.prefill_retry_backoff,
+        fallback_local_prefill: args.standin_fallback_local_prefill,
+    };
+    let sidecar = Sidecar::start(listener, cfg)?;
+    tracing::info!(addr = %sidecar.addr(), decoder = args.model_server_port, "pd-sidecar stand-in listening");
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    sidecar.shutdown().await;
+    Ok(())
+}

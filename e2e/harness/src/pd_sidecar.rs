@@ -1,0 +1,454 @@
+//! A stand-in for llm-d's decode-side disaggregation sidecar (`pd-sidecar`), for the
+//! end-to-end P/D tests and benchmarks.
+//!
+//! # Why a stand-in
+//! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The project
+//! installs upstream programs from the Go module proxy only, and the proxy reachable here
+//! refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so the real sidecar
+//! cannot be run. This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
+//! `chat_completions.go` and `connector_nixlv2.go` (v0.10.0) implement it; it is not that
+//! program, and a test that passes here says nothing about the Go code's bugs.
+//!
+//! # The protocol (what is reproduced)
+//! The sidecar listens on the decode pod's serving port; the model server listens beside it
+//! (`--model-server-port`). For `POST /v1/chat/completions` and `/v1/completions`:
+//! 1. `x-prefiller-host-port` (removed before forwarding; a comma-separated value takes the
+//!    first entry) absent: the request goes to the local model server unchanged.
+//! 2. Present: the *prefill leg* is the client's JSON with `kv_transfer_params =
+//!    {do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null,
+//!    remote_block_ids: null, remote_host: null, remote_port: null}`, `stream: false`, no
+//!    `stream_options`, and `max_tokens`, `max_completion_tokens`, `min_tokens` all 1, sent to
+//!    the prefill pod with an `x-request-id`. A 502/503/504 (a refused connection is a 502, as
+//!    Go's reverse proxy reports it) is retried `--prefill-max-retries` times (default 0) after
+//!    `--prefill-retry-backoff`; any other error status is final.
+//! 3. The *decode leg* is the client's JSON with its own stream and token fields restored and
+//!    `kv_transfer_params` = the prefill response's `kv_transfer_params`, sent to the local
+//!    model server; its answer streams back, with `usage.prompt_tokens_details.cached_tokens`
+//!    rewritten to the prefill response's (upstream's cached-tokens rewriter).
+//! 4. A final prefill error is returned to the client with the prefill pod's status and body
+//!    (v0.10 retries instead of decoding locally, llm-d-router #1206).
+//!
+//! Every other path is proxied to the model server (so `/metrics` scrapes reach it).
+//!
+//! # What is not upstream
+//! `fallback_local_prefill` (`--standin-fallback-local-prefill`): after the retries, decode
+//! locally (the model server prefills itself) instead of failing. Older sidecars did this
+//! silently; v0.10 does not. It exists so a test can show a request completing when the
+//! prefill pod is unreachable, and is counted in [`SidecarStats::fallbacks`].
+//! Not reproduced: TLS, SSRF allow-listing, prefiller sampling, data parallelism, the other
+//! connectors (shared-storage, sglang, mooncake, offloading), encoders, MoRI-IO.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Map, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::server::ServerHandle;
+
+/// The header naming the prefill pod, set by the endpoint picker.
+pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+const MAX_BODY: usize = 64 << 20;
+/// Token-limit fields of the chat and completions APIs (upstream's
+/// `chatCompletionTokenLimitFields`).
+const TOKEN_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "min_tokens"];
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// How the stand-in is configured (upstream's flag names in the field docs).
+#[derive(Clone, Debug)]
+pub struct SidecarConfig {
+    /// The local model server (`--model-server-port` on localhost).
+    pub decoder: SocketAddr,
+    /// `--prefill-max-retries`: retries of a prefill answered 502/503/504.
+    pub prefill_max_retries: u32,
+    /// `--prefill-retry-backoff`.
+    pub prefill_retry_backoff: Duration,
+    /// Not upstream: decode locally when the prefill leg finally fails.
+    pub fallback_local_prefill: bool,
+}
+
+impl SidecarConfig {
+    pub fn new(decoder: SocketAddr) -> Self {
+        Self {
+            decoder,
+            prefill_max_retries: 0,
+            prefill_retry_backoff: Duration::from_millis(100),
+            fallback_local_prefill: false,
+        }
+    }
+}
+
+/// What the stand-in did, for tests and the benchmark.
+#[derive(Debug, Default)]
+pub struct SidecarStats {
+    /// Requests run as prefill (remote) + decode (local).
+    pub disaggregated: AtomicU64,
+    /// Requests without `x-prefiller-host-port`, sent to the model server as they came.
+    pub decode_only: AtomicU64,
+    /// Prefill attempts retried after a 502/503/504.
+    pub prefill_retries: AtomicU64,
+    /// Prefill legs that finally failed.
+    pub prefill_failures: AtomicU64,
+    /// Failed prefill legs decoded locally instead (`fallback_local_prefill`).
+    pub fallbacks: AtomicU64,
+}
+
+struct Shared {
+    cfg: SidecarConfig,
+    stats: SidecarStats,
+    next_id: AtomicU64,
+}
+
+/// A running stand-in sidecar; dropping it stops the server.
+pub struct Sidecar {
+    shared: Arc<Shared>,
+    server: ServerHandle,
+}
+
+impl Sidecar {
+    /// Serves on `listener` until [`shutdown`](Self::shutdown) or drop.
+    pub fn start(listener: TcpListener, cfg: SidecarConfig) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            cfg,
+            stats: SidecarStats::default(),
+            next_id: AtomicU64::new(0),
+        });
+        let for_server = Arc::clone(&shared);
+        let server = ServerHandle::spawn(addr, move |tracker, cancel| {
+            serve(listener, for_server, tracker, cancel)
+        });
+        Ok(Self { shared, server })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    pub fn stats(&self) -> &SidecarStats {
+        &self.shared.stats
+    }
+
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let (cancel, conn_tracker) = (cancel.clone(), tracker.clone());
+        tracker.spawn(async move {
+            let service =
+                service_fn(move |req| handle(Arc::clone(&shared), conn_tracker.clone(), req));
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                _ = conn => {}
+            }
+        });
+    }
+}
+
+fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    full(status, json!({"error": {"message": message}}).to_string())
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    tracker: TaskTracker,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let pd_path = matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions");
+    let (mut parts, body) = req.into_parts();
+    let prefiller = parts
+        .headers
+        .remove(PREFILLER_HEADER)
+        .and_then(|v| v.to_str().ok().map(str::to_owned))
+        .and_then(|v| v.split(',').next().map(|s| s.trim().to_owned()))
+        .filter(|v| !v.is_empty());
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Ok(error(
+                StatusCode::BAD_REQUEST,
+                "cannot read the request body",
+            ))
+        }
+    };
+    let cfg = &shared.cfg;
+    let response = match prefiller.filter(|_| pd_path && parts.method == Method::POST) {
+        None => {
+            if pd_path {
+                shared.stats.decode_only.fetch_add(1, Ordering::Relaxed);
+            }
+            forward(&tracker, cfg.decoder, &parts, body, None).await
+        }
+        Some(prefill) => disaggregate(&shared, &tracker, &mut parts, body, &prefill).await,
+    };
+    Ok(response.unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, &e)))
+}
+
+/// The NIXL v2 exchange: prefill leg, then decode leg with the prefill's KV parameters.
+async fn disaggregate(
+    shared: &Shared,
+    tracker: &TaskTracker,
+    parts: &mut http::request::Parts,
+    body: Bytes,
+    prefill: &str,
+) -> Result<Response<Body>, String> {
+    let cfg = &shared.cfg;
+    let Ok(Value::Object(original)) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(error(
+            StatusCode::BAD_REQUEST,
+            "request body is not a JSON object",
+        ));
+    };
+    let id = format!(
+        "pd-standin-{}",
+        shared.next_id.fetch_add(1, Ordering::Relaxed)
+    );
+    parts.headers.insert(
+        "x-request-id",
+        HeaderValue::from_str(&id).map_err(|e| e.to_string())?,
+    );
+    let prefill_body = prefill_leg(&original);
+    let outcome = match prefill.parse::<SocketAddr>() {
+        Ok(addr) => run_prefill(shared, tracker, parts, &prefill_body, addr).await,
+        Err(_) => (
+            StatusCode::BAD_GATEWAY,
+            Bytes::from("invalid prefill address"),
+        ),
+    };
+    let (status, answer) = outcome;
+    if !status.is_success() {
+        shared
+            .stats
+            .prefill_failures
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%prefill, %status, request_id = %id, "prefill request failed");
+        if cfg.fallback_local_prefill {
+            shared.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+            return forward(tracker, cfg.decoder, parts, body, None).await;
+        }
+        return Ok(full(status, answer));
+    }
+    let response: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+    let kv = response.get("kv_transfer_params").cloned();
+    if kv.is_none() {
+        tracing::info!("warning: missing 'kv_transfer_params' field in prefiller response");
+    }
+    let cached = response
+        .pointer("/usage/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let mut decode = original;
+    decode.insert("kv_transfer_params".into(), kv.unwrap_or(Value::Null));
+    let decode = Bytes::from(Value::Object(decode).to_string());
+    shared.stats.disaggregated.fetch_add(1, Ordering::Relaxed);
+    forward(tracker, cfg.decoder, parts, decode, Some(cached)).await
+}
+
+/// The prefill leg's body (see the module docs).
+fn prefill_leg(original: &Map<String, Value>) -> Bytes {
+    let mut p = original.clone();
+    p.insert(
+        "kv_transfer_params".into(),
+        json!({"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
+            "remote_block_ids": null, "remote_host": null, "remote_port": null}),
+    );
+    p.insert("stream".into(), Value::Bool(false));
+    p.remove("stream_options");
+    for f in TOKEN_FIELDS {
+        p.insert(f.into(), json!(1));
+    }
+    Bytes::from(Value::Object(p).to_string())
+}
+
+/// Sends the prefill leg, retrying 502/503/504 as configured; the final status and body.
+async fn run_prefill(
+    shared: &Shared,
+    tracker: &TaskTracker,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    addr: SocketAddr,
+) -> (StatusCode, Bytes) {
+    let cfg = &shared.cfg;
+    let mut attempt = 0;
+    loop {
+        let (status, answer) = match forward(tracker, addr, parts, body.clone(), None).await {
+            Ok(r) => {
+                let status = r.status();
+                let answer = r.into_body().collect().await.map(|b| b.to_bytes());
+                (status, answer.unwrap_or_default())
+            }
+            Err(e) => (StatusCode::BAD_GATEWAY, Bytes::from(e)),
+        };
+        let retryable = matches!(status.as_u16(), 502..=504);
+        if status.is_success() || !retryable || attempt >= cfg.prefill_max_retries {
+            return (status, answer);
+        }
+        attempt += 1;
+        shared.stats.prefill_retries.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(attempt, target = %addr, previous_code = %status, "retrying prefill request");
+        tokio::time::sleep(cfg.prefill_retry_backoff).await;
+    }
+}
+
+/// Sends one request to `addr` and streams its answer back; with `cached`, rewrites
+/// `usage.prompt_tokens_details.cached_tokens` in the answer (JSON or SSE).
+async fn forward(
+    tracker: &TaskTracker,
+    addr: SocketAddr,
+    parts: &http::request::Parts,
+    body: Bytes,
+    cached: Option<u64>,
+) -> Result<Response<Body>, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracker.spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone())
+        .body(Full::new(body.clone()))
+        .map_err(|e| e.to_string())?;
+    *req.headers_mut() = forwarded_headers(&parts.headers, body.len());
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let (mut rparts, rbody) = resp.into_parts();
+    let body = match cached {
+        None => rbody.boxed(),
+        Some(n) => {
+            rparts.headers.remove("content-length");
+            rbody
+                .map_frame(move |f| match f.into_data() {
+                    Ok(d) => Frame::data(rewrite_cached(&d, n)),
+                    Err(f) => f,
+                })
+                .boxed()
+        }
+    };
+    Ok(Response::from_parts(rparts, body))
+}
+
+fn forwarded_headers(headers: &HeaderMap, len: usize) -> HeaderMap {
+    let mut h = headers.clone();
+    h.remove("content-length");
+    h.remove("transfer-encoding");
+    h.insert("content-length", HeaderValue::from(len));
+    h
+}
+
+/// Replaces `usage.prompt_tokens_details.cached_tokens` in a JSON body or in each SSE
+/// `data:` event of a chunk (the simulator sends whole events per chunk).
+fn rewrite_cached(data: &Bytes, cached: u64) -> Bytes {
+    let text = String::from_utf8_lossy(data);
+    if !text.contains("prompt_tokens_details") {
+        return data.clone();
+    }
+    let fix = |s: &str| -> Option<String> {
+        let mut v: Value = serde_json::from_str(s).ok()?;
+        let details = v.pointer_mut("/usage/prompt_tokens_details")?;
+        details["cached_tokens"] = json!(cached);
+        Some(v.to_string())
+    };
+    if let Some(json) = fix(text.trim()) {
+        return Bytes::from(json);
+    }
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|l| match l.strip_prefix("data: ").and_then(fix) {
+            Some(j) => format!("data: {j}"),
+            None => l.to_owned(),
+        })
+        .collect();
+    Bytes::from(lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefill_leg_asks_for_one_token_without_streaming() {
+        let original: Map<String, Value> = serde_json::from_str(
+            r#"{"model":"m","prompt":"hi","max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        let p: Value = serde_json::from_slice(&prefill_leg(&original)).unwrap();
+        assert_eq!(p["stream"], json!(false));
+        assert!(p.get("stream_options").is_none());
+        for f in TOKEN_FIELDS {
+            assert_eq!(p[f], json!(1), "{f}");
+        }
+        assert_eq!(p["kv_transfer_params"]["do_remote_decode"], json!(true));
+        assert_eq!(p["kv_transfer_params"]["remote_block_ids"], Value::Null);
+        assert_eq!(
+            original["max_tokens"],
+            json!(50),
+            "the decode leg keeps the client's"
+        );
+    }
+
+    #[test]
+    fn cached_tokens_are_rewritten_in_json_and_sse() {
+        let body = Bytes::from(
+            r#"{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}}"#,
+        );
+        let out: Value = serde_json::from_slice(&rewrite_cached(&body, 3)).unwrap();
+        assert_eq!(
+            out["usage"]["prompt_tokens_details"]["cached_tokens"],
+            json!(3)
+        );
+        let sse = Bytes::from("data: {\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n");
+        let out = String::from_utf8(rewrite_cached(&sse, 0).to_vec()).unwrap();
+        assert!(
+            out.contains("\"cached_tokens\":0") && out.ends_with("data: [DONE]\n\n"),
+            "{out}"
+        );
+        let untouched = Bytes::from("data: {\"choices\":[]}\n\n");
+        assert_eq!(rewrite_cached(&untouched, 0), untouched);
+    }
+}

@@ -1,0 +1,213 @@
+//! `pd-bench`: aggregated serving against prefill/decode disaggregation (issue 21) on
+//! inference-sim pods, with llm-d's `prefix-based-pd-decider` at several thresholds and epp's
+//! `cost-based-pd-decider`. Each run starts its own stack ([`harness::stack::pd`]): the
+//! aggregated runs put epp's P/D guide profile (prefix 2 + queue 1, max-score) over all pods;
+//! the P/D runs split the same pods into prefill and decode (decode pods behind the stand-in
+//! sidecar). Prints one markdown row per run and writes `results.md` / `results.json`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use harness::pd_sidecar::SidecarConfig;
+use harness::stack::pd::{PdOptions, PdStack};
+use inference_sim::EngineConfig;
+use loadgen::{self, pods, summary, Load, RunConfig, Stage, Workload};
+
+#[derive(Debug, Parser)]
+#[command(name = "pd-bench", about)]
+struct Args {
+    #[arg(long, default_value = "target/pd-bench")]
+    out: PathBuf,
+    /// Pods in every arrangement (P/D: half prefill, half decode).
+    #[arg(long, default_value_t = 4)]
+    pods: usize,
+    /// Seconds of load per run, and the warm-up left out of the figures.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Offered load (requests/s) of the long-prompt, mixed and multi-turn workloads.
+    #[arg(long, default_value_t = 3.0)]
+    long_rate: f64,
+    #[arg(long, default_value_t = 6.0)]
+    mixed_rate: f64,
+    #[arg(long, default_value_t = 6.0)]
+    multiturn_rate: f64,
+    /// `nonCachedTokens` thresholds of the prefix-based decider runs.
+    #[arg(long, value_delimiter = ',', default_value = "16,512,2048")]
+    thresholds: Vec<u32>,
+    /// Only these workloads (long, mixed, multiturn).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Only these arrangements (aggregated, pd-prefix-<t>, pd-cost).
+    #[arg(long, value_delimiter = ',')]
+    arrangements: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn workloads(a: &Args) -> Vec<(&'static str, Workload, f64)> {
+    vec![
+        (
+            "long",
+            Workload::Random {
+                input_len: 3000,
+                output_len: 120,
+            },
+            a.long_rate,
+        ),
+        (
+            "mixed",
+            Workload::LongShortMix {
+                short_len: 200,
+                long_fraction: 0.25,
+                long_min: 1500,
+                long_max: 6000,
+                output_len: 120,
+            },
+            a.mixed_rate,
+        ),
+        (
+            "multiturn",
+            Workload::MultiTurn {
+                sessions: 12,
+                turns: 6,
+                system_len: 2000,
+                question_len: 60,
+                output_len: 80,
+            },
+            a.multiturn_rate,
+        ),
+    ]
+}
+
+/// (label, aggregated, config text)
+fn arrangements(a: &Args) -> anyhow::Result<Vec<(String, bool, String)>> {
+    let root = harness::envoy::repo_root().join("config/examples");
+    let pd = std::fs::read_to_string(root.join("llm-d-pd.yaml")).context("llm-d-pd.yaml")?;
+    let cost =
+        std::fs::read_to_string(root.join("pd-cost-based.yaml")).context("pd-cost-based.yaml")?;
+    // Aggregated: the decode profile's scorers over every pod, no prefill stage.
+    let aggregated = pd.replace("prefill: prefix-based-pd-decider", "{}");
+    let mut out = vec![("aggregated".to_owned(), true, aggregated)];
+    for t in &a.thresholds {
+        let text = pd.replace("nonCachedTokens: 16", &format!("nonCachedTokens: {t}"));
+        out.push((format!("pd-prefix-{t}"), false, text));
+    }
+    out.push(("pd-cost".to_owned(), false, cost));
+    Ok(out)
+}
+
+async fn run_one(
+    a: &Args,
+    label: &str,
+    aggregated: bool,
+    config: String,
+    workload: &Workload,
+    rate: f64,
+) -> anyhow::Result<summary::Summary> {
+    let decode = if aggregated { a.pods } else { a.pods / 2 };
+    let opts = PdOptions {
+        prefill: a.pods - decode,
+        decode,
+        aggregated,
+        engine: EngineConfig {
+            model: "m".into(),
+            ..EngineConfig::default()
+        },
+        kv_bytes_per_token: 131_072.0,
+        kv_bandwidth_gbps: 25.0,
+        sidecar: SidecarConfig::new("127.0.0.1:1".parse()?),
+        epp_config: config,
+        epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
+    };
+    let stack = PdStack::start(opts).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await; // first scrapes
+    let pod_addrs = stack.cluster.addrs().to_vec();
+    let before = pods::scrape_all(&pod_addrs).await;
+    let cfg = RunConfig {
+        target: stack.envoy.listener_addr(),
+        workload: workload.clone(),
+        load: Load::Open {
+            stages: vec![Stage {
+                rate,
+                duration: Duration::from_secs_f64(a.duration),
+            }],
+            poisson: true,
+        },
+        max_requests: 100_000,
+        max_duration: Duration::from_secs_f64(a.duration),
+        drain: Duration::from_secs(20),
+        seed: a.seed,
+        model: "m".into(),
+    };
+    let records = loadgen::run(cfg).await;
+    let after = pods::scrape_all(&pod_addrs).await;
+    let delta = pods::delta(&after, &before);
+    let ctx = summary::Context {
+        label,
+        workload,
+        stage_rates: &[rate],
+        pod_delta: &delta,
+        block_size: 16,
+        warmup_s: a.warmup,
+    };
+    let s = summary::summarize(&records, &ctx);
+    let disagg: u64 = stack
+        .sidecars
+        .iter()
+        .map(|s| {
+            s.stats()
+                .disaggregated
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    eprintln!("{label}: {disagg} requests disaggregated by the sidecars");
+    stack.stop().await;
+    Ok(s)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let a = Args::parse();
+    std::fs::create_dir_all(&a.out)?;
+    let keep = |only: &[String], l: &str| only.is_empty() || only.iter().any(|o| o == l);
+    let mut md = String::new();
+    let mut all = Vec::new();
+    for (wname, workload, rate) in workloads(&a)
+        .into_iter()
+        .filter(|w| keep(&a.workloads, w.0))
+    {
+        md += &format!(
+            "\n### {wname} ({rate} req/s)\n\n{}\n",
+            loadgen::MARKDOWN_HEADER
+        );
+        println!(
+            "\n### {wname} ({rate} req/s)\n\n{}",
+            loadgen::MARKDOWN_HEADER
+        );
+        for (label, aggregated, config) in arrangements(&a)? {
+            if !keep(&a.arrangements, &label) {
+                continue;
+            }
+            let full = format!("{wname}/{label}");
+            let s = run_one(&a, &full, aggregated, config, &workload, rate).await?;
+            println!("{}", s.markdown_row());
+            md += &format!("{}\n", s.markdown_row());
+            all.push(s);
+        }
+    }
+    std::fs::write(a.out.join("results.md"), md)?;
+    std::fs::write(
+        a.out.join("results.json"),
+        serde_json::to_string_pretty(&all)?,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! Prefill/decode disaggregation end to end: a real Envoy, epp with llm-d's P/D guide
+//! configuration (`config/examples/llm-d-pd.yaml`, unchanged), inference-sim pods speaking the
+//! vLLM side of the NIXL protocol, and the stand-in for llm-d's decode sidecar
+//! (`epp_e2e::pd_sidecar`; the real one is not installable here, see that module) in front of
+//! each decode pod. The decode endpoints epp knows are the sidecars' addresses, as in llm-d
+//! (the pool's target port is the sidecar's).
+//!
+//! Needs Envoy (`hack/install-envoy.sh`).
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use epp_e2e::client;
+use epp_e2e::pd_sidecar::SidecarConfig;
+use epp_e2e::sim::EngineConfig;
+use epp_e2e::stack::pd::{PdOptions, PdStack};
+
+const MODEL: &str = "m";
+
+/// One decode pod behind a sidecar and, with `prefill`, one prefill pod; epp with llm-d's P/D
+/// guide configuration.
+async fn start(prefill: usize, sidecar: SidecarConfig) -> PdStack {
+    let config =
+        std::fs::read_to_string(epp_e2e::envoy::repo_root().join("config/examples/llm-d-pd.yaml"))
+            .unwrap();
+    let opts = PdOptions {
+        prefill,
+        decode: 1,
+        aggregated: false,
+        engine: EngineConfig {
+            model: MODEL.into(),
+            time_scale: 10.0,
+            default_max_output: 4,
+            ..EngineConfig::default()
+        },
+        kv_bytes_per_token: 131_072.0,
+        kv_bandwidth_gbps: 25.0,
+        sidecar,
+        epp_config: config,
+        epp_args: [
+            "--refresh-metrics-interval",
+            "20ms",
+            "--metrics-staleness-threshold",
+            "1s",
+            "--refresh-prometheus-metrics-interval",
+            "50ms",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect(),
+    };
+    let stack = PdStack::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let endpoints = stack.endpoints();
+    wait_for_epp(&stack, "every endpoint scraped", |t| {
+        endpoints.iter().all(|e| {
+            sample(
+                t,
+                "inference_pool_per_pod_queue_size",
+                &[("model_server_pod", e)],
+            )
+            .is_some()
+        })
+    })
+    .await;
+    stack
+}
+
+fn sidecar() -> SidecarConfig {
+    SidecarConfig::new("127.0.0.1:1".parse().unwrap())
+}
+
+async fn wait_for_epp(stack: &PdStack, what: &str, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = stack.epp.metrics_text().await.unwrap();
+        if ready(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "epp never showed {what}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn complete(stack: &PdStack, prompt: &str) -> serde_json::Value {
+    complete_with(stack, prompt, &[]).await
+}
+
+async fn complete_with(
+    stack: &PdStack,
+    prompt: &str,
+    headers: &[(&'static str, &str)],
+) -> serde_json::Value {
+    let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 4});
+    let mut req = client::request(http::Method::POST, "/v1/completions", body.to_string()).unwrap();
+    for (k, v) in headers {
+        req = client::with_header(req, k, v).unwrap();
+    }
+    let r = client::send(stack.envoy.listener_addr(), req)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-inference-pod"),
+        Some("sim-decode-0"),
+        "the decode pod answers"
+    );
+    r.json().unwrap()
+}
+
+/// A series of sim pod `i`'s `/metrics` (0: decode, 1: prefill), summed over its label sets.
+async fn pod_metric(stack: &PdStack, i: usize, name: &str) -> f64 {
+    let text = client::get(stack.cluster.addrs()[i], "/metrics")
+        .await
+        .unwrap()
+        .text();
+    sum(&text, name)
+}
+
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, label_text) = series.split_once('{').unwrap_or((series, ""));
+            let wanted = labels
+                .iter()
+                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")));
+            (metric == name && wanted).then(|| value.parse().ok())?
+        })
+}
+
+fn sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let metric = series.split_once('{').map_or(series, |(m, _)| m);
+            (metric == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+fn decisions(text: &str, decision: &str) -> f64 {
+    let labels = [
+        ("plugin_type", "disagg-profile-handler"),
+        ("decision_type", decision),
+    ];
+    sample(text, "llm_d_epp_disagg_decision_total", &labels).unwrap_or(0.0)
+}
+
+/// About 2,000 tokens of seeded words.
+fn long_prompt(seed: u64) -> String {
+    use rand::{Rng, SeedableRng};
+    const WORDS: [&str; 8] = [
+        "river", "copper", "lantern", "meadow", "signal", "harbor", "violet", "engine",
+    ];
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let words: Vec<&str> = (0..2000).map(|_| WORDS[rng.random_range(0..8)]).collect();
+    words.join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_is_prefilled_on_the_prefill_pod_and_a_repeat_stays_on_the_decode_pod() {
+    let stack = start(1, sidecar()).await;
+    let prompt = long_prompt(1);
+    let first = complete(&stack, &prompt).await;
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert!(prompt_tokens > 1500.0, "{first}");
+    // The prefill pod computed the prompt (one request, one generated token); the decode pod
+    // pulled it (one NIXL transfer) and computed only the last prompt token.
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:prompt_tokens_total").await,
+        prompt_tokens
+    );
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:generation_tokens_total").await,
+        1.0
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        1.0
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:request_prefill_kv_computed_tokens_sum").await,
+        1.0
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:generation_tokens_total").await,
+        4.0
+    );
+    let s = stack.sidecars[0].stats();
+    assert_eq!(
+        s.disaggregated.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let text = wait_for_epp(&stack, "one prefill-decode decision", |t| {
+        decisions(t, "prefill-decode") == 1.0
+    })
+    .await;
+    assert_eq!(decisions(&text, "decode-only"), 0.0);
+    assert_eq!(
+        sample(
+            &text,
+            "llm_d_inference_scheduler_disagg_decision_total",
+            &[("decision_type", "prefill-decode")]
+        ),
+        Some(1.0)
+    );
+
+    // The same prompt again: the decode pod holds all of it but the last partial block, fewer
+    // than nonCachedTokens (16) uncached tokens, so the decider keeps it local.
+    // A client's own x-prefiller-host-port is removed: epp owns the header (pointed at a
+    // closed port it would fail the request in the sidecar).
+    let forged = [("x-prefiller-host-port", "127.0.0.1:1")];
+    let second = complete_with(&stack, &prompt, &forged).await;
+    assert!(
+        second["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_f64()
+            .unwrap()
+            > 1500.0,
+        "the decode pod's own cache: {second}"
+    );
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:prompt_tokens_total").await,
+        prompt_tokens,
+        "no second prefill"
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        1.0
+    );
+    assert_eq!(s.decode_only.load(std::sync::atomic::Ordering::Relaxed), 1);
+    wait_for_epp(&stack, "a decode-only decision", |t| {
+        decisions(t, "decode-only") == 1.0
+    })
+    .await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_prefill_pods_the_request_is_served_decode_only() {
+    let stack = start(0, sidecar()).await;
+    let r = complete(&stack, &long_prompt(2)).await;
+    assert!(r["usage"]["prompt_tokens"].as_f64().unwrap() > 1500.0);
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        0.0
+    );
+    let s = stack.sidecars[0].stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((load(&s.decode_only), load(&s.disaggregated)), (1, 0));
+    let text = wait_for_epp(&stack, "a decode-only decision", |t| {
+        decisions(t, "decode-only") == 1.0
+    })
+    .await;
+    let skipped = [("reason", "no_prefill_endpoint")];
+    assert_eq!(
+        sample(&text, "epp_disagg_prefill_skipped_total", &skipped),
+        Some(1.0)
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_prefill_pod_still_completes_and_epp_stops_choosing_it() {
+    let stack = start(
+        1,
+        SidecarConfig {
+            prefill_max_retries: 2,
+            prefill_retry_backoff: Duration::from_millis(20),
+            fallback_local_prefill: true,
+            ..sidecar()
+        },
+    )
+    .await;
+    stack.cluster.kill(1).await.unwrap();
+    // Within the staleness threshold epp still believes the prefill pod's last scrape: it asks
+    // for remote prefill, the sidecar retries twice, then prefills locally.
+    let r = complete(&stack, &long_prompt(3)).await;
+    assert!(r["usage"]["prompt_tokens"].as_f64().unwrap() > 1500.0);
+    let s = stack.sidecars[0].stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((load(&s.prefill_retries), load(&s.fallbacks)), (2, 1));
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        0.0
+    );
+    // epp's metrics show the pod gone, and once its metrics are stale no request is sent
+    // toward it: decode-only with the reason.
+    wait_for_epp(&stack, "the prefill pod stale", |t| {
+        sample(t, "epp_stale_endpoints", &[]) == Some(1.0)
+            && sample(t, "epp_metrics_scrapes_total", &[("outcome", "failure")])
+                .is_some_and(|v| v > 0.0)
+    })
+    .await;
+    complete(&stack, &long_prompt(4)).await;
+    let text = wait_for_epp(&stack, "a skipped prefill", |t| {
+        decisions(t, "decode-only") == 1.0
+    })
+    .await;
+    let stale = [("reason", "prefill_endpoints_stale")];
+    assert_eq!(
+        sample(&text, "epp_disagg_prefill_skipped_total", &stale),
+        Some(1.0)
+    );
+    assert_eq!(
+        decisions(&text, "prefill-decode"),
+        1.0,
+        "the first request's decision"
+    );
+    assert_eq!(load(&s.fallbacks), 1, "no second fallback");
+    stack.stop().await;
+}

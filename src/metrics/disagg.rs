@@ -1,0 +1,65 @@
+//! The disaggregating profile handlers' metrics, under llm-d-router v0.10's names
+//! (`pkg/epp/framework/plugins/scheduling/profilehandler/disagg/metrics.go`): each family under
+//! its `llm_d_epp_*` name with the plugin labels and, as upstream, under the deprecated
+//! `llm_d_inference_scheduler_*` name without them. `disagg_decision_total` counts the
+//! `disagg-profile-handler`'s decisions, `pd_decision_total` the deprecated
+//! `pd-profile-handler`'s; `epp_disagg_prefill_skipped_total` is epp's own.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub plugin_name: String,
+    pub plugin_type: String,
+    pub model_name: String,
+    pub decision_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LegacyDecisionLabels {
+    pub model_name: String,
+    pub decision_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    pub plugin_name: String,
+    pub reason: String,
+}
+
+#[derive(Default)]
+pub struct DisaggMetrics {
+    pub disagg: Family<DecisionLabels, Counter>,
+    pub disagg_legacy: Family<LegacyDecisionLabels, Counter>,
+    pub pd: Family<DecisionLabels, Counter>,
+    pub pd_legacy: Family<LegacyDecisionLabels, Counter>,
+    /// Prefill stages that should have run and did not (no endpoint, all stale).
+    pub prefill_skipped: Family<SkipLabels, Counter>,
+}
+
+impl DisaggMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        let help = "Total number of disaggregation routing decisions made";
+        r.register("llm_d_epp_disagg_decision", help, self.disagg.clone());
+        r.register(
+            "llm_d_inference_scheduler_disagg_decision",
+            "[Deprecated: Use llm_d_epp_disagg_decision_total] Total number of disaggregation routing decisions made",
+            self.disagg_legacy.clone(),
+        );
+        let help = "Total number of P/D disaggregation decisions made";
+        r.register("llm_d_epp_pd_decision", help, self.pd.clone());
+        r.register(
+            "llm_d_inference_scheduler_pd_decision",
+            "[Deprecated: Use llm_d_epp_pd_decision_total] Total number of P/D disaggregation decisions made",
+            self.pd_legacy.clone(),
+        );
+        r.register(
+            "epp_disagg_prefill_skipped",
+            "epp: requests served decode-only although their prefill decider approved, by reason (no_prefill_endpoint, prefill_endpoints_stale)",
+            self.prefill_skipped.clone(),
+        );
+    }
+}
