@@ -46,6 +46,9 @@ struct Args {
     arrangements: Vec<String>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// `interferenceWeight` of the cost-based decider runs (one run per value).
+    #[arg(long, value_delimiter = ',', default_value = "0.5")]
+    cost_interference: Vec<f64>,
 }
 
 fn workloads(a: &Args) -> Vec<(&'static str, Workload, f64)> {
@@ -96,7 +99,18 @@ fn arrangements(a: &Args) -> anyhow::Result<Vec<(String, bool, String)>> {
         let text = pd.replace("nonCachedTokens: 16", &format!("nonCachedTokens: {t}"));
         out.push((format!("pd-prefix-{t}"), false, text));
     }
-    out.push(("pd-cost".to_owned(), false, cost));
+    for w in &a.cost_interference {
+        let text = cost.replace(
+            "interferenceWeight: 0.5",
+            &format!("interferenceWeight: {w}"),
+        );
+        let label = if *w == 0.5 {
+            "pd-cost".to_owned()
+        } else {
+            format!("pd-cost-{w}")
+        };
+        out.push((label, false, text));
+    }
     Ok(out)
 }
 
