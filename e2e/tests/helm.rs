@@ -105,6 +105,7 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             }
             ("v1", "Service") => drop(typed::<Service>(o)),
             ("v1", "ServiceAccount") => drop(typed::<ServiceAccount>(o)),
+            ("v1", "Secret") => drop(typed::<Secret>(o)),
             ("v1", "ConfigMap") => {
                 let cm = typed::<ConfigMap>(o);
                 epp::director::Runtime::build(&cm.data.unwrap()["default-plugins.yaml"], None)
@@ -232,7 +233,7 @@ fn active_active_replicas_share_speculative_entries_through_a_headless_service()
         .expect("the peers Service");
     assert_eq!(peers["spec"]["clusterIP"], "None");
     assert_eq!(peers["spec"]["publishNotReadyAddresses"], true);
-    assert_eq!(peers["spec"]["ports"][0]["protocol"], "UDP");
+    assert_eq!(peers["spec"]["ports"][0]["protocol"], "TCP");
     let deployment = find(&objects, "Deployment");
     let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
     let args: Vec<String> = serde_json::from_value(
