@@ -8,7 +8,7 @@ mod options;
 mod prefix_gc;
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, Runtime, Shared};
+use crate::director::{Director, DirectorOptions, PlacementSink, Runtime, Shared};
 use crate::extproc::{stream::Limits, stream::Services, ExtProc};
 use crate::health::Health;
 use crate::kvevents::peers;
@@ -19,7 +19,7 @@ pub use options::Options;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,9 +32,9 @@ pub struct Listeners {
     pub grpc: TcpListener,
     pub health: TcpListener,
     pub metrics: TcpListener,
-    /// Speculative entries from and to the other replicas (`--speculative-peer-port`,
-    /// `--speculative-peers`); `None` turns sharing off.
-    pub peers: Option<UdpSocket>,
+    /// The other replicas' speculative entries (`--speculative-peer-port`, gRPC over mutual
+    /// TLS); `None`: this replica receives none (it may still send, `--speculative-peers`).
+    pub peers: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -45,17 +45,9 @@ impl Listeners {
                 .await
                 .with_context(|| format!("binding port {port}"))
         };
-        let peers = match (
-            opts.speculative_peer_port,
-            opts.speculative_peers.is_empty(),
-        ) {
-            (None, true) => None,
-            (port, _) => {
-                let port = port.unwrap_or(0);
-                Some(UdpSocket::bind(("0.0.0.0", port)).await.with_context(|| {
-                    format!("binding UDP port {port} (--speculative-peer-port)")
-                })?)
-            }
+        let peers = match opts.speculative_peer_port {
+            None => None,
+            Some(port) => Some(bind(port).await.context("--speculative-peer-port")?),
         };
         Ok(Self {
             grpc: bind(opts.grpc_port).await?,
@@ -109,16 +101,18 @@ pub async fn run_with_drain(
     // What the director reads and records into is owned here and handed to each adapter.
     let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
     let tracker = TaskTracker::new();
-    let placements = listeners.peers.and_then(|socket| {
-        peers::share(
-            socket,
-            opts.speculative_peers.clone(),
-            Arc::clone(&datastore),
-            Arc::clone(&shared.indexes.precise),
-            Arc::clone(&metrics),
-            (&tracker, &shutdown),
-        )
-    });
+    let placements = match peer_sharing(&opts, listeners.peers)? {
+        Some(sharing) => {
+            let to_index = peers::Shared {
+                datastore: Arc::clone(&datastore),
+                index: Arc::clone(&shared.indexes.precise),
+                metrics: Arc::clone(&metrics),
+            };
+            peers::share(sharing, to_index, &tracker, &shutdown)
+                .map(|outbox| Box::new(outbox) as Box<dyn PlacementSink>)
+        }
+        None => None,
+    };
     let director = Arc::new(Director::new(shared.clone(), dopts).with_placement_sink(placements));
     let (health, health_service) = Health::new().await;
     spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file));
@@ -249,6 +243,30 @@ fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         allow_experimental: opts.allow_experimental_plugins,
     };
     Ok(Runtime::build_with(&text, None, load)?)
+}
+
+/// Replica sharing from the flags (validated): `None` when neither a peer port nor peers are
+/// given; the credentials are read here, every problem with them named in one error.
+fn peer_sharing(
+    opts: &Options,
+    listener: Option<TcpListener>,
+) -> anyhow::Result<Option<peers::Sharing>> {
+    let Some(dir) = &opts.speculative_peer_cert_dir else {
+        return Ok(None);
+    };
+    if listener.is_none() && opts.speculative_peers.is_empty() {
+        return Ok(None);
+    }
+    let names = opts
+        .speculative_peers
+        .iter()
+        .map(|p| peers::PeerName::parse(p))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(peers::Sharing {
+        listener,
+        peers: names,
+        tls: peers::PeerTls::load(dir)?,
+    }))
 }
 
 /// Where the configuration comes from, for `/debug/snapshot`.

@@ -238,19 +238,26 @@ pub enum KvEventKind {
 )]
 #[allow(non_camel_case_types)]
 pub enum PeerOutcome {
-    /// A datagram sent to one peer address.
+    /// A placement handed to one peer's stream.
     sent,
+    /// Not sent to one peer: it was not connected (reconnecting with backoff).
     send_failed,
-    /// Not sent: the send queue was full.
+    /// Not sent: a send queue was full, or the placement expired while queued.
     dropped,
     /// Received from another replica and recorded as a speculative entry.
     applied,
-    /// Received from this replica itself (a peer name that includes it).
+    /// A stream from this replica to itself (a peer name that includes it), refused.
     own,
     /// Received for an endpoint this replica does not know.
     unknown_endpoint,
-    /// Received and malformed.
+    /// Received and malformed (or naming no replica): refused, never applied.
     rejected,
+    /// A connection refused at the TLS handshake: no certificate of the sharing CA.
+    unauthenticated,
+    /// A connection to a peer failed (down, unreachable, or refusing our certificate).
+    connect_failed,
+    /// An established stream to a peer broke.
+    disconnected,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -105,6 +105,15 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             }
             ("v1", "Service") => drop(typed::<Service>(o)),
             ("v1", "ServiceAccount") => drop(typed::<ServiceAccount>(o)),
+            ("v1", "Secret") => {
+                let kind = o["type"].as_str().unwrap_or_default().to_owned();
+                drop(typed::<Secret>(o));
+                assert!(
+                    ["kubernetes.io/service-account-token", "kubernetes.io/tls"]
+                        .contains(&kind.as_str()),
+                    "unexpected Secret type {kind}"
+                );
+            }
             ("v1", "ConfigMap") => {
                 let cm = typed::<ConfigMap>(o);
                 epp::director::Runtime::build(&cm.data.unwrap()["default-plugins.yaml"], None)
@@ -116,7 +125,6 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
                 drop(typed::<ClusterRoleBinding>(o))
             }
-            ("v1", "Secret") => assert_eq!(o["type"], "kubernetes.io/service-account-token"),
             ("inference.networking.k8s.io/v1", "InferencePool") => {
                 drop(typed::<epp::crd::pool::InferencePool>(o))
             }
@@ -303,7 +311,7 @@ fn active_active_replicas_share_speculative_entries_through_a_headless_service()
         .expect("the peers Service");
     assert_eq!(peers["spec"]["clusterIP"], "None");
     assert_eq!(peers["spec"]["publishNotReadyAddresses"], true);
-    assert_eq!(peers["spec"]["ports"][0]["protocol"], "UDP");
+    assert_eq!(peers["spec"]["ports"][0]["protocol"], "TCP");
     let deployment = find(&objects, "Deployment");
     let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
     let args: Vec<String> = serde_json::from_value(

@@ -26,6 +26,8 @@ pub enum OptionsError {
     Requires(&'static str, &'static str),
     #[error("{0} {1}")]
     Invalid(&'static str, &'static str),
+    #[error("replica sharing: {}", .0.join("; "))]
+    Peers(Vec<String>),
 }
 
 /// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
@@ -160,15 +162,22 @@ pub struct Options {
     /// the per-endpoint connections of `--kv-events-port`.
     #[arg(long)]
     pub kv_events_bind: Option<String>,
-    /// Active-active with the precise prefix scorer: the UDP port on which this replica receives
-    /// the other replicas' speculative entries ([`crate::kvevents::peers`]). Off when unset.
+    /// Active-active with the precise prefix scorer: the gRPC port (mutual TLS) on which this
+    /// replica receives the other replicas' speculative entries ([`crate::kvevents::peers`]).
+    /// Off when unset.
     #[arg(long)]
     pub speculative_peer_port: Option<u16>,
     /// The replicas this one sends its speculative entries to: `host:port`, comma-separated. A
     /// name resolving to several addresses (a headless Service) reaches each; names are resolved
-    /// again every 5 s, and this replica ignores its own datagrams.
+    /// again every 5 s, and a replica refuses its own stream. The host is the name the peer's
+    /// certificate must carry.
     #[arg(long, value_delimiter = ',')]
     pub speculative_peers: Vec<String>,
+    /// Replica sharing's mutual TLS: a directory with `ca.crt` (the sharing CA), and `tls.crt` +
+    /// `tls.key` (a certificate it signed, presented to peers both ways). Required with
+    /// `--speculative-peer-port` or `--speculative-peers`.
+    #[arg(long)]
+    pub speculative_peer_cert_dir: Option<PathBuf>,
     /// EndpointPickerConfig file, reloaded on change.
     #[arg(long)]
     pub config_file: Option<PathBuf>,
@@ -417,7 +426,39 @@ impl Options {
         if self.refresh_metrics_interval.is_zero() {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
         }
+        let peers = self.peer_problems();
+        if !peers.is_empty() {
+            return Err(OptionsError::Peers(peers));
+        }
         Ok(())
+    }
+
+    /// Every problem with the replica-sharing flags, so one start-up error names them all.
+    pub fn peer_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let sharing = self.speculative_peer_port.is_some() || !self.speculative_peers.is_empty();
+        match (sharing, &self.speculative_peer_cert_dir) {
+            (true, None) => out.push("--speculative-peer-port and --speculative-peers need --speculative-peer-cert-dir (ca.crt, tls.crt, tls.key: replicas authenticate each other with mutual TLS)".to_owned()),
+            (false, Some(_)) => out.push("--speculative-peer-cert-dir needs --speculative-peer-port or --speculative-peers".to_owned()),
+            _ => {}
+        }
+        if let Some(port) = self.speculative_peer_port.filter(|p| *p != 0) {
+            for (flag, other) in [
+                ("--grpc-port", self.grpc_port),
+                ("--grpc-health-port", self.grpc_health_port),
+                ("--metrics-port", self.metrics_port),
+            ] {
+                if port == other {
+                    out.push(format!("--speculative-peer-port {port} is also {flag}"));
+                }
+            }
+        }
+        for entry in &self.speculative_peers {
+            if let Err(e) = crate::kvevents::peers::PeerName::parse(entry) {
+                out.push(e.to_string());
+            }
+        }
+        out
     }
 
     /// Whether endpoints come from Kubernetes: static endpoints win (the pool name then only
@@ -588,5 +629,43 @@ mod tests {
             parse(&["--pool-name", "p"]).kube_api_unreachable_grace,
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn bad_replica_sharing_flags_are_all_named_in_one_error() {
+        let parse = |extra: &[&str]| {
+            let base = ["epp", "--static-endpoints", "127.0.0.1:1"];
+            Options::try_parse_from(base.iter().chain(extra)).unwrap()
+        };
+        let o = parse(&[
+            "--speculative-peer-port",
+            "9090",
+            "--speculative-peers",
+            "epp-peers:9004,nope,epp:0",
+        ]);
+        let Err(OptionsError::Peers(problems)) = o.validate() else {
+            panic!("accepted {o:?}")
+        };
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        let text = OptionsError::Peers(problems).to_string();
+        for part in [
+            "need --speculative-peer-cert-dir",
+            "9090 is also --metrics-port",
+            "\"nope\" is not host:port",
+            "\"epp:0\": the port",
+        ] {
+            assert!(text.contains(part), "{part} missing from {text}");
+        }
+        let o = parse(&["--speculative-peer-cert-dir", "/certs"]);
+        assert!(matches!(o.validate(), Err(OptionsError::Peers(p)) if p.len() == 1));
+        let o = parse(&[
+            "--speculative-peer-port",
+            "9004",
+            "--speculative-peers",
+            "epp-peers.ns.svc:9004",
+            "--speculative-peer-cert-dir",
+            "/certs",
+        ]);
+        o.validate().unwrap();
     }
 }

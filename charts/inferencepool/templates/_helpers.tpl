@@ -27,6 +27,12 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding replica sharing's mutual-TLS files (ca.crt, tls.crt, tls.key): speculativePeers.secretName, else the one this chart generates. */}}
+{{- define "epp.peerSecret" -}}
+{{- $peers := .Values.inferenceExtension.speculativePeers | default dict -}}
+{{- $peers.secretName | default (printf "%s-peers-tls" (include "epp.name" .)) -}}
+{{- end -}}
+
 {{/* "true" when epp runs with leader election: more than one replica, haMode leader. */}}
 {{- define "epp.leaderElection" -}}
 {{- $s := include "epp.settings" . | fromYaml -}}

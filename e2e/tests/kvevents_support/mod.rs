@@ -501,30 +501,33 @@ impl Replica {
     }
 
     /// Replicas without KV events (the window before a pod's first BlockStored) that send each
-    /// other their speculative entries over loopback UDP, as `--speculative-peers` wires it.
+    /// other their speculative entries over loopback gRPC with mutual TLS, as
+    /// `--speculative-peers` wires it.
     pub async fn start_sharing(endpoints: &[Endpoint], n: usize) -> Vec<Self> {
-        let mut sockets = Vec::new();
+        let mut listeners = Vec::new();
         for _ in 0..n {
-            sockets.push(
-                tokio::net::UdpSocket::bind("127.0.0.1:0")
+            listeners.push(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
                     .await
-                    .expect("bind UDP"),
+                    .expect("bind"),
             );
         }
-        let peers: Vec<String> = sockets
+        let peers: Vec<peers::PeerName> = listeners
             .iter()
-            .map(|s| s.local_addr().expect("addr").to_string())
-            .collect();
-        sockets
+            .map(|s| peers::PeerName::parse(&s.local_addr().expect("addr").to_string()))
+            .collect::<Result<_, _>>()
+            .expect("peer names");
+        let creds = peers::Credentials::generate(&["127.0.0.1"]).expect("credentials");
+        let tls = peers::PeerTls::new(&creds).expect("TLS");
+        listeners
             .into_iter()
-            .map(|socket| {
-                Self::build_full(
-                    endpoints,
-                    PRECISE_CONFIG,
-                    None,
-                    false,
-                    Some((socket, peers.clone())),
-                )
+            .map(|listener| {
+                let sharing = peers::Sharing {
+                    listener: Some(listener),
+                    peers: peers.clone(),
+                    tls: tls.clone(),
+                };
+                Self::build_full(endpoints, PRECISE_CONFIG, None, false, Some(sharing))
             })
             .collect()
     }
@@ -539,14 +542,14 @@ impl Replica {
         Self::build_full(endpoints, config, events, scrape, None)
     }
 
-    /// As [`Self::build_with`]; `share`: send speculative entries from this socket to these
-    /// peers and apply theirs ([`peers::share`], as `--speculative-peers` wires it).
+    /// As [`Self::build_with`]; `share`: send speculative entries to these peers and apply
+    /// theirs ([`peers::share`], as `--speculative-peers` wires it).
     fn build_full(
         endpoints: &[Endpoint],
         config: &str,
         events: Option<KvEventsOptions>,
         scrape: bool,
-        share: Option<(tokio::net::UdpSocket, Vec<String>)>,
+        share: Option<peers::Sharing>,
     ) -> Self {
         let datastore = Arc::new(Datastore::new());
         datastore.set_endpoints(endpoints.to_vec());
@@ -560,15 +563,14 @@ impl Replica {
         let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
         let indexes = Arc::clone(&shared.indexes);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
-        let placements = share.and_then(|(socket, peers)| {
-            peers::share(
-                socket,
-                peers,
-                Arc::clone(&datastore),
-                Arc::clone(&indexes.precise),
-                Arc::clone(&metrics),
-                (&tracker, &stop),
-            )
+        let placements = share.and_then(|sharing| {
+            let to_index = peers::Shared {
+                datastore: Arc::clone(&datastore),
+                index: Arc::clone(&indexes.precise),
+                metrics: Arc::clone(&metrics),
+            };
+            peers::share(sharing, to_index, &tracker, &stop)
+                .map(|outbox| Box::new(outbox) as Box<dyn epp::director::PlacementSink>)
         });
         let director = Arc::new(Director::new(shared, opts).with_placement_sink(placements));
         if let Some(kv) = events {

@@ -273,7 +273,8 @@ fn endpoints_file(
 
 /// `replicas` epp processes with the same flags, each its own process with its own ports (as
 /// separate pods would be), all in Envoy's ext_proc cluster; `shared`: each sends its
-/// speculative entries to all (UDP, `--speculative-peer-port` / `--speculative-peers`).
+/// speculative entries to all (gRPC over mutual TLS, `--speculative-peer-port` /
+/// `--speculative-peers`, with one generated CA and certificate in `dir/peer-certs`).
 async fn epp(
     bins: &Bins,
     discovery: &[String],
@@ -293,6 +294,10 @@ async fn epp(
         .map(|p| format!("127.0.0.1:{}", p[3]))
         .collect::<Vec<_>>()
         .join(",");
+    let cert_dir = dir.join("peer-certs");
+    if shared {
+        peer_credentials(&cert_dir)?;
+    }
     for (i, p) in ports.iter().enumerate() {
         let mut args: Vec<String> = [
             "--grpc-port",
@@ -317,6 +322,8 @@ async fn epp(
                 p[3].to_string(),
                 "--speculative-peers".to_owned(),
                 peers.clone(),
+                "--speculative-peer-cert-dir".to_owned(),
+                cert_dir.display().to_string(),
             ]);
         }
         let name = if i == 0 {
@@ -439,6 +446,15 @@ pub async fn wait_routable(
         what: format!("a completion through {target}"),
         log: last,
     })
+}
+
+/// The sharing CA and one certificate for 127.0.0.1, written as the chart's Secret mounts them.
+fn peer_credentials(dir: &Path) -> Result<(), BenchError> {
+    let creds = ::epp::kvevents::peers::Credentials::generate(&["127.0.0.1"])
+        .map_err(|e| BenchError::Setup(format!("replica-sharing credentials: {e}")))?;
+    std::fs::create_dir_all(dir)
+        .and_then(|()| creds.write(dir))
+        .map_err(BenchError::io(format!("writing {}", dir.display())))
 }
 
 #[cfg(test)]
