@@ -44,14 +44,19 @@ pub(super) fn route(
         d.admit(&runtime.thresholds, priority, &states)?;
     }
     let source = d.source(&runtime);
+    let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
     let lookup = prompted
         .as_ref()
         .zip(source.as_ref())
         .and_then(|(p, source)| {
             let _span = crate::telemetry::child("tokenize");
-            lookup(&runtime, source, p, &states)
+            lookup(&runtime, source, p, &candidates)
         });
-    let candidates = d.candidates(&states, lookup.as_ref(), runtime.scheduler.reads_labels());
+    if let Some(l) = &lookup {
+        for c in &mut candidates {
+            c.prefix_blocks = l.scored(c.id);
+        }
+    }
     let lru = d.lru_snapshot(&runtime.scheduler);
     let facts = Facts {
         inc,
@@ -76,7 +81,8 @@ pub(super) fn route(
         return Err(DirectorError::NotCached);
     }
     if let (Some(l), Some(source)) = (&lookup, &source) {
-        d.record_prefix(source, l, primary);
+        let primary_pod = candidates.iter().find(|c| c.id == primary.id()).map(pod);
+        d.record_prefix(source, l, primary_pod.unwrap_or_else(|| pod_of(primary)));
     }
     d.record_no_hit(&runtime.scheduler, &candidates, primary.id());
     let session = (inc.session_id, bound);
@@ -166,9 +172,9 @@ fn lookup(
     runtime: &Runtime,
     source: &Source<'_>,
     p: &Prompted<'_>,
-    states: &[&Arc<EndpointState>],
+    candidates: &[Candidate],
 ) -> Option<Lookup> {
-    let pods: Vec<Pod> = states.iter().map(|s| pod(s)).collect();
+    let pods: Vec<Pod> = candidates.iter().map(pod).collect();
     let query = Query {
         request: p.request,
         body: p.bytes,
@@ -179,8 +185,19 @@ fn lookup(
     source.lookup(&query, Instant::now())
 }
 
-/// What a prefix index weighs of `s`.
-fn pod(s: &EndpointState) -> Pod {
+/// What a prefix index weighs of a candidate: its scraped load and cache geometry, from the
+/// metrics the candidate already holds (no endpoint state is loaded again).
+fn pod(c: &Candidate) -> Pod {
+    let m = c.metrics.as_deref();
+    Pod {
+        id: c.id,
+        load: m.map_or(0.0, |m| m.waiting + m.running),
+        cache: m.and_then(|m| m.cache),
+    }
+}
+
+/// [`pod`] of an endpoint that is not a candidate.
+fn pod_of(s: &EndpointState) -> Pod {
     let m = s.metrics();
     Pod {
         id: s.id(),
@@ -326,12 +343,8 @@ impl Director {
         Ok(admission::admit(priority, saturation)?)
     }
 
-    fn candidates(
-        &self,
-        states: &[&Arc<EndpointState>],
-        lookup: Option<&Lookup>,
-        labels: bool,
-    ) -> Vec<Candidate> {
+    /// The scheduler's candidates; the prefix lookup fills in their blocks afterwards.
+    fn candidates(&self, states: &[&Arc<EndpointState>], labels: bool) -> Vec<Candidate> {
         let now = Instant::now();
         let policy = self.datastore.health_policy();
         let no_labels = Arc::default();
@@ -359,7 +372,7 @@ impl Director {
                     },
                     kv_usage: kv,
                     fresh,
-                    prefix_blocks: lookup.map_or(0, |l| l.scored(s.id())),
+                    prefix_blocks: 0,
                     latency: Some(s.latency(now))
                         .filter(|l| l.0.is_some() || l.1.is_some())
                         .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
@@ -412,19 +425,19 @@ impl Director {
     }
 
     /// The hit metrics, then the index's own record of the decision.
-    fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: &Arc<EndpointState>) {
+    fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: Pod) {
         let total = l.hashes.len();
         if total == 0 {
             return;
         }
-        let matched = l.held(primary.id());
+        let matched = l.held(primary.id);
         self.metrics
             .prefix_hit_ratio
             .observe(matched as f64 / total as f64);
         self.metrics
             .prefix_hit_bytes
             .observe((matched * l.block_size * 4) as f64);
-        source.record(l, &pod(primary), Instant::now());
+        source.record(l, &primary, Instant::now());
     }
 
     fn session_bound(&self, scheduler: &Scheduler, session: Option<&str>) -> Option<EndpointId> {
