@@ -16,10 +16,13 @@
 //! observed gets the seed built from this plugin's parameters (`peakPrefillThroughput`, llm-d's
 //! name and default). The last term prices the other prefixes a full cache must evict to hold
 //! `own` new tokens: they will be recomputed later, by someone. The congestion term prices what
-//! `own` costs the others on a busy pod: each second of prefill there delays every request that
-//! queues behind it before the pod drains, about as many as it has queued now (`queued`: waiting
-//! requests, scraped plus dispatched since; M/M/1's mean number in system). An idle pod's spare
-//! capacity is free, so below capacity the estimate alone decides; over capacity, where every
+//! `own` costs the others when the pool is busy: each second of prefill delays the requests that
+//! queue behind it before the queue drains, about as many as are queued now (M/M/1's mean number
+//! in system). `queued` is the pool's mean queue (waiting requests, scraped plus dispatched
+//! since), not the destination's: the balancer spreads a delay over the pool, and a pod whose
+//! queue is momentarily empty in a saturated pool is queued again by the next arrivals (priced
+//! by its own queue, the term drove sessions off their homes to such pods: BENCHMARKS.md, #20).
+//! Below capacity the mean is near 0 and the estimate alone decides; over capacity, where every
 //! recomputation lengthens every queue, the term keeps each prefix on its home.
 //!
 //! # Home and spill (hysteresis)
@@ -224,12 +227,13 @@ impl EstimatedTtftScorer {
     }
 
     /// The estimate plus what the request's own prefill costs others there: the prefixes a full
-    /// cache evicts to hold the new tokens, and the delay of the requests queued behind it.
-    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64) -> f64 {
+    /// cache evicts to hold the new tokens, and the delay of the `queued` requests (the pool's
+    /// mean queue) that wait behind it.
+    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64, queued: f64) -> f64 {
         let own = self.inputs(req, c).own_tokens;
         let prefill = self.rates_with(c, typical).per_token * own;
         let others = self.eviction_cost_weight * c.kv_usage.clamp(0.0, 1.0)
-            + self.congestion_cost_weight * c.waiting.max(0.0);
+            + self.congestion_cost_weight * queued;
         let cost = self.estimate_with(req, c, typical) + prefill * others;
         if cost.is_finite() {
             cost.max(1e-6)
@@ -240,8 +244,9 @@ impl EstimatedTtftScorer {
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let typical = self.typical_factor(pool);
+        let queued = mean_queue(pool);
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = self.cost(req, c, typical);
+            *o = self.cost(req, c, typical, queued);
         }
         let best = out.iter().copied().fold(f64::INFINITY, f64::min);
         for o in out.iter_mut() {
@@ -262,6 +267,14 @@ impl EstimatedTtftScorer {
                 || c.kv_usage < 0.02
         })
     }
+}
+
+/// The mean of the candidates' waiting requests (0 for an empty pool).
+fn mean_queue(pool: &[&Candidate]) -> f64 {
+    if pool.is_empty() {
+        return 0.0;
+    }
+    pool.iter().map(|c| c.waiting.max(0.0)).sum::<f64>() / pool.len() as f64
 }
 
 #[cfg(test)]
@@ -338,6 +351,29 @@ mod tests {
             1,
             "its own TTFT alone moves it"
         );
+        assert_eq!(
+            pick(&EstimatedTtftScorer::default(), &req(4_000), &cands),
+            0
+        );
+    }
+
+    #[test]
+    fn in_a_saturated_pool_a_momentarily_empty_queue_does_not_pull_a_session_from_home() {
+        let queued = |port, waiting: f64, held_blocks| {
+            let mut c = cand(port, waiting, 0.5, held_blocks);
+            c.prefill.pending_tokens = 200.0 * waiting;
+            c.prefill.pending_requests = waiting;
+            c
+        };
+        // Home holds 3,792 of 4,000 tokens; six more pods are as queued; one just drained.
+        let mut cands = vec![queued(1, 6.0, 237)];
+        cands.extend((2..8).map(|p| queued(p, 6.0, 0)));
+        cands.push(queued(8, 0.0, 0));
+        let selfish = EstimatedTtftScorer {
+            congestion_cost_weight: 0.0,
+            ..EstimatedTtftScorer::default()
+        };
+        assert_eq!(pick(&selfish, &req(4_000), &cands), 7);
         assert_eq!(
             pick(&EstimatedTtftScorer::default(), &req(4_000), &cands),
             0
