@@ -203,7 +203,7 @@ mod tests {
             own_tokens: ((i * 104_729) % 2500) as f64 + 20.0,
             running: ((i * 31) % 24) as f64,
             // One dispatch in five found a queue (those do not teach the speed).
-            waiting: if i % 5 == 0 {
+            waiting: if i.is_multiple_of(5) {
                 ((i * 17) % 5) as f64 + 1.0
             } else {
                 0.0

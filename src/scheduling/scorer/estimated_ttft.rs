@@ -22,8 +22,10 @@
 //! since), not the destination's: the balancer spreads a delay over the pool, and a pod whose
 //! queue is momentarily empty in a saturated pool is queued again by the next arrivals (priced
 //! by its own queue, the term drove sessions off their homes to such pods: BENCHMARKS.md, #20).
-//! Below capacity the mean is near 0 and the estimate alone decides; over capacity, where every
-//! recomputation lengthens every queue, the term keeps each prefix on its home.
+//! Below capacity the mean is near 0 and the estimate alone decides. The term is off by default
+//! (`congestionCostWeight: 0`): over capacity it did not keep sessions home in the agentic
+//! benchmark (what moves them there is the prefix index forgetting them, see below), and at 80%
+//! load it cost hit rate.
 //!
 //! # Home and spill (hysteresis)
 //! The pod holding the longest prefix of a request is its home: there `own` is only the new
@@ -32,6 +34,9 @@
 //! popular prefix) therefore moves only when its home's queue costs more than all three. Where
 //! it moves, the prefix index records it, so that pod becomes a second home and the next
 //! requests of the same prefix choose between two homes at the price of their new tokens only.
+//! A home lasts as long as the prefix index remembers it: with `autoTune` the approximate index
+//! holds as many blocks per pod as the pod's cache, so over capacity it forgets sessions and
+//! their next turns are placed as strangers (BENCHMARKS.md, #20, "homes").
 //!
 //! # Bounded load falls out of the unit
 //! A request goes to the pod holding its prefix until that pod's queue costs more than
@@ -103,7 +108,9 @@ pub struct EstimatedTtftScorer {
     /// Weight of the recomputation a full cache's evictions cause (0 = this request only).
     pub eviction_cost_weight: f64,
     /// Weight of the delay this request's own prefill imposes on the requests queued behind it
-    /// (0 = this request only; 1 = one queued request delayed per request queued now).
+    /// (0 = this request only; 1 = one queued request delayed per request queued now). Off by
+    /// default: at 1 it kept no more sessions home over capacity and cost 9–12 points of hit
+    /// rate at 80% load in the agentic benchmark (BENCHMARKS.md, #20).
     pub congestion_cost_weight: f64,
     /// Use each pod's learned rates (false: the seed for every pod).
     pub learn: bool,
@@ -117,7 +124,7 @@ impl Default for EstimatedTtftScorer {
             decode_cost_ms: 1.0,
             queued_request_cost_ms: 100.0,
             eviction_cost_weight: 0.25,
-            congestion_cost_weight: 1.0,
+            congestion_cost_weight: 0.0,
             learn: true,
         }
     }
@@ -291,6 +298,14 @@ mod tests {
         }
     }
 
+    /// The scorer with the congestion price on (`congestionCostWeight: 1`).
+    fn congested() -> EstimatedTtftScorer {
+        EstimatedTtftScorer {
+            congestion_cost_weight: 1.0,
+            ..EstimatedTtftScorer::default()
+        }
+    }
+
     fn pick(s: &EstimatedTtftScorer, r: &SchedulingRequest<'_>, cands: &[Candidate]) -> usize {
         let pool: Vec<&Candidate> = cands.iter().collect();
         let mut out = vec![0.0; cands.len()];
@@ -342,19 +357,13 @@ mod tests {
         };
         // Home holds 3,792 of 4,000 tokens behind 6 queued requests; the other pod has 3 queued.
         let cands = [queued(1, 6.0, 237), queued(2, 3.0, 0)];
-        let selfish = EstimatedTtftScorer {
-            congestion_cost_weight: 0.0,
-            ..EstimatedTtftScorer::default()
-        };
+        let selfish = EstimatedTtftScorer::default();
         assert_eq!(
             pick(&selfish, &req(4_000), &cands),
             1,
             "its own TTFT alone moves it"
         );
-        assert_eq!(
-            pick(&EstimatedTtftScorer::default(), &req(4_000), &cands),
-            0
-        );
+        assert_eq!(pick(&congested(), &req(4_000), &cands), 0);
     }
 
     #[test]
@@ -369,20 +378,14 @@ mod tests {
         let mut cands = vec![queued(1, 6.0, 237)];
         cands.extend((2..8).map(|p| queued(p, 6.0, 0)));
         cands.push(queued(8, 0.0, 0));
-        let selfish = EstimatedTtftScorer {
-            congestion_cost_weight: 0.0,
-            ..EstimatedTtftScorer::default()
-        };
+        let selfish = EstimatedTtftScorer::default();
         assert_eq!(pick(&selfish, &req(4_000), &cands), 7);
-        assert_eq!(
-            pick(&EstimatedTtftScorer::default(), &req(4_000), &cands),
-            0
-        );
+        assert_eq!(pick(&congested(), &req(4_000), &cands), 0);
     }
 
     #[test]
     fn a_home_queue_spills_to_an_idle_pod_but_not_to_a_queued_one() {
-        let s = EstimatedTtftScorer::default();
+        let s = congested();
         let mut home = cand(1, 12.0, 0.5, 125);
         home.prefill.pending_tokens = 24_000.0;
         home.prefill.pending_requests = 12.0;
@@ -396,10 +399,7 @@ mod tests {
         let mut busy = cand(2, 9.0, 0.5, 0);
         busy.prefill.pending_tokens = 18_000.0;
         busy.prefill.pending_requests = 9.0;
-        let selfish = EstimatedTtftScorer {
-            congestion_cost_weight: 0.0,
-            ..EstimatedTtftScorer::default()
-        };
+        let selfish = EstimatedTtftScorer::default();
         assert_eq!(
             pick(&selfish, &req(2_200), &[home.clone(), busy.clone()]),
             1
