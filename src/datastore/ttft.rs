@@ -27,6 +27,13 @@
 //! slowed down (gray failure, a noisy neighbour) or a slower GPU is priced at its own speed within
 //! a few dozen responses, and a recovered pod is priced back as its new samples arrive.
 //!
+//! The factor is the pod's *speed*, so it is learned only from requests dispatched with no
+//! request waiting there. Behind a queue the TTFT also holds what the linear terms cannot see
+//! (vLLM admits a waiting request when KV frees, i.e. when decodes finish); learned from those,
+//! the factor measured momentary congestion, differing between pods by several times over
+//! capacity, and sessions left their homes for pods that only looked faster (BENCHMARKS.md, #20).
+//! The queue is priced by the queue terms instead.
+//!
 //! Cost: two multiply-adds per observed response, under the endpoint's own mutex; decisions read
 //! the published coefficients without locking.
 
@@ -41,6 +48,9 @@ const MAX_WEIGHT: f64 = 16.0;
 
 /// Strength of the prior (factor 1), in observations.
 const PRIOR_WEIGHT: f64 = 1.0;
+
+/// A request dispatched behind this many waiting requests does not teach the pod's speed.
+const QUEUED: f64 = 1.0;
 
 /// The learned factor stays within these bounds of the seed.
 const FACTOR_RANGE: (f64, f64) = (1.0 / 64.0, 64.0);
@@ -122,6 +132,13 @@ impl TtftModel {
         prior: &Coefficients,
         now: Instant,
     ) -> Learned {
+        if f.waiting >= QUEUED {
+            // A queue the model cannot see through (a KV-bound pod admits as decodes finish)
+            // would be learned as slowness: its speed is measured on requests that did not queue.
+            let w = 1.0 / (self.weight + 1.0);
+            self.mean_tokens = self.mean_tokens * (1.0 - w) + f.own_tokens.max(0.0) * w;
+            return self.learned(prior);
+        }
         let decay = self.stamp.map_or(1.0, |s| {
             (-now.saturating_duration_since(s).as_secs_f64() / DECAY.as_secs_f64()).exp()
         });
@@ -185,7 +202,12 @@ mod tests {
             ahead_tokens: ((i * 7919) % 4000) as f64,
             own_tokens: ((i * 104_729) % 2500) as f64 + 20.0,
             running: ((i * 31) % 24) as f64,
-            waiting: ((i * 17) % 5) as f64,
+            // One dispatch in five found a queue (those do not teach the speed).
+            waiting: if i.is_multiple_of(5) {
+                ((i * 17) % 5) as f64 + 1.0
+            } else {
+                0.0
+            },
         }
     }
 
@@ -244,6 +266,32 @@ mod tests {
         }
         let factor = learned.factor;
         assert!(factor > 10.0, "still priced near the old speed: {factor}");
+    }
+
+    #[test]
+    fn a_slow_response_behind_a_queue_does_not_make_the_pod_look_slow() {
+        let t0 = Instant::now();
+        let real = truth(2.0);
+        let mut m = TtftModel::default();
+        for i in 0..30 {
+            let f = Features {
+                waiting: 0.0,
+                ..features(i)
+            };
+            m.observe(&f, real.predict(&f), &SEED, t0);
+        }
+        let before = m.learned(&SEED).factor;
+        for i in 0..30 {
+            let f = Features {
+                waiting: 4.0,
+                ..features(i)
+            };
+            // Ten times what the terms predict: waiting for KV, not for tokens.
+            m.observe(&f, real.predict(&f) * 10.0, &SEED, t0);
+        }
+        let after = m.learned(&SEED).factor;
+        assert!((1.7..2.3).contains(&before), "{before}");
+        assert_eq!(before, after);
     }
 
     #[test]

@@ -114,6 +114,7 @@ impl CostBasedPdDecider {
             decode_cost_ms: self.decode_cost_ms,
             queued_request_cost_ms: self.queued_request_cost_ms,
             eviction_cost_weight: 0.0,
+            congestion_cost_weight: 0.0,
             learn: self.learn,
         }
     }

@@ -8,13 +8,35 @@
 //! ahead   = uncached tokens epp sent there with no first token yet
 //!         + (waiting requests epp did not send) × the pod's mean request size
 //! ttft    = base + per_token · (ahead + own) + per_running · running + per_waiting · waiting
-//! cost    = ttft + evictionCostWeight · per_token · own · kv_usage
+//! cost    = ttft + per_token · own · (evictionCostWeight · kv_usage
+//!                                     + congestionCostWeight · queued)
 //! ```
 //! The coefficients are the pod's own, learned online from what epp observed of its responses
 //! (`datastore::ttft`: prompt size, cached tokens from `usage`, measured TTFT); a pod never
 //! observed gets the seed built from this plugin's parameters (`peakPrefillThroughput`, llm-d's
 //! name and default). The last term prices the other prefixes a full cache must evict to hold
-//! `own` new tokens: they will be recomputed later, by someone.
+//! `own` new tokens: they will be recomputed later, by someone. The congestion term prices what
+//! `own` costs the others when the pool is busy: each second of prefill delays the requests that
+//! queue behind it before the queue drains, about as many as are queued now (M/M/1's mean number
+//! in system). `queued` is the pool's mean queue (waiting requests, scraped plus dispatched
+//! since), not the destination's: the balancer spreads a delay over the pool, and a pod whose
+//! queue is momentarily empty in a saturated pool is queued again by the next arrivals (priced
+//! by its own queue, the term drove sessions off their homes to such pods: BENCHMARKS.md, #20).
+//! Below capacity the mean is near 0 and the estimate alone decides. The term is off by default
+//! (`congestionCostWeight: 0`): over capacity it did not keep sessions home in the agentic
+//! benchmark (what moves them there is the prefix index forgetting them, see below), and at 80%
+//! load it cost hit rate.
+//!
+//! # Home and spill (hysteresis)
+//! The pod holding the longest prefix of a request is its home: there `own` is only the new
+//! tokens, so both extra terms are small. Leaving home costs the recomputation now, in this
+//! request's TTFT, plus its congestion and eviction price at the destination; a session (or a
+//! popular prefix) therefore moves only when its home's queue costs more than all three. Where
+//! it moves, the prefix index records it, so that pod becomes a second home and the next
+//! requests of the same prefix choose between two homes at the price of their new tokens only.
+//! A home lasts as long as the prefix index remembers it: with `autoTune` the approximate index
+//! holds as many blocks per pod as the pod's cache, so over capacity it forgets sessions and
+//! their next turns are placed as strangers (BENCHMARKS.md, #20, "homes").
 //!
 //! # Bounded load falls out of the unit
 //! A request goes to the pod holding its prefix until that pod's queue costs more than
@@ -85,6 +107,11 @@ pub struct EstimatedTtftScorer {
     pub queued_request_cost_ms: f64,
     /// Weight of the recomputation a full cache's evictions cause (0 = this request only).
     pub eviction_cost_weight: f64,
+    /// Weight of the delay this request's own prefill imposes on the requests queued behind it
+    /// (0 = this request only; 1 = one queued request delayed per request queued now). Off by
+    /// default: at 1 it kept no more sessions home over capacity and cost 9–12 points of hit
+    /// rate at 80% load in the agentic benchmark (BENCHMARKS.md, #20).
+    pub congestion_cost_weight: f64,
     /// Use each pod's learned rates (false: the seed for every pod).
     pub learn: bool,
 }
@@ -97,6 +124,7 @@ impl Default for EstimatedTtftScorer {
             decode_cost_ms: 1.0,
             queued_request_cost_ms: 100.0,
             eviction_cost_weight: 0.25,
+            congestion_cost_weight: 0.0,
             learn: true,
         }
     }
@@ -112,6 +140,7 @@ impl EstimatedTtftScorer {
             ("decodeCostMs", self.decode_cost_ms, true),
             ("queuedRequestCostMs", self.queued_request_cost_ms, true),
             ("evictionCostWeight", self.eviction_cost_weight, true),
+            ("congestionCostWeight", self.congestion_cost_weight, true),
         ];
         for (name, v, zero_ok) in fields {
             if !v.is_finite() || v < 0.0 || (v == 0.0 && !zero_ok) {
@@ -204,11 +233,15 @@ impl EstimatedTtftScorer {
             + r.per_waiting * i.waiting
     }
 
-    /// The estimate plus the price of what a full cache evicts to hold the new tokens.
-    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64) -> f64 {
+    /// The estimate plus what the request's own prefill costs others there: the prefixes a full
+    /// cache evicts to hold the new tokens, and the delay of the `queued` requests (the pool's
+    /// mean queue) that wait behind it.
+    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64, queued: f64) -> f64 {
         let own = self.inputs(req, c).own_tokens;
-        let evict = self.eviction_cost_weight * self.rates_with(c, typical).per_token * own;
-        let cost = self.estimate_with(req, c, typical) + evict * c.kv_usage.clamp(0.0, 1.0);
+        let prefill = self.rates_with(c, typical).per_token * own;
+        let others = self.eviction_cost_weight * c.kv_usage.clamp(0.0, 1.0)
+            + self.congestion_cost_weight * queued;
+        let cost = self.estimate_with(req, c, typical) + prefill * others;
         if cost.is_finite() {
             cost.max(1e-6)
         } else {
@@ -218,8 +251,9 @@ impl EstimatedTtftScorer {
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let typical = self.typical_factor(pool);
+        let queued = mean_queue(pool);
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = self.cost(req, c, typical);
+            *o = self.cost(req, c, typical, queued);
         }
         let best = out.iter().copied().fold(f64::INFINITY, f64::min);
         for o in out.iter_mut() {
@@ -242,6 +276,14 @@ impl EstimatedTtftScorer {
     }
 }
 
+/// The mean of the candidates' waiting requests (0 for an empty pool).
+fn mean_queue(pool: &[&Candidate]) -> f64 {
+    if pool.is_empty() {
+        return 0.0;
+    }
+    pool.iter().map(|c| c.waiting.max(0.0)).sum::<f64>() / pool.len() as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +295,14 @@ mod tests {
             prefix_total_blocks: prompt_tokens / 16,
             block_size: 16,
             ..Default::default()
+        }
+    }
+
+    /// The scorer with the congestion price on (`congestionCostWeight: 1`).
+    fn congested() -> EstimatedTtftScorer {
+        EstimatedTtftScorer {
+            congestion_cost_weight: 1.0,
+            ..EstimatedTtftScorer::default()
         }
     }
 
@@ -295,6 +345,66 @@ mod tests {
         home.prefill.pending_requests = 15.0;
         let cands = [home, cand(2, 0.0, 0.5, 0)];
         assert_eq!(pick(&s, &req(2_200), &cands), 1);
+    }
+
+    #[test]
+    fn over_capacity_a_session_stays_home_rather_than_recompute_on_another_busy_pod() {
+        let queued = |port, waiting: f64, held_blocks| {
+            let mut c = cand(port, waiting, 0.5, held_blocks);
+            c.prefill.pending_tokens = 200.0 * waiting;
+            c.prefill.pending_requests = waiting;
+            c
+        };
+        // Home holds 3,792 of 4,000 tokens behind 6 queued requests; the other pod has 3 queued.
+        let cands = [queued(1, 6.0, 237), queued(2, 3.0, 0)];
+        let selfish = EstimatedTtftScorer::default();
+        assert_eq!(
+            pick(&selfish, &req(4_000), &cands),
+            1,
+            "its own TTFT alone moves it"
+        );
+        assert_eq!(pick(&congested(), &req(4_000), &cands), 0);
+    }
+
+    #[test]
+    fn in_a_saturated_pool_a_momentarily_empty_queue_does_not_pull_a_session_from_home() {
+        let queued = |port, waiting: f64, held_blocks| {
+            let mut c = cand(port, waiting, 0.5, held_blocks);
+            c.prefill.pending_tokens = 200.0 * waiting;
+            c.prefill.pending_requests = waiting;
+            c
+        };
+        // Home holds 3,792 of 4,000 tokens; six more pods are as queued; one just drained.
+        let mut cands = vec![queued(1, 6.0, 237)];
+        cands.extend((2..8).map(|p| queued(p, 6.0, 0)));
+        cands.push(queued(8, 0.0, 0));
+        let selfish = EstimatedTtftScorer::default();
+        assert_eq!(pick(&selfish, &req(4_000), &cands), 7);
+        assert_eq!(pick(&congested(), &req(4_000), &cands), 0);
+    }
+
+    #[test]
+    fn a_home_queue_spills_to_an_idle_pod_but_not_to_a_queued_one() {
+        let s = congested();
+        let mut home = cand(1, 12.0, 0.5, 125);
+        home.prefill.pending_tokens = 24_000.0;
+        home.prefill.pending_requests = 12.0;
+        // 2,200-token prompt, 2,000 held at home; an idle pod is worth the recomputation.
+        assert_eq!(
+            pick(&s, &req(2_200), &[home.clone(), cand(2, 0.0, 0.5, 0)]),
+            1
+        );
+        // A pod queued three quarters as deep is not, though this request alone would gain:
+        // recomputing there delays its queue too.
+        let mut busy = cand(2, 9.0, 0.5, 0);
+        busy.prefill.pending_tokens = 18_000.0;
+        busy.prefill.pending_requests = 9.0;
+        let selfish = EstimatedTtftScorer::default();
+        assert_eq!(
+            pick(&selfish, &req(2_200), &[home.clone(), busy.clone()]),
+            1
+        );
+        assert_eq!(pick(&s, &req(2_200), &[home, busy]), 0);
     }
 
     #[test]

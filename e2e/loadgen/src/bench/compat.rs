@@ -1,8 +1,14 @@
 //! Compatibility, differentially (issue 18): the same requests through Envoy + epp and Envoy +
 //! each upstream EPP, on the same pod layout (4 pods, one IP each), comparing HTTP status, the
 //! pod that served (`x-inference-pod`) and the error body. Unambiguous scenarios only: well-formed
-//! requests, bodyless requests, subset hints, every bad-input class, and a repeated long prompt
-//! (prefix affinity: the repeat should land where the first went).
+//! requests, bodyless requests, subset hints, every bad-input class, a repeated long prompt
+//! (prefix affinity: the repeat should land where the first went), and one pod clearly best by
+//! queue or by KV cache (`load` cases: real requests sent straight to the pods set them up).
+//!
+//! The subset hint travels as a gateway sends it: ext_proc metadata (`envoy.lb.subset_hint` /
+//! `x-gateway-destination-endpoint-subset`, a list of `ip:port`), set by a Lua filter in a
+//! second Envoy (`hack/bench/envoy-duplex-subset-list.yaml`) in front of the same EPP. A request
+//! header of that name is not a hint: no EPP reads it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,9 +20,12 @@ use http::Method;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{SimCluster, SimOptions};
-use super::routers::{self, Bins, Router};
+use super::routers::{self, Bins, Router, Running};
 use super::BenchError;
 use harness::client;
+use harness::envoy::{repo_root, Envoy, EnvoyConfig, Template};
+
+mod load;
 
 /// What one request got.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -26,6 +35,9 @@ pub struct Outcome {
     pub pod: Option<String>,
     /// The start of an error body.
     pub body: String,
+    /// What the case set up (the pods' scraped states for the load cases).
+    #[serde(default)]
+    pub note: String,
 }
 
 /// One router's answers, case name → outcome.
@@ -40,9 +52,13 @@ struct Case {
     name: &'static str,
     method: Method,
     path: &'static str,
-    header: Option<(&'static str, String)>,
+    /// The subset hint (comma-separated `ip:port`, `-` for an empty list), sent as metadata.
+    subset: Option<String>,
     body: String,
 }
+
+/// The request header the subset gateway's Lua filter turns into the metadata list.
+const SUBSET_LIST_HEADER: &str = "x-subset-list";
 
 fn cases(model: &str, pods: &[SocketAddr]) -> Vec<Case> {
     let long: String = (0..1500).map(|i| format!(" w{}", i % 97)).collect();
@@ -50,10 +66,18 @@ fn cases(model: &str, pods: &[SocketAddr]) -> Vec<Case> {
         name,
         method: Method::POST,
         path,
-        header: None,
+        subset: None,
         body,
     };
     let third = pods.get(2).map(ToString::to_string).unwrap_or_default();
+    let subset = |name, hint: String| Case {
+        subset: Some(hint),
+        ..post(
+            name,
+            "/v1/completions",
+            format!(r#"{{"model":"{model}","prompt":"hi","max_tokens":1}}"#),
+        )
+    };
     vec![
         post(
             "chat completion",
@@ -71,26 +95,19 @@ fn cases(model: &str, pods: &[SocketAddr]) -> Vec<Case> {
             name: "bodyless GET /v1/models",
             method: Method::GET,
             path: "/v1/models",
-            header: None,
+            subset: None,
             body: String::new(),
         },
-        Case {
-            name: "subset hint: the third pod",
-            method: Method::POST,
-            path: "/v1/completions",
-            header: Some(("x-gateway-destination-endpoint-subset", third)),
-            body: format!(r#"{{"model":"{model}","prompt":"hi","max_tokens":1}}"#),
-        },
-        Case {
-            name: "subset hint: no such pod",
-            method: Method::POST,
-            path: "/v1/completions",
-            header: Some((
-                "x-gateway-destination-endpoint-subset",
-                "127.0.0.250:1".into(),
-            )),
-            body: format!(r#"{{"model":"{model}","prompt":"hi","max_tokens":1}}"#),
-        },
+        subset("subset hint (metadata list): the third pod", third.clone()),
+        subset(
+            "subset hint (metadata list): the third pod and one unknown",
+            format!("127.0.0.250:1,{third}"),
+        ),
+        subset(
+            "subset hint (metadata list): no such pod",
+            "127.0.0.250:1".into(),
+        ),
+        subset("subset hint (metadata list): empty", "-".into()),
         post(
             "bad: not JSON",
             "/v1/completions",
@@ -155,13 +172,58 @@ async fn one(
     dir: &Path,
     model: &str,
 ) -> Result<CompatResult, BenchError> {
+    let mut outcomes = BTreeMap::new();
+    {
+        let (cluster, running) = stack(router, bins, &dir.join("basic"), model).await?;
+        let subset_gateway = subset_gateway(&running).await?;
+        for c in cases(model, &cluster.pods) {
+            let target = match (&c.subset, &subset_gateway) {
+                (None, _) => Some(running.target),
+                (Some(_), gw) => gw.as_ref().map(Envoy::listener_addr),
+            };
+            let o = match target {
+                Some(t) => send(t, &c).await,
+                None => Outcome {
+                    body: "no ext_proc server: no subset hint".into(),
+                    ..Outcome::default()
+                },
+            };
+            outcomes.insert(c.name.to_owned(), o);
+        }
+        drop(subset_gateway);
+        drop(running);
+        drop(cluster);
+    }
+    for case in &load::CASES {
+        let (cluster, running) = stack(router, bins, &dir.join(case.slug), model).await?;
+        let o = load::run(case, &cluster.pods, running.target, model).await;
+        outcomes.insert(case.name.to_owned(), o);
+        drop(running);
+        drop(cluster);
+    }
+    Ok(CompatResult {
+        router: router.label(),
+        outcomes,
+        error: None,
+    })
+}
+
+/// Fresh pods (4, one IP each) and `router` in front of them.
+async fn stack(
+    router: &Router,
+    bins: &Bins,
+    dir: &Path,
+    model: &str,
+) -> Result<(SimCluster, Running), BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::io("creating the compat dir"))?;
     let sim = SimOptions {
         pods: 4,
         num_gpu_blocks: 1001,
         block_size: 16,
         max_model_len: 16384,
         profile: "llmd-h100-8b".into(),
-        time_scale: 10.0,
+        // Real time: the load cases prefill thousands of tokens before their probe.
+        time_scale: 1.0,
         lora_adapters: Vec::new(),
         max_loras: 1,
         kv_events: false,
@@ -172,41 +234,60 @@ async fn one(
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
     let running =
         routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, model).await?;
-    let mut outcomes = BTreeMap::new();
-    for c in cases(model, &cluster.pods) {
-        let mut req = client::request(c.method.clone(), c.path, Bytes::from(c.body.clone()))
-            .map_err(|e| BenchError::Setup(e.to_string()))?;
-        if let Some((name, value)) = &c.header {
-            req = client::with_header(req, name, value)
-                .map_err(|e| BenchError::Setup(e.to_string()))?;
-        }
-        let o = match client::send(running.target, req).await {
-            Ok(r) => Outcome {
-                status: r.status.as_u16(),
-                pod: r
-                    .header("x-inference-pod")
-                    .map(|p| p.rsplit('-').next().unwrap_or(p).to_owned()),
-                body: if r.status.is_success() {
-                    String::new()
-                } else {
-                    r.text().chars().take(90).collect()
-                },
-            },
-            Err(e) => Outcome {
-                status: 0,
-                pod: None,
-                body: e.to_string(),
-            },
-        };
-        outcomes.insert(c.name.to_owned(), o);
+    Ok((cluster, running))
+}
+
+/// A second Envoy in front of `running`'s ext_proc servers that sends the subset hint as
+/// metadata (`None` for a router without ext_proc).
+async fn subset_gateway(running: &Running) -> Result<Option<Envoy>, BenchError> {
+    if running.extproc.is_empty() {
+        return Ok(None);
     }
-    drop(running);
-    drop(cluster);
-    Ok(CompatResult {
-        router: router.label(),
-        outcomes,
-        error: None,
-    })
+    let template = repo_root().join("hack/bench/envoy-duplex-subset-list.yaml");
+    let envoy = EnvoyConfig::new(Template::File(template))
+        .epp_replicas(running.extproc.iter().copied())
+        .concurrency(1)
+        .start()
+        .await?;
+    Ok(Some(envoy))
+}
+
+async fn send(target: SocketAddr, c: &Case) -> Outcome {
+    let req = client::request(c.method.clone(), c.path, Bytes::from(c.body.clone())).and_then(
+        |r| match &c.subset {
+            Some(hint) => client::with_header(r, SUBSET_LIST_HEADER, hint),
+            None => Ok(r),
+        },
+    );
+    match req {
+        Ok(req) => outcome(client::send(target, req).await),
+        Err(e) => Outcome {
+            body: e.to_string(),
+            ..Outcome::default()
+        },
+    }
+}
+
+/// Status, serving pod and the start of an error body.
+fn outcome(r: Result<client::HttpResponse, client::ClientError>) -> Outcome {
+    match r {
+        Ok(r) => Outcome {
+            status: r.status.as_u16(),
+            pod: r
+                .header("x-inference-pod")
+                .map(|p| p.rsplit('-').next().unwrap_or(p).to_owned()),
+            body: if r.status.is_success() {
+                String::new()
+            } else {
+                r.text().chars().take(90).collect()
+            },
+            note: String::new(),
+        },
+        Err(e) => Outcome {
+            body: e.to_string(),
+            ..Outcome::default()
+        },
+    }
 }
 
 /// One row per case: each router's `status pod`, and whether it matches epp's.
@@ -242,7 +323,20 @@ pub fn table(results: &[CompatResult], ours: &str) -> String {
                     } else {
                         format!(" `{}`", o.body.replace('|', "/").replace('`', "'"))
                     };
-                    format!("{}{pod}{same}{body}", o.status)
+                    let note = if o.note.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", o.note)
+                    };
+                    let pod_differs = match us.and_then(|u| u.outcomes.get(case)) {
+                        Some(u)
+                            if r.router != ours && case.starts_with("load") && u.pod != o.pod =>
+                        {
+                            " **≠ pod**"
+                        }
+                        _ => "",
+                    };
+                    format!("{}{pod}{same}{pod_differs}{body}{note}", o.status)
                 }
                 None => r
                     .error

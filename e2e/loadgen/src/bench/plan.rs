@@ -52,6 +52,8 @@ pub struct PlanOptions {
     pub share_speculative: bool,
     /// Include the upstream EPPs (GIE's EPP, llm-d-router; `hack/install-peers.sh`).
     pub upstream: bool,
+    /// Seed of every workload (the same seed gives the same requests at the same times).
+    pub seed: u64,
 }
 
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -276,6 +278,23 @@ fn scenario(
 
 /// The scenarios of a mode.
 pub fn scenarios(o: &PlanOptions) -> Vec<Scenario> {
+    let mut v = unseeded(o);
+    for s in &mut v {
+        reseed(&mut s.loadgen_args, o.seed);
+    }
+    v
+}
+
+/// Sets the value of every `--seed` in `args` to `seed`.
+fn reseed(args: &mut [String], seed: u64) {
+    for i in 1..args.len() {
+        if args[i - 1] == "--seed" {
+            args[i] = seed.to_string();
+        }
+    }
+}
+
+fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
     let (d, w) = (o.duration_s, o.warmup_s);
     let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
     if o.mode == Mode::Smoke {
@@ -542,6 +561,30 @@ mod tests {
     }
 
     #[test]
+    fn the_seed_reaches_every_workload() {
+        let o = PlanOptions {
+            mode: Mode::Full,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
+            share_speculative: false,
+            upstream: false,
+            seed: 42,
+        };
+        for s in scenarios(&o) {
+            let at = s.loadgen_args.iter().position(|a| a == "--seed");
+            let seed = at.and_then(|i| s.loadgen_args.get(i + 1));
+            assert_eq!(seed.map(String::as_str), Some("42"), "{}", s.name);
+        }
+    }
+
+    #[test]
     fn quick_mode_runs_the_precise_router_only_when_asked() {
         let mut o = PlanOptions {
             mode: Mode::Quick,
@@ -556,6 +599,7 @@ mod tests {
             epp_replicas: Vec::new(),
             share_speculative: false,
             upstream: true,
+            seed: 1,
         };
         let precise = |o: &PlanOptions| {
             scenarios(o)[0]
@@ -592,6 +636,7 @@ mod tests {
             epp_replicas: Vec::new(),
             share_speculative: false,
             upstream: true,
+            seed: 1,
         };
         let upstream = |o: &PlanOptions| -> Vec<String> {
             scenarios(o)[0]

@@ -138,6 +138,9 @@ pub struct Running {
     pub metrics: Option<SocketAddr>,
     /// The fake API server an EPP with Kubernetes discovery watches (kept running).
     pub api: Option<harness::fake_apiserver::FakeApiServer>,
+    /// The ext_proc servers behind Envoy (empty for routers without one), so a second gateway
+    /// (the compat bench's subset-hint Envoy) can front the same EPP.
+    pub extproc: Vec<SocketAddr>,
 }
 
 impl Running {
@@ -245,6 +248,7 @@ async fn envoy_only(template: Template, pods: &[SocketAddr]) -> Result<Running, 
         envoy: Some(envoy),
         metrics: None,
         api: None,
+        extproc: Vec::new(),
     })
 }
 
@@ -344,7 +348,7 @@ async fn epp(
         metrics.get_or_insert(SocketAddr::from(([127, 0, 0, 1], p[2])));
     }
     let envoy = EnvoyConfig::new(Template::Duplex)
-        .epp_replicas(grpc)
+        .epp_replicas(grpc.iter().copied())
         .concurrency(2)
         .start()
         .await?;
@@ -354,6 +358,7 @@ async fn epp(
         envoy: Some(envoy),
         metrics,
         api: None,
+        extproc: grpc,
     })
 }
 
@@ -366,8 +371,9 @@ async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, B
         endpoints(pods),
     ];
     let proc_ = Proc::spawn("noop-extproc", &bins.noop_extproc, &args, dir)?;
+    let grpc = SocketAddr::from(([127, 0, 0, 1], port));
     let envoy = EnvoyConfig::new(Template::Duplex)
-        .epp(SocketAddr::from(([127, 0, 0, 1], port)))
+        .epp(grpc)
         .concurrency(2)
         .start()
         .await?;
@@ -377,6 +383,7 @@ async fn noop(bins: &Bins, pods: &[SocketAddr], dir: &Path) -> Result<Running, B
         envoy: Some(envoy),
         metrics: None,
         api: None,
+        extproc: vec![grpc],
     })
 }
 
@@ -421,6 +428,7 @@ fn python_router(
         envoy: None,
         metrics: None,
         api: None,
+        extproc: Vec::new(),
     })
 }
 

@@ -171,8 +171,9 @@ pub async fn gie(
         Duration::from_secs(60),
     )
     .await?;
+    let grpc = SocketAddr::from(([127, 0, 0, 1], p[0]));
     let envoy = EnvoyConfig::new(Template::Duplex)
-        .epp(SocketAddr::from(([127, 0, 0, 1], p[0])))
+        .epp(grpc)
         .concurrency(2)
         .start()
         .await?;
@@ -182,6 +183,7 @@ pub async fn gie(
         envoy: Some(envoy),
         metrics: Some(SocketAddr::from(([127, 0, 0, 1], p[2]))),
         api: Some(api),
+        extproc: vec![grpc],
     })
 }
 
@@ -236,8 +238,9 @@ pub async fn llmd(
         Duration::from_secs(60),
     )
     .await?;
+    let grpc = SocketAddr::from(([127, 0, 0, 1], p[0]));
     let envoy = EnvoyConfig::new(Template::Duplex)
-        .epp(SocketAddr::from(([127, 0, 0, 1], p[0])))
+        .epp(grpc)
         .concurrency(2)
         .start()
         .await?;
@@ -247,6 +250,7 @@ pub async fn llmd(
         envoy: Some(envoy),
         metrics: Some(SocketAddr::from(([127, 0, 0, 1], p[2]))),
         api: None,
+        extproc: vec![grpc],
     })
 }
 

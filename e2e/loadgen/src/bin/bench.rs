@@ -43,6 +43,9 @@ struct Args {
     /// Run the overhead runs in quick mode too.
     #[arg(long)]
     overhead: bool,
+    /// Seed of every workload (repeat a comparison with another to see its spread).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Seconds per overhead case, and rounds of each.
     #[arg(long, default_value_t = 8.0)]
     overhead_secs: f64,
@@ -129,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
         epp_replicas: args.epp_replicas.clone(),
         share_speculative: args.share_speculative,
         upstream: !args.no_upstream && args.mode != Mode::Smoke,
+        seed: args.seed,
         extra_epp: args
             .epp
             .iter()
