@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when an import in src/ breaks the layer table of ARCHITECTURE.md.
+"""Fails when an import in src/ breaks the layer table of ARCHITECTURE.md (repo root).
 
 Every top-level module of the epp crate has a layer; a module may use `crate::<other>` only for
 an `other` in a lower layer, or in its own layer when that layer allows it (the pure core, in
