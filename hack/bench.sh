@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Routing-quality and overhead benchmarks in one command (see BENCHMARKS.md).
 #
-#   hack/bench.sh --quick        shared prefix + no sharing through every router, overhead (≈ 5 min)
+#   hack/bench.sh --quick        shared prefix + no sharing through every router (≈ 4½ min once built)
 #   hack/bench.sh --full         quick + load sweep, multi-turn, long/short mix, LoRA mix
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
 #   hack/bench.sh --cost         epp beside the upstream EPPs on 100 pods: idle CPU, CPU per request
