@@ -1,4 +1,4 @@
-//! Operations against a real kube-apiserver (e2e/src/kube_apiserver.rs):
+//! Operations against a real kube-apiserver (e2e/harness/src/kube_apiserver.rs):
 //! - readiness follows Kubernetes discovery: NOT_SERVING while the API server is unreachable at
 //!   start-up, SERVING once the pool and pods are listed, NOT_SERVING again when the server
 //!   stays unreachable beyond `--kube-api-unreachable-grace` (a network cut through a proxy, so

@@ -7,44 +7,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
-use bytes::Bytes;
-use http::{HeaderMap, Method};
 use tokio::sync::watch;
 
 use super::StandInOptions;
 
-/// One request as the stand-in received it.
-#[derive(Debug, Clone)]
-pub struct RecordedRequest {
-    pub method: Method,
-    /// Path and query.
-    pub path: String,
-    pub headers: HeaderMap,
-    /// The body, byte for byte.
-    pub body: Bytes,
-    pub received_at: Instant,
-}
-
-impl RecordedRequest {
-    /// The value of a header, if present and valid UTF-8.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-/// How `/metrics` behaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MetricsMode {
-    /// Answer with the current values.
-    #[default]
-    Normal,
-    /// Answer 500 (a scrape error).
-    Error,
-    /// Do not answer until the mode changes or the server stops (a stale, hung scrape).
-    Hang,
-}
+// The recorded request and the `/metrics` modes are the simulator's test hook's: one shape for
+// both model servers the tests drive.
+pub use inference_sim::{MetricsMode, RecordedRequest};
 
 /// Values a test forces; `None` means "derive from the requests in flight".
 #[derive(Debug, Clone, Default)]
