@@ -106,13 +106,15 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
             ("v1", "Service") => drop(typed::<Service>(o)),
             ("v1", "ServiceAccount") => drop(typed::<ServiceAccount>(o)),
             ("v1", "Secret") => {
-                let kind = o["type"].as_str().unwrap_or_default().to_owned();
+                // The replica-sharing certificates, else the ServiceMonitor's token.
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                let want = if name.ends_with("-peers-tls") {
+                    "kubernetes.io/tls"
+                } else {
+                    "kubernetes.io/service-account-token"
+                };
+                assert_eq!(o["type"], want, "Secret {name}");
                 drop(typed::<Secret>(o));
-                assert!(
-                    ["kubernetes.io/service-account-token", "kubernetes.io/tls"]
-                        .contains(&kind.as_str()),
-                    "unexpected Secret type {kind}"
-                );
             }
             ("v1", "ConfigMap") => {
                 let cm = typed::<ConfigMap>(o);
