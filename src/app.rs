@@ -115,7 +115,7 @@ pub async fn run_with_drain(
     };
     let director = Arc::new(Director::new(shared.clone(), dopts).with_placement_sink(placements));
     let (health, health_service) = Health::new().await;
-    spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file));
+    spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file))?;
     let kube = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
     let (client, readiness) = kube.map_or((None, Vec::new()), |k| (Some(k.client), k.readiness));
     let auth = client
@@ -348,7 +348,7 @@ fn spawn_background(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
     endpoints: EndpointSources,
-) {
+) -> anyhow::Result<()> {
     let (fixed, file) = endpoints;
     let (datastore, metrics) = (&shared.datastore, &shared.metrics);
     if file.is_some() {
@@ -365,6 +365,7 @@ fn spawn_background(
     let sopts = scrape::ScrapeOptions {
         interval: opts.refresh_metrics_interval,
         timeout: opts.metrics_scrape_timeout,
+        filter: opts.model_server_metrics_filter,
         gpu_metrics_url: opts.gpu_metrics_url.clone(),
         // The deprecated flags win over the data-layer plugins' parameters.
         path: opts
@@ -380,13 +381,14 @@ fn spawn_background(
         // Checked by `Options::validate`.
         names: opts.metric_names().unwrap_or_default(),
     };
-    tracker.spawn(scrape::run(
+    scrape::spawn(
         Arc::clone(datastore),
         Arc::clone(metrics),
         sopts,
         tracker.clone(),
         shutdown.clone(),
-    ));
+    )
+    .context("starting the metrics scrapers' thread")?;
     if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
         let popts = crate::probe::ProbeOptions {
             interval,
@@ -438,6 +440,7 @@ fn spawn_background(
             shutdown.clone(),
         ));
     }
+    Ok(())
 }
 
 /// What Kubernetes mode hands back: the client (for `/metrics` auth) and the signals readiness

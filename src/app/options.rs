@@ -126,6 +126,11 @@ pub struct Options {
     /// Per-scrape timeout.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub metrics_scrape_timeout: Duration,
+    /// Ask each model server for only the series epp reads (`?name[]=...`, which vLLM and
+    /// SGLang serve through prometheus_client): a ~1 KB page instead of ~50 KB, less CPU on
+    /// both sides. A server that ignores or refuses the filter is scraped whole (logged once).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub model_server_metrics_filter: bool,
     /// NVIDIA DCGM exporter to read GPU series from (per node, or a Prometheus `/federate`
     /// URL); series are matched to endpoints by their `pod` label. Without it, DCGM series in
     /// a pod's own /metrics (a sidecar exporter) are used.

@@ -36,6 +36,9 @@ impl<'p> GpuAccumulator<'p> {
         }
     }
 
+    /// The DCGM series this accumulator reads.
+    pub const NAMES: [&'static str; 3] = [GPU_UTIL, FB_USED, FB_FREE];
+
     /// Whether `name` is a DCGM series this accumulator reads.
     pub fn wants(name: &str) -> bool {
         matches!(name, GPU_UTIL | FB_USED | FB_FREE)
@@ -82,7 +85,7 @@ impl<'p> GpuAccumulator<'p> {
 /// The GPU readings for `pod` in a per-node exporter's text (`None` if it has none).
 pub fn extract_for_pod(text: &str, pod: &str) -> Option<GpuMetrics> {
     let mut acc = GpuAccumulator::new(Some(pod));
-    for s in super::parse::samples(text).filter(|s| GpuAccumulator::wants(s.name)) {
+    for s in super::parse::samples_named(text, GpuAccumulator::wants) {
         acc.observe(&s);
     }
     acc.finish()

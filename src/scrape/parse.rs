@@ -5,13 +5,17 @@
 //! scrape (one bad line from an exporter should not blind epp to a pod).
 
 use crate::endpoint::{CacheInfo, EndpointMetrics, EngineType, LoraState};
+use std::borrow::Cow;
 use std::time::Instant;
 
-/// One sample line.
+/// A sample's labels: name and (unescaped) value.
+pub type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
+
+/// One sample line. Label values borrow from the exposition unless they hold an escape.
 #[derive(Debug, PartialEq)]
 pub struct Sample<'a> {
     pub name: &'a str,
-    pub labels: Vec<(&'a str, String)>,
+    pub labels: Labels<'a>,
     pub value: f64,
 }
 
@@ -20,21 +24,34 @@ impl Sample<'_> {
         self.labels
             .iter()
             .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
     }
 }
 
 /// Iterates over the samples of an exposition.
 pub fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
-    text.lines().filter_map(parse_line)
+    samples_named(text, |_| true)
 }
 
-fn parse_line(line: &str) -> Option<Sample<'_>> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
-    }
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+/// The samples whose metric name `want` accepts. Other lines are skipped after reading their
+/// name only: a vLLM exposition is ~350 samples (mostly histogram buckets) of which a picker
+/// reads five, and epp scrapes every pod 20 times a second.
+pub fn samples_named<'a>(
+    text: &'a str,
+    want: impl Fn(&str) -> bool,
+) -> impl Iterator<Item = Sample<'a>> {
+    text.lines().filter_map(move |line| {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+        want(&line[..name_end]).then(|| parse_sample(line, name_end))?
+    })
+}
+
+/// One trimmed, non-comment line whose name ends at `name_end`.
+fn parse_sample(line: &str, name_end: usize) -> Option<Sample<'_>> {
     let name = &line[..name_end];
     let (labels, rest) = if line[name_end..].starts_with('{') {
         parse_labels(&line[name_end + 1..])?
@@ -59,7 +76,7 @@ fn parse_value(v: &str) -> Option<f64> {
 }
 
 /// Parses `k="v",...}` and returns the labels and the text after `}`.
-fn parse_labels(mut s: &str) -> Option<(Vec<(&str, String)>, &str)> {
+fn parse_labels(mut s: &str) -> Option<(Labels<'_>, &str)> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start_matches([',', ' ']);
@@ -74,13 +91,18 @@ fn parse_labels(mut s: &str) -> Option<(Vec<(&str, String)>, &str)> {
     }
 }
 
-fn parse_quoted(s: &str) -> Option<(String, &str)> {
+fn parse_quoted(s: &str) -> Option<(Cow<'_, str>, &str)> {
     let body = s.strip_prefix('"')?;
-    let mut out = String::new();
-    let mut chars = body.char_indices();
+    // Most values hold no escape: borrow them.
+    let end = body.find(['"', '\\'])?;
+    if body.as_bytes()[end] == b'"' {
+        return Some((Cow::Borrowed(&body[..end]), &body[end + 1..]));
+    }
+    let mut out = String::from(&body[..end]);
+    let mut chars = body[end..].char_indices();
     while let Some((i, c)) = chars.next() {
         match c {
-            '"' => return Some((out, &body[i + 1..])),
+            '"' => return Some((Cow::Owned(out), &body[end + i + 1..])),
             '\\' => match chars.next()?.1 {
                 'n' => out.push('\n'),
                 other => out.push(other),
@@ -98,6 +120,44 @@ struct Names {
     kv: &'static [Selector],
     cache: CacheSpec,
     lora: Option<&'static str>,
+}
+
+/// The names of the series an endpoint's metrics come from (the DCGM GPU series included),
+/// for the scrape's `?name[]=` filter.
+pub fn series_names(engine: EngineType, overrides: &NameOverrides) -> Vec<&'static str> {
+    let n = overrides.apply(names(engine));
+    let mut out = vec![n.waiting.0, n.running.0];
+    out.extend(n.kv.iter().map(|k| k.0));
+    out.extend(n.lora);
+    match n.cache {
+        CacheSpec::Labels { series, .. } => out.push(series),
+        CacheSpec::Gauges {
+            block_size,
+            num_blocks,
+        } => out.extend([block_size.0, num_blocks.0]),
+    }
+    out.extend(super::dcgm::GpuAccumulator::NAMES);
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+impl Names {
+    /// Whether a series of this name feeds a field (the DCGM GPU series included).
+    fn reads(&self, name: &str) -> bool {
+        name == self.waiting.0
+            || name == self.running.0
+            || self.kv.iter().any(|k| k.0 == name)
+            || self.lora == Some(name)
+            || match &self.cache {
+                CacheSpec::Labels { series, .. } => *series == name,
+                CacheSpec::Gauges {
+                    block_size,
+                    num_blocks,
+                } => block_size.0 == name || num_blocks.0 == name,
+            }
+            || super::dcgm::GpuAccumulator::wants(name)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -309,7 +369,7 @@ pub fn extract_with(
     let (mut block_size, mut num_blocks) = (None, None);
     let mut lora: Option<(f64, LoraState)> = None;
     let mut gpu = super::dcgm::GpuAccumulator::new(None);
-    for s in samples(text) {
+    for s in samples_named(text, |name| n.reads(name)) {
         if n.waiting.matches(&s) {
             *waiting.get_or_insert(0.0) += s.value;
         } else if n.running.matches(&s) {

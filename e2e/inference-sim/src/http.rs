@@ -125,7 +125,10 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
         (Method::GET, "/version") => {
             Ok(json_response(StatusCode::OK, &json!({"version": VERSION})))
         }
-        (Method::GET, "/metrics" | "/metrics/" | "/prometheus/metrics") => metrics(state).await,
+        (Method::GET, "/metrics" | "/metrics/" | "/prometheus/metrics") => {
+            let names = super::metrics::filter::requested_names(req.uri().query());
+            metrics(state, names.as_deref()).await
+        }
         _ if !state.ready() => Err(ApiError::Unavailable("the engine is starting")),
         (Method::GET, "/v1/models") => Ok(models(state)),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,
@@ -197,7 +200,7 @@ fn health(state: &PodState) -> Result<Response<Body>, ApiError> {
     Ok(full(StatusCode::OK, "text/plain", ""))
 }
 
-async fn metrics(state: &PodState) -> Result<Response<Body>, ApiError> {
+async fn metrics(state: &PodState, names: Option<&[String]>) -> Result<Response<Body>, ApiError> {
     let mut mode = state.hook.metrics_mode();
     loop {
         match *mode.borrow_and_update() {
@@ -211,10 +214,10 @@ async fn metrics(state: &PodState) -> Result<Response<Body>, ApiError> {
             return Err(ApiError::Unavailable("the pod has stopped"));
         }
     }
-    Ok(metrics_text(state))
+    Ok(metrics_text(state, names))
 }
 
-fn metrics_text(state: &PodState) -> Response<Body> {
+fn metrics_text(state: &PodState, names: Option<&[String]>) -> Response<Body> {
     let stalled = state.faults.current().stall_metrics;
     let mut frozen = state.frozen.lock().unwrap_or_else(|e| e.into_inner());
     if !stalled {
@@ -237,6 +240,10 @@ fn metrics_text(state: &PodState) -> Response<Body> {
             }
             text
         }
+    };
+    let text = match names {
+        Some(names) => super::metrics::filter::restrict(&text, names),
+        None => text,
     };
     full(
         StatusCode::OK,

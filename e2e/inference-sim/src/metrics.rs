@@ -13,6 +13,7 @@ use super::engine::{EngineGauges, FinishReason, StepReport};
 
 pub mod dcgm;
 mod exposition;
+pub mod filter;
 
 pub use exposition::{py_float, render};
 
