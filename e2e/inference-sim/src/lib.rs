@@ -51,6 +51,7 @@
 //! step time is a linear model (no quadratic prefill attention); the CPU cost
 //! of tokenization and HTTP is real, not simulated.
 
+pub mod apis;
 pub mod cluster;
 pub mod config;
 pub mod engine;
