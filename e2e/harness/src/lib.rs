@@ -39,4 +39,3 @@ pub mod prometheus;
 pub mod server;
 pub mod sim_pod;
 pub mod stack;
-pub mod standin;
