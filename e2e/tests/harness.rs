@@ -10,7 +10,7 @@ use epp_e2e::envoy::{AccessLogEntry, Envoy, EnvoyConfig, Template};
 use epp_e2e::noop_extproc::{self_signed_identity, NoopExtProc};
 use epp_e2e::server::ServerHandle;
 use epp_e2e::sim::{PodConfig, Tokenizer, TokenizerKind};
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
+use epp_e2e::sim_pod::{test_pod_config, with_long_context, SimPod};
 use http::{Method, StatusCode};
 use tokio::net::TcpListener;
 
@@ -199,14 +199,8 @@ async fn a_get_without_body_is_routed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_arrives_byte_for_byte_in_duplex_mode() {
-    // Pods with a 128k context, the KV blocks for it, and ten times real time for its prefill.
-    let long_context = |mut cfg: PodConfig| {
-        cfg.engine.max_model_len = 131_072;
-        cfg.engine.num_gpu_blocks = 8_192;
-        cfg.engine.time_scale = 10.0;
-        cfg
-    };
-    let stack = Stack::start_with(Template::Duplex, false, |cfg| cfg, long_context).await;
+    // 60,000 words are more tokens than the default 8,192-token context holds.
+    let stack = Stack::start_with(Template::Duplex, false, |cfg| cfg, with_long_context).await;
     // Several times the 62,000-byte chunk the picker streams back, and not a multiple of it.
     let prompt = "lorem ipsum ".repeat(30_000);
     let body = format!(r#"{{"model":"test-model","prompt":"{prompt}"}}"#);

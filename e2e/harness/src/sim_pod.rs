@@ -45,6 +45,15 @@ pub fn with_adapters(mut cfg: PodConfig, adapters: &[&str]) -> PodConfig {
     cfg
 }
 
+/// `cfg` with a 128k context, the KV blocks for it and ten times real time for its prefill, so
+/// long prompts (tens of thousands of tokens) are served rather than refused.
+pub fn with_long_context(mut cfg: PodConfig) -> PodConfig {
+    cfg.engine.max_model_len = 131_072;
+    cfg.engine.num_gpu_blocks = 8_192;
+    cfg.engine.time_scale = 10.0;
+    cfg
+}
+
 /// A running pod; [`SimPod::shutdown`] stops it (dropping it aborts its tasks).
 pub struct SimPod {
     name: String,

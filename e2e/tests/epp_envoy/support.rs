@@ -10,7 +10,7 @@ use epp_e2e::client::{self, HttpResponse};
 use epp_e2e::envoy::{repo_root, AccessLogEntry};
 use epp_e2e::sim as inference_sim;
 use epp_e2e::sim::RecordedRequest;
-use epp_e2e::sim_pod::{test_pod_config, with_adapters, SimPod};
+use epp_e2e::sim_pod::{test_pod_config, with_adapters, with_long_context, SimPod};
 use epp_e2e::stack::{Epp, Stack, StackOptions};
 use http::{Method, StatusCode};
 use rand::rngs::SmallRng;
@@ -85,14 +85,9 @@ pub fn slow_steps(step: Duration, adapters: &[&str]) -> inference_sim::PodConfig
     cfg
 }
 
-/// Test pods with a 128k context, the KV blocks for it and ten times real time for its prefill,
-/// so long prompts are served rather than refused; `adapters` as in [`slow_steps`].
+/// Test pods with a 128k context ([`with_long_context`]), `adapters` as in [`slow_steps`].
 pub fn long_context(adapters: &[&str]) -> inference_sim::PodConfig {
-    let mut cfg = with_adapters(test_pod_config("pod"), adapters);
-    cfg.engine.max_model_len = 131_072;
-    cfg.engine.num_gpu_blocks = 8_192;
-    cfg.engine.time_scale = 10.0;
-    cfg
+    with_long_context(with_adapters(test_pod_config("pod"), adapters))
 }
 
 /// Waits until Envoy's access log holds `count` entries and returns them.
