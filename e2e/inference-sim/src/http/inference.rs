@@ -1,5 +1,6 @@
-//! Completions and chat completions: admission (faults, model, tokens,
-//! context length), hand-off to the engine, and the JSON or SSE answer.
+//! Completions and chat completions (and the Responses, Anthropic Messages and token-in generate
+//! requests [`crate::apis`] maps onto them): admission (faults, model, tokens, context length),
+//! hand-off to the engine, and the JSON or SSE answer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ struct Prepared {
     kv: KvTransfer,
 }
 
-/// `POST /v1/completions` and `/v1/chat/completions`.
+/// `POST /v1/completions`, `/v1/chat/completions`, and the APIs of [`crate::apis`].
 pub async fn serve(
     state: &Arc<PodState>,
     req: Request<ReqBody>,
