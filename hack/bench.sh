@@ -62,7 +62,7 @@ if [[ "$mode" == full && ! -f target/bench/tokenizer-cl100k/tokenizer.json ]]; t
 fi
 
 cargo build --release --locked -p epp -p loadgen -p inference-sim -p harness \
-  --bin epp --bin bench --bin loadgen --bin inference-sim --bin model-server --bin noop-extproc
+  --bin epp --bin bench --bin loadgen --bin inference-sim --bin noop-extproc
 
 out="target/bench/$mode"
 mkdir -p "$out"

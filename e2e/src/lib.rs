@@ -9,7 +9,7 @@
 pub use ::loadgen;
 pub use harness::{
     client, envoy, fake_apiserver, fixtures, kube_apiserver, noop_extproc, pd_sidecar, ports,
-    prometheus, server, stack, standin,
+    prometheus, server, sim_pod, stack,
 };
 pub use inference_sim as sim;
 pub use loadgen::bench;

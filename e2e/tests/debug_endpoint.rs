@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use epp_e2e::client;
+use epp_e2e::sim_pod::test_pod_config;
 use epp_e2e::stack::{Stack, StackOptions};
-use epp_e2e::standin::StandInOptions;
 use std::time::{Duration, Instant};
 
 const CONFIG: &str = r#"apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -53,10 +53,9 @@ async fn wait_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_snapshot_shows_endpoints_inflight_index_and_config() {
-    let pod_options = StandInOptions {
-        latency: Duration::from_millis(600),
-        ..StandInOptions::default()
-    };
+    // Every request waits 600 ms before the engine takes it (the added_latency fault).
+    let mut pod_config = test_pod_config("pod");
+    pod_config.faults.added_latency_ms = 600;
     let args = vec![
         "--config-text".to_owned(),
         CONFIG.to_owned(),
@@ -66,12 +65,12 @@ async fn debug_snapshot_shows_endpoints_inflight_index_and_config() {
     let stack = Stack::start(StackOptions {
         pods: 2,
         epp_args: args,
-        pod_options,
+        pod_config,
         ..StackOptions::default()
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-    stack.pods[0].set_waiting(Some(7));
+    stack.pods[0].hook().set_waiting(Some(7));
 
     let first = stack.pods[0].endpoint();
     let s = wait_for(&stack, "pod-0's queue of 7", |s| {

@@ -1,5 +1,5 @@
 //! The e2e harness against a real Envoy 1.40: Envoy + the noop ext_proc server (in process) +
-//! two model-server stand-ins, for every shipped config. These fail, not skip, when Envoy is not
+//! two recording inference-sim pods, for every shipped config. These fail, not skip, when Envoy is not
 //! installed: run `hack/install-envoy.sh`.
 
 use std::time::Duration;
@@ -9,16 +9,17 @@ use epp_e2e::client;
 use epp_e2e::envoy::{AccessLogEntry, Envoy, EnvoyConfig, Template};
 use epp_e2e::noop_extproc::{self_signed_identity, NoopExtProc};
 use epp_e2e::server::ServerHandle;
-use epp_e2e::standin::{StandIn, StandInOptions};
+use epp_e2e::sim::{PodConfig, Tokenizer, TokenizerKind};
+use epp_e2e::sim_pod::{test_pod_config, with_long_context, SimPod};
 use http::{Method, StatusCode};
 use tokio::net::TcpListener;
 
 const LOG_WAIT: Duration = Duration::from_secs(5);
 
-/// Envoy in front of two stand-ins, routed by the noop ext_proc server (round robin from pod-a).
+/// Envoy in front of two pods, routed by the noop ext_proc server (round robin from pod-a).
 struct Stack {
     envoy: Envoy,
-    pods: Vec<StandIn>,
+    pods: Vec<SimPod>,
     _epp: Option<ServerHandle>,
 }
 
@@ -28,28 +29,28 @@ impl Stack {
     }
 
     /// `tls`: TLS between Envoy and the ext_proc server; `envoy` and `opts` adjust the Envoy
-    /// config and each stand-in's options.
+    /// config and each pod's configuration.
     async fn start_with(
         template: Template,
         tls: bool,
         envoy: impl FnOnce(EnvoyConfig) -> EnvoyConfig,
-        opts: impl Fn(StandInOptions) -> StandInOptions,
+        opts: impl Fn(PodConfig) -> PodConfig,
     ) -> Self {
         let mut pods = Vec::new();
         for name in ["pod-a", "pod-b"] {
             pods.push(
-                StandIn::bind(opts(StandInOptions::named(name)))
+                SimPod::bind(opts(test_pod_config(name)))
                     .await
-                    .expect("start stand-in"),
+                    .expect("start pod"),
             );
         }
-        let mut config = EnvoyConfig::new(template.clone()).pool(pods.iter().map(StandIn::addr));
+        let mut config = EnvoyConfig::new(template.clone()).pool(pods.iter().map(SimPod::addr));
         let epp = if template.uses_ext_proc() {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind ext_proc");
             let identity = tls.then(|| self_signed_identity().expect("certificate"));
-            let noop = NoopExtProc::new(pods.iter().map(StandIn::endpoint));
+            let noop = NoopExtProc::new(pods.iter().map(SimPod::endpoint));
             let handle = noop.start(listener, identity).expect("start noop ext_proc");
             config = config.epp(handle.addr()).epp_tls(tls);
             Some(handle)
@@ -73,7 +74,7 @@ impl Stack {
             .expect("request through envoy")
     }
 
-    fn pod(&self, name: &str) -> &StandIn {
+    fn pod(&self, name: &str) -> &SimPod {
         self.pods
             .iter()
             .find(|p| p.name() == name)
@@ -140,27 +141,27 @@ async fn sse_events_arrive_incrementally_through_envoy() {
         Template::Duplex,
         false,
         |cfg| cfg,
-        |opts| StandInOptions {
-            completion_tokens: 5,
-            stream_interval: interval,
-            ..opts
+        |mut cfg| {
+            cfg.engine.timing.step_overhead = interval;
+            cfg
         },
     )
     .await;
-    let body = r#"{"model":"test-model","prompt":"stream please","stream":true}"#;
+    let body = r#"{"model":"test-model","prompt":"stream please","max_tokens":5,"stream":true}"#;
     let request = client::request(Method::POST, "/v1/completions", body).unwrap();
     let response = client::send_streaming(stack.envoy.listener_addr(), request)
         .await
         .unwrap();
     assert_eq!(response.status, StatusCode::OK);
-    assert_eq!(
-        response.headers.get("content-type").unwrap(),
-        "text/event-stream"
+    let content_type = response.headers.get("content-type").unwrap();
+    assert!(
+        content_type.as_bytes().starts_with(b"text/event-stream"),
+        "{content_type:?}"
     );
     let text = String::from_utf8(response.body().to_vec()).unwrap();
     assert_eq!(text.matches("data: ").count(), 6, "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    // Five events 150 ms apart: buffering would deliver everything at once.
+    // Five tokens from engine steps of 150 ms: buffering would deliver everything at once.
     assert_incremental(&response, 3 * interval);
 }
 
@@ -198,7 +199,8 @@ async fn a_get_without_body_is_routed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_arrives_byte_for_byte_in_duplex_mode() {
-    let stack = Stack::start(Template::Duplex).await;
+    // 60,000 words are more tokens than the default 8,192-token context holds.
+    let stack = Stack::start_with(Template::Duplex, false, |cfg| cfg, with_long_context).await;
     // Several times the 62,000-byte chunk the picker streams back, and not a multiple of it.
     let prompt = "lorem ipsum ".repeat(30_000);
     let body = format!(r#"{{"model":"test-model","prompt":"{prompt}"}}"#);
@@ -212,7 +214,10 @@ async fn a_large_body_arrives_byte_for_byte_in_duplex_mode() {
         received[0].body == body.as_bytes(),
         "the body changed on the way"
     );
-    assert_eq!(response.json().unwrap()["usage"]["prompt_tokens"], 60_000);
+    let tokens = Tokenizer::new(TokenizerKind::Cl100kBase)
+        .encode(&prompt)
+        .len();
+    assert_eq!(response.json().unwrap()["usage"]["prompt_tokens"], tokens);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,7 +291,15 @@ async fn the_least_request_baseline_serves_requests() {
         .post("/v1/responses", r#"{"model":"test-model","input":"hello"}"#)
         .await;
     assert_eq!(response.status, StatusCode::OK, "{}", response.text());
-    assert_eq!(response.json().unwrap()["usage"]["input_tokens"], 1);
+    let usage = &response.json().unwrap()["usage"];
+    // "hello" in the chat template as the pod's tokenizer counts it.
+    let chat = "<|user|>\nhello\n<|assistant|>\n";
+    let tokens = Tokenizer::new(TokenizerKind::Cl100kBase).encode(chat).len();
+    assert_eq!(usage["input_tokens"], tokens, "{usage}");
+    assert!(
+        usage["output_tokens"].as_u64().is_some_and(|n| n >= 1),
+        "{usage}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_installs_and_epp_routes_as_its_service_account_with_least_privilege() {
     let (server, ns) = setup("chart").await;
-    let (port, pods) = standins(2).await;
+    let (port, pods) = sim_pods(2).await;
     let objects = install_chart(&ns, "llama", &chart_values(port, json!({}))).await;
     let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     for kind in [

@@ -76,7 +76,7 @@ impl Load {
 async fn routing_survives_an_api_server_kill_and_the_watches_resume() {
     let _serial = SERIAL.lock().await;
     let (server, ns) = setup("faults-restart").await;
-    let (port, pods) = standins(3).await;
+    let (port, pods) = sim_pods(3).await;
     create(&ns, pool(&[port])).await;
     ready_pod(&ns, "pod-0", "127.0.0.2").await;
     ready_pod(&ns, "pod-1", "127.0.0.3").await;
@@ -178,7 +178,7 @@ async fn one_leader(replicas: &[k8s_support::Epp], not: Option<usize>) -> usize 
 async fn a_standby_takes_over_a_real_lease_within_twice_the_lease_duration() {
     let _serial = SERIAL.lock().await;
     let (server, ns) = setup("faults-leader").await;
-    let (port, pods) = standins(2).await;
+    let (port, pods) = sim_pods(2).await;
     let values = chart_values(port, json!({"inferenceExtension": {"replicas": 3}}));
     install_chart(&ns, "llama", &values).await;
     ready_pod(&ns, "pod-0", "127.0.0.2").await;
@@ -203,7 +203,7 @@ async fn a_standby_takes_over_a_real_lease_within_twice_the_lease_duration() {
     }
     let envoy = epp_e2e::envoy::EnvoyConfig::new(epp_e2e::envoy::Template::Duplex)
         .epp_replicas(replicas.iter().map(|r| r.grpc))
-        .pool(pods.iter().map(epp_e2e::standin::StandIn::addr))
+        .pool(pods.iter().map(epp_e2e::sim_pod::SimPod::addr))
         .start()
         .await
         .unwrap();

@@ -1,6 +1,6 @@
 //! epp's Kubernetes discovery against a real kube-apiserver, with traffic through a real Envoy:
 //! pods are created with the pool's labels and their status is patched through `pods/status`
-//! (as a kubelet would) with distinct 127.0.0.x IPs where stand-in model servers listen; the
+//! (as a kubelet would) with distinct 127.0.0.x IPs where inference-sim pods listen; the
 //! traffic follows them becoming ready, unready, terminating and deleted. Data-parallel ranks
 //! (several target ports), the v1alpha2 pool, and the objective CRDs (rewrites, shedding) on
 //! real objects. Needs hack/install-kube.sh and hack/install-envoy.sh.
@@ -9,7 +9,7 @@
 mod k8s_support;
 mod kube_support;
 
-use epp_e2e::standin::{StandIn, StandInOptions};
+use epp_e2e::sim_pod::{test_pod_config, SimPod};
 use k8s_support::{send, send_on, Epp, Outcome};
 use kube_support::*;
 use serde_json::json;
@@ -33,7 +33,7 @@ async fn epp_as_admin(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_follows_pods_becoming_ready_unready_terminating_and_deleted() {
     let (server, ns) = setup("pods-life").await;
-    let (port, pods) = standins(3).await;
+    let (port, pods) = sim_pods(3).await;
     create(&ns, pool(&[port])).await;
     ready_pod(&ns, "pod-0", "127.0.0.2").await;
     ready_pod(&ns, "pod-1", "127.0.0.3").await;
@@ -80,7 +80,8 @@ async fn each_target_port_of_a_pod_is_an_endpoint_data_parallel_ranks() {
         let listener = tokio::net::TcpListener::bind(("127.0.0.2", port))
             .await
             .unwrap();
-        ranks.push(StandIn::start(listener, StandInOptions::named(format!("rank-{i}"))).unwrap());
+        let rank = SimPod::start(listener, test_pod_config(&format!("rank-{i}")));
+        ranks.push(rank.await.unwrap());
     }
     create(&ns, pool(&[base, base + 1])).await;
     ready_pod(&ns, "dp", "127.0.0.2").await;
@@ -98,7 +99,7 @@ async fn each_target_port_of_a_pod_is_an_endpoint_data_parallel_ranks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v1alpha2_pool_selects_its_pods_too() {
     let (server, ns) = setup("pods-alpha").await;
-    let (port, pods) = standins(2).await;
+    let (port, pods) = sim_pods(2).await;
     create(&ns, json!({
         "apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferencePool",
         "metadata": {"name": "pool"},
@@ -168,12 +169,8 @@ async fn a_90_10_canary_rewrite_on_a_real_object_splits_a_thousand_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sheddable_objectives_on_real_objects_are_shed_under_saturation() {
     let (server, ns) = setup("pods-shed").await;
-    let standin = StandIn::start(
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        StandInOptions::named("a"),
-    )
-    .unwrap();
-    create(&ns, pool(&[standin.addr().port()])).await;
+    let pod = SimPod::named("a").await.unwrap();
+    create(&ns, pool(&[pod.addr().port()])).await;
     ready_pod(&ns, "a", "127.0.0.1").await;
     create(&ns, json!({
         "apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceModel",
@@ -187,7 +184,7 @@ async fn sheddable_objectives_on_real_objects_are_shed_under_saturation() {
     .await;
     let epp = epp_as_admin(server, &ns, &["--pool-name", "pool"]).await;
     epp.wait_endpoints(1, WITHIN).await;
-    standin.set_waiting(Some(50));
+    pod.hook().set_waiting(Some(50));
     let status = |o: Outcome| match o {
         Outcome::Routed { .. } => 200,
         Outcome::Rejected { status } => status,
@@ -204,5 +201,5 @@ async fn sheddable_objectives_on_real_objects_are_shed_under_saturation() {
     let objective = [("x-gateway-inference-objective", "background")];
     assert_eq!(status(send(epp.grpc, "chat", &objective).await), 429);
     epp.stop().await;
-    standin.shutdown().await;
+    pod.shutdown().await;
 }

@@ -422,3 +422,106 @@ async fn a_slow_pod_takes_proportionally_longer() {
     assert!(slow_t * 2 > fast_t * 5, "fast {fast_t:?} slow {slow_t:?}");
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_other_request_apis_run_on_the_engine_and_answer_in_their_own_shape() {
+    let cluster = start(vec![pod_config("p0")]).await;
+    let addr = cluster.addrs()[0];
+    let r = post(
+        addr,
+        "/v1/responses",
+        json!({"model": MODEL, "instructions": "be brief", "input": "hello", "max_output_tokens": 4}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json().expect("json");
+    assert_eq!(
+        (&v["object"], &v["model"]),
+        (&json!("response"), &json!(MODEL))
+    );
+    assert_eq!(v["output"][0]["content"][0]["type"], "output_text");
+    let u = &v["usage"];
+    assert_eq!(u["output_tokens"], 4, "{v}");
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["input_tokens"].as_u64().unwrap_or(0) + 4)
+    );
+
+    let r = post(
+        addr,
+        "/v1/messages",
+        json!({"model": MODEL, "max_tokens": 3, "system": "s",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]}),
+    )
+    .await;
+    let v = r.json().expect("json");
+    assert_eq!(
+        (&v["type"], &v["stop_reason"]),
+        (&json!("message"), &json!("max_tokens")),
+        "{v}"
+    );
+    assert_eq!(v["usage"]["output_tokens"], 3, "{v}");
+    let missing = post(
+        addr,
+        "/v1/messages",
+        json!({"model": MODEL, "messages": []}),
+    )
+    .await;
+    assert_eq!(
+        missing.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        missing.text()
+    );
+
+    let r = post(
+        addr,
+        "/inference/v1/generate",
+        json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}}),
+    )
+    .await;
+    let v = r.json().expect("json");
+    assert_eq!(
+        v["choices"][0]["token_ids"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let stream = post(
+        addr,
+        "/inference/v1/generate",
+        json!({"token_ids": [1], "stream": true}),
+    )
+    .await;
+    assert_eq!(stream.status, StatusCode::BAD_REQUEST, "{}", stream.text());
+
+    let r = post(
+        addr,
+        "/v1/embeddings",
+        json!({"model": MODEL, "input": ["a b", "c d e"]}),
+    )
+    .await;
+    let v = r.json().expect("json");
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["data"][1]["embedding"].as_array().map(Vec::len), Some(16));
+    assert_eq!(v["usage"]["prompt_tokens"], 2 + 3, "{v}");
+    let unknown = post(
+        addr,
+        "/v1/embeddings",
+        json!({"model": "nope", "input": "x"}),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+
+    for path in ["/v1/rerank", "/v1/realtime", "/generate"] {
+        let r = post(addr, path, json!({"model": MODEL})).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    let m = metrics(addr).await;
+    assert_eq!(
+        sample(&m, "vllm:generation_tokens_total"),
+        Some(4.0 + 3.0 + 2.0),
+        "the three generating APIs ran on the engine"
+    );
+    cluster.shutdown().await;
+}

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use epp_e2e::client;
+use epp_e2e::sim_pod::{test_pod_config, with_long_context};
 use epp_e2e::stack::{Stack, StackOptions};
 use http::Method;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -105,9 +106,13 @@ async fn run(listener: std::net::TcpListener) {
     let tracker = tokio_util::task::TaskTracker::new();
     tracker.spawn(server);
 
-    let stack = Stack::start(StackOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
+    // The large prompt below is ~72,000 tokens: pods with a 128k context.
+    let stack = Stack::start(StackOptions {
+        pod_config: with_long_context(test_pod_config("pod")),
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("starting the stack: {e:#}"));
     let body = r#"{"model":"test-model","prompt":"trace me through the gateway","max_tokens":4}"#;
     let req = client::request(Method::POST, "/v1/completions", Bytes::from(body)).unwrap();
     let req = client::with_header(

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Instructions per small request in an ext_proc server, counted by callgrind (reproducible on a
 # loaded machine, where CPU time is not). Envoy (duplex ext_proc, as in the overhead runs) in
-# front of 4 stand-in model servers; the server under test runs under valgrind with
-# instrumentation off until a warm-up of 200 requests is done, then counts N closed-loop
-# requests (20-token prompt, 1 output token, concurrency 4). Metrics scraping is slowed to once
-# an hour so that only per-request work is counted.
+# front of 4 inference-sim pods a million times faster than real time (figures from before the
+# stand-in's removal in #16 were taken with the older `model-server` stand-in); the server
+# under test runs under valgrind with instrumentation off until a warm-up of 200 requests is
+# done, then counts N closed-loop requests (20-token prompt, 1 output token, concurrency 4).
+# Metrics scraping is slowed to once an hour so that only per-request work is counted.
 #
 #   hack/bench/callgrind.sh [epp|noop] [N] [BINARY]   (default: epp 2000 target/release/<bin>)
 #
@@ -27,8 +28,10 @@ eps=$(printf '127.0.0.1:%s,' "${backends[@]}"); eps=${eps%,}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-target/release/model-server --ports "$(IFS=,; echo "${backends[*]}")" --model m --completion-tokens 1 --stream-interval-ms 0 >"$d/model-server.log" 2>&1 &
-pids+=($!)
+for b in "${backends[@]}"; do
+  target/release/inference-sim --port "$b" --pod-name-prefix "pod-$b" --model m --time-scale 1000000 >"$d/inference-sim-$b.log" 2>&1 &
+  pids+=($!)
+done
 vg=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out")
 if [[ "$what" == epp ]]; then
   "${vg[@]}" "$bin" --grpc-port "$grpc" --grpc-health-port "$health" --metrics-port "$metrics" --secure-serving=false \

@@ -8,9 +8,9 @@
 //! 2. [`envoy::Envoy`] runs Envoy 1.40 from a bootstrap template in `config/envoy/`, rendered with
 //!    free ports; its ext_proc filter calls the endpoint picker (epp, or [`noop_extproc`], the
 //!    do-nothing baseline) which names the pod in `x-gateway-destination-endpoint`.
-//! 3. Envoy forwards to that pod, a [`standin::StandIn`] model server (or a simulated vLLM pod,
-//!    `inference_sim`, in [`stack::SimStack`]), which records the request, answers in OpenAI
-//!    format and exposes vLLM-style metrics that tests control.
+//! 3. Envoy forwards to that pod, a simulated vLLM pod (`inference_sim`; [`sim_pod::SimPod`]
+//!    records every request and lets the test force its metrics, [`stack::SimStack`] runs a
+//!    fleet), which answers as vLLM does and exposes vLLM's metrics.
 //! 4. Tests assert on the response headers (`x-inference-pod`), on the pods' recorded requests,
 //!    on epp's metrics ([`prometheus`], read with epp's own parser) and on Envoy's access log
 //!    ([`envoy::AccessLogEntry`]).
@@ -37,5 +37,5 @@ pub mod pd_sidecar;
 pub mod ports;
 pub mod prometheus;
 pub mod server;
+pub mod sim_pod;
 pub mod stack;
-pub mod standin;

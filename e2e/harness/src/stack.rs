@@ -1,11 +1,11 @@
-//! A whole stack on loopback: epp in-process, model-server stand-ins, and a real Envoy whose
+//! A whole stack on loopback: epp in-process, inference-sim pods, and a real Envoy whose
 //! ext_proc filter calls epp. Used by the e2e tests and the demo.
 
 pub mod pd;
 
 use crate::envoy::{Envoy, EnvoyConfig, Template};
 pub use crate::epp::{Epp, WaitFor};
-use crate::standin::{StandIn, StandInOptions};
+use crate::sim_pod::{test_pod_config, SimPod};
 use tokio::net::TcpListener;
 
 /// What to start.
@@ -16,7 +16,8 @@ pub struct StackOptions {
     pub epp_args: Vec<String>,
     /// Serve ext_proc over TLS (epp's self-signed certificate) and have Envoy use TLS.
     pub tls: bool,
-    pub pod_options: StandInOptions,
+    /// Every pod's configuration; the stack names pod `i` `pod-<i>` and seeds it with `i`.
+    pub pod_config: inference_sim::PodConfig,
 }
 
 impl Default for StackOptions {
@@ -26,14 +27,14 @@ impl Default for StackOptions {
             template: Template::Duplex,
             epp_args: Vec::new(),
             tls: false,
-            pod_options: StandInOptions::default(),
+            pod_config: test_pod_config("pod"),
         }
     }
 }
 
-/// Stand-ins + epp + Envoy.
+/// Recording test pods ([`SimPod`]) + epp + Envoy.
 pub struct Stack {
-    pub pods: Vec<StandIn>,
+    pub pods: Vec<SimPod>,
     pub epp: Epp,
     pub envoy: Envoy,
 }
@@ -42,13 +43,14 @@ impl Stack {
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         let mut pods = Vec::with_capacity(opts.pods);
         for i in 0..opts.pods {
-            let pod_opts = StandInOptions {
-                name: format!("pod-{i}"),
-                ..opts.pod_options.clone()
+            let cfg = inference_sim::PodConfig {
+                pod_name: format!("pod-{i}"),
+                seed: i as u64,
+                ..opts.pod_config.clone()
             };
-            pods.push(StandIn::bind(pod_opts).await?);
+            pods.push(SimPod::bind(cfg).await?);
         }
-        let endpoints: Vec<String> = pods.iter().map(StandIn::endpoint).collect();
+        let endpoints: Vec<String> = pods.iter().map(SimPod::endpoint).collect();
         let mut args = vec![
             "--static-endpoints".to_owned(),
             endpoints.join(","),
@@ -60,7 +62,7 @@ impl Stack {
         let envoy = EnvoyConfig::new(opts.template)
             .epp(epp.grpc)
             .epp_tls(opts.tls)
-            .pool(pods.iter().map(StandIn::addr))
+            .pool(pods.iter().map(SimPod::addr))
             .start()
             .await?;
         Ok(Self { pods, epp, envoy })

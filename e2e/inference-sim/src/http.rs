@@ -2,10 +2,14 @@
 //! llm-d-inference-sim headers), as one hyper service function.
 //!
 //! Routes: `POST /v1/completions`, `/v1/chat/completions` (JSON or SSE),
-//! `/v1/completions/render`, `/v1/chat/completions/render`, `/tokenize`,
+//! `/v1/responses`, `/inference/v1/generate`, `/v1/messages` (Anthropic; not a vLLM route,
+//! see [`crate::apis`]), `/v1/embeddings`, `/v1/completions/render`, `/v1/chat/completions/render`, `/tokenize`,
 //! `/detokenize`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`,
 //! `/reset_prefix_cache`; `GET /v1/models`, `/health`, `/ping`, `/version`,
-//! `/metrics`. Every response carries `x-inference-pod` and `x-inference-port`.
+//! `/metrics`. Every response carries `x-inference-pod` and `x-inference-port`. Any other
+//! path is a 404, as on vLLM serving a generative model: no pooling routes (`/v1/rerank`,
+//! `/v1/score`), no HTTP `POST /v1/realtime` (vLLM's Realtime API is a WebSocket), no
+//! SGLang `/generate`.
 //! During the start-up delay `/health` and all model routes answer 503 and
 //! `/metrics` has no `cache_config_info` yet.
 
@@ -33,6 +37,7 @@ use super::openai::{Api, ApiError, LoraRequest, TokenizeRequest};
 use super::runner::{Command, SimClock};
 use super::tokenizer::{render_chat, Tokenizer};
 
+mod embeddings;
 mod inference;
 
 /// Response body type of every route.
@@ -133,6 +138,12 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
         (Method::GET, "/v1/models") => Ok(models(state)),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,
         (Method::POST, "/v1/chat/completions") => inference::serve(state, req, Api::Chat).await,
+        (Method::POST, "/v1/responses") => inference::serve(state, req, Api::Responses).await,
+        (Method::POST, "/inference/v1/generate") => {
+            inference::serve(state, req, Api::Generate).await
+        }
+        (Method::POST, "/v1/messages") => inference::serve(state, req, Api::Messages).await,
+        (Method::POST, "/v1/embeddings") => embeddings::serve(state, req).await,
         (Method::POST, "/v1/completions/render") => {
             inference::render(state, req, Api::Completions).await
         }
@@ -181,11 +192,19 @@ where
     T: DeserializeOwned,
     B: hyper::body::Body<Data = Bytes, Error = hyper::Error>,
 {
+    Ok(serde_json::from_slice(&read_body(req).await?)?)
+}
+
+/// The whole request body (at most 64 MiB).
+pub async fn read_body<B>(req: Request<B>) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes, Error = hyper::Error>,
+{
     let body = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|_| ApiError::Body)?;
-    Ok(serde_json::from_slice(&body.to_bytes())?)
+    Ok(body.to_bytes())
 }
 
 fn health(state: &PodState) -> Result<Response<Body>, ApiError> {

@@ -10,7 +10,8 @@
 //!
 //! One request through the modules:
 //!
-//! 1. [`http`] parses the OpenAI body ([`openai`]), applies [`faults`],
+//! 1. [`http`] parses the OpenAI body ([`openai`]; Responses, Anthropic Messages and token-in
+//!    generate bodies become the same request in [`apis`]), applies [`faults`],
 //!    resolves the model or LoRA adapter ([`lora`]), tokenizes
 //!    ([`tokenizer`], chat template included) and checks the context length.
 //! 2. The request goes to the pod's engine task ([`runner`]), which owns the
@@ -46,11 +47,15 @@
 //! pulled blocks are cached and announced in KV events like computed ones. The decode-side
 //! sidecar is `crate::pd_sidecar` (a stand-in for llm-d's).
 //!
+//! The HTTP surface, and the routes served that vLLM does not serve (Anthropic
+//! `/v1/messages`) or serves differently (embeddings skip the engine): `README.md`.
+//!
 //! Simplified (honestly): generated text is filler; no speculative decoding,
 //! multimodal, prompt embeddings, beam search or `n > 1`; one KV-cache group;
 //! step time is a linear model (no quadratic prefill attention); the CPU cost
 //! of tokenization and HTTP is real, not simulated.
 
+pub mod apis;
 pub mod cluster;
 pub mod config;
 pub mod engine;

@@ -196,12 +196,7 @@ pub struct LoraRequest {
     pub lora_path: Option<String>,
 }
 
-/// Whether a response is a chat or a text completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Api {
-    Completions,
-    Chat,
-}
+pub use super::apis::Api;
 
 /// Identity fields shared by every chunk of one response.
 #[derive(Clone, Debug)]
@@ -233,17 +228,18 @@ impl ResponseMeta {
     /// The whole non-streaming response.
     pub fn full(&self, text: &str, usage: &Usage) -> Value {
         let reason = finish_str(Some(usage.reason));
-        let (object, choice) = match self.api {
-            Api::Completions => (
-                "text_completion",
-                json!({"index": 0, "text": text, "logprobs": null,
-                "finish_reason": reason, "stop_reason": null, "prompt_logprobs": null}),
-            ),
-            Api::Chat => (
+        let (object, choice) = if self.api.is_chat() {
+            (
                 "chat.completion",
                 json!({"index": 0, "message": {"role": "assistant",
                 "content": text, "tool_calls": []}, "logprobs": null, "finish_reason": reason, "stop_reason": null}),
-            ),
+            )
+        } else {
+            (
+                "text_completion",
+                json!({"index": 0, "text": text, "logprobs": null,
+                "finish_reason": reason, "stop_reason": null, "prompt_logprobs": null}),
+            )
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model,
             "choices": [choice], "usage": self.usage(usage), "prompt_logprobs": null, "kv_transfer_params": null})
@@ -251,33 +247,33 @@ impl ResponseMeta {
 
     /// One SSE chunk carrying `text` (and the finish reason on the last one).
     pub fn chunk(&self, text: &str, reason: Option<FinishReason>, first: bool) -> Value {
-        let (object, choice) = match self.api {
-            Api::Completions => (
+        let (object, choice) = if self.api.is_chat() {
+            let delta = if first {
+                json!({"role": "assistant", "content": text})
+            } else {
+                json!({"content": text})
+            };
+            (
+                "chat.completion.chunk",
+                json!({"index": 0, "delta": delta, "logprobs": null,
+                "finish_reason": finish_str(reason)}),
+            )
+        } else {
+            (
                 "text_completion",
                 json!({"index": 0, "text": text, "logprobs": null,
                 "finish_reason": finish_str(reason), "stop_reason": null}),
-            ),
-            Api::Chat => {
-                let delta = if first {
-                    json!({"role": "assistant", "content": text})
-                } else {
-                    json!({"content": text})
-                };
-                (
-                    "chat.completion.chunk",
-                    json!({"index": 0, "delta": delta, "logprobs": null,
-                    "finish_reason": finish_str(reason)}),
-                )
-            }
+            )
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": [choice]})
     }
 
     /// The final `stream_options.include_usage` chunk.
     pub fn usage_chunk(&self, usage: &Usage) -> Value {
-        let object = match self.api {
-            Api::Completions => "text_completion",
-            Api::Chat => "chat.completion.chunk",
+        let object = if self.api.is_chat() {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model,
             "choices": [], "usage": self.usage(usage)})

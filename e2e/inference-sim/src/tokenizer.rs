@@ -64,10 +64,14 @@ const WORDS: &str = "The quick brown fox jumps over the lazy dog while a simulat
 server streams plausible tokens so that routers can be measured without any GPU at all and \
 every answer keeps the same length in tokens as a real one would";
 
-/// A shared BPE encoder plus the word list used for generated text.
+/// A shared BPE encoder plus the word list used for generated text. Encoding runs on
+/// `bpe-openai` (GitHub's linear-time BPE: tiktoken's exact ids at 2–3× its speed, the crate epp
+/// tokenizes with), so tokenizing a long prompt costs the pod what it costs a real server, not
+/// several times more; decoding stays on tiktoken-rs.
 #[derive(Clone, Copy)]
 pub struct Tokenizer {
     bpe: &'static CoreBPE,
+    fast: &'static bpe_openai::Tokenizer,
     kind: TokenizerKind,
 }
 
@@ -82,16 +86,22 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// The process-wide encoder of this vocabulary (built on first use).
     pub fn new(kind: TokenizerKind) -> Self {
-        let bpe = match kind {
-            TokenizerKind::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
-            TokenizerKind::O200kBase => tiktoken_rs::o200k_base_singleton(),
+        let (bpe, fast) = match kind {
+            TokenizerKind::Cl100kBase => (
+                tiktoken_rs::cl100k_base_singleton(),
+                bpe_openai::cl100k_base(),
+            ),
+            TokenizerKind::O200kBase => (
+                tiktoken_rs::o200k_base_singleton(),
+                bpe_openai::o200k_base(),
+            ),
         };
-        Self { bpe, kind }
+        Self { bpe, fast, kind }
     }
 
     /// Tokens of `text`, special-token markers treated as ordinary text.
     pub fn encode(&self, text: &str) -> Vec<TokenId> {
-        self.bpe.encode_ordinary(text)
+        self.fast.encode(text)
     }
 
     /// Text of `ids`; invalid UTF-8 across token boundaries is replaced.
@@ -126,6 +136,26 @@ mod tests {
         let ids = tok.encode("Hello, world! <|endoftext|>");
         assert_eq!(tok.decode(&ids).unwrap(), "Hello, world! <|endoftext|>");
         assert!(tok.decode(&[u32::MAX]).is_err());
+    }
+
+    #[test]
+    fn the_fast_encoder_gives_tiktokens_ids() {
+        let texts = [
+            "Hello, world! <|endoftext|> café 😀 naïve",
+            "  leading spaces, 12345 numbers, tabs\t and\nnewlines\r\n",
+            "<|user|>\nWhat's a KV cache?\n<|assistant|>\n",
+            "river copper lantern meadow ",
+        ];
+        for kind in [TokenizerKind::Cl100kBase, TokenizerKind::O200kBase] {
+            let tok = Tokenizer::new(kind);
+            for text in texts {
+                assert_eq!(
+                    tok.encode(text),
+                    tok.bpe.encode_ordinary(text),
+                    "{kind:?} {text:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   Envoy + epp, Envoy + the do-nothing ext_proc server, vllm-router, sglang-router;
 //! - [`compare`] runs `loadgen` through each router and collects its summary and the routers'
 //!   CPU per request;
-//! - [`overhead`] measures Envoy alone, Envoy + noop ext_proc and Envoy + epp on cheap stand-in
+//! - [`overhead`] measures Envoy alone, Envoy + noop ext_proc and Envoy + epp on cheap inference-sim
 //!   backends (small chat request and a 220 KB prompt);
 //! - [`crosscheck`] runs inference-perf and `loadgen` on the same workload and router;
 //! - [`plan`] holds the quick, full and smoke plans; [`report`] writes the tables, the target

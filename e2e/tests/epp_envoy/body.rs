@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use epp_e2e::client;
 use epp_e2e::envoy::Template;
+use epp_e2e::sim_pod::{test_pod_config, with_adapters};
 use epp_e2e::stack::{Stack, StackOptions};
-use epp_e2e::standin::StandInOptions;
 use http::{Method, StatusCode};
 
 use crate::support::{
-    access_log, assert_routed_to, completion, post, sample, served_by, start, traffic,
+    access_log, answered_by, completion, post, sample, served_by, slow_steps, start, traffic,
     wait_for_metrics, words, MODEL,
 };
 
@@ -41,7 +41,11 @@ async fn the_pod_receives_the_client_body_byte_for_byte() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_rewrite_changes_only_the_model_value_and_the_client_sees_its_own_name() {
-    let stack = start(StackOptions::default()).await;
+    let stack = start(StackOptions {
+        pod_config: with_adapters(test_pod_config("pod"), &["other"]),
+        ..StackOptions::default()
+    })
+    .await;
     let response = post(
         &stack,
         "/v1/completions",
@@ -55,10 +59,11 @@ async fn a_model_rewrite_changes_only_the_model_value_and_the_client_sees_its_ow
         std::str::from_utf8(&received.body).unwrap(),
         unusual_body("other")
     );
-    // The pod answered for "other"; epp restored the name the client asked for.
+    // The pod answered for "other" (a LoRA adapter it serves); epp restored the name the
+    // client asked for.
     let answer = response.json().unwrap();
     assert_eq!(answer["model"], MODEL, "{answer}");
-    assert_eq!(answer["served_by"], pod.name());
+    assert_eq!(answer["usage"]["completion_tokens"], 3, "{answer}");
     assert!(
         !response.text().contains("\"other\""),
         "{}",
@@ -69,6 +74,8 @@ async fn a_model_rewrite_changes_only_the_model_value_and_the_client_sees_its_ow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_five_megabyte_body_is_routed_and_arrives_byte_for_byte() {
+    // The pod, like vLLM, refuses a prompt over its context length with a 400 after reading it
+    // whole: the answer still comes from the pod epp chose.
     let stack = start(StackOptions::default()).await;
     // Not repetitive, so a reordered, dropped or repeated chunk cannot go unnoticed.
     let mut prompt = words(5, 800_000);
@@ -77,46 +84,51 @@ async fn a_five_megabyte_body_is_routed_and_arrives_byte_for_byte() {
     let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
     assert!(body.len() >= 5 << 20);
     let response = post(&stack, "/v1/completions", body.clone(), &[]).await;
-    let pod = &stack.pods[served_by(&stack, &response)];
+    let pod = &stack.pods[answered_by(&stack, &response)];
     let received = &traffic(pod)[0];
     assert_eq!(received.body.len(), body.len());
     assert!(
         received.body == body.as_bytes(),
         "the body changed on the way"
     );
-    let prompt_words = prompt.split_whitespace().count();
-    assert_eq!(
-        response.json().unwrap()["usage"]["prompt_tokens"],
-        prompt_words
+    assert_eq!(response.status, StatusCode::BAD_REQUEST);
+    let error = response.json().unwrap();
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("maximum context length is 8192 tokens"),
+        "{error}"
     );
     let log = access_log(&stack, 1).await;
-    assert_routed_to(&log[0], &pod.endpoint());
+    let endpoint = Some(pod.endpoint());
+    assert_eq!(log[0].status, 400, "{}", log[0].line);
+    assert_eq!(
+        (&log[0].header, &log[0].metadata, &log[0].upstream),
+        (&endpoint, &endpoint, &endpoint),
+        "{}",
+        log[0].line
+    );
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_events_reach_the_client_as_the_pod_sends_them() {
     let interval = Duration::from_millis(150);
-    let pod_options = StandInOptions {
-        completion_tokens: 5,
-        stream_interval: interval,
-        ..StandInOptions::default()
-    };
     let stack = start(StackOptions {
-        pod_options,
+        pod_config: slow_steps(interval, &["other"]),
         ..StackOptions::default()
     })
     .await;
-    let body = r#"{"model":"test-model","prompt":"stream please","stream":true,"stream_options":{"include_usage":true}}"#;
+    let body = r#"{"model":"test-model","prompt":"stream please","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#;
     let req = client::request(Method::POST, "/v1/completions", body).unwrap();
     let req = client::with_header(req, REWRITE, "other").unwrap();
     let response = client::send_streaming(stack.envoy.listener_addr(), req)
         .await
         .unwrap();
     assert_eq!(response.status, StatusCode::OK);
-    assert_eq!(
-        response.headers.get("content-type").unwrap(),
-        "text/event-stream"
+    let content_type = response.headers.get("content-type").unwrap();
+    assert!(
+        content_type.as_bytes().starts_with(b"text/event-stream"),
+        "{content_type:?}"
     );
     let text = String::from_utf8(response.body().to_vec()).unwrap();
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
@@ -134,7 +146,7 @@ async fn sse_events_reach_the_client_as_the_pod_sends_them() {
         .map(|c| c.at)
         .collect();
     assert!(arrivals.len() >= 5, "chunks arrived at {arrivals:?}");
-    // The pod spaces the five tokens 150 ms apart: buffering anywhere would deliver them together.
+    // The pod's engine steps take 150 ms, one token each: buffering anywhere would deliver them together.
     let spread = arrivals[arrivals.len() - 1] - arrivals[0];
     assert!(spread >= 3 * interval, "chunks arrived at {arrivals:?}");
     let pod = stack.pod_index(
@@ -149,8 +161,10 @@ async fn sse_events_reach_the_client_as_the_pod_sends_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buffered_mode_routes_and_the_body_arrives_intact_with_a_matching_content_length() {
+    let longer = "a-much-longer-model-name";
     let stack = start(StackOptions {
         template: Template::Buffered,
+        pod_config: with_adapters(test_pod_config("pod"), &[longer]),
         ..StackOptions::default()
     })
     .await;
@@ -165,7 +179,6 @@ async fn buffered_mode_routes_and_the_body_arrives_intact_with_a_matching_conten
     );
 
     // A rewrite to a longer name: the body is replaced and its length must follow.
-    let longer = "a-much-longer-model-name";
     let response = post(
         &stack,
         "/v1/completions",
@@ -193,18 +206,19 @@ async fn buffered_mode_routes_and_the_body_arrives_intact_with_a_matching_conten
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_answer_for_a_rewritten_model_comes_back_whole_with_the_client_model_name() {
-    // 30,000 tokens make a ~200 kB answer whose "model" key comes after the text: Envoy hands it
-    // to epp in many chunks, and epp must restore the name wherever the chunks split.
-    let pod_options = StandInOptions {
-        completion_tokens: 30_000,
-        ..StandInOptions::default()
-    };
+    // 40,000 tokens make a ~200 kB answer whose "model" key comes after the text: Envoy hands it
+    // to epp in many chunks, and epp must restore the name wherever the chunks split. The pod
+    // has the context and the KV blocks for it, and runs 1,000 times faster than real time.
+    let mut pod_config = with_adapters(test_pod_config("pod"), &["other"]);
+    pod_config.engine.max_model_len = 48_000;
+    pod_config.engine.num_gpu_blocks = 4_096;
+    pod_config.engine.time_scale = 1_000.0;
     let stack = start(StackOptions {
-        pod_options,
+        pod_config,
         ..StackOptions::default()
     })
     .await;
-    let body = serde_json::json!({"model": MODEL, "prompt": "a long answer", "max_tokens": 30_000});
+    let body = serde_json::json!({"model": MODEL, "prompt": "a long answer", "max_tokens": 40_000});
     let response = post(
         &stack,
         "/v1/completions",
@@ -217,14 +231,14 @@ async fn a_large_answer_for_a_rewritten_model_comes_back_whole_with_the_client_m
     let answer = response.json().unwrap();
     assert_eq!(answer["model"], MODEL);
     let text = answer["choices"][0]["text"].as_str().unwrap();
-    assert_eq!(text.split_whitespace().count(), 30_000);
-    assert_eq!(answer["usage"]["completion_tokens"], 30_000);
+    assert!(text.len() > 3 * 40_000, "{}", text.len());
+    assert_eq!(answer["usage"]["completion_tokens"], 40_000);
     stack.stop().await;
 }
 
 /// Starts a 2 s SSE answer and drops the client once epp counts it as running.
 async fn abandon_a_stream(stack: &Stack) {
-    let body = r#"{"model":"test-model","prompt":"a slow stream","stream":true}"#;
+    let body = r#"{"model":"test-model","prompt":"a slow stream","max_tokens":20,"stream":true}"#;
     let req = client::request(Method::POST, "/v1/completions", body).unwrap();
     let running = [("model_name", MODEL)];
     tokio::select! {
@@ -239,13 +253,8 @@ async fn abandon_a_stream(stack: &Stack) {
 }
 
 fn slow_stream_stack() -> StackOptions {
-    let pod_options = StandInOptions {
-        completion_tokens: 20,
-        stream_interval: Duration::from_millis(100),
-        ..StandInOptions::default()
-    };
     StackOptions {
-        pod_options,
+        pod_config: slow_steps(Duration::from_millis(100), &[]),
         ..StackOptions::default()
     }
 }

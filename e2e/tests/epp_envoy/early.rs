@@ -14,7 +14,7 @@ use epp_e2e::stack::{Stack, StackOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{access_log, args, start, traffic, MODEL};
+use crate::support::{access_log, args, long_context, start, traffic, MODEL};
 
 const UPSTREAM_REQUESTS: &str = "cluster.original_destination_cluster.upstream_rq_total";
 
@@ -122,6 +122,7 @@ pub async fn wait_upstream(stack: &Stack, n: u64, within: Duration) -> bool {
 async fn the_pod_is_reached_before_the_client_has_sent_the_whole_body() {
     let stack = start(StackOptions {
         pods: 2,
+        pod_config: long_context(&[]),
         ..StackOptions::default()
     })
     .await;
@@ -154,6 +155,7 @@ async fn the_pod_is_reached_before_the_client_has_sent_the_whole_body() {
 async fn with_early_decision_off_the_gateway_waits_for_the_whole_body() {
     let stack = start(StackOptions {
         pods: 2,
+        pod_config: long_context(&[]),
         epp_args: args(&["--early-decision=false"]),
         ..StackOptions::default()
     })
@@ -180,6 +182,7 @@ async fn with_early_decision_off_the_gateway_waits_for_the_whole_body() {
 async fn an_early_model_rewrite_is_byte_exact_with_the_right_length() {
     let stack = start(StackOptions {
         pods: 1,
+        pod_config: long_context(&["test-model-rewritten"]),
         ..StackOptions::default()
     })
     .await;

@@ -215,7 +215,8 @@ async fn the_conformance_filter_rejects_with_429_unless_the_header_names_a_pod()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_metrics_count_traffic_errors_latency_and_usage_by_model() {
     let stack = start(StackOptions::default()).await;
-    // Four words of prompt and max_tokens 3: the stand-in reports 4 prompt and 3 completion tokens.
+    // Four words of prompt (four cl100k tokens) and max_tokens 3: the pod reports 4 prompt and 3
+    // completion tokens.
     let response = post(
         &stack,
         "/v1/completions",
@@ -263,14 +264,15 @@ async fn request_metrics_count_traffic_errors_latency_and_usage_by_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_server_error_reaches_the_client_unchanged() {
     let stack = start(StackOptions::default()).await;
-    let headers = [(epp_e2e::standin::RETURN_ERROR_HEADER, "503")];
+    let headers = [(epp_e2e::sim::RETURN_ERROR_HEADER, "503")];
     let response = post(&stack, "/v1/completions", completion("fail"), &headers).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     let pod = stack
         .pod_index(response.header("x-inference-pod"))
         .expect("the pod's own answer");
     let body = response.json().unwrap();
-    assert_eq!(body["message"], "error forced by x-return-error", "{body}");
+    assert_eq!(body["error"]["code"], 503, "{body}");
+    assert_eq!(body["error"]["message"], "Injected failure (503)", "{body}");
     assert_eq!(received_counts(&stack)[pod], 1);
     let log = access_log(&stack, 1).await;
     let endpoint = Some(stack.pods[pod].endpoint());

@@ -2,7 +2,7 @@
 //! pool is saturated; when capacity frees they are served, the Critical objective before the
 //! standard one before the Sheddable one; a full queue answers 429 at once, and a request that
 //! waits past the TTL 429. Priorities come from InferenceObjectives served by the fake API
-//! server (Kubernetes mode); the pod is a stand-in whose reported queue the test sets, so
+//! server (Kubernetes mode); the pod is an inference-sim pod whose reported queue the test forces, so
 //! saturation is exact: queue 50 saturates, queue 4 leaves room for one request per scrape
 //! (epp counts what it sent since the last scrape as queued), which releases the waiting
 //! requests one by one, in order.
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use epp_e2e::envoy::{EnvoyConfig, Template};
 use epp_e2e::fake_apiserver::FakeApiServer;
+use epp_e2e::sim_pod::SimPod;
 use epp_e2e::stack::Epp;
-use epp_e2e::standin::{StandIn, StandInOptions};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
@@ -98,7 +98,7 @@ async fn wait_queue(epp: &Epp, waiting: f64) {
 async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429() {
     let api = FakeApiServer::bind().await.unwrap();
     let client = api.client(NS).unwrap();
-    let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
+    let pod = SimPod::named("pod-0").await.unwrap();
     cluster(&client, pod.addr().port()).await;
     let dir = std::env::temp_dir().join(format!(
         "epp-flow-{}-{}",
@@ -132,7 +132,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     let addr = envoy.listener_addr();
-    pod.set_waiting(Some(50));
+    pod.hook().set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
 
     let mut waiting = tokio::task::JoinSet::new();
@@ -156,7 +156,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
         "nothing passes while the pool is saturated"
     );
 
-    pod.set_waiting(Some(4));
+    pod.hook().set_waiting(Some(4));
     while let Some(done) = waiting.join_next().await {
         let (status, text, objective) = done.unwrap();
         assert_eq!(status, 200, "{objective}: {text}");
@@ -172,7 +172,7 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
     );
     wait_queued(&epp, 0).await;
 
-    pod.set_waiting(Some(50));
+    pod.hook().set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
     let started = std::time::Instant::now();
     let (status, text, _) = send(addr, "critical").await;

@@ -13,8 +13,10 @@ use serde_json::json;
 
 use crate::early::{wait_upstream, HeldRequest};
 use crate::support::{
-    access_log, args, assert_routed_to, completion, post, served_by, start, traffic, words, MODEL,
+    access_log, answered_by, args, assert_routed_to, completion, post, served_by, start, traffic,
+    words, MODEL,
 };
+use epp_e2e::sim_pod::{test_pod_config, with_adapters};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_messages_stick_to_the_pod_caching_their_system_prompt() {
@@ -30,7 +32,13 @@ async fn anthropic_messages_stick_to_the_pod_caching_their_system_prompt() {
         let sent = body(&format!("question number {i}"));
         let response = post(&stack, "/v1/messages", sent.clone(), &[]).await;
         let pod = served_by(&stack, &response);
-        assert_eq!(response.json().unwrap()["path"], "/v1/messages");
+        let answer = response.json().unwrap();
+        assert_eq!(
+            (&answer["type"], &answer["model"]),
+            (&json!("message"), &json!(MODEL)),
+            "{answer}"
+        );
+        assert_eq!(answer["usage"]["output_tokens"], 5, "{answer}");
         let received = traffic(&stack.pods[pod]);
         assert_eq!(
             received.last().unwrap().body,
@@ -65,6 +73,9 @@ async fn token_in_generate_requests_route_on_their_token_ids() {
             traffic(&stack.pods[pod]).last().unwrap().body,
             sent.as_bytes()
         );
+        let answer = response.json().unwrap();
+        let generated = answer["choices"][0]["token_ids"].as_array().map(Vec::len);
+        assert_eq!(generated, Some(3), "{answer}");
         served.push(pod);
     }
     assert!(
@@ -85,6 +96,8 @@ async fn token_in_generate_requests_route_on_their_token_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paths_no_parser_claims_pass_through_unread() {
+    // The pods, like vLLM serving a generative model, have none of these routes: each answers
+    // 404 after receiving the request unchanged.
     let stack = start(StackOptions::default()).await;
     let cases = [
         ("/v1/rerank", "not json at all {{{"),
@@ -93,21 +106,33 @@ async fn paths_no_parser_claims_pass_through_unread() {
     ];
     for (i, (path, body)) in cases.iter().enumerate() {
         let response = post(&stack, path, *body, &[]).await;
-        let pod = served_by(&stack, &response);
+        let pod = answered_by(&stack, &response);
+        assert_eq!(response.status, StatusCode::NOT_FOUND, "{path}");
         let last = traffic(&stack.pods[pod]).pop().unwrap();
         assert_eq!(
             (last.path.as_str(), &last.body[..]),
             (*path, body.as_bytes())
         );
         let log = access_log(&stack, i + 1).await;
-        assert_routed_to(&log[i], &stack.pods[pod].endpoint());
+        let endpoint = Some(stack.pods[pod].endpoint());
+        assert_eq!(log[i].status, 404, "{}", log[i].line);
+        assert_eq!(
+            (&log[i].header, &log[i].metadata, &log[i].upstream),
+            (&endpoint, &endpoint, &endpoint),
+            "{}",
+            log[i].line
+        );
     }
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llm_d_header_names_win_over_their_gie_aliases() {
-    let stack = start(StackOptions::default()).await;
+    let stack = start(StackOptions {
+        pod_config: with_adapters(test_pod_config("pod"), &["gie-name", "llmd-name"]),
+        ..StackOptions::default()
+    })
+    .await;
     let chat = json!({"model": MODEL, "max_tokens": 2,
                       "messages": [{"role": "user", "content": "which model am I?"}]})
     .to_string();
@@ -193,8 +218,10 @@ async fn realtime_and_passthrough_requests_reach_the_pod_before_their_body_ends(
             wait_upstream(&stack, i as u64 + 1, Duration::from_secs(10)).await,
             "{path}: Envoy never opened the upstream request while the body was incomplete"
         );
+        // vLLM's Realtime API is a WebSocket and a generative model has no rerank route: the
+        // pod's 404, once it has the whole body.
         let (status, text) = held.finish(&body[16..]).await;
-        assert_eq!(status, 200, "{path}: {text}");
+        assert_eq!(status, 404, "{path}: {text}");
         let received: Vec<_> = stack
             .pods
             .iter()

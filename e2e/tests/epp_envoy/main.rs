@@ -1,5 +1,5 @@
 //! epp through a real Envoy 1.40: Envoy's ext_proc filter calls epp (in process), and Envoy
-//! forwards to model-server stand-ins. Each test starts its own stack on ephemeral ports and
+//! forwards to inference-sim pods that record what they receive. Each test starts its own stack on ephemeral ports and
 //! asserts on what the pods received, on Envoy's access log and on epp's metrics, not only on
 //! status codes.
 //!

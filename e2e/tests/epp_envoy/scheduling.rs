@@ -2,10 +2,9 @@
 //! repels traffic, long repeated prompts stick to the pod that has their prefix, and a pod whose
 //! metrics stopped arriving is a last resort.
 
-use std::time::Duration;
-
+use epp_e2e::sim::MetricsMode;
+use epp_e2e::sim_pod::test_pod_config;
 use epp_e2e::stack::StackOptions;
-use epp_e2e::standin::{MetricsMode, StandInOptions};
 
 use crate::support::{
     access_log, args, completion, post, received_counts, sample, served_by, start, traffic,
@@ -31,7 +30,7 @@ async fn a_pod_with_a_deep_queue_gets_no_new_requests() {
         ..StackOptions::default()
     })
     .await;
-    stack.pods[0].set_waiting(Some(50));
+    stack.pods[0].hook().set_waiting(Some(50));
     wait_for_scraped_queue(&stack.epp, &stack.pods[0].endpoint(), 50.0).await;
     let mut served = [0usize; 3];
     for i in 0..30 {
@@ -113,7 +112,7 @@ async fn a_pod_whose_metrics_go_stale_is_avoided_even_when_it_looks_idle() {
     })
     .await;
     for pod in &stack.pods[1..] {
-        pod.set_waiting(Some(5));
+        pod.hook().set_waiting(Some(5));
     }
     for pod in &stack.pods[1..] {
         wait_for_scraped_queue(&stack.epp, &pod.endpoint(), 5.0).await;
@@ -129,7 +128,7 @@ async fn a_pod_whose_metrics_go_stale_is_avoided_even_when_it_looks_idle() {
         .await;
         assert_eq!(served_by(&stack, &response), 0);
     }
-    stack.pods[0].set_metrics_mode(MetricsMode::Error);
+    stack.pods[0].hook().set_metrics_mode(MetricsMode::Error);
     // One stale endpoint, and the pool average over the fresh ones is 5: pods 1 and 2 are fresh,
     // so pod 0 is the stale one.
     let text = wait_for_metrics(&stack.epp, "pod 0 stale", |t| {
@@ -166,15 +165,13 @@ async fn a_pod_whose_metrics_go_stale_is_avoided_even_when_it_looks_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrent_burst_spreads_over_the_pods_before_any_scrape_sees_it() {
-    // Each answer takes 300 ms, so the burst is in flight at once; the pods report no queue and
-    // epp scrapes them once at start-up only, so nothing but what epp itself dispatched tells the
-    // pods apart.
-    let pod_options = StandInOptions {
-        latency: Duration::from_millis(300),
-        ..StandInOptions::default()
-    };
+    // Each answer waits 300 ms (the added_latency fault), so the burst is in flight at once; the
+    // pods report no queue and epp scrapes them once at start-up only, so nothing but what epp
+    // itself dispatched tells the pods apart.
+    let mut pod_config = test_pod_config("pod");
+    pod_config.faults.added_latency_ms = 300;
     let stack = start(StackOptions {
-        pod_options,
+        pod_config,
         epp_args: args(&["--refresh-metrics-interval", "60s"]),
         ..StackOptions::default()
     })

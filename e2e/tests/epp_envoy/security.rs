@@ -9,8 +9,8 @@
 use std::net::SocketAddr;
 
 use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
+use epp_e2e::sim_pod::SimPod;
 use epp_e2e::stack::{Epp, StackOptions};
-use epp_e2e::standin::{StandIn, StandInOptions};
 use http::StatusCode;
 
 use crate::support::{args, completion, post, served_by, start, traffic, wait_for_scraped_queue};
@@ -22,16 +22,14 @@ const STRIP_FILTER: &str = "- {name: envoy.filters.http.header_mutation, typed_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_destination_header_is_overwritten() {
-    let attacker = StandIn::bind(StandInOptions::named("attacker"))
-        .await
-        .unwrap();
+    let attacker = SimPod::named("attacker").await.unwrap();
     let stack = start(StackOptions {
         pods: 2,
         ..StackOptions::default()
     })
     .await;
     // epp prefers pod-0: pod-1 reports a long queue.
-    stack.pods[1].set_waiting(Some(50));
+    stack.pods[1].hook().set_waiting(Some(50));
     wait_for_scraped_queue(&stack.epp, &stack.pods[1].endpoint(), 50.0).await;
     for forged in [stack.pods[1].endpoint(), attacker.endpoint()] {
         for _ in 0..3 {
@@ -93,10 +91,8 @@ async fn fail_open_envoy(pool: SocketAddr, strip: bool) -> (epp_e2e::envoy::Envo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_without_stripping_lets_the_client_choose_and_stripping_stops_it() {
-    let pod = StandIn::bind(StandInOptions::named("pod-0")).await.unwrap();
-    let attacker = StandIn::bind(StandInOptions::named("attacker"))
-        .await
-        .unwrap();
+    let pod = SimPod::named("pod-0").await.unwrap();
+    let attacker = SimPod::named("attacker").await.unwrap();
     for strip in [false, true] {
         let (envoy, epp) = fail_open_envoy(pod.addr(), strip).await;
         epp.stop().await;
@@ -128,7 +124,7 @@ async fn fail_open_without_stripping_lets_the_client_choose_and_stripping_stops_
                 "the bypass: {}",
                 r.text()
             );
-            attacker.clear_requests();
+            attacker.hook().clear_requests();
         }
         drop(envoy);
     }

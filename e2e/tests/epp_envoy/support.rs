@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use epp_e2e::client::{self, HttpResponse};
 use epp_e2e::envoy::{repo_root, AccessLogEntry};
+use epp_e2e::sim as inference_sim;
+use epp_e2e::sim::RecordedRequest;
+use epp_e2e::sim_pod::{test_pod_config, with_adapters, with_long_context, SimPod};
 use epp_e2e::stack::{Epp, Stack, StackOptions};
-use epp_e2e::standin::{RecordedRequest, StandIn};
 use http::{Method, StatusCode};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-pub const MODEL: &str = "test-model";
+pub use epp_e2e::sim_pod::TEST_MODEL as MODEL;
 const LOG_WAIT: Duration = Duration::from_secs(5);
 const METRICS_WAIT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
@@ -67,6 +69,27 @@ pub fn served_by(stack: &Stack, response: &HttpResponse) -> usize {
         .unwrap_or_else(|| panic!("not served by a pod of the stack: {:?}", response.headers))
 }
 
+/// The index of the pod whose answer this is, whatever its status, from its `x-inference-pod`
+/// header; fails the test if no pod of the stack answered.
+pub fn answered_by(stack: &Stack, response: &HttpResponse) -> usize {
+    stack
+        .pod_index(response.header("x-inference-pod"))
+        .unwrap_or_else(|| panic!("not answered by a pod of the stack: {response:?}"))
+}
+
+/// Test pods whose every engine step takes `step` (a prefill or one decode token each), so
+/// streamed tokens arrive `step` apart; `adapters` are served besides [`MODEL`] (LoRA).
+pub fn slow_steps(step: Duration, adapters: &[&str]) -> inference_sim::PodConfig {
+    let mut cfg = with_adapters(test_pod_config("pod"), adapters);
+    cfg.engine.timing.step_overhead = step;
+    cfg
+}
+
+/// Test pods with a 128k context ([`with_long_context`]), `adapters` as in [`slow_steps`].
+pub fn long_context(adapters: &[&str]) -> inference_sim::PodConfig {
+    with_long_context(with_adapters(test_pod_config("pod"), adapters))
+}
+
 /// Waits until Envoy's access log holds `count` entries and returns them.
 pub async fn access_log(stack: &Stack, count: usize) -> Vec<AccessLogEntry> {
     stack
@@ -87,7 +110,7 @@ pub fn assert_routed_to(entry: &AccessLogEntry, endpoint: &str) {
 }
 
 /// What a pod received through Envoy: every recorded request except epp's `/metrics` scrapes.
-pub fn traffic(pod: &StandIn) -> Vec<RecordedRequest> {
+pub fn traffic(pod: &SimPod) -> Vec<RecordedRequest> {
     pod.requests()
         .into_iter()
         .filter(|r| r.path != "/metrics")

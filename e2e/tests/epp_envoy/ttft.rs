@@ -53,7 +53,7 @@ async fn routes_after_a_queue_on_the_holder(
 ) -> (usize, Vec<usize>) {
     let first = post(stack, "/v1/chat/completions", chat(0), &[]).await;
     let holder = served_by(stack, &first);
-    stack.pods[holder].set_waiting(Some(queue));
+    stack.pods[holder].hook().set_waiting(Some(queue));
     wait_for_scraped_queue(&stack.epp, &stack.pods[holder].endpoint(), queue as f64).await;
     let mut served = Vec::new();
     for i in 1..=n {

@@ -151,17 +151,18 @@ pub fn rejection<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String)
     }
 }
 
-/// Model-server stand-ins `pod-<i>` on distinct loopback addresses `127.0.0.<2+i>`, all on one
-/// port (like pods of a Deployment), so the pool's single target port fits them all.
-pub async fn standins(n: usize) -> (u16, Vec<epp_e2e::standin::StandIn>) {
-    use epp_e2e::standin::{StandIn, StandInOptions};
+/// Recording inference-sim pods `pod-<i>` on distinct loopback addresses `127.0.0.<2+i>`, all
+/// on one port (like pods of a Deployment), so the pool's single target port fits them all.
+pub async fn sim_pods(n: usize) -> (u16, Vec<epp_e2e::sim_pod::SimPod>) {
+    use epp_e2e::sim_pod::{test_pod_config, SimPod};
     let port = epp_e2e::ports::free_port().unwrap();
     let mut pods = Vec::new();
     for i in 0..n {
         let listener = tokio::net::TcpListener::bind(format!("127.0.0.{}:{port}", 2 + i))
             .await
             .unwrap();
-        pods.push(StandIn::start(listener, StandInOptions::named(format!("pod-{i}"))).unwrap());
+        let pod = SimPod::start(listener, test_pod_config(&format!("pod-{i}")));
+        pods.push(pod.await.unwrap());
     }
     (port, pods)
 }
@@ -169,18 +170,19 @@ pub async fn standins(n: usize) -> (u16, Vec<epp_e2e::standin::StandIn>) {
 /// A real Envoy routing through epp at `grpc` to `pods`.
 pub async fn envoy(
     grpc: std::net::SocketAddr,
-    pods: &[epp_e2e::standin::StandIn],
+    pods: &[epp_e2e::sim_pod::SimPod],
 ) -> epp_e2e::envoy::Envoy {
     use epp_e2e::envoy::{EnvoyConfig, Template};
     EnvoyConfig::new(Template::Duplex)
         .epp(grpc)
-        .pool(pods.iter().map(epp_e2e::standin::StandIn::addr))
+        .pool(pods.iter().map(epp_e2e::sim_pod::SimPod::addr))
         .start()
         .await
         .unwrap()
 }
 
-pub const COMPLETION: &str = r#"{"model":"m","prompt":"Say hello to the pool","max_tokens":3}"#;
+pub const COMPLETION: &str =
+    r#"{"model":"test-model","prompt":"Say hello to the pool","max_tokens":3}"#;
 
 /// One completion through Envoy: `Ok(pod name)` or `Err(status)`.
 pub async fn send_through(envoy: &epp_e2e::envoy::Envoy) -> Result<String, u16> {

@@ -1,5 +1,6 @@
-//! Completions and chat completions: admission (faults, model, tokens,
-//! context length), hand-off to the engine, and the JSON or SSE answer.
+//! Completions and chat completions (and the Responses, Anthropic Messages and token-in generate
+//! requests [`crate::apis`] maps onto them): admission (faults, model, tokens, context length),
+//! hand-off to the engine, and the JSON or SSE answer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,8 +15,10 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{json_response, read_json, Body, PodState, ReqBody};
+use super::{json_response, read_body, read_json, Body, PodState, ReqBody};
+use crate::apis;
 use crate::engine::{FinishReason, KvTransfer, LoraRef, NewRequest, SeqOutput, Usage};
+use crate::faults::Faults;
 use crate::openai::{Api, ApiError, InferenceRequest, PromptInput, ResponseMeta};
 use crate::runner::Command;
 use crate::tokenizer::{render_chat, TokenId};
@@ -34,25 +37,15 @@ struct Prepared {
     kv: KvTransfer,
 }
 
-/// `POST /v1/completions` and `/v1/chat/completions`.
+/// `POST /v1/completions`, `/v1/chat/completions`, and the APIs of [`crate::apis`].
 pub async fn serve(
     state: &Arc<PodState>,
     req: Request<ReqBody>,
     api: Api,
 ) -> Result<Response<Body>, ApiError> {
     let faults = state.faults.current();
-    let return_error = req
-        .headers()
-        .get(crate::faults::RETURN_ERROR_HEADER)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let injected = {
-        let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
-        faults.injected_failure(return_error.as_deref(), &mut *rng)?
-    };
-    if let Some(status) = injected {
-        return Err(ApiError::Injected(status));
-    }
-    let body: InferenceRequest = read_json(req).await?;
+    injected_failure(state, &faults, &req)?;
+    let body = api.parse(&read_body(req).await?)?;
     let p = prepare(state, api, body)?;
     if !faults.added_latency().is_zero() {
         tokio::time::sleep(faults.added_latency().div_f64(state.cfg.engine.time_scale)).await;
@@ -65,6 +58,26 @@ pub async fn serve(
         Ok(sse(state, meta, rx, include_usage))
     } else {
         collect(state, meta, rx, remote_decode).await
+    }
+}
+
+/// The failure `X-Return-Error` or the pod's failure rate injects into this request, if any.
+pub fn injected_failure(
+    state: &PodState,
+    faults: &Faults,
+    req: &Request<ReqBody>,
+) -> Result<(), ApiError> {
+    let return_error = req
+        .headers()
+        .get(crate::faults::RETURN_ERROR_HEADER)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let injected = {
+        let mut rng = state.rng.lock().unwrap_or_else(|e| e.into_inner());
+        faults.injected_failure(return_error.as_deref(), &mut *rng)?
+    };
+    match injected {
+        Some(status) => Err(ApiError::Injected(status)),
+        None => Ok(()),
     }
 }
 
@@ -116,11 +129,7 @@ pub async fn render(
 
 fn response_id(state: &PodState, api: Api) -> String {
     let n = state.next_id.fetch_add(1, Ordering::Relaxed);
-    let prefix = match api {
-        Api::Completions => "cmpl",
-        Api::Chat => "chatcmpl",
-    };
-    format!("{prefix}-{}-{n}", state.cfg.pod_name)
+    format!("{}-{}-{n}", api.id_prefix(), state.cfg.pod_name)
 }
 
 fn prepare(state: &PodState, api: Api, body: InferenceRequest) -> Result<Prepared, ApiError> {
@@ -226,7 +235,7 @@ fn output_length(
     }
 }
 
-fn resolve_model(state: &PodState, model: &str) -> Result<Option<LoraRef>, ApiError> {
+pub fn resolve_model(state: &PodState, model: &str) -> Result<Option<LoraRef>, ApiError> {
     if model == state.cfg.engine.model {
         return Ok(None);
     }
@@ -242,26 +251,22 @@ fn prompt_tokens(
     api: Api,
     body: &InferenceRequest,
 ) -> Result<Vec<TokenId>, ApiError> {
-    match api {
-        Api::Chat => {
-            let messages = body
-                .messages
-                .as_ref()
-                .ok_or_else(|| ApiError::BadRequest("`messages` is required".into()))?;
-            let turns: Vec<_> = messages.iter().map(|m| m.turn()).collect();
-            let text = render_chat(&turns, body.add_generation_prompt.unwrap_or(true));
-            Ok(state.tokenizer.encode(&text))
-        }
-        Api::Completions => {
-            let prompt = body
-                .prompt
-                .clone()
-                .ok_or_else(|| ApiError::BadRequest("`prompt` is required".into()))?;
-            match prompt.single()? {
-                PromptInput::Text(text) => Ok(state.tokenizer.encode(&text)),
-                PromptInput::Tokens(tokens) => Ok(tokens),
-            }
-        }
+    if api.is_chat() {
+        let messages = body
+            .messages
+            .as_ref()
+            .ok_or_else(|| ApiError::BadRequest("`messages` is required".into()))?;
+        let turns: Vec<_> = messages.iter().map(|m| m.turn()).collect();
+        let text = render_chat(&turns, body.add_generation_prompt.unwrap_or(true));
+        return Ok(state.tokenizer.encode(&text));
+    }
+    let prompt = body
+        .prompt
+        .clone()
+        .ok_or_else(|| ApiError::BadRequest("`prompt` is required".into()))?;
+    match prompt.single()? {
+        PromptInput::Text(text) => Ok(state.tokenizer.encode(&text)),
+        PromptInput::Tokens(tokens) => Ok(tokens),
     }
 }
 
@@ -298,7 +303,9 @@ fn finish(
     remote_decode: bool,
 ) -> Result<Response<Body>, ApiError> {
     let text = state.tokenizer.decode(tokens)?;
-    let mut body = meta.full(&text, usage);
+    let (id, created, model) = (&meta.id, meta.created, &meta.model);
+    let mut body = apis::full(meta.api, id, created, model, &text, tokens, usage)
+        .unwrap_or_else(|| meta.full(&text, usage));
     if let Some(cfg) = state
         .cfg
         .engine

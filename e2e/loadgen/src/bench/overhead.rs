@@ -1,7 +1,8 @@
 //! What epp costs in Envoy's path (method of envoy-ext-proc.md §9): the same closed-loop load
 //! through Envoy alone (STATIC cluster, round robin), Envoy + the do-nothing ext_proc server and
-//! Envoy + epp, in front of cheap stand-in model servers (`model-server`: one SSE token, no
-//! engine), for a small request and for a 220 KB prompt. Reported: requests/s, latency
+//! Envoy + epp, in front of cheap model servers (`inference-sim` pods a million times faster
+//! than real time: one output token, no model time, real tokenization and prefix hashing), for
+//! a small request and for a 220 KB prompt. Reported: requests/s, latency
 //! percentiles and CPU µs per request of each process, from `/proc/<pid>/stat`.
 
 use std::collections::BTreeMap;
@@ -106,7 +107,8 @@ pub async fn run(
     Ok(out)
 }
 
-/// Stand-in model servers in one process.
+/// The model servers: inference-sim pods in one process, with the context for the 220 KB shape
+/// and a time scale that makes model time negligible.
 struct Backends {
     proc_: Proc,
     addrs: Vec<SocketAddr>,
@@ -115,21 +117,22 @@ struct Backends {
 impl Backends {
     async fn start(bins: &Bins, dir: &Path, n: usize) -> Result<Self, BenchError> {
         let base = free_port_range(n)?;
-        let ports: Vec<String> = (0..n as u16).map(|i| (base + i).to_string()).collect();
         let args: Vec<String> = [
-            "--ports",
-            &ports.join(","),
+            "--pods",
+            &n.to_string(),
+            "--base-port",
+            &base.to_string(),
             "--model",
             super::plan::MODEL,
-            "--completion-tokens",
-            "1",
-            "--stream-interval-ms",
-            "0",
+            "--max-model-len",
+            "65536",
+            "--time-scale",
+            "1000000",
         ]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-        let mut proc_ = Proc::spawn("model-server", &bins.model_server, &args, dir)?;
+        let mut proc_ = Proc::spawn("inference-sim", &bins.inference_sim, &args, dir)?;
         let addrs: Vec<SocketAddr> = (0..n as u16)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], base + i)))
             .collect();

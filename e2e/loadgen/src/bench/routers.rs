@@ -99,7 +99,6 @@ pub struct Bins {
     pub epp: PathBuf,
     pub noop_extproc: PathBuf,
     pub inference_sim: PathBuf,
-    pub model_server: PathBuf,
     pub loadgen: PathBuf,
     /// The Python venv holding vllm-router and sglang-router.
     pub venv: PathBuf,
@@ -118,7 +117,6 @@ impl Bins {
             epp: dir.join("epp"),
             noop_extproc: dir.join("noop-extproc"),
             inference_sim: dir.join("inference-sim"),
-            model_server: dir.join("model-server"),
             loadgen: dir.join("loadgen"),
             venv: harness::envoy::repo_root().join(".venv-bench"),
             gie_epp: super::upstream::peer_bin("gie-epp"),

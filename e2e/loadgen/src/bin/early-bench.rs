@@ -1,6 +1,8 @@
 //! TTFT added by epp for long prompts, with and without the early decision (issue #8).
 //!
-//! One stand-in model server (one output token, no latency), then per case a real Envoy:
+//! One inference-sim pod (one output token, a million times faster than real time, a 1M-token
+//! context so the largest prompt is served; tokenizing it is the pod's real cost in every
+//! case), then per case a real Envoy:
 //! Envoy alone (STATIC round robin, the baseline), Envoy + epp deciding on the whole body
 //! (`--early-decision=false`, upstream's behaviour) and Envoy + epp deciding early (default).
 //! epp runs in this process with its default configuration (prefix scorer on). For each
@@ -17,8 +19,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use harness::envoy::{Envoy, EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, SimPod};
 use harness::stack::Epp;
-use harness::standin::{StandIn, StandInOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -140,13 +142,12 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(30);
-    let pod = StandIn::bind(StandInOptions {
-        completion_tokens: 1,
-        latency: Duration::ZERO,
-        ..StandInOptions::named("pod-0")
-    })
-    .await
-    .unwrap();
+    let mut cfg = test_pod_config("pod-0");
+    cfg.record_requests = false;
+    cfg.engine.max_model_len = 1 << 20;
+    cfg.engine.num_gpu_blocks = 70_000;
+    cfg.engine.time_scale = 1e6;
+    let pod = SimPod::bind(cfg).await.unwrap();
     let cases = [
         case("envoy alone", pod.addr(), None).await,
         case("epp, whole body", pod.addr(), Some(false)).await,
