@@ -1,7 +1,8 @@
 //! A prefill/decode stack on loopback: inference-sim pods with the simulated NIXL connector,
-//! the stand-in decode sidecar ([`crate::pd_sidecar`]) in front of each decode pod, epp
-//! (in-process) reading an endpoints file that labels each endpoint with `llm-d.ai/role`, and
-//! Envoy. As in llm-d, epp's decode endpoints are the sidecars' addresses.
+//! a decode sidecar in front of each decode pod (llm-d's `pd-sidecar` when `EPP_PD_SIDECAR`
+//! names its binary, else the stand-in; [`crate::pd_sidecar`]), epp (in-process) reading an
+//! endpoints file that labels each endpoint with `llm-d.ai/role`, and Envoy. As in llm-d,
+//! epp's decode endpoints are the sidecars' addresses.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use tokio::net::TcpListener;
 
 use super::Epp;
 use crate::envoy::{Envoy, EnvoyConfig, Template};
-use crate::pd_sidecar::{Sidecar, SidecarConfig};
+use crate::pd_sidecar::{real, DecodeSidecar, SidecarConfig};
 use inference_sim::{Cluster, EngineConfig, KvRole, KvTransferConfig, PodConfig};
 
 /// What to start.
@@ -34,13 +35,15 @@ pub struct PdOptions {
     pub epp_config: String,
     /// More epp flags.
     pub epp_args: Vec<String>,
+    /// Every pod records the requests it receives (`PodControl::hook`).
+    pub record_requests: bool,
 }
 
 /// A running P/D stack.
 pub struct PdStack {
     pub cluster: Cluster,
     /// One per decode pod, in pod order (empty when aggregated).
-    pub sidecars: Vec<Sidecar>,
+    pub sidecars: Vec<DecodeSidecar>,
     pub epp: Epp,
     pub envoy: Envoy,
     /// Decode pods are cluster pods `0..decode`, prefill pods follow.
@@ -73,11 +76,19 @@ impl PdStack {
                 pod_name: name,
                 seed: i as u64,
                 prompt_tokens_details: true,
+                record_requests: opts.record_requests,
                 ..Default::default()
             });
             listeners.push(TcpListener::bind("127.0.0.1:0").await?);
         }
         let cluster = Cluster::start_on(configs, listeners).await?;
+        let dir = std::env::temp_dir().join(format!(
+            "epp-pd-{}-{}",
+            std::process::id(),
+            cluster.addrs()[0].port()
+        ));
+        std::fs::create_dir_all(&dir).context("creating the stack's directory")?;
+        let binary = real::binary_from_env()?;
         let mut sidecars = Vec::new();
         if !opts.aggregated {
             for &decoder in &cluster.addrs()[..opts.decode] {
@@ -85,10 +96,7 @@ impl PdStack {
                     decoder,
                     ..opts.sidecar.clone()
                 };
-                sidecars.push(Sidecar::start(
-                    TcpListener::bind("127.0.0.1:0").await?,
-                    cfg,
-                )?);
+                sidecars.push(DecodeSidecar::start(binary.as_deref(), cfg, &dir).await?);
             }
         }
         let mut endpoints: Vec<(SocketAddr, &str)> = Vec::new();
@@ -100,12 +108,6 @@ impl PdStack {
             };
             endpoints.push(entry);
         }
-        let dir = std::env::temp_dir().join(format!(
-            "epp-pd-{}-{}",
-            std::process::id(),
-            cluster.addrs()[0].port()
-        ));
-        std::fs::create_dir_all(&dir).context("creating the endpoints file's directory")?;
         let file: String = endpoints
             .iter()
             .map(|(a, role)| {
@@ -147,9 +149,14 @@ impl PdStack {
     /// The endpoints epp routes to, as `ip:port` (decode sidecars or pods, then prefill pods).
     pub fn endpoints(&self) -> Vec<String> {
         let decode = self.cluster.addrs()[..self.decode].iter().enumerate();
-        let decode = decode.map(|(i, a)| self.sidecars.get(i).map_or(*a, Sidecar::addr));
+        let decode = decode.map(|(i, a)| self.sidecars.get(i).map_or(*a, DecodeSidecar::addr));
         let prefill = self.cluster.addrs()[self.decode..].iter().copied();
         decode.chain(prefill).map(|a| a.to_string()).collect()
+    }
+
+    /// Which decode sidecar runs: `pd-sidecar` (llm-d's), `stand-in`, or `none` (aggregated).
+    pub fn sidecar_kind(&self) -> &'static str {
+        self.sidecars.first().map_or("none", DecodeSidecar::kind)
     }
 
     pub async fn stop(self) {

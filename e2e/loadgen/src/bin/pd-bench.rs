@@ -2,8 +2,8 @@
 //! inference-sim pods, with llm-d's `prefix-based-pd-decider` at several thresholds and epp's
 //! `cost-based-pd-decider`. Each run starts its own stack ([`harness::stack::pd`]): the
 //! aggregated runs put epp's P/D guide profile (prefix 2 + queue 1, max-score) over all pods;
-//! the P/D runs split the same pods into prefill and decode (decode pods behind the stand-in
-//! sidecar). Prints one markdown row per run and writes `results.md` / `results.json`.
+//! the P/D runs split the same pods into prefill and decode (decode pods behind llm-d's
+//! `pd-sidecar` when `EPP_PD_SIDECAR` names its binary, else the stand-in). Prints one markdown row per run and writes `results.md` / `results.json`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -136,6 +136,7 @@ async fn run_one(
         sidecar: SidecarConfig::new("127.0.0.1:1".parse()?),
         epp_config: config,
         epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
+        record_requests: false,
     };
     let stack = PdStack::start(opts).await?;
     tokio::time::sleep(Duration::from_millis(500)).await; // first scrapes
@@ -169,16 +170,16 @@ async fn run_one(
         warmup_s: a.warmup,
     };
     let s = summary::summarize(&records, &ctx);
-    let disagg: u64 = stack
-        .sidecars
-        .iter()
-        .map(|s| {
-            s.stats()
-                .disaggregated
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
-    eprintln!("{label}: {disagg} requests disaggregated by the sidecars");
+    let counts: Vec<_> = stack.sidecars.iter().map(|s| s.counts()).collect();
+    let sum = |f: fn(&harness::pd_sidecar::SidecarCounts) -> u64| counts.iter().map(f).sum::<u64>();
+    eprintln!(
+        "{label}: sidecar {}: {} requests disaggregated, {} decode-only, {} prefill retries, {} prefill failures",
+        stack.sidecar_kind(),
+        sum(|c| c.disaggregated),
+        sum(|c| c.decode_only),
+        sum(|c| c.prefill_retries),
+        sum(|c| c.prefill_failures),
+    );
     stack.stop().await;
     Ok(s)
 }
