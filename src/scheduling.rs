@@ -98,6 +98,10 @@ pub struct SchedulingRequest<'a> {
     /// The body carries image, audio or video content (`always-disagg-multimodal-decider`);
     /// filled only when such a decider is configured.
     pub multimodal: bool,
+    /// Endpoints the saturation detector counts as saturated (their own ratio ≥ 1), filled by
+    /// the director only when a disaggregating handler has a prefill stage: a prefill is never
+    /// sent to one of them ([`disagg`]).
+    pub saturated: &'a [EndpointId],
 }
 
 impl SchedulingRequest<'_> {
@@ -319,6 +323,16 @@ impl Scheduler {
                 .disagg
                 .as_ref()
                 .is_some_and(|d| d.profiles().any(Scheduler::reads_labels))
+    }
+
+    /// Whether an endpoint with `labels` passes this profile's label filters (`decode-filter`
+    /// and the other role filters, `by-label`, `label-selector-filter`). With a disaggregating
+    /// handler this profile is the decode profile, and these are the endpoints a request can be
+    /// routed to: the ones whose saturation admission and flow control weigh.
+    pub fn keeps_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.filters
+            .iter()
+            .all(|f| f.keeps_labels(labels).unwrap_or(true))
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).

@@ -41,7 +41,8 @@ pub(super) fn route(
         (None, _) => None,
     };
     if let Some(priority) = priority {
-        d.admit(&runtime.thresholds, priority, &states)?;
+        let destinations = super::disagg::destinations(&runtime.scheduler, &states);
+        d.admit(&runtime.thresholds, priority, &destinations)?;
     }
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
@@ -66,7 +67,9 @@ pub(super) fn route(
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
+    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
     let mut sreq = facts.scheduling_request(&lru, bound);
+    sreq.saturated = &saturated;
     sreq.multimodal = prompted.as_ref().is_some_and(|p| {
         runtime
             .scheduler
@@ -171,6 +174,7 @@ impl<'a> Facts<'a> {
             session_bound: bound,
             // Set by the caller, which knows whether a decider reads it.
             multimodal: false,
+            saturated: &[],
         }
     }
 }

@@ -58,7 +58,7 @@ impl DisaggMetrics {
         );
         r.register(
             "epp_disagg_prefill_skipped",
-            "epp: requests served decode-only although their prefill decider approved, by reason (no_prefill_endpoint, prefill_endpoints_stale)",
+            "epp: requests served decode-only although their prefill decider approved, by reason (no_prefill_endpoint, prefill_endpoints_stale, prefill_endpoints_saturated)",
             self.prefill_skipped.clone(),
         );
     }
