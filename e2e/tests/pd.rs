@@ -432,3 +432,58 @@ async fn the_sidecar_sends_a_one_token_prefill_leg_and_a_decode_leg_with_its_kv_
     );
     stack.stop().await;
 }
+
+/// Forces prefill pod `i`'s scraped queue and waits until epp has read it.
+async fn set_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
+    let control = stack.cluster.control(i).await.unwrap().unwrap();
+    control.hook().set_waiting(waiting);
+    let endpoint = stack.endpoints()[i].clone();
+    let want = waiting.unwrap_or(0) as f64;
+    wait_for_epp(&stack, "the prefill pod's queue scraped", |t| {
+        sample(
+            t,
+            "inference_pool_per_pod_queue_size",
+            &[("model_server_pod", &endpoint)],
+        ) == Some(want)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_prefill_pod_is_skipped_and_the_request_is_prefilled_on_the_decode_pod() {
+    let stack = start(1, sidecar()).await;
+    // 50 waiting against the detector's queueDepthThreshold of 5: the prefill pod is saturated,
+    // the decode pod is not.
+    set_queue(&stack, 1, Some(50)).await;
+    let r = complete(&stack, &long_prompt(7)).await;
+    assert!(r["usage"]["prompt_tokens"].as_f64().unwrap() > 1500.0);
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:prompt_tokens_total").await,
+        0.0,
+        "the prefill pod got nothing"
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        0.0
+    );
+    let c = stack.sidecars[0].counts();
+    assert_eq!((c.decode_only, c.disaggregated), (1, 0), "{c:?}");
+    let text = wait_for_epp(&stack, "a decode-only decision", |t| {
+        decisions(t, "decode-only") == 1.0
+    })
+    .await;
+    let saturated = [("reason", "prefill_endpoints_saturated")];
+    assert_eq!(
+        sample(&text, "epp_disagg_prefill_skipped_total", &saturated),
+        Some(1.0)
+    );
+    // Its queue drained, the prefill pod takes the next long prompt again.
+    set_queue(&stack, 1, None).await;
+    complete(&stack, &long_prompt(8)).await;
+    assert_eq!(stack.sidecars[0].counts().disaggregated, 1);
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        1.0
+    );
+    stack.stop().await;
+}

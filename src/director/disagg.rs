@@ -73,7 +73,10 @@ pub(super) fn saturated(
     states: &[&Arc<EndpointState>],
     staleness: Duration,
 ) -> Vec<EndpointId> {
-    let has_prefill = runtime.scheduler.disagg().is_some_and(|d| d.prefill.is_some());
+    let has_prefill = runtime
+        .scheduler
+        .disagg()
+        .is_some_and(|d| d.prefill.is_some());
     if !has_prefill {
         return Vec::new();
     }

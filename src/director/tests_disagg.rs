@@ -86,7 +86,11 @@ fn skipped(d: &Director, reason: &str) -> u64 {
         plugin_name: "disagg-profile-handler".into(),
         reason: reason.into(),
     };
-    d.metrics.disagg.prefill_skipped.get_or_create(&labels).get()
+    d.metrics
+        .disagg
+        .prefill_skipped
+        .get_or_create(&labels)
+        .get()
 }
 
 #[test]
@@ -95,7 +99,10 @@ fn a_pool_saturated_in_prefill_serves_decode_only_and_is_not_saturated() {
     let mut rng = SmallRng::seed_from_u64(1);
     let bodies: Vec<Vec<u8>> = (0..13).map(long_chat).collect();
     let r = d.route(&incoming(&d, &bodies[0], None), &mut rng).unwrap();
-    assert!(prefiller(&r).is_some(), "idle prefill pods take the prefill");
+    assert!(
+        prefiller(&r).is_some(),
+        "idle prefill pods take the prefill"
+    );
     drop(r);
     // One prefill pod saturated: the other takes every prefill.
     set_waiting(&ds, 3, 20.0);
@@ -114,7 +121,11 @@ fn a_pool_saturated_in_prefill_serves_decode_only_and_is_not_saturated() {
     set_waiting(&ds, 1, 0.0);
     set_waiting(&ds, 2, 0.0);
     // Over all four pods it would be (2 · 0.1/0.8 + 2 · 20/5) / 4 ≈ 2.06.
-    assert_eq!(d.pool_saturation(), 0.125, "kv 0.1 / 0.8 on the decode pods");
+    assert_eq!(
+        d.pool_saturation(),
+        0.125,
+        "kv 0.1 / 0.8 on the decode pods"
+    );
     let mut o = crate::objectives::Objectives::default();
     o.objectives.insert("batch".into(), -1);
     ds.set_objectives(o);

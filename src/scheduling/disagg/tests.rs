@@ -209,10 +209,17 @@ fn a_stale_prefill_pool_is_reported_stale_before_saturated() {
 #[test]
 fn the_decode_profiles_label_filters_name_the_destinations() {
     let s = sched(&example("llm-d-pd.yaml"));
-    let role = |v: &str| [(ROLE_LABEL.to_owned(), v.to_owned())].into_iter().collect();
+    let role = |v: &str| {
+        [(ROLE_LABEL.to_owned(), v.to_owned())]
+            .into_iter()
+            .collect()
+    };
     assert!(s.keeps_labels(&role("decode")));
     assert!(s.keeps_labels(&role("prefill-decode")));
-    assert!(s.keeps_labels(&BTreeMap::new()), "an unlabelled pod decodes");
+    assert!(
+        s.keeps_labels(&BTreeMap::new()),
+        "an unlabelled pod decodes"
+    );
     assert!(!s.keeps_labels(&role("prefill")));
     assert!(!s.keeps_labels(&role("encode")));
 }
