@@ -79,6 +79,10 @@ pub struct SchedulingRequest<'a> {
     /// The endpoint the session token names, resolved by the director against the snapshot
     /// (`None` when there is no token, it does not decode, or that endpoint is gone).
     pub session_endpoint: Option<EndpointId>,
+    /// The endpoint the prefill pod's session token names (llm-d's P/D session affinity: a
+    /// session-affinity instance whose `profileName` is the prefill profile), resolved the
+    /// same way.
+    pub prefill_session_endpoint: Option<EndpointId>,
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
@@ -280,16 +284,36 @@ impl Scheduler {
         scorers.chain(filters)
     }
 
+    /// [`Self::session_params`], writable (the builder resolves `profileName`).
+    fn session_params_mut(&mut self) -> impl Iterator<Item = &mut scorer::SessionAffinityParams> {
+        let scorers = self.scorers.iter_mut().filter_map(|(s, _)| match s {
+            scorer::Scorer::SessionAffinity(s) => Some(&mut s.params),
+            _ => None,
+        });
+        let filters = self.filters.iter_mut().filter_map(|f| match f {
+            Filter::SessionAffinity(f) => Some(&mut f.params),
+            _ => None,
+        });
+        scorers.chain(filters)
+    }
+
+    /// The session-affinity instances pinning the primary (decode) pick.
+    fn primary_session_params(&self) -> impl Iterator<Item = &scorer::SessionAffinityParams> {
+        self.session_params()
+            .filter(|p| p.pins == scorer::Pin::Primary)
+    }
+
     /// Whether a session-affinity plugin with the `encoded_endpoint_header` strategy is
     /// configured: responses then carry the token.
     pub fn session_affinity(&self) -> bool {
-        self.session_params().any(|p| p.session_id().is_none())
+        self.primary_session_params()
+            .any(|p| p.session_id().is_none())
     }
 
     /// The `session_id` strategy's configuration, when a session-affinity plugin uses it: the
     /// director then keeps the session bindings.
     pub fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
-        self.session_params().find_map(|p| p.session_id())
+        self.primary_session_params().find_map(|p| p.session_id())
     }
 
     /// The `no-hit-lru-scorer`, when one is configured: the director then keeps its LRU.
@@ -480,6 +504,7 @@ pub fn build_with(
             build_profile(cfg, &built, cfg.scheduling_profiles.first())
         }
     };
+    disagg::session::pin(&mut sched, &mut problems);
     sched.p2p = built.iter().find_map(|(_, b)| match b {
         Built::P2p(p) => Some(p.clone()),
         _ => None,
@@ -607,7 +632,7 @@ fn build_disagg(
         return build_profile(cfg, built, None);
     };
     let mut sched = build_profile(cfg, built, Some(decode));
-    let mut d = disagg::Disagg::new(name, kind, params.order);
+    let mut d = disagg::Disagg::new(name, &params.decode, kind, params.order);
     let prefill_decider = decider("deciders.prefill", &params.prefill_decider, problems);
     let encode_decider = decider("deciders.encode", &params.encode_decider, problems);
     if params.prefill_decider.is_none() && params.order == disagg::StageOrder::DecodeFirst {
@@ -617,12 +642,14 @@ fn build_disagg(
         );
     }
     d.prefill = profile(&params.prefill).map(|p| disagg::Stage {
+        name: p.name.clone(),
         profile: build_profile(cfg, built, Some(p)),
         decider: prefill_decider,
     });
     d.encode = profile(&params.encode)
         .filter(|_| kind == PluginKind::DisaggProfileHandler)
         .map(|p| disagg::Stage {
+            name: p.name.clone(),
             profile: build_profile(cfg, built, Some(p)),
             decider: encode_decider,
         });

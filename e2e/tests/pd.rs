@@ -25,9 +25,21 @@ async fn start(prefill: usize, sidecar: SidecarConfig) -> PdStack {
 }
 
 async fn start_recording(prefill: usize, sidecar: SidecarConfig, record: bool) -> PdStack {
-    let config =
-        std::fs::read_to_string(epp_e2e::envoy::repo_root().join("config/examples/llm-d-pd.yaml"))
-            .unwrap();
+    start_with(prefill, sidecar, record, "llm-d-pd.yaml", &[]).await
+}
+
+/// [`start`] with another example configuration and more epp flags.
+async fn start_with(
+    prefill: usize,
+    sidecar: SidecarConfig,
+    record: bool,
+    example: &str,
+    flags: &[&str],
+) -> PdStack {
+    let path = epp_e2e::envoy::repo_root()
+        .join("config/examples")
+        .join(example);
+    let config = std::fs::read_to_string(path).unwrap();
     let opts = PdOptions {
         prefill,
         decode: 1,
@@ -51,6 +63,7 @@ async fn start_recording(prefill: usize, sidecar: SidecarConfig, record: bool) -
             "50ms",
         ]
         .iter()
+        .chain(flags)
         .map(|s| (*s).to_owned())
         .collect(),
         record_requests: record,
@@ -485,5 +498,66 @@ async fn a_saturated_prefill_pod_is_skipped_and_the_request_is_prefilled_on_the_
         pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
         1.0
     );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_echoing_its_prefill_token_is_prefilled_on_the_same_prefill_pod() {
+    // llm-d's P/D session affinity: one session-affinity-scorer per profile, the prefill one
+    // with `profileName: prefill` and the header x-session-token-prefill.
+    let flags = ["--allow-experimental-plugins"];
+    let example = "llm-d-pd-session-affinity.yaml";
+    let stack = start_with(2, sidecar(), false, example, &flags).await;
+    let send = |prompt: String, tokens: Vec<(&'static str, String)>| {
+        let addr = stack.envoy.listener_addr();
+        async move {
+            let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 4});
+            let mut req =
+                client::request(http::Method::POST, "/v1/completions", body.to_string()).unwrap();
+            for (k, v) in &tokens {
+                req = client::with_header(req, k, v).unwrap();
+            }
+            let r = client::send(addr, req).await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            r
+        }
+    };
+    let first = send(long_prompt(11), Vec::new()).await;
+    let decode_token = first.header("x-session-token").unwrap().to_owned();
+    let prefill_token = first.header("x-session-token-prefill").unwrap().to_owned();
+    // Which prefill pod (cluster pod 1 or 2) took it: the one whose prompt counter moved.
+    let mut pinned = 0;
+    for i in [1, 2] {
+        if pod_metric(&stack, i, "vllm:prompt_tokens_total").await > 0.0 {
+            pinned = i;
+        }
+    }
+    assert_ne!(pinned, 0, "a prefill pod prefilled the first request");
+    let other = 3 - pinned;
+    // The pinned pod now looks busier (3 waiting, under the saturation threshold of 5): the
+    // queue scorer alone would send new prompts to the other one.
+    set_queue(&stack, pinned, Some(3)).await;
+    let before = pod_metric(&stack, pinned, "vllm:prompt_tokens_total").await;
+    for seed in 12..16 {
+        let tokens = vec![
+            ("x-session-token", decode_token.clone()),
+            ("x-session-token-prefill", prefill_token.clone()),
+        ];
+        let r = send(long_prompt(seed), tokens).await;
+        assert_eq!(
+            r.header("x-session-token-prefill"),
+            Some(prefill_token.as_str())
+        );
+    }
+    assert!(pod_metric(&stack, pinned, "vllm:prompt_tokens_total").await > before);
+    assert_eq!(
+        pod_metric(&stack, other, "vllm:prompt_tokens_total").await,
+        0.0,
+        "every turn of the session prefilled on its pod"
+    );
+    assert_eq!(stack.sidecars[0].counts().disaggregated, 5);
+    // Without the token the queue decides: the other pod.
+    send(long_prompt(16), Vec::new()).await;
+    assert!(pod_metric(&stack, other, "vllm:prompt_tokens_total").await > 0.0);
     stack.stop().await;
 }

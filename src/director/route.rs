@@ -117,6 +117,11 @@ pub(super) fn route(
         scores,
         session_endpoint: (runtime.scheduler.session_affinity())
             .then(|| primary.endpoint.name.clone()),
+        prefill_session: runtime
+            .scheduler
+            .prefill_session_header()
+            .zip(prefill_state)
+            .map(|(h, p)| (h.to_owned(), p.endpoint.name.clone())),
         dispatched: prompted
             .as_ref()
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
@@ -158,6 +163,7 @@ impl<'a> Facts<'a> {
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
             session_endpoint: session_endpoint(self.states, inc.session_endpoint),
+            prefill_session_endpoint: session_endpoint(self.states, inc.prefill_session_endpoint),
             affinity_key: affinity_key(
                 inc.session_token,
                 lookup.and_then(|l| l.hashes.first().copied()),
@@ -198,6 +204,7 @@ struct Decided {
     destinations: Vec<EndpointId>,
     scores: Vec<(EndpointId, f64)>,
     session_endpoint: Option<String>,
+    prefill_session: Option<(String, String)>,
     dispatched: Option<scheduling::scorer::TtftInputs>,
     started: Instant,
     /// Request headers for the decode pod's sidecar (P/D).
@@ -307,6 +314,7 @@ impl Director {
             started: decided.started,
             lease,
             session_endpoint: decided.session_endpoint,
+            prefill_session: decided.prefill_session,
             scores: decided.scores,
             prefill,
             dispatched: decided.dispatched,

@@ -15,6 +15,10 @@ const PD: &str = include_str!("../../config/examples/llm-d-pd.yaml");
 
 /// Ports 1 and 2 decode, 3 and 4 prefill; every pod idle.
 fn director() -> (Director, Arc<Datastore>) {
+    director_with(PD)
+}
+
+fn director_with(config: &str) -> (Director, Arc<Datastore>) {
     let ds = Arc::new(Datastore::new());
     let roles = [(1, "decode"), (2, "decode"), (3, "prefill"), (4, "prefill")];
     ds.set_endpoints(
@@ -34,7 +38,10 @@ fn director() -> (Director, Arc<Datastore>) {
         staleness: Duration::from_secs(60),
         subset_filter: true,
     };
-    let runtime = Runtime::build(PD, None).unwrap();
+    let load = crate::config::LoadOptions {
+        allow_experimental: true,
+    };
+    let runtime = Runtime::build_with(config, None, load).unwrap();
     let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
     (Director::new(shared, opts), ds)
 }
@@ -153,4 +160,37 @@ fn a_pool_saturated_in_decode_is_saturated_whatever_its_prefill_pods() {
     let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
     assert!([id(1), id(2)].contains(&r.destinations[0]));
     assert!(prefiller(&r).is_some());
+}
+
+#[test]
+fn a_sessions_prefill_token_brings_it_back_to_its_prefill_pod() {
+    let config = include_str!("../../config/examples/llm-d-pd-session-affinity.yaml");
+    let (d, _ds) = director_with(config);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let body = long_chat(0);
+    let first = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    let (header, prefill) = first.prefill_session.clone().expect("prefilled remotely");
+    assert_eq!(header, "x-session-token-prefill");
+    assert_eq!(Some(prefill.clone()), prefiller(&first));
+    let decode = first.session_endpoint.clone().unwrap();
+    drop(first);
+    // Each later turn of the session (new text, so the prefix scorer has no say) goes back to
+    // both pods while their tokens name them.
+    for k in 1..8 {
+        let body = long_chat(k);
+        let inc = Incoming {
+            session_endpoint: Some(&decode),
+            prefill_session_endpoint: Some(&prefill),
+            ..incoming(&d, &body, None)
+        };
+        let r = d.route(&inc, &mut rng).unwrap();
+        assert_eq!(r.destinations[0].to_string(), decode);
+        assert_eq!(prefiller(&r).as_deref(), Some(prefill.as_str()));
+        assert_eq!(r.prefill_session.map(|p| p.1), Some(prefill.clone()));
+    }
+    // A decode-only request carries no prefill token.
+    let r = d
+        .route(&incoming(&d, &long_chat(0), None), &mut rng)
+        .unwrap();
+    assert_eq!((prefiller(&r), r.prefill_session), (None, None));
 }

@@ -29,6 +29,7 @@ pub mod cost;
 mod decider;
 pub mod p2p;
 mod params;
+pub mod session;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
 use crate::config::PluginKind;
@@ -135,6 +136,8 @@ impl DisaggOutcome {
 /// An optional stage: its profile and the decider that gates it.
 #[derive(Clone, Debug)]
 pub struct Stage {
+    /// The profile's name (`profileName` of the session-affinity plugins refers to it).
+    pub name: String,
     pub profile: Scheduler,
     pub decider: Option<Decider>,
 }
@@ -143,6 +146,8 @@ pub struct Stage {
 #[derive(Clone, Debug)]
 pub struct Disagg {
     pub name: Arc<str>,
+    /// The decode profile's name.
+    pub decode: String,
     pub kind: PluginKind,
     pub order: StageOrder,
     pub prefill: Option<Stage>,
@@ -152,9 +157,10 @@ pub struct Disagg {
 }
 
 impl Disagg {
-    pub fn new(name: &str, kind: PluginKind, order: StageOrder) -> Self {
+    pub fn new(name: &str, decode: &str, kind: PluginKind, order: StageOrder) -> Self {
         Self {
             name: name.into(),
+            decode: decode.to_owned(),
             kind,
             order,
             prefill: None,
