@@ -329,6 +329,18 @@ async fn a_prefill_pod_the_sidecar_cannot_reach_is_retried_then_fails_and_epp_st
     let after = sidecar.counts();
     assert_eq!(after.prefill_failures, 1, "{after:?}");
     assert_eq!(after.prefill_retries, c.prefill_retries + 4, "{after:?}");
+    // epp counts what became of the requests it sent for remote prefill.
+    let outcome = |o: &'static str| {
+        move |t: &str| {
+            sample(
+                t,
+                "epp_disagg_remote_prefill_responses_total",
+                &[("outcome", o)],
+            ) == Some(1.0)
+        }
+    };
+    wait_for_epp(&stack, "one remote prefill answered", outcome("success")).await;
+    wait_for_epp(&stack, "one remote prefill failed", outcome("error")).await;
     // 3. epp's metrics show the pod gone, and once its metrics are stale no request is sent
     // toward it: decode-only with the reason, and the request completes.
     wait_for_epp(&stack, "the prefill pod stale", |t| {
@@ -452,7 +464,7 @@ async fn set_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
     control.hook().set_waiting(waiting);
     let endpoint = stack.endpoints()[i].clone();
     let want = waiting.unwrap_or(0) as f64;
-    wait_for_epp(&stack, "the prefill pod's queue scraped", |t| {
+    wait_for_epp(stack, "the prefill pod's queue scraped", |t| {
         sample(
             t,
             "inference_pool_per_pod_queue_size",

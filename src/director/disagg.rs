@@ -7,7 +7,9 @@ use crate::admission;
 use crate::config::PluginKind;
 use crate::datastore::EndpointState;
 use crate::endpoint::{EndpointId, EndpointMetrics};
-use crate::metrics::disagg::{DecisionLabels, LegacyDecisionLabels, SkipLabels};
+use crate::metrics::disagg::{
+    DecisionLabels, LegacyDecisionLabels, RemotePrefillLabels, SkipLabels,
+};
 use crate::metrics::DisaggMetrics;
 use crate::scheduling::disagg::DisaggOutcome;
 use crate::scheduling::Scheduler;
@@ -109,4 +111,13 @@ pub(super) fn adjusted_metrics(s: &EndpointState) -> Option<EndpointMetrics> {
         waiting: m.waiting + f64::from(s.dispatched_since_scrape()),
         ..(*m).clone()
     })
+}
+
+/// Counts the response to a request routed with a remote prefill (`handler` decided it).
+pub(super) fn record_remote_prefill(m: &DisaggMetrics, handler: &str, outcome: &str) {
+    let labels = RemotePrefillLabels {
+        plugin_name: handler.to_owned(),
+        outcome: outcome.to_owned(),
+    };
+    m.remote_prefill_responses.get_or_create(&labels).inc();
 }

@@ -108,6 +108,9 @@ pub struct Routed {
     /// With a session-affinity instance pinning the prefill pick and a remote prefill: its
     /// header and the prefill pod's name, which the response carries as that token.
     pub prefill_session: Option<(String, String)>,
+    /// The disaggregating handler's name when the request was sent for a remote prefill
+    /// (`epp_disagg_remote_prefill_responses_total`).
+    pub remote_prefill: Option<std::sync::Arc<str>>,
     /// Every scored candidate's final score (`--emit-endpoint-scores`).
     pub scores: Vec<(EndpointId, f64)>,
     /// The request's prefill counted against the primary until its first token.

@@ -122,6 +122,10 @@ pub(super) fn route(
             .prefill_session_header()
             .zip(prefill_state)
             .map(|(h, p)| (h.to_owned(), p.endpoint.name.clone())),
+        remote_prefill: disagg
+            .as_ref()
+            .filter(|o| o.prefill.is_some())
+            .map(|o| Arc::clone(&o.handler)),
         dispatched: prompted
             .as_ref()
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
@@ -205,6 +209,7 @@ struct Decided {
     scores: Vec<(EndpointId, f64)>,
     session_endpoint: Option<String>,
     prefill_session: Option<(String, String)>,
+    remote_prefill: Option<Arc<str>>,
     dispatched: Option<scheduling::scorer::TtftInputs>,
     started: Instant,
     /// Request headers for the decode pod's sidecar (P/D).
@@ -315,6 +320,7 @@ impl Director {
             lease,
             session_endpoint: decided.session_endpoint,
             prefill_session: decided.prefill_session,
+            remote_prefill: decided.remote_prefill,
             scores: decided.scores,
             prefill,
             dispatched: decided.dispatched,

@@ -194,3 +194,42 @@ fn a_sessions_prefill_token_brings_it_back_to_its_prefill_pod() {
         .unwrap();
     assert_eq!((prefiller(&r), r.prefill_session), (None, None));
 }
+
+#[test]
+fn responses_to_remotely_prefilled_requests_are_counted_by_outcome() {
+    let (d, _ds) = director();
+    let mut rng = SmallRng::seed_from_u64(4);
+    let count = |outcome: &str| {
+        let labels = crate::metrics::disagg::RemotePrefillLabels {
+            plugin_name: "disagg-profile-handler".into(),
+            outcome: outcome.into(),
+        };
+        d.metrics
+            .disagg
+            .remote_prefill_responses
+            .get_or_create(&labels)
+            .get()
+    };
+    for (k, status) in [(0, 200), (1, 502)] {
+        let body = long_chat(k);
+        let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+        assert!(prefiller(&r).is_some());
+        let summary = ResponseSummary {
+            status: Some(status),
+            ..Default::default()
+        };
+        d.finish(&r, End::Response(summary));
+    }
+    let body = long_chat(2);
+    let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    d.finish(&r, End::Abandoned);
+    // A decode-only request (the first prompt again: its decode pod holds it) is not counted.
+    let body = long_chat(0);
+    let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    assert_eq!(prefiller(&r), None);
+    d.finish(&r, End::Response(ResponseSummary::default()));
+    assert_eq!(
+        (count("success"), count("error"), count("abandoned")),
+        (1, 1, 1)
+    );
+}

@@ -2,10 +2,11 @@
 //! end-to-end P/D tests and benchmarks.
 //!
 //! # Why a stand-in
-//! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The project
-//! installs upstream programs from the Go module proxy only, and the proxy reachable here
-//! refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so the real sidecar
-//! cannot be run. This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
+//! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The Go module
+//! proxy refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so no script can
+//! install it and CI runs this stand-in; a developer who built the real one points
+//! `EPP_PD_SIDECAR` at it and the same tests run it instead ([`real`], [`DecodeSidecar`]).
+//! This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
 //! `chat_completions.go` and `connector_nixlv2.go` (v0.10.0) implement it; it is not that
 //! program, and a test that passes here says nothing about the Go code's bugs.
 //!
