@@ -36,11 +36,38 @@ async fn start_with(
     example: &str,
     flags: &[&str],
 ) -> PdStack {
+    let opts = options(prefill, sidecar, record, example, flags);
+    let stack = PdStack::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let endpoints = stack.endpoints();
+    wait_for_epp(&stack, "every endpoint scraped", |t| {
+        endpoints.iter().all(|e| {
+            sample(
+                t,
+                "inference_pool_per_pod_queue_size",
+                &[("model_server_pod", e)],
+            )
+            .is_some()
+        })
+    })
+    .await;
+    stack
+}
+
+/// The stack's options: one decode pod, `prefill` prefill pods, an example configuration.
+fn options(
+    prefill: usize,
+    sidecar: SidecarConfig,
+    record: bool,
+    example: &str,
+    flags: &[&str],
+) -> PdOptions {
     let path = epp_e2e::envoy::repo_root()
         .join("config/examples")
         .join(example);
     let config = std::fs::read_to_string(path).unwrap();
-    let opts = PdOptions {
+    PdOptions {
         prefill,
         decode: 1,
         aggregated: false,
@@ -67,23 +94,8 @@ async fn start_with(
         .map(|s| (*s).to_owned())
         .collect(),
         record_requests: record,
-    };
-    let stack = PdStack::start(opts)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let endpoints = stack.endpoints();
-    wait_for_epp(&stack, "every endpoint scraped", |t| {
-        endpoints.iter().all(|e| {
-            sample(
-                t,
-                "inference_pool_per_pod_queue_size",
-                &[("model_server_pod", e)],
-            )
-            .is_some()
-        })
-    })
-    .await;
-    stack
+        llmd_epp: None,
+    }
 }
 
 fn sidecar() -> SidecarConfig {
@@ -571,5 +583,66 @@ async fn a_session_echoing_its_prefill_token_is_prefilled_on_the_same_prefill_po
     // Without the token the queue decides: the other pod.
     send(long_prompt(16), Vec::new()).await;
     assert!(pod_metric(&stack, other, "vllm:prompt_tokens_total").await > 0.0);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test pd -- --ignored"]
+async fn llm_d_routers_own_epp_splits_and_keeps_the_same_requests_with_the_guide_config() {
+    // The scenario of the first test, with llm-d-router's EPP in epp's place (same config).
+    let mut opts = options(1, sidecar(), false, "llm-d-pd.yaml", &[]);
+    opts.llmd_epp = Some(epp_e2e::llmd_epp::binary_from_env().unwrap());
+    let stack = PdStack::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait_for_epp(&stack, "both pods scraped", |t| {
+        t.lines()
+            .filter(|l| l.starts_with("inference_pool_per_pod_queue_size{"))
+            .count()
+            == 2
+    })
+    .await;
+    let prompt = long_prompt(1);
+    let first = complete(&stack, &prompt).await;
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:prompt_tokens_total").await,
+        prompt_tokens,
+        "prefilled on the prefill pod"
+    );
+    assert_eq!(
+        pod_metric(&stack, 0, "vllm:nixl_xfer_time_seconds_count").await,
+        1.0
+    );
+    let decided = |d: &'static str| {
+        move |t: &str| {
+            sample(
+                t,
+                "llm_d_epp_disagg_decision_total",
+                &[("decision_type", d)],
+            ) == Some(1.0)
+        }
+    };
+    wait_for_epp(
+        &stack,
+        "one prefill-decode decision",
+        decided("prefill-decode"),
+    )
+    .await;
+    complete(&stack, &prompt).await;
+    assert_eq!(
+        pod_metric(&stack, 1, "vllm:prompt_tokens_total").await,
+        prompt_tokens,
+        "the repeat stays on the decode pod"
+    );
+    assert_eq!(
+        stack.sidecars[0].counts(),
+        epp_e2e::pd_sidecar::SidecarCounts {
+            disaggregated: 1,
+            decode_only: 1,
+            ..Default::default()
+        }
+    );
+    wait_for_epp(&stack, "one decode-only decision", decided("decode-only")).await;
     stack.stop().await;
 }

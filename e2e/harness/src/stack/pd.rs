@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 
 use super::Epp;
 use crate::envoy::{Envoy, EnvoyConfig, Template};
+use crate::llmd_epp::{FileEndpoint, LlmdEpp};
 use crate::pd_sidecar::{real, DecodeSidecar, SidecarConfig};
 use inference_sim::{Cluster, EngineConfig, KvRole, KvTransferConfig, PodConfig};
 
@@ -37,6 +38,41 @@ pub struct PdOptions {
     pub epp_args: Vec<String>,
     /// Every pod records the requests it receives (`PodControl::hook`).
     pub record_requests: bool,
+    /// Run llm-d-router's own EPP from this binary instead of epp (side-by-side tests); the
+    /// same configuration, with llm-d's file discovery added ([`crate::llmd_epp`]).
+    pub llmd_epp: Option<PathBuf>,
+}
+
+/// The endpoint picker behind Envoy.
+pub enum Picker {
+    /// epp, in-process.
+    Epp(Epp),
+    /// llm-d-router's EPP, a child process.
+    Llmd(LlmdEpp),
+}
+
+impl Picker {
+    /// Its Prometheus text.
+    pub async fn metrics_text(&self) -> anyhow::Result<String> {
+        match self {
+            Self::Epp(e) => Ok(e.metrics_text().await?),
+            Self::Llmd(l) => l.metrics_text().await,
+        }
+    }
+
+    fn grpc(&self) -> SocketAddr {
+        match self {
+            Self::Epp(e) => e.grpc,
+            Self::Llmd(l) => l.grpc,
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Self::Epp(e) => e.stop().await,
+            Self::Llmd(l) => drop(l),
+        }
+    }
 }
 
 /// A running P/D stack.
@@ -44,7 +80,7 @@ pub struct PdStack {
     pub cluster: Cluster,
     /// One per decode pod, in pod order (empty when aggregated).
     pub sidecars: Vec<DecodeSidecar>,
-    pub epp: Epp,
+    pub epp: Picker,
     pub envoy: Envoy,
     /// Decode pods are cluster pods `0..decode`, prefill pods follow.
     pub decode: usize,
@@ -120,18 +156,28 @@ impl PdStack {
             .collect();
         let path = dir.join("endpoints.yaml");
         std::fs::write(&path, file).context("writing the endpoints file")?;
-        let mut args: Vec<String> = vec![
-            "--static-endpoints-file".into(),
-            path.to_string_lossy().into_owned(),
-            "--config-text".into(),
-            opts.epp_config.clone(),
-            "--secure-serving".into(),
-            "false".into(),
-        ];
-        args.extend(opts.epp_args.iter().cloned());
-        let epp = Epp::start(&args).await?;
+        let epp = match &opts.llmd_epp {
+            Some(binary) => {
+                let names: Vec<String> = (0..endpoints.len()).map(|i| format!("ep-{i}")).collect();
+                let labels: Vec<[(&str, &str); 1]> = endpoints
+                    .iter()
+                    .map(|(_, role)| [("llm-d.ai/role", *role)])
+                    .collect();
+                let files: Vec<FileEndpoint<'_>> = endpoints
+                    .iter()
+                    .zip(names.iter().zip(&labels))
+                    .map(|((addr, _), (name, labels))| FileEndpoint {
+                        name,
+                        addr: *addr,
+                        labels,
+                    })
+                    .collect();
+                Picker::Llmd(LlmdEpp::start(binary, &opts.epp_config, &files, &dir).await?)
+            }
+            None => Picker::Epp(Self::start_epp(&opts, &path).await?),
+        };
         let envoy = EnvoyConfig::new(Template::Duplex)
-            .epp(epp.grpc)
+            .epp(epp.grpc())
             .epp_tls(false)
             .pool(endpoints.iter().map(|(a, _)| *a))
             .start()
@@ -144,6 +190,19 @@ impl PdStack {
             decode: opts.decode,
             dir,
         })
+    }
+
+    async fn start_epp(opts: &PdOptions, path: &std::path::Path) -> anyhow::Result<Epp> {
+        let mut args: Vec<String> = vec![
+            "--static-endpoints-file".into(),
+            path.to_string_lossy().into_owned(),
+            "--config-text".into(),
+            opts.epp_config.clone(),
+            "--secure-serving".into(),
+            "false".into(),
+        ];
+        args.extend(opts.epp_args.iter().cloned());
+        Epp::start(&args).await
     }
 
     /// The endpoints epp routes to, as `ip:port` (decode sidecars or pods, then prefill pods).

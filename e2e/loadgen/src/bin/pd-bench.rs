@@ -137,6 +137,7 @@ async fn run_one(
         epp_config: config,
         epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
         record_requests: false,
+        llmd_epp: None,
     };
     let stack = PdStack::start(opts).await?;
     tokio::time::sleep(Duration::from_millis(500)).await; // first scrapes
