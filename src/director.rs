@@ -142,19 +142,17 @@ impl Director {
     /// The pool's saturation as flow control sees it: the detector's formula over every
     /// endpoint, counting the requests epp sent since an endpoint's last scrape as waiting
     /// there (scrapes lag, and a queue released on stale figures would herd).
+    /// With a disaggregating handler only the destinations count (the endpoints the decode
+    /// profile keeps): a pool saturated in prefill but not in decode is not saturated.
     pub fn pool_saturation(&self) -> f64 {
         let runtime = self.config.load();
         let snapshot = self.datastore.snapshot();
+        let all: Vec<&Arc<EndpointState>> = snapshot.iter().collect();
+        let states = disagg::destinations(&runtime.scheduler, &all);
         if let Some(c) = &runtime.thresholds.concurrency {
-            return c.saturation(snapshot.iter().map(|s| route::inflight_load(s)));
+            return c.saturation(states.iter().map(|s| route::inflight_load(s)));
         }
-        let adjusted = |s: &Arc<EndpointState>| {
-            s.metrics().map(|m| crate::endpoint::EndpointMetrics {
-                waiting: m.waiting + f64::from(s.dispatched_since_scrape()),
-                ..(*m).clone()
-            })
-        };
-        let metrics: Vec<_> = snapshot.iter().map(adjusted).collect();
+        let metrics: Vec<_> = states.iter().map(|s| disagg::adjusted_metrics(s)).collect();
         admission::saturation(
             metrics.iter().map(Option::as_ref),
             Instant::now(),
@@ -180,5 +178,7 @@ fn prompt_cap(runtime: &Runtime, source: Option<&Source<'_>>) -> usize {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_disagg;
 #[cfg(test)]
 mod tests_llmd;

@@ -79,6 +79,10 @@ pub struct SchedulingRequest<'a> {
     /// The endpoint the session token names, resolved by the director against the snapshot
     /// (`None` when there is no token, it does not decode, or that endpoint is gone).
     pub session_endpoint: Option<EndpointId>,
+    /// The endpoint the prefill pod's session token names (llm-d's P/D session affinity: a
+    /// session-affinity instance whose `profileName` is the prefill profile), resolved the
+    /// same way.
+    pub prefill_session_endpoint: Option<EndpointId>,
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
@@ -98,6 +102,10 @@ pub struct SchedulingRequest<'a> {
     /// The body carries image, audio or video content (`always-disagg-multimodal-decider`);
     /// filled only when such a decider is configured.
     pub multimodal: bool,
+    /// Endpoints the saturation detector counts as saturated (their own ratio ≥ 1), filled by
+    /// the director only when a disaggregating handler has a prefill stage: a prefill is never
+    /// sent to one of them ([`disagg`]).
+    pub saturated: &'a [EndpointId],
 }
 
 impl SchedulingRequest<'_> {
@@ -276,16 +284,36 @@ impl Scheduler {
         scorers.chain(filters)
     }
 
+    /// [`Self::session_params`], writable (the builder resolves `profileName`).
+    fn session_params_mut(&mut self) -> impl Iterator<Item = &mut scorer::SessionAffinityParams> {
+        let scorers = self.scorers.iter_mut().filter_map(|(s, _)| match s {
+            scorer::Scorer::SessionAffinity(s) => Some(&mut s.params),
+            _ => None,
+        });
+        let filters = self.filters.iter_mut().filter_map(|f| match f {
+            Filter::SessionAffinity(f) => Some(&mut f.params),
+            _ => None,
+        });
+        scorers.chain(filters)
+    }
+
+    /// The session-affinity instances pinning the primary (decode) pick.
+    fn primary_session_params(&self) -> impl Iterator<Item = &scorer::SessionAffinityParams> {
+        self.session_params()
+            .filter(|p| p.pins == scorer::Pin::Primary)
+    }
+
     /// Whether a session-affinity plugin with the `encoded_endpoint_header` strategy is
     /// configured: responses then carry the token.
     pub fn session_affinity(&self) -> bool {
-        self.session_params().any(|p| p.session_id().is_none())
+        self.primary_session_params()
+            .any(|p| p.session_id().is_none())
     }
 
     /// The `session_id` strategy's configuration, when a session-affinity plugin uses it: the
     /// director then keeps the session bindings.
     pub fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
-        self.session_params().find_map(|p| p.session_id())
+        self.primary_session_params().find_map(|p| p.session_id())
     }
 
     /// The `no-hit-lru-scorer`, when one is configured: the director then keeps its LRU.
@@ -319,6 +347,16 @@ impl Scheduler {
                 .disagg
                 .as_ref()
                 .is_some_and(|d| d.profiles().any(Scheduler::reads_labels))
+    }
+
+    /// Whether an endpoint with `labels` passes this profile's label filters (`decode-filter`
+    /// and the other role filters, `by-label`, `label-selector-filter`). With a disaggregating
+    /// handler this profile is the decode profile, and these are the endpoints a request can be
+    /// routed to: the ones whose saturation admission and flow control weigh.
+    pub fn keeps_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.filters
+            .iter()
+            .all(|f| f.keeps_labels(labels).unwrap_or(true))
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
@@ -466,6 +504,7 @@ pub fn build_with(
             build_profile(cfg, &built, cfg.scheduling_profiles.first())
         }
     };
+    disagg::session::pin(&mut sched, &mut problems);
     sched.p2p = built.iter().find_map(|(_, b)| match b {
         Built::P2p(p) => Some(p.clone()),
         _ => None,
@@ -593,7 +632,7 @@ fn build_disagg(
         return build_profile(cfg, built, None);
     };
     let mut sched = build_profile(cfg, built, Some(decode));
-    let mut d = disagg::Disagg::new(name, kind, params.order);
+    let mut d = disagg::Disagg::new(name, &params.decode, kind, params.order);
     let prefill_decider = decider("deciders.prefill", &params.prefill_decider, problems);
     let encode_decider = decider("deciders.encode", &params.encode_decider, problems);
     if params.prefill_decider.is_none() && params.order == disagg::StageOrder::DecodeFirst {
@@ -603,12 +642,14 @@ fn build_disagg(
         );
     }
     d.prefill = profile(&params.prefill).map(|p| disagg::Stage {
+        name: p.name.clone(),
         profile: build_profile(cfg, built, Some(p)),
         decider: prefill_decider,
     });
     d.encode = profile(&params.encode)
         .filter(|_| kind == PluginKind::DisaggProfileHandler)
         .map(|p| disagg::Stage {
+            name: p.name.clone(),
             profile: build_profile(cfg, built, Some(p)),
             decider: encode_decider,
         });

@@ -8,8 +8,8 @@
 
 pub use ::loadgen;
 pub use harness::{
-    client, envoy, fake_apiserver, fixtures, kube_apiserver, noop_extproc, pd_sidecar, ports,
-    prometheus, server, sim_pod, stack,
+    client, envoy, fake_apiserver, fixtures, kube_apiserver, llmd_epp, noop_extproc, pd_sidecar,
+    ports, prometheus, server, sim_pod, stack,
 };
 pub use inference_sim as sim;
 pub use loadgen::bench;

@@ -28,6 +28,9 @@ pub struct Incoming<'a> {
     pub session_token: Option<&'a str>,
     /// The endpoint name the session token encodes (the adapter decodes it).
     pub session_endpoint: Option<&'a str>,
+    /// The endpoint name the prefill pod's session token encodes (the header of the
+    /// session-affinity instance pinning the prefill pick: [`super::Runtime::prefill_session_header`]).
+    pub prefill_session_endpoint: Option<&'a str>,
     /// The session id of the `session_id` affinity strategy: the first non-empty header of its
     /// sources ([`super::Runtime::session_id`]).
     pub session_id: Option<&'a str>,
@@ -102,6 +105,12 @@ pub struct Routed {
     /// The primary's name when a `session-affinity-scorer` is configured: the response carries
     /// it as the session token.
     pub session_endpoint: Option<String>,
+    /// With a session-affinity instance pinning the prefill pick and a remote prefill: its
+    /// header and the prefill pod's name, which the response carries as that token.
+    pub prefill_session: Option<(String, String)>,
+    /// The disaggregating handler's name when the request was sent for a remote prefill
+    /// (`epp_disagg_remote_prefill_responses_total`).
+    pub remote_prefill: Option<std::sync::Arc<str>>,
     /// Every scored candidate's final score (`--emit-endpoint-scores`).
     pub scores: Vec<(EndpointId, f64)>,
     /// The request's prefill counted against the primary until its first token.

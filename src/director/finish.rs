@@ -37,6 +37,12 @@ pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary)
     }
     record_outcome(d, routed, &observation(routed, summary));
     learn_ttft(d, routed, summary);
+    if let Some(handler) = &routed.remote_prefill {
+        let ok =
+            !summary.connect_failure && summary.status.is_some_and(|c| (200..300).contains(&c));
+        let outcome = if ok { "success" } else { "error" };
+        super::disagg::record_remote_prefill(&d.metrics.disagg, handler, outcome);
+    }
 }
 
 /// The stream ended without response headers: a local-origin failure of the endpoint.
@@ -46,6 +52,9 @@ pub(super) fn abandoned(d: &Director, routed: &Routed) {
         ..Default::default()
     };
     record_outcome(d, routed, &obs);
+    if let Some(handler) = &routed.remote_prefill {
+        super::disagg::record_remote_prefill(&d.metrics.disagg, handler, "abandoned");
+    }
 }
 
 /// Teaches the served endpoint's TTFT model what this request cost: the work it faced at

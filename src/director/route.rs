@@ -41,7 +41,8 @@ pub(super) fn route(
         (None, _) => None,
     };
     if let Some(priority) = priority {
-        d.admit(&runtime.thresholds, priority, &states)?;
+        let destinations = super::disagg::destinations(&runtime.scheduler, &states);
+        d.admit(&runtime.thresholds, priority, &destinations)?;
     }
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
@@ -66,7 +67,9 @@ pub(super) fn route(
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
+    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
     let mut sreq = facts.scheduling_request(&lru, bound);
+    sreq.saturated = &saturated;
     sreq.multimodal = prompted.as_ref().is_some_and(|p| {
         runtime
             .scheduler
@@ -114,6 +117,15 @@ pub(super) fn route(
         scores,
         session_endpoint: (runtime.scheduler.session_affinity())
             .then(|| primary.endpoint.name.clone()),
+        prefill_session: runtime
+            .scheduler
+            .prefill_session_header()
+            .zip(prefill_state)
+            .map(|(h, p)| (h.to_owned(), p.endpoint.name.clone())),
+        remote_prefill: disagg
+            .as_ref()
+            .filter(|o| o.prefill.is_some())
+            .map(|o| Arc::clone(&o.handler)),
         dispatched: prompted
             .as_ref()
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
@@ -155,6 +167,7 @@ impl<'a> Facts<'a> {
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
             session_endpoint: session_endpoint(self.states, inc.session_endpoint),
+            prefill_session_endpoint: session_endpoint(self.states, inc.prefill_session_endpoint),
             affinity_key: affinity_key(
                 inc.session_token,
                 lookup.and_then(|l| l.hashes.first().copied()),
@@ -171,6 +184,7 @@ impl<'a> Facts<'a> {
             session_bound: bound,
             // Set by the caller, which knows whether a decider reads it.
             multimodal: false,
+            saturated: &[],
         }
     }
 }
@@ -194,6 +208,8 @@ struct Decided {
     destinations: Vec<EndpointId>,
     scores: Vec<(EndpointId, f64)>,
     session_endpoint: Option<String>,
+    prefill_session: Option<(String, String)>,
+    remote_prefill: Option<Arc<str>>,
     dispatched: Option<scheduling::scorer::TtftInputs>,
     started: Instant,
     /// Request headers for the decode pod's sidecar (P/D).
@@ -303,6 +319,8 @@ impl Director {
             started: decided.started,
             lease,
             session_endpoint: decided.session_endpoint,
+            prefill_session: decided.prefill_session,
+            remote_prefill: decided.remote_prefill,
             scores: decided.scores,
             prefill,
             dispatched: decided.dispatched,

@@ -113,6 +113,12 @@ impl Runtime {
         })
     }
 
+    /// The header carrying the prefill pod's session token (llm-d's P/D session affinity), when
+    /// a session-affinity instance pins the prefill profile's pick.
+    pub fn prefill_session_header(&self) -> Option<&str> {
+        self.scheduler.prefill_session_header()
+    }
+
     /// The request's session id for the `session_id` affinity strategy: the first of its
     /// source headers with a non-empty (trimmed) value; `None` when no plugin uses it.
     pub fn session_id<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {

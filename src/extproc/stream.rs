@@ -157,6 +157,8 @@ struct RequestMeta {
     /// `x-session-token` as sent, and the endpoint name it encodes.
     session_token: Option<String>,
     session_endpoint: Option<String>,
+    /// The endpoint name of the prefill pod's session token (P/D session affinity).
+    prefill_session_endpoint: Option<String>,
     /// The session id of the `session_id` affinity strategy (configured headers).
     session_id: Option<String>,
     content_length: Option<usize>,
@@ -350,8 +352,12 @@ impl StreamMachine {
         let token = wire::find_header(map, wire::SESSION_HEADER);
         self.meta.session_endpoint = token.and_then(wire::decode_token);
         self.meta.session_token = token.map(String::from);
-        self.meta.session_id =
-            (self.services.config.load()).session_id(|h| wire::find_header(map, h));
+        let runtime = self.services.config.load();
+        self.meta.session_id = runtime.session_id(|h| wire::find_header(map, h));
+        self.meta.prefill_session_endpoint = runtime
+            .prefill_session_header()
+            .and_then(|h| wire::find_header(map, h))
+            .and_then(wire::decode_token);
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = steering.fairness_id;
@@ -468,6 +474,7 @@ impl StreamMachine {
             objective: self.meta.objective.as_deref(),
             session_token: self.meta.session_token.as_deref(),
             session_endpoint: self.meta.session_endpoint.as_deref(),
+            prefill_session_endpoint: self.meta.prefill_session_endpoint.as_deref(),
             session_id: self.meta.session_id.as_deref(),
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,

@@ -3,7 +3,8 @@
 //! its `llm_d_epp_*` name with the plugin labels and, as upstream, under the deprecated
 //! `llm_d_inference_scheduler_*` name without them. `disagg_decision_total` counts the
 //! `disagg-profile-handler`'s decisions, `pd_decision_total` the deprecated
-//! `pd-profile-handler`'s; `epp_disagg_prefill_skipped_total` is epp's own.
+//! `pd-profile-handler`'s; `epp_disagg_prefill_skipped_total` and
+//! `epp_disagg_remote_prefill_responses_total` are epp's own.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -30,6 +31,14 @@ pub struct SkipLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemotePrefillLabels {
+    pub plugin_name: String,
+    /// `success` (2xx), `error` (any other status, or the gateway could not connect),
+    /// `abandoned` (the exchange ended before response headers).
+    pub outcome: String,
+}
+
 #[derive(Default)]
 pub struct DisaggMetrics {
     pub disagg: Family<DecisionLabels, Counter>,
@@ -38,6 +47,9 @@ pub struct DisaggMetrics {
     pub pd_legacy: Family<LegacyDecisionLabels, Counter>,
     /// Prefill stages that should have run and did not (no endpoint, all stale).
     pub prefill_skipped: Family<SkipLabels, Counter>,
+    /// Responses to requests epp sent for remote prefill, by outcome: a sidecar that cannot
+    /// reach the prefill pod answers with the prefill's error once its retries are spent.
+    pub remote_prefill_responses: Family<RemotePrefillLabels, Counter>,
 }
 
 impl DisaggMetrics {
@@ -58,8 +70,13 @@ impl DisaggMetrics {
         );
         r.register(
             "epp_disagg_prefill_skipped",
-            "epp: requests served decode-only although their prefill decider approved, by reason (no_prefill_endpoint, prefill_endpoints_stale)",
+            "epp: requests served decode-only although their prefill decider approved, by reason (no_prefill_endpoint, prefill_endpoints_stale, prefill_endpoints_saturated)",
             self.prefill_skipped.clone(),
+        );
+        r.register(
+            "epp_disagg_remote_prefill_responses",
+            "epp: responses to requests routed with a remote prefill (x-prefiller-host-port), by outcome (success, error, abandoned)",
+            self.remote_prefill_responses.clone(),
         );
     }
 }

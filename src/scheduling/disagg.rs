@@ -14,9 +14,14 @@
 //! # Faults
 //! A stage whose profile finds no endpoint (no prefill pods in the pool, every one filtered
 //! out) does not fail the request: it is served decode-only, as upstream, and epp logs the
-//! reason once until the stage works again. epp adds one rule: when every prefill candidate's
+//! reason once until the stage works again. epp adds two rules: when every prefill candidate's
 //! metrics are stale (epp cannot scrape it, so the sidecar most likely cannot reach it either),
-//! prefill is skipped the same way. Both count in `epp_disagg_prefill_skipped_total{reason}`.
+//! prefill is skipped the same way; and a saturated prefill pod (the saturation detector's own
+//! ratio ≥ 1, [`SchedulingRequest::saturated`]) is never chosen, so a pool saturated in prefill
+//! but not in decode serves decode-only instead of queueing behind the prefill pods. All count
+//! in `epp_disagg_prefill_skipped_total{reason}`. The reverse (decode saturated, prefill not)
+//! is the destination's saturation: admission and flow control measure it over the endpoints
+//! the decode profile keeps ([`Scheduler::keeps_labels`]).
 //!
 //! Cost: one profile run per stage that runs (at most three), each O(candidates × scorers).
 
@@ -24,6 +29,7 @@ pub mod cost;
 mod decider;
 pub mod p2p;
 mod params;
+pub mod session;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
 use crate::config::PluginKind;
@@ -85,6 +91,8 @@ pub enum SkipReason {
     NoPrefillEndpoint,
     /// Every prefill candidate's metrics are stale: epp cannot reach them.
     PrefillEndpointsStale,
+    /// Every fresh prefill candidate is saturated (the saturation detector's own ratio ≥ 1).
+    PrefillEndpointsSaturated,
 }
 
 impl SkipReason {
@@ -92,6 +100,7 @@ impl SkipReason {
         match self {
             Self::NoPrefillEndpoint => "no_prefill_endpoint",
             Self::PrefillEndpointsStale => "prefill_endpoints_stale",
+            Self::PrefillEndpointsSaturated => "prefill_endpoints_saturated",
         }
     }
 }
@@ -127,6 +136,8 @@ impl DisaggOutcome {
 /// An optional stage: its profile and the decider that gates it.
 #[derive(Clone, Debug)]
 pub struct Stage {
+    /// The profile's name (`profileName` of the session-affinity plugins refers to it).
+    pub name: String,
     pub profile: Scheduler,
     pub decider: Option<Decider>,
 }
@@ -135,6 +146,8 @@ pub struct Stage {
 #[derive(Clone, Debug)]
 pub struct Disagg {
     pub name: Arc<str>,
+    /// The decode profile's name.
+    pub decode: String,
     pub kind: PluginKind,
     pub order: StageOrder,
     pub prefill: Option<Stage>,
@@ -144,9 +157,10 @@ pub struct Disagg {
 }
 
 impl Disagg {
-    pub fn new(name: &str, kind: PluginKind, order: StageOrder) -> Self {
+    pub fn new(name: &str, decode: &str, kind: PluginKind, order: StageOrder) -> Self {
         Self {
             name: name.into(),
+            decode: decode.to_owned(),
             kind,
             order,
             prefill: None,
@@ -250,8 +264,9 @@ impl Disagg {
         }
     }
 
-    /// Picks the prefill pod from `pool` (the prefill profile's filtered candidates); a pool
-    /// that is empty or wholly stale skips the stage, logged once per outage.
+    /// Picks the prefill pod from `pool` (the prefill profile's filtered candidates) less the
+    /// saturated ones; a pool that is empty, wholly stale or wholly saturated skips the stage,
+    /// logged once per outage.
     fn run_prefill(
         &self,
         stage: &Stage,
@@ -260,13 +275,7 @@ impl Disagg {
         rng: &mut impl Rng,
         out: &mut DisaggOutcome,
     ) {
-        let skip = if pool.is_empty() {
-            Some(SkipReason::NoPrefillEndpoint)
-        } else if !pool.iter().any(|c| c.fresh) {
-            Some(SkipReason::PrefillEndpointsStale)
-        } else {
-            None
-        };
+        let (pool, skip) = usable_prefill(req, pool);
         let picked = match skip {
             None => stage.profile.finish(req, pool, rng).ok(),
             Some(_) => None,
@@ -289,6 +298,28 @@ impl Disagg {
             }
         }
     }
+}
+
+/// The prefill candidates a prefill may go to: the fresh ones that are not saturated (a stale
+/// one counts as saturated, as in the detector). `Some` reason when there is none.
+fn usable_prefill<'c>(
+    req: &SchedulingRequest<'_>,
+    pool: Vec<&'c Candidate>,
+) -> (Vec<&'c Candidate>, Option<SkipReason>) {
+    if pool.is_empty() {
+        return (pool, Some(SkipReason::NoPrefillEndpoint));
+    }
+    if !pool.iter().any(|c| c.fresh) {
+        return (pool, Some(SkipReason::PrefillEndpointsStale));
+    }
+    let open: Vec<&Candidate> = pool
+        .into_iter()
+        .filter(|c| c.fresh && !req.saturated.contains(&c.id))
+        .collect();
+    let skip = open
+        .is_empty()
+        .then_some(SkipReason::PrefillEndpointsSaturated);
+    (open, skip)
 }
 
 #[cfg(test)]

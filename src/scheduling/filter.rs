@@ -87,6 +87,19 @@ impl Filter {
         }
     }
 
+    /// The verdict of a filter that reads nothing but labels (`by-label` and the role
+    /// filters, `label-selector-filter`) on an endpoint with `labels`; `None` for the others.
+    pub fn keeps_labels(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Option<bool> {
+        match self {
+            Self::LabelSelector(f) => Some(f.matches(labels)),
+            Self::ByLabel(f) => Some(f.keeps_labels(labels)),
+            _ => None,
+        }
+    }
+
     /// Whether this filter reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
         matches!(

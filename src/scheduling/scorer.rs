@@ -31,7 +31,8 @@ pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
 pub use session_affinity::{
-    SessionAffinityParams, SessionAffinityScorer, SessionBindings, SessionIdConfig, SESSION_HEADER,
+    Pin, SessionAffinityParams, SessionAffinityScorer, SessionBindings, SessionIdConfig,
+    SESSION_HEADER,
 };
 pub use token_load::TokenLoadScorer;
 

@@ -32,6 +32,7 @@ pub mod epp;
 pub mod fake_apiserver;
 pub mod fixtures;
 pub mod kube_apiserver;
+pub mod llmd_epp;
 pub mod noop_extproc;
 pub mod pd_sidecar;
 pub mod ports;

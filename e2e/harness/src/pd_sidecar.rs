@@ -2,10 +2,11 @@
 //! end-to-end P/D tests and benchmarks.
 //!
 //! # Why a stand-in
-//! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The project
-//! installs upstream programs from the Go module proxy only, and the proxy reachable here
-//! refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so the real sidecar
-//! cannot be run. This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
+//! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The Go module
+//! proxy refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so no script can
+//! install it and CI runs this stand-in; a developer who built the real one points
+//! `EPP_PD_SIDECAR` at it and the same tests run it instead ([`real`], [`DecodeSidecar`]).
+//! This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
 //! `chat_completions.go` and `connector_nixlv2.go` (v0.10.0) implement it; it is not that
 //! program, and a test that passes here says nothing about the Go code's bugs.
 //!
@@ -18,7 +19,8 @@
 //!    {do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null,
 //!    remote_block_ids: null, remote_host: null, remote_port: null}`, `stream: false`, no
 //!    `stream_options`, and `max_tokens`, `max_completion_tokens`, `min_tokens` all 1, sent to
-//!    the prefill pod with an `x-request-id`. A 502/503/504 (a refused connection is a 502, as
+//!    the prefill pod with the sidecar's own `x-request-id` *added* after the gateway's (both
+//!    legs carry both values). A 502/503/504 (a refused connection is a 502, as
 //!    Go's reverse proxy reports it) is retried `--prefill-max-retries` times (default 0) after
 //!    `--prefill-retry-backoff`; any other error status is final.
 //! 3. The *decode leg* is the client's JSON with its own stream and token fields restored and
@@ -26,17 +28,18 @@
 //!    model server; its answer streams back, with `usage.prompt_tokens_details.cached_tokens`
 //!    rewritten to the prefill response's (upstream's cached-tokens rewriter).
 //! 4. A final prefill error is returned to the client with the prefill pod's status and body
-//!    (v0.10 retries instead of decoding locally, llm-d-router #1206).
+//!    (v0.10 retries instead of decoding locally, llm-d-router #1206); a prefill pod that
+//!    cannot be reached is a 502 with an empty body, as Go's reverse proxy answers.
 //!
-//! Every other path is proxied to the model server (so `/metrics` scrapes reach it).
+//! `GET /health` is answered by the sidecar itself; every other path is proxied to the model
+//! server (so `/metrics` scrapes reach it).
 //!
-//! # What is not upstream
-//! `fallback_local_prefill` (`--standin-fallback-local-prefill`): after the retries, decode
-//! locally (the model server prefills itself) instead of failing. Older sidecars did this
-//! silently; v0.10 does not. It exists so a test can show a request completing when the
-//! prefill pod is unreachable, and is counted in [`SidecarStats::fallbacks`].
-//! Not reproduced: TLS, SSRF allow-listing, prefiller sampling, data parallelism, the other
-//! connectors (shared-storage, sglang, mooncake, offloading), encoders, MoRI-IO.
+//! # Checked against the real sidecar
+//! With `EPP_PD_SIDECAR` set, [`real`] runs llm-d's `pd-sidecar` instead, and the e2e tests
+//! (`e2e/tests/pd.rs`) pass against both; what running it taught is in BENCHMARKS.md
+//! ("Disaggregated serving (#21)"). Not reproduced: TLS, SSRF allow-listing, prefiller
+//! sampling, data parallelism, the other connectors (shared-storage, sglang, mooncake,
+//! offloading), encoders, MoRI-IO, tracing.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -59,6 +62,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::server::ServerHandle;
 
+pub mod real;
+
 /// The header naming the prefill pod, set by the endpoint picker.
 pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
 const MAX_BODY: usize = 64 << 20;
@@ -75,10 +80,8 @@ pub struct SidecarConfig {
     pub decoder: SocketAddr,
     /// `--prefill-max-retries`: retries of a prefill answered 502/503/504.
     pub prefill_max_retries: u32,
-    /// `--prefill-retry-backoff`.
+    /// `--prefill-retry-backoff` (upstream's default 200 ms).
     pub prefill_retry_backoff: Duration,
-    /// Not upstream: decode locally when the prefill leg finally fails.
-    pub fallback_local_prefill: bool,
 }
 
 impl SidecarConfig {
@@ -86,8 +89,7 @@ impl SidecarConfig {
         Self {
             decoder,
             prefill_max_retries: 0,
-            prefill_retry_backoff: Duration::from_millis(100),
-            fallback_local_prefill: false,
+            prefill_retry_backoff: Duration::from_millis(200),
         }
     }
 }
@@ -101,10 +103,34 @@ pub struct SidecarStats {
     pub decode_only: AtomicU64,
     /// Prefill attempts retried after a 502/503/504.
     pub prefill_retries: AtomicU64,
-    /// Prefill legs that finally failed.
+    /// Prefill legs that finally failed (the client got the prefill's error).
     pub prefill_failures: AtomicU64,
-    /// Failed prefill legs decoded locally instead (`fallback_local_prefill`).
-    pub fallbacks: AtomicU64,
+}
+
+impl SidecarStats {
+    /// The counters now.
+    pub fn counts(&self) -> SidecarCounts {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SidecarCounts {
+            disaggregated: load(&self.disaggregated),
+            decode_only: load(&self.decode_only),
+            prefill_retries: load(&self.prefill_retries),
+            prefill_failures: load(&self.prefill_failures),
+        }
+    }
+}
+
+/// What a decode sidecar did so far, whichever sidecar it is ([`DecodeSidecar::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SidecarCounts {
+    /// Requests run as prefill (remote) + decode (local).
+    pub disaggregated: u64,
+    /// Requests without `x-prefiller-host-port`, sent to the model server as they came.
+    pub decode_only: u64,
+    /// Prefill attempts retried after a 502/503/504.
+    pub prefill_retries: u64,
+    /// Prefill legs that finally failed.
+    pub prefill_failures: u64,
 }
 
 struct Shared {
@@ -195,6 +221,10 @@ async fn handle(
     tracker: TaskTracker,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    if req.method() == Method::GET && req.uri().path() == "/health" {
+        // The sidecar's own liveness answer (it does not ask the model server).
+        return Ok(full(StatusCode::OK, Bytes::new()));
+    }
     let pd_path = matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions");
     let (mut parts, body) = req.into_parts();
     let prefiller = parts
@@ -233,7 +263,7 @@ async fn disaggregate(
     body: Bytes,
     prefill: &str,
 ) -> Result<Response<Body>, String> {
-    let cfg = &shared.cfg;
+    let decoder = shared.cfg.decoder;
     let Ok(Value::Object(original)) = serde_json::from_slice::<Value>(&body) else {
         return Ok(error(
             StatusCode::BAD_REQUEST,
@@ -244,7 +274,9 @@ async fn disaggregate(
         "pd-standin-{}",
         shared.next_id.fetch_add(1, Ordering::Relaxed)
     );
-    parts.headers.insert(
+    // Added, not replaced: the legs carry the gateway's id first, then the sidecar's (as the
+    // real sidecar's `Header.Add`).
+    parts.headers.append(
         "x-request-id",
         HeaderValue::from_str(&id).map_err(|e| e.to_string())?,
     );
@@ -263,10 +295,6 @@ async fn disaggregate(
             .prefill_failures
             .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%prefill, %status, request_id = %id, "prefill request failed");
-        if cfg.fallback_local_prefill {
-            shared.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-            return forward(tracker, cfg.decoder, parts, body, None).await;
-        }
         return Ok(full(status, answer));
     }
     let response: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
@@ -282,7 +310,7 @@ async fn disaggregate(
     decode.insert("kv_transfer_params".into(), kv.unwrap_or(Value::Null));
     let decode = Bytes::from(Value::Object(decode).to_string());
     shared.stats.disaggregated.fetch_add(1, Ordering::Relaxed);
-    forward(tracker, cfg.decoder, parts, decode, Some(cached)).await
+    forward(tracker, decoder, parts, decode, Some(cached)).await
 }
 
 /// The prefill leg's body (see the module docs).
@@ -318,7 +346,11 @@ async fn run_prefill(
                 let answer = r.into_body().collect().await.map(|b| b.to_bytes());
                 (status, answer.unwrap_or_default())
             }
-            Err(e) => (StatusCode::BAD_GATEWAY, Bytes::from(e)),
+            Err(e) => {
+                // Go's reverse proxy logs the error and answers an empty 502.
+                tracing::warn!(target = %addr, error = %e, "http: proxy error");
+                (StatusCode::BAD_GATEWAY, Bytes::new())
+            }
         };
         let retryable = matches!(status.as_u16(), 502..=504);
         if status.is_success() || !retryable || attempt >= cfg.prefill_max_retries {
@@ -405,6 +437,60 @@ fn rewrite_cached(data: &Bytes, cached: u64) -> Bytes {
         })
         .collect();
     Bytes::from(lines.join("\n"))
+}
+
+/// The sidecar in front of one decode pod: llm-d's own when `EPP_PD_SIDECAR` names it
+/// ([`real`]), else the stand-in.
+pub enum DecodeSidecar {
+    StandIn(Sidecar),
+    Real(real::RealSidecar),
+}
+
+impl DecodeSidecar {
+    /// Starts the real sidecar from `binary` (logging into `dir`), or the stand-in.
+    pub async fn start(
+        binary: Option<&std::path::Path>,
+        cfg: SidecarConfig,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        Ok(match binary {
+            Some(b) => Self::Real(real::RealSidecar::start(b, &cfg, dir).await?),
+            None => Self::StandIn(Sidecar::start(
+                TcpListener::bind("127.0.0.1:0").await?,
+                cfg,
+            )?),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Self::StandIn(s) => s.addr(),
+            Self::Real(r) => r.addr(),
+        }
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> SidecarCounts {
+        match self {
+            Self::StandIn(s) => s.stats().counts(),
+            Self::Real(r) => r.counts(),
+        }
+    }
+
+    /// `"pd-sidecar"` or `"stand-in"`, for reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::StandIn(_) => "stand-in",
+            Self::Real(_) => "pd-sidecar",
+        }
+    }
+
+    pub async fn shutdown(self) {
+        match self {
+            Self::StandIn(s) => s.shutdown().await,
+            Self::Real(r) => drop(r),
+        }
+    }
 }
 
 #[cfg(test)]

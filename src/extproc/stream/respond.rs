@@ -59,6 +59,9 @@ impl StreamMachine {
                 &wire::encode_token(name),
             ));
         }
+        if let Some((header, name)) = routed.and_then(|r| r.prefill_session.as_ref()) {
+            set.push(wire::set_header(header, &wire::encode_token(name)));
+        }
         self.response = Some(tracker);
         let common = (!set.is_empty()).then(|| wire::routing_common(set));
         out.push(wire::response_headers(common.map(|mut c| {

@@ -7,6 +7,7 @@ use crate::scheduling::filter::ROLE_LABEL;
 use crate::scheduling::testing::labelled;
 use crate::scheduling::{build, build_with};
 use rand::{rngs::SmallRng, SeedableRng};
+use std::collections::BTreeMap;
 
 fn example(name: &str) -> String {
     let path = format!("{}/config/examples/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -137,6 +138,90 @@ fn stale_prefill_pods_are_skipped_but_no_decode_pod_fails_the_request() {
         s.schedule(&req(1_000), prefill_only, &mut rng),
         Err(ScheduleError::AllFiltered)
     );
+}
+
+#[test]
+fn a_saturated_prefill_pod_is_never_chosen_and_all_saturated_serves_decode_only() {
+    let s = sched(&example("llm-d-pd.yaml"));
+    let mut rng = SmallRng::seed_from_u64(5);
+    // The prefix scorer prefers port 3 (it holds the prompt); saturated, it is passed over.
+    let cands = pool([0, 0, 40, 0]);
+    let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
+    for seed in 0..20 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let sat = [ids[2]];
+        let r = SchedulingRequest {
+            saturated: &sat,
+            ..req(1_000)
+        };
+        let out = s.schedule(&r, &cands, &mut rng).unwrap().disagg.unwrap();
+        assert_eq!(out.prefill.map(port), Some(4), "seed {seed}");
+        assert_eq!(out.skipped, None);
+    }
+    let unsaturated = s.schedule(&req(1_000), &cands, &mut rng).unwrap();
+    assert_eq!(unsaturated.disagg.unwrap().prefill.map(port), Some(3));
+    // Both prefill pods saturated, the decode pods not: decode-only, with the reason.
+    let sat = [ids[2], ids[3]];
+    let r = SchedulingRequest {
+        saturated: &sat,
+        ..req(1_000)
+    };
+    let d = s.schedule(&r, &cands, &mut rng).unwrap();
+    assert!([1, 2].contains(&port(d.endpoints[0])));
+    let out = d.disagg.unwrap();
+    assert_eq!(out.decision, DisaggDecision::DecodeOnly);
+    assert_eq!(out.prefill_approved, Some(true));
+    assert_eq!(out.skipped, Some(SkipReason::PrefillEndpointsSaturated));
+    assert_eq!(out.headers()[0], (PREFILLER_HEADER, None));
+    // Saturated decode pods are still the destination: the decode stage is not gated here
+    // (admission and flow control are, over the decode pods).
+    let sat = [ids[0], ids[1]];
+    let r = SchedulingRequest {
+        saturated: &sat,
+        ..req(1_000)
+    };
+    let out = s.schedule(&r, &cands, &mut rng).unwrap().disagg.unwrap();
+    assert_eq!(out.decision, DisaggDecision::PrefillDecode);
+}
+
+#[test]
+fn a_stale_prefill_pool_is_reported_stale_before_saturated() {
+    let s = sched(&example("llm-d-pd.yaml"));
+    let mut rng = SmallRng::seed_from_u64(6);
+    let mut cands = pool([0; 4]);
+    cands[2].fresh = false;
+    let sat = [cands[3].id];
+    let r = SchedulingRequest {
+        saturated: &sat,
+        ..req(1_000)
+    };
+    let out = s.schedule(&r, &cands, &mut rng).unwrap().disagg.unwrap();
+    assert_eq!(
+        out.skipped,
+        Some(SkipReason::PrefillEndpointsSaturated),
+        "one stale, the fresh one saturated"
+    );
+    cands[3].fresh = false;
+    let out = s.schedule(&r, &cands, &mut rng).unwrap().disagg.unwrap();
+    assert_eq!(out.skipped, Some(SkipReason::PrefillEndpointsStale));
+}
+
+#[test]
+fn the_decode_profiles_label_filters_name_the_destinations() {
+    let s = sched(&example("llm-d-pd.yaml"));
+    let role = |v: &str| {
+        [(ROLE_LABEL.to_owned(), v.to_owned())]
+            .into_iter()
+            .collect()
+    };
+    assert!(s.keeps_labels(&role("decode")));
+    assert!(s.keeps_labels(&role("prefill-decode")));
+    assert!(
+        s.keeps_labels(&BTreeMap::new()),
+        "an unlabelled pod decodes"
+    );
+    assert!(!s.keeps_labels(&role("prefill")));
+    assert!(!s.keeps_labels(&role("encode")));
 }
 
 #[test]

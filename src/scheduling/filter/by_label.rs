@@ -74,7 +74,12 @@ impl ByLabelFilter {
     }
 
     pub fn keeps(&self, c: &Candidate) -> bool {
-        match c.labels.get(&self.label) {
+        self.keeps_labels(&c.labels)
+    }
+
+    /// Whether an endpoint with `labels` stays.
+    pub fn keeps_labels(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        match labels.get(&self.label) {
             None => self.allows_no_label,
             Some(v) => {
                 let kept = self.valid_values.iter().any(|ok| ok == v);

@@ -15,7 +15,9 @@
 //!   moved only when the bound endpoint was not a candidate, and forgotten after
 //!   `evictionTtlSeconds` idle (`SchedulingRequest::session_bound`). No response header.
 //!
-//! With its usual weight the affinity yields to a stronger load signal.
+//! With its usual weight the affinity yields to a stronger load signal. With P/D an instance
+//! whose `profileName` is the prefill profile pins the prefill pod instead, in a header of its
+//! own ([`Pin`], `crate::scheduling::disagg::session`).
 
 use crate::endpoint::EndpointId;
 use crate::scheduling::{Candidate, SchedulingRequest};
@@ -35,8 +37,25 @@ pub struct SessionAffinityParams {
     pub strategy: String,
     pub encoded_endpoint_header_config: EncodedEndpointHeaderConfig,
     pub session_id_config: SessionIdConfig,
-    /// The profile whose pick binds; epp runs one profile, so any name means the primary.
+    /// The profile whose pick this instance pins (`profileName`): empty is the primary
+    /// (decode) profile; with a disaggregating handler, its prefill profile's name pins the
+    /// prefill pod (llm-d's P/D session-affinity pattern), resolved into [`Self::pins`] when
+    /// the scheduler is built.
     pub profile_name: String,
+    /// Which pick this instance reads and writes, from `profile_name` (set by the builder).
+    #[serde(skip)]
+    pub pins: Pin,
+}
+
+/// The pick a session-affinity instance pins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pin {
+    /// The destination (the decode pod with P/D): token in `x-session-token`, or the
+    /// `session_id` binding.
+    #[default]
+    Primary,
+    /// The prefill pod of a disaggregated request: token in this instance's own header.
+    Prefill,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
@@ -67,6 +86,7 @@ impl Default for SessionAffinityParams {
             encoded_endpoint_header_config: EncodedEndpointHeaderConfig::default(),
             session_id_config: SessionIdConfig::default(),
             profile_name: String::new(),
+            pins: Pin::Primary,
         }
     }
 }
@@ -86,10 +106,16 @@ impl SessionAffinityParams {
                     .header
                     .trim()
                     .to_lowercase();
-                if !h.is_empty() && h != SESSION_HEADER {
-                    return fail(format!("epp reads and writes the session token in {SESSION_HEADER} only, got header {h:?}"));
+                // Another header is for an instance pinning another profile's pick (checked
+                // when the profiles are known: [`crate::scheduling::disagg::session`]).
+                if !h.is_empty() && h != SESSION_HEADER && self.profile_name.is_empty() {
+                    return fail(format!("epp reads and writes the primary pick's session token in {SESSION_HEADER} only, got header {h:?}"));
                 }
-                self.encoded_endpoint_header_config.header = SESSION_HEADER.into();
+                self.encoded_endpoint_header_config.header = if h.is_empty() {
+                    SESSION_HEADER.into()
+                } else {
+                    h
+                };
             }
             SESSION_ID => {
                 let c = &mut self.session_id_config;
@@ -143,13 +169,18 @@ impl SessionAffinityParams {
         (self.strategy == SESSION_ID).then_some(&self.session_id_config)
     }
 
-    /// The session's endpoint for this request, by the configured strategy.
+    /// The session's endpoint for this request, by the configured strategy and pinned pick.
     pub fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
-        if self.strategy == SESSION_ID {
-            req.session_bound
-        } else {
-            req.session_endpoint
+        match self.pins {
+            Pin::Prefill => req.prefill_session_endpoint,
+            Pin::Primary if self.strategy == SESSION_ID => req.session_bound,
+            Pin::Primary => req.session_endpoint,
         }
+    }
+
+    /// The header carrying this instance's token (`encoded_endpoint_header` strategy).
+    pub fn token_header(&self) -> Option<&str> {
+        (self.strategy == ENCODED).then_some(self.encoded_endpoint_header_config.header.as_str())
     }
 }
 

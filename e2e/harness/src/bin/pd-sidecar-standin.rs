@@ -1,7 +1,7 @@
 //! `pd-sidecar-standin`: the stand-in for llm-d's decode-side P/D sidecar (`pd-sidecar`
 //! v0.10.0, not installable here: the Go module proxy refuses `github.com/llm-d/llm-d-router`).
 //! The protocol it follows and what it leaves out: `harness::pd_sidecar`. Flags keep the
-//! sidecar's names; `--standin-fallback-local-prefill` is this stand-in's own.
+//! sidecar's names and defaults.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -31,14 +31,12 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     prefill_max_retries: u32,
     /// Delay between prefill retries (Go duration: 100ms, 1s).
-    #[arg(long, default_value = "100ms", value_parser = go_duration)]
+    #[arg(long, default_value = "200ms", value_parser = go_duration)]
     prefill_retry_backoff: Duration,
-    /// TLS is not reproduced: only false is accepted.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-    secure_serving: bool,
-    /// Not upstream: decode locally when the prefill leg finally fails.
-    #[arg(long)]
-    standin_fallback_local_prefill: bool,
+    /// TLS is not reproduced: only false is accepted (llm-d's manifests pass
+    /// `--secure-proxy=false`; the upstream default is true).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    secure_proxy: bool,
 }
 
 fn go_duration(s: &str) -> Result<Duration, String> {
@@ -69,8 +67,8 @@ async fn main() -> anyhow::Result<()> {
         args.kv_connector
     );
     anyhow::ensure!(
-        !args.secure_serving,
-        "--secure-serving=true: the stand-in serves plain HTTP only"
+        !args.secure_proxy,
+        "--secure-proxy=true (the default): the stand-in serves plain HTTP only; pass --secure-proxy=false as llm-d's manifests do"
     );
     let listener = TcpListener::bind((args.host, args.port))
         .await
@@ -79,7 +77,6 @@ async fn main() -> anyhow::Result<()> {
         decoder: SocketAddr::new(args.host, args.model_server_port),
         prefill_max_retries: args.prefill_max_retries,
         prefill_retry_backoff: args.prefill_retry_backoff,
-        fallback_local_prefill: args.standin_fallback_local_prefill,
     };
     let sidecar = Sidecar::start(listener, cfg)?;
     tracing::info!(addr = %sidecar.addr(), decoder = args.model_server_port, "pd-sidecar stand-in listening");

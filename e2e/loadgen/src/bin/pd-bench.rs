@@ -2,8 +2,9 @@
 //! inference-sim pods, with llm-d's `prefix-based-pd-decider` at several thresholds and epp's
 //! `cost-based-pd-decider`. Each run starts its own stack ([`harness::stack::pd`]): the
 //! aggregated runs put epp's P/D guide profile (prefix 2 + queue 1, max-score) over all pods;
-//! the P/D runs split the same pods into prefill and decode (decode pods behind the stand-in
-//! sidecar). Prints one markdown row per run and writes `results.md` / `results.json`.
+//! the P/D runs split the same pods into prefill and decode (decode pods behind llm-d's
+//! `pd-sidecar` when `EPP_PD_SIDECAR` names its binary, else the stand-in). With `--llmd-epp`,
+//! llm-d-router's own EPP runs the threshold configurations too (`llmd-pd-prefix-<t>`). Prints one markdown row per run and writes `results.md` / `results.json`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +50,19 @@ struct Args {
     /// `interferenceWeight` of the cost-based decider runs (one run per value).
     #[arg(long, value_delimiter = ',', default_value = "0.5")]
     cost_interference: Vec<f64>,
+    /// llm-d-router v0.10's EPP binary: adds `llmd-pd-prefix-<t>` runs, its own EPP in epp's
+    /// place with the same configuration (side by side).
+    #[arg(long)]
+    llmd_epp: Option<PathBuf>,
+}
+
+/// One stack arrangement: its label, whether the pool is aggregated, the configuration, and
+/// which picker runs it.
+struct Arrangement {
+    label: String,
+    aggregated: bool,
+    config: String,
+    llmd_epp: Option<PathBuf>,
 }
 
 fn workloads(a: &Args) -> Vec<(&'static str, Workload, f64)> {
@@ -86,18 +100,31 @@ fn workloads(a: &Args) -> Vec<(&'static str, Workload, f64)> {
     ]
 }
 
-/// (label, aggregated, config text)
-fn arrangements(a: &Args) -> anyhow::Result<Vec<(String, bool, String)>> {
+fn arrangements(a: &Args) -> anyhow::Result<Vec<Arrangement>> {
+    let epp = |label: String, aggregated: bool, config: String| Arrangement {
+        label,
+        aggregated,
+        config,
+        llmd_epp: None,
+    };
     let root = harness::envoy::repo_root().join("config/examples");
     let pd = std::fs::read_to_string(root.join("llm-d-pd.yaml")).context("llm-d-pd.yaml")?;
     let cost =
         std::fs::read_to_string(root.join("pd-cost-based.yaml")).context("pd-cost-based.yaml")?;
     // Aggregated: the decode profile's scorers over every pod, no prefill stage.
     let aggregated = pd.replace("prefill: prefix-based-pd-decider", "{}");
-    let mut out = vec![("aggregated".to_owned(), true, aggregated)];
+    let mut out = vec![epp("aggregated".to_owned(), true, aggregated)];
     for t in &a.thresholds {
         let text = pd.replace("nonCachedTokens: 16", &format!("nonCachedTokens: {t}"));
-        out.push((format!("pd-prefix-{t}"), false, text));
+        if let Some(bin) = &a.llmd_epp {
+            out.push(Arrangement {
+                label: format!("llmd-pd-prefix-{t}"),
+                aggregated: false,
+                config: text.clone(),
+                llmd_epp: Some(bin.clone()),
+            });
+        }
+        out.push(epp(format!("pd-prefix-{t}"), false, text));
     }
     for w in &a.cost_interference {
         let text = cost.replace(
@@ -109,7 +136,7 @@ fn arrangements(a: &Args) -> anyhow::Result<Vec<(String, bool, String)>> {
         } else {
             format!("pd-cost-{w}")
         };
-        out.push((label, false, text));
+        out.push(epp(label, false, text));
     }
     Ok(out)
 }
@@ -117,11 +144,11 @@ fn arrangements(a: &Args) -> anyhow::Result<Vec<(String, bool, String)>> {
 async fn run_one(
     a: &Args,
     label: &str,
-    aggregated: bool,
-    config: String,
+    arr: Arrangement,
     workload: &Workload,
     rate: f64,
 ) -> anyhow::Result<summary::Summary> {
+    let aggregated = arr.aggregated;
     let decode = if aggregated { a.pods } else { a.pods / 2 };
     let opts = PdOptions {
         prefill: a.pods - decode,
@@ -134,8 +161,10 @@ async fn run_one(
         kv_bytes_per_token: 131_072.0,
         kv_bandwidth_gbps: 25.0,
         sidecar: SidecarConfig::new("127.0.0.1:1".parse()?),
-        epp_config: config,
+        epp_config: arr.config,
         epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
+        record_requests: false,
+        llmd_epp: arr.llmd_epp,
     };
     let stack = PdStack::start(opts).await?;
     tokio::time::sleep(Duration::from_millis(500)).await; // first scrapes
@@ -169,16 +198,16 @@ async fn run_one(
         warmup_s: a.warmup,
     };
     let s = summary::summarize(&records, &ctx);
-    let disagg: u64 = stack
-        .sidecars
-        .iter()
-        .map(|s| {
-            s.stats()
-                .disaggregated
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
-    eprintln!("{label}: {disagg} requests disaggregated by the sidecars");
+    let counts: Vec<_> = stack.sidecars.iter().map(|s| s.counts()).collect();
+    let sum = |f: fn(&harness::pd_sidecar::SidecarCounts) -> u64| counts.iter().map(f).sum::<u64>();
+    eprintln!(
+        "{label}: sidecar {}: {} requests disaggregated, {} decode-only, {} prefill retries, {} prefill failures",
+        stack.sidecar_kind(),
+        sum(|c| c.disaggregated),
+        sum(|c| c.decode_only),
+        sum(|c| c.prefill_retries),
+        sum(|c| c.prefill_failures),
+    );
     stack.stop().await;
     Ok(s)
 }
@@ -207,12 +236,12 @@ async fn main() -> anyhow::Result<()> {
             "\n### {wname} ({rate} req/s)\n\n{}",
             loadgen::MARKDOWN_HEADER
         );
-        for (label, aggregated, config) in arrangements(&a)? {
-            if !keep(&a.arrangements, &label) {
+        for arr in arrangements(&a)? {
+            if !keep(&a.arrangements, &arr.label) {
                 continue;
             }
-            let full = format!("{wname}/{label}");
-            let s = run_one(&a, &full, aggregated, config, &workload, rate).await?;
+            let full = format!("{wname}/{}", arr.label);
+            let s = run_one(&a, &full, arr, &workload, rate).await?;
             println!("{}", s.markdown_row());
             md += &format!("{}\n", s.markdown_row());
             all.push(s);

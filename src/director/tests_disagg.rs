@@ -1,0 +1,235 @@
+//! Saturation per stage with llm-d's P/D guide configuration: a pool saturated in prefill but
+//! not in decode serves decode-only (and is not saturated for admission or flow control); a
+//! pool saturated in decode is saturated whatever its prefill pods.
+
+use super::*;
+use crate::datastore::Datastore;
+use crate::endpoint::{Endpoint, EndpointId};
+use crate::metrics::disagg::SkipLabels;
+use crate::scheduling::disagg::PREFILLER_HEADER;
+use crate::scheduling::filter::ROLE_LABEL;
+use prometheus_client::registry::Registry;
+use rand::{rngs::SmallRng, SeedableRng};
+
+const PD: &str = include_str!("../../config/examples/llm-d-pd.yaml");
+
+/// Ports 1 and 2 decode, 3 and 4 prefill; every pod idle.
+fn director() -> (Director, Arc<Datastore>) {
+    director_with(PD)
+}
+
+fn director_with(config: &str) -> (Director, Arc<Datastore>) {
+    let ds = Arc::new(Datastore::new());
+    let roles = [(1, "decode"), (2, "decode"), (3, "prefill"), (4, "prefill")];
+    ds.set_endpoints(
+        roles
+            .iter()
+            .map(|(p, role)| Endpoint {
+                labels: [(ROLE_LABEL.to_owned(), (*role).to_owned())].into(),
+                ..Endpoint::from_id(id(*p))
+            })
+            .collect(),
+    );
+    for p in 1..=4 {
+        set_waiting(&ds, p, 0.0);
+    }
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    let opts = DirectorOptions {
+        staleness: Duration::from_secs(60),
+        subset_filter: true,
+    };
+    let load = crate::config::LoadOptions {
+        allow_experimental: true,
+    };
+    let runtime = Runtime::build_with(config, None, load).unwrap();
+    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
+    (Director::new(shared, opts), ds)
+}
+
+fn id(port: u16) -> EndpointId {
+    format!("127.0.0.1:{port}").parse().unwrap()
+}
+
+/// Queue `waiting` on pod `port` (the detector's default `queueDepthThreshold` is 5).
+fn set_waiting(ds: &Datastore, port: u16, waiting: f64) {
+    let m = crate::fixtures::metrics()
+        .waiting(waiting)
+        .kv_usage(0.1)
+        .build();
+    ds.snapshot().get(&id(port)).unwrap().store_metrics(m);
+}
+
+/// A chat request of about 2,000 tokens no pod holds yet (the guide's decider disaggregates
+/// it); `k` makes it unique.
+fn long_chat(k: usize) -> Vec<u8> {
+    let words: Vec<String> = (0..2_000).map(|i| format!("w{k}x{i}")).collect();
+    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": words.join(" ")}]})
+        .to_string()
+        .into_bytes()
+}
+
+fn incoming<'a>(d: &Director, body: &'a [u8], objective: Option<&'a str>) -> Incoming<'a> {
+    let request = crate::request::parse(ApiKind::ChatCompletions, body, d.prompt_cap()).unwrap();
+    let request = Box::leak(Box::new(request));
+    Incoming {
+        body: Body::Parsed {
+            request,
+            bytes: body,
+        },
+        objective,
+        ..Default::default()
+    }
+}
+
+fn prefiller(r: &Routed) -> Option<String> {
+    r.headers
+        .iter()
+        .find(|(k, _)| *k == PREFILLER_HEADER)
+        .and_then(|(_, v)| v.clone())
+}
+
+fn skipped(d: &Director, reason: &str) -> u64 {
+    let labels = SkipLabels {
+        plugin_name: "disagg-profile-handler".into(),
+        reason: reason.into(),
+    };
+    d.metrics
+        .disagg
+        .prefill_skipped
+        .get_or_create(&labels)
+        .get()
+}
+
+#[test]
+fn a_pool_saturated_in_prefill_serves_decode_only_and_is_not_saturated() {
+    let (d, ds) = director();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let bodies: Vec<Vec<u8>> = (0..13).map(long_chat).collect();
+    let r = d.route(&incoming(&d, &bodies[0], None), &mut rng).unwrap();
+    assert!(
+        prefiller(&r).is_some(),
+        "idle prefill pods take the prefill"
+    );
+    drop(r);
+    // One prefill pod saturated: the other takes every prefill.
+    set_waiting(&ds, 3, 20.0);
+    for body in &bodies[1..11] {
+        let r = d.route(&incoming(&d, body, None), &mut rng).unwrap();
+        assert_eq!(prefiller(&r).as_deref(), Some("127.0.0.1:4"));
+    }
+    // Both saturated: decode-only, counted and not a failure.
+    set_waiting(&ds, 4, 20.0);
+    let r = d.route(&incoming(&d, &bodies[11], None), &mut rng).unwrap();
+    assert_eq!(prefiller(&r), None);
+    assert!([id(1), id(2)].contains(&r.destinations[0]));
+    assert_eq!(skipped(&d, "prefill_endpoints_saturated"), 1);
+    // The destinations (decode pods) scrape idle: the pool is not saturated for flow
+    // control, and a sheddable request is admitted.
+    set_waiting(&ds, 1, 0.0);
+    set_waiting(&ds, 2, 0.0);
+    // Over all four pods it would be (2 · 0.1/0.8 + 2 · 20/5) / 4 ≈ 2.06.
+    assert_eq!(
+        d.pool_saturation(),
+        0.125,
+        "kv 0.1 / 0.8 on the decode pods"
+    );
+    let mut o = crate::objectives::Objectives::default();
+    o.objectives.insert("batch".into(), -1);
+    ds.set_objectives(o);
+    let r = d.route(&incoming(&d, &bodies[12], Some("batch")), &mut rng);
+    assert!(r.is_ok());
+}
+
+#[test]
+fn a_pool_saturated_in_decode_is_saturated_whatever_its_prefill_pods() {
+    let (d, ds) = director();
+    let mut o = crate::objectives::Objectives::default();
+    o.objectives.insert("batch".into(), -1);
+    ds.set_objectives(o);
+    set_waiting(&ds, 1, 8.0);
+    set_waiting(&ds, 2, 8.0);
+    // Averaged over all four pods this pool would be at 0.8, not saturated.
+    assert!(d.pool_saturation() >= 1.0, "{}", d.pool_saturation());
+    let mut rng = SmallRng::seed_from_u64(2);
+    let body = long_chat(0);
+    let err = d
+        .route(&incoming(&d, &body, Some("batch")), &mut rng)
+        .unwrap_err();
+    assert!(matches!(err, DirectorError::Shed(_)), "{err}");
+    // Non-sheddable requests still go to a decode pod, prefilled on an idle prefill pod.
+    let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    assert!([id(1), id(2)].contains(&r.destinations[0]));
+    assert!(prefiller(&r).is_some());
+}
+
+#[test]
+fn a_sessions_prefill_token_brings_it_back_to_its_prefill_pod() {
+    let config = include_str!("../../config/examples/llm-d-pd-session-affinity.yaml");
+    let (d, _ds) = director_with(config);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let body = long_chat(0);
+    let first = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    let (header, prefill) = first.prefill_session.clone().expect("prefilled remotely");
+    assert_eq!(header, "x-session-token-prefill");
+    assert_eq!(Some(prefill.clone()), prefiller(&first));
+    let decode = first.session_endpoint.clone().unwrap();
+    drop(first);
+    // Each later turn of the session (new text, so the prefix scorer has no say) goes back to
+    // both pods while their tokens name them.
+    for k in 1..8 {
+        let body = long_chat(k);
+        let inc = Incoming {
+            session_endpoint: Some(&decode),
+            prefill_session_endpoint: Some(&prefill),
+            ..incoming(&d, &body, None)
+        };
+        let r = d.route(&inc, &mut rng).unwrap();
+        assert_eq!(r.destinations[0].to_string(), decode);
+        assert_eq!(prefiller(&r).as_deref(), Some(prefill.as_str()));
+        assert_eq!(r.prefill_session.map(|p| p.1), Some(prefill.clone()));
+    }
+    // A decode-only request carries no prefill token.
+    let r = d
+        .route(&incoming(&d, &long_chat(0), None), &mut rng)
+        .unwrap();
+    assert_eq!((prefiller(&r), r.prefill_session), (None, None));
+}
+
+#[test]
+fn responses_to_remotely_prefilled_requests_are_counted_by_outcome() {
+    let (d, _ds) = director();
+    let mut rng = SmallRng::seed_from_u64(4);
+    let count = |outcome: &str| {
+        let labels = crate::metrics::disagg::RemotePrefillLabels {
+            plugin_name: "disagg-profile-handler".into(),
+            outcome: outcome.into(),
+        };
+        d.metrics
+            .disagg
+            .remote_prefill_responses
+            .get_or_create(&labels)
+            .get()
+    };
+    for (k, status) in [(0, 200), (1, 502)] {
+        let body = long_chat(k);
+        let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+        assert!(prefiller(&r).is_some());
+        let summary = ResponseSummary {
+            status: Some(status),
+            ..Default::default()
+        };
+        d.finish(&r, End::Response(summary));
+    }
+    let body = long_chat(2);
+    let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    d.finish(&r, End::Abandoned);
+    // A decode-only request (the first prompt again: its decode pod holds it) is not counted.
+    let body = long_chat(0);
+    let r = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    assert_eq!(prefiller(&r), None);
+    d.finish(&r, End::Response(ResponseSummary::default()));
+    assert_eq!(
+        (count("success"), count("error"), count("abandoned")),
+        (1, 1, 1)
+    );
+}

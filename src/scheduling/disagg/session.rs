@@ -1,0 +1,209 @@
+//! Session affinity pinned to a profile's pick: llm-d's `profileName` parameter of
+//! `session-affinity-scorer` and `session-affinity-filter`.
+//!
+//! llm-d's P/D guide configures two instances: one in the decode profile (no `profileName`),
+//! whose token `x-session-token` names the decode pod, and one in the prefill profile with
+//! `profileName: prefill` and its own header (`x-session-token-prefill`), naming the prefill
+//! pod. A session's next request then goes to the same decode pod *and* the same prefill pod
+//! (whose KV cache holds its prefix). epp reads the prefill token into
+//! `SchedulingRequest::prefill_session_endpoint` and writes it on responses of requests that
+//! were prefilled remotely (`Routed::prefill_session`).
+//!
+//! Resolved once, when the scheduler is built: an instance naming the decode profile (or no
+//! profile) pins the primary pick and uses `x-session-token`; one naming the handler's prefill
+//! profile pins the prefill pick with the `encoded_endpoint_header` strategy and a header of its
+//! own; any other name is a configuration error, as is the `session_id` strategy on the prefill
+//! pick (its bindings are kept for the primary pick only).
+
+use super::super::scorer::{Pin, SESSION_HEADER};
+use super::super::Scheduler;
+use crate::config::Problem;
+
+impl Scheduler {
+    /// The header carrying the prefill pod's session token, when an instance pins the prefill
+    /// pick.
+    pub fn prefill_session_header(&self) -> Option<&str> {
+        let stages = self.disagg().and_then(|d| d.prefill.as_ref());
+        std::iter::once(self)
+            .chain(stages.map(|s| &s.profile))
+            .flat_map(|s| s.session_params())
+            .find(|p| p.pins == Pin::Prefill)
+            .and_then(|p| p.token_header())
+    }
+}
+
+/// Resolves every session-affinity instance's `profileName` into its [`Pin`].
+pub(in crate::scheduling) fn pin(sched: &mut Scheduler, problems: &mut Vec<Problem>) {
+    let names = sched.disagg.as_ref().map(|d| {
+        let prefill = d.prefill.as_ref().map(|s| s.name.clone());
+        (d.decode.clone(), prefill)
+    });
+    let (decode, prefill) = names.unwrap_or_default();
+    let mut profiles: Vec<&mut Scheduler> = Vec::new();
+    if let Some(d) = sched.disagg.as_deref_mut() {
+        profiles.extend(d.prefill.as_mut().map(|s| &mut s.profile));
+        profiles.extend(d.encode.as_mut().map(|s| &mut s.profile));
+    }
+    for s in profiles {
+        pin_profile(s, &decode, prefill.as_deref(), problems);
+    }
+    pin_profile(sched, &decode, prefill.as_deref(), problems);
+}
+
+fn pin_profile(
+    sched: &mut Scheduler,
+    decode: &str,
+    prefill: Option<&str>,
+    problems: &mut Vec<Problem>,
+) {
+    let single = sched.disagg.is_none() && decode.is_empty();
+    for p in sched.session_params_mut() {
+        let name = p.profile_name.as_str();
+        let problem =
+            |m: String| Problem::Profile(format!("session affinity profileName {name:?}: {m}"));
+        p.pins = if single || name.is_empty() || name == decode {
+            Pin::Primary
+        } else if Some(name) == prefill {
+            Pin::Prefill
+        } else {
+            problems.push(problem(format!(
+                "epp pins the decode profile's pick ({decode:?}) or the prefill profile's ({})",
+                prefill.unwrap_or("none configured")
+            )));
+            continue;
+        };
+        match (p.pins, p.token_header()) {
+            (Pin::Primary, Some(h)) if h != SESSION_HEADER => problems.push(problem(format!(
+                "the primary pick's token is read and written in {SESSION_HEADER}, got header {h:?}"
+            ))),
+            (Pin::Prefill, None) => problems.push(problem(
+                "the session_id strategy binds the primary pick only in epp; use encoded_endpoint_header with a header of its own (llm-d's guide: x-session-token-prefill)".into(),
+            )),
+            (Pin::Prefill, Some(h)) if h == SESSION_HEADER => problems.push(problem(format!(
+                "{SESSION_HEADER} carries the decode pod's token; give the prefill instance a header of its own (llm-d's guide: x-session-token-prefill)"
+            ))),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config;
+    use crate::endpoint::EndpointId;
+    use crate::scheduling::filter::ROLE_LABEL;
+    use crate::scheduling::testing::labelled;
+    use crate::scheduling::{build_with, Candidate, Scheduler, SchedulingRequest};
+    use rand::{rngs::SmallRng, SeedableRng};
+
+    fn example() -> String {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/llm-d-pd-session-affinity.yaml"
+        );
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    /// Session affinity is alpha upstream: `--allow-experimental-plugins`.
+    fn build(text: &str) -> Result<Scheduler, Vec<config::Problem>> {
+        let load = config::LoadOptions {
+            allow_experimental: true,
+        };
+        build_with(&config::parse(text).unwrap(), load)
+    }
+
+    fn problems(text: &str) -> String {
+        let errs = build(text).unwrap_err();
+        let all: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        all.join("; ")
+    }
+
+    /// Decode pods on ports 1 and 2, prefill pods on 3 and 4.
+    fn pool() -> Vec<Candidate> {
+        let roles = ["decode", "decode", "prefill", "prefill"];
+        (0..4)
+            .map(|i| labelled(i as u16 + 1, &[(ROLE_LABEL, roles[i])]))
+            .collect()
+    }
+
+    #[test]
+    fn the_guides_two_instances_pin_the_decode_and_the_prefill_pick() {
+        let s = build(&example()).unwrap();
+        assert!(
+            s.session_affinity(),
+            "the decode instance writes x-session-token"
+        );
+        assert_eq!(s.prefill_session_header(), Some("x-session-token-prefill"));
+        let cands = pool();
+        let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
+        for (decode, prefill) in [(0, 2), (1, 3), (0, 3), (1, 2)] {
+            for seed in 0..5 {
+                let req = SchedulingRequest {
+                    prompt_tokens: 1_000,
+                    block_size: 16,
+                    session_endpoint: Some(ids[decode]),
+                    prefill_session_endpoint: Some(ids[prefill]),
+                    ..Default::default()
+                };
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let d = s.schedule(&req, &cands, &mut rng).unwrap();
+                assert_eq!(d.endpoints[0], ids[decode]);
+                assert_eq!(d.disagg.unwrap().prefill, Some(ids[prefill]));
+            }
+        }
+    }
+
+    #[test]
+    fn a_prefill_token_never_moves_the_decode_pick_and_vice_versa() {
+        let s = build(&example()).unwrap();
+        let cands = pool();
+        let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
+        // Tokens naming pods of the other role: neither instance finds its pod a candidate.
+        let req = SchedulingRequest {
+            prompt_tokens: 1_000,
+            block_size: 16,
+            session_endpoint: Some(ids[3]),
+            prefill_session_endpoint: Some(ids[0]),
+            ..Default::default()
+        };
+        let mut rng = SmallRng::seed_from_u64(1);
+        let d = s.schedule(&req, &cands, &mut rng).unwrap();
+        assert!(ids[..2].contains(&d.endpoints[0]));
+        let prefill = d.disagg.unwrap().prefill.unwrap();
+        assert!(ids[2..].contains(&prefill));
+    }
+
+    #[test]
+    fn profile_names_and_headers_epp_cannot_honour_are_refused() {
+        let text = example();
+        let table = [
+            (
+                text.replace("profileName: prefill", "profileName: encode"),
+                "profileName \"encode\": epp pins the decode profile's pick (\"decode\") or the prefill profile's (prefill)",
+            ),
+            (
+                text.replace("header: x-session-token-prefill", "header: x-session-token"),
+                "x-session-token carries the decode pod's token",
+            ),
+            (
+                text.replace(
+                    "    profileName: prefill\n    encodedEndpointHeaderConfig:\n      header: x-session-token-prefill",
+                    "    profileName: prefill\n    strategy: session_id",
+                ),
+                "the session_id strategy binds the primary pick only in epp",
+            ),
+            (
+                text.replace(
+                    "    encodedEndpointHeaderConfig:\n      header: x-session-token\n",
+                    "    profileName: decode\n    encodedEndpointHeaderConfig:\n      header: x-session-token-d\n",
+                ),
+                "the primary pick's token is read and written in x-session-token, got header \"x-session-token-d\"",
+            ),
+        ];
+        for (yaml, want) in table {
+            assert_ne!(yaml, text, "{want}: the replacement applied");
+            let got = problems(&yaml);
+            assert!(got.contains(want), "{want}\n{got}");
+        }
+    }
+}
