@@ -44,7 +44,7 @@ impl Series {
             labels: sample
                 .labels
                 .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
+                .map(|(k, v)| (k.to_owned(), v.into_owned()))
                 .collect(),
         })
     }
