@@ -207,7 +207,8 @@ impl EstimatedTtftScorer {
     /// The medians of the learned pods' slowness relative to the seed, per step and per token
     /// (1 when none has learned).
     fn typical(&self, pool: &[&Candidate]) -> Typical {
-        if !self.learn {
+        // Only a pod not observed yet is priced by it: skip the medians when there is none.
+        if !self.learn || pool.iter().all(|c| c.prefill.learned.is_some()) {
             return Typical::SEED;
         }
         let seed = self.seed();
@@ -218,8 +219,11 @@ impl EstimatedTtftScorer {
                 .map(|l| ratio(&l))
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .collect();
-            f.sort_by(f64::total_cmp);
-            f.get(f.len() / 2).copied().unwrap_or(1.0)
+            let mid = f.len() / 2;
+            if f.is_empty() {
+                return 1.0;
+            }
+            *f.select_nth_unstable_by(mid, f64::total_cmp).1
         };
         Typical {
             step: median(&|l| l.base / seed.base),
