@@ -17,15 +17,26 @@
 //!
 //! # Estimation
 //! The seed (the scorer's parameters: `peakPrefillThroughput` and friends) fixes the shape of
-//! the model; each pod learns one factor, its slowness relative to the seed: the least-squares
-//! `s` of `TTFT ≈ s · seed(features)` over exponentially time-decayed observations
-//! (`τ` = [`DECAY`], at most [`MAX_WEIGHT`] of them), shrunk toward 1 by one pseudo-observation. A four-coefficient regression was
-//! tried first and dropped: the features move together (a long queue comes with many running
-//! sequences), so a wrong seed let the fit trade one coefficient for another, and with llm-d's
-//! default seed (8× too fast for the bench's pods) it priced prefill too cheap and lost the cache
-//! (BENCHMARKS.md, "Estimated TTFT"). One factor is identifiable from any traffic: a pod that
-//! slowed down (gray failure, a noisy neighbour) or a slower GPU is priced at its own speed within
-//! a few dozen responses, and a recovered pod is priced back as its new samples arrive.
+//! each half of the model, and each pod learns two factors: `step`, its slowness relative to the
+//! seed on the per-step terms (`base + per_running · R + per_waiting · Q`), and `token`, on the
+//! prefill term (`per_token · W`): the least-squares `(step, token)` of
+//! `TTFT ≈ step · seed_step(features) + token · seed_tokens(features)` over exponentially
+//! time-decayed observations (`τ` = [`DECAY`], at most [`MAX_WEIGHT`] of them), pulled toward the
+//! one-factor fit (the same factor for both halves, itself shrunk toward 1 by one
+//! pseudo-observation) by a ridge of [`RIDGE`]: where the two halves cannot be told apart (every
+//! request the same size, no queue) the pod is priced by one factor, as before.
+//!
+//! Why two: one factor is right only when the seed's shape is. llm-d's default seed (15,928
+//! tokens/s, a 30 ms step) is 8× too fast per token for the bench's pods but about right per
+//! step, so one factor fitted to a pod's recent mix: a pod that had served a long prompt learned
+//! 6–7, one that had served only short ones 3.3, and identical pods looked twice as fast as each
+//! other; the "fast" ones drew up to 31% of the requests of the long/short mix (BENCHMARKS.md,
+//! #20, "settling the default"). A four-coefficient regression was tried first and dropped: the
+//! features of the step half move together (a long queue comes with many running sequences), so
+//! a wrong seed let the fit trade one coefficient for another. Two halves are identifiable from
+//! ordinary traffic (prompt sizes and the tokens ahead vary), and a pod that slowed down (gray
+//! failure, a noisy neighbour) or a slower GPU is priced at its own speed within a few dozen
+//! responses; a recovered pod is priced back as its new samples arrive.
 //!
 //! The factor is the pod's *speed*, so it is learned only from requests dispatched with no
 //! request waiting there. Behind a queue the TTFT also holds what the linear terms cannot see
@@ -52,8 +63,12 @@ const PRIOR_WEIGHT: f64 = 1.0;
 /// A request dispatched behind this many waiting requests does not teach the pod's speed.
 const QUEUED: f64 = 1.0;
 
-/// The learned factor stays within these bounds of the seed.
+/// The learned factors stay within these bounds of the seed.
 const FACTOR_RANGE: (f64, f64) = (1.0 / 64.0, 64.0);
+
+/// Weight of the pull of the two factors toward the one-factor fit, as a fraction of each
+/// half's own evidence (`Σ w·seed_step²`, `Σ w·seed_tokens²`).
+const RIDGE: f64 = 0.1;
 
 /// Seconds: what each part of a request's wait costs on one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,13 +93,27 @@ impl Coefficients {
     }
 
     /// The seed scaled by `factor`.
+    #[cfg(test)]
     fn scaled(&self, factor: f64) -> Self {
+        self.scaled2(factor, factor)
+    }
+
+    /// The seed with its per-step terms scaled by `step` and its per-token term by `token`.
+    fn scaled2(&self, step: f64, token: f64) -> Self {
         Self {
-            base: self.base * factor,
-            per_token: self.per_token * factor,
-            per_running: self.per_running * factor,
-            per_waiting: self.per_waiting * factor,
+            base: self.base * step,
+            per_token: self.per_token * token,
+            per_running: self.per_running * step,
+            per_waiting: self.per_waiting * step,
         }
+    }
+
+    /// The per-step half of the prediction: `(base + per_running·R + per_waiting·Q, per_token·W)`.
+    fn halves(&self, f: &Features) -> (f64, f64) {
+        (
+            self.base + self.per_running * f.running + self.per_waiting * f.waiting,
+            self.per_token * (f.ahead_tokens + f.own_tokens),
+        )
     }
 }
 
@@ -101,8 +130,10 @@ pub struct Features {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Learned {
     pub coefficients: Coefficients,
-    /// The pod's slowness relative to the seed (2 = takes twice as long).
+    /// The pod's prefill slowness relative to the seed (2 = each token takes twice as long).
     pub factor: f64,
+    /// The pod's per-step slowness relative to the seed.
+    pub step_factor: f64,
     /// Decayed number of observations behind them.
     pub samples: f64,
     /// Mean uncached prompt tokens per request (the size of a queued request epp did not send).
@@ -110,11 +141,17 @@ pub struct Learned {
 }
 
 /// The fit's state (one per endpoint, behind its mutex): decayed sums of `y·ŷ` and `ŷ²`, `ŷ`
-/// being the seed's prediction and `y` the measured TTFT.
+/// being the seed's prediction and `y` the measured TTFT, and the same of the prediction's two
+/// halves (`s` per step, `t` per token).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TtftModel {
     yp: f64,
     pp: f64,
+    ys: f64,
+    yt: f64,
+    ss: f64,
+    st: f64,
+    tt: f64,
     /// The seed's mean prediction, where the prior's pseudo-observation sits.
     p_mean: f64,
     weight: f64,
@@ -144,13 +181,28 @@ impl TtftModel {
         });
         self.stamp = Some(now);
         let decay = decay * (MAX_WEIGHT / (self.weight * decay + 1.0).max(MAX_WEIGHT));
-        self.yp *= decay;
-        self.pp *= decay;
-        self.weight *= decay;
-        let predicted = prior.predict(f);
+        for v in [
+            &mut self.yp,
+            &mut self.pp,
+            &mut self.ys,
+            &mut self.yt,
+            &mut self.ss,
+            &mut self.st,
+            &mut self.tt,
+            &mut self.weight,
+        ] {
+            *v *= decay;
+        }
+        let (s, t) = prior.halves(f);
+        let predicted = s + t;
         if ttft.is_finite() && ttft >= 0.0 && predicted.is_finite() && predicted > 0.0 {
             self.yp += ttft * predicted;
             self.pp += predicted * predicted;
+            self.ys += ttft * s;
+            self.yt += ttft * t;
+            self.ss += s * s;
+            self.st += s * t;
+            self.tt += t * t;
             let w = 1.0 / (self.weight + 1.0);
             self.p_mean = self.p_mean * (1.0 - w) + predicted * w;
             self.mean_tokens = self.mean_tokens * (1.0 - w) + f.own_tokens.max(0.0) * w;
@@ -161,23 +213,49 @@ impl TtftModel {
 
     /// The fit for the observations so far.
     pub fn learned(&self, prior: &Coefficients) -> Learned {
+        let one = self.one_factor();
+        let (step, token) = self.two_factors(one);
+        Learned {
+            coefficients: prior.scaled2(step, token),
+            factor: token,
+            step_factor: step,
+            samples: self.weight,
+            mean_tokens: self.mean_tokens,
+        }
+    }
+
+    /// One factor for the whole prediction, shrunk toward 1 by the prior.
+    fn one_factor(&self) -> f64 {
         let anchor = PRIOR_WEIGHT * self.p_mean * self.p_mean;
         let factor = if self.pp + anchor > 0.0 {
             (self.yp + anchor) / (self.pp + anchor)
         } else {
             1.0
         };
-        let factor = if factor.is_finite() {
-            factor.clamp(FACTOR_RANGE.0, FACTOR_RANGE.1)
-        } else {
-            1.0
-        };
-        Learned {
-            coefficients: prior.scaled(factor),
-            factor,
-            samples: self.weight,
-            mean_tokens: self.mean_tokens,
+        bounded(factor)
+    }
+
+    /// `(step, token)`: the ridge least squares of `y ≈ step·s + token·t`, pulled toward `one`.
+    fn two_factors(&self, one: f64) -> (f64, f64) {
+        let (ls, lt) = (RIDGE * self.ss, RIDGE * self.tt);
+        let (a11, a12, a22) = (self.ss + ls, self.st, self.tt + lt);
+        let (b1, b2) = (self.ys + ls * one, self.yt + lt * one);
+        let det = a11 * a22 - a12 * a12;
+        if !(det.is_finite() && det > 1e-12 * (a11 * a22).max(f64::MIN_POSITIVE)) {
+            return (one, one);
         }
+        let step = (b1 * a22 - a12 * b2) / det;
+        let token = (a11 * b2 - a12 * b1) / det;
+        (bounded(step), bounded(token))
+    }
+}
+
+/// `v` within [`FACTOR_RANGE`] (1 when it is not a number).
+fn bounded(v: f64) -> f64 {
+    if v.is_finite() {
+        v.clamp(FACTOR_RANGE.0, FACTOR_RANGE.1)
+    } else {
+        1.0
     }
 }
 
@@ -306,6 +384,56 @@ mod tests {
             learned = m.observe(&f, real.predict(&f) * noise, &SEED, t0);
         }
         assert!((2.5..3.5).contains(&learned.factor), "{learned:?}");
+    }
+
+    #[test]
+    fn identical_pods_serving_different_prompt_mixes_price_a_request_alike() {
+        // The pods' truth has another shape than the seed: a 24 ms step (the seed says 30) and
+        // 0.5 ms per prompt token (the seed: 8 times less).
+        let real = Coefficients {
+            base: 0.024,
+            per_token: 0.0005,
+            per_running: 0.0016,
+            per_waiting: 0.0,
+        };
+        let t0 = Instant::now();
+        let short = |i: usize| Features {
+            ahead_tokens: ((i * 37) % 3) as f64 * 150.0,
+            own_tokens: 100.0 + ((i * 53) % 100) as f64,
+            running: ((i * 7) % 6) as f64,
+            waiting: 0.0,
+        };
+        let (mut only_short, mut mixed) = (TtftModel::default(), TtftModel::default());
+        for i in 0..40 {
+            let s = short(i);
+            only_short.observe(&s, real.predict(&s), &SEED, t0);
+            // One request in eight on the other pod is a long prompt.
+            let m = if i % 8 == 3 {
+                Features {
+                    own_tokens: 6000.0,
+                    ..s
+                }
+            } else {
+                s
+            };
+            mixed.observe(&m, real.predict(&m), &SEED, t0);
+        }
+        let probe = short(1000);
+        let a = only_short.learned(&SEED).coefficients.predict(&probe);
+        let b = mixed.learned(&SEED).coefficients.predict(&probe);
+        let want = real.predict(&probe);
+        // One factor priced the pod that saw long prompts twice as high for the same request.
+        assert!((a / b - 1.0).abs() < 0.1, "{a} vs {b}");
+        for got in [a, b] {
+            assert!((got - want).abs() / want < 0.2, "{a} {b} vs {want}");
+        }
+        // The pod that saw long prompts prices them right too.
+        let long = Features {
+            own_tokens: 6000.0,
+            ..probe
+        };
+        let got = mixed.learned(&SEED).coefficients.predict(&long);
+        assert!((got / real.predict(&long) - 1.0).abs() < 0.1, "{got}");
     }
 
     #[test]

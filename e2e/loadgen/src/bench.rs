@@ -25,6 +25,7 @@ pub mod plan;
 pub mod procs;
 pub mod report;
 pub mod routers;
+pub mod trace_replay;
 pub mod ttft;
 pub mod upstream;
 

@@ -115,6 +115,7 @@ impl CostBasedPdDecider {
             queued_request_cost_ms: self.queued_request_cost_ms,
             eviction_cost_weight: 0.0,
             congestion_cost_weight: 0.0,
+            in_flight_delay_weight: 0.0,
             learn: self.learn,
         }
     }

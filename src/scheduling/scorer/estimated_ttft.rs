@@ -9,7 +9,8 @@
 //!         + (waiting requests epp did not send) × the pod's mean request size
 //! ttft    = base + per_token · (ahead + own) + per_running · running + per_waiting · waiting
 //! cost    = ttft + per_token · own · (evictionCostWeight · kv_usage
-//!                                     + congestionCostWeight · queued)
+//!                                     + congestionCostWeight · queued
+//!                                     + inFlightDelayWeight · (running + waiting))
 //! ```
 //! The coefficients are the pod's own, learned online from what epp observed of its responses
 //! (`datastore::ttft`: prompt size, cached tokens from `usage`, measured TTFT); a pod never
@@ -26,6 +27,16 @@
 //! (`congestionCostWeight: 0`): over capacity it did not keep sessions home in the agentic
 //! benchmark (what moves them there is the prefix index forgetting them, see below), and at 80%
 //! load it cost hit rate.
+//!
+//! The in-flight term prices what this request's prefill does to the sequences already on the
+//! pod: a decoding sequence's next step waits for the prefill (chunked prefill lengthens the
+//! steps it rides in by exactly its compute), and a waiting one starts that much later. So the
+//! cost of a candidate is the total delay the choice causes, this request's and theirs. It is
+//! what keeps a long prompt off a pod with many decodes (the long/short mix: TTFT alone sent it
+//! to the pod with the least prefill ahead and stalled up to 40 decodes there, ITL p90 60–97 ms
+//! against 32 ms for least request) and a popular prefix off a busy second pod (recomputing
+//! 2,000 tokens where 10 sequences run costs them 10 × the recomputation). On by default
+//! (`inFlightDelayWeight: 1`, every held-up sequence counted once).
 //!
 //! # Home and spill (hysteresis)
 //! The pod holding the longest prefix of a request is its home: there `own` is only the new
@@ -112,6 +123,12 @@ pub struct EstimatedTtftScorer {
     /// default: at 1 it kept no more sessions home over capacity and cost 9–12 points of hit
     /// rate at 80% load in the agentic benchmark (BENCHMARKS.md, #20).
     pub congestion_cost_weight: f64,
+    /// Weight of the delay this request's own prefill imposes on the sequences already on the
+    /// pod (running and waiting): each is held up for the whole prefill, its decode steps or its
+    /// start (1 = every one counted in full; 0 = this request's TTFT only). Without it a long
+    /// prompt went to the pod with the least prefill ahead however many sequences it stalled
+    /// there, and a prefix spilled onto a busy pod (BENCHMARKS.md, #20, "settling the default").
+    pub in_flight_delay_weight: f64,
     /// Use each pod's learned rates (false: the seed for every pod).
     pub learn: bool,
 }
@@ -125,6 +142,7 @@ impl Default for EstimatedTtftScorer {
             queued_request_cost_ms: 100.0,
             eviction_cost_weight: 0.25,
             congestion_cost_weight: 0.0,
+            in_flight_delay_weight: 1.0,
             learn: true,
         }
     }
@@ -141,6 +159,7 @@ impl EstimatedTtftScorer {
             ("queuedRequestCostMs", self.queued_request_cost_ms, true),
             ("evictionCostWeight", self.eviction_cost_weight, true),
             ("congestionCostWeight", self.congestion_cost_weight, true),
+            ("inFlightDelayWeight", self.in_flight_delay_weight, true),
         ];
         for (name, v, zero_ok) in fields {
             if !v.is_finite() || v < 0.0 || (v == 0.0 && !zero_ok) {
@@ -164,41 +183,52 @@ impl EstimatedTtftScorer {
     }
 
     fn rates(&self, c: &Candidate) -> TtftRates {
-        self.rates_with(c, 1.0)
+        self.rates_with(c, Typical::SEED)
     }
 
-    /// `c`'s learned rates; a pod not observed yet gets the seed times `typical`, the pool's
+    /// `c`'s learned rates; a pod not observed yet gets the seed scaled by `typical`, the pool's
     /// median slowness relative to the seed (so a wrong seed does not make it look the fastest).
-    fn rates_with(&self, c: &Candidate, typical: f64) -> TtftRates {
+    fn rates_with(&self, c: &Candidate, typical: Typical) -> TtftRates {
         match c.prefill.learned {
             Some(l) if self.learn => l,
             _ => {
                 let s = self.seed();
                 TtftRates {
-                    base: s.base * typical,
-                    per_token: s.per_token * typical,
-                    per_running: s.per_running * typical,
-                    per_waiting: s.per_waiting * typical,
+                    base: s.base * typical.step,
+                    per_token: s.per_token * typical.token,
+                    per_running: s.per_running * typical.step,
+                    per_waiting: s.per_waiting * typical.step,
                     mean_tokens: 0.0,
                 }
             }
         }
     }
 
-    /// The median of the learned pods' slowness relative to the seed (1 when none has learned).
-    fn typical_factor(&self, pool: &[&Candidate]) -> f64 {
-        let seed = self.seed().per_token;
-        let mut f: Vec<f64> = pool
-            .iter()
-            .filter_map(|c| c.prefill.learned)
-            .map(|l| l.per_token / seed)
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .collect();
-        if !self.learn || f.is_empty() {
-            return 1.0;
+    /// The medians of the learned pods' slowness relative to the seed, per step and per token
+    /// (1 when none has learned).
+    fn typical(&self, pool: &[&Candidate]) -> Typical {
+        // Only a pod not observed yet is priced by it: skip the medians when there is none.
+        if !self.learn || pool.iter().all(|c| c.prefill.learned.is_some()) {
+            return Typical::SEED;
         }
-        f.sort_by(f64::total_cmp);
-        f[f.len() / 2]
+        let seed = self.seed();
+        let median = |ratio: &dyn Fn(&TtftRates) -> f64| {
+            let mut f: Vec<f64> = pool
+                .iter()
+                .filter_map(|c| c.prefill.learned)
+                .map(|l| ratio(&l))
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .collect();
+            let mid = f.len() / 2;
+            if f.is_empty() {
+                return 1.0;
+            }
+            *f.select_nth_unstable_by(mid, f64::total_cmp).1
+        };
+        Typical {
+            step: median(&|l| l.base / seed.base),
+            token: median(&|l| l.per_token / seed.per_token),
+        }
     }
 
     /// The terms of `c`'s estimate for `req`.
@@ -221,10 +251,10 @@ impl EstimatedTtftScorer {
 
     /// Estimated seconds to this request's first token on `c`.
     pub fn estimate(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
-        self.estimate_with(req, c, 1.0)
+        self.estimate_with(req, c, Typical::SEED)
     }
 
-    fn estimate_with(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64) -> f64 {
+    fn estimate_with(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: Typical) -> f64 {
         let r = self.rates_with(c, typical);
         let i = self.inputs(req, c);
         r.base
@@ -236,11 +266,18 @@ impl EstimatedTtftScorer {
     /// The estimate plus what the request's own prefill costs others there: the prefixes a full
     /// cache evicts to hold the new tokens, and the delay of the `queued` requests (the pool's
     /// mean queue) that wait behind it.
-    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: f64, queued: f64) -> f64 {
+    fn cost(
+        &self,
+        req: &SchedulingRequest<'_>,
+        c: &Candidate,
+        typical: Typical,
+        queued: f64,
+    ) -> f64 {
         let own = self.inputs(req, c).own_tokens;
         let prefill = self.rates_with(c, typical).per_token * own;
         let others = self.eviction_cost_weight * c.kv_usage.clamp(0.0, 1.0)
-            + self.congestion_cost_weight * queued;
+            + self.congestion_cost_weight * queued
+            + self.in_flight_delay_weight * in_flight(c);
         let cost = self.estimate_with(req, c, typical) + prefill * others;
         if cost.is_finite() {
             cost.max(1e-6)
@@ -250,7 +287,7 @@ impl EstimatedTtftScorer {
     }
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
-        let typical = self.typical_factor(pool);
+        let typical = self.typical(pool);
         let queued = mean_queue(pool);
         for (o, c) in out.iter_mut().zip(pool) {
             *o = self.cost(req, c, typical, queued);
@@ -267,13 +304,32 @@ impl EstimatedTtftScorer {
         let Some(slo) = req.slo_ttft_s.filter(|_| req.sheddable) else {
             return false;
         };
-        let typical = self.typical_factor(pool);
+        let typical = self.typical(pool);
         !pool.iter().any(|c| {
             self.estimate_with(req, c, typical) <= slo
                 || (c.running <= 0.0 && c.waiting <= 0.0)
                 || c.kv_usage < 0.02
         })
     }
+}
+
+/// A pool's typical slowness relative to the seed: what a pod not observed yet is priced at.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Typical {
+    step: f64,
+    token: f64,
+}
+
+impl Typical {
+    const SEED: Self = Self {
+        step: 1.0,
+        token: 1.0,
+    };
+}
+
+/// The sequences on `c` that this request's prefill holds up: those decoding and those waiting.
+fn in_flight(c: &Candidate) -> f64 {
+    c.running.max(0.0) + c.waiting.max(0.0)
 }
 
 /// The mean of the candidates' waiting requests (0 for an empty pool).
@@ -298,11 +354,20 @@ mod tests {
         }
     }
 
-    /// The scorer with the congestion price on (`congestionCostWeight: 1`).
+    /// The scorer pricing this request's own TTFT only (no in-flight delay).
+    fn selfish() -> EstimatedTtftScorer {
+        EstimatedTtftScorer {
+            in_flight_delay_weight: 0.0,
+            ..EstimatedTtftScorer::default()
+        }
+    }
+
+    /// The scorer with the congestion price on (`congestionCostWeight: 1`) and no in-flight
+    /// delay, as the congestion price was measured.
     fn congested() -> EstimatedTtftScorer {
         EstimatedTtftScorer {
             congestion_cost_weight: 1.0,
-            ..EstimatedTtftScorer::default()
+            ..selfish()
         }
     }
 
@@ -357,9 +422,8 @@ mod tests {
         };
         // Home holds 3,792 of 4,000 tokens behind 6 queued requests; the other pod has 3 queued.
         let cands = [queued(1, 6.0, 237), queued(2, 3.0, 0)];
-        let selfish = EstimatedTtftScorer::default();
         assert_eq!(
-            pick(&selfish, &req(4_000), &cands),
+            pick(&selfish(), &req(4_000), &cands),
             1,
             "its own TTFT alone moves it"
         );
@@ -378,8 +442,7 @@ mod tests {
         let mut cands = vec![queued(1, 6.0, 237)];
         cands.extend((2..8).map(|p| queued(p, 6.0, 0)));
         cands.push(queued(8, 0.0, 0));
-        let selfish = EstimatedTtftScorer::default();
-        assert_eq!(pick(&selfish, &req(4_000), &cands), 7);
+        assert_eq!(pick(&selfish(), &req(4_000), &cands), 7);
         assert_eq!(pick(&congested(), &req(4_000), &cands), 0);
     }
 
@@ -399,12 +462,53 @@ mod tests {
         let mut busy = cand(2, 9.0, 0.5, 0);
         busy.prefill.pending_tokens = 18_000.0;
         busy.prefill.pending_requests = 9.0;
-        let selfish = EstimatedTtftScorer::default();
         assert_eq!(
-            pick(&selfish, &req(2_200), &[home.clone(), busy.clone()]),
+            pick(&selfish(), &req(2_200), &[home.clone(), busy.clone()]),
             1
         );
         assert_eq!(pick(&s, &req(2_200), &[home, busy]), 0);
+    }
+
+    #[test]
+    fn a_long_prompt_goes_where_its_prefill_stalls_the_fewest_sequences() {
+        // Pod 0 has no prefill ahead but 30 sequences decoding; pod 1 has 500 tokens ahead and 2.
+        let mut crowded = cand(1, 0.0, 0.5, 0);
+        crowded.running = 30.0;
+        let mut quiet = cand(2, 0.0, 0.5, 0);
+        quiet.running = 2.0;
+        quiet.prefill.pending_tokens = 500.0;
+        quiet.prefill.pending_requests = 1.0;
+        let cands = [crowded, quiet];
+        assert_eq!(pick(&selfish(), &req(6_000), &cands), 0, "its own TTFT");
+        assert_eq!(
+            pick(&EstimatedTtftScorer::default(), &req(6_000), &cands),
+            1
+        );
+    }
+
+    #[test]
+    fn a_popular_prefix_stays_home_rather_than_recompute_where_it_stalls_others() {
+        // 2,000 of 2,200 tokens held at home, 4,000 tokens queued there; the other pod has no
+        // queue but as many sequences decoding.
+        let mut home = cand(1, 2.0, 0.5, 125);
+        home.running = 8.0;
+        home.prefill.pending_tokens = 4_000.0;
+        home.prefill.pending_requests = 2.0;
+        let mut other = cand(2, 0.0, 0.5, 0);
+        other.running = 8.0;
+        let cands = [home, other];
+        assert_eq!(pick(&selfish(), &req(2_200), &cands), 1, "its own TTFT");
+        assert_eq!(
+            pick(&EstimatedTtftScorer::default(), &req(2_200), &cands),
+            0
+        );
+        // An idle pod is still worth the recomputation: it holds nobody up.
+        let idle = cand(3, 0.0, 0.1, 0);
+        let with_idle = [cands[0].clone(), idle];
+        assert_eq!(
+            pick(&EstimatedTtftScorer::default(), &req(2_200), &with_idle),
+            1
+        );
     }
 
     #[test]

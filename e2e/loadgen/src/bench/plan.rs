@@ -475,6 +475,7 @@ fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
             routers_of(o),
         ));
         v.extend(super::ttft::scenarios(o, &routers_of(o)));
+        v.push(super::trace_replay::scenario(o, &routers_of(o)));
     }
     v
 }

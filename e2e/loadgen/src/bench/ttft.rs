@@ -10,6 +10,9 @@
 //!   a third of the capacity: a slow pod's fair share is 8.3%, a fast one's 16.7%);
 //! - `rl-burst`: bursts of the same prompt (RL rollouts: 16 samples of 8 prompts at once);
 //! - `cache-pressure`: shared prefixes several times the cluster's KV (192 × 2,000 tokens = 3×).
+//!
+//! `trace-replay` (a replayed multi-turn trace: sessions of varying length, one shared system
+//! block) is in [`super::trace_replay`].
 
 use super::compare::Scenario;
 use super::plan::{sim, PlanOptions, MODEL};

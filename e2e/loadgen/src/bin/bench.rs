@@ -154,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
         {
             s.routers
                 .retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+            loadgen::bench::trace_replay::write_trace(&mut s, &opts, &args.out)?;
             results.extend(compare::run(&s, &bins, &args.out).await);
         }
         md.push_str(&report::tables(&results));
