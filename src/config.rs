@@ -3,20 +3,22 @@
 //! v0.10's `llm-d.ai/v1alpha1` and GIE's `inference.networking.x-k8s.io/v1alpha1` (which
 //! llm-d-router still accepts, with a deprecation notice).
 //!
-//! This module owns the document's shape, the plugin registry ([`PluginKind`]: every upstream
-//! `type:` name, its stability level and what epp does with it) and the checks that need no
-//! plugin parameters (apiVersion, kind, names, references, types, feature gates). Each plugin
-//! validates its own `parameters` where it is built (`scheduling::build`). Problems are
-//! collected and reported together.
+//! This module owns the document's shape, the checks that need no plugin parameters
+//! (apiVersion, kind, names, references, types, feature gates) and the one decode of every
+//! plugin into its typed parameters ([`plugin`]) and of the whole document into the value the
+//! rest of epp reads ([`Config`]). The plugin registry ([`PluginKind`]) is vocabulary
+//! (`crate::plugin`). Problems are collected and reported together.
 
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt;
 
 mod datalayer;
-mod kind;
+mod decoded;
+pub mod plugin;
+pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::MetricsSettings;
-pub use kind::{Category, PluginKind, Stability, Support};
+pub use decoded::{scheduler, Config};
 
 /// llm-d-router v0.10's API group (the one its charts render).
 pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
@@ -428,7 +430,7 @@ pub fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
 }
 
 /// The structural problems of a decoded document (apiVersion, kind, names, references, feature
-/// gates). Plugin types are checked where plugins are built ([`check_type`]).
+/// gates). Plugin types and parameters are checked where plugins are decoded ([`plugin`]).
 pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     let mut problems = Vec::new();
     if doc.api_version != API_VERSION && doc.api_version != API_VERSION_GIE {

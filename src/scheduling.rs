@@ -22,10 +22,8 @@ pub mod inflight_load;
 pub mod picker;
 pub mod scorer;
 
-use crate::config::{
-    self, Category, EndpointPickerConfig, LoadOptions, PluginKind, PluginSpec, Problem,
-};
 use crate::endpoint::{EndpointId, EndpointMetrics};
+use crate::plugin::PluginKind;
 use filter::Filter;
 use picker::Picker;
 use rand::Rng;
@@ -345,159 +343,104 @@ fn slow_start(pool: &mut Vec<&Candidate>, rng: &mut impl Rng) {
     }
 }
 
-enum Built {
+/// A configured plugin the scheduler is built from: `crate::config` decodes each one, with its
+/// validated parameters, from the configuration's `plugins`.
+#[derive(Clone, Debug)]
+pub enum Plugin {
     Filter(Filter),
     Scorer(Scorer),
     Picker(Picker),
+    /// `approx-prefix-cache-producer`: the prefix parameters when no prefix scorer sets them.
     Prefix(PrefixParams),
     Decider(disagg::Decider),
+    /// A disaggregating profile handler (`disagg-profile-handler`, `pd-profile-handler`).
     Handler(PluginKind, disagg::HandlerParams),
     P2p(disagg::p2p::P2pSourceProducer),
-    Accepted,
 }
 
-fn build_plugin(spec: &PluginSpec, load: LoadOptions) -> Result<Built, Problem> {
-    let kind = config::check_type(spec, load)?;
-    let params = spec.parameters.clone().unwrap_or(serde_yaml::Value::Null);
-    let wrap = |e: serde_yaml::Error| Problem::Parameters {
-        plugin: spec.name().to_owned(),
-        message: e.to_string(),
-    };
-    let message = |message: String| Problem::Parameters {
-        plugin: spec.name().to_owned(),
-        message,
-    };
-    let name = kind.name();
-    match kind.category() {
-        Category::Filter => {
-            if let Some(f) = Filter::build(name, &params).transpose() {
-                return f.map(Built::Filter).map_err(wrap);
-            }
-        }
-        Category::Scorer => {
-            if let Some(s) = Scorer::build(name, &params).transpose() {
-                return s.map(Built::Scorer).map_err(wrap);
-            }
-        }
-        Category::Picker => {
-            if let Some(p) = Picker::build(name, &params).transpose() {
-                return p.map(Built::Picker).map_err(wrap);
-            }
-        }
-        Category::Decider => {
-            if let Some(d) = disagg::Decider::build(name, &params).transpose() {
-                return d.map(Built::Decider).map_err(wrap);
-            }
-        }
-        Category::ProfileHandler => match kind {
-            PluginKind::DisaggProfileHandler => {
-                let p = disagg::HandlerParams::disagg(&params).map_err(message)?;
-                return Ok(Built::Handler(kind, p));
-            }
-            PluginKind::PdProfileHandler => {
-                let p = disagg::HandlerParams::pd(&params).map_err(message)?;
-                return Ok(Built::Handler(kind, p));
-            }
-            _ => {}
-        },
-        _ if kind == PluginKind::InflightLoadProducer => {
-            let p = scorer::params::<inflight_load::InflightLoadParams>(&params).map_err(wrap)?;
-            p.validate().map_err(message)?;
-        }
-        _ if kind == PluginKind::P2pSourceProducer => {
-            let p = scorer::params::<disagg::p2p::P2pSourceProducer>(&params).map_err(wrap)?;
-            return p.validate().map(Built::P2p).map_err(message);
-        }
-        _ if kind == PluginKind::ApproxPrefixCacheProducer => {
-            return PrefixParams::from_yaml(&params)
-                .map(Built::Prefix)
-                .map_err(wrap);
-        }
-        _ => {}
-    }
-    // Plugins built elsewhere (health, saturation detector, served verifier) and the kinds
-    // epp does without a plugin: their parameters are read by their own modules.
-    Ok(Built::Accepted)
+/// One `schedulingProfiles` entry: its name and its plugin references with their weights
+/// (upstream defaults a missing weight to 1).
+#[derive(Clone, Debug)]
+pub struct Profile<'a> {
+    pub name: &'a str,
+    pub plugins: Vec<(&'a str, f64)>,
 }
 
-/// Builds the scheduler from a parsed configuration, reporting every problem at once.
+/// Why profiles could not be assembled from the configured plugins.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("more than one disaggregating profile handler is configured")]
+    SeveralHandlers,
+    #[error("several scheduling profiles need a profile handler that runs them (disagg-profile-handler); single-profile-handler runs one")]
+    SeveralProfiles,
+    #[error(
+        "plugin {handler:?} ({kind}): no scheduling profile named {profile:?} (its decode profile)"
+    )]
+    NoDecodeProfile {
+        handler: String,
+        kind: PluginKind,
+        profile: String,
+    },
+    /// A handler's decider reference names a plugin that is not a decider.
+    #[error("{field}: plugin {plugin:?} is not a decider")]
+    NotADecider {
+        handler: String,
+        field: &'static str,
+        plugin: String,
+    },
+    /// A handler's decider reference names no configured plugin.
+    #[error("plugin {handler:?} parameters {field} references undefined plugin {plugin:?}")]
+    UnknownDecider {
+        handler: String,
+        field: &'static str,
+        plugin: String,
+    },
+}
+
+/// The configured scheduling plugins by instance name, in configuration order.
+type Plugins<'a> = [(&'a str, &'a Plugin)];
+
+/// Builds the scheduler from the configured plugins and profiles, reporting every problem.
 ///
 /// Upstream defaulting applies: with no profile, one profile holds every configured plugin; a
-/// scorer without weight gets 1; a profile without a picker gets the first configured picker or
-/// a `max-score-picker`. Without a profile handler (or with `single-profile-handler`) there is
-/// one profile; `disagg-profile-handler` and `pd-profile-handler` run several ([`disagg`]).
-pub fn build(cfg: &EndpointPickerConfig) -> Result<Scheduler, Vec<Problem>> {
-    build_with(cfg, LoadOptions::default())
-}
-
-/// [`build`] with the command line's load options.
-pub fn build_with(
-    cfg: &EndpointPickerConfig,
-    load: LoadOptions,
-) -> Result<Scheduler, Vec<Problem>> {
+/// profile without a picker gets the first configured picker or a `max-score-picker`. Without
+/// a profile handler (or with `single-profile-handler`) there is one profile;
+/// `disagg-profile-handler` and `pd-profile-handler` run several ([`disagg`]).
+pub fn assemble(
+    plugins: &Plugins<'_>,
+    profiles: &[Profile<'_>],
+) -> Result<Scheduler, Vec<BuildError>> {
     let mut problems = Vec::new();
-    let mut built: Vec<(&str, Built)> = Vec::new();
-    for spec in &cfg.plugins {
-        match build_plugin(spec, load) {
-            Ok(b) => built.push((spec.name(), b)),
-            Err(p) => problems.push(p),
-        }
-    }
-    let handlers: Vec<(&str, PluginKind, &disagg::HandlerParams)> = built
+    let handlers: Vec<(&str, PluginKind, &disagg::HandlerParams)> = plugins
         .iter()
         .filter_map(|(n, b)| match b {
-            Built::Handler(k, p) => Some((*n, *k, p)),
+            Plugin::Handler(k, p) => Some((*n, *k, p)),
             _ => None,
         })
         .collect();
     if handlers.len() > 1 {
-        problems.push(Problem::Profile(
-            "more than one disaggregating profile handler is configured".into(),
-        ));
+        problems.push(BuildError::SeveralHandlers);
     }
     let mut sched = match handlers.first() {
-        Some(&(name, kind, params)) => build_disagg(cfg, &built, name, kind, params, &mut problems),
+        Some(&(name, kind, params)) => {
+            build_disagg(plugins, profiles, (name, kind, params), &mut problems)
+        }
         None => {
-            if cfg.scheduling_profiles.len() > 1 {
-                problems.push(Problem::Profile(
-                    "several scheduling profiles need a profile handler that runs them (disagg-profile-handler); single-profile-handler runs one".into(),
-                ));
+            if profiles.len() > 1 {
+                problems.push(BuildError::SeveralProfiles);
             }
-            build_profile(cfg, &built, cfg.scheduling_profiles.first())
+            build_profile(plugins, profiles.first())
         }
     };
-    sched.p2p = built.iter().find_map(|(_, b)| match b {
-        Built::P2p(p) => Some(p.clone()),
+    sched.p2p = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::P2p(p) => Some(p.clone()),
         _ => None,
     });
-    let producer = built.iter().find_map(|(_, b)| match b {
-        Built::Prefix(p) => Some(p.clone()),
+    let producer = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::Prefix(p) => Some(p.clone()),
         _ => None,
     });
-    // Consumers of prefix match information get upstream's default producer when none is
-    // configured (llm-d creates `approx-prefix-cache-producer` for them; the disaggregating
-    // handlers consume it through their prefill decider).
-    let consumer = sched.no_hit_lru().is_some()
-        || sched
-            .filters
-            .iter()
-            .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)))
-        || sched.p2p.is_some()
-        || sched
-            .disagg
-            .as_ref()
-            .and_then(|d| d.prefill.as_ref())
-            .is_some_and(|s| s.decider.is_some());
-    let from_scorers = {
-        let stages = sched.disagg.iter().flat_map(|d| d.profiles());
-        std::iter::once(&sched)
-            .chain(stages)
-            .flat_map(|s| s.scorers.iter())
-            .find_map(|(s, _)| s.prefix_params().cloned())
-    };
-    sched.prefix = producer
-        .or(from_scorers)
-        .or_else(|| consumer.then(PrefixParams::default));
+    sched.prefix = producer.or_else(|| sched.default_prefix());
     if problems.is_empty() {
         Ok(sched)
     } else {
@@ -505,23 +448,36 @@ pub fn build_with(
     }
 }
 
+impl Scheduler {
+    /// Without a producer: the prefix scorers' parameters, or upstream's default producer for
+    /// the consumers of prefix match information (llm-d creates `approx-prefix-cache-producer`
+    /// for them; the disaggregating handlers consume it through their prefill decider).
+    fn default_prefix(&self) -> Option<PrefixParams> {
+        let consumer = self.no_hit_lru().is_some()
+            || self
+                .filters
+                .iter()
+                .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)))
+            || self.p2p.is_some()
+            || self
+                .disagg
+                .as_ref()
+                .and_then(|d| d.prefill.as_ref())
+                .is_some_and(|s| s.decider.is_some());
+        let stages = self.disagg.iter().flat_map(|d| d.profiles());
+        let from_scorers = std::iter::once(self)
+            .chain(stages)
+            .flat_map(|s| s.scorers.iter())
+            .find_map(|(s, _)| s.prefix_params().cloned());
+        from_scorers.or_else(|| consumer.then(PrefixParams::default))
+    }
+}
+
 /// One profile from its plugin references (or, without a profile, every configured plugin).
-fn build_profile(
-    cfg: &EndpointPickerConfig,
-    built: &[(&str, Built)],
-    profile: Option<&config::ProfileSpec>,
-) -> Scheduler {
-    let refs: Vec<(String, f64)> = match profile {
-        Some(p) => p
-            .plugins
-            .iter()
-            .map(|r| (r.plugin_ref.clone(), r.weight.unwrap_or(1.0)))
-            .collect(),
-        None => cfg
-            .plugins
-            .iter()
-            .map(|p| (p.name().to_owned(), 1.0))
-            .collect(),
+fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Scheduler {
+    let refs: Vec<(&str, f64)> = match profile {
+        Some(p) => p.plugins.clone(),
+        None => plugins.iter().map(|(n, _)| (*n, 1.0)).collect(),
     };
     let mut sched = Scheduler {
         filters: Vec::new(),
@@ -533,21 +489,21 @@ fn build_profile(
     };
     let mut picker = None;
     for (name, weight) in &refs {
-        match built.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
-            Some(Built::Filter(f)) => sched.filters.push(f.clone()),
-            Some(Built::Scorer(s)) => {
+        match plugins.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
+            Some(Plugin::Filter(f)) => sched.filters.push(f.clone()),
+            Some(Plugin::Scorer(s)) => {
                 // A scorer that is also a filter (`context-length-aware`) filters in profile order.
                 sched.filters.extend(s.as_filter());
                 sched.scorers.push((s.clone(), *weight));
             }
-            Some(Built::Picker(p)) => picker = picker.or(Some(p.clone())),
+            Some(Plugin::Picker(p)) => picker = picker.or(Some(p.clone())),
             _ => {}
         }
     }
     sched.picker = picker
         .or_else(|| {
-            built.iter().find_map(|(_, b)| match b {
-                Built::Picker(p) => Some(p.clone()),
+            plugins.iter().find_map(|(_, b)| match b {
+                Plugin::Picker(p) => Some(p.clone()),
                 _ => None,
             })
         })
@@ -557,42 +513,39 @@ fn build_profile(
 
 /// The decode profile carrying the disaggregating handler and its other stages.
 fn build_disagg(
-    cfg: &EndpointPickerConfig,
-    built: &[(&str, Built)],
-    name: &str,
-    kind: PluginKind,
-    params: &disagg::HandlerParams,
-    problems: &mut Vec<Problem>,
+    plugins: &Plugins<'_>,
+    profiles: &[Profile<'_>],
+    (name, kind, params): (&str, PluginKind, &disagg::HandlerParams),
+    problems: &mut Vec<BuildError>,
 ) -> Scheduler {
-    let profile = |n: &str| cfg.scheduling_profiles.iter().find(|p| p.name == n);
-    let decider = |field: &str, plugin: &Option<String>, problems: &mut Vec<Problem>| {
+    let profile = |n: &str| profiles.iter().find(|p| p.name == n);
+    let decider = |field: &'static str, plugin: &Option<String>, problems: &mut Vec<BuildError>| {
         let plugin = plugin.as_deref()?;
-        match built.iter().find(|(n, _)| *n == plugin).map(|(_, b)| b) {
-            Some(Built::Decider(d)) => Some(d.clone()),
-            Some(_) => {
-                problems.push(Problem::Parameters {
-                    plugin: name.to_owned(),
-                    message: format!("{field}: plugin {plugin:?} is not a decider"),
-                });
-                None
-            }
-            None => {
-                problems.push(Problem::Reference {
-                    path: format!("plugin {name:?} parameters {field}"),
-                    plugin: plugin.to_owned(),
-                });
-                None
-            }
+        let (handler, plugin_name) = (name.to_owned(), plugin.to_owned());
+        match plugins.iter().find(|(n, _)| *n == plugin).map(|(_, b)| b) {
+            Some(Plugin::Decider(d)) => return Some(d.clone()),
+            Some(_) => problems.push(BuildError::NotADecider {
+                handler,
+                field,
+                plugin: plugin_name,
+            }),
+            None => problems.push(BuildError::UnknownDecider {
+                handler,
+                field,
+                plugin: plugin_name,
+            }),
         }
+        None
     };
     let Some(decode) = profile(&params.decode) else {
-        problems.push(Problem::Profile(format!(
-            "plugin {name:?} ({kind}): no scheduling profile named {:?} (its decode profile)",
-            params.decode
-        )));
-        return build_profile(cfg, built, None);
+        problems.push(BuildError::NoDecodeProfile {
+            handler: name.to_owned(),
+            kind,
+            profile: params.decode.clone(),
+        });
+        return build_profile(plugins, None);
     };
-    let mut sched = build_profile(cfg, built, Some(decode));
+    let mut sched = build_profile(plugins, Some(decode));
     let mut d = disagg::Disagg::new(name, kind, params.order);
     let prefill_decider = decider("deciders.prefill", &params.prefill_decider, problems);
     let encode_decider = decider("deciders.encode", &params.encode_decider, problems);
@@ -603,17 +556,35 @@ fn build_disagg(
         );
     }
     d.prefill = profile(&params.prefill).map(|p| disagg::Stage {
-        profile: build_profile(cfg, built, Some(p)),
+        profile: build_profile(plugins, Some(p)),
         decider: prefill_decider,
     });
     d.encode = profile(&params.encode)
         .filter(|_| kind == PluginKind::DisaggProfileHandler)
         .map(|p| disagg::Stage {
-            profile: build_profile(cfg, built, Some(p)),
+            profile: build_profile(plugins, Some(p)),
             decider: encode_decider,
         });
     sched.disagg = Some(Box::new(d));
     sched
+}
+
+/// The scheduler of a parsed document, as `crate::config` decodes it: the tests' way in
+/// (production code builds it through `crate::config`, which calls [`assemble`]).
+#[cfg(test)]
+pub(crate) fn build_with(
+    cfg: &crate::config::EndpointPickerConfig,
+    load: crate::config::LoadOptions,
+) -> Result<Scheduler, Vec<crate::config::Problem>> {
+    crate::config::scheduler(cfg, load)
+}
+
+/// [`build_with`] with the default load options.
+#[cfg(test)]
+pub(crate) fn build(
+    cfg: &crate::config::EndpointPickerConfig,
+) -> Result<Scheduler, Vec<crate::config::Problem>> {
+    build_with(cfg, crate::config::LoadOptions::default())
 }
 
 #[cfg(test)]
@@ -666,7 +637,8 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::cand;
     use super::*;
-    use crate::config;
+    use crate::config::{self, LoadOptions};
+    use crate::plugin::Category;
     use proptest::prelude::*;
     use rand::{rngs::SmallRng, SeedableRng};
 

@@ -9,7 +9,7 @@ use crate::datastore::Datastore;
 use crate::prefix::source::{ApproximateParams, Config as PrefixConfig, PreciseParams};
 use crate::request;
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
-use crate::scheduling::{self, Scheduler};
+use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
 use std::sync::Arc;
 
@@ -61,54 +61,21 @@ impl Runtime {
         for note in doc.deprecations() {
             tracing::info!("{note}");
         }
-        let mut problems = config::check(&doc);
-        let built = scheduling::build_with(&doc, load);
-        if let Err(p) = &built {
-            problems.extend(p.iter().cloned());
-        }
-        let health = HealthPolicy::from_plugins(
-            doc.plugins
-                .iter()
-                .map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())),
-        );
-        if let Err(p) = &health {
-            problems.extend(p.iter().map(|(plugin, message)| Problem::Parameters {
-                plugin: plugin.clone(),
-                message: message.clone(),
-            }));
-        }
-        let health = health.unwrap_or_default();
-        let metrics_settings = config::MetricsSettings::from_config(&doc).unwrap_or_else(|p| {
-            problems.extend(p);
-            config::MetricsSettings::default()
-        });
-        let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
-            problems.extend(p);
-            admission::Thresholds::default()
-        });
-        let scheduler = match built {
-            Ok(s) if problems.is_empty() => s,
-            _ => return Err(problems.into()),
-        };
-        let tokenizer = tokenizer(&scheduler, previous)?;
-        let served_verifier = doc.plugins.iter().any(|p| {
-            config::PluginKind::from_name(&p.plugin_type)
-                == Some(config::PluginKind::DestinationEndpointServedVerifier)
-        });
-        let gates = config::FeatureGates::parse(&doc.feature_gates).unwrap_or_default();
-        let (prefix, prompt_text_floor) = prefix_config(&scheduler);
+        let decoded = config::Config::decode(&doc, load)?;
+        let tokenizer = tokenizer(&decoded.scheduler, previous)?;
+        let (prefix, prompt_text_floor) = prefix_config(&decoded.scheduler);
         Ok(Self {
-            scheduler,
             tokenizer,
             prefix,
             prompt_text_floor,
-            served_verifier,
-            health,
-            thresholds,
-            parsers: parser_set(&doc),
-            gates,
+            served_verifier: decoded.served_verifier,
+            health: decoded.health,
+            thresholds: decoded.thresholds,
+            parsers: decoded.parsers,
+            gates: decoded.gates,
             load,
-            metrics_settings,
+            metrics_settings: decoded.metrics_settings,
+            scheduler: decoded.scheduler,
             source: text.to_owned(),
         })
     }
@@ -179,19 +146,6 @@ fn prefix_config(scheduler: &Scheduler) -> (Option<PrefixConfig>, usize) {
         .map(PrefixConfig::Precise)
         .or(approximate.map(PrefixConfig::Approximate));
     (config, floor)
-}
-
-/// The parsers `requestHandler.parsers` (or the deprecated top-level `parser`) names, by plugin
-/// type, in order; upstream's default when none is named. The configuration check has already
-/// refused references to unknown plugins and parser types epp does not implement.
-fn parser_set(doc: &config::EndpointPickerConfig) -> request::ParserSet {
-    let types: Vec<&str> = doc
-        .parser_refs()
-        .into_iter()
-        .filter_map(|r| doc.plugins.iter().find(|p| p.name() == r))
-        .map(|p| p.plugin_type.as_str())
-        .collect();
-    request::ParserSet::from_type_names(types).unwrap_or_default()
 }
 
 /// The configuration in force. `app` owns it and hands it to whoever reads it (the director,

@@ -26,8 +26,8 @@ pub mod p2p;
 mod params;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
-use crate::config::PluginKind;
 use crate::endpoint::EndpointId;
+use crate::plugin::PluginKind;
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
