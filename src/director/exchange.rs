@@ -94,8 +94,10 @@ pub struct Routed {
     pub destinations: Vec<EndpointId>,
     /// The body to forward when it changed (model rewrite); `None` forwards the original.
     pub body: Option<Vec<u8>>,
+    /// The model the client asked for.
     pub model: String,
-    pub target_model: String,
+    /// The model the request was sent to when a rewrite changed it (`None`: [`Self::model`]).
+    pub rewritten_model: Option<String>,
     pub stream: bool,
     pub started: Instant,
     pub lease: Lease,
@@ -113,6 +115,11 @@ pub struct Routed {
 }
 
 impl Routed {
+    /// The model the request went to, after rewrites.
+    pub fn target_model(&self) -> &str {
+        self.rewritten_model.as_deref().unwrap_or(&self.model)
+    }
+
     /// The first response byte arrived: the prefill is done, stop counting it as work ahead.
     pub fn first_token(&mut self) {
         self.prefill = None;

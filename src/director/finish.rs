@@ -12,7 +12,7 @@ use std::time::Instant;
 pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary) {
     let labels = ModelLabels {
         model_name: d.metrics.model(&routed.model),
-        target_model_name: d.metrics.model(&routed.target_model),
+        target_model_name: d.metrics.model(routed.target_model()),
     };
     let m = &d.metrics;
     m.request_duration

@@ -9,10 +9,11 @@ use crate::datastore::{EndpointSet, EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
 use crate::objectives::Priority;
-use crate::prefix::source::{Lookup, Pod, PrefixSource, Query, Source};
+use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
+use std::borrow::Cow;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
@@ -20,8 +21,9 @@ use std::time::Instant;
 struct Prompted<'a> {
     request: &'a LlmRequest,
     bytes: &'a [u8],
-    /// The model the request goes to (rewrites, InferenceModel splits).
-    target: String,
+    /// The model the request goes to (rewrites, InferenceModel splits): borrowed from the
+    /// request unless something rewrote it, so an unrewritten request copies no model name.
+    target: Cow<'a, str>,
     priority: Priority,
 }
 
@@ -86,7 +88,7 @@ pub(super) fn route(
     drop(span);
     let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
     if let Some(o) = &disagg {
-        let target = prompted.as_ref().map_or("", |p| p.target.as_str());
+        let target = prompted.as_ref().map_or("", |p| &*p.target);
         super::disagg::record(&d.metrics.disagg, o, target);
     }
     let primary = snapshot
@@ -149,7 +151,7 @@ impl<'a> Facts<'a> {
     ) -> SchedulingRequest<'a> {
         let (inc, p, lookup) = (self.inc, self.prompted, self.lookup);
         SchedulingRequest {
-            target_model: p.map_or("", |p| p.target.as_str()),
+            target_model: p.map_or("", |p| &*p.target),
             prefix_total_blocks: lookup.map_or(0, |l| l.hashes.len()),
             block_size: lookup.map_or(16, |l| l.block_size),
             test_endpoint_selection: inc.test_endpoint_selection,
@@ -207,15 +209,26 @@ fn lookup(
     p: &Prompted<'_>,
     candidates: &[Candidate],
 ) -> Option<Lookup> {
-    let pods: Vec<Pod> = candidates.iter().map(pod).collect();
     let query = Query {
         request: p.request,
         body: p.bytes,
         model: &p.target,
         tokenizer: runtime.tokenizer.as_ref(),
-        pods: &pods,
+        pods: &CandidatePods(candidates),
     };
     source.lookup(&query, Instant::now())
+}
+
+/// The candidates as the prefix index walks them, without collecting them.
+struct CandidatePods<'a>(&'a [Candidate]);
+
+impl Pods for CandidatePods<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn pod(&self, i: usize) -> Pod {
+        pod(&self.0[i])
+    }
 }
 
 /// What a prefix index weighs of a candidate: its scraped load and cache geometry, from the
@@ -246,10 +259,14 @@ impl Director {
             return None;
         };
         let objectives = self.datastore.objectives();
-        let target = if request.api.rewrites_model() {
-            objectives.target(&request.model, inc.model_rewrite, rng)
-        } else {
-            request.model.clone()
+        let rewritten = request
+            .api
+            .rewrites_model()
+            .then(|| objectives.rewrite_or_header(&request.model, inc.model_rewrite, rng))
+            .flatten();
+        let target = match rewritten {
+            Some(t) if t != request.model => Cow::Owned(t),
+            _ => Cow::Borrowed(request.model.as_str()),
         };
         let priority = objectives.priority(inc.objective, &request.model);
         Some(Prompted {
@@ -278,27 +295,34 @@ impl Director {
                 .dispatched
                 .map(|d| primary.start_prefill(d.own_tokens as u64)),
         };
-        let (model, target_model, stream, body) = match prompted {
+        let (model, rewritten_model, stream, body) = match prompted {
             Some(p) => {
                 let req = p.request;
-                let body = (p.target != req.model)
-                    .then(|| request::rewrite_model(p.bytes, &req.model_span, &p.target));
+                let rewritten = match p.target {
+                    Cow::Owned(t) => Some(t),
+                    Cow::Borrowed(_) => None,
+                };
+                let body = rewritten
+                    .as_deref()
+                    .map(|t| request::rewrite_model(p.bytes, &req.model_span, t));
                 let labels = RequestLabels {
                     model_name: self.metrics.model(&req.model),
-                    target_model_name: self.metrics.model(&p.target),
+                    target_model_name: self
+                        .metrics
+                        .model(rewritten.as_deref().unwrap_or(&req.model)),
                     priority: p.priority.to_string(),
                 };
                 self.metrics.request_total.get_or_create(&labels).inc();
-                (req.model.clone(), p.target, req.stream, body)
+                (req.model.clone(), rewritten, req.stream, body)
             }
-            None => (String::new(), String::new(), false, None),
+            None => (String::new(), None, false, None),
         };
         let lease = self.lease(primary, &model);
         Routed {
             destinations: decided.destinations,
             body,
             model,
-            target_model,
+            rewritten_model,
             stream,
             started: decided.started,
             lease,
