@@ -90,8 +90,6 @@ enum Refused {
     Decode(serde_yaml::Error),
     /// Values the plugin cannot take, every one of them.
     Invalid(Vec<Invalid>),
-    /// A check that reports in prose (the P/D plugins, `scheduling::disagg`).
-    Message(String),
 }
 
 impl Refused {
@@ -103,7 +101,6 @@ impl Refused {
         match self {
             Self::Decode(e) => vec![problem(e.to_string())],
             Self::Invalid(all) => all.iter().map(|i| problem(i.to_string())).collect(),
-            Self::Message(m) => vec![problem(m)],
         }
     }
 }
@@ -123,12 +120,6 @@ impl From<Invalid> for Refused {
 impl From<Vec<Invalid>> for Refused {
     fn from(e: Vec<Invalid>) -> Self {
         Self::Invalid(e)
-    }
-}
-
-impl From<String> for Refused {
-    fn from(m: String) -> Self {
-        Self::Message(m)
     }
 }
 

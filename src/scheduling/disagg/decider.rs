@@ -6,6 +6,7 @@
 //! from; it never picks, the stage's profile does.
 
 use super::cost::CostBasedPdDecider;
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
 /// `prefix-based-pd-decider`: disaggregate when the prompt's suffix the decode pod does not
@@ -20,17 +21,18 @@ pub struct PrefixBasedPdDecider {
 
 impl PrefixBasedPdDecider {
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.non_cached_tokens < 0 {
-            return Err(
-                "nonCachedTokens parameter of prefix disaggregation decider cannot be negative"
-                    .into(),
-            );
+            return Err(Invalid::new(
+                "nonCachedTokens",
+                "nonCachedTokens parameter of prefix disaggregation decider cannot be negative",
+            ));
         }
         if self.prompt_tokens < 0 {
-            return Err(
-                "promptTokens parameter of prefix disaggregation decider cannot be negative".into(),
-            );
+            return Err(Invalid::new(
+                "promptTokens",
+                "promptTokens parameter of prefix disaggregation decider cannot be negative",
+            ));
         }
         if self.non_cached_tokens == 0 {
             tracing::info!("Prefix-based PD disabled (NonCachedTokens=0)");
