@@ -13,7 +13,7 @@
 
 pub mod concurrency;
 mod params;
-pub use params::UtilizationParams;
+pub use params::{go_duration, UtilizationParams};
 
 use crate::endpoint::EndpointMetrics;
 use crate::objectives::Priority;

@@ -15,10 +15,12 @@ use std::fmt;
 
 mod datalayer;
 mod decoded;
+mod flow;
 pub mod plugin;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::MetricsSettings;
 pub use decoded::{scheduler, Config};
+pub use flow::FlowSettings;
 
 /// llm-d-router v0.10's API group (the one its charts render).
 pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
@@ -334,6 +336,11 @@ pub enum Problem {
     },
     Profile(String),
     Conflict(String),
+    /// A value outside the plugins, by its path (`flowControl.maxBytes`).
+    Field {
+        path: String,
+        message: String,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -384,6 +391,7 @@ impl fmt::Display for Problem {
                 )
             }
             Self::Profile(m) | Self::Conflict(m) => write!(f, "{m}"),
+            Self::Field { path, message } => write!(f, "{path}: {message}"),
         }
     }
 }

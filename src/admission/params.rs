@@ -75,7 +75,7 @@ impl Thresholds {
 
 /// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers with units
 /// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, such as `200ms` or `1m30s`. Negative durations are errors.
-fn go_duration(text: &str) -> Result<Duration, String> {
+pub fn go_duration(text: &str) -> Result<Duration, String> {
     let invalid = || format!("invalid duration {text:?} (expected e.g. 200ms, 2s, 1m30s)");
     let mut rest = text.trim();
     if rest == "0" {

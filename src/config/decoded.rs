@@ -5,8 +5,8 @@
 
 use super::plugin::{NamedPlugin, Plugin};
 use super::{
-    check, ConfigError, EndpointPickerConfig, FeatureGates, LoadOptions, MetricsSettings,
-    PluginKind, Problem, Support,
+    check, ConfigError, EndpointPickerConfig, FeatureGates, FlowSettings, LoadOptions,
+    MetricsSettings, PluginKind, Problem, Support,
 };
 use crate::admission;
 use crate::datastore::health::HealthPolicy;
@@ -29,6 +29,8 @@ pub struct Config {
     /// `destination-endpoint-served-verifier` is configured.
     pub served_verifier: bool,
     pub gates: FeatureGates,
+    /// Flow control: the `flowControl` gate and the limits of the `flowControl` section.
+    pub flow: FlowSettings,
     /// What the data-layer plugins say about scraping.
     pub metrics_settings: MetricsSettings,
 }
@@ -41,6 +43,10 @@ impl Config {
         let plugins = decode_plugins(doc, load, &mut problems);
         let scheduler = assemble(doc, &plugins).map_err(|p| problems.extend(p)).ok();
         let parsers = parsers(doc, &plugins, &mut problems);
+        let flow = FlowSettings::decode(gates, doc.flow_control.as_ref()).unwrap_or_else(|p| {
+            problems.extend(p);
+            FlowSettings::default()
+        });
         match scheduler {
             Some(scheduler) if problems.is_empty() => Ok(Self {
                 scheduler,
@@ -51,6 +57,7 @@ impl Config {
                     .iter()
                     .any(|p| matches!(p.plugin, Plugin::ServedVerifier)),
                 gates,
+                flow,
                 metrics_settings: MetricsSettings::from_plugins(&plugins),
                 plugins,
             }),

@@ -6,12 +6,13 @@ use crate::admission;
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
 use crate::datastore::Datastore;
+use crate::flowcontrol::{FlowConfig, FlowControl};
 use crate::prefix::source::{ApproximateParams, Config as PrefixConfig, PreciseParams};
 use crate::request;
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
 use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What a configuration becomes: the scheduler plus the tokenizer its prefix scorer needs.
 pub struct Runtime {
@@ -35,6 +36,8 @@ pub struct Runtime {
     pub parsers: request::ParserSet,
     /// The configuration's `featureGates`.
     pub gates: config::FeatureGates,
+    /// Flow control: on with the `flowControl` gate; the `flowControl` section's limits.
+    pub flow: config::FlowSettings,
     /// The load options it was built with (a reload keeps them).
     pub load: config::LoadOptions,
     /// What the data-layer plugins say about scraping (read at start-up).
@@ -73,6 +76,7 @@ impl Runtime {
             thresholds: decoded.thresholds,
             parsers: decoded.parsers,
             gates: decoded.gates,
+            flow: decoded.flow,
             load,
             metrics_settings: decoded.metrics_settings,
             scheduler: decoded.scheduler,
@@ -150,10 +154,14 @@ fn prefix_config(scheduler: &Scheduler) -> (Option<PrefixConfig>, usize) {
 
 /// The configuration in force. `app` owns it and hands it to whoever reads it (the director,
 /// ext_proc, the metrics port) and to config reload, its one writer. The passive-health policy
-/// the datastore applies is part of it, so both are swapped together.
+/// the datastore applies and the flow-control queue's limits are part of it, so they are
+/// swapped together.
 pub struct LiveConfig {
     current: ArcSwap<Runtime>,
     datastore: Arc<Datastore>,
+    /// The flow-control queue and the command line's limits, which the configuration's
+    /// `flowControl` section overrides.
+    flow: OnceLock<(Arc<FlowControl>, FlowConfig)>,
 }
 
 impl LiveConfig {
@@ -162,6 +170,16 @@ impl LiveConfig {
         Self {
             current: ArcSwap::from_pointee(runtime),
             datastore,
+            flow: OnceLock::new(),
+        }
+    }
+
+    /// Hands the flow-control queue its limits now and on every swap: `base` (the command
+    /// line's) with the configuration's overrides. Set once, at start-up.
+    pub fn with_flow_control(&self, flow: Arc<FlowControl>, base: FlowConfig) {
+        flow.reconfigure(base.with_settings(&self.load().flow));
+        if self.flow.set((flow, base)).is_err() {
+            tracing::warn!("flow control was already attached to the live configuration");
         }
     }
 
@@ -178,6 +196,9 @@ impl LiveConfig {
     /// Swaps in a new configuration; requests in progress finish with the old one.
     pub fn store(&self, runtime: Runtime) {
         self.datastore.set_health_policy(runtime.health.clone());
+        if let Some((flow, base)) = self.flow.get() {
+            flow.reconfigure(base.with_settings(&runtime.flow));
+        }
         self.current.store(Arc::new(runtime));
     }
 }
