@@ -112,6 +112,8 @@ pub struct Routed {
     pub dispatched: Option<scheduling::scorer::TtftInputs>,
     /// Request headers for the decode pod's sidecar (P/D): set to the value, or removed.
     pub headers: Vec<(&'static str, Option<String>)>,
+    /// The model and target label values, looked up once when the request was routed.
+    pub labels: crate::metrics::ModelLabels,
 }
 
 impl Routed {

@@ -7,7 +7,9 @@ use super::{prompt_cap, Director, Runtime};
 use crate::admission;
 use crate::datastore::{EndpointSet, EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
-use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
+use crate::metrics::{
+    AttemptLabels, ModelLabel, ModelLabels, Outcome, RequestLabels, RunningLabels,
+};
 use crate::objectives::Priority;
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
@@ -79,12 +81,15 @@ pub(super) fn route(
     let span = prompted
         .as_ref()
         .map(|_| crate::telemetry::child("schedule"));
+    let labels = d.model_labels(prompted.as_ref());
+    let result = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started);
+    d.record_attempt(&result, &labels.target_model_name);
     let scheduling::Decision {
         endpoints: destinations,
         scores,
         disagg,
         headers,
-    } = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+    } = decided(result)?;
     drop(span);
     let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
     if let Some(o) = &disagg {
@@ -128,7 +133,18 @@ pub(super) fn route(
         let own = candidates.iter().find(|c| c.id == p.id());
         own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
     });
-    Ok(d.answer(prompted, primary, decided, remote))
+    Ok(d.answer(prompted, primary, decided, labels, remote))
+}
+
+/// A decision with a destination, or why there is none.
+fn decided(
+    result: Result<scheduling::Decision, ScheduleError>,
+) -> Result<scheduling::Decision, DirectorError> {
+    match result {
+        Ok(d) if !d.endpoints.is_empty() => Ok(d),
+        Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
+        Err(e) => Err(DirectorError::Schedule(e)),
+    }
 }
 
 /// What the scheduling request is made of.
@@ -284,6 +300,7 @@ impl Director {
         prompted: Option<Prompted<'_>>,
         primary: &Arc<EndpointState>,
         mut decided: Decided,
+        labels: ModelLabels,
         remote_prefill: Option<Option<PrefillGuard>>,
     ) -> Routed {
         let prefill = match remote_prefill {
@@ -305,19 +322,17 @@ impl Director {
                 let body = rewritten
                     .as_deref()
                     .map(|t| request::rewrite_model(p.bytes, &req.model_span, t));
-                let labels = RequestLabels {
-                    model_name: self.metrics.model(&req.model),
-                    target_model_name: self
-                        .metrics
-                        .model(rewritten.as_deref().unwrap_or(&req.model)),
+                let request = RequestLabels {
+                    model_name: labels.model_name.clone(),
+                    target_model_name: labels.target_model_name.clone(),
                     priority: p.priority.to_string(),
                 };
-                self.metrics.request_total.get_or_create(&labels).inc();
+                self.metrics.request_total.get_or_create(&request).inc();
                 (req.model.clone(), rewritten, req.stream, body)
             }
             None => (String::new(), None, false, None),
         };
-        let lease = self.lease(primary, &model);
+        let lease = self.lease(primary, &labels.model_name);
         Routed {
             destinations: decided.destinations,
             body,
@@ -331,6 +346,7 @@ impl Director {
             prefill,
             dispatched: decided.dispatched,
             headers: decided.headers,
+            labels,
         }
     }
 
@@ -455,7 +471,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<scheduling::Decision, DirectorError> {
+    ) -> Result<scheduling::Decision, ScheduleError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -463,7 +479,37 @@ impl Director {
         self.metrics
             .scheduler_e2e
             .observe(started.elapsed().as_secs_f64());
-        let (status, pod) = match &result {
+        result
+    }
+
+    /// The model-name label values of a request, each looked up once: the requested model and
+    /// the target (the same value unless a rewrite changed it); empty without a parsed body.
+    fn model_labels(&self, prompted: Option<&Prompted<'_>>) -> ModelLabels {
+        let (model, rewritten) = match prompted {
+            Some(p) => match &p.target {
+                Cow::Owned(t) => (p.request.model.as_str(), Some(t.as_str())),
+                Cow::Borrowed(_) => (p.request.model.as_str(), None),
+            },
+            None => ("", None),
+        };
+        let model_name = self.metrics.model(model);
+        let target_model_name = match rewritten {
+            Some(t) => self.metrics.model(t),
+            None => model_name.clone(),
+        };
+        ModelLabels {
+            model_name,
+            target_model_name,
+        }
+    }
+
+    /// Counts one scheduling attempt (`scheduler_attempts`), by outcome and primary pod.
+    fn record_attempt(
+        &self,
+        result: &Result<scheduling::Decision, ScheduleError>,
+        target: &ModelLabel,
+    ) {
+        let (status, pod) = match result {
             Ok(d) => (
                 Outcome::success,
                 d.endpoints
@@ -476,17 +522,12 @@ impl Director {
         let port = pod.rsplit(':').next().unwrap_or("").to_owned();
         let labels = AttemptLabels {
             status,
-            target_model_name: self.metrics.model(sreq.target_model),
+            target_model_name: target.clone(),
             pod_name: pod,
             namespace: String::new(),
             port,
         };
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
-        match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok(d),
-            Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
-            Err(e) => Err(DirectorError::Schedule(e)),
-        }
     }
 
     /// The hit metrics, then the index's own record of the decision.
@@ -560,12 +601,12 @@ impl Director {
         }
     }
 
-    fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {
+    fn lease(&self, primary: &Arc<EndpointState>, model: &ModelLabel) -> Lease {
         let running = self
             .metrics
             .running_requests
             .get_or_create(&RunningLabels {
-                model_name: self.metrics.model(model),
+                model_name: model.clone(),
             })
             .clone();
         running.inc();
