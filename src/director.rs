@@ -11,9 +11,11 @@
 //! - [`exchange`]: the types crossing the boundary;
 //! - `route`: the routing steps; `finish`: what a finished response teaches.
 
+mod candidates;
 mod disagg;
 mod exchange;
 mod finish;
+mod record;
 mod route;
 mod runtime;
 
@@ -146,7 +148,7 @@ impl Director {
         let runtime = self.config.load();
         let snapshot = self.datastore.snapshot();
         if let Some(c) = &runtime.thresholds.concurrency {
-            return c.saturation(snapshot.iter().map(|s| route::inflight_load(s)));
+            return c.saturation(snapshot.iter().map(|s| candidates::inflight_load(s)));
         }
         let adjusted = |s: &Arc<EndpointState>| {
             s.metrics().map(|m| crate::endpoint::EndpointMetrics {

@@ -1,22 +1,19 @@
-//! The routing steps of [`Director::route`]: candidates (subset hint, outlier ejection),
-//! admission, the prefix lookup, scheduling, and recording the decision (prefix index, no-hit
+//! The routing steps of [`Director::route`]: candidates and admission (`candidates.rs`), the
+//! prefix lookup, scheduling, and recording the decision (`record.rs`: prefix index, no-hit
 //! LRU, session binding, in-flight lease).
 
-use super::exchange::{Body, DirectorError, Incoming, Lease, Routed};
+use super::exchange::{Body, DirectorError, Incoming, Routed};
 use super::{prompt_cap, Director, Runtime};
-use crate::admission;
-use crate::datastore::{EndpointSet, EndpointState, PrefillGuard};
+use crate::datastore::{EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
-use crate::metrics::{
-    AttemptLabels, ModelLabel, ModelLabels, Outcome, RequestLabels, RunningLabels,
-};
+use crate::metrics::{ModelLabels, RequestLabels};
 use crate::objectives::Priority;
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
 use std::borrow::Cow;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A parsed request's part of the decision.
@@ -350,120 +347,6 @@ impl Director {
         }
     }
 
-    pub(super) fn candidate_states<'s>(
-        &self,
-        snapshot: &'s EndpointSet,
-        subset: Option<&[String]>,
-    ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
-        if snapshot.is_empty() {
-            return Err(DirectorError::NoCandidates(
-                "no ready endpoints in the pool",
-            ));
-        }
-        let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
-            None => snapshot.iter().collect(),
-            Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
-            Some(list) => snapshot
-                .iter()
-                .filter(|s| in_subset(s.id(), list))
-                .collect(),
-        };
-        if states.is_empty() {
-            return Err(DirectorError::NoCandidates(
-                "no endpoint matches the subset hint",
-            ));
-        }
-        Ok(self.without_ejected(states))
-    }
-
-    /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
-    /// every one stays (a degraded pool beats no pool) and a warning is logged.
-    fn without_ejected<'s>(
-        &self,
-        states: Vec<&'s Arc<EndpointState>>,
-    ) -> Vec<&'s Arc<EndpointState>> {
-        let policy = self.datastore.health_policy();
-        if policy.outlier.is_none() {
-            return states;
-        }
-        let now = Instant::now();
-        let available: Vec<&Arc<EndpointState>> = states
-            .iter()
-            .copied()
-            .filter(|s| s.available(&policy, now))
-            .collect();
-        if available.is_empty() {
-            tracing::warn!(
-                candidates = states.len(),
-                "every candidate endpoint is ejected; routing to them anyway"
-            );
-            return states;
-        }
-        available
-    }
-
-    /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
-    fn admit(
-        &self,
-        thresholds: &admission::Thresholds,
-        priority: Priority,
-        states: &[&Arc<EndpointState>],
-    ) -> Result<(), DirectorError> {
-        let saturation = || {
-            if let Some(c) = &thresholds.concurrency {
-                return c.saturation(states.iter().map(|s| inflight_load(s)));
-            }
-            let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
-            admission::saturation(
-                metrics.iter().map(|m| m.as_deref()),
-                Instant::now(),
-                thresholds,
-                self.opts.staleness,
-            )
-        };
-        Ok(admission::admit(priority, saturation)?)
-    }
-
-    /// The scheduler's candidates; the prefix lookup fills in their blocks afterwards.
-    fn candidates(&self, states: &[&Arc<EndpointState>], labels: bool) -> Vec<Candidate> {
-        let now = Instant::now();
-        let policy = self.datastore.health_policy();
-        let no_labels = Arc::default();
-        states
-            .iter()
-            .map(|s| {
-                let m = s.metrics();
-                let fresh = m
-                    .as_ref()
-                    .is_some_and(|m| m.age(now) <= self.opts.staleness);
-                let (waiting, running, kv) = m
-                    .as_ref()
-                    .map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
-                Candidate {
-                    id: s.id(),
-                    weight: s.endpoint.weight,
-                    metrics: m,
-                    waiting: waiting + f64::from(s.dispatched_since_scrape()),
-                    running: running.max(f64::from(s.inflight())),
-                    inflight: f64::from(s.inflight()),
-                    labels: if labels {
-                        Arc::new(s.endpoint.labels.clone())
-                    } else {
-                        Arc::clone(&no_labels)
-                    },
-                    kv_usage: kv,
-                    fresh,
-                    prefix_blocks: 0,
-                    latency: Some(s.latency(now))
-                        .filter(|l| l.0.is_some() || l.1.is_some())
-                        .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
-                    ramp: s.ramp(&policy, now),
-                    prefill: prefill_load(s),
-                }
-            })
-            .collect()
-    }
-
     fn schedule(
         &self,
         scheduler: &Scheduler,
@@ -501,141 +384,6 @@ impl Director {
             model_name,
             target_model_name,
         }
-    }
-
-    /// Counts one scheduling attempt (`scheduler_attempts`), by outcome and primary pod.
-    fn record_attempt(
-        &self,
-        result: &Result<scheduling::Decision, ScheduleError>,
-        target: &ModelLabel,
-    ) {
-        let (status, pod) = match result {
-            Ok(d) => (
-                Outcome::success,
-                d.endpoints
-                    .first()
-                    .map(|e| e.to_string())
-                    .unwrap_or_default(),
-            ),
-            Err(_) => (Outcome::failure, String::new()),
-        };
-        let port = pod.rsplit(':').next().unwrap_or("").to_owned();
-        let labels = AttemptLabels {
-            status,
-            target_model_name: target.clone(),
-            pod_name: pod,
-            namespace: String::new(),
-            port,
-        };
-        self.metrics.scheduler_attempts.get_or_create(&labels).inc();
-    }
-
-    /// The hit metrics, then the index's own record of the decision.
-    fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: Pod) {
-        let total = l.hashes.len();
-        if total == 0 {
-            return;
-        }
-        let matched = l.held(primary.id);
-        self.metrics
-            .prefix_hit_ratio
-            .observe(matched as f64 / total as f64);
-        self.metrics
-            .prefix_hit_bytes
-            .observe((matched * l.block_size * 4) as f64);
-        source.record(l, &primary, Instant::now());
-    }
-
-    fn session_bound(&self, scheduler: &Scheduler, session: Option<&str>) -> Option<EndpointId> {
-        let (config, session) = (scheduler.session_id()?, session?);
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .bound(session, config, Instant::now())
-    }
-
-    /// Binds the session to the primary, refreshes the binding, or moves it when the bound
-    /// endpoint was not a candidate (upstream's `PreRequest`).
-    fn record_session(
-        &self,
-        scheduler: &Scheduler,
-        (session, bound): (Option<&str>, Option<EndpointId>),
-        candidates: &[Candidate],
-        primary: EndpointId,
-    ) {
-        let (Some(_), Some(session)) = (scheduler.session_id(), session) else {
-            return;
-        };
-        let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(session, primary, present, Instant::now());
-    }
-
-    /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
-    fn lru_snapshot(&self, scheduler: &Scheduler) -> Vec<EndpointId> {
-        if scheduler.no_hit_lru().is_none() {
-            return Vec::new();
-        }
-        self.lru
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshot()
-    }
-
-    /// A cold request (no candidate holds any of its blocks) makes its primary the most
-    /// recently used endpoint of the no-hit LRU. Upstream decides coldness over the filtered
-    /// candidates; here it is every candidate, which differs only when a filter drops each
-    /// endpoint holding part of the prompt.
-    fn record_no_hit(&self, scheduler: &Scheduler, candidates: &[Candidate], primary: EndpointId) {
-        let Some(s) = scheduler.no_hit_lru() else {
-            return;
-        };
-        let all: Vec<&Candidate> = candidates.iter().collect();
-        if scheduling::scorer::is_cold(&all) {
-            self.lru
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .touch(primary, s.capacity());
-        }
-    }
-
-    fn lease(&self, primary: &Arc<EndpointState>, model: &ModelLabel) -> Lease {
-        let running = self
-            .metrics
-            .running_requests
-            .get_or_create(&RunningLabels {
-                model_name: model.clone(),
-            })
-            .clone();
-        running.inc();
-        Lease {
-            inflight: primary.acquire(),
-            running,
-        }
-    }
-}
-
-/// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
-/// `InFlightLoad`), for the `concurrency-detector`.
-pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
-    (f64::from(s.inflight()), s.prefill_pending().0 as f64)
-}
-
-/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
-fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
-    let (tokens, requests) = s.prefill_pending();
-    scheduling::scorer::PrefillLoad {
-        pending_tokens: tokens as f64,
-        pending_requests: f64::from(requests),
-        learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
-            base: l.coefficients.base,
-            per_token: l.coefficients.per_token,
-            per_running: l.coefficients.per_running,
-            per_waiting: l.coefficients.per_waiting,
-            mean_tokens: l.mean_tokens,
-        }),
     }
 }
 
@@ -677,18 +425,4 @@ fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
         Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
         None => first_block,
     }
-}
-
-/// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
-/// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
-fn in_subset(id: EndpointId, list: &[String]) -> bool {
-    list.iter()
-        .map(|e| e.trim())
-        .any(|e| match e.parse::<EndpointId>() {
-            Ok(exact) => exact == id,
-            Err(_) => e
-                .trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip == id.0.ip()),
-        })
 }
