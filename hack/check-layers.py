@@ -15,14 +15,16 @@ import re
 import sys
 
 LAYERS = [
-    # 0 vocabulary: identities, typed metric families, CRD types, objective priorities.
-    ("vocabulary", ["endpoint", "metrics", "objectives", "crd", "telemetry"], False),
+    # 0 vocabulary: identities (the plugin registry among them), typed metric families, CRD
+    # types, objective priorities.
+    ("vocabulary", ["endpoint", "metrics", "objectives", "crd", "telemetry", "plugin"], False),
     # 1 pure core (each may use the ones before it in this list).
-    ("core", ["config", "request", "prefix", "scheduling", "admission"], True),
+    ("core", ["request", "prefix", "scheduling", "admission"], True),
     # 2 state.
     ("state", ["datastore", "watch"], False),
-    # 3 orchestration.
-    ("orchestration", ["director", "flowcontrol"], False),
+    # 3 orchestration (each may use the ones before it): the configuration decoder sits above
+    # every module whose typed parameters it decodes, and below the director that reads it.
+    ("orchestration", ["config", "flowcontrol", "director"], True),
     # 4 adapters: the outside world.
     ("adapters", ["extproc", "discovery", "scrape", "kvevents", "admin", "health",
                   "reload", "probe", "leader"], False),

@@ -8,10 +8,12 @@
 //! there are none) and it is saturated at ≥ 1.0. Pure: the caller passes the clock.
 //!
 //! The thresholds are the detector plugin's `parameters` in the EndpointPickerConfig
-//! ([`Thresholds::from_config`]), with upstream's names, defaults and checks.
+//! ([`Thresholds::from_params`], decoded by `crate::config`), with upstream's names, defaults
+//! and checks.
 
 pub mod concurrency;
 mod params;
+pub use params::{go_duration, UtilizationParams};
 
 use crate::endpoint::EndpointMetrics;
 use crate::objectives::Priority;

@@ -78,8 +78,6 @@ pub async fn run_with_drain(
 ) -> anyhow::Result<()> {
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
-    // Upstream turns flow control on with `featureGates: [flowControl]` in the config.
-    let flow_gate = runtime.gates.flow_control;
     let telemetry = if opts.tracing {
         crate::telemetry::Telemetry::from_env()?
     } else {
@@ -144,11 +142,12 @@ pub async fn run_with_drain(
     };
     let mut grpc =
         ExtProc::new(services, limits(&opts)).with_endpoint_scores(opts.emit_endpoint_scores);
-    if opts.flow_control || flow_gate {
-        let flow = flow_control(&opts, &director, &metrics);
-        tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
-        grpc = grpc.with_flow_control(flow);
-    }
+    // Upstream turns flow control on with `featureGates: [flowControl]` in the config; the
+    // queue always exists, so a reload can turn it on or off (`--flow-control` forces it on).
+    let (flow, base) = flow_control(&opts, &director, &metrics);
+    shared.config.with_flow_control(Arc::clone(&flow), base);
+    tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
+    grpc = grpc.with_flow_control(flow, opts.flow_control);
     let mut ext = tonic::transport::Server::builder();
     if opts.secure_serving {
         ext = ext
@@ -320,12 +319,15 @@ fn limits(opts: &Options) -> Limits {
     }
 }
 
-/// The flow-control queue, released by the pool's saturation.
+/// The flow-control queue, released by the pool's saturation, and the command line's limits.
 fn flow_control(
     opts: &Options,
     director: &Arc<Director>,
     metrics: &Arc<Metrics>,
-) -> Arc<crate::flowcontrol::FlowControl> {
+) -> (
+    Arc<crate::flowcontrol::FlowControl>,
+    crate::flowcontrol::FlowConfig,
+) {
     let config = crate::flowcontrol::FlowConfig {
         max_requests: opts.flow_control_max_requests,
         max_bytes: opts.flow_control_max_bytes,
@@ -334,12 +336,13 @@ fn flow_control(
         ..Default::default()
     };
     let director = Arc::clone(director);
-    crate::flowcontrol::FlowControl::new(
+    let flow = crate::flowcontrol::FlowControl::new(
         config,
         move || director.pool_saturation(),
         Arc::clone(metrics),
         opts.pool_label(),
-    )
+    );
+    (flow, config)
 }
 
 fn spawn_background(

@@ -11,9 +11,11 @@
 //! - [`exchange`]: the types crossing the boundary;
 //! - `route`: the routing steps; `finish`: what a finished response teaches.
 
+mod candidates;
 mod disagg;
 mod exchange;
 mod finish;
+mod record;
 mod route;
 mod runtime;
 
@@ -150,7 +152,7 @@ impl Director {
         let all: Vec<&Arc<EndpointState>> = snapshot.iter().collect();
         let states = disagg::destinations(&runtime.scheduler, &all);
         if let Some(c) = &runtime.thresholds.concurrency {
-            return c.saturation(states.iter().map(|s| route::inflight_load(s)));
+            return c.saturation(states.iter().map(|s| candidates::inflight_load(s)));
         }
         let metrics: Vec<_> = states.iter().map(|s| disagg::adjusted_metrics(s)).collect();
         admission::saturation(

@@ -34,6 +34,8 @@ pub struct ExtProc {
     services: Arc<Services>,
     limits: Limits,
     flow: Option<Arc<FlowControl>>,
+    /// `--flow-control`: every stream waits in `flow`, whatever the configuration's gate says.
+    flow_forced: bool,
     /// `--emit-endpoint-scores`: every candidate's score in the routing metadata.
     emit_endpoint_scores: bool,
 }
@@ -44,6 +46,7 @@ impl ExtProc {
             services: Arc::new(services),
             limits,
             flow: None,
+            flow_forced: false,
             emit_endpoint_scores: false,
         }
     }
@@ -55,10 +58,19 @@ impl ExtProc {
         self
     }
 
-    /// Routing decisions wait for their turn in `flow` (flow control on).
-    pub fn with_flow_control(mut self, flow: Arc<FlowControl>) -> Self {
+    /// Routing decisions wait for their turn in `flow` while the live configuration's
+    /// `flowControl` gate is on (read per stream, so a reload turns it on or off), or always
+    /// when `forced` (`--flow-control`).
+    pub fn with_flow_control(mut self, flow: Arc<FlowControl>, forced: bool) -> Self {
         self.flow = Some(flow);
+        self.flow_forced = forced;
         self
+    }
+
+    /// The queue this stream's decision waits in, if flow control is on now.
+    fn flow_now(&self) -> Option<Arc<FlowControl>> {
+        let on = self.flow_forced || self.services.config.load().flow.enabled;
+        self.flow.as_ref().filter(|_| on).cloned()
     }
 
     /// The tonic service, accepting buffered bodies up to the body limit.
@@ -87,7 +99,8 @@ impl ExternalProcessor for ExtProc {
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Responses>, Status> {
         let mut machine = StreamMachine::new(Arc::clone(&self.services), self.limits);
-        if self.flow.is_some() {
+        let flow = self.flow_now();
+        if flow.is_some() {
             machine.use_flow_control();
         }
         if self.emit_endpoint_scores {
@@ -95,7 +108,7 @@ impl ExternalProcessor for ExtProc {
         }
         let driver = Driver {
             inbound: request.into_inner(),
-            flow: self.flow.clone(),
+            flow,
             machine,
             pending: VecDeque::new(),
             deadline: tokio::time::Instant::now() + self.limits.body_timeout,

@@ -23,6 +23,7 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
+use crate::config::FlowSettings;
 use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
 use crate::objectives::Priority;
 use std::cmp::Reverse;
@@ -56,6 +57,21 @@ impl Default for FlowConfig {
             band_max_bytes: 1_000_000_000,
             ttl: Duration::from_secs(60),
             tick: Duration::from_millis(2),
+        }
+    }
+}
+
+impl FlowConfig {
+    /// These limits (the command line's) with the ones a configuration document sets.
+    pub fn with_settings(self, s: &FlowSettings) -> Self {
+        Self {
+            max_requests: s.max_requests.map_or(self.max_requests, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            max_bytes: s.max_bytes.unwrap_or(self.max_bytes),
+            band_max_bytes: s.band_max_bytes.unwrap_or(self.band_max_bytes),
+            ttl: s.ttl.unwrap_or(self.ttl),
+            tick: self.tick,
         }
     }
 }
@@ -140,6 +156,16 @@ impl<T> Queues<T> {
 
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> FlowConfig {
+        self.config
+    }
+
+    /// New limits: they apply to the next request queued; the waiting ones stay.
+    pub fn set_config(&mut self, config: FlowConfig) {
+        self.config = config;
     }
 
     /// Queues a request; refused when a capacity would be exceeded.
@@ -242,7 +268,6 @@ pub struct FlowControl {
     queues: Mutex<Queues<Waiter>>,
     wake: Notify,
     saturation: Saturation,
-    config: FlowConfig,
     metrics: Arc<Metrics>,
     pool: String,
 }
@@ -261,7 +286,6 @@ impl FlowControl {
             queues,
             wake: Notify::new(),
             saturation: Box::new(saturation),
-            config,
             metrics,
             pool,
         })
@@ -325,6 +349,17 @@ impl FlowControl {
             .observe(waited.as_secs_f64());
     }
 
+    /// New limits (a configuration reload): the next request queued and the next TTL started
+    /// use them; requests already waiting keep their place and their TTL.
+    pub fn reconfigure(&self, config: FlowConfig) {
+        self.queues().set_config(config);
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> FlowConfig {
+        self.queues().config()
+    }
+
     /// Requests waiting.
     pub fn len(&self) -> usize {
         self.queues().len()
@@ -346,7 +381,7 @@ impl FlowControl {
             outcome: FlowOutcome::EvictedContextCancelled,
         };
         let (tx, rx) = oneshot::channel();
-        {
+        let ttl = {
             let mut q = self.queues();
             if q.is_empty() && self.saturation() < 1.0 {
                 guard.outcome = FlowOutcome::Dispatched;
@@ -369,19 +404,17 @@ impl FlowControl {
                 }
             }
             self.count(&guard.labels, ticket.bytes, 1);
-        }
+            q.config().ttl
+        };
         self.wake.notify_one();
-        let result = tokio::time::timeout(self.config.ttl, rx).await;
+        let result = tokio::time::timeout(ttl, rx).await;
         let (outcome, result) = match result {
             Ok(Ok(())) => {
                 guard.id = None;
                 (FlowOutcome::Dispatched, Ok(()))
             }
             Ok(Err(_)) => (FlowOutcome::EvictedOther, Err(FlowError::Closed)),
-            Err(_) => (
-                FlowOutcome::EvictedTTL,
-                Err(FlowError::Expired(self.config.ttl)),
-            ),
+            Err(_) => (FlowOutcome::EvictedTTL, Err(FlowError::Expired(ttl))),
         };
         guard.outcome = outcome;
         result
@@ -401,7 +434,7 @@ impl FlowControl {
                 self.release_one();
             }
             tokio::select! {
-                () = tokio::time::sleep(self.config.tick) => {}
+                () = tokio::time::sleep(self.config().tick) => {}
                 () = shutdown.cancelled() => return,
             }
         }

@@ -252,8 +252,8 @@ pub fn kv_events(data: &[u8]) {
     }
 }
 
-/// An EndpointPickerConfig document: parse, check and build the scheduler (what a reload does,
-/// minus loading a tokenizer vocabulary).
+/// An EndpointPickerConfig document: parse, check and decode every plugin and build the
+/// scheduler (what a reload does, minus loading a tokenizer vocabulary).
 pub fn picker_config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -261,9 +261,8 @@ pub fn picker_config(data: &[u8]) {
     let Ok(doc) = crate::config::parse_document(text) else {
         return;
     };
-    let problems = crate::config::check(&doc);
-    if let (Ok(s), true) = (crate::scheduling::build(&doc), problems.is_empty()) {
-        let _ = (s.prefix_params(), s.precise_params());
+    if let Ok(c) = crate::config::Config::decode(&doc, Default::default()) {
+        let _ = (c.scheduler.prefix_params(), c.scheduler.precise_params());
     }
 }
 

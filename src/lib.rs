@@ -45,6 +45,7 @@ pub mod kvevents;
 pub mod leader;
 pub mod metrics;
 pub mod objectives;
+pub mod plugin;
 pub mod prefix;
 pub mod probe;
 pub mod reload;

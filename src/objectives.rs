@@ -76,10 +76,21 @@ impl Objectives {
     /// `x-gateway-model-name-rewrite` header (`header`, ignored when empty) replaces the body's
     /// model, and a rewrite matching the body's model (not the header's) replaces that in turn.
     pub fn target(&self, model: &str, header: Option<&str>, rng: &mut impl Rng) -> String {
+        self.rewrite_or_header(model, header, rng)
+            .unwrap_or_else(|| model.to_owned())
+    }
+
+    /// [`Self::target`] when something names another model: a rewrite, else the non-empty
+    /// rewrite header; `None` (no copy of the name) when the request keeps its model.
+    pub fn rewrite_or_header(
+        &self,
+        model: &str,
+        header: Option<&str>,
+        rng: &mut impl Rng,
+    ) -> Option<String> {
         let header = header.filter(|h| !h.is_empty());
         self.rewrite(model, rng)
             .or_else(|| header.map(str::to_owned))
-            .unwrap_or_else(|| model.to_owned())
     }
 
     /// The model to send `model` to, if something rewrites it: an exact rewrite rule, else a

@@ -248,6 +248,68 @@ async fn invalid_configuration_fails_start_up_with_every_problem() {
     );
 }
 
+/// The routing answer to one chat request: `Ok(destination)` or `Err(immediate status)`.
+async fn route_chat(addr: SocketAddr) -> Result<String, u32> {
+    let chat = br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
+    let msgs = vec![headers("/v1/chat/completions", false), body(chat, true)];
+    let out = exchange(addr, msgs, 1).await;
+    match &out[0].response {
+        Some(Response::RequestHeaders(h)) => {
+            let m = h.response.as_ref().unwrap().header_mutation.as_ref();
+            let set = &m.unwrap().set_headers[0];
+            Ok(String::from_utf8(set.header.as_ref().unwrap().raw_value.clone()).unwrap())
+        }
+        Some(Response::ImmediateResponse(i)) => Err(i.status.as_ref().unwrap().code as u32),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Waits (up to 20 s) until the config file has been reloaded successfully `n` times.
+async fn reloaded(metrics: SocketAddr, n: u32) {
+    let want = format!("epp_config_reloads_total{{outcome=\"success\"}} {n}");
+    for _ in 0..200 {
+        if http_get(metrics, "/metrics").await.contains(&want) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("no {want}");
+}
+
+#[tokio::test]
+async fn a_config_reload_turns_flow_control_on_and_off() {
+    let dir = std::env::temp_dir().join(format!("epp-flow-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("epp.yaml");
+    let plain = epp::config::DEFAULT_CONFIG.to_owned();
+    let gated = plain.replace(
+        "kind: EndpointPickerConfig\n",
+        "kind: EndpointPickerConfig\nfeatureGates: [flowControl]\nflowControl: {defaultRequestTTL: 300ms}\n",
+    );
+    // Replaced whole (write, then rename), so a poll never reads half a file.
+    let replace = |text: &str| {
+        std::fs::write(dir.join("next.yaml"), text).unwrap();
+        std::fs::rename(dir.join("next.yaml"), &path).unwrap();
+    };
+    replace(&plain);
+    let file = path.to_string_lossy().to_string();
+    let epp = start(&["--secure-serving=false", "--config-file", &file]).await;
+    // The endpoints never answer a scrape, so the pool counts as saturated: without flow
+    // control a request is routed at once; with it, it waits until the section's TTL (429).
+    assert!(route_chat(epp.grpc).await.is_ok());
+    replace(&gated);
+    reloaded(epp.metrics, 1).await;
+    let started = std::time::Instant::now();
+    assert_eq!(route_chat(epp.grpc).await, Err(429));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    replace(&format!("{plain}# flow control off again\n"));
+    reloaded(epp.metrics, 2).await;
+    assert!(route_chat(epp.grpc).await.is_ok());
+    epp.shutdown.cancel();
+    epp.task.await.unwrap().unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

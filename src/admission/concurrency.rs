@@ -8,9 +8,7 @@
 //! `inflight-load-producer`). `headroom` only matters when upstream also runs the detector as a
 //! filter, which epp does not; it is accepted and checked.
 
-use crate::config::{PluginSpec, Problem};
-
-pub const TYPE: &str = "concurrency-detector";
+use crate::plugin::Invalid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -27,48 +25,57 @@ pub struct Concurrency {
     pub headroom: f64,
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
+/// Upstream's defaults: 100 requests, a million tokens, `requests` mode, no headroom.
+impl Default for Concurrency {
+    fn default() -> Self {
+        Self {
+            max_requests: 100.0,
+            max_tokens: 1_000_000.0,
+            mode: Mode::Requests,
+            headroom: 0.0,
+        }
+    }
+}
+
+/// The `concurrency-detector` plugin's parameters, as configured.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Params {
+pub struct ConcurrencyParams {
     max_concurrency: Option<i64>,
     headroom: Option<f64>,
     concurrency_mode: Option<String>,
     max_token_concurrency: Option<i64>,
+    /// Names the in-flight load producer; epp has one, so any name is accepted.
     #[serde(default)]
-    #[allow(dead_code)]
     in_flight_load_producer_name: String,
 }
 
 impl Concurrency {
-    /// Decodes and checks the plugin's parameters with upstream's messages (all at once).
-    pub fn from_spec(spec: &PluginSpec) -> Result<Self, Vec<Problem>> {
-        let problem = |m: String| Problem::Parameters {
-            plugin: spec.name().to_owned(),
-            message: m,
-        };
-        let p: Params = match &spec.parameters {
-            None | Some(serde_yaml::Value::Null) => Params::default(),
-            Some(v) => {
-                serde_yaml::from_value(v.clone()).map_err(|e| vec![problem(e.to_string())])?
-            }
-        };
-        let max_requests = p.max_concurrency.unwrap_or(100);
-        let max_tokens = p.max_token_concurrency.unwrap_or(1_000_000);
-        let headroom = p.headroom.unwrap_or(0.0);
-        let mut errs = Vec::new();
+    /// The detector these parameters configure, checked with upstream's messages: one error
+    /// listing every problem, as upstream reports it.
+    pub fn from_params(p: ConcurrencyParams) -> Result<Self, Invalid> {
+        let d = Self::default();
+        let max_requests = p.max_concurrency.unwrap_or(d.max_requests as i64);
+        let max_tokens = p.max_token_concurrency.unwrap_or(d.max_tokens as i64);
+        let headroom = p.headroom.unwrap_or(d.headroom);
+        let _ = p.in_flight_load_producer_name;
+        let mut errs: Vec<(&'static str, String)> = Vec::new();
         if max_requests <= 0 {
-            errs.push(format!(
-                "maxConcurrency must be strictly positive, got {max_requests}"
+            errs.push((
+                "maxConcurrency",
+                format!("maxConcurrency must be strictly positive, got {max_requests}"),
             ));
         }
         if headroom < 0.0 {
-            errs.push(format!(
-                "headroom must be a non-negative value, got {headroom:.6}"
+            errs.push((
+                "headroom",
+                format!("headroom must be a non-negative value, got {headroom:.6}"),
             ));
         }
         if max_tokens <= 0 {
-            errs.push(format!(
-                "maxTokenConcurrency must be strictly positive, got {max_tokens}"
+            errs.push((
+                "maxTokenConcurrency",
+                format!("maxTokenConcurrency must be strictly positive, got {max_tokens}"),
             ));
         }
         let mode = match p.concurrency_mode.as_deref().unwrap_or("requests") {
@@ -76,15 +83,22 @@ impl Concurrency {
             "tokens" => Mode::Tokens,
             "hybrid" => Mode::Hybrid,
             other => {
-                errs.push(format!("unsupported concurrencyMode: {other:?}"));
+                errs.push((
+                    "concurrencyMode",
+                    format!("unsupported concurrencyMode: {other:?}"),
+                ));
                 Mode::Requests
             }
         };
-        if !errs.is_empty() {
-            return Err(vec![problem(format!(
-                "invalid concurrency detector configuration: {}",
-                errs.join("\n")
-            ))]);
+        if let Some((parameter, _)) = errs.first() {
+            let all: Vec<&str> = errs.iter().map(|(_, m)| m.as_str()).collect();
+            return Err(Invalid::new(
+                parameter,
+                format!(
+                    "invalid concurrency detector configuration: {}",
+                    all.join("\n")
+                ),
+            ));
         }
         Ok(Self {
             max_requests: max_requests as f64,
@@ -118,15 +132,22 @@ impl Concurrency {
 mod tests {
     use super::*;
 
-    fn spec(params: &str) -> PluginSpec {
+    use crate::config::plugin::{NamedPlugin, Plugin};
+    use crate::config::{PluginSpec, Problem};
+
+    /// The detector the configuration decoder makes of these parameters.
+    fn from_spec(params: &str) -> Result<Concurrency, Vec<Problem>> {
         let text = format!("type: concurrency-detector\nparameters: {params}\n");
-        serde_yaml::from_str(&text).unwrap()
+        let spec: PluginSpec = serde_yaml::from_str(&text).unwrap();
+        match NamedPlugin::decode(&spec, Default::default())?.plugin {
+            Plugin::ConcurrencyDetector(c) => Ok(c),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn saturation_per_mode() {
-        let c = Concurrency::from_spec(&spec("{maxConcurrency: 10, maxTokenConcurrency: 1000}"))
-            .unwrap();
+        let c = from_spec("{maxConcurrency: 10, maxTokenConcurrency: 1000}").unwrap();
         let loads = [(5.0, 100.0), (15.0, 1500.0)];
         let table = [
             (Mode::Requests, 1.0),
@@ -150,19 +171,18 @@ mod tests {
 
     #[test]
     fn parameters_default_and_check_as_upstream() {
-        let d = Concurrency::from_spec(&spec("~")).unwrap();
+        let d = from_spec("~").unwrap();
         assert_eq!(
             (d.max_requests, d.max_tokens, d.mode, d.headroom),
             (100.0, 1e6, Mode::Requests, 0.0)
         );
-        let err = Concurrency::from_spec(&spec("{maxConcurrency: 0, concurrencyMode: burst}"))
-            .unwrap_err();
+        let err = from_spec("{maxConcurrency: 0, concurrencyMode: burst}").unwrap_err();
         let text = err[0].to_string();
         assert!(text.contains("invalid concurrency detector configuration: maxConcurrency must be strictly positive, got 0"), "{text}");
         assert!(
             text.contains("unsupported concurrencyMode: \"burst\""),
             "{text}"
         );
-        assert!(Concurrency::from_spec(&spec("{maxConcurency: 3}")).is_err());
+        assert!(from_spec("{maxConcurency: 3}").is_err());
     }
 }

@@ -5,16 +5,14 @@
 //! upstream's strict decoder; every invalid field is reported, by name.
 
 use super::Thresholds;
-use crate::config::{EndpointPickerConfig, PluginSpec, Problem};
+use crate::plugin::Invalid;
 use serde::Deserialize;
 use std::time::Duration;
 
-/// The plugin type whose parameters these are.
-pub const DETECTOR_TYPE: &str = "utilization-detector";
-
-#[derive(Debug, Default, Deserialize)]
+/// The `utilization-detector` plugin's parameters, as configured.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Params {
+pub struct UtilizationParams {
     queue_depth_threshold: Option<i64>,
     kv_cache_util_threshold: Option<f64>,
     metrics_staleness_threshold: Option<String>,
@@ -22,80 +20,62 @@ struct Params {
 }
 
 impl Thresholds {
-    /// The thresholds of the configuration's saturation detector: the plugin that
-    /// `saturationDetector.pluginRef` names, else the first `utilization-detector` plugin, else
-    /// the defaults.
-    pub fn from_config(doc: &EndpointPickerConfig) -> Result<Self, Vec<Problem>> {
-        let named = doc.saturation_detector_ref();
-        let spec = match named {
-            Some(name) => doc.plugins.iter().find(|p| p.name() == name),
-            None => doc.plugins.iter().find(|p| p.plugin_type == DETECTOR_TYPE),
-        };
-        match spec {
-            Some(spec) if spec.plugin_type == DETECTOR_TYPE => from_spec(spec),
-            Some(spec) if spec.plugin_type == super::concurrency::TYPE => Ok(Self {
-                concurrency: Some(super::concurrency::Concurrency::from_spec(spec)?),
-                ..Self::default()
-            }),
-            _ => Ok(Self::default()),
+    /// The thresholds a `utilization-detector` with these parameters applies; every invalid
+    /// parameter is reported.
+    pub fn from_params(params: UtilizationParams) -> Result<Self, Vec<Invalid>> {
+        let mut problems = Vec::new();
+        let mut t = Thresholds::default();
+        match params.queue_depth_threshold {
+            Some(q) if q <= 0 => problems.push(Invalid::new(
+                "queueDepthThreshold",
+                format!("queueDepthThreshold must be strictly positive, got {q}"),
+            )),
+            Some(q) => t.queue_depth = q as f64,
+            None => {}
         }
-    }
-}
-
-fn from_spec(spec: &PluginSpec) -> Result<Thresholds, Vec<Problem>> {
-    let problem = |message: String| Problem::Parameters {
-        plugin: spec.name().to_owned(),
-        message,
-    };
-    let params: Params = match &spec.parameters {
-        None | Some(serde_yaml::Value::Null) => Params::default(),
-        Some(v) => serde_yaml::from_value(v.clone()).map_err(|e| vec![problem(e.to_string())])?,
-    };
-    let mut problems = Vec::new();
-    let mut t = Thresholds::default();
-    match params.queue_depth_threshold {
-        Some(q) if q <= 0 => problems.push(problem(format!(
-            "queueDepthThreshold must be strictly positive, got {q}"
-        ))),
-        Some(q) => t.queue_depth = q as f64,
-        None => {}
-    }
-    match params.kv_cache_util_threshold {
-        Some(k) if !(k > 0.0 && k <= 1.0) => problems.push(problem(format!(
-            "kvCacheUtilThreshold must be in (0.0, 1.0], got {k}"
-        ))),
-        Some(k) => t.kv_cache_util = k,
-        None => {}
-    }
-    match params
-        .metrics_staleness_threshold
-        .as_deref()
-        .map(go_duration)
-    {
-        Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
-        Some(Ok(_)) => problems.push(problem(
-            "metricsStalenessThreshold must be strictly positive".to_owned(),
-        )),
-        Some(Err(e)) => problems.push(problem(format!("metricsStalenessThreshold: {e}"))),
-        None => {}
-    }
-    match params.headroom {
-        Some(h) if !(h >= 0.0 && h.is_finite()) => problems.push(problem(format!(
-            "headroom must be a non-negative value, got {h}"
-        ))),
-        Some(h) => t.headroom = h,
-        None => {}
-    }
-    if problems.is_empty() {
-        Ok(t)
-    } else {
-        Err(problems)
+        match params.kv_cache_util_threshold {
+            Some(k) if !(k > 0.0 && k <= 1.0) => problems.push(Invalid::new(
+                "kvCacheUtilThreshold",
+                format!("kvCacheUtilThreshold must be in (0.0, 1.0], got {k}"),
+            )),
+            Some(k) => t.kv_cache_util = k,
+            None => {}
+        }
+        match params
+            .metrics_staleness_threshold
+            .as_deref()
+            .map(go_duration)
+        {
+            Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
+            Some(Ok(_)) => problems.push(Invalid::new(
+                "metricsStalenessThreshold",
+                "metricsStalenessThreshold must be strictly positive",
+            )),
+            Some(Err(e)) => problems.push(Invalid::new(
+                "metricsStalenessThreshold",
+                format!("metricsStalenessThreshold: {e}"),
+            )),
+            None => {}
+        }
+        match params.headroom {
+            Some(h) if !(h >= 0.0 && h.is_finite()) => problems.push(Invalid::new(
+                "headroom",
+                format!("headroom must be a non-negative value, got {h}"),
+            )),
+            Some(h) => t.headroom = h,
+            None => {}
+        }
+        if problems.is_empty() {
+            Ok(t)
+        } else {
+            Err(problems)
+        }
     }
 }
 
 /// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers with units
 /// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, such as `200ms` or `1m30s`. Negative durations are errors.
-fn go_duration(text: &str) -> Result<Duration, String> {
+pub fn go_duration(text: &str) -> Result<Duration, String> {
     let invalid = || format!("invalid duration {text:?} (expected e.g. 200ms, 2s, 1m30s)");
     let mut rest = text.trim();
     if rest == "0" {
@@ -134,14 +114,23 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
+    use crate::config::{EndpointPickerConfig, Problem};
+
     fn doc(extra: &str) -> EndpointPickerConfig {
         crate::config::parse_document(&format!("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n{extra}")).unwrap()
+    }
+
+    /// The thresholds the configuration decoder takes from a document.
+    fn from_config(doc: &EndpointPickerConfig) -> Result<Thresholds, Vec<Problem>> {
+        crate::config::Config::decode(doc, Default::default())
+            .map(|c| c.thresholds)
+            .map_err(|e| e.problems)
     }
 
     #[test]
     fn parameters_override_the_defaults() {
         let d = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 10, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 1m30s, headroom: 0.2}\n");
-        let t = Thresholds::from_config(&d).unwrap();
+        let t = from_config(&d).unwrap();
         assert_eq!(
             t,
             Thresholds {
@@ -153,11 +142,11 @@ mod tests {
             }
         );
         assert_eq!(
-            Thresholds::from_config(&doc("plugins:\n- type: utilization-detector\n")).unwrap(),
+            from_config(&doc("plugins:\n- type: utilization-detector\n")).unwrap(),
             Thresholds::default()
         );
         assert_eq!(
-            Thresholds::from_config(&doc("plugins: []\n")).unwrap(),
+            from_config(&doc("plugins: []\n")).unwrap(),
             Thresholds::default()
         );
     }
@@ -165,13 +154,13 @@ mod tests {
     #[test]
     fn the_saturation_detector_reference_picks_the_instance() {
         let d = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 3}\n- name: strict\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 1}\nsaturationDetector: {pluginRef: strict}\n");
-        assert_eq!(Thresholds::from_config(&d).unwrap().queue_depth, 1.0);
+        assert_eq!(from_config(&d).unwrap().queue_depth, 1.0);
     }
 
     #[test]
     fn invalid_parameters_name_the_field() {
         let d = doc("plugins:\n- name: sd\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 0, kvCacheUtilThreshold: 1.5, metricsStalenessThreshold: 5 parsecs, headroom: -1}\n");
-        let problems = Thresholds::from_config(&d).unwrap_err();
+        let problems = from_config(&d).unwrap_err();
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 4, "{text:?}");
         for (p, field) in text.iter().zip([
@@ -186,7 +175,7 @@ mod tests {
             );
         }
         let typo = doc("plugins:\n- type: utilization-detector\n  parameters: {queueDepth: 3}\n");
-        assert!(Thresholds::from_config(&typo).unwrap_err()[0]
+        assert!(from_config(&typo).unwrap_err()[0]
             .to_string()
             .contains("unknown field `queueDepth`"));
     }

@@ -6,8 +6,9 @@
 //! Decoded strictly (upstream v0.10 rejects unknown parameter keys); what epp cannot do (https
 //! scraping with client certificates, custom `engineConfigs`) is a load error naming it.
 
-use super::{EndpointPickerConfig, PluginKind, PluginSpec, Problem};
+use super::plugin::{NamedPlugin, Plugin};
 use crate::endpoint::EngineType;
+use crate::plugin::Invalid;
 use serde::Deserialize;
 
 /// What the data-layer plugins of one configuration say.
@@ -25,9 +26,10 @@ pub struct MetricsSettings {
     pub engine_label_key: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `metrics-data-source` parameters.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SourceParams {
+pub struct SourceParams {
     scheme: Option<String>,
     path: Option<String>,
     port: Option<i64>,
@@ -38,110 +40,105 @@ struct SourceParams {
     client_key_path: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `core-metrics-extractor` parameters.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ExtractorParams {
+pub struct ExtractorParams {
     engine_label_key: Option<String>,
     default_engine: Option<String>,
     engine_configs: Option<serde_yaml::Value>,
 }
 
-impl MetricsSettings {
-    /// Reads every `metrics-data-source` and `core-metrics-extractor` plugin (the last one of a
-    /// kind wins, as one instance of each is all upstream's charts configure).
-    pub fn from_config(doc: &EndpointPickerConfig) -> Result<Self, Vec<Problem>> {
-        let mut out = Self::default();
+impl SourceParams {
+    /// Every value epp cannot honour.
+    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut problems = Vec::new();
-        for spec in &doc.plugins {
-            let result = match PluginKind::from_name(&spec.plugin_type) {
-                Some(PluginKind::MetricsDataSource) => out.source(spec),
-                Some(PluginKind::CoreMetricsExtractor) => out.extractor(spec),
-                _ => continue,
-            };
-            problems.extend(result.err().into_iter().flatten());
-        }
-        if problems.is_empty() {
-            Ok(out)
-        } else {
-            Err(problems)
-        }
-    }
-
-    fn source(&mut self, spec: &PluginSpec) -> Result<(), Vec<Problem>> {
-        let p: SourceParams = decode(spec)?;
-        let problem = |message: &str| Problem::Parameters {
-            plugin: spec.name().to_owned(),
-            message: message.to_owned(),
-        };
-        let mut problems = Vec::new();
-        match p.scheme.as_deref() {
+        match self.scheme.as_deref() {
             None | Some("http") => {}
-            Some("https") => problems.push(problem(
+            Some("https") => problems.push(Invalid::new(
+                "scheme",
                 "scheme \"https\" is not supported by epp (it scrapes over http)",
             )),
-            Some(other) => problems.push(problem(&format!(
-                "scheme must be \"http\" or \"https\", got {other:?}"
-            ))),
+            Some(other) => problems.push(Invalid::new(
+                "scheme",
+                format!("scheme must be \"http\" or \"https\", got {other:?}"),
+            )),
         }
-        if p.ca_cert_path.is_some() || p.client_cert_path.is_some() || p.client_key_path.is_some() {
-            problems.push(problem(
+        if self.ca_cert_path.is_some()
+            || self.client_cert_path.is_some()
+            || self.client_key_path.is_some()
+        {
+            problems.push(Invalid::new(
+                "caCertPath/clientCertPath/clientKeyPath",
                 "caCertPath/clientCertPath/clientKeyPath (mTLS scraping) are not supported by epp",
             ));
         }
-        match p.port {
-            None => {}
-            Some(port @ 1..=65535) => self.port = u16::try_from(port).ok(),
-            Some(port) => problems.push(problem(&format!("port must be in 1..65535, got {port}"))),
+        if let Some(port) = self.port.filter(|p| !(1..=65535).contains(p)) {
+            problems.push(Invalid::new(
+                "port",
+                format!("port must be in 1..65535, got {port}"),
+            ));
         }
         // `insecureSkipVerify` only matters for https; `interval` is --refresh-metrics-interval
         // in epp (one scrape loop per endpoint).
-        let _ = (p.insecure_skip_verify, p.interval);
-        self.path = p.path.filter(|path| path != "/metrics" && !path.is_empty());
+        let _ = (self.insecure_skip_verify, &self.interval);
         if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
-        }
-    }
-
-    fn extractor(&mut self, spec: &PluginSpec) -> Result<(), Vec<Problem>> {
-        let p: ExtractorParams = decode(spec)?;
-        let problem = |message: String| Problem::Parameters {
-            plugin: spec.name().to_owned(),
-            message,
-        };
-        let mut problems = Vec::new();
-        if let Some(engine) = p.default_engine.as_deref() {
-            match EngineType::from_label(engine) {
-                Some(e) => self.default_engine = Some(e),
-                None => problems.push(problem(format!(
-                    "defaultEngine {engine:?} is not one of vllm, sglang, trtllm-serve, triton-tensorrt-llm"
-                ))),
-            }
-        }
-        if p.engine_configs.as_ref().is_some_and(|v| !v.is_null()) {
-            problems.push(problem(
-                "engineConfigs is not supported by epp; its built-in engines are vllm, sglang, trtllm-serve and triton-tensorrt-llm, and the --total-queued-requests-metric family of flags overrides their names".to_owned(),
-            ));
-        }
-        self.engine_label_key = p.engine_label_key.filter(|k| !k.is_empty());
-        if problems.is_empty() {
-            Ok(())
+            Ok(self)
         } else {
             Err(problems)
         }
     }
 }
 
-fn decode<T: Default + serde::de::DeserializeOwned>(spec: &PluginSpec) -> Result<T, Vec<Problem>> {
-    match &spec.parameters {
-        None | Some(serde_yaml::Value::Null) => Ok(T::default()),
-        Some(v) => serde_yaml::from_value(v.clone()).map_err(|e| {
-            vec![Problem::Parameters {
-                plugin: spec.name().to_owned(),
-                message: e.to_string(),
-            }]
-        }),
+impl ExtractorParams {
+    /// Every value epp cannot honour.
+    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
+        let mut problems = Vec::new();
+        if let Some(engine) = self.default_engine.as_deref() {
+            if EngineType::from_label(engine).is_none() {
+                problems.push(Invalid::new(
+                    "defaultEngine",
+                    format!("defaultEngine {engine:?} is not one of vllm, sglang, trtllm-serve, triton-tensorrt-llm"),
+                ));
+            }
+        }
+        if self.engine_configs.as_ref().is_some_and(|v| !v.is_null()) {
+            problems.push(Invalid::new(
+                "engineConfigs",
+                "engineConfigs is not supported by epp; its built-in engines are vllm, sglang, trtllm-serve and triton-tensorrt-llm, and the --total-queued-requests-metric family of flags overrides their names",
+            ));
+        }
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl MetricsSettings {
+    /// Reads every `metrics-data-source` and `core-metrics-extractor` plugin (the last one of a
+    /// kind wins, as one instance of each is all upstream's charts configure).
+    pub fn from_plugins(plugins: &[NamedPlugin]) -> Self {
+        let mut out = Self::default();
+        for p in plugins {
+            match &p.plugin {
+                Plugin::MetricsDataSource(s) => {
+                    out.port = s.port.and_then(|p| u16::try_from(p).ok());
+                    out.path = s
+                        .path
+                        .clone()
+                        .filter(|path| path != "/metrics" && !path.is_empty());
+                }
+                Plugin::CoreMetricsExtractor(e) => {
+                    out.default_engine =
+                        e.default_engine.as_deref().and_then(EngineType::from_label);
+                    out.engine_label_key = e.engine_label_key.clone().filter(|k| !k.is_empty());
+                }
+                _ => {}
+            }
+        }
+        out
     }
 }
 
@@ -149,11 +146,14 @@ fn decode<T: Default + serde::de::DeserializeOwned>(spec: &PluginSpec) -> Result
 mod tests {
     use super::*;
 
-    fn settings(plugins: &str) -> Result<MetricsSettings, Vec<Problem>> {
+    fn settings(plugins: &str) -> Result<MetricsSettings, Vec<super::super::Problem>> {
         let text = format!(
             "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n{plugins}"
         );
-        MetricsSettings::from_config(&super::super::parse(&text).unwrap())
+        let doc = super::super::parse(&text).unwrap();
+        super::super::Config::decode(&doc, Default::default())
+            .map(|c| c.metrics_settings)
+            .map_err(|e| e.problems)
     }
 
     #[test]

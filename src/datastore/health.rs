@@ -27,6 +27,7 @@
 //! Slow start: after it appears or is restored, an endpoint's share ramps as Envoy's
 //! `slow_start_config`: `max(minWeightPercent, (elapsed / window)^(1/aggression))`.
 
+use crate::plugin::Invalid;
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
@@ -60,18 +61,26 @@ impl Default for OutlierParams {
 }
 
 impl OutlierParams {
-    pub const TYPE: &'static str = "outlier-detection";
-
-    /// Problems with the values (reported with the plugin's name by the caller).
-    pub fn problems(&self) -> Vec<String> {
+    /// Every value the policy cannot take.
+    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut out = Vec::new();
         if self.base_ejection_time.is_zero() {
-            out.push("baseEjectionTime must be greater than zero".to_owned());
+            out.push(Invalid::new(
+                "baseEjectionTime",
+                "baseEjectionTime must be greater than zero",
+            ));
         }
         if self.max_ejection_time < self.base_ejection_time {
-            out.push("maxEjectionTime must be at least baseEjectionTime".to_owned());
+            out.push(Invalid::new(
+                "maxEjectionTime",
+                "maxEjectionTime must be at least baseEjectionTime",
+            ));
         }
-        out
+        if out.is_empty() {
+            Ok(self)
+        } else {
+            Err(out)
+        }
     }
 
     /// How long the `k`-th consecutive ejection lasts (k ≥ 1).
@@ -109,17 +118,26 @@ impl Default for SlowStartParams {
 }
 
 impl SlowStartParams {
-    pub const TYPE: &'static str = "slow-start";
-
-    pub fn problems(&self) -> Vec<String> {
+    /// Every value the ramp cannot take.
+    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut out = Vec::new();
         if !(self.aggression.is_finite() && self.aggression > 0.0) {
-            out.push("aggression must be a number greater than zero".to_owned());
+            out.push(Invalid::new(
+                "aggression",
+                "aggression must be a number greater than zero",
+            ));
         }
         if !(0.0..=100.0).contains(&self.min_weight_percent) {
-            out.push("minWeightPercent must be in 0..=100".to_owned());
+            out.push(Invalid::new(
+                "minWeightPercent",
+                "minWeightPercent must be in 0..=100",
+            ));
         }
-        out
+        if out.is_empty() {
+            Ok(self)
+        } else {
+            Err(out)
+        }
     }
 
     /// The share multiplier, in `[minWeightPercent/100, 1]`, `elapsed` after the ramp began.
@@ -133,54 +151,12 @@ impl SlowStartParams {
     }
 }
 
-/// The health policy in force: from the configuration, swapped on reload.
+/// The health policy in force: from the configuration (`crate::config` decodes the
+/// `outlier-detection` and `slow-start` plugins; listing one turns it on), swapped on reload.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HealthPolicy {
     pub outlier: Option<OutlierParams>,
     pub slow_start: Option<SlowStartParams>,
-}
-
-impl HealthPolicy {
-    /// The policy named by a configuration's plugins: `(name, type, parameters)` of each.
-    /// Listing `outlier-detection` or `slow-start` turns it on (they need no profile entry);
-    /// errors are `(plugin name, message)`, every one reported.
-    pub fn from_plugins<'a>(
-        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>,
-    ) -> Result<Self, Vec<(String, String)>> {
-        let mut policy = Self::default();
-        let mut problems = Vec::new();
-        for (name, kind, params) in plugins {
-            let mut report =
-                |msgs: Vec<String>| problems.extend(msgs.into_iter().map(|m| (name.to_owned(), m)));
-            match kind {
-                OutlierParams::TYPE => match decode::<OutlierParams>(params) {
-                    Ok(p) if p.problems().is_empty() => policy.outlier = Some(p),
-                    Ok(p) => report(p.problems()),
-                    Err(e) => report(vec![e.to_string()]),
-                },
-                SlowStartParams::TYPE => match decode::<SlowStartParams>(params) {
-                    Ok(p) if p.problems().is_empty() => policy.slow_start = Some(p),
-                    Ok(p) => report(p.problems()),
-                    Err(e) => report(vec![e.to_string()]),
-                },
-                _ => {}
-            }
-        }
-        if problems.is_empty() {
-            Ok(policy)
-        } else {
-            Err(problems)
-        }
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned + Default>(
-    v: Option<&serde_yaml::Value>,
-) -> Result<T, serde_yaml::Error> {
-    match v {
-        None | Some(serde_yaml::Value::Null) => Ok(T::default()),
-        Some(v) => serde_yaml::from_value(v.clone()),
-    }
 }
 
 /// What one observation did to an endpoint's state, for logs and metrics.
@@ -522,6 +498,30 @@ mod tests {
         assert!((eager.ramp(Duration::from_secs(1)) - 0.1f64.sqrt()).abs() < 1e-9);
     }
 
+    /// The policy the configuration decoder makes of `(name, type, parameters)` plugins; its
+    /// problems as `(plugin, message)`.
+    fn from_plugins<'a>(
+        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>,
+    ) -> Result<HealthPolicy, Vec<(String, String)>> {
+        use crate::config::{Config, EndpointPickerConfig, PluginSpec, Problem};
+        let mut doc: EndpointPickerConfig = serde_yaml::from_str("plugins: []").unwrap();
+        doc.plugins = plugins
+            .into_iter()
+            .map(|(name, kind, params)| PluginSpec {
+                name: Some(name.to_owned()),
+                plugin_type: kind.to_owned(),
+                parameters: params.cloned(),
+            })
+            .collect();
+        let pair = |p: Problem| match p {
+            Problem::Parameters { plugin, message } => (plugin, message),
+            other => panic!("{other}"),
+        };
+        Config::decode(&doc, Default::default())
+            .map(|c| c.health)
+            .map_err(|e| e.problems.into_iter().map(pair).collect())
+    }
+
     #[test]
     fn the_shipped_example_turns_everything_on() {
         let text = std::fs::read_to_string(concat!(
@@ -530,13 +530,9 @@ mod tests {
         ))
         .unwrap();
         let doc = crate::config::parse(&text).unwrap();
-        crate::scheduling::build(&doc).unwrap();
-        let policy = HealthPolicy::from_plugins(
-            doc.plugins
-                .iter()
-                .map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())),
-        )
-        .unwrap();
+        let policy = crate::config::Config::decode(&doc, Default::default())
+            .unwrap()
+            .health;
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start, Some(SlowStartParams::default()));
     }
@@ -557,26 +553,25 @@ mod tests {
             max_ejection_time: Duration::from_secs(1),
             ..p
         };
-        assert_eq!(bad.problems().len(), 1);
+        assert_eq!(bad.validate().unwrap_err().len(), 1);
         let s = SlowStartParams {
             aggression: 0.0,
             min_weight_percent: 120.0,
             ..Default::default()
         };
-        assert_eq!(s.problems().len(), 2);
+        assert_eq!(s.validate().unwrap_err().len(), 2);
         let yaml: serde_yaml::Value =
             serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
-        let policy = HealthPolicy::from_plugins([
-            ("od", OutlierParams::TYPE, None),
-            ("ss", SlowStartParams::TYPE, Some(&yaml)),
+        let policy = from_plugins([
+            ("od", "outlier-detection", None),
+            ("ss", "slow-start", Some(&yaml)),
             ("q", "queue-scorer", None),
         ])
         .unwrap();
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start.unwrap().min_weight_percent, 5.0);
         let bad: serde_yaml::Value = serde_yaml::from_str("baseEjectionTime: 0s").unwrap();
-        let errs =
-            HealthPolicy::from_plugins([("od", OutlierParams::TYPE, Some(&bad))]).unwrap_err();
+        let errs = from_plugins([("od", "outlier-detection", Some(&bad))]).unwrap_err();
         assert_eq!(
             errs,
             vec![(

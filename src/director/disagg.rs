@@ -2,7 +2,7 @@
 //! ([`DisaggMetrics`]), and saturation per stage: which endpoints a prefill must not use, and
 //! which endpoints' saturation admission and flow control weigh (the destinations).
 
-use super::{route, Runtime};
+use super::Runtime;
 use crate::admission;
 use crate::config::PluginKind;
 use crate::datastore::EndpointState;
@@ -99,7 +99,7 @@ pub(super) fn endpoint_saturation(
     staleness: Duration,
 ) -> f64 {
     if let Some(c) = &t.concurrency {
-        return c.saturation(std::iter::once(route::inflight_load(s)));
+        return c.saturation(std::iter::once(super::candidates::inflight_load(s)));
     }
     let m = adjusted_metrics(s);
     admission::endpoint_saturation(m.as_ref(), now, t, staleness)

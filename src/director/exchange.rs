@@ -97,8 +97,10 @@ pub struct Routed {
     pub destinations: Vec<EndpointId>,
     /// The body to forward when it changed (model rewrite); `None` forwards the original.
     pub body: Option<Vec<u8>>,
+    /// The model the client asked for.
     pub model: String,
-    pub target_model: String,
+    /// The model the request was sent to when a rewrite changed it (`None`: [`Self::model`]).
+    pub rewritten_model: Option<String>,
     pub stream: bool,
     pub started: Instant,
     pub lease: Lease,
@@ -119,9 +121,16 @@ pub struct Routed {
     pub dispatched: Option<scheduling::scorer::TtftInputs>,
     /// Request headers for the decode pod's sidecar (P/D): set to the value, or removed.
     pub headers: Vec<(&'static str, Option<String>)>,
+    /// The model and target label values, looked up once when the request was routed.
+    pub labels: crate::metrics::ModelLabels,
 }
 
 impl Routed {
+    /// The model the request went to, after rewrites.
+    pub fn target_model(&self) -> &str {
+        self.rewritten_model.as_deref().unwrap_or(&self.model)
+    }
+
     /// The first response byte arrived: the prefill is done, stop counting it as work ahead.
     pub fn first_token(&mut self) {
         self.prefill = None;

@@ -4,35 +4,31 @@
 use super::exchange::{ResponseSummary, Routed};
 use super::Director;
 use crate::datastore::{self as ds, ttft, Observation};
-use crate::metrics::ModelLabels;
 use crate::scheduling;
 use std::time::Instant;
 
 /// Records a finished response in the objective metrics and the endpoint's health.
 pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary) {
-    let labels = ModelLabels {
-        model_name: d.metrics.model(&routed.model),
-        target_model_name: d.metrics.model(&routed.target_model),
-    };
+    let labels = &routed.labels;
     let m = &d.metrics;
     m.request_duration
-        .get_or_create(&labels)
+        .get_or_create(labels)
         .observe(routed.started.elapsed().as_secs_f64());
     m.request_sizes
-        .get_or_create(&labels)
+        .get_or_create(labels)
         .observe(summary.request_bytes as f64);
     m.response_sizes
-        .get_or_create(&labels)
+        .get_or_create(labels)
         .observe(summary.response_bytes as f64);
     if let Some(t) = summary.prompt_tokens {
-        m.input_tokens.get_or_create(&labels).observe(t as f64);
+        m.input_tokens.get_or_create(labels).observe(t as f64);
     }
     if let Some(t) = summary.completion_tokens {
-        m.output_tokens.get_or_create(&labels).observe(t as f64);
+        m.output_tokens.get_or_create(labels).observe(t as f64);
     }
     if let Some(t) = summary.cached_tokens {
         m.prompt_cached_tokens
-            .get_or_create(&labels)
+            .get_or_create(labels)
             .observe(t as f64);
     }
     record_outcome(d, routed, &observation(routed, summary));

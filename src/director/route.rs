@@ -1,27 +1,28 @@
-//! The routing steps of [`Director::route`]: candidates (subset hint, outlier ejection),
-//! admission, the prefix lookup, scheduling, and recording the decision (prefix index, no-hit
+//! The routing steps of [`Director::route`]: candidates and admission (`candidates.rs`), the
+//! prefix lookup, scheduling, and recording the decision (`record.rs`: prefix index, no-hit
 //! LRU, session binding, in-flight lease).
 
-use super::exchange::{Body, DirectorError, Incoming, Lease, Routed};
+use super::exchange::{Body, DirectorError, Incoming, Routed};
 use super::{prompt_cap, Director, Runtime};
-use crate::admission;
-use crate::datastore::{EndpointSet, EndpointState, PrefillGuard};
+use crate::datastore::{EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
-use crate::metrics::{AttemptLabels, Outcome, RequestLabels, RunningLabels};
+use crate::metrics::{ModelLabels, RequestLabels};
 use crate::objectives::Priority;
-use crate::prefix::source::{Lookup, Pod, PrefixSource, Query, Source};
+use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
-use std::sync::{Arc, PoisonError};
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A parsed request's part of the decision.
 struct Prompted<'a> {
     request: &'a LlmRequest,
     bytes: &'a [u8],
-    /// The model the request goes to (rewrites, InferenceModel splits).
-    target: String,
+    /// The model the request goes to (rewrites, InferenceModel splits): borrowed from the
+    /// request unless something rewrote it, so an unrewritten request copies no model name.
+    target: Cow<'a, str>,
     priority: Priority,
 }
 
@@ -80,16 +81,19 @@ pub(super) fn route(
     let span = prompted
         .as_ref()
         .map(|_| crate::telemetry::child("schedule"));
+    let labels = d.model_labels(prompted.as_ref());
+    let result = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started);
+    d.record_attempt(&result, &labels.target_model_name);
     let scheduling::Decision {
         endpoints: destinations,
         scores,
         disagg,
         headers,
-    } = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started)?;
+    } = decided(result)?;
     drop(span);
     let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
     if let Some(o) = &disagg {
-        let target = prompted.as_ref().map_or("", |p| p.target.as_str());
+        let target = prompted.as_ref().map_or("", |p| &*p.target);
         super::disagg::record(&d.metrics.disagg, o, target);
     }
     let primary = snapshot
@@ -138,7 +142,18 @@ pub(super) fn route(
         let own = candidates.iter().find(|c| c.id == p.id());
         own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
     });
-    Ok(d.answer(prompted, primary, decided, remote))
+    Ok(d.answer(prompted, primary, decided, labels, remote))
+}
+
+/// A decision with a destination, or why there is none.
+fn decided(
+    result: Result<scheduling::Decision, ScheduleError>,
+) -> Result<scheduling::Decision, DirectorError> {
+    match result {
+        Ok(d) if !d.endpoints.is_empty() => Ok(d),
+        Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
+        Err(e) => Err(DirectorError::Schedule(e)),
+    }
 }
 
 /// What the scheduling request is made of.
@@ -161,7 +176,7 @@ impl<'a> Facts<'a> {
     ) -> SchedulingRequest<'a> {
         let (inc, p, lookup) = (self.inc, self.prompted, self.lookup);
         SchedulingRequest {
-            target_model: p.map_or("", |p| p.target.as_str()),
+            target_model: p.map_or("", |p| &*p.target),
             prefix_total_blocks: lookup.map_or(0, |l| l.hashes.len()),
             block_size: lookup.map_or(16, |l| l.block_size),
             test_endpoint_selection: inc.test_endpoint_selection,
@@ -223,15 +238,26 @@ fn lookup(
     p: &Prompted<'_>,
     candidates: &[Candidate],
 ) -> Option<Lookup> {
-    let pods: Vec<Pod> = candidates.iter().map(pod).collect();
     let query = Query {
         request: p.request,
         body: p.bytes,
         model: &p.target,
         tokenizer: runtime.tokenizer.as_ref(),
-        pods: &pods,
+        pods: &CandidatePods(candidates),
     };
     source.lookup(&query, Instant::now())
+}
+
+/// The candidates as the prefix index walks them, without collecting them.
+struct CandidatePods<'a>(&'a [Candidate]);
+
+impl Pods for CandidatePods<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn pod(&self, i: usize) -> Pod {
+        pod(&self.0[i])
+    }
 }
 
 /// What a prefix index weighs of a candidate: its scraped load and cache geometry, from the
@@ -262,10 +288,14 @@ impl Director {
             return None;
         };
         let objectives = self.datastore.objectives();
-        let target = if request.api.rewrites_model() {
-            objectives.target(&request.model, inc.model_rewrite, rng)
-        } else {
-            request.model.clone()
+        let rewritten = request
+            .api
+            .rewrites_model()
+            .then(|| objectives.rewrite_or_header(&request.model, inc.model_rewrite, rng))
+            .flatten();
+        let target = match rewritten {
+            Some(t) if t != request.model => Cow::Owned(t),
+            _ => Cow::Borrowed(request.model.as_str()),
         };
         let priority = objectives.priority(inc.objective, &request.model);
         Some(Prompted {
@@ -283,6 +313,7 @@ impl Director {
         prompted: Option<Prompted<'_>>,
         primary: &Arc<EndpointState>,
         mut decided: Decided,
+        labels: ModelLabels,
         remote_prefill: Option<Option<PrefillGuard>>,
     ) -> Routed {
         let prefill = match remote_prefill {
@@ -294,27 +325,32 @@ impl Director {
                 .dispatched
                 .map(|d| primary.start_prefill(d.own_tokens as u64)),
         };
-        let (model, target_model, stream, body) = match prompted {
+        let (model, rewritten_model, stream, body) = match prompted {
             Some(p) => {
                 let req = p.request;
-                let body = (p.target != req.model)
-                    .then(|| request::rewrite_model(p.bytes, &req.model_span, &p.target));
-                let labels = RequestLabels {
-                    model_name: self.metrics.model(&req.model),
-                    target_model_name: self.metrics.model(&p.target),
+                let rewritten = match p.target {
+                    Cow::Owned(t) => Some(t),
+                    Cow::Borrowed(_) => None,
+                };
+                let body = rewritten
+                    .as_deref()
+                    .map(|t| request::rewrite_model(p.bytes, &req.model_span, t));
+                let request = RequestLabels {
+                    model_name: labels.model_name.clone(),
+                    target_model_name: labels.target_model_name.clone(),
                     priority: p.priority.to_string(),
                 };
-                self.metrics.request_total.get_or_create(&labels).inc();
-                (req.model.clone(), p.target, req.stream, body)
+                self.metrics.request_total.get_or_create(&request).inc();
+                (req.model.clone(), rewritten, req.stream, body)
             }
-            None => (String::new(), String::new(), false, None),
+            None => (String::new(), None, false, None),
         };
-        let lease = self.lease(primary, &model);
+        let lease = self.lease(primary, &labels.model_name);
         Routed {
             destinations: decided.destinations,
             body,
             model,
-            target_model,
+            rewritten_model,
             stream,
             started: decided.started,
             lease,
@@ -325,121 +361,8 @@ impl Director {
             prefill,
             dispatched: decided.dispatched,
             headers: decided.headers,
+            labels,
         }
-    }
-
-    pub(super) fn candidate_states<'s>(
-        &self,
-        snapshot: &'s EndpointSet,
-        subset: Option<&[String]>,
-    ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
-        if snapshot.is_empty() {
-            return Err(DirectorError::NoCandidates(
-                "no ready endpoints in the pool",
-            ));
-        }
-        let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
-            None => snapshot.iter().collect(),
-            Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
-            Some(list) => snapshot
-                .iter()
-                .filter(|s| in_subset(s.id(), list))
-                .collect(),
-        };
-        if states.is_empty() {
-            return Err(DirectorError::NoCandidates(
-                "no endpoint matches the subset hint",
-            ));
-        }
-        Ok(self.without_ejected(states))
-    }
-
-    /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
-    /// every one stays (a degraded pool beats no pool) and a warning is logged.
-    fn without_ejected<'s>(
-        &self,
-        states: Vec<&'s Arc<EndpointState>>,
-    ) -> Vec<&'s Arc<EndpointState>> {
-        let policy = self.datastore.health_policy();
-        if policy.outlier.is_none() {
-            return states;
-        }
-        let now = Instant::now();
-        let available: Vec<&Arc<EndpointState>> = states
-            .iter()
-            .copied()
-            .filter(|s| s.available(&policy, now))
-            .collect();
-        if available.is_empty() {
-            tracing::warn!(
-                candidates = states.len(),
-                "every candidate endpoint is ejected; routing to them anyway"
-            );
-            return states;
-        }
-        available
-    }
-
-    /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
-    fn admit(
-        &self,
-        thresholds: &admission::Thresholds,
-        priority: Priority,
-        states: &[&Arc<EndpointState>],
-    ) -> Result<(), DirectorError> {
-        let saturation = || {
-            if let Some(c) = &thresholds.concurrency {
-                return c.saturation(states.iter().map(|s| inflight_load(s)));
-            }
-            let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
-            admission::saturation(
-                metrics.iter().map(|m| m.as_deref()),
-                Instant::now(),
-                thresholds,
-                self.opts.staleness,
-            )
-        };
-        Ok(admission::admit(priority, saturation)?)
-    }
-
-    /// The scheduler's candidates; the prefix lookup fills in their blocks afterwards.
-    fn candidates(&self, states: &[&Arc<EndpointState>], labels: bool) -> Vec<Candidate> {
-        let now = Instant::now();
-        let policy = self.datastore.health_policy();
-        let no_labels = Arc::default();
-        states
-            .iter()
-            .map(|s| {
-                let m = s.metrics();
-                let fresh = m
-                    .as_ref()
-                    .is_some_and(|m| m.age(now) <= self.opts.staleness);
-                let (waiting, running, kv) = m
-                    .as_ref()
-                    .map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
-                Candidate {
-                    id: s.id(),
-                    weight: s.endpoint.weight,
-                    metrics: m,
-                    waiting: waiting + f64::from(s.dispatched_since_scrape()),
-                    running: running.max(f64::from(s.inflight())),
-                    inflight: f64::from(s.inflight()),
-                    labels: if labels {
-                        Arc::new(s.endpoint.labels.clone())
-                    } else {
-                        Arc::clone(&no_labels)
-                    },
-                    kv_usage: kv,
-                    fresh,
-                    prefix_blocks: 0,
-                    latency: Some(s.latency(now))
-                        .filter(|l| l.0.is_some() || l.1.is_some())
-                        .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
-                    ramp: s.ramp(&policy, now),
-                    prefill: prefill_load(s),
-                }
-            })
-            .collect()
     }
 
     fn schedule(
@@ -449,7 +372,7 @@ impl Director {
         candidates: &[Candidate],
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<scheduling::Decision, DirectorError> {
+    ) -> Result<scheduling::Decision, ScheduleError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -457,138 +380,28 @@ impl Director {
         self.metrics
             .scheduler_e2e
             .observe(started.elapsed().as_secs_f64());
-        let (status, pod) = match &result {
-            Ok(d) => (
-                Outcome::success,
-                d.endpoints
-                    .first()
-                    .map(|e| e.to_string())
-                    .unwrap_or_default(),
-            ),
-            Err(_) => (Outcome::failure, String::new()),
+        result
+    }
+
+    /// The model-name label values of a request, each looked up once: the requested model and
+    /// the target (the same value unless a rewrite changed it); empty without a parsed body.
+    fn model_labels(&self, prompted: Option<&Prompted<'_>>) -> ModelLabels {
+        let (model, rewritten) = match prompted {
+            Some(p) => match &p.target {
+                Cow::Owned(t) => (p.request.model.as_str(), Some(t.as_str())),
+                Cow::Borrowed(_) => (p.request.model.as_str(), None),
+            },
+            None => ("", None),
         };
-        let port = pod.rsplit(':').next().unwrap_or("").to_owned();
-        let labels = AttemptLabels {
-            status,
-            target_model_name: self.metrics.model(sreq.target_model),
-            pod_name: pod,
-            namespace: String::new(),
-            port,
+        let model_name = self.metrics.model(model);
+        let target_model_name = match rewritten {
+            Some(t) => self.metrics.model(t),
+            None => model_name.clone(),
         };
-        self.metrics.scheduler_attempts.get_or_create(&labels).inc();
-        match result {
-            Ok(d) if !d.endpoints.is_empty() => Ok(d),
-            Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
-            Err(e) => Err(DirectorError::Schedule(e)),
+        ModelLabels {
+            model_name,
+            target_model_name,
         }
-    }
-
-    /// The hit metrics, then the index's own record of the decision.
-    fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: Pod) {
-        let total = l.hashes.len();
-        if total == 0 {
-            return;
-        }
-        let matched = l.held(primary.id);
-        self.metrics
-            .prefix_hit_ratio
-            .observe(matched as f64 / total as f64);
-        self.metrics
-            .prefix_hit_bytes
-            .observe((matched * l.block_size * 4) as f64);
-        source.record(l, &primary, Instant::now());
-    }
-
-    fn session_bound(&self, scheduler: &Scheduler, session: Option<&str>) -> Option<EndpointId> {
-        let (config, session) = (scheduler.session_id()?, session?);
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .bound(session, config, Instant::now())
-    }
-
-    /// Binds the session to the primary, refreshes the binding, or moves it when the bound
-    /// endpoint was not a candidate (upstream's `PreRequest`).
-    fn record_session(
-        &self,
-        scheduler: &Scheduler,
-        (session, bound): (Option<&str>, Option<EndpointId>),
-        candidates: &[Candidate],
-        primary: EndpointId,
-    ) {
-        let (Some(_), Some(session)) = (scheduler.session_id(), session) else {
-            return;
-        };
-        let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(session, primary, present, Instant::now());
-    }
-
-    /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
-    fn lru_snapshot(&self, scheduler: &Scheduler) -> Vec<EndpointId> {
-        if scheduler.no_hit_lru().is_none() {
-            return Vec::new();
-        }
-        self.lru
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshot()
-    }
-
-    /// A cold request (no candidate holds any of its blocks) makes its primary the most
-    /// recently used endpoint of the no-hit LRU. Upstream decides coldness over the filtered
-    /// candidates; here it is every candidate, which differs only when a filter drops each
-    /// endpoint holding part of the prompt.
-    fn record_no_hit(&self, scheduler: &Scheduler, candidates: &[Candidate], primary: EndpointId) {
-        let Some(s) = scheduler.no_hit_lru() else {
-            return;
-        };
-        let all: Vec<&Candidate> = candidates.iter().collect();
-        if scheduling::scorer::is_cold(&all) {
-            self.lru
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .touch(primary, s.capacity());
-        }
-    }
-
-    fn lease(&self, primary: &Arc<EndpointState>, model: &str) -> Lease {
-        let running = self
-            .metrics
-            .running_requests
-            .get_or_create(&RunningLabels {
-                model_name: self.metrics.model(model),
-            })
-            .clone();
-        running.inc();
-        Lease {
-            inflight: primary.acquire(),
-            running,
-        }
-    }
-}
-
-/// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
-/// `InFlightLoad`), for the `concurrency-detector`.
-pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
-    (f64::from(s.inflight()), s.prefill_pending().0 as f64)
-}
-
-/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
-fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
-    let (tokens, requests) = s.prefill_pending();
-    scheduling::scorer::PrefillLoad {
-        pending_tokens: tokens as f64,
-        pending_requests: f64::from(requests),
-        learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
-            base: l.coefficients.base,
-            per_token: l.coefficients.per_token,
-            per_running: l.coefficients.per_running,
-            per_waiting: l.coefficients.per_waiting,
-            mean_tokens: l.mean_tokens,
-        }),
     }
 }
 
@@ -630,18 +443,4 @@ fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
         Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
         None => first_block,
     }
-}
-
-/// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
-/// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
-fn in_subset(id: EndpointId, list: &[String]) -> bool {
-    list.iter()
-        .map(|e| e.trim())
-        .any(|e| match e.parse::<EndpointId>() {
-            Ok(exact) => exact == id,
-            Err(_) => e
-                .trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip == id.0.ip()),
-        })
 }

@@ -6,12 +6,13 @@ use crate::admission;
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
 use crate::datastore::Datastore;
+use crate::flowcontrol::{FlowConfig, FlowControl};
 use crate::prefix::source::{ApproximateParams, Config as PrefixConfig, PreciseParams};
 use crate::request;
 use crate::request::tokenize::{Tokenizer, TokenizerSource};
-use crate::scheduling::{self, Scheduler};
+use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What a configuration becomes: the scheduler plus the tokenizer its prefix scorer needs.
 pub struct Runtime {
@@ -35,6 +36,8 @@ pub struct Runtime {
     pub parsers: request::ParserSet,
     /// The configuration's `featureGates`.
     pub gates: config::FeatureGates,
+    /// Flow control: on with the `flowControl` gate; the `flowControl` section's limits.
+    pub flow: config::FlowSettings,
     /// The load options it was built with (a reload keeps them).
     pub load: config::LoadOptions,
     /// What the data-layer plugins say about scraping (read at start-up).
@@ -61,54 +64,22 @@ impl Runtime {
         for note in doc.deprecations() {
             tracing::info!("{note}");
         }
-        let mut problems = config::check(&doc);
-        let built = scheduling::build_with(&doc, load);
-        if let Err(p) = &built {
-            problems.extend(p.iter().cloned());
-        }
-        let health = HealthPolicy::from_plugins(
-            doc.plugins
-                .iter()
-                .map(|p| (p.name(), p.plugin_type.as_str(), p.parameters.as_ref())),
-        );
-        if let Err(p) = &health {
-            problems.extend(p.iter().map(|(plugin, message)| Problem::Parameters {
-                plugin: plugin.clone(),
-                message: message.clone(),
-            }));
-        }
-        let health = health.unwrap_or_default();
-        let metrics_settings = config::MetricsSettings::from_config(&doc).unwrap_or_else(|p| {
-            problems.extend(p);
-            config::MetricsSettings::default()
-        });
-        let thresholds = admission::Thresholds::from_config(&doc).unwrap_or_else(|p| {
-            problems.extend(p);
-            admission::Thresholds::default()
-        });
-        let scheduler = match built {
-            Ok(s) if problems.is_empty() => s,
-            _ => return Err(problems.into()),
-        };
-        let tokenizer = tokenizer(&scheduler, previous)?;
-        let served_verifier = doc.plugins.iter().any(|p| {
-            config::PluginKind::from_name(&p.plugin_type)
-                == Some(config::PluginKind::DestinationEndpointServedVerifier)
-        });
-        let gates = config::FeatureGates::parse(&doc.feature_gates).unwrap_or_default();
-        let (prefix, prompt_text_floor) = prefix_config(&scheduler);
+        let decoded = config::Config::decode(&doc, load)?;
+        let tokenizer = tokenizer(&decoded.scheduler, previous)?;
+        let (prefix, prompt_text_floor) = prefix_config(&decoded.scheduler);
         Ok(Self {
-            scheduler,
             tokenizer,
             prefix,
             prompt_text_floor,
-            served_verifier,
-            health,
-            thresholds,
-            parsers: parser_set(&doc),
-            gates,
+            served_verifier: decoded.served_verifier,
+            health: decoded.health,
+            thresholds: decoded.thresholds,
+            parsers: decoded.parsers,
+            gates: decoded.gates,
+            flow: decoded.flow,
             load,
-            metrics_settings,
+            metrics_settings: decoded.metrics_settings,
+            scheduler: decoded.scheduler,
             source: text.to_owned(),
         })
     }
@@ -187,25 +158,16 @@ fn prefix_config(scheduler: &Scheduler) -> (Option<PrefixConfig>, usize) {
     (config, floor)
 }
 
-/// The parsers `requestHandler.parsers` (or the deprecated top-level `parser`) names, by plugin
-/// type, in order; upstream's default when none is named. The configuration check has already
-/// refused references to unknown plugins and parser types epp does not implement.
-fn parser_set(doc: &config::EndpointPickerConfig) -> request::ParserSet {
-    let types: Vec<&str> = doc
-        .parser_refs()
-        .into_iter()
-        .filter_map(|r| doc.plugins.iter().find(|p| p.name() == r))
-        .map(|p| p.plugin_type.as_str())
-        .collect();
-    request::ParserSet::from_type_names(types).unwrap_or_default()
-}
-
 /// The configuration in force. `app` owns it and hands it to whoever reads it (the director,
 /// ext_proc, the metrics port) and to config reload, its one writer. The passive-health policy
-/// the datastore applies is part of it, so both are swapped together.
+/// the datastore applies and the flow-control queue's limits are part of it, so they are
+/// swapped together.
 pub struct LiveConfig {
     current: ArcSwap<Runtime>,
     datastore: Arc<Datastore>,
+    /// The flow-control queue and the command line's limits, which the configuration's
+    /// `flowControl` section overrides.
+    flow: OnceLock<(Arc<FlowControl>, FlowConfig)>,
 }
 
 impl LiveConfig {
@@ -214,6 +176,16 @@ impl LiveConfig {
         Self {
             current: ArcSwap::from_pointee(runtime),
             datastore,
+            flow: OnceLock::new(),
+        }
+    }
+
+    /// Hands the flow-control queue its limits now and on every swap: `base` (the command
+    /// line's) with the configuration's overrides. Set once, at start-up.
+    pub fn with_flow_control(&self, flow: Arc<FlowControl>, base: FlowConfig) {
+        flow.reconfigure(base.with_settings(&self.load().flow));
+        if self.flow.set((flow, base)).is_err() {
+            tracing::warn!("flow control was already attached to the live configuration");
         }
     }
 
@@ -230,6 +202,9 @@ impl LiveConfig {
     /// Swaps in a new configuration; requests in progress finish with the old one.
     pub fn store(&self, runtime: Runtime) {
         self.datastore.set_health_policy(runtime.health.clone());
+        if let Some((flow, base)) = self.flow.get() {
+            flow.reconfigure(base.with_settings(&runtime.flow));
+        }
         self.current.store(Arc::new(runtime));
     }
 }

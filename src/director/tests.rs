@@ -195,11 +195,11 @@ fn rewrite_changes_only_the_model_value() {
     };
     let routed = d.route(&inc, &mut SmallRng::seed_from_u64(6)).unwrap();
     assert_eq!(
-        routed.body.unwrap(),
+        routed.body.clone().unwrap(),
         br#"{ "model" : "m-v2",  "messages":[{"role":"user","content":"x"}], "b": 1.50 }"#.to_vec()
     );
     assert_eq!(
-        (routed.model.as_str(), routed.target_model.as_str()),
+        (routed.model.as_str(), routed.target_model()),
         ("m", "m-v2")
     );
     let same = d
@@ -302,7 +302,7 @@ fn inference_model_targets_rewrite_the_body() {
     let routed = d
         .route(&incoming(&chat("x")), &mut SmallRng::seed_from_u64(10))
         .unwrap();
-    assert_eq!(routed.target_model, "m-canary");
+    assert_eq!(routed.target_model(), "m-canary");
     assert!(String::from_utf8(routed.body.unwrap())
         .unwrap()
         .contains(r#""model":"m-canary""#));

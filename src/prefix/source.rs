@@ -38,7 +38,32 @@ pub struct Query<'a> {
     /// The configuration's tokenizer; without one a text prompt has no blocks.
     pub tokenizer: Option<&'a Tokenizer>,
     /// The candidate endpoints, in snapshot order.
-    pub pods: &'a [Pod],
+    pub pods: &'a dyn Pods,
+}
+
+/// The candidate endpoints as an index reads them: walked where they already are (the
+/// director's candidates), never collected into a list per request.
+pub trait Pods {
+    /// How many candidates there are.
+    fn count(&self) -> usize;
+    /// The `i`-th candidate, `i < count()`.
+    fn pod(&self, i: usize) -> Pod;
+}
+
+impl dyn Pods + '_ {
+    /// The candidates in order.
+    pub fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
+        (0..self.count()).map(|i| self.pod(i))
+    }
+}
+
+impl Pods for Vec<Pod> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn pod(&self, i: usize) -> Pod {
+        self[i]
+    }
 }
 
 /// What an index weighs of a candidate besides what it holds.

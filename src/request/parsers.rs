@@ -16,6 +16,7 @@
 //! `ensureParsers`), and an explicit list gains no fallback.
 
 use super::{ApiKind, RequestError};
+use crate::plugin::PluginKind;
 
 /// A parser type of `requestHandler.parsers[]`, by upstream's plugin type name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,20 +42,16 @@ impl ParserKind {
         Self::Passthrough,
     ];
 
-    /// Upstream's plugin type name.
-    pub fn type_name(self) -> &'static str {
-        match self {
-            Self::OpenAi => "openai-parser",
-            Self::Anthropic => "anthropic-parser",
-            Self::VllmHttp => "vllmhttp-parser",
-            Self::SglangHttp => "sglanghttp-parser",
-            Self::Passthrough => "passthrough-parser",
+    /// The parser a plugin kind is, `None` for a kind that is not a parser epp implements.
+    pub fn of(kind: PluginKind) -> Option<Self> {
+        match kind {
+            PluginKind::OpenaiParser => Some(Self::OpenAi),
+            PluginKind::AnthropicParser => Some(Self::Anthropic),
+            PluginKind::VllmhttpParser => Some(Self::VllmHttp),
+            PluginKind::SglanghttpParser => Some(Self::SglangHttp),
+            PluginKind::PassthroughParser => Some(Self::Passthrough),
+            _ => None,
         }
-    }
-
-    /// The kind named by an upstream plugin type, `None` for any other name.
-    pub fn from_type_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.type_name() == name)
     }
 
     /// The path suffixes this parser claims (upstream's `Claims().Paths`).
@@ -112,11 +109,6 @@ pub enum Handling {
     Passthrough,
 }
 
-/// A parser type name that is not one of [`ParserKind`]'s.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown parser type `{0}` (known: openai-parser, anthropic-parser, vllmhttp-parser, sglanghttp-parser, passthrough-parser)")]
-pub struct UnknownParser(pub String);
-
 /// The active parsers, in registration order (upstream `requestHandler.parsers[]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParserSet {
@@ -160,23 +152,13 @@ impl ParserSet {
         }
     }
 
-    /// The set named by upstream plugin type names, in order; an empty list is the default
-    /// (as upstream's `ensureParsers`). Every unknown name is reported.
-    pub fn from_type_names<'a>(
-        names: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Self, Vec<UnknownParser>> {
-        let mut kinds = Vec::new();
-        let mut unknown = Vec::new();
-        for name in names {
-            match ParserKind::from_type_name(name) {
-                Some(k) => kinds.push(k),
-                None => unknown.push(UnknownParser(name.to_owned())),
-            }
-        }
-        match (unknown.is_empty(), kinds.is_empty()) {
-            (false, _) => Err(unknown),
-            (true, true) => Ok(Self::default()),
-            (true, false) => Ok(Self::new(kinds)),
+    /// The set of these parsers, in order; an empty list is the default (as upstream's
+    /// `ensureParsers`).
+    pub fn from_kinds(kinds: Vec<ParserKind>) -> Self {
+        if kinds.is_empty() {
+            Self::default()
+        } else {
+            Self::new(kinds)
         }
     }
 
@@ -233,7 +215,7 @@ mod tests {
             set.kinds().collect::<Vec<_>>(),
             vec![OpenAi, Anthropic, VllmHttp, Passthrough]
         );
-        assert_eq!(ParserSet::from_type_names([]).unwrap(), set);
+        assert_eq!(ParserSet::from_kinds(Vec::new()), set);
     }
 
     #[test]
@@ -288,15 +270,13 @@ mod tests {
 
     #[test]
     fn an_explicit_list_has_no_fallback_and_stops_at_passthrough() {
-        let openai = ParserSet::from_type_names(["openai-parser"]).unwrap();
+        let openai = ParserSet::from_kinds(vec![OpenAi]);
         let err = openai.handling("/v1/messages?b=1").unwrap_err();
         assert_eq!(
             err.to_string(),
             "no parser registered matching path suffix for: /v1/messages"
         );
-        let cut =
-            ParserSet::from_type_names(["openai-parser", "passthrough-parser", "anthropic-parser"])
-                .unwrap();
+        let cut = ParserSet::from_kinds(vec![OpenAi, Passthrough, Anthropic]);
         assert_eq!(cut.kinds().collect::<Vec<_>>(), vec![OpenAi, Passthrough]);
         assert_eq!(
             cut.handling("/v1/messages").ok(),
@@ -308,18 +288,17 @@ mod tests {
     }
 
     #[test]
-    fn unknown_type_names_are_all_reported() {
-        let err =
-            ParserSet::from_type_names(["openai-parser", "x", "vllmgrpc-parser"]).unwrap_err();
-        assert_eq!(
-            err,
-            vec![
-                UnknownParser("x".into()),
-                UnknownParser("vllmgrpc-parser".into())
-            ]
-        );
+    fn every_parser_kind_epp_accepts_is_a_parser_it_runs() {
+        use crate::plugin::{Category, Support};
+        for &k in PluginKind::ALL {
+            let runs =
+                k.category() == Category::Parser && !matches!(k.support(), Support::Unsupported(_));
+            assert_eq!(ParserKind::of(k).is_some(), runs, "{k}");
+        }
         for kind in ParserKind::ALL {
-            assert_eq!(ParserKind::from_type_name(kind.type_name()), Some(kind));
+            assert!(PluginKind::ALL
+                .iter()
+                .any(|&k| ParserKind::of(k) == Some(kind)));
         }
     }
 }

@@ -32,8 +32,8 @@ mod params;
 pub mod session;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
-use crate::config::PluginKind;
 use crate::endpoint::EndpointId;
+use crate::plugin::PluginKind;
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -8,7 +8,6 @@ mod prefix_cache_affinity;
 mod session_affinity;
 mod utilization;
 
-use super::scorer::{checked, params};
 use super::{Candidate, SchedulingRequest};
 pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
 pub use gpu_memory::GpuMemoryFilter;
@@ -19,7 +18,7 @@ use rand::Rng;
 pub use session_affinity::SessionAffinityFilter;
 pub use utilization::UtilizationFilter;
 
-/// Every filter epp knows, by upstream type name.
+/// Every filter epp knows (`crate::config` decodes each from its plugin type).
 #[derive(Clone, Debug)]
 pub enum Filter {
     HeaderBasedTesting(HeaderBasedTestingFilter),
@@ -35,40 +34,6 @@ pub enum Filter {
 }
 
 impl Filter {
-    /// Builds the filter for `plugin_type`, or `None` when the type is not a filter.
-    pub fn build(
-        plugin_type: &str,
-        p: &serde_yaml::Value,
-    ) -> Result<Option<Self>, serde_yaml::Error> {
-        Ok(Some(match plugin_type {
-            HeaderBasedTestingFilter::TYPE => Self::HeaderBasedTesting(params(p)?),
-            GpuMemoryFilter::TYPE => {
-                Self::GpuMemory(checked(params::<GpuMemoryFilter>(p)?.validate())?)
-            }
-            PrefixCacheAffinityFilter::TYPE => Self::PrefixCacheAffinity(checked(
-                params::<PrefixCacheAffinityFilter>(p)?.validate(),
-            )?),
-            LabelSelectorFilter::TYPE => {
-                Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
-            }
-            LabelSelectorFilter::DEPRECATED_TYPE => {
-                tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
-                Self::LabelSelector(checked(params::<LabelSelectorFilter>(p)?.validate())?)
-            }
-            SessionAffinityFilter::TYPE => {
-                Self::SessionAffinity(checked(params::<SessionAffinityFilter>(p)?.validate())?)
-            }
-            UtilizationFilter::TYPE => {
-                Self::Utilization(checked(params::<UtilizationFilter>(p)?.validate())?)
-            }
-            ByLabelFilter::TYPE => Self::ByLabel(checked(params::<ByLabelFilter>(p)?.validate())?),
-            t => match Role::from_type(t) {
-                Some(role) => Self::ByLabel(ByLabelFilter::role(role)),
-                None => return Ok(None),
-            },
-        }))
-    }
-
     pub fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,

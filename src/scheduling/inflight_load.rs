@@ -5,6 +5,8 @@
 //! `addEstimatedOutputTokens: false`. Its parameters are still decoded strictly and checked
 //! with upstream's messages, so a configuration epp cannot honour is refused, not ignored.
 
+use crate::plugin::Invalid;
+
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct InflightLoadParams {
@@ -23,19 +25,21 @@ pub struct InflightLoadParams {
 }
 
 impl InflightLoadParams {
-    pub const TYPE: &'static str = "inflight-load-producer";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if let Some(r) = self.output_ratio.filter(|r| *r < 0.0) {
-            return Err(format!("outputRatio must be non-negative, got {r}"));
+            return Err(Invalid::new(
+                "outputRatio",
+                format!("outputRatio must be non-negative, got {r}"),
+            ));
         }
         if let Some(m) = self.max_estimated_output_tokens.filter(|m| *m < 0) {
-            return Err(format!(
-                "maxEstimatedOutputTokens must be non-negative, got {m}"
+            return Err(Invalid::new(
+                "maxEstimatedOutputTokens",
+                format!("maxEstimatedOutputTokens must be non-negative, got {m}"),
             ));
         }
         if self.add_estimated_output_tokens {
-            return Err("addEstimatedOutputTokens: true is not supported by epp (it counts a request's uncached prompt tokens until its first token)".into());
+            return Err(Invalid::new("addEstimatedOutputTokens", "addEstimatedOutputTokens: true is not supported by epp (it counts a request's uncached prompt tokens until its first token)"));
         }
         Ok(self)
     }
@@ -44,13 +48,14 @@ impl InflightLoadParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
 
     fn check(yaml: &str) -> Result<InflightLoadParams, String> {
         let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
         params::<InflightLoadParams>(&v)
             .map_err(|e| e.to_string())?
             .validate()
+            .map_err(|e| e.to_string())
     }
 
     #[test]

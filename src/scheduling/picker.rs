@@ -13,6 +13,7 @@ mod weighted_random;
 
 use super::{Candidate, SchedulingRequest};
 use crate::endpoint::EndpointId;
+use crate::plugin::Invalid;
 pub use consistent_hash::{ConsistentHashParams, ConsistentHashPicker};
 pub use least_request::WeightedLeastRequestPicker;
 pub use max_score::MaxScorePicker;
@@ -37,6 +38,18 @@ impl Default for PickerParams {
     }
 }
 
+impl PickerParams {
+    pub fn validate(self) -> Result<Self, Invalid> {
+        if self.max_num_of_endpoints == 0 {
+            return Err(Invalid::new(
+                "maxNumOfEndpoints",
+                "maxNumOfEndpoints must be >= 1",
+            ));
+        }
+        Ok(self)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Picker {
     MaxScore(MaxScorePicker),
@@ -56,49 +69,7 @@ impl Default for Picker {
     }
 }
 
-fn invalid(message: String) -> serde_yaml::Error {
-    <serde_yaml::Error as serde::de::Error>::custom(message)
-}
-
 impl Picker {
-    /// Builds the picker for `plugin_type`, or `None` when the type is not a picker.
-    pub fn build(
-        plugin_type: &str,
-        p: &serde_yaml::Value,
-    ) -> Result<Option<Self>, serde_yaml::Error> {
-        let params = || -> Result<PickerParams, serde_yaml::Error> {
-            let params: PickerParams = super::scorer::params(p)?;
-            if params.max_num_of_endpoints == 0 {
-                return Err(invalid("maxNumOfEndpoints must be >= 1".into()));
-            }
-            Ok(params)
-        };
-        Ok(Some(match plugin_type {
-            MaxScorePicker::TYPE => Self::MaxScore(MaxScorePicker { params: params()? }),
-            RandomPicker::TYPE => Self::Random(RandomPicker { params: params()? }),
-            WeightedRandomPicker::TYPE => {
-                Self::WeightedRandom(WeightedRandomPicker { params: params()? })
-            }
-            RoundRobinPicker::TYPE => Self::RoundRobin(RoundRobinPicker::new(params()?, false)),
-            RoundRobinPicker::WEIGHTED_TYPE => {
-                Self::RoundRobin(RoundRobinPicker::new(params()?, true))
-            }
-            WeightedLeastRequestPicker::TYPE => {
-                Self::WeightedLeastRequest(WeightedLeastRequestPicker { params: params()? })
-            }
-            PowerOfTwoChoicesPicker::TYPE | PowerOfTwoChoicesPicker::ALIAS => {
-                Self::PowerOfTwoChoices(PowerOfTwoChoicesPicker { params: params()? })
-            }
-            ConsistentHashPicker::TYPE => {
-                let params: ConsistentHashParams = super::scorer::params(p)?;
-                Self::ConsistentHash(ConsistentHashPicker {
-                    params: params.validate().map_err(invalid)?,
-                })
-            }
-            _ => return Ok(None),
-        }))
-    }
-
     pub fn pick(
         &self,
         req: &SchedulingRequest<'_>,
@@ -152,6 +123,26 @@ pub(crate) fn fill_by_score(
 mod tests {
     use super::*;
 
+    /// The picker the configuration decoder makes of a `type:` and its parameters (`None`:
+    /// the type is not a picker); its problems as one message.
+    fn build(t: &str, v: &serde_yaml::Value) -> Result<Option<Picker>, String> {
+        use crate::config::plugin::{NamedPlugin, Plugin};
+        use crate::scheduling::Plugin as S;
+        let spec = crate::config::PluginSpec {
+            name: None,
+            plugin_type: t.to_owned(),
+            parameters: Some(v.clone()),
+        };
+        match NamedPlugin::decode(&spec, Default::default()) {
+            Ok(NamedPlugin {
+                plugin: Plugin::Scheduling(S::Picker(p)),
+                ..
+            }) => Ok(Some(p)),
+            Ok(_) => Ok(None),
+            Err(problems) => Err(crate::config::ConfigError::from(problems).to_string()),
+        }
+    }
+
     #[test]
     fn every_picker_type_builds_and_bad_parameters_are_rejected() {
         let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
@@ -166,23 +157,16 @@ mod tests {
             "p2c",
             "consistent-hash-picker",
         ] {
-            let p = Picker::build(t, &yaml("{maxNumOfEndpoints: 2}"))
-                .unwrap()
-                .unwrap();
+            let p = build(t, &yaml("{maxNumOfEndpoints: 2}")).unwrap().unwrap();
             assert_eq!(p.max_endpoints(), 2, "{t}");
-            assert!(
-                Picker::build(t, &yaml("{maxNumOfEndpoints: 0}")).is_err(),
-                "{t}"
-            );
-            assert!(Picker::build(t, &yaml("{bogus: 1}")).is_err(), "{t}");
+            assert!(build(t, &yaml("{maxNumOfEndpoints: 0}")).is_err(), "{t}");
+            assert!(build(t, &yaml("{bogus: 1}")).is_err(), "{t}");
         }
-        assert!(
-            Picker::build("consistent-hash-picker", &yaml("{loadFactor: 0.9}"))
-                .unwrap_err()
-                .to_string()
-                .contains("loadFactor")
-        );
-        assert!(Picker::build("queue-scorer", &serde_yaml::Value::Null)
+        assert!(build("consistent-hash-picker", &yaml("{loadFactor: 0.9}"))
+            .unwrap_err()
+            .to_string()
+            .contains("loadFactor"));
+        assert!(build("queue-scorer", &serde_yaml::Value::Null)
             .unwrap()
             .is_none());
     }

@@ -36,24 +36,7 @@ pub use session_affinity::{
 };
 pub use token_load::TokenLoadScorer;
 
-/// Decodes plugin parameters strictly; absent parameters mean the defaults.
-pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
-    v: &serde_yaml::Value,
-) -> Result<T, serde_yaml::Error> {
-    if v.is_null() {
-        Ok(T::default())
-    } else {
-        serde_yaml::from_value(v.clone())
-    }
-}
-
-/// A parameter check's message as a decoding error (it reaches the user as the plugin's
-/// parameter problem).
-pub(crate) fn checked<T>(r: Result<T, String>) -> Result<T, serde_yaml::Error> {
-    r.map_err(<serde_yaml::Error as serde::de::Error>::custom)
-}
-
-/// Every scorer epp knows, by upstream type name.
+/// Every scorer epp knows (`crate::config` decodes each from its plugin type).
 #[derive(Clone, Debug)]
 pub enum Scorer {
     Queue(QueueScorer),
@@ -76,53 +59,6 @@ pub enum Scorer {
 }
 
 impl Scorer {
-    /// Builds the scorer for `plugin_type`, or `None` when the type is not a scorer.
-    pub fn build(
-        plugin_type: &str,
-        p: &serde_yaml::Value,
-    ) -> Result<Option<Self>, serde_yaml::Error> {
-        Ok(Some(match plugin_type {
-            QueueScorer::TYPE => Self::Queue(params(p)?),
-            KvCacheScorer::TYPE => Self::KvCache(params(p)?),
-            PrefixScorer::TYPE => Self::Prefix(PrefixScorer::new(PrefixParams::from_yaml(p)?)),
-            PrecisePrefixScorer::TYPE => Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(
-                PrecisePrefixParams::from_yaml(p)?,
-            ))),
-            LoraAffinityScorer::TYPE => Self::LoraAffinity(params(p)?),
-            RunningRequestsScorer::TYPE => Self::RunningRequests(params(p)?),
-            LatencyScorer::TYPE => Self::Latency(params(p)?),
-            SessionAffinityScorer::TYPE => {
-                Self::SessionAffinity(checked(params::<SessionAffinityScorer>(p)?.validate())?)
-            }
-            GpuUtilizationScorer::TYPE => Self::GpuUtilization(
-                params::<GpuUtilizationScorer>(p)?
-                    .validate()
-                    .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
-            ),
-            EstimatedTtftScorer::TYPE => Self::EstimatedTtft(
-                params::<EstimatedTtftScorer>(p)?
-                    .validate()
-                    .map_err(<serde_yaml::Error as serde::de::Error>::custom)?,
-            ),
-            TokenLoadScorer::TYPE => {
-                Self::TokenLoad(checked(params::<TokenLoadScorer>(p)?.validate())?)
-            }
-            ActiveRequestScorer::TYPE => {
-                Self::ActiveRequest(checked(params::<ActiveRequestScorer>(p)?.validate())?)
-            }
-            LoadAwareScorer::TYPE => {
-                Self::LoadAware(checked(params::<LoadAwareScorer>(p)?.validate())?)
-            }
-            NoHitLruScorer::TYPE => {
-                Self::NoHitLru(checked(params::<NoHitLruScorer>(p)?.validate())?)
-            }
-            ContextLengthAware::TYPE => {
-                Self::ContextLength(checked(params::<ContextLengthAware>(p)?.validate())?)
-            }
-            _ => return Ok(None),
-        }))
-    }
-
     /// Writes one score per candidate of `pool` into `out` (same length).
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         match self {

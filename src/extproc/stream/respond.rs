@@ -23,9 +23,7 @@ impl StreamMachine {
             State::Routed(ex) => Some(&ex.routed),
             _ => None,
         };
-        let rewrite = routed
-            .filter(|r| r.target_model != r.model)
-            .map(|r| (r.target_model.as_str(), r.model.as_str()));
+        let rewrite = routed.and_then(|r| Some((r.rewritten_model.as_deref()?, r.model.as_str())));
         let stream = routed.is_some_and(|r| r.stream);
         let tracker = ResponseTracker::new(
             status,

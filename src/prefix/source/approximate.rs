@@ -52,11 +52,10 @@ impl PrefixSource for Approximate<'_> {
 
     fn lookup(&self, q: &Query<'_>, _now: Instant) -> Option<Lookup> {
         let p = self.params;
-        let tuned = q
-            .pods
-            .iter()
-            .find_map(|pod| pod.cache)
-            .filter(|_| p.auto_tune);
+        let tuned = p
+            .auto_tune
+            .then(|| q.pods.iter().find_map(|pod| pod.cache))
+            .flatten();
         let block_size = tuned.map_or(p.block_size, |c| c.block_size as usize);
         let max_blocks = p.blocks_at(block_size);
         let tokens = match &q.request.prompt {

@@ -31,6 +31,7 @@
 //!
 //! Cost: O(prefill candidates) per request, no allocation.
 
+use crate::plugin::Invalid;
 use crate::scheduling::scorer::{EstimatedTtftScorer, TtftInputs, TtftRates};
 use crate::scheduling::{Candidate, SchedulingRequest};
 
@@ -84,9 +85,7 @@ pub struct PathCosts {
 }
 
 impl CostBasedPdDecider {
-    pub const TYPE: &'static str = "cost-based-pd-decider";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         let fields = [
             ("kvBytesPerToken", self.kv_bytes_per_token, false),
             ("kvTransferGBps", self.kv_transfer_g_bps, false),
@@ -101,7 +100,10 @@ impl CostBasedPdDecider {
         for (name, v, zero_ok) in fields {
             if !v.is_finite() || v < 0.0 || (v == 0.0 && !zero_ok) {
                 let want = if zero_ok { ">= 0" } else { "> 0" };
-                return Err(format!("{name} must be a finite number {want}, got {v}"));
+                return Err(Invalid::new(
+                    name,
+                    format!("{name} must be a finite number {want}, got {v}"),
+                ));
             }
         }
         Ok(self)

@@ -6,7 +6,7 @@
 //! from; it never picks, the stage's profile does.
 
 use super::cost::CostBasedPdDecider;
-use crate::scheduling::scorer::{checked, params};
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
 /// `prefix-based-pd-decider`: disaggregate when the prompt's suffix the decode pod does not
@@ -21,17 +21,18 @@ pub struct PrefixBasedPdDecider {
 
 impl PrefixBasedPdDecider {
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.non_cached_tokens < 0 {
-            return Err(
-                "nonCachedTokens parameter of prefix disaggregation decider cannot be negative"
-                    .into(),
-            );
+            return Err(Invalid::new(
+                "nonCachedTokens",
+                "nonCachedTokens parameter of prefix disaggregation decider cannot be negative",
+            ));
         }
         if self.prompt_tokens < 0 {
-            return Err(
-                "promptTokens parameter of prefix disaggregation decider cannot be negative".into(),
-            );
+            return Err(Invalid::new(
+                "promptTokens",
+                "promptTokens parameter of prefix disaggregation decider cannot be negative",
+            ));
         }
         if self.non_cached_tokens == 0 {
             tracing::info!("Prefix-based PD disabled (NonCachedTokens=0)");
@@ -73,25 +74,6 @@ pub enum Decider {
 }
 
 impl Decider {
-    /// Builds the decider for `plugin_type`, or `None` when the type is not a decider. The two
-    /// `always-*` deciders take no parameters, and as upstream ignore whatever is given.
-    pub fn build(
-        plugin_type: &str,
-        p: &serde_yaml::Value,
-    ) -> Result<Option<Self>, serde_yaml::Error> {
-        Ok(Some(match plugin_type {
-            "prefix-based-pd-decider" => {
-                Self::PrefixBased(checked(params::<PrefixBasedPdDecider>(p)?.validate())?)
-            }
-            "always-disagg-pd-decider" => Self::AlwaysPd,
-            "always-disagg-multimodal-decider" => Self::AlwaysMultimodal,
-            CostBasedPdDecider::TYPE => Self::CostBased(Box::new(checked(
-                params::<CostBasedPdDecider>(p)?.validate(),
-            )?)),
-            _ => return Ok(None),
-        }))
-    }
-
     /// Whether the stage runs. `pool` is the stage profile's candidates after its filters.
     pub fn disaggregate(
         &self,
@@ -181,6 +163,30 @@ mod tests {
         assert!(!off.disaggregate(&req(100_000), Some(&c)));
     }
 
+    /// The decider the configuration decoder makes of a `type:` and its parameters (`None`:
+    /// the type is not a decider); its problems as one message.
+    fn build(t: &str, v: &serde_yaml::Value) -> Result<Option<Decider>, String> {
+        use crate::config::plugin::{NamedPlugin, Plugin};
+        use crate::plugin::{Category, PluginKind};
+        use crate::scheduling::Plugin as S;
+        if PluginKind::from_name(t).is_none_or(|k| k.category() != Category::Decider) {
+            return Ok(None);
+        }
+        let spec = crate::config::PluginSpec {
+            name: None,
+            plugin_type: t.to_owned(),
+            parameters: Some(v.clone()),
+        };
+        match NamedPlugin::decode(&spec, Default::default()) {
+            Ok(NamedPlugin {
+                plugin: Plugin::Scheduling(S::Decider(d)),
+                ..
+            }) => Ok(Some(d)),
+            Ok(_) => Ok(None),
+            Err(problems) => Err(crate::config::ConfigError::from(problems).to_string()),
+        }
+    }
+
     #[test]
     fn prefix_decider_parameters_are_strict_and_checked() {
         let bad = [
@@ -190,17 +196,17 @@ mod tests {
         ];
         for (yaml, want) in bad {
             let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
-            let err = Decider::build("prefix-based-pd-decider", &v)
+            let err = build("prefix-based-pd-decider", &v)
                 .map(|_| ())
                 .unwrap_err();
             assert!(err.to_string().contains(want), "{yaml}: {err}");
         }
         let v: serde_yaml::Value = serde_yaml::from_str("{whatever: 1}").unwrap();
         assert!(matches!(
-            Decider::build("always-disagg-pd-decider", &v),
+            build("always-disagg-pd-decider", &v),
             Ok(Some(Decider::AlwaysPd))
         ));
-        assert!(Decider::build("queue-scorer", &v).unwrap().is_none());
+        assert!(build("queue-scorer", &v).unwrap().is_none());
     }
 
     #[test]

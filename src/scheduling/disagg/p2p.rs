@@ -14,6 +14,7 @@
 
 use super::KV_SOURCE_HEADER;
 use crate::endpoint::EndpointId;
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 use rand::Rng;
 
@@ -38,11 +39,14 @@ impl Default for P2pSourceProducer {
 }
 
 impl P2pSourceProducer {
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.min_cached_token_delta < 1 {
-            return Err(format!(
-                "p2p-source-producer: minCachedTokenDelta must be >= 1, got {}",
-                self.min_cached_token_delta
+            return Err(Invalid::new(
+                "minCachedTokenDelta",
+                format!(
+                    "p2p-source-producer: minCachedTokenDelta must be >= 1, got {}",
+                    self.min_cached_token_delta
+                ),
             ));
         }
         Ok(self)
@@ -164,6 +168,10 @@ mod tests {
         assert!((850..970).contains(&idle), "{idle}");
         let v: serde_yaml::Value = serde_yaml::from_str("{minCachedTokenDelta: 0}").unwrap();
         let bad: P2pSourceProducer = serde_yaml::from_value(v).unwrap();
-        assert!(bad.validate().unwrap_err().contains("must be >= 1"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("must be >= 1"));
     }
 }

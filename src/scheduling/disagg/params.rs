@@ -8,6 +8,7 @@
 //! form and defaults its decider to the plugin named `prefix-based-pd-decider`.
 
 use super::StageOrder;
+use crate::plugin::{Invalid, PluginKind};
 use serde::Deserialize;
 
 /// The handler configuration both handler types reduce to.
@@ -73,7 +74,7 @@ fn nonempty(s: Option<String>) -> Option<String> {
 }
 
 /// Upstream's `ParseStageOrder`: case, `-` and `_` do not matter; empty is decode-first.
-pub fn parse_stage_order(s: &str) -> Result<StageOrder, String> {
+pub fn parse_stage_order(s: &str) -> Result<StageOrder, Invalid> {
     let norm: String = s
         .chars()
         .filter(|c| *c != '-' && *c != '_')
@@ -82,15 +83,16 @@ pub fn parse_stage_order(s: &str) -> Result<StageOrder, String> {
     match norm.as_str() {
         "" | "decodefirst" | "decode" => Ok(StageOrder::DecodeFirst),
         "prefillfirst" | "prefill" => Ok(StageOrder::PrefillFirst),
-        _ => Err(format!(
-            "invalid stage order {s:?}, must be \"decode-first\" or \"prefill-first\""
+        _ => Err(Invalid::new(
+            "stageOrder",
+            format!("invalid stage order {s:?}, must be \"decode-first\" or \"prefill-first\""),
         )),
     }
 }
 
 impl HandlerParams {
     /// `disagg-profile-handler`'s parameters.
-    pub fn disagg(v: &serde_yaml::Value) -> Result<Self, String> {
+    pub fn disagg(v: &serde_yaml::Value) -> Result<Self, Invalid> {
         let (order, profiles, deciders) = if v.is_null() {
             (None, Profiles::default(), Deciders::default())
         } else {
@@ -113,7 +115,7 @@ impl HandlerParams {
                         (f.stage_order, profiles, deciders)
                     }
                     Err(flat) => {
-                        return Err(format!("failed to parse parameters of the disagg-profile-handler: nested schema error: {nested}; legacy schema error: {flat} (use one format exclusively: either nested profiles/deciders or the deprecated flat fields)"));
+                        return Err(Invalid::new("parameters", format!("failed to parse parameters of the disagg-profile-handler: nested schema error: {nested}; legacy schema error: {flat} (use one format exclusively: either nested profiles/deciders or the deprecated flat fields)")));
                     }
                 },
             }
@@ -121,7 +123,10 @@ impl HandlerParams {
         let order = parse_stage_order(order.as_deref().unwrap_or(""))?;
         let prefill_decider = nonempty(deciders.prefill);
         if order == StageOrder::PrefillFirst && prefill_decider.is_some() {
-            return Err("prefill decider is not supported in prefill-first stage order".into());
+            return Err(Invalid::new(
+                "deciders.prefill",
+                "prefill decider is not supported in prefill-first stage order",
+            ));
         }
         Ok(Self {
             order,
@@ -134,7 +139,7 @@ impl HandlerParams {
     }
 
     /// `pd-profile-handler`'s parameters (deprecated upstream, accepted as upstream does).
-    pub fn pd(v: &serde_yaml::Value) -> Result<Self, String> {
+    pub fn pd(v: &serde_yaml::Value) -> Result<Self, Invalid> {
         tracing::info!(
             "Deprecated: pd-profile-handler is deprecated, use disagg-profile-handler instead"
         );
@@ -142,7 +147,7 @@ impl HandlerParams {
             Pd::default()
         } else {
             serde_yaml::from_value(v.clone()).map_err(|e| {
-                format!("failed to parse the parameters of the 'pd-profile-handler' profile handler - {e}")
+                Invalid::new("parameters", format!("failed to parse the parameters of the 'pd-profile-handler' profile handler - {e}"))
             })?
         };
         let _unused = (
@@ -152,18 +157,24 @@ impl HandlerParams {
         );
         if p.primary_port != 0 {
             if !(1..=65535).contains(&p.primary_port) {
-                return Err(format!(
-                    "invalid primaryPort: must be between 1 and 65535, got {}",
-                    p.primary_port
+                return Err(Invalid::new(
+                    "primaryPort",
+                    format!(
+                        "invalid primaryPort: must be between 1 and 65535, got {}",
+                        p.primary_port
+                    ),
                 ));
             }
-            return Err("primaryPort (upstream's deprecated data-parallel path, x-data-parallel-host-port) is not supported by epp: list one InferencePool targetPort per rank instead".into());
+            return Err(Invalid::new("primaryPort", "primaryPort (upstream's deprecated data-parallel path, x-data-parallel-host-port) is not supported by epp: list one InferencePool targetPort per rank instead"));
         }
         let decider = p
             .decider_plugin_name
-            .unwrap_or_else(|| "prefix-based-pd-decider".into());
+            .unwrap_or_else(|| PluginKind::PrefixBasedPdDecider.name().into());
         if decider.is_empty() {
-            return Err("decider plugin name is not defined".into());
+            return Err(Invalid::new(
+                "deciderPluginName",
+                "decider plugin name is not defined",
+            ));
         }
         Ok(Self {
             order: StageOrder::DecodeFirst,
@@ -220,24 +231,30 @@ mod tests {
         ] {
             assert_eq!(parse_stage_order(s), Ok(want), "{s}");
         }
-        let err = HandlerParams::disagg(&yaml("{stageOrder: sideways}")).unwrap_err();
+        let err = HandlerParams::disagg(&yaml("{stageOrder: sideways}"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("invalid stage order \"sideways\""), "{err}");
         let err = HandlerParams::disagg(&yaml(
             "{stageOrder: prefill-first, deciders: {prefill: prefix-based-pd-decider}}",
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("not supported in prefill-first"), "{err}");
     }
 
     #[test]
     fn mixed_or_unknown_fields_name_both_schemas() {
-        let err =
-            HandlerParams::disagg(&yaml("{profiles: {decode: d}, decodeProfile: d}")).unwrap_err();
+        let err = HandlerParams::disagg(&yaml("{profiles: {decode: d}, decodeProfile: d}"))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("nested schema error") && err.contains("legacy schema error"),
             "{err}"
         );
-        let err = HandlerParams::disagg(&yaml("{deciders: {prefil: x}}")).unwrap_err();
+        let err = HandlerParams::disagg(&yaml("{deciders: {prefil: x}}"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("prefil"), "{err}");
     }
 
@@ -254,11 +271,17 @@ mod tests {
         .unwrap();
         assert_eq!((p.decode.as_str(), p.prefill.as_str()), ("dd", "pp"));
         assert_eq!(p.prefill_decider.as_deref(), Some("mine"));
-        let err = HandlerParams::pd(&yaml("{primaryPort: 70000}")).unwrap_err();
+        let err = HandlerParams::pd(&yaml("{primaryPort: 70000}"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("between 1 and 65535"), "{err}");
-        let err = HandlerParams::pd(&yaml("{primaryPort: 8000}")).unwrap_err();
+        let err = HandlerParams::pd(&yaml("{primaryPort: 8000}"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not supported by epp"), "{err}");
-        let err = HandlerParams::pd(&yaml("{deciderPluginName: ''}")).unwrap_err();
+        let err = HandlerParams::pd(&yaml("{deciderPluginName: ''}"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("decider plugin name is not defined"), "{err}");
         assert!(
             HandlerParams::pd(&yaml("{stageOrder: x}")).is_err(),

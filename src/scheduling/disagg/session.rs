@@ -17,7 +17,7 @@
 
 use super::super::scorer::{Pin, SESSION_HEADER};
 use super::super::Scheduler;
-use crate::config::Problem;
+use crate::scheduling::BuildError;
 
 impl Scheduler {
     /// The header carrying the prefill pod's session token, when an instance pins the prefill
@@ -33,7 +33,7 @@ impl Scheduler {
 }
 
 /// Resolves every session-affinity instance's `profileName` into its [`Pin`].
-pub(in crate::scheduling) fn pin(sched: &mut Scheduler, problems: &mut Vec<Problem>) {
+pub(in crate::scheduling) fn pin(sched: &mut Scheduler, problems: &mut Vec<BuildError>) {
     let names = sched.disagg.as_ref().map(|d| {
         let prefill = d.prefill.as_ref().map(|s| s.name.clone());
         (d.decode.clone(), prefill)
@@ -54,13 +54,15 @@ fn pin_profile(
     sched: &mut Scheduler,
     decode: &str,
     prefill: Option<&str>,
-    problems: &mut Vec<Problem>,
+    problems: &mut Vec<BuildError>,
 ) {
     let single = sched.disagg.is_none() && decode.is_empty();
     for p in sched.session_params_mut() {
         let name = p.profile_name.as_str();
-        let problem =
-            |m: String| Problem::Profile(format!("session affinity profileName {name:?}: {m}"));
+        let problem = |message: String| BuildError::SessionPin {
+            profile: name.to_owned(),
+            message,
+        };
         p.pins = if single || name.is_empty() || name == decode {
             Pin::Primary
         } else if Some(name) == prefill {

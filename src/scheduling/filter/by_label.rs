@@ -6,6 +6,7 @@
 //! label and `allowsNoLabel` is set. The role filters take no parameters (upstream ignores
 //! whatever is given, and so does epp).
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 /// The label naming an endpoint's disaggregation role.
@@ -28,18 +29,17 @@ pub enum Role {
 }
 
 impl ByLabelFilter {
-    pub const TYPE: &'static str = "by-label";
-
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         tracing::info!("Deprecated: plugin type 'by-label' is deprecated, use 'label-selector-filter' for generic label filtering or 'decode-filter'/'prefill-filter'/'encode-filter' for role-based filtering");
         if self.label.is_empty() {
-            return Err(
-                "invalid configuration for 'by-label' filter: 'label' must be specified".into(),
-            );
+            return Err(Invalid::new(
+                "label",
+                "invalid configuration for 'by-label' filter: 'label' must be specified",
+            ));
         }
         if self.valid_values.is_empty() && !self.allows_no_label {
-            return Err("invalid configuration for 'by-label' filter: either 'validValues' must be non-empty or 'allowsNoLabel' must be true".into());
+            return Err(Invalid::new("validValues", "invalid configuration for 'by-label' filter: either 'validValues' must be non-empty or 'allowsNoLabel' must be true"));
         }
         Ok(self)
     }
@@ -133,21 +133,10 @@ fn warn_unknown_role(value: &str) {
     }
 }
 
-impl Role {
-    pub fn from_type(plugin_type: &str) -> Option<Self> {
-        match plugin_type {
-            "decode-filter" => Some(Self::Decode),
-            "prefill-filter" => Some(Self::Prefill),
-            "encode-filter" => Some(Self::Encode),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::labelled;
 
     fn roles() -> Vec<Candidate> {
@@ -177,6 +166,24 @@ mod tests {
             .collect()
     }
 
+    /// The filter the configuration decoder makes of a role filter's `type:`.
+    fn role_filter(plugin_type: &str) -> ByLabelFilter {
+        use crate::config::plugin::{NamedPlugin, Plugin};
+        use crate::scheduling::{filter::Filter, Plugin as S};
+        let spec = crate::config::PluginSpec {
+            name: None,
+            plugin_type: plugin_type.to_owned(),
+            parameters: None,
+        };
+        match NamedPlugin::decode(&spec, Default::default())
+            .unwrap()
+            .plugin
+        {
+            Plugin::Scheduling(S::Filter(Filter::ByLabel(f))) => f,
+            other => panic!("{plugin_type}: {other:?}"),
+        }
+    }
+
     #[test]
     fn role_filters_keep_upstreams_role_sets() {
         let cands = roles();
@@ -186,7 +193,7 @@ mod tests {
             ("encode-filter", vec![3, 6, 7]),
         ];
         for (name, want) in table {
-            let f = ByLabelFilter::role(Role::from_type(name).unwrap());
+            let f = role_filter(name);
             assert_eq!(kept(&f, &cands), want, "{name}");
         }
     }
@@ -216,7 +223,11 @@ mod tests {
         ];
         for (yaml, want) in bad {
             let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
-            let err = params::<ByLabelFilter>(&v).unwrap().validate().unwrap_err();
+            let err = params::<ByLabelFilter>(&v)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
             assert!(err.ends_with(want), "{yaml}: {err}");
         }
         let v: serde_yaml::Value = serde_yaml::from_str("{label: a, values: [b]}").unwrap();

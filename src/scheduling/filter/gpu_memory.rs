@@ -8,6 +8,7 @@
 //! unaffected. If every candidate is exhausted the request fails with 429 like any other
 //! fully filtered request: there is nowhere it could succeed.
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -27,15 +28,16 @@ impl Default for GpuMemoryFilter {
 }
 
 impl GpuMemoryFilter {
-    pub const TYPE: &'static str = "gpu-memory-filter";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.min_free_mib.is_finite() && self.min_free_mib >= 0.0 {
             Ok(self)
         } else {
-            Err(format!(
-                "minFreeMiB must be a number >= 0, got {}",
-                self.min_free_mib
+            Err(Invalid::new(
+                "minFreeMiB",
+                format!(
+                    "minFreeMiB must be a number >= 0, got {}",
+                    self.min_free_mib
+                ),
             ))
         }
     }

@@ -9,7 +9,6 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 pub struct HeaderBasedTestingFilter {}
 
 impl HeaderBasedTestingFilter {
-    pub const TYPE: &'static str = "header-based-testing-filter";
     pub const HEADER: &'static str = "test-epp-endpoint-selection";
 
     pub fn filter<'c>(

@@ -6,6 +6,7 @@
 //! `DoesNotExist`. An empty selector (or none) keeps everyone. Keys, values and operators are
 //! checked at load as `metav1.LabelSelectorAsSelector` checks them.
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 use std::collections::BTreeMap;
 
@@ -26,11 +27,8 @@ pub struct Requirement {
 }
 
 impl LabelSelectorFilter {
-    pub const TYPE: &'static str = "label-selector-filter";
-    pub const DEPRECATED_TYPE: &'static str = "by-label-selector";
-
     /// The checks of `metav1.LabelSelectorAsSelector`.
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         for (k, v) in &self.match_labels {
             check_key(k)?;
             check_value(v)?;
@@ -39,13 +37,18 @@ impl LabelSelectorFilter {
             check_key(&r.key)?;
             match r.operator.as_str() {
                 "In" | "NotIn" if r.values.is_empty() => {
-                    return Err(format!("values: Invalid value: {:?}: for 'in', 'notin' operators, values set can't be empty", r.values));
+                    return Err(Invalid::new("matchExpressions", format!("values: Invalid value: {:?}: for 'in', 'notin' operators, values set can't be empty", r.values)));
                 }
                 "Exists" | "DoesNotExist" if !r.values.is_empty() => {
-                    return Err(format!("values: Invalid value: {:?}: values set must be empty for exists and does not exist", r.values));
+                    return Err(Invalid::new("matchExpressions", format!("values: Invalid value: {:?}: values set must be empty for exists and does not exist", r.values)));
                 }
                 "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                other => return Err(format!("{other:?} is not a valid label selector operator")),
+                other => {
+                    return Err(Invalid::new(
+                        "matchExpressions",
+                        format!("{other:?} is not a valid label selector operator"),
+                    ))
+                }
             }
             r.values.iter().try_for_each(|v| check_value(v))?;
         }
@@ -80,7 +83,7 @@ impl Requirement {
 
 /// A qualified name: `[prefix/]name`, the prefix a DNS subdomain, the name ≤ 63 characters of
 /// alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
-fn check_key(key: &str) -> Result<(), String> {
+fn check_key(key: &str) -> Result<(), Invalid> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -101,16 +104,16 @@ fn check_key(key: &str) -> Result<(), String> {
     if name_ok && prefix_ok {
         Ok(())
     } else {
-        Err(format!("key: Invalid value: {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (with an optional DNS subdomain prefix and '/')"))
+        Err(Invalid::new("key", format!("key: Invalid value: {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (with an optional DNS subdomain prefix and '/')")))
     }
 }
 
 /// A label value: empty, or ≤ 63 characters like a name.
-fn check_value(v: &str) -> Result<(), String> {
+fn check_value(v: &str) -> Result<(), Invalid> {
     if v.is_empty() || (v.len() <= 63 && label_chars(v)) {
         Ok(())
     } else {
-        Err(format!("values[0]: Invalid value: {v:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"))
+        Err(Invalid::new("values", format!("values[0]: Invalid value: {v:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")))
     }
 }
 
@@ -125,7 +128,7 @@ fn label_chars(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::labelled;
 
     fn selector(yaml: &str) -> Result<LabelSelectorFilter, String> {
@@ -133,6 +136,7 @@ mod tests {
         params::<LabelSelectorFilter>(&v)
             .map_err(|e| e.to_string())?
             .validate()
+            .map_err(|e| e.to_string())
     }
 
     #[test]

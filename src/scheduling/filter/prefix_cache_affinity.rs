@@ -9,6 +9,7 @@
 //! when the best sticky TTFT exceeds the best non-sticky one by more than `maxTTFTPenaltyMs`
 //! the filter keeps everyone (the load gate). Otherwise only the sticky candidates remain.
 
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 use rand::Rng;
 
@@ -50,48 +51,64 @@ impl Default for PrefixCacheAffinityFilter {
 }
 
 impl PrefixCacheAffinityFilter {
-    pub const TYPE: &'static str = "prefix-cache-affinity-filter";
-
     /// Upstream's checks and messages (Go's `%f`: six decimals).
-    pub fn validate(self) -> Result<Self, String> {
-        let fail = |m: String| Err(format!("invalid config: {m}"));
+    pub fn validate(self) -> Result<Self, Invalid> {
+        let fail =
+            |p: &'static str, m: String| Err(Invalid::new(p, format!("invalid config: {m}")));
         if self.affinity_threshold > 1.0 {
-            return fail(format!(
-                "affinityThreshold must be <= 1.0, got {:.6}",
-                self.affinity_threshold
-            ));
+            return fail(
+                "affinityThreshold",
+                format!(
+                    "affinityThreshold must be <= 1.0, got {:.6}",
+                    self.affinity_threshold
+                ),
+            );
         }
         if !(0.0..=1.0).contains(&self.exploration_probability) {
-            return fail(format!(
-                "explorationProbability must be in [0, 1], got {:.6}",
-                self.exploration_probability
-            ));
+            return fail(
+                "explorationProbability",
+                format!(
+                    "explorationProbability must be in [0, 1], got {:.6}",
+                    self.exploration_probability
+                ),
+            );
         }
         if self.max_ttft_penalty_ms < 0.0 {
-            return fail(format!(
-                "maxTTFTPenaltyMs must be >= 0, got {:.6}",
-                self.max_ttft_penalty_ms
-            ));
+            return fail(
+                "maxTTFTPenaltyMs",
+                format!(
+                    "maxTTFTPenaltyMs must be >= 0, got {:.6}",
+                    self.max_ttft_penalty_ms
+                ),
+            );
         }
         if self.peak_prefill_throughput < 0.0 {
-            return fail(format!(
-                "peakPrefillThroughput must be >= 0, got {:.6}",
-                self.peak_prefill_throughput
-            ));
+            return fail(
+                "peakPrefillThroughput",
+                format!(
+                    "peakPrefillThroughput must be >= 0, got {:.6}",
+                    self.peak_prefill_throughput
+                ),
+            );
         }
         if self.ttft_source != PREFILL_THROUGHPUT && self.ttft_source != LATENCY_PREDICTOR {
-            return fail(format!(
-                "ttftSource must be {LATENCY_PREDICTOR:?} or {PREFILL_THROUGHPUT:?}, got {:?}",
-                self.ttft_source
-            ));
+            return fail(
+                "ttftSource",
+                format!(
+                    "ttftSource must be {LATENCY_PREDICTOR:?} or {PREFILL_THROUGHPUT:?}, got {:?}",
+                    self.ttft_source
+                ),
+            );
         }
         if self.ttft_source == LATENCY_PREDICTOR {
             return fail(
+                "ttftSource",
                 "ttftSource \"latencyPredictor\" needs upstream's latency-predictor sidecars, which epp does not implement; use \"prefillThroughput\"".into(),
             );
         }
         if self.max_ttft_penalty_ms > 0.0 && self.peak_prefill_throughput == 0.0 {
             return fail(
+                "peakPrefillThroughput",
                 "peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput".into(),
             );
         }
@@ -143,7 +160,7 @@ fn score(req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::cand;
     use rand::{rngs::SmallRng, SeedableRng};
 
@@ -245,7 +262,8 @@ mod tests {
             let err = params::<PrefixCacheAffinityFilter>(&v)
                 .unwrap()
                 .validate()
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{yaml}: {err}");
         }
         let v: serde_yaml::Value =

@@ -2,6 +2,7 @@
 //! that is a candidate, keep only that endpoint; otherwise keep everyone. Same parameters and
 //! strategies as `session-affinity-scorer` ([`SessionAffinityParams`]).
 
+use crate::plugin::{Invalid, PluginKind};
 use crate::scheduling::scorer::SessionAffinityParams;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
@@ -12,11 +13,11 @@ pub struct SessionAffinityFilter {
 }
 
 impl SessionAffinityFilter {
-    pub const TYPE: &'static str = "session-affinity-filter";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         Ok(Self {
-            params: self.params.validate(Self::TYPE, "filter")?,
+            params: self
+                .params
+                .validate(PluginKind::SessionAffinityFilter, "filter")?,
         })
     }
 

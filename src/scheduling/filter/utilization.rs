@@ -5,6 +5,7 @@
 //! scrape, 0 before the first one. With `fallbackOnEmpty`, a filter that would keep no one
 //! keeps everyone.
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
@@ -30,28 +31,32 @@ const WAITING: &str = "waiting-queue";
 const KV: &str = "kv-cache-utilization";
 
 impl UtilizationFilter {
-    pub const TYPE: &'static str = "utilization-filter";
-
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.conditions.is_empty() {
-            return Err("utilization filter requires at least one condition".into());
+            return Err(Invalid::new(
+                "conditions",
+                "utilization filter requires at least one condition",
+            ));
         }
         for c in &self.conditions {
             if ![ACTIVE, RUNNING, WAITING, KV].contains(&c.metric.as_str()) {
-                return Err(format!("utilization filter condition metric must be one of {ACTIVE:?}, {RUNNING:?}, {WAITING:?}, {KV:?}, got {:?}", c.metric));
+                return Err(Invalid::new("conditions", format!("utilization filter condition metric must be one of {ACTIVE:?}, {RUNNING:?}, {WAITING:?}, {KV:?}, got {:?}", c.metric)));
             }
             let Some(max) = c.max_value else {
-                return Err(format!(
-                    "utilization filter condition for {:?} requires maxValue",
-                    c.metric
+                return Err(Invalid::new(
+                    "conditions",
+                    format!(
+                        "utilization filter condition for {:?} requires maxValue",
+                        c.metric
+                    ),
                 ));
             };
             if max < 0.0 {
-                return Err(format!("utilization filter condition for {:?} requires a non-negative maxValue, got {max}", c.metric));
+                return Err(Invalid::new("conditions", format!("utilization filter condition for {:?} requires a non-negative maxValue, got {max}", c.metric)));
             }
             if c.metric == KV && max > 1.0 {
-                return Err(format!("utilization filter maxValue for {KV:?} is a fraction and must be at most 1, got {max}"));
+                return Err(Invalid::new("conditions", format!("utilization filter maxValue for {KV:?} is a fraction and must be at most 1, got {max}")));
             }
         }
         Ok(self)
@@ -87,7 +92,7 @@ impl UtilizationFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::{cand, metrics};
 
     fn filter(yaml: &str) -> Result<UtilizationFilter, String> {
@@ -95,6 +100,7 @@ mod tests {
         params::<UtilizationFilter>(&v)
             .map_err(|e| e.to_string())?
             .validate()
+            .map_err(|e| e.to_string())
     }
 
     /// (waiting, running, kv, in-flight) per candidate.

@@ -20,6 +20,7 @@
 
 use super::{max_score::MaxScorePicker, PickerParams};
 use crate::endpoint::EndpointId;
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 use rand::Rng;
 use std::net::IpAddr;
@@ -45,20 +46,29 @@ impl Default for ConsistentHashParams {
 }
 
 impl ConsistentHashParams {
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.max_num_of_endpoints == 0 {
-            return Err("maxNumOfEndpoints must be >= 1".into());
+            return Err(Invalid::new(
+                "maxNumOfEndpoints",
+                "maxNumOfEndpoints must be >= 1",
+            ));
         }
         if !(self.load_factor.is_finite() && self.load_factor >= 1.0) {
-            return Err(format!(
-                "loadFactor must be a number >= 1.0, got {}",
-                self.load_factor
+            return Err(Invalid::new(
+                "loadFactor",
+                format!(
+                    "loadFactor must be a number >= 1.0, got {}",
+                    self.load_factor
+                ),
             ));
         }
         if !(1..=1000).contains(&self.virtual_nodes) {
-            return Err(format!(
-                "virtualNodes must be in 1..=1000, got {}",
-                self.virtual_nodes
+            return Err(Invalid::new(
+                "virtualNodes",
+                format!(
+                    "virtualNodes must be in 1..=1000, got {}",
+                    self.virtual_nodes
+                ),
             ));
         }
         Ok(self)
@@ -89,8 +99,6 @@ fn address_hash(id: EndpointId) -> u64 {
 }
 
 impl ConsistentHashPicker {
-    pub const TYPE: &'static str = "consistent-hash-picker";
-
     /// Clockwise distance from `key` to the endpoint's nearest point.
     fn distance(&self, id: EndpointId, key: u64) -> u64 {
         let base = address_hash(id);
@@ -201,12 +209,20 @@ mod tests {
             load_factor: 0.5,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().contains("loadFactor"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("loadFactor"));
         let bad = ConsistentHashParams {
             virtual_nodes: 0,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().contains("virtualNodes"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("virtualNodes"));
     }
 
     proptest! {

@@ -21,8 +21,6 @@ pub struct WeightedLeastRequestPicker {
 }
 
 impl WeightedLeastRequestPicker {
-    pub const TYPE: &'static str = "weighted-least-request-picker";
-
     /// Outstanding requests per unit of weight.
     pub fn load(c: &Candidate) -> f64 {
         (c.running + c.waiting).max(0.0) / f64::from(c.weight.max(1))

@@ -14,8 +14,6 @@ pub struct MaxScorePicker {
 }
 
 impl MaxScorePicker {
-    pub const TYPE: &'static str = "max-score-picker";
-
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut order: Vec<(EndpointId, f64)> = scored.iter().map(|(c, s)| (c.id, *s)).collect();
         order.shuffle(rng);

@@ -18,9 +18,6 @@ pub struct PowerOfTwoChoicesPicker {
 }
 
 impl PowerOfTwoChoicesPicker {
-    pub const TYPE: &'static str = "power-of-two-choices-picker";
-    pub const ALIAS: &'static str = "p2c";
-
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let primary = match scored.len() {
             0 => return Vec::new(),

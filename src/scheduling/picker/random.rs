@@ -12,8 +12,6 @@ pub struct RandomPicker {
 }
 
 impl RandomPicker {
-    pub const TYPE: &'static str = "random-picker";
-
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut ids: Vec<EndpointId> = scored.iter().map(|(c, _)| c.id).collect();
         ids.shuffle(rng);

@@ -30,9 +30,6 @@ pub struct RoundRobinPicker {
 }
 
 impl RoundRobinPicker {
-    pub const TYPE: &'static str = "round-robin-picker";
-    pub const WEIGHTED_TYPE: &'static str = "weighted-round-robin-picker";
-
     pub fn new(params: PickerParams, weighted: bool) -> Self {
         Self {
             params,

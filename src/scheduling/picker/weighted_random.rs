@@ -12,8 +12,6 @@ pub struct WeightedRandomPicker {
 }
 
 impl WeightedRandomPicker {
-    pub const TYPE: &'static str = "weighted-random-picker";
-
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let uniform = scored.iter().all(|(_, s)| *s <= 0.0);
         let mut keyed: Vec<(EndpointId, f64)> = scored

@@ -4,6 +4,7 @@
 //! llm-d's `InFlightLoad.Requests`), `max` = the largest `c` among the candidates:
 //! `c ≤ idleThreshold` scores 1, else `(max − c) / max · maxBusyScore`.
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
@@ -20,10 +21,8 @@ pub struct ActiveRequestScorer {
 }
 
 impl ActiveRequestScorer {
-    pub const TYPE: &'static str = "active-request-scorer";
-
     /// Applies upstream's corrections (they are logged there, not refused).
-    pub fn validate(mut self) -> Result<Self, String> {
+    pub fn validate(mut self) -> Result<Self, Invalid> {
         if !self.request_timeout.is_empty() {
             tracing::info!(
                 request_timeout = %self.request_timeout,
@@ -60,7 +59,7 @@ impl ActiveRequestScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::cand;
 
     fn scores(s: &ActiveRequestScorer, inflight: &[f64]) -> Vec<f64> {

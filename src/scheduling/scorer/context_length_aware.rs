@@ -9,6 +9,7 @@
 //! out of range: `0.3 / (1 + distance/1000)`. Filter: keeps unlabelled endpoints and those
 //! whose range covers the length; drops unparsable labels.
 
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -28,11 +29,9 @@ impl Default for ContextLengthAware {
 }
 
 impl ContextLengthAware {
-    pub const TYPE: &'static str = "context-length-aware";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         if self.label.is_empty() {
-            return Err("invalid configuration for 'context-length-aware' plugin: 'label' must be specified".into());
+            return Err(Invalid::new("label", "invalid configuration for 'context-length-aware' plugin: 'label' must be specified"));
         }
         Ok(self)
     }
@@ -101,7 +100,7 @@ fn range_score(len: i64, (lo, hi): (i64, i64)) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::labelled;
 
     const L: &str = "llm-d.ai/context-length-range";
@@ -164,7 +163,8 @@ mod tests {
         let err = params::<ContextLengthAware>(&v)
             .unwrap()
             .validate()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.ends_with("'label' must be specified"), "{err}");
     }
 }

@@ -72,6 +72,7 @@
 //!
 //! Cost: a few multiplications per candidate; no allocation beyond the score vector.
 
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
 /// Seconds per part of a request's wait on one endpoint (see the module docs).
@@ -149,9 +150,7 @@ impl Default for EstimatedTtftScorer {
 }
 
 impl EstimatedTtftScorer {
-    pub const TYPE: &'static str = "estimated-ttft-scorer";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         let fields = [
             ("peakPrefillThroughput", self.peak_prefill_throughput, false),
             ("baseLatencyMs", self.base_latency_ms, true),
@@ -163,8 +162,11 @@ impl EstimatedTtftScorer {
         ];
         for (name, v, zero_ok) in fields {
             if !v.is_finite() || v < 0.0 || (v == 0.0 && !zero_ok) {
-                return Err(format!(
-                    "{name} must be a finite number > 0 (≥ 0 unless it is a rate), got {v}"
+                return Err(Invalid::new(
+                    name,
+                    format!(
+                        "{name} must be a finite number > 0 (≥ 0 unless it is a rate), got {v}"
+                    ),
                 ));
             }
         }
@@ -580,13 +582,11 @@ mod tests {
     fn parameters_are_strict_and_checked() {
         let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
         let p: EstimatedTtftScorer =
-            crate::scheduling::scorer::params(&yaml("{peakPrefillThroughput: 4000}")).unwrap();
+            crate::config::plugin::params(&yaml("{peakPrefillThroughput: 4000}")).unwrap();
         assert_eq!(p.validate().unwrap().seed().per_token, 1.0 / 4000.0);
         let bad: EstimatedTtftScorer =
-            crate::scheduling::scorer::params(&yaml("{peakPrefillThroughput: 0}")).unwrap();
+            crate::config::plugin::params(&yaml("{peakPrefillThroughput: 0}")).unwrap();
         assert!(bad.validate().is_err());
-        assert!(
-            crate::scheduling::scorer::params::<EstimatedTtftScorer>(&yaml("{bogus: 1}")).is_err()
-        );
+        assert!(crate::config::plugin::params::<EstimatedTtftScorer>(&yaml("{bogus: 1}")).is_err());
     }
 }

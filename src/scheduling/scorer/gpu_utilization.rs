@@ -10,6 +10,7 @@
 //! takes the mean utilisation of those that have them, so a missing exporter neither rewards
 //! nor punishes a pod; when none has readings the GPU term is constant and drops out.
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -31,12 +32,10 @@ impl Default for GpuUtilizationScorer {
 }
 
 impl GpuUtilizationScorer {
-    pub const TYPE: &'static str = "gpu-utilization-scorer";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         let ws = [self.queue_weight, self.gpu_weight, self.kv_cache_weight];
         if ws.iter().any(|w| !w.is_finite() || *w < 0.0) || ws.iter().sum::<f64>() <= 0.0 {
-            return Err(format!("queueWeight, gpuWeight and kvCacheWeight must be finite, >= 0 and not all 0, got {ws:?}"));
+            return Err(Invalid::new("queueWeight, gpuWeight, kvCacheWeight", format!("queueWeight, gpuWeight and kvCacheWeight must be finite, >= 0 and not all 0, got {ws:?}")));
         }
         Ok(self)
     }

@@ -48,8 +48,6 @@ impl Default for LatencyScorer {
 }
 
 impl LatencyScorer {
-    pub const TYPE: &'static str = "latency-scorer";
-
     pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let tokens = if self.expected_output_tokens.is_finite() {
             self.expected_output_tokens.max(0.0)

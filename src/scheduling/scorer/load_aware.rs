@@ -2,6 +2,7 @@
 //! scores 0, linearly between: `0.5 · (1 − min(q, threshold) / threshold)` with `q` the
 //! scraped waiting-queue size (`vllm:num_requests_waiting`; 0 before the first scrape).
 
+use crate::plugin::Invalid;
 use crate::scheduling::Candidate;
 
 const DEFAULT_THRESHOLD: i64 = 128;
@@ -22,9 +23,7 @@ impl Default for LoadAwareScorer {
 }
 
 impl LoadAwareScorer {
-    pub const TYPE: &'static str = "load-aware-scorer";
-
-    pub fn validate(mut self) -> Result<Self, String> {
+    pub fn validate(mut self) -> Result<Self, Invalid> {
         if self.threshold <= 0 {
             tracing::info!(
                 "queueThreshold {} should be positive, using default queue threshold {DEFAULT_THRESHOLD}",
@@ -51,7 +50,7 @@ impl LoadAwareScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::{cand, metrics};
 
     fn queued(port: u16, waiting: Option<f64>) -> Candidate {

@@ -9,8 +9,6 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 pub struct LoraAffinityScorer {}
 
 impl LoraAffinityScorer {
-    pub const TYPE: &'static str = "lora-affinity-scorer";
-
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         for (o, c) in out.iter_mut().zip(pool) {
             let lora = c.metrics.as_ref().and_then(|m| m.lora.as_ref());

@@ -14,6 +14,7 @@
 //! still in the LRU, as upstream's do (an endpoint that left keeps its slot until evicted).
 
 use crate::endpoint::EndpointId;
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 use std::collections::VecDeque;
 
@@ -43,9 +44,7 @@ impl Default for NoHitLruScorer {
 }
 
 impl NoHitLruScorer {
-    pub const TYPE: &'static str = "no-hit-lru-scorer";
-
-    pub fn validate(mut self) -> Result<Self, String> {
+    pub fn validate(mut self) -> Result<Self, Invalid> {
         if self.lru_size <= 0 {
             self.lru_size = DEFAULT_LRU_SIZE;
         }
@@ -116,7 +115,7 @@ impl LruOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::cand;
 
     fn scores(lru: &[u16], pool: &[Candidate]) -> Vec<f64> {

@@ -16,6 +16,7 @@
 //! (completions: the prompt as-is; chat: `crate::request::chat`'s template) and looks them up;
 //! the block size is the one the pods announce in their events (`blockSize` until the first).
 
+use crate::plugin::Invalid;
 use crate::request::hf::LocalTokenizer;
 use crate::request::tokenize::{TokenizerSource, Vocabulary};
 use crate::scheduling::{Candidate, SchedulingRequest};
@@ -83,30 +84,34 @@ impl Default for PrecisePrefixParams {
 }
 
 impl PrecisePrefixParams {
-    pub fn from_yaml(v: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
-        let mut p: Self = super::params(v)?;
-        let invalid = |m: &str| <serde_yaml::Error as serde::de::Error>::custom(m);
-        if let Some(bs) = p
+    /// Applies `tokenProcessorConfig.blockSize` and the local tokenizer of `indexerConfig`
+    /// (read from disk here, once), then checks the values.
+    pub fn validate(mut self) -> Result<Self, Invalid> {
+        if let Some(bs) = self
             .token_processor_config
             .as_ref()
             .and_then(|t| t.get("blockSize"))
             .and_then(serde_yaml::Value::as_u64)
         {
-            p.block_size = bs as usize;
+            self.block_size = bs as usize;
         }
-        if let Some(indexer) = &p.indexer_config {
-            p.local_tokenizer = LocalTokenizer::from_indexer_config(indexer)
-                .map_err(|e| invalid(&e.to_string()))?;
+        if let Some(indexer) = &self.indexer_config {
+            self.local_tokenizer = LocalTokenizer::from_indexer_config(indexer)
+                .map_err(|e| Invalid::new("indexerConfig", e.to_string()))?;
         }
-        if p.block_size == 0 || p.max_prefix_blocks_to_match == 0 {
-            return Err(invalid("blockSize and maxPrefixBlocksToMatch must be > 0"));
+        if self.block_size == 0 || self.max_prefix_blocks_to_match == 0 {
+            return Err(Invalid::new(
+                "blockSize, maxPrefixBlocksToMatch",
+                "blockSize and maxPrefixBlocksToMatch must be > 0",
+            ));
         }
-        if p.saturation_queue_depth <= 0.0 || p.saturation_kv_usage <= 0.0 {
-            return Err(invalid(
+        if self.saturation_queue_depth <= 0.0 || self.saturation_kv_usage <= 0.0 {
+            return Err(Invalid::new(
+                "saturationQueueDepth, saturationKvUsage",
                 "saturationQueueDepth and saturationKvUsage must be > 0",
             ));
         }
-        Ok(p)
+        Ok(self)
     }
 }
 
@@ -126,8 +131,6 @@ pub struct PrecisePrefixScorer {
 }
 
 impl PrecisePrefixScorer {
-    pub const TYPE: &'static str = "precise-prefix-cache-scorer";
-
     pub fn new(params: PrecisePrefixParams) -> Self {
         Self { params }
     }
@@ -149,6 +152,12 @@ impl PrecisePrefixScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parameters as the configuration decoder reads them.
+    fn from_yaml(v: &serde_yaml::Value) -> Result<PrecisePrefixParams, String> {
+        let p: PrecisePrefixParams = config::plugin::params(v).map_err(|e| e.to_string())?;
+        p.validate().map_err(|e| e.to_string())
+    }
     use crate::config;
     use crate::scheduling::testing::cand;
     use rand::{rngs::SmallRng, SeedableRng};
@@ -250,16 +259,13 @@ mod tests {
     #[test]
     fn parameters_are_strict_and_accept_llm_d_blocks() {
         let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
-        let p = PrecisePrefixParams::from_yaml(&v).unwrap();
+        let p = from_yaml(&v).unwrap();
         assert_eq!(
             (p.block_size, p.speculative_ttl),
             (64, Duration::from_millis(500))
         );
         let v: serde_yaml::Value = serde_yaml::from_str("{indexerConfig: {tokenizersPoolConfig: {modelName: m, local: {modelTokenizerMap: {m: /t.json}}}}}").unwrap();
-        let local = PrecisePrefixParams::from_yaml(&v)
-            .unwrap()
-            .local_tokenizer
-            .unwrap();
+        let local = from_yaml(&v).unwrap().local_tokenizer.unwrap();
         assert_eq!(
             local.resolve().unwrap(),
             std::path::PathBuf::from("/t.json")
@@ -272,7 +278,7 @@ mod tests {
             "{indexerConfig: {tokenizersPoolConfig: {local: {typo: 1}}}}",
         ] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
-            assert!(PrecisePrefixParams::from_yaml(&v).is_err(), "{bad}");
+            assert!(from_yaml(&v).is_err(), "{bad}");
         }
     }
 }

@@ -6,6 +6,7 @@
 //! (upstream #2561). `matchLengthWeight` (w, default 0 = upstream) blends in the absolute match:
 //! `score = (1 − w) · matched/total + w · min(1, matched_tokens / matchLengthTokens)`.
 
+use crate::plugin::Invalid;
 use crate::request::tokenize::Vocabulary;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
@@ -48,22 +49,28 @@ impl Default for PrefixParams {
 }
 
 impl PrefixParams {
-    pub fn from_yaml(v: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
-        let p: Self = super::params(v)?;
-        let invalid = |m: &str| <serde_yaml::Error as serde::de::Error>::custom(m);
-        let explicit_tokens = v.get("blockSizeTokens").is_some();
-        if p.block_size.is_some() && !explicit_tokens {
-            return Err(invalid(
+    /// Checks the values; `explicit_tokens` is whether the configuration set
+    /// `blockSizeTokens` (the legacy character `blockSize` is accepted only beside it).
+    pub fn validate(self, explicit_tokens: bool) -> Result<Self, Invalid> {
+        if self.block_size.is_some() && !explicit_tokens {
+            return Err(Invalid::new(
+                "blockSize",
                 "blockSize (characters) is no longer supported; set blockSizeTokens",
             ));
         }
-        if p.block_size_tokens == 0 || p.match_length_tokens == 0 {
-            return Err(invalid("blockSizeTokens and matchLengthTokens must be > 0"));
+        if self.block_size_tokens == 0 || self.match_length_tokens == 0 {
+            return Err(Invalid::new(
+                "blockSizeTokens, matchLengthTokens",
+                "blockSizeTokens and matchLengthTokens must be > 0",
+            ));
         }
-        if !(0.0..=1.0).contains(&p.match_length_weight) {
-            return Err(invalid("matchLengthWeight must be within 0..=1"));
+        if !(0.0..=1.0).contains(&self.match_length_weight) {
+            return Err(Invalid::new(
+                "matchLengthWeight",
+                "matchLengthWeight must be within 0..=1",
+            ));
         }
-        Ok(p)
+        Ok(self)
     }
 
     /// The most blocks a request is hashed into, for a given block size.
@@ -82,8 +89,6 @@ pub struct PrefixScorer {
 }
 
 impl PrefixScorer {
-    pub const TYPE: &'static str = "prefix-cache-scorer";
-
     pub fn new(params: PrefixParams) -> Self {
         Self { params }
     }
@@ -144,11 +149,18 @@ mod tests {
         assert_eq!(score(weighted, 100, &[50]), vec![1.0]);
     }
 
+    /// The parameters as the configuration decoder reads them.
+    fn from_yaml(v: &serde_yaml::Value) -> Result<PrefixParams, String> {
+        let p: PrefixParams = crate::config::plugin::params(v).map_err(|e| e.to_string())?;
+        p.validate(v.get("blockSizeTokens").is_some())
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
     fn parameters_are_strict_and_checked() {
         let ok: serde_yaml::Value =
             serde_yaml::from_str("{blockSizeTokens: 64, maxPrefixTokensToMatch: 4096}").unwrap();
-        let p = PrefixParams::from_yaml(&ok).unwrap();
+        let p = from_yaml(&ok).unwrap();
         assert_eq!(p.max_blocks(64), 64);
         for bad in [
             "{blockSize: 64}",
@@ -158,7 +170,7 @@ mod tests {
             "{tokenizer: gpt2}",
         ] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
-            assert!(PrefixParams::from_yaml(&v).is_err(), "{bad}");
+            assert!(from_yaml(&v).is_err(), "{bad}");
         }
     }
 }

@@ -9,8 +9,6 @@ use crate::scheduling::Candidate;
 pub struct QueueScorer {}
 
 impl QueueScorer {
-    pub const TYPE: &'static str = "queue-scorer";
-
     pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         super::min_max_inverse(pool.iter().map(|c| c.waiting), out);
     }

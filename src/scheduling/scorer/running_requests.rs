@@ -7,8 +7,6 @@ use crate::scheduling::Candidate;
 pub struct RunningRequestsScorer {}
 
 impl RunningRequestsScorer {
-    pub const TYPE: &'static str = "running-requests-size-scorer";
-
     pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         super::min_max_inverse(pool.iter().map(|c| c.running), out);
     }

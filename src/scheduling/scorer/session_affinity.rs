@@ -20,6 +20,7 @@
 //! own ([`Pin`], `crate::scheduling::disagg::session`).
 
 use crate::endpoint::EndpointId;
+use crate::plugin::{Invalid, PluginKind};
 use crate::scheduling::{Candidate, SchedulingRequest};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -93,10 +94,11 @@ impl Default for SessionAffinityParams {
 
 impl SessionAffinityParams {
     /// Upstream's defaults and checks; `plugin` is `scorer` or `filter` for the messages.
-    pub fn validate(mut self, plugin_type: &str, plugin: &str) -> Result<Self, String> {
-        let fail = |m: String| {
-            Err(format!(
-                "invalid parameters of the '{plugin_type}' {plugin} - {m}"
+    pub fn validate(mut self, kind: PluginKind, plugin: &str) -> Result<Self, Invalid> {
+        let fail = |parameter: &'static str, m: String| {
+            Err(Invalid::new(
+                parameter,
+                format!("invalid parameters of the '{kind}' {plugin} - {m}"),
             ))
         };
         match self.strategy.as_str() {
@@ -109,7 +111,9 @@ impl SessionAffinityParams {
                 // Another header is for an instance pinning another profile's pick (checked
                 // when the profiles are known: [`crate::scheduling::disagg::session`]).
                 if !h.is_empty() && h != SESSION_HEADER && self.profile_name.is_empty() {
-                    return fail(format!("epp reads and writes the primary pick's session token in {SESSION_HEADER} only, got header {h:?}"));
+                    return fail(
+                        "encodedEndpointHeaderConfig",
+                        format!("epp reads and writes the primary pick's session token in {SESSION_HEADER} only, got header {h:?}"));
                 }
                 self.encoded_endpoint_header_config.header = if h.is_empty() {
                     SESSION_HEADER.into()
@@ -133,32 +137,42 @@ impl SessionAffinityParams {
                 }
                 for (i, s) in c.sources.iter_mut().enumerate() {
                     if s.header.is_empty() == s.attribute.is_empty() {
-                        return fail(format!(
-                            "sources[{i}]: exactly one of header or attribute must be set"
-                        ));
+                        return fail(
+                            "sessionIdConfig",
+                            format!("sources[{i}]: exactly one of header or attribute must be set"),
+                        );
                     }
                     if !s.attribute.is_empty() {
-                        return fail(format!("sources[{i}]: attribute sources are not supported by epp (no plugin sets request attributes); use a header"));
+                        return fail(
+                        "sessionIdConfig",
+                        format!("sources[{i}]: attribute sources are not supported by epp (no plugin sets request attributes); use a header"));
                     }
                     s.header = s.header.trim().to_lowercase();
                 }
                 if c.eviction_ttl_seconds.is_nan() || c.eviction_ttl_seconds <= 0.0 {
-                    return fail(format!(
-                        "evictionTtlSeconds must be > 0, got {}",
-                        c.eviction_ttl_seconds
-                    ));
+                    return fail(
+                        "sessionIdConfig",
+                        format!(
+                            "evictionTtlSeconds must be > 0, got {}",
+                            c.eviction_ttl_seconds
+                        ),
+                    );
                 }
                 if c.eviction_sweep_seconds.is_nan() || c.eviction_sweep_seconds <= 0.0 {
-                    return fail(format!(
-                        "evictionSweepSeconds must be > 0, got {}",
-                        c.eviction_sweep_seconds
-                    ));
+                    return fail(
+                        "sessionIdConfig",
+                        format!(
+                            "evictionSweepSeconds must be > 0, got {}",
+                            c.eviction_sweep_seconds
+                        ),
+                    );
                 }
             }
             other => {
-                return fail(format!(
-                    "strategy must be {ENCODED:?} or {SESSION_ID:?}, got {other:?}"
-                ));
+                return fail(
+                    "strategy",
+                    format!("strategy must be {ENCODED:?} or {SESSION_ID:?}, got {other:?}"),
+                );
             }
         }
         Ok(self)
@@ -191,11 +205,11 @@ pub struct SessionAffinityScorer {
 }
 
 impl SessionAffinityScorer {
-    pub const TYPE: &'static str = "session-affinity-scorer";
-
-    pub fn validate(self) -> Result<Self, String> {
+    pub fn validate(self) -> Result<Self, Invalid> {
         Ok(Self {
-            params: self.params.validate(Self::TYPE, "scorer")?,
+            params: self
+                .params
+                .validate(PluginKind::SessionAffinityScorer, "scorer")?,
         })
     }
 
@@ -298,9 +312,10 @@ mod tests {
 
     fn try_params(yaml: &str) -> Result<SessionAffinityScorer, String> {
         let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
-        crate::scheduling::scorer::params::<SessionAffinityScorer>(&v)
+        crate::config::plugin::params::<SessionAffinityScorer>(&v)
             .map_err(|e| e.to_string())?
             .validate()
+            .map_err(|e| e.to_string())
     }
 
     #[test]

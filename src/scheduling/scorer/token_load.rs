@@ -6,6 +6,7 @@
 //! llm-d's `InFlightLoad.Tokens`) plus this request's uncached tokens on that endpoint
 //! ([`SchedulingRequest::uncached_tokens`], llm-d's `UncachedRequestTokens`); `T ≤ 0` scores 1.
 
+use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
 /// 128 requests of 32K tokens (upstream's default).
@@ -30,10 +31,8 @@ impl Default for TokenLoadScorer {
 }
 
 impl TokenLoadScorer {
-    pub const TYPE: &'static str = "token-load-scorer";
-
     /// Upstream replaces a threshold ≤ 0 by the default.
-    pub fn validate(mut self) -> Result<Self, String> {
+    pub fn validate(mut self) -> Result<Self, Invalid> {
         if self.queue_threshold_tokens <= 0 {
             self.queue_threshold_tokens = DEFAULT_THRESHOLD;
         }
@@ -56,7 +55,7 @@ impl TokenLoadScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::scorer::params;
+    use crate::config::plugin::params;
     use crate::scheduling::testing::cand;
 
     fn with_pending(port: u16, pending: f64, prefix_blocks: usize) -> Candidate {

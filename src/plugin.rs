@@ -1,4 +1,5 @@
-//! Every plugin `type:` an upstream `EndpointPickerConfig` can name, as one enum.
+//! Every plugin `type:` an upstream `EndpointPickerConfig` can name, as one enum, and the one
+//! error a plugin's parameter check returns.
 //!
 //! The registry is the union of GIE v1.5.0's and llm-d-router v0.10.0's in-tree plugins
 //! (`cmd/epp/runner/runner.go`, `registerInTreePlugins`) plus epp's own. Each kind carries its
@@ -12,7 +13,11 @@
 //!   supported by epp, never silently ignored.
 //!
 //! A `type:` outside this table is an unknown plugin type. Nothing else in the crate compares
-//! type-name strings: the decoder turns the name into a [`PluginKind`] once.
+//! type-name strings: `crate::config` turns the name into a [`PluginKind`] once, and decodes
+//! its parameters into the owning module's typed value in the same step.
+//!
+//! Vocabulary (layer 0) because every module that owns a plugin names its kind or reports an
+//! [`Invalid`] parameter, and the configuration decoder sits above all of them.
 
 use std::fmt;
 
@@ -237,6 +242,29 @@ kinds! {
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;
     SlowStart = "slow-start", Health, Stable, Plugin;
+}
+
+/// One parameter of a plugin that has a value the plugin cannot take. The message names the
+/// parameter (in upstream's words where upstream has a check: `blockSizeTokens must be > 0`);
+/// the configuration decoder reports it with the plugin's name:
+/// `plugin "x" parameters: blockSizeTokens must be > 0`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    /// The parameter as the configuration spells it (`blockSizeTokens`, `sessionIdConfig`),
+    /// or several of them when only their combination is wrong.
+    pub parameter: &'static str,
+    /// What is wrong, naming the parameter.
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(parameter: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            parameter,
+            message: message.into(),
+        }
+    }
 }
 
 impl fmt::Display for PluginKind {

@@ -1,0 +1,126 @@
+//! The command line: upstream's flags and defaults, and the checks `validate` makes.
+
+use super::*;
+
+#[test]
+fn upstream_flags_parse() {
+    let o = Options::try_parse_from([
+        "epp",
+        "--secure-serving=false",
+        "--grpc-port",
+        "1",
+        "--refresh-metrics-interval",
+        "25ms",
+        "--static-endpoints",
+        "127.0.0.1:1",
+        "-v",
+        "4",
+    ])
+    .unwrap();
+    assert!(!o.secure_serving);
+    assert_eq!(o.refresh_metrics_interval, Duration::from_millis(25));
+    assert_eq!(o.log_directive(), "debug");
+    o.validate().unwrap();
+    let o = Options::try_parse_from(["epp"]).unwrap();
+    assert!(o.secure_serving);
+    assert!(matches!(o.validate(), Err(OptionsError::NoDiscovery)));
+    assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+    let o = Options::try_parse_from([
+        "epp",
+        "--pool-name",
+        "p",
+        "--pool-namespace",
+        "ns",
+        "--ha-enable-leader-election",
+    ])
+    .unwrap();
+    o.validate().unwrap();
+    assert_eq!((o.uses_kubernetes(), o.namespace().as_str()), (true, "ns"));
+    let o = Options::try_parse_from([
+        "epp",
+        "--endpoint-selector",
+        "app=vllm",
+        "--endpoint-target-ports",
+        "8000,8001",
+    ])
+    .unwrap();
+    assert_eq!(o.endpoint_target_ports, [8000, 8001]);
+    o.validate().unwrap();
+    let o = Options::try_parse_from(["epp", "--endpoint-selector", "app=vllm"]).unwrap();
+    assert!(matches!(o.validate(), Err(OptionsError::TargetPorts)));
+    let o = Options::try_parse_from([
+        "epp",
+        "--static-endpoints",
+        "127.0.0.1:1",
+        "--ha-enable-leader-election",
+    ])
+    .unwrap();
+    assert!(matches!(
+        o.validate(),
+        Err(OptionsError::ElectionWithoutKubernetes)
+    ));
+    assert!(parse_duration("5 parsecs").is_err());
+}
+
+#[test]
+fn metrics_auth_is_on_by_default_in_kubernetes_mode_only() {
+    let parse = |args: &[&str]| {
+        Options::try_parse_from(std::iter::once("epp").chain(args.iter().copied())).unwrap()
+    };
+    assert!(
+        parse(&["--pool-name", "p"]).metrics_auth(),
+        "upstream's default"
+    );
+    assert!(!parse(&["--pool-name", "p", "--metrics-endpoint-auth=false"]).metrics_auth());
+    let static_eps = parse(&["--static-endpoints", "127.0.0.1:1"]);
+    assert!(!static_eps.metrics_auth(), "no API server to ask");
+    static_eps.validate().unwrap();
+    let forced = parse(&[
+        "--static-endpoints",
+        "127.0.0.1:1",
+        "--metrics-endpoint-auth",
+    ]);
+    assert!(matches!(forced.validate(), Err(OptionsError::Requires(..))));
+    assert_eq!(
+        parse(&["--pool-name", "p"]).kube_api_unreachable_grace,
+        Duration::from_secs(30)
+    );
+}
+
+#[test]
+fn bad_replica_sharing_flags_are_all_named_in_one_error() {
+    let parse = |extra: &[&str]| {
+        let base = ["epp", "--static-endpoints", "127.0.0.1:1"];
+        Options::try_parse_from(base.iter().chain(extra)).unwrap()
+    };
+    let o = parse(&[
+        "--speculative-peer-port",
+        "9090",
+        "--speculative-peers",
+        "epp-peers:9004,nope,epp:0",
+    ]);
+    let Err(OptionsError::Peers(problems)) = o.validate() else {
+        panic!("accepted {o:?}")
+    };
+    assert_eq!(problems.len(), 4, "{problems:?}");
+    let text = OptionsError::Peers(problems).to_string();
+    for part in [
+        "need --speculative-peer-cert-dir",
+        "9090 is also --metrics-port",
+        "\"nope\" is not host:port",
+        "\"epp:0\": the port",
+    ] {
+        assert!(text.contains(part), "{part} missing from {text}");
+    }
+    let o = parse(&["--speculative-peer-cert-dir", "/certs"]);
+    assert!(matches!(o.validate(), Err(OptionsError::Peers(p)) if p.len() == 1));
+    let o = parse(&[
+        "--speculative-peer-port",
+        "9004",
+        "--speculative-peers",
+        "epp-peers.ns.svc:9004",
+        "--speculative-peer-cert-dir",
+        "/certs",
+    ]);
+    o.validate().unwrap();
+}

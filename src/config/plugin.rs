@@ -1,0 +1,371 @@
+//! Every `plugins[]` entry decoded once, strictly, into the typed value of the module that owns
+//! it: a [`NamedPlugin`] whose [`Plugin`] carries the plugin's validated parameters (a
+//! scheduling filter, scorer or picker, a saturation detector's thresholds, a health policy,
+//! a data-layer setting, a parser), ready to use.
+//!
+//! This is the one place a `type:` name meets its parameters. Each owner keeps its parameter
+//! type next to what it does with it (one plugin per file) and checks its values, returning
+//! [`Invalid`] for each parameter it cannot take; the decoder reports every problem of every
+//! plugin together, each naming the plugin and the parameter. An unknown parameter is a
+//! decoding error naming it (`deny_unknown_fields`, as upstream's strict decoder).
+
+use super::{check_type, LoadOptions, PluginSpec, Problem};
+use crate::admission::{self, concurrency::Concurrency};
+use crate::datastore::health::{OutlierParams, SlowStartParams};
+use crate::plugin::{Invalid, PluginKind, Support};
+use crate::request::ParserKind;
+use crate::scheduling::disagg::{self, cost::CostBasedPdDecider, p2p::P2pSourceProducer, Decider};
+use crate::scheduling::filter::{self, Filter, Role};
+use crate::scheduling::inflight_load::InflightLoadParams;
+use crate::scheduling::picker::{self, Picker, PickerParams};
+use crate::scheduling::scorer::{self, PrecisePrefixParams, PrefixParams, Scorer};
+use crate::scheduling::Plugin as Sched;
+use serde_yaml::Value;
+
+pub use super::datalayer::{ExtractorParams, SourceParams};
+
+/// One configured plugin: its instance name, its kind and what it decoded to.
+#[derive(Clone, Debug)]
+pub struct NamedPlugin {
+    pub name: String,
+    pub kind: PluginKind,
+    pub plugin: Plugin,
+}
+
+/// A plugin's typed, validated parameters, as the module that uses them takes them.
+#[derive(Clone, Debug)]
+pub enum Plugin {
+    /// A filter, scorer, picker, decider, profile handler or prefix producer
+    /// ([`crate::scheduling::assemble`] builds the profiles from them).
+    Scheduling(Sched),
+    /// `outlier-detection`: passive health.
+    OutlierDetection(OutlierParams),
+    /// `slow-start`: the share of a new or restored endpoint ramps up.
+    SlowStart(SlowStartParams),
+    /// `utilization-detector`: the saturation thresholds.
+    UtilizationDetector(admission::Thresholds),
+    /// `concurrency-detector`: saturation from epp's own in-flight load.
+    ConcurrencyDetector(Concurrency),
+    /// `metrics-data-source`: where the endpoints' metrics are.
+    MetricsDataSource(SourceParams),
+    /// `core-metrics-extractor`: which engine's metric names apply.
+    CoreMetricsExtractor(ExtractorParams),
+    /// A request parser (`requestHandler.parsers` names it).
+    Parser(ParserKind),
+    /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
+    ServedVerifier,
+    /// Accepted; epp does this itself without a plugin (the registry says where).
+    BuiltIn,
+}
+
+impl NamedPlugin {
+    /// Decodes one entry: its type (unknown, unsupported and alpha types refused), then its
+    /// parameters. Every problem with the entry is returned.
+    pub fn decode(spec: &PluginSpec, load: LoadOptions) -> Result<Self, Vec<Problem>> {
+        let kind = check_type(spec, load).map_err(|p| vec![p])?;
+        let params = spec.parameters.as_ref().unwrap_or(&Value::Null);
+        match typed(kind, params) {
+            Ok(plugin) => Ok(Self {
+                name: spec.name().to_owned(),
+                kind,
+                plugin,
+            }),
+            Err(refused) => Err(refused.problems(spec.name())),
+        }
+    }
+
+    /// The scheduling plugin, if this is one.
+    pub fn scheduling(&self) -> Option<&Sched> {
+        match &self.plugin {
+            Plugin::Scheduling(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Why a plugin's parameters were refused.
+#[derive(Debug)]
+enum Refused {
+    /// Not the parameter type's shape: an unknown parameter, a wrong type.
+    Decode(serde_yaml::Error),
+    /// Values the plugin cannot take, every one of them.
+    Invalid(Vec<Invalid>),
+}
+
+impl Refused {
+    fn problems(self, plugin: &str) -> Vec<Problem> {
+        let problem = |message: String| Problem::Parameters {
+            plugin: plugin.to_owned(),
+            message,
+        };
+        match self {
+            Self::Decode(e) => vec![problem(e.to_string())],
+            Self::Invalid(all) => all.iter().map(|i| problem(i.to_string())).collect(),
+        }
+    }
+}
+
+impl From<serde_yaml::Error> for Refused {
+    fn from(e: serde_yaml::Error) -> Self {
+        Self::Decode(e)
+    }
+}
+
+impl From<Invalid> for Refused {
+    fn from(e: Invalid) -> Self {
+        Self::Invalid(vec![e])
+    }
+}
+
+impl From<Vec<Invalid>> for Refused {
+    fn from(e: Vec<Invalid>) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+/// Decodes parameters strictly; absent (null) parameters mean the type's defaults.
+pub fn params<T: serde::de::DeserializeOwned + Default>(v: &Value) -> Result<T, serde_yaml::Error> {
+    if v.is_null() {
+        Ok(T::default())
+    } else {
+        serde_yaml::from_value(v.clone())
+    }
+}
+
+/// The typed value of a `kind` plugin with parameters `v`.
+fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
+    use PluginKind as K;
+    let plugin = match kind {
+        K::OutlierDetection => Plugin::OutlierDetection(params::<OutlierParams>(v)?.validate()?),
+        K::SlowStart => Plugin::SlowStart(params::<SlowStartParams>(v)?.validate()?),
+        K::UtilizationDetector => {
+            Plugin::UtilizationDetector(admission::Thresholds::from_params(params(v)?)?)
+        }
+        K::ConcurrencyDetector => {
+            Plugin::ConcurrencyDetector(Concurrency::from_params(params(v)?)?)
+        }
+        K::MetricsDataSource => Plugin::MetricsDataSource(params::<SourceParams>(v)?.validate()?),
+        K::CoreMetricsExtractor => {
+            Plugin::CoreMetricsExtractor(params::<ExtractorParams>(v)?.validate()?)
+        }
+        K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
+        K::InflightLoadProducer => {
+            params::<InflightLoadParams>(v)?.validate()?;
+            Plugin::BuiltIn
+        }
+        _ => match (ParserKind::of(kind), scheduling_plugin(kind, v)?) {
+            (Some(parser), _) => Plugin::Parser(parser),
+            (None, Some(s)) => Plugin::Scheduling(s),
+            (None, None) => Plugin::BuiltIn,
+        },
+    };
+    debug_assert!(
+        !matches!(plugin, Plugin::BuiltIn) || kind.support() != Support::Plugin,
+        "{kind} is a plugin of epp's but decoded to nothing"
+    );
+    Ok(plugin)
+}
+
+/// The scheduling plugin of `kind`, `None` for a kind that is none.
+fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refused> {
+    use PluginKind as K;
+    Ok(Some(match kind {
+        K::ApproxPrefixCacheProducer => Sched::Prefix(prefix_params(v)?),
+        K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
+        K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
+        K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
+        K::PrefixBasedPdDecider => Sched::Decider(Decider::PrefixBased(
+            params::<disagg::PrefixBasedPdDecider>(v)?.validate()?,
+        )),
+        // As upstream, the two `always-*` deciders ignore whatever parameters they are given.
+        K::AlwaysDisaggPdDecider => Sched::Decider(Decider::AlwaysPd),
+        K::AlwaysDisaggMultimodalDecider => Sched::Decider(Decider::AlwaysMultimodal),
+        K::CostBasedPdDecider => Sched::Decider(Decider::CostBased(Box::new(
+            params::<CostBasedPdDecider>(v)?.validate()?,
+        ))),
+        _ => {
+            if let Some(f) = filter_plugin(kind, v)? {
+                Sched::Filter(f)
+            } else if let Some(s) = scorer_plugin(kind, v)? {
+                Sched::Scorer(s)
+            } else if let Some(p) = picker_plugin(kind, v)? {
+                Sched::Picker(p)
+            } else {
+                return Ok(None);
+            }
+        }
+    }))
+}
+
+fn filter_plugin(kind: PluginKind, v: &Value) -> Result<Option<Filter>, Refused> {
+    use PluginKind as K;
+    Ok(Some(match kind {
+        K::HeaderBasedTestingFilter => Filter::HeaderBasedTesting(params(v)?),
+        K::GpuMemoryFilter => Filter::GpuMemory(params::<filter::GpuMemoryFilter>(v)?.validate()?),
+        K::PrefixCacheAffinityFilter => {
+            Filter::PrefixCacheAffinity(params::<filter::PrefixCacheAffinityFilter>(v)?.validate()?)
+        }
+        K::LabelSelectorFilter => {
+            Filter::LabelSelector(params::<filter::LabelSelectorFilter>(v)?.validate()?)
+        }
+        K::ByLabelSelector => {
+            tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
+            Filter::LabelSelector(params::<filter::LabelSelectorFilter>(v)?.validate()?)
+        }
+        K::SessionAffinityFilter => {
+            Filter::SessionAffinity(params::<filter::SessionAffinityFilter>(v)?.validate()?)
+        }
+        K::UtilizationFilter => {
+            Filter::Utilization(params::<filter::UtilizationFilter>(v)?.validate()?)
+        }
+        K::ByLabel => Filter::ByLabel(params::<filter::ByLabelFilter>(v)?.validate()?),
+        // The role filters take no parameters; as before, whatever is given is not read.
+        K::DecodeFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Decode)),
+        K::PrefillFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Prefill)),
+        K::EncodeFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Encode)),
+        _ => return Ok(None),
+    }))
+}
+
+fn scorer_plugin(kind: PluginKind, v: &Value) -> Result<Option<Scorer>, Refused> {
+    use PluginKind as K;
+    Ok(Some(match kind {
+        K::QueueScorer => Scorer::Queue(params(v)?),
+        K::KvCacheUtilizationScorer => Scorer::KvCache(params(v)?),
+        K::PrefixCacheScorer => Scorer::Prefix(scorer::PrefixScorer::new(prefix_params(v)?)),
+        K::PrecisePrefixCacheScorer => {
+            let p = params::<PrecisePrefixParams>(v)?.validate()?;
+            Scorer::PrecisePrefix(Box::new(scorer::PrecisePrefixScorer::new(p)))
+        }
+        K::LoraAffinityScorer => Scorer::LoraAffinity(params(v)?),
+        K::RunningRequestsSizeScorer => Scorer::RunningRequests(params(v)?),
+        K::LatencyScorer => Scorer::Latency(params(v)?),
+        K::SessionAffinityScorer => {
+            Scorer::SessionAffinity(params::<scorer::SessionAffinityScorer>(v)?.validate()?)
+        }
+        K::GpuUtilizationScorer => {
+            Scorer::GpuUtilization(params::<scorer::GpuUtilizationScorer>(v)?.validate()?)
+        }
+        K::EstimatedTtftScorer => {
+            Scorer::EstimatedTtft(params::<scorer::EstimatedTtftScorer>(v)?.validate()?)
+        }
+        K::TokenLoadScorer => Scorer::TokenLoad(params::<scorer::TokenLoadScorer>(v)?.validate()?),
+        K::ActiveRequestScorer => {
+            Scorer::ActiveRequest(params::<scorer::ActiveRequestScorer>(v)?.validate()?)
+        }
+        K::LoadAwareScorer => Scorer::LoadAware(params::<scorer::LoadAwareScorer>(v)?.validate()?),
+        K::NoHitLruScorer => Scorer::NoHitLru(params::<scorer::NoHitLruScorer>(v)?.validate()?),
+        K::ContextLengthAware => {
+            Scorer::ContextLength(params::<scorer::ContextLengthAware>(v)?.validate()?)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+fn picker_plugin(kind: PluginKind, v: &Value) -> Result<Option<Picker>, Refused> {
+    use PluginKind as K;
+    let p = || -> Result<PickerParams, Refused> { Ok(params::<PickerParams>(v)?.validate()?) };
+    Ok(Some(match kind {
+        K::MaxScorePicker => Picker::MaxScore(picker::MaxScorePicker { params: p()? }),
+        K::RandomPicker => Picker::Random(picker::RandomPicker { params: p()? }),
+        K::WeightedRandomPicker => {
+            Picker::WeightedRandom(picker::WeightedRandomPicker { params: p()? })
+        }
+        K::RoundRobinPicker => Picker::RoundRobin(picker::RoundRobinPicker::new(p()?, false)),
+        K::WeightedRoundRobinPicker => {
+            Picker::RoundRobin(picker::RoundRobinPicker::new(p()?, true))
+        }
+        K::WeightedLeastRequestPicker => {
+            Picker::WeightedLeastRequest(picker::WeightedLeastRequestPicker { params: p()? })
+        }
+        K::PowerOfTwoChoicesPicker | K::P2cPicker => {
+            Picker::PowerOfTwoChoices(picker::PowerOfTwoChoicesPicker { params: p()? })
+        }
+        K::ConsistentHashPicker => Picker::ConsistentHash(picker::ConsistentHashPicker {
+            params: params::<picker::ConsistentHashParams>(v)?.validate()?,
+        }),
+        _ => return Ok(None),
+    }))
+}
+
+/// `prefix-cache-scorer`'s (and the approximate producer's) parameters: the legacy character
+/// `blockSize` is accepted only beside `blockSizeTokens`.
+fn prefix_params(v: &Value) -> Result<PrefixParams, Refused> {
+    let explicit_tokens = v.get("blockSizeTokens").is_some();
+    Ok(params::<PrefixParams>(v)?.validate(explicit_tokens)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::Category;
+
+    #[test]
+    fn every_plugin_of_epps_decodes_to_something_it_uses() {
+        // Parameters a plugin cannot go without; every other one decodes from its defaults.
+        let required = |k: PluginKind| match k {
+            K::ByLabel => "{label: tier, validValues: [a]}",
+            K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
+            _ => "",
+        };
+        use PluginKind as K;
+        for &k in PluginKind::ALL {
+            if k.support() != Support::Plugin {
+                continue;
+            }
+            let v: Value = serde_yaml::from_str(required(k)).unwrap();
+            let plugin = typed(k, &v).unwrap_or_else(|e| panic!("{k}: {e:?}"));
+            let used = matches!(
+                (&plugin, k.category()),
+                (Plugin::Scheduling(Sched::Filter(_)), Category::Filter)
+                    | (Plugin::Scheduling(Sched::Scorer(_)), Category::Scorer)
+                    | (Plugin::Scheduling(Sched::Picker(_)), Category::Picker)
+                    | (
+                        Plugin::Scheduling(Sched::Handler(..)),
+                        Category::ProfileHandler
+                    )
+                    | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)
+                    | (
+                        Plugin::Scheduling(Sched::Prefix(_) | Sched::P2p(_)),
+                        Category::DataProducer
+                    )
+                    | (
+                        Plugin::OutlierDetection(_) | Plugin::SlowStart(_),
+                        Category::Health
+                    )
+                    | (
+                        Plugin::UtilizationDetector(_) | Plugin::ConcurrencyDetector(_),
+                        Category::Saturation
+                    )
+                    | (Plugin::ServedVerifier, Category::RequestControl)
+            );
+            assert!(used, "{k} decoded to {plugin:?}");
+        }
+    }
+
+    #[test]
+    fn every_invalid_parameter_is_reported_with_the_plugin_and_the_parameter() {
+        let spec: PluginSpec = serde_yaml::from_str(
+            "{name: s, type: slow-start, parameters: {aggression: 0, minWeightPercent: 200}}",
+        )
+        .unwrap();
+        let problems = NamedPlugin::decode(&spec, LoadOptions::default()).unwrap_err();
+        let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            all,
+            [
+                "plugin \"s\" parameters: aggression must be a number greater than zero",
+                "plugin \"s\" parameters: minWeightPercent must be in 0..=100",
+            ]
+        );
+        let spec: PluginSpec =
+            serde_yaml::from_str("{type: queue-scorer, parameters: {depth: 3}}").unwrap();
+        let err = NamedPlugin::decode(&spec, LoadOptions::default()).unwrap_err();
+        assert_eq!(err.len(), 1);
+        let text = err[0].to_string();
+        assert!(
+            text.starts_with("plugin \"queue-scorer\" parameters: unknown field `depth`"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! The candidates of one request: the snapshot's endpoints narrowed by the subset hint and
+//! outlier ejection, admitted by the saturation detector, and each made into the value the
+//! scheduler reads (metrics, in-flight load, latency, slow-start ramp).
+
+use super::exchange::DirectorError;
+use super::Director;
+use crate::admission;
+use crate::datastore::{EndpointSet, EndpointState};
+use crate::endpoint::EndpointId;
+use crate::objectives::Priority;
+use crate::scheduling::{self, Candidate};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Director {
+    pub(super) fn candidate_states<'s>(
+        &self,
+        snapshot: &'s EndpointSet,
+        subset: Option<&[String]>,
+    ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
+        if snapshot.is_empty() {
+            return Err(DirectorError::NoCandidates(
+                "no ready endpoints in the pool",
+            ));
+        }
+        let states: Vec<&Arc<EndpointState>> = match subset.filter(|_| self.opts.subset_filter) {
+            None => snapshot.iter().collect(),
+            Some([]) => return Err(DirectorError::NoCandidates("the subset hint is empty")),
+            Some(list) => snapshot
+                .iter()
+                .filter(|s| in_subset(s.id(), list))
+                .collect(),
+        };
+        if states.is_empty() {
+            return Err(DirectorError::NoCandidates(
+                "no endpoint matches the subset hint",
+            ));
+        }
+        Ok(self.without_ejected(states))
+    }
+
+    /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
+    /// every one stays (a degraded pool beats no pool) and a warning is logged.
+    fn without_ejected<'s>(
+        &self,
+        states: Vec<&'s Arc<EndpointState>>,
+    ) -> Vec<&'s Arc<EndpointState>> {
+        let policy = self.datastore.health_policy();
+        if policy.outlier.is_none() {
+            return states;
+        }
+        let now = Instant::now();
+        let available: Vec<&Arc<EndpointState>> = states
+            .iter()
+            .copied()
+            .filter(|s| s.available(&policy, now))
+            .collect();
+        if available.is_empty() {
+            tracing::warn!(
+                candidates = states.len(),
+                "every candidate endpoint is ejected; routing to them anyway"
+            );
+            return states;
+        }
+        available
+    }
+
+    /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
+    pub(super) fn admit(
+        &self,
+        thresholds: &admission::Thresholds,
+        priority: Priority,
+        states: &[&Arc<EndpointState>],
+    ) -> Result<(), DirectorError> {
+        let saturation = || {
+            if let Some(c) = &thresholds.concurrency {
+                return c.saturation(states.iter().map(|s| inflight_load(s)));
+            }
+            let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
+            admission::saturation(
+                metrics.iter().map(|m| m.as_deref()),
+                Instant::now(),
+                thresholds,
+                self.opts.staleness,
+            )
+        };
+        Ok(admission::admit(priority, saturation)?)
+    }
+
+    /// The scheduler's candidates; the prefix lookup fills in their blocks afterwards.
+    pub(super) fn candidates(
+        &self,
+        states: &[&Arc<EndpointState>],
+        labels: bool,
+    ) -> Vec<Candidate> {
+        let now = Instant::now();
+        let policy = self.datastore.health_policy();
+        let no_labels = Arc::default();
+        states
+            .iter()
+            .map(|s| {
+                let m = s.metrics();
+                let fresh = m
+                    .as_ref()
+                    .is_some_and(|m| m.age(now) <= self.opts.staleness);
+                let (waiting, running, kv) = m
+                    .as_ref()
+                    .map_or((0.0, 0.0, 0.0), |m| (m.waiting, m.running, m.kv_usage));
+                Candidate {
+                    id: s.id(),
+                    weight: s.endpoint.weight,
+                    metrics: m,
+                    waiting: waiting + f64::from(s.dispatched_since_scrape()),
+                    running: running.max(f64::from(s.inflight())),
+                    inflight: f64::from(s.inflight()),
+                    labels: if labels {
+                        Arc::new(s.endpoint.labels.clone())
+                    } else {
+                        Arc::clone(&no_labels)
+                    },
+                    kv_usage: kv,
+                    fresh,
+                    prefix_blocks: 0,
+                    latency: Some(s.latency(now))
+                        .filter(|l| l.0.is_some() || l.1.is_some())
+                        .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
+                    ramp: s.ramp(&policy, now),
+                    prefill: prefill_load(s),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
+/// `InFlightLoad`), for the `concurrency-detector`.
+pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
+    (f64::from(s.inflight()), s.prefill_pending().0 as f64)
+}
+
+/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
+fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
+    let (tokens, requests) = s.prefill_pending();
+    scheduling::scorer::PrefillLoad {
+        pending_tokens: tokens as f64,
+        pending_requests: f64::from(requests),
+        learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
+            base: l.coefficients.base,
+            per_token: l.coefficients.per_token,
+            per_running: l.coefficients.per_running,
+            per_waiting: l.coefficients.per_waiting,
+            mean_tokens: l.mean_tokens,
+        }),
+    }
+}
+
+/// Whether `id` is named by a subset entry: `ip:port` matches exactly, a bare IP matches every
+/// port of that IP (upstream compares IPs only; a port, when given, is honoured here).
+fn in_subset(id: EndpointId, list: &[String]) -> bool {
+    list.iter()
+        .map(|e| e.trim())
+        .any(|e| match e.parse::<EndpointId>() {
+            Ok(exact) => exact == id,
+            Err(_) => e
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip == id.0.ip()),
+        })
+}

@@ -1,0 +1,241 @@
+//! Profiles: the scheduler assembled from the configured plugins (`crate::config` decodes
+//! them) and the document's `schedulingProfiles`, with upstream's defaulting.
+
+use super::filter::Filter;
+use super::picker::Picker;
+use super::scorer::{PrefixParams, Scorer};
+use super::{disagg, Scheduler};
+use crate::plugin::PluginKind;
+
+/// A configured plugin the scheduler is built from: `crate::config` decodes each one, with its
+/// validated parameters, from the configuration's `plugins`.
+#[derive(Clone, Debug)]
+pub enum Plugin {
+    Filter(Filter),
+    Scorer(Scorer),
+    Picker(Picker),
+    /// `approx-prefix-cache-producer`: the prefix parameters when no prefix scorer sets them.
+    Prefix(PrefixParams),
+    Decider(disagg::Decider),
+    /// A disaggregating profile handler (`disagg-profile-handler`, `pd-profile-handler`).
+    Handler(PluginKind, disagg::HandlerParams),
+    P2p(disagg::p2p::P2pSourceProducer),
+}
+
+/// One `schedulingProfiles` entry: its name and its plugin references with their weights
+/// (upstream defaults a missing weight to 1).
+#[derive(Clone, Debug)]
+pub struct Profile<'a> {
+    pub name: &'a str,
+    pub plugins: Vec<(&'a str, f64)>,
+}
+
+/// Why profiles could not be assembled from the configured plugins.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("more than one disaggregating profile handler is configured")]
+    SeveralHandlers,
+    #[error("several scheduling profiles need a profile handler that runs them (disagg-profile-handler); single-profile-handler runs one")]
+    SeveralProfiles,
+    #[error(
+        "plugin {handler:?} ({kind}): no scheduling profile named {profile:?} (its decode profile)"
+    )]
+    NoDecodeProfile {
+        handler: String,
+        kind: PluginKind,
+        profile: String,
+    },
+    /// A handler's decider reference names a plugin that is not a decider.
+    #[error("{field}: plugin {plugin:?} is not a decider")]
+    NotADecider {
+        handler: String,
+        field: &'static str,
+        plugin: String,
+    },
+    /// A session-affinity instance's `profileName` that cannot be pinned
+    /// ([`disagg::session`]).
+    #[error("session affinity profileName {profile:?}: {message}")]
+    SessionPin { profile: String, message: String },
+    /// A handler's decider reference names no configured plugin.
+    #[error("plugin {handler:?} parameters {field} references undefined plugin {plugin:?}")]
+    UnknownDecider {
+        handler: String,
+        field: &'static str,
+        plugin: String,
+    },
+}
+
+/// The configured scheduling plugins by instance name, in configuration order.
+type Plugins<'a> = [(&'a str, &'a Plugin)];
+
+/// Builds the scheduler from the configured plugins and profiles, reporting every problem.
+///
+/// Upstream defaulting applies: with no profile, one profile holds every configured plugin; a
+/// profile without a picker gets the first configured picker or a `max-score-picker`. Without
+/// a profile handler (or with `single-profile-handler`) there is one profile;
+/// `disagg-profile-handler` and `pd-profile-handler` run several ([`disagg`]).
+pub fn assemble(
+    plugins: &Plugins<'_>,
+    profiles: &[Profile<'_>],
+) -> Result<Scheduler, Vec<BuildError>> {
+    let mut problems = Vec::new();
+    let handlers: Vec<(&str, PluginKind, &disagg::HandlerParams)> = plugins
+        .iter()
+        .filter_map(|(n, b)| match b {
+            Plugin::Handler(k, p) => Some((*n, *k, p)),
+            _ => None,
+        })
+        .collect();
+    if handlers.len() > 1 {
+        problems.push(BuildError::SeveralHandlers);
+    }
+    let mut sched = match handlers.first() {
+        Some(&(name, kind, params)) => {
+            build_disagg(plugins, profiles, (name, kind, params), &mut problems)
+        }
+        None => {
+            if profiles.len() > 1 {
+                problems.push(BuildError::SeveralProfiles);
+            }
+            build_profile(plugins, profiles.first())
+        }
+    };
+    disagg::session::pin(&mut sched, &mut problems);
+    sched.p2p = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::P2p(p) => Some(p.clone()),
+        _ => None,
+    });
+    let producer = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::Prefix(p) => Some(p.clone()),
+        _ => None,
+    });
+    sched.prefix = producer.or_else(|| sched.default_prefix());
+    if problems.is_empty() {
+        Ok(sched)
+    } else {
+        Err(problems)
+    }
+}
+
+impl Scheduler {
+    /// Without a producer: the prefix scorers' parameters, or upstream's default producer for
+    /// the consumers of prefix match information (llm-d creates `approx-prefix-cache-producer`
+    /// for them; the disaggregating handlers consume it through their prefill decider).
+    fn default_prefix(&self) -> Option<PrefixParams> {
+        let consumer = self.no_hit_lru().is_some()
+            || self
+                .filters
+                .iter()
+                .any(|f| matches!(f, Filter::PrefixCacheAffinity(_)))
+            || self.p2p.is_some()
+            || self
+                .disagg
+                .as_ref()
+                .and_then(|d| d.prefill.as_ref())
+                .is_some_and(|s| s.decider.is_some());
+        let stages = self.disagg.iter().flat_map(|d| d.profiles());
+        let from_scorers = std::iter::once(self)
+            .chain(stages)
+            .flat_map(|s| s.scorers.iter())
+            .find_map(|(s, _)| s.prefix_params().cloned());
+        from_scorers.or_else(|| consumer.then(PrefixParams::default))
+    }
+}
+
+/// One profile from its plugin references (or, without a profile, every configured plugin).
+fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Scheduler {
+    let refs: Vec<(&str, f64)> = match profile {
+        Some(p) => p.plugins.clone(),
+        None => plugins.iter().map(|(n, _)| (*n, 1.0)).collect(),
+    };
+    let mut sched = Scheduler {
+        filters: Vec::new(),
+        scorers: Vec::new(),
+        picker: Picker::default(),
+        prefix: None,
+        disagg: None,
+        p2p: None,
+    };
+    let mut picker = None;
+    for (name, weight) in &refs {
+        match plugins.iter().find(|(n, _)| n == name).map(|(_, b)| b) {
+            Some(Plugin::Filter(f)) => sched.filters.push(f.clone()),
+            Some(Plugin::Scorer(s)) => {
+                // A scorer that is also a filter (`context-length-aware`) filters in profile order.
+                sched.filters.extend(s.as_filter());
+                sched.scorers.push((s.clone(), *weight));
+            }
+            Some(Plugin::Picker(p)) => picker = picker.or(Some(p.clone())),
+            _ => {}
+        }
+    }
+    sched.picker = picker
+        .or_else(|| {
+            plugins.iter().find_map(|(_, b)| match b {
+                Plugin::Picker(p) => Some(p.clone()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default();
+    sched
+}
+
+/// The decode profile carrying the disaggregating handler and its other stages.
+fn build_disagg(
+    plugins: &Plugins<'_>,
+    profiles: &[Profile<'_>],
+    (name, kind, params): (&str, PluginKind, &disagg::HandlerParams),
+    problems: &mut Vec<BuildError>,
+) -> Scheduler {
+    let profile = |n: &str| profiles.iter().find(|p| p.name == n);
+    let decider = |field: &'static str, plugin: &Option<String>, problems: &mut Vec<BuildError>| {
+        let plugin = plugin.as_deref()?;
+        let (handler, plugin_name) = (name.to_owned(), plugin.to_owned());
+        match plugins.iter().find(|(n, _)| *n == plugin).map(|(_, b)| b) {
+            Some(Plugin::Decider(d)) => return Some(d.clone()),
+            Some(_) => problems.push(BuildError::NotADecider {
+                handler,
+                field,
+                plugin: plugin_name,
+            }),
+            None => problems.push(BuildError::UnknownDecider {
+                handler,
+                field,
+                plugin: plugin_name,
+            }),
+        }
+        None
+    };
+    let Some(decode) = profile(&params.decode) else {
+        problems.push(BuildError::NoDecodeProfile {
+            handler: name.to_owned(),
+            kind,
+            profile: params.decode.clone(),
+        });
+        return build_profile(plugins, None);
+    };
+    let mut sched = build_profile(plugins, Some(decode));
+    let mut d = disagg::Disagg::new(name, &params.decode, kind, params.order);
+    let prefill_decider = decider("deciders.prefill", &params.prefill_decider, problems);
+    let encode_decider = decider("deciders.encode", &params.encode_decider, problems);
+    if params.prefill_decider.is_none() && params.order == disagg::StageOrder::DecodeFirst {
+        tracing::info!(
+            handler = name,
+            "No deciders.prefill configured, P/D disaggregation disabled"
+        );
+    }
+    d.prefill = profile(&params.prefill).map(|p| disagg::Stage {
+        name: p.name.to_owned(),
+        profile: build_profile(plugins, Some(p)),
+        decider: prefill_decider,
+    });
+    d.encode = profile(&params.encode)
+        .filter(|_| kind == PluginKind::DisaggProfileHandler)
+        .map(|p| disagg::Stage {
+            name: p.name.to_owned(),
+            profile: build_profile(plugins, Some(p)),
+            decider: encode_decider,
+        });
+    sched.disagg = Some(Box::new(d));
+    sched
+}
