@@ -99,6 +99,12 @@ impl PrecisePrefixParams {
             self.local_tokenizer = LocalTokenizer::from_indexer_config(indexer)
                 .map_err(|e| Invalid::new("indexerConfig", e.to_string()))?;
         }
+        if self.tokenizer == Vocabulary::Characters && self.local_tokenizer.is_none() {
+            return Err(Invalid::new(
+                "tokenizer",
+                "tokenizer \"characters\" cannot match the pods' KV-cache block keys: the precise index needs the model's vocabulary (a tiktoken name or indexerConfig.tokenizersPoolConfig.local)",
+            ));
+        }
         if self.block_size == 0 || self.max_prefix_blocks_to_match == 0 {
             return Err(Invalid::new(
                 "blockSize, maxPrefixBlocksToMatch",
@@ -157,6 +163,16 @@ mod tests {
     fn from_yaml(v: &serde_yaml::Value) -> Result<PrecisePrefixParams, String> {
         let p: PrecisePrefixParams = config::plugin::params(v).map_err(|e| e.to_string())?;
         p.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_characters_approximation_is_refused_for_the_precise_index() {
+        let v: serde_yaml::Value = serde_yaml::from_str("{tokenizer: characters}").unwrap();
+        let e = from_yaml(&v).unwrap_err();
+        assert!(
+            e.contains("tokenizer") && e.contains("KV-cache block keys"),
+            "{e}"
+        );
     }
     use crate::config;
     use crate::scheduling::testing::cand;

@@ -161,6 +161,11 @@ pub fn routers(peers: bool) -> Vec<Router> {
             config: config("epp-ttft.yaml"),
             replicas: 1,
         },
+        Router::Epp {
+            name: "characters".into(),
+            config: config("epp-characters.yaml"),
+            replicas: 1,
+        },
     ];
     if peers {
         r.push(Router::VllmRouter {
@@ -198,11 +203,18 @@ pub fn upstream_routers() -> Vec<Router> {
 /// The routers of the cost run: epp's default and each upstream EPP's default, plus llm-d's
 /// optimized baseline.
 pub fn cost_routers() -> Vec<Router> {
-    let mut r = vec![Router::Epp {
-        name: "default".into(),
-        config: config("epp-default.yaml"),
-        replicas: 1,
-    }];
+    let mut r = vec![
+        Router::Epp {
+            name: "default".into(),
+            config: config("epp-default.yaml"),
+            replicas: 1,
+        },
+        Router::Epp {
+            name: "characters".into(),
+            config: config("epp-characters.yaml"),
+            replicas: 1,
+        },
+    ];
     r.extend(upstream_routers());
     r
 }
