@@ -125,38 +125,33 @@ struct Names {
 /// The names of the series an endpoint's metrics come from (the DCGM GPU series included),
 /// for the scrape's `?name[]=` filter.
 pub fn series_names(engine: EngineType, overrides: &NameOverrides) -> Vec<&'static str> {
-    let n = overrides.apply(names(engine));
-    let mut out = vec![n.waiting.0, n.running.0];
-    out.extend(n.kv.iter().map(|k| k.0));
-    out.extend(n.lora);
-    match n.cache {
-        CacheSpec::Labels { series, .. } => out.push(series),
-        CacheSpec::Gauges {
-            block_size,
-            num_blocks,
-        } => out.extend([block_size.0, num_blocks.0]),
-    }
-    out.extend(super::dcgm::GpuAccumulator::NAMES);
+    let mut out: Vec<_> = overrides.apply(names(engine)).series().collect();
     out.sort_unstable();
     out.dedup();
     out
 }
 
 impl Names {
-    /// Whether a series of this name feeds a field (the DCGM GPU series included).
+    /// Every series name a field is read from, the DCGM GPU series included.
+    fn series(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let cache: [Option<&'static str>; 2] = match &self.cache {
+            CacheSpec::Labels { series, .. } => [Some(series), None],
+            CacheSpec::Gauges {
+                block_size,
+                num_blocks,
+            } => [Some(block_size.0), Some(num_blocks.0)],
+        };
+        [self.waiting.0, self.running.0]
+            .into_iter()
+            .chain(self.kv.iter().map(|k| k.0))
+            .chain(self.lora)
+            .chain(cache.into_iter().flatten())
+            .chain(super::dcgm::GpuAccumulator::NAMES)
+    }
+
+    /// Whether a series of this name feeds a field.
     fn reads(&self, name: &str) -> bool {
-        name == self.waiting.0
-            || name == self.running.0
-            || self.kv.iter().any(|k| k.0 == name)
-            || self.lora == Some(name)
-            || match &self.cache {
-                CacheSpec::Labels { series, .. } => *series == name,
-                CacheSpec::Gauges {
-                    block_size,
-                    num_blocks,
-                } => block_size.0 == name || num_blocks.0 == name,
-            }
-            || super::dcgm::GpuAccumulator::wants(name)
+        self.series().any(|s| s == name)
     }
 }
 

@@ -39,6 +39,7 @@ use super::tokenizer::{render_chat, Tokenizer};
 
 mod embeddings;
 mod inference;
+pub mod query;
 
 /// Response body type of every route.
 pub type Body = BoxBody<Bytes, Infallible>;

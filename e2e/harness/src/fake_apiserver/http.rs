@@ -83,39 +83,7 @@ fn parse_path(path: &str) -> Option<Target> {
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
-    req.uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (decode(k), decode(v)))
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                out.push(hex.unwrap_or(b'%'));
-                i += if hex.is_some() { 3 } else { 1 };
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    inference_sim::http::query::pairs(req.uri().query()).collect()
 }
 
 fn respond(code: u16, body: &Value) -> Response<Body> {
@@ -516,7 +484,10 @@ mod tests {
             (t.collection.as_str(), t.name.as_deref(), t.status),
             ("apis/coordination.k8s.io/v1/leases", Some("l"), true)
         );
-        assert_eq!(decode("app%3Dvllm%2Ctier%3Dx"), "app=vllm,tier=x");
+        assert_eq!(
+            inference_sim::http::query::decode("app%3Dvllm%2Ctier%3Dx"),
+            "app=vllm,tier=x"
+        );
         let pod = json!({"metadata": {"labels": {"app": "vllm"}}});
         assert!(matches_selector(&pod, Some(&"app=vllm".to_owned())));
         assert!(!matches_selector(

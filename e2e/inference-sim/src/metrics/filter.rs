@@ -5,12 +5,9 @@
 
 /// The names a query asks for, or `None` when it names none (the whole page).
 pub fn requested_names(query: Option<&str>) -> Option<Vec<String>> {
-    let names: Vec<String> = query?
-        .split('&')
-        .filter_map(|pair| {
-            let (key, value) = pair.split_once('=')?;
-            (percent_decode(key) == "name[]").then(|| percent_decode(value))
-        })
+    let names: Vec<String> = crate::http::query::pairs(query)
+        .filter(|(key, _)| key == "name[]")
+        .map(|(_, value)| value)
         .collect();
     (!names.is_empty()).then_some(names)
 }
@@ -46,34 +43,6 @@ pub fn restrict(text: &str, names: &[String]) -> String {
     out
 }
 
-/// `%XX` escapes and `+` as a space, as Python's `parse_qs` reads a query.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                match std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,7 +66,6 @@ vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 5.0\n";
         );
         assert_eq!(requested_names(Some("x=1")), None);
         assert_eq!(requested_names(None), None);
-        assert_eq!(percent_decode("a%2"), "a%2");
     }
 
     #[test]

@@ -115,6 +115,15 @@ fn with_replicas(routers: Vec<Router>, counts: &[usize], share: bool) -> Vec<Rou
 }
 
 /// An epp router for `config`: with the pods' KV events when the config uses the precise scorer.
+/// epp with one of `hack/bench`'s configurations, one replica.
+fn epp(name: &str, file: &str) -> Router {
+    Router::Epp {
+        name: name.into(),
+        config: config(file),
+        replicas: 1,
+    }
+}
+
 pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
     let precise =
         std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
@@ -140,32 +149,16 @@ pub fn routers(peers: bool) -> Vec<Router> {
     let mut r = vec![
         Router::EnvoyRoundRobin,
         Router::EnvoyLeastRequest,
-        Router::Epp {
-            name: "default".into(),
-            config: config("epp-default.yaml"),
-            replicas: 1,
-        },
-        Router::Epp {
-            name: "best".into(),
-            config: config("epp-best.yaml"),
-            replicas: 1,
-        },
+        epp("default", "epp-default.yaml"),
+        epp("best", "epp-best.yaml"),
         Router::EppPrecise {
             name: "precise".into(),
             config: config("epp-precise.yaml"),
             replicas: 1,
             shared: false,
         },
-        Router::Epp {
-            name: "ttft".into(),
-            config: config("epp-ttft.yaml"),
-            replicas: 1,
-        },
-        Router::Epp {
-            name: "characters".into(),
-            config: config("epp-characters.yaml"),
-            replicas: 1,
-        },
+        epp("ttft", "epp-ttft.yaml"),
+        epp("characters", "epp-characters.yaml"),
     ];
     if peers {
         r.push(Router::VllmRouter {
@@ -204,16 +197,8 @@ pub fn upstream_routers() -> Vec<Router> {
 /// optimized baseline.
 pub fn cost_routers() -> Vec<Router> {
     let mut r = vec![
-        Router::Epp {
-            name: "default".into(),
-            config: config("epp-default.yaml"),
-            replicas: 1,
-        },
-        Router::Epp {
-            name: "characters".into(),
-            config: config("epp-characters.yaml"),
-            replicas: 1,
-        },
+        epp("default", "epp-default.yaml"),
+        epp("characters", "epp-characters.yaml"),
     ];
     r.extend(upstream_routers());
     r
@@ -310,14 +295,7 @@ fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
     let (d, w) = (o.duration_s, o.warmup_s);
     let drain = (d / 2.0).clamp(5.0, if o.mode == Mode::Quick { 8.0 } else { 20.0 });
     if o.mode == Mode::Smoke {
-        let routers = vec![
-            Router::EnvoyRoundRobin,
-            Router::Epp {
-                name: "default".into(),
-                config: config("epp-default.yaml"),
-                replicas: 1,
-            },
-        ];
+        let routers = vec![Router::EnvoyRoundRobin, epp("default", "epp-default.yaml")];
         let wl = args(&[
             "--workload",
             "shared-prefix",
@@ -496,11 +474,7 @@ fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
 /// load, evenly spaced arrivals (so both tools offer exactly the same load), no warm-up
 /// (inference-perf has none), `secs` seconds.
 pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
-    let router = Router::Epp {
-        name: "default".into(),
-        config: config("epp-default.yaml"),
-        replicas: 1,
-    };
+    let router = epp("default", "epp-default.yaml");
     let mut load = open(format!("{}:{secs}", o.shared_prefix_rate / 2.0), 30.0, 0.0);
     load.push("--constant".into());
     scenario(
@@ -528,14 +502,7 @@ mod tests {
 
     #[test]
     fn replica_counts_multiply_the_epp_routers_only() {
-        let base = vec![
-            Router::EnvoyRoundRobin,
-            Router::Epp {
-                name: "default".into(),
-                config: config("epp-default.yaml"),
-                replicas: 1,
-            },
-        ];
+        let base = vec![Router::EnvoyRoundRobin, epp("default", "epp-default.yaml")];
         let labels: Vec<String> = with_replicas(base.clone(), &[1, 3], false)
             .iter()
             .map(Router::label)
@@ -551,11 +518,7 @@ mod tests {
     fn sharing_adds_a_shared_run_of_multi_replica_precise_routers_only() {
         let base = vec![
             epp_router("precise", &config("epp-precise.yaml")),
-            Router::Epp {
-                name: "best".into(),
-                config: config("epp-best.yaml"),
-                replicas: 1,
-            },
+            epp("best", "epp-best.yaml"),
         ];
         let labels: Vec<String> = with_replicas(base, &[1, 3], true)
             .iter()
