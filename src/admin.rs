@@ -242,5 +242,7 @@ impl PoolGauges {
         m.stale_endpoints.set(stale);
         m.prefix_indexer_size
             .set(self.indexes.approximate.size() as i64);
+        m.prefix_token_scale
+            .set(self.indexes.approximate.scale.get());
     }
 }

@@ -57,6 +57,9 @@ pub struct Metrics {
     pub scheduler_e2e: Histogram,
     pub scheduler_attempts: Family<AttemptLabels, Counter>,
     pub prefix_indexer_size: Gauge,
+    /// Pseudo-tokens per model-server token the approximate index learned (`tokenizer:
+    /// characters`; 1 until a response teaches it).
+    pub prefix_token_scale: GaugeF,
     pub prefix_hit_ratio: Histogram,
     pub prefix_hit_bytes: Histogram,
     pub info: Family<InfoLabels, Gauge>,
@@ -268,6 +271,7 @@ impl Metrics {
             scheduler_e2e: latency_buckets(),
             scheduler_attempts: Family::default(),
             prefix_indexer_size: Gauge::default(),
+            prefix_token_scale: GaugeF::default(),
             prefix_hit_ratio: ratio_buckets(),
             prefix_hit_bytes: size_buckets(),
             info: Family::default(),
@@ -403,6 +407,11 @@ impl Metrics {
             "epp_metrics_scrapes",
             "epp: model-server metric scrapes by outcome",
             self.scrapes.clone(),
+        );
+        r.register(
+            "epp_prefix_token_scale",
+            "epp: pseudo-tokens (tokenizer: characters) per model-server token, learned from responses' usage; sizes the approximate index",
+            self.prefix_token_scale.clone(),
         );
         r.register(
             "epp_stale_endpoints",

@@ -123,6 +123,9 @@ pub struct Routed {
     pub headers: Vec<(&'static str, Option<String>)>,
     /// The model and target label values, looked up once when the request was routed.
     pub labels: crate::metrics::ModelLabels,
+    /// The whole prompt counted in the approximate index's pseudo-tokens (`tokenizer:
+    /// characters`): with the response's `usage.prompt_tokens`, teaches the index their ratio.
+    pub pseudo_prompt_tokens: Option<u32>,
 }
 
 impl Routed {

@@ -33,6 +33,12 @@ pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary)
     }
     record_outcome(d, routed, &observation(routed, summary));
     learn_ttft(d, routed, summary);
+    let ok = summary.status.is_some_and(|c| (200..300).contains(&c));
+    if let (Some(ours), Some(theirs), true) =
+        (routed.pseudo_prompt_tokens, summary.prompt_tokens, ok)
+    {
+        d.indexes.approximate.scale.observe(ours, theirs);
+    }
     if let Some(handler) = &routed.remote_prefill {
         let ok =
             !summary.connect_failure && summary.status.is_some_and(|c| (200..300).contains(&c));

@@ -66,6 +66,7 @@ pub(super) fn route(
         lookup: lookup.as_ref(),
         states: &states,
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
+        token_scale: d.indexes.approximate.scale.get(),
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
@@ -135,6 +136,10 @@ pub(super) fn route(
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
         started,
         headers,
+        calibrate: lookup
+            .as_ref()
+            .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
+            .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
     };
     // With remote prefill the prefill pod does the prompt's work, and the decode pod's TTFT
     // (prefill elsewhere + transfer) must not teach it its own prefill rate.
@@ -164,6 +169,8 @@ struct Facts<'a> {
     states: &'a [&'a Arc<EndpointState>],
     /// Bytes of prompt text parsing kept.
     prompt_cap: usize,
+    /// Pseudo-tokens per server token ([`crate::prefix::index::TokenScale`]).
+    token_scale: f64,
 }
 
 impl<'a> Facts<'a> {
@@ -188,7 +195,13 @@ impl<'a> Facts<'a> {
                 lookup.and_then(|l| l.hashes.first().copied()),
             ),
             prompt_tokens: p.map_or(0, |p| {
-                prompt_tokens(lookup, p.request, p.bytes, self.prompt_cap)
+                prompt_tokens(
+                    lookup,
+                    p.request,
+                    p.bytes,
+                    self.prompt_cap,
+                    self.token_scale,
+                )
             }),
             slo_ttft_s: p
                 .and(inc.slo_ttft_ms)
@@ -229,6 +242,8 @@ struct Decided {
     started: Instant,
     /// Request headers for the decode pod's sidecar (P/D).
     headers: Vec<(&'static str, Option<String>)>,
+    /// The whole prompt in pseudo-tokens, to learn their ratio to the server's tokens.
+    calibrate: Option<u32>,
 }
 
 /// The prompt's blocks and who holds them, as the configuration's index says.
@@ -362,6 +377,7 @@ impl Director {
             dispatched: decided.dispatched,
             headers: decided.headers,
             labels,
+            pseudo_prompt_tokens: decided.calibrate,
         }
     }
 
@@ -405,19 +421,29 @@ impl Director {
     }
 }
 
-/// The request's prompt tokens: as the prefix lookup tokenized them, else (and past the
-/// lookup's match cap) estimated at four bytes a token (llm-d's default `estimate` token
-/// producer) from the prompt text, or from the whole body when parsing kept only the first
-/// `cap` bytes of the prompt.
-fn prompt_tokens(lookup: Option<&Lookup>, req: &LlmRequest, body: &[u8], cap: usize) -> usize {
+/// The request's prompt tokens: as the prefix lookup tokenized them (pseudo-tokens converted
+/// at the learned `scale`), else (and past the lookup's match cap) estimated at four bytes a
+/// token (llm-d's default `estimate` token producer) from the prompt text, or from the whole
+/// body when parsing kept only the first `cap` bytes of the prompt.
+fn prompt_tokens(
+    lookup: Option<&Lookup>,
+    req: &LlmRequest,
+    body: &[u8],
+    cap: usize,
+    scale: f64,
+) -> usize {
+    let counted = |l: &Lookup| match l.pseudo_tokens {
+        true => (l.prompt_tokens as f64 / scale).round() as usize,
+        false => l.prompt_tokens,
+    };
     let estimate = || match &req.prompt {
         Prompt::Tokens(t) => t.len(),
         Prompt::Text(t) if t.len() < cap => t.len().div_ceil(4),
         Prompt::Text(_) => body.len().div_ceil(4),
     };
     match lookup {
-        Some(l) if l.prompt_tokens < l.token_cap => l.prompt_tokens,
-        Some(l) => l.prompt_tokens.max(estimate()),
+        Some(l) if l.prompt_tokens < l.token_cap => counted(l),
+        Some(l) => counted(l).max(estimate()),
         None => estimate(),
     }
 }

@@ -493,3 +493,67 @@ fn a_sheddable_request_whose_ttft_slo_no_pod_meets_is_rejected() {
         Err(ScheduleError::SloUnattainable)
     );
 }
+
+/// `tokenizer: characters`: the responses' `usage.prompt_tokens` teach the index how many
+/// pseudo-tokens make a server token, which sizes the pod's LRU (auto-tuned from the blocks it
+/// reports) and converts the prompt's size for the scorers.
+#[test]
+fn pseudo_tokens_learn_their_ratio_to_the_servers_tokens() {
+    let text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n  parameters:\n    tokenizer: characters\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-scorer\n";
+    let (d, ds) = director_with(&[1], text);
+    let id: EndpointId = "127.0.0.1:1".parse().unwrap();
+    // 40 blocks of 16 server tokens.
+    let m = crate::fixtures::metrics().cache(16, 40).build();
+    ds.snapshot().get(&id).unwrap().store_metrics(m);
+    let mut rng = SmallRng::seed_from_u64(9);
+    // 625 four-byte pseudo-tokens (39 blocks) each; the server counts 500 tokens.
+    let prompt = |w: &str| {
+        serde_json::json!({"model": "m", "prompt": w.repeat(625)})
+            .to_string()
+            .into_bytes()
+    };
+    let (a, b) = (prompt("alfa"), prompt("brav"));
+    let routed = route_body(&d, "/v1/completions", &a, &mut rng).unwrap();
+    assert_eq!(routed.pseudo_prompt_tokens, Some(625));
+    route_body(&d, "/v1/completions", &b, &mut rng).unwrap();
+    assert_eq!(
+        d.indexes.approximate.size(),
+        40,
+        "before any response: pseudo-blocks counted as the pod's blocks"
+    );
+    let summary = ResponseSummary {
+        status: Some(200),
+        prompt_tokens: Some(500),
+        ..Default::default()
+    };
+    d.finish(&routed, End::Response(summary));
+    assert_eq!(d.indexes.approximate.scale.get(), 1.25);
+    route_body(&d, "/v1/completions", &a, &mut rng).unwrap();
+    route_body(&d, "/v1/completions", &b, &mut rng).unwrap();
+    assert_eq!(
+        d.indexes.approximate.size(),
+        50,
+        "40 server blocks hold 50 blocks of pseudo-tokens"
+    );
+    // A failed response teaches nothing.
+    let failed = route_body(&d, "/v1/completions", &a, &mut rng).unwrap();
+    let summary = ResponseSummary {
+        status: Some(500),
+        prompt_tokens: Some(5),
+        ..Default::default()
+    };
+    d.finish(&failed, End::Response(summary));
+    assert_eq!(d.indexes.approximate.scale.get(), 1.25);
+}
+
+/// With a real vocabulary the index's tokens are the server's: nothing to learn.
+#[test]
+fn real_tokens_are_not_calibrated() {
+    let (d, _ds) = director(&[1]);
+    let mut rng = SmallRng::seed_from_u64(10);
+    let body = serde_json::json!({"model": "m", "prompt": "word ".repeat(100)})
+        .to_string()
+        .into_bytes();
+    let routed = route_body(&d, "/v1/completions", &body, &mut rng).unwrap();
+    assert_eq!(routed.pseudo_prompt_tokens, None);
+}

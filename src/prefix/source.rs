@@ -92,6 +92,9 @@ pub struct Lookup {
     /// An endpoint credited with blocks it does not hold yet (the precise index's home for the
     /// part nobody holds, [`super::precise::home`]): scored as held, never reported as a hit.
     pub credited: Option<(EndpointId, usize)>,
+    /// `prompt_tokens` and the blocks count 4-byte pseudo-tokens (`tokenizer: characters`),
+    /// not the model server's tokens: see [`super::index::TokenScale`].
+    pub pseudo_tokens: bool,
 }
 
 impl Lookup {

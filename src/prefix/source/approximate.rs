@@ -4,6 +4,7 @@
 use super::{Lookup, Pod, PrefixSource, Query};
 use crate::prefix::block_hashes;
 use crate::prefix::index::PrefixIndex;
+use crate::request::tokenize::Vocabulary;
 use crate::request::{ApiKind, Prompt};
 use std::borrow::Cow;
 use std::time::Instant;
@@ -58,10 +59,15 @@ impl PrefixSource for Approximate<'_> {
             .flatten();
         let block_size = tuned.map_or(p.block_size, |c| c.block_size as usize);
         let max_blocks = p.blocks_at(block_size);
-        let tokens = match &q.request.prompt {
-            Prompt::Tokens(t) => Cow::Borrowed(t.as_slice()),
+        let (tokens, pseudo_tokens) = match &q.request.prompt {
+            Prompt::Tokens(t) => (Cow::Borrowed(t.as_slice()), false),
             Prompt::Text(text) => {
-                Cow::Owned(q.tokenizer?.encode_prefix(text, max_blocks * block_size))
+                let tokenizer = q.tokenizer?;
+                let tokens = tokenizer.encode_prefix(text, max_blocks * block_size);
+                (
+                    Cow::Owned(tokens),
+                    tokenizer.vocabulary() == Vocabulary::Characters,
+                )
             }
         };
         let hashes = block_hashes(
@@ -79,12 +85,22 @@ impl PrefixSource for Approximate<'_> {
             block_size,
             matches,
             credited: None,
+            pseudo_tokens,
         })
     }
 
+    /// With auto-tuning the LRU holds what the pod reports, converted to pseudo-blocks when the
+    /// index counts pseudo-tokens.
     fn record(&self, lookup: &Lookup, primary: &Pod, _now: Instant) {
         let reported = primary.cache.filter(|_| self.params.auto_tune);
-        let capacity = reported.map_or(self.params.capacity, |c| c.num_blocks as usize);
+        let capacity = reported.map_or(self.params.capacity, |c| {
+            let blocks = c.num_blocks as usize;
+            if lookup.pseudo_tokens {
+                self.index.scale.blocks(blocks)
+            } else {
+                blocks
+            }
+        });
         self.index.record(primary.id, &lookup.hashes, capacity);
     }
 }

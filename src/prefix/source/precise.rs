@@ -78,6 +78,7 @@ impl PrefixSource for Precise<'_> {
             block_size,
             matches,
             credited,
+            pseudo_tokens: false,
         })
     }
 
