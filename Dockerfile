@@ -7,6 +7,8 @@
 FROM docker.io/library/rust:1.89-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock clippy.toml ./
+# .cargo/config.toml compiles mimalloc with arenas committed on demand (lower peak RSS).
+COPY .cargo ./.cargo
 COPY src ./src
 COPY e2e ./e2e
 COPY config ./config
