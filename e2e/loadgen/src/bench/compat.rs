@@ -146,6 +146,45 @@ fn cases(model: &str, pods: &[SocketAddr]) -> Vec<Case> {
     ]
 }
 
+/// The LoRA case ([`load::LORA`]) through each of `routers_` (each EPP with its LoRA
+/// configuration, [`super::plan::lora_routers`]), on fresh pods serving the case's two adapters.
+pub async fn run_lora(
+    routers_: &[Router],
+    bins: &Bins,
+    dir: &Path,
+    model: &str,
+) -> Vec<CompatResult> {
+    let mut out = Vec::new();
+    for r in routers_ {
+        let label = r.label();
+        eprintln!("[bench] compat (LoRA): {label}");
+        let case = &load::LORA;
+        let adapters = [load::LORA_OTHER, load::LORA_BEST];
+        let res = async {
+            let (cluster, running) =
+                stack(r, bins, &dir.join(&label).join(case.slug), model, &adapters).await?;
+            let o = load::run(case, &cluster.pods, running.target, model).await;
+            drop(running);
+            drop(cluster);
+            Ok::<_, BenchError>(o)
+        }
+        .await;
+        out.push(match res {
+            Ok(o) => CompatResult {
+                router: label,
+                outcomes: BTreeMap::from([(case.name.to_owned(), o)]),
+                error: None,
+            },
+            Err(e) => CompatResult {
+                router: label,
+                error: Some(e.to_string()),
+                ..CompatResult::default()
+            },
+        });
+    }
+    out
+}
+
 /// Runs every case through every router (each on fresh pods).
 pub async fn run(routers_: &[Router], bins: &Bins, dir: &Path, model: &str) -> Vec<CompatResult> {
     let mut out = Vec::new();
@@ -174,7 +213,7 @@ async fn one(
 ) -> Result<CompatResult, BenchError> {
     let mut outcomes = BTreeMap::new();
     {
-        let (cluster, running) = stack(router, bins, &dir.join("basic"), model).await?;
+        let (cluster, running) = stack(router, bins, &dir.join("basic"), model, &[]).await?;
         let subset_gateway = subset_gateway(&running).await?;
         for c in cases(model, &cluster.pods) {
             let target = match (&c.subset, &subset_gateway) {
@@ -195,7 +234,7 @@ async fn one(
         drop(cluster);
     }
     for case in &load::CASES {
-        let (cluster, running) = stack(router, bins, &dir.join(case.slug), model).await?;
+        let (cluster, running) = stack(router, bins, &dir.join(case.slug), model, &[]).await?;
         let o = load::run(case, &cluster.pods, running.target, model).await;
         outcomes.insert(case.name.to_owned(), o);
         drop(running);
@@ -208,12 +247,13 @@ async fn one(
     })
 }
 
-/// Fresh pods (4, one IP each) and `router` in front of them.
+/// Fresh pods (4, one IP each, serving `adapters` one at a time) and `router` in front of them.
 async fn stack(
     router: &Router,
     bins: &Bins,
     dir: &Path,
     model: &str,
+    adapters: &[&str],
 ) -> Result<(SimCluster, Running), BenchError> {
     std::fs::create_dir_all(dir).map_err(BenchError::io("creating the compat dir"))?;
     let sim = SimOptions {
@@ -224,7 +264,7 @@ async fn stack(
         profile: "llmd-h100-8b".into(),
         // Real time: the load cases prefill thousands of tokens before their probe.
         time_scale: 1.0,
-        lora_adapters: Vec::new(),
+        lora_adapters: adapters.iter().map(|a| (*a).to_owned()).collect(),
         max_loras: 1,
         kv_events: false,
         host_per_pod: true,

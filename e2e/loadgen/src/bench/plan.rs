@@ -204,6 +204,22 @@ pub fn cost_routers() -> Vec<Router> {
     r
 }
 
+/// The compat run's LoRA case: each EPP with the same LoRA-scoring plugins
+/// (`hack/bench/{epp,gie,llmd}-lora.yaml`), as no EPP's built-in default scores LoRA.
+pub fn lora_routers() -> Vec<Router> {
+    vec![
+        epp("lora", "epp-lora.yaml"),
+        Router::GieEpp {
+            name: "lora".into(),
+            config: Some(config("gie-lora.yaml")),
+        },
+        Router::LlmdEpp {
+            name: "lora".into(),
+            config: config("llmd-lora.yaml"),
+        },
+    ]
+}
+
 pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
     SimOptions {
         pods,

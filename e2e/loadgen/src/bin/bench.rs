@@ -227,6 +227,20 @@ async fn main() -> anyhow::Result<()> {
             "\n\n### compatibility (same requests, 4 pods; status, pod, error body)\n\n{}",
             compat::table(&compat_results, "epp-default")
         ));
+        let mut rs = loadgen::bench::plan::lora_routers();
+        rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+        let lora = compat::run_lora(
+            &rs,
+            &bins,
+            &args.out.join("compat"),
+            loadgen::bench::plan::MODEL,
+        )
+        .await;
+        md.push_str(&format!(
+            "\n\n### compatibility, LoRA (each EPP with its LoRA configuration)\n\n{}",
+            compat::table(&lora, "epp-lora")
+        ));
+        compat_results.extend(lora);
     }
     let mut over = Vec::new();
     if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
