@@ -25,10 +25,8 @@
 //! indexes' garbage collection.
 
 pub mod admin;
-pub mod admission;
 pub mod app;
 pub mod config;
-pub mod crd;
 pub mod datastore;
 pub mod director;
 pub mod discovery;
@@ -36,15 +34,12 @@ pub mod endpoint;
 pub mod extproc;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fixtures;
-pub mod flowcontrol;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;
 pub mod kvevents;
-pub mod leader;
 pub mod metrics;
-pub mod objectives;
 pub mod plugin;
 pub mod prefix;
 pub mod probe;

@@ -10,8 +10,8 @@
 //! decoding error naming it (`deny_unknown_fields`, as upstream's strict decoder).
 
 use super::{check_type, LoadOptions, PluginSpec, Problem};
-use crate::admission::{self, concurrency::Concurrency};
 use crate::datastore::health::{OutlierParams, SlowStartParams};
+use crate::director::admission::{self, concurrency::Concurrency};
 use crate::plugin::{Invalid, PluginKind, Support};
 use crate::request::ParserKind;
 use crate::scheduling::disagg::{self, cost::CostBasedPdDecider, p2p::P2pSourceProducer, Decider};
