@@ -35,9 +35,10 @@ LAYERS = [
     # configuration decoder sits above every module whose typed parameters it decodes, and
     # below the director that reads it (flow control included).
     ("orchestration", ["director::admission", "config", "director"], True),
-    # 4 adapters: the outside world (discovery::k8s holds the CRD types and leader election).
+    # 4 adapters: the outside world (discovery::k8s holds the CRD types and leader election;
+    # scrape, the endpoint poller, holds the health probes).
     ("adapters", ["extproc", "discovery", "scrape", "kvevents", "admin", "health",
-                  "reload", "probe"], False),
+                  "reload"], False),
     # 5 root: wiring (and the fuzz harness and the test fixtures, which reach the whole crate).
     ("root", ["app", "fuzzing", "fixtures"], False),
 ]

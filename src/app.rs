@@ -384,6 +384,14 @@ fn spawn_background(
         engine_label_key: settings.engine_label_key.clone(),
         // Checked by `Options::validate`.
         names: opts.metric_names().unwrap_or_default(),
+        probe: opts
+            .health_check_interval
+            .filter(|i| !i.is_zero())
+            .map(|interval| scrape::probe::ProbeOptions {
+                interval,
+                timeout: opts.health_check_timeout,
+                path: opts.health_check_path.clone(),
+            }),
     };
     scrape::spawn(
         Arc::clone(datastore),
@@ -392,21 +400,7 @@ fn spawn_background(
         tracker.clone(),
         shutdown.clone(),
     )
-    .context("starting the metrics scrapers' thread")?;
-    if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
-        let popts = crate::probe::ProbeOptions {
-            interval,
-            timeout: opts.health_check_timeout,
-            path: opts.health_check_path.clone(),
-        };
-        tracker.spawn(crate::probe::run(
-            Arc::clone(datastore),
-            Arc::clone(metrics),
-            popts,
-            tracker.clone(),
-            shutdown.clone(),
-        ));
-    }
+    .context("starting the endpoint pollers' thread")?;
     let kv = kvevents::KvEventsOptions {
         port: opts.kv_events_port,
         replay_port: opts.kv_events_replay_port,

@@ -17,9 +17,10 @@
 //!    releasing the in-flight count when the response ends.
 //!
 //! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
-//! [`scrape`] (one metrics poller per endpoint), [`kvevents`] (one KV-cache event subscriber per
-//! endpoint, feeding the precise prefix index, and with `--speculative-peers` the exchange of
-//! speculative entries with the other epp replicas) and [`reload`] (the config file watcher).
+//! [`scrape`] (one poller per endpoint: metric scrapes and health probes), [`kvevents`] (one
+//! KV-cache event subscriber per endpoint, feeding the precise prefix index, and with
+//! `--speculative-peers` the exchange of speculative entries with the other epp replicas) and
+//! [`reload`] (the config file watcher).
 //! `app` also owns what the director reads and records into (the live configuration, both
 //! prefix indexes, the metrics), hands each adapter the parts it uses, and runs the prefix
 //! indexes' garbage collection.
@@ -42,7 +43,6 @@ pub mod kvevents;
 pub mod metrics;
 pub mod plugin;
 pub mod prefix;
-pub mod probe;
 pub mod reload;
 pub mod request;
 pub mod scheduling;

@@ -93,8 +93,8 @@ impl<K: Validate + Resource + Clone> Gate<K> {
 
 #[cfg(test)]
 mod tests {
-    use crate::discovery::k8s::crd::model::InferenceModel;
     use super::*;
+    use crate::discovery::k8s::crd::model::InferenceModel;
     use serde_json::json;
 
     fn model(name: &str, model_name: &str, weights: &[Option<i32>]) -> InferenceModel {
