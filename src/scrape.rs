@@ -191,27 +191,7 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
 
 /// Scrapes every interval, on the schedule all endpoints share, until `cancel`.
 async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &CancellationToken) {
-    let id = state.id();
-    let engine = shared.opts.engine_of(&state.endpoint);
-    let opts = &shared.opts;
-    let path = opts
-        .path
-        .as_deref()
-        .map(parse::unquote)
-        .filter(|p| !p.is_empty())
-        .unwrap_or(engine.metrics_path());
-    let uri = match opts.port {
-        0 => format!("http://{id}{path}"),
-        port => format!(
-            "http://{}{path}",
-            std::net::SocketAddr::new(id.0.ip(), port)
-        ),
-    };
-    // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server that
-    // ignores the filter sends the whole page, which parses the same.
-    let mut filtered = opts
-        .filter
-        .then(|| filtered_uri(&uri, &parse::series_names(engine, &opts.names)));
+    let mut target = Target::new(&state.endpoint, &shared.opts);
     // Every poller ticks on one shared schedule: the runtime wakes once per interval for all
     // endpoints (and their answers arrive together) instead of once per endpoint at scattered
     // times, which at 100 pods × 20 Hz cost more in thread wake-ups than the scrapes did.
@@ -224,53 +204,113 @@ async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &Cancellati
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let mut result = scrape_metrics(shared, filtered.as_deref().unwrap_or(&uri), engine).await;
-        if filtered.is_some() && filter_refused(&result) {
+        let result = target.scrape(shared, state).await;
+        record(state, shared, result, &mut failing);
+    }
+}
+
+/// Where one endpoint's metrics are, and whether it is still asked for the filtered page.
+struct Target {
+    engine: EngineType,
+    /// The whole page.
+    uri: String,
+    /// The page with only the series epp reads, while the server serves it.
+    filtered: Option<String>,
+}
+
+impl Target {
+    fn new(endpoint: &crate::endpoint::Endpoint, opts: &ScrapeOptions) -> Self {
+        let (id, engine) = (endpoint.id, opts.engine_of(endpoint));
+        let path = opts
+            .path
+            .as_deref()
+            .map(parse::unquote)
+            .filter(|p| !p.is_empty())
+            .unwrap_or(engine.metrics_path());
+        let uri = match opts.port {
+            0 => format!("http://{id}{path}"),
+            port => format!(
+                "http://{}{path}",
+                std::net::SocketAddr::new(id.0.ip(), port)
+            ),
+        };
+        // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server
+        // that ignores the filter sends the whole page, which parses the same.
+        let filtered = opts
+            .filter
+            .then(|| filtered_uri(&uri, &parse::series_names(engine, &opts.names)));
+        Self {
+            engine,
+            uri,
+            filtered,
+        }
+    }
+
+    /// One scrape (filtered while that works), with the node's GPU readings when configured.
+    async fn scrape(
+        &mut self,
+        shared: &Shared,
+        state: &EndpointState,
+    ) -> Result<crate::endpoint::EndpointMetrics, ScrapeError> {
+        let uri = self.filtered.as_deref().unwrap_or(&self.uri);
+        let mut result = scrape_metrics(shared, uri, self.engine).await;
+        if self.filtered.is_some() && filter_refused(&result) {
             // A server that answers the filter with an error or without the series (a
             // multi-process prometheus_client registry serves none): try the whole page, and
             // keep scraping it whole once that works.
-            let whole = scrape_metrics(shared, &uri, engine).await;
+            let whole = scrape_metrics(shared, &self.uri, self.engine).await;
             if whole.is_ok() {
-                tracing::info!(endpoint = %id, "the model server does not serve `?name[]=` filtered metrics; scraping its whole page");
-                filtered = None;
+                tracing::info!(endpoint = %state.id(), "the model server does not serve `?name[]=` filtered metrics; scraping its whole page");
+                self.filtered = None;
             }
             result = whole;
         }
-        let result = match (result, &shared.opts.gpu_metrics_url) {
+        match (result, &shared.opts.gpu_metrics_url) {
             (Ok(mut m), Some(url)) => {
                 m.gpu = node_gpu(shared, url, &state.endpoint.name).await.or(m.gpu);
                 Ok(m)
             }
             (other, _) => other,
-        };
-        let outcome = match result {
-            Ok(m) => {
-                state.store_metrics(m);
-                if std::mem::take(&mut failing) {
-                    tracing::info!(endpoint = %id, "metrics scrape recovered");
-                }
-                Outcome::success
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(endpoint = %id, error = %e, "metrics scrape failing; the endpoint becomes a last resort once its metrics are stale");
-                }
-                Outcome::failure
-            }
-        };
-        shared
-            .metrics
-            .scrapes
-            .get_or_create(&OutcomeLabels { outcome })
-            .inc();
-        let health = state.record_probe(
-            crate::datastore::health::Prober::Scrape,
-            outcome == Outcome::success,
-            &shared.datastore.health_policy(),
-            Instant::now(),
-        );
-        crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
+        }
     }
+}
+
+/// Stores a scrape's metrics, counts its outcome, feeds passive health, and logs the first
+/// failure of a streak and the recovery.
+fn record(
+    state: &EndpointState,
+    shared: &Shared,
+    result: Result<crate::endpoint::EndpointMetrics, ScrapeError>,
+    failing: &mut bool,
+) {
+    let id = state.id();
+    let outcome = match result {
+        Ok(m) => {
+            state.store_metrics(m);
+            if std::mem::take(failing) {
+                tracing::info!(endpoint = %id, "metrics scrape recovered");
+            }
+            Outcome::success
+        }
+        Err(e) => {
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(endpoint = %id, error = %e, "metrics scrape failing; the endpoint becomes a last resort once its metrics are stale");
+            }
+            Outcome::failure
+        }
+    };
+    shared
+        .metrics
+        .scrapes
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+    let health = state.record_probe(
+        crate::datastore::health::Prober::Scrape,
+        outcome == Outcome::success,
+        &shared.datastore.health_policy(),
+        Instant::now(),
+    );
+    crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
 }
 
 /// One scrape of `uri`, extracted.
