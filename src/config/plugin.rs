@@ -8,7 +8,7 @@
 //! for each parameter it cannot take. Filters, scorers and pickers build themselves
 //! (`Filter::from_plugin`, `Scorer::from_plugin`, `Picker::from_plugin`) from the parameters
 //! handed over as [`Parameters`], so a new one needs no arm here; the other kinds have theirs
-//! in [`typed`]. The decoder reports every problem of every plugin together, each naming the
+//! in `typed`. The decoder reports every problem of every plugin together, each naming the
 //! plugin and the parameter. An unknown parameter is a decoding error naming it
 //! (`deny_unknown_fields`, as upstream's strict decoder).
 
