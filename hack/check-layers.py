@@ -18,10 +18,15 @@ A top-level module missing from the table, or a row naming a module that does no
 error too, so the map cannot drift from the tree. KNOWN lists the imports that break the table
 today, each with the reason it is left; an entry that no longer occurs is an error, so the list
 only shrinks.
+
+`--self-test` breaks a copy of src/ in each of those ways, one at a time, and fails unless the
+check reports every break (hack/test.sh runs both).
 """
 import os
 import re
+import shutil
 import sys
+import tempfile
 
 LAYERS = [
     # 0 vocabulary: identities (the plugin registry among them), typed metric families, spans.
@@ -189,9 +194,56 @@ def check(src):
     return problems
 
 
+# `--self-test`: breaks a copy of src/ one way at a time and expects the check to say so.
+# (file, line inserted after its first line, what the report must contain)
+BREAKS = [
+    ("config/flow.rs", "use crate::director::Runtime;", "config (orchestration) imports director"),
+    ("director/admission.rs", "use super::Shared;", "director::admission (orchestration) imports director"),
+    ("datastore/ttft.rs", "use crate::director::admission::Shed;", "datastore (state) imports director::admission"),
+    ("extproc/wire.rs", "use crate::{endpoint,\n    admin::{self, x}};", "extproc (adapters) imports admin"),
+    ("discovery/k8s/leader.rs", "use super::super::super::app::Options;", "discovery (adapters) imports app"),
+    ("scheduling/profile.rs", "use tokio::sync::Mutex;", "the pure module scheduling uses tokio"),
+    ("director/admission/concurrency.rs", "use kube::Api;", "the pure module director::admission uses kube"),
+    ("scrape.rs", "use crate::kvevents::Sink;", "scrape (adapters) imports kvevents"),
+]
+
+
+def self_test(src):
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "src")
+        shutil.copytree(src, copy)
+        if check(copy):
+            return [f"the unbroken tree fails: {check(copy)}"]
+        for rel, line, expected in BREAKS:
+            path = os.path.join(copy, rel)
+            original = open(path, encoding="utf-8").read()
+            first, rest = original.split("\n", 1)
+            open(path, "w", encoding="utf-8").write(f"{first}\n{line}\n{rest}")
+            found = check(copy)
+            if not any(expected in p for p in found):
+                failures.append(f"{rel} + {line!r}: expected {expected!r}, got {found}")
+            open(path, "w", encoding="utf-8").write(original)
+        open(os.path.join(copy, "newmodule.rs"), "w").close()
+        if not any("'newmodule' is not in the layer table" in p for p in check(copy)):
+            failures.append("a module without a row passes")
+        os.remove(os.path.join(copy, "newmodule.rs"))
+        os.rename(os.path.join(copy, "director", "admission.rs"), os.path.join(tmp, "a.rs"))
+        if not any("row 'director::admission' names no module" in p for p in check(copy)):
+            failures.append("a row without a module passes")
+    return failures
+
+
 def main():
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-    problems = check(os.path.normpath(src))
+    src = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    if sys.argv[1:] == ["--self-test"]:
+        failures = self_test(src)
+        for f in failures:
+            print(f, file=sys.stderr)
+        print(f"self-test: {len(BREAKS) + 2 - len(failures)} of {len(BREAKS) + 2} breaks caught",
+              file=sys.stderr)
+        return 1 if failures else 0
+    problems = check(src)
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
