@@ -10,6 +10,7 @@ export EPP_KUBE_BIN="$(hack/install-kube.sh)"  # real kube-apiserver + etcd for 
 
 cargo fmt --all --check
 python3 hack/check-layers.py  # the layer table of ARCHITECTURE.md
+python3 hack/check-layers.py --self-test  # ... and the check still catches a broken import
 cargo clippy --workspace --all-targets --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast

@@ -9,11 +9,12 @@ mod prefix_gc;
 
 use crate::datastore::Datastore;
 use crate::director::{Director, DirectorOptions, PlacementSink, Runtime, Shared};
+use crate::discovery::k8s::leader;
 use crate::extproc::{stream::Limits, stream::Services, ExtProc};
 use crate::health::Health;
 use crate::kvevents::peers;
 use crate::metrics::{InfoLabels, Metrics};
-use crate::{admin, config, discovery, kvevents, leader, reload, scrape};
+use crate::{admin, config, discovery, kvevents, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
 use prometheus_client::registry::Registry;
@@ -325,10 +326,10 @@ fn flow_control(
     director: &Arc<Director>,
     metrics: &Arc<Metrics>,
 ) -> (
-    Arc<crate::flowcontrol::FlowControl>,
-    crate::flowcontrol::FlowConfig,
+    Arc<crate::director::flowcontrol::FlowControl>,
+    crate::director::flowcontrol::FlowConfig,
 ) {
-    let config = crate::flowcontrol::FlowConfig {
+    let config = crate::director::flowcontrol::FlowConfig {
         max_requests: opts.flow_control_max_requests,
         max_bytes: opts.flow_control_max_bytes,
         band_max_bytes: opts.flow_control_band_max_bytes,
@@ -336,7 +337,7 @@ fn flow_control(
         ..Default::default()
     };
     let director = Arc::clone(director);
-    let flow = crate::flowcontrol::FlowControl::new(
+    let flow = crate::director::flowcontrol::FlowControl::new(
         config,
         move || director.pool_saturation(),
         Arc::clone(metrics),
@@ -383,6 +384,14 @@ fn spawn_background(
         engine_label_key: settings.engine_label_key.clone(),
         // Checked by `Options::validate`.
         names: opts.metric_names().unwrap_or_default(),
+        probe: opts
+            .health_check_interval
+            .filter(|i| !i.is_zero())
+            .map(|interval| scrape::probe::ProbeOptions {
+                interval,
+                timeout: opts.health_check_timeout,
+                path: opts.health_check_path.clone(),
+            }),
     };
     scrape::spawn(
         Arc::clone(datastore),
@@ -391,21 +400,7 @@ fn spawn_background(
         tracker.clone(),
         shutdown.clone(),
     )
-    .context("starting the metrics scrapers' thread")?;
-    if let Some(interval) = opts.health_check_interval.filter(|i| !i.is_zero()) {
-        let popts = crate::probe::ProbeOptions {
-            interval,
-            timeout: opts.health_check_timeout,
-            path: opts.health_check_path.clone(),
-        };
-        tracker.spawn(crate::probe::run(
-            Arc::clone(datastore),
-            Arc::clone(metrics),
-            popts,
-            tracker.clone(),
-            shutdown.clone(),
-        ));
-    }
+    .context("starting the endpoint pollers' thread")?;
     let kv = kvevents::KvEventsOptions {
         port: opts.kv_events_port,
         replay_port: opts.kv_events_replay_port,

@@ -12,14 +12,15 @@
 
 pub mod health;
 pub mod latency;
+pub mod objectives;
 pub mod ttft;
 
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
 use crate::metrics::{EndpointLabels, Metrics};
-use crate::objectives::Objectives;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use health::{Health, HealthPolicy, Mode, Signal, Transition};
 use latency::Latency;
+use objectives::Objectives;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

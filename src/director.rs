@@ -11,10 +11,12 @@
 //! - [`exchange`]: the types crossing the boundary;
 //! - `route`: the routing steps; `finish`: what a finished response teaches.
 
+pub mod admission;
 mod candidates;
 mod disagg;
 mod exchange;
 mod finish;
+pub mod flowcontrol;
 mod record;
 mod route;
 mod runtime;
@@ -23,10 +25,9 @@ pub use crate::prefix::source::PlacementSink;
 pub use exchange::{Body, DirectorError, End, Incoming, Lease, ResponseSummary, Routed};
 pub use runtime::{LiveConfig, Runtime};
 
-use crate::admission;
+use crate::datastore::objectives::Priority;
 use crate::datastore::{Datastore, EndpointState};
 use crate::metrics::Metrics;
-use crate::objectives::Priority;
 use crate::prefix::source::{Indexes, PrefixSource, Source};
 use crate::request::ApiKind;
 use crate::scheduling;

@@ -15,7 +15,7 @@ pub mod status;
 pub mod stream;
 pub mod wire;
 
-use crate::flowcontrol::FlowControl;
+use crate::director::flowcontrol::FlowControl;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
     ExternalProcessor, ExternalProcessorServer,
 };

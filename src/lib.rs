@@ -17,18 +17,17 @@
 //!    releasing the in-flight count when the response ends.
 //!
 //! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
-//! [`scrape`] (one metrics poller per endpoint), [`kvevents`] (one KV-cache event subscriber per
-//! endpoint, feeding the precise prefix index, and with `--speculative-peers` the exchange of
-//! speculative entries with the other epp replicas) and [`reload`] (the config file watcher).
+//! [`scrape`] (one poller per endpoint: metric scrapes and health probes), [`kvevents`] (one
+//! KV-cache event subscriber per endpoint, feeding the precise prefix index, and with
+//! `--speculative-peers` the exchange of speculative entries with the other epp replicas) and
+//! [`reload`] (the config file watcher).
 //! `app` also owns what the director reads and records into (the live configuration, both
 //! prefix indexes, the metrics), hands each adapter the parts it uses, and runs the prefix
 //! indexes' garbage collection.
 
 pub mod admin;
-pub mod admission;
 pub mod app;
 pub mod config;
-pub mod crd;
 pub mod datastore;
 pub mod director;
 pub mod discovery;
@@ -36,18 +35,14 @@ pub mod endpoint;
 pub mod extproc;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fixtures;
-pub mod flowcontrol;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;
 pub mod kvevents;
-pub mod leader;
 pub mod metrics;
-pub mod objectives;
 pub mod plugin;
 pub mod prefix;
-pub mod probe;
 pub mod reload;
 pub mod request;
 pub mod scheduling;

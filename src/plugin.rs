@@ -267,6 +267,23 @@ impl Invalid {
     }
 }
 
+/// A plugin's `parameters`, as the configuration decoder hands them to the module that owns
+/// the plugin: that module names its parameter type and checks the values, the decoder supplies
+/// the document format and its errors. So a module decodes its own plugins (the scorers in
+/// `scheduling::scorer`) without knowing the configuration file, and the decoder needs no arm
+/// per plugin.
+pub trait Parameters {
+    /// The decoder's error: a decoding failure, or the [`Invalid`] values a check returned.
+    type Error: From<Invalid> + From<Vec<Invalid>>;
+
+    /// The parameters, decoded strictly into `T` (an unknown parameter is an error); absent
+    /// parameters are `T`'s defaults.
+    fn decode<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, Self::Error>;
+
+    /// Whether the parameters name `key` at all (a default and an explicit value may differ).
+    fn names(&self, key: &str) -> bool;
+}
+
 impl fmt::Display for PluginKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -1,12 +1,16 @@
-//! Metric scrapers: one poller per endpoint, `GET /metrics` every `--refresh-metrics-interval`.
+//! The endpoint poller: one task per endpoint, on a thread of its own, that scrapes
+//! `GET /metrics` every `--refresh-metrics-interval` and, with `--health-check-interval`, probes
+//! `GET /health` on its own schedule ([`probe`]).
 //!
 //! A supervisor follows the datastore's endpoint set, starting a poller for each new endpoint
 //! and cancelling the pollers of removed ones. A failed scrape leaves the last metrics in place;
 //! they age past the staleness threshold and the scheduler then treats the endpoint as a last
 //! resort. Failures are logged once per failing streak and counted in `epp_metrics_scrapes`.
+//! Scrape and probe failures both feed passive health, each as its own prober.
 
 pub mod dcgm;
 pub mod parse;
+pub mod probe;
 
 use crate::datastore::{Datastore, EndpointState};
 use crate::endpoint::EngineType;
@@ -43,6 +47,8 @@ pub struct ScrapeOptions {
     /// The label naming an endpoint's engine (`engineLabelKey`); otherwise
     /// `llm-d.ai/engine-type`, then `inference.networking.k8s.io/engine-type`.
     pub engine_label_key: Option<String>,
+    /// The active health probes (`--health-check-interval` above zero), run by the same poller.
+    pub probe: Option<probe::ProbeOptions>,
 }
 
 /// The engine label keys, llm-d-router's first (GIE's is its fallback).
@@ -80,6 +86,7 @@ impl Default for ScrapeOptions {
             names: parse::NameOverrides::default(),
             default_engine: None,
             engine_label_key: None,
+            probe: None,
         }
     }
 }
@@ -113,9 +120,11 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// For the health policy: a failed scrape counts as a local-origin failure (passive health).
     datastore: Arc<Datastore>,
+    /// The active health probes, when configured.
+    probes: Option<probe::Probes>,
 }
 
-/// Starts [`run`] on a thread of its own with a single-threaded runtime. The scrapes of every
+/// Starts [`run`] on a thread of its own with a single-threaded runtime. The scrapes (and probes) of every
 /// endpoint then share one thread that sleeps in `epoll` between rounds, instead of waking the
 /// request path's workers (and each other) for every answer: at 100 pods every 50 ms this
 /// halved the CPU per scrape, and a burst of answers no longer queues ahead of ext_proc
@@ -154,6 +163,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         client,
         epoch: tokio::time::Instant::now(),
+        probes: opts.probe.clone().map(probe::Probes::new),
         opts,
         metrics,
         datastore: Arc::clone(&datastore),
@@ -165,28 +175,23 @@ pub async fn run(
         .await;
 }
 
+/// One endpoint's poller: its scrapes and, when configured, its probes, each on its own
+/// schedule, side by side in one task (a slow probe never holds back a scrape, nor the reverse),
+/// until the endpoint leaves the set or epp shuts down.
 async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
-    let id = state.id();
-    let engine = shared.opts.engine_of(&state.endpoint);
-    let opts = &shared.opts;
-    let path = opts
-        .path
-        .as_deref()
-        .map(parse::unquote)
-        .filter(|p| !p.is_empty())
-        .unwrap_or(engine.metrics_path());
-    let uri = match opts.port {
-        0 => format!("http://{id}{path}"),
-        port => format!(
-            "http://{}{path}",
-            std::net::SocketAddr::new(id.0.ip(), port)
-        ),
-    };
-    // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server that
-    // ignores the filter sends the whole page, which parses the same.
-    let mut filtered = opts
-        .filter
-        .then(|| filtered_uri(&uri, &parse::series_names(engine, &opts.names)));
+    let scrapes = scrape_loop(&state, &shared, &cancel);
+    match &shared.probes {
+        Some(probes) => {
+            let probes = probes.run(&state, &shared.metrics, &shared.datastore, &cancel);
+            tokio::join!(scrapes, probes);
+        }
+        None => scrapes.await,
+    }
+}
+
+/// Scrapes every interval, on the schedule all endpoints share, until `cancel`.
+async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &CancellationToken) {
+    let mut target = Target::new(&state.endpoint, &shared.opts);
     // Every poller ticks on one shared schedule: the runtime wakes once per interval for all
     // endpoints (and their answers arrive together) instead of once per endpoint at scattered
     // times, which at 100 pods × 20 Hz cost more in thread wake-ups than the scrapes did.
@@ -199,53 +204,113 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let mut result = scrape_metrics(&shared, filtered.as_deref().unwrap_or(&uri), engine).await;
-        if filtered.is_some() && filter_refused(&result) {
+        let result = target.scrape(shared, state).await;
+        record(state, shared, result, &mut failing);
+    }
+}
+
+/// Where one endpoint's metrics are, and whether it is still asked for the filtered page.
+struct Target {
+    engine: EngineType,
+    /// The whole page.
+    uri: String,
+    /// The page with only the series epp reads, while the server serves it.
+    filtered: Option<String>,
+}
+
+impl Target {
+    fn new(endpoint: &crate::endpoint::Endpoint, opts: &ScrapeOptions) -> Self {
+        let (id, engine) = (endpoint.id, opts.engine_of(endpoint));
+        let path = opts
+            .path
+            .as_deref()
+            .map(parse::unquote)
+            .filter(|p| !p.is_empty())
+            .unwrap_or(engine.metrics_path());
+        let uri = match opts.port {
+            0 => format!("http://{id}{path}"),
+            port => format!(
+                "http://{}{path}",
+                std::net::SocketAddr::new(id.0.ip(), port)
+            ),
+        };
+        // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server
+        // that ignores the filter sends the whole page, which parses the same.
+        let filtered = opts
+            .filter
+            .then(|| filtered_uri(&uri, &parse::series_names(engine, &opts.names)));
+        Self {
+            engine,
+            uri,
+            filtered,
+        }
+    }
+
+    /// One scrape (filtered while that works), with the node's GPU readings when configured.
+    async fn scrape(
+        &mut self,
+        shared: &Shared,
+        state: &EndpointState,
+    ) -> Result<crate::endpoint::EndpointMetrics, ScrapeError> {
+        let uri = self.filtered.as_deref().unwrap_or(&self.uri);
+        let mut result = scrape_metrics(shared, uri, self.engine).await;
+        if self.filtered.is_some() && filter_refused(&result) {
             // A server that answers the filter with an error or without the series (a
             // multi-process prometheus_client registry serves none): try the whole page, and
             // keep scraping it whole once that works.
-            let whole = scrape_metrics(&shared, &uri, engine).await;
+            let whole = scrape_metrics(shared, &self.uri, self.engine).await;
             if whole.is_ok() {
-                tracing::info!(endpoint = %id, "the model server does not serve `?name[]=` filtered metrics; scraping its whole page");
-                filtered = None;
+                tracing::info!(endpoint = %state.id(), "the model server does not serve `?name[]=` filtered metrics; scraping its whole page");
+                self.filtered = None;
             }
             result = whole;
         }
-        let result = match (result, &shared.opts.gpu_metrics_url) {
+        match (result, &shared.opts.gpu_metrics_url) {
             (Ok(mut m), Some(url)) => {
-                m.gpu = node_gpu(&shared, url, &state.endpoint.name).await.or(m.gpu);
+                m.gpu = node_gpu(shared, url, &state.endpoint.name).await.or(m.gpu);
                 Ok(m)
             }
             (other, _) => other,
-        };
-        let outcome = match result {
-            Ok(m) => {
-                state.store_metrics(m);
-                if std::mem::take(&mut failing) {
-                    tracing::info!(endpoint = %id, "metrics scrape recovered");
-                }
-                Outcome::success
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(endpoint = %id, error = %e, "metrics scrape failing; the endpoint becomes a last resort once its metrics are stale");
-                }
-                Outcome::failure
-            }
-        };
-        shared
-            .metrics
-            .scrapes
-            .get_or_create(&OutcomeLabels { outcome })
-            .inc();
-        let health = state.record_probe(
-            crate::datastore::health::Prober::Scrape,
-            outcome == Outcome::success,
-            &shared.datastore.health_policy(),
-            Instant::now(),
-        );
-        crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
+        }
     }
+}
+
+/// Stores a scrape's metrics, counts its outcome, feeds passive health, and logs the first
+/// failure of a streak and the recovery.
+fn record(
+    state: &EndpointState,
+    shared: &Shared,
+    result: Result<crate::endpoint::EndpointMetrics, ScrapeError>,
+    failing: &mut bool,
+) {
+    let id = state.id();
+    let outcome = match result {
+        Ok(m) => {
+            state.store_metrics(m);
+            if std::mem::take(failing) {
+                tracing::info!(endpoint = %id, "metrics scrape recovered");
+            }
+            Outcome::success
+        }
+        Err(e) => {
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(endpoint = %id, error = %e, "metrics scrape failing; the endpoint becomes a last resort once its metrics are stale");
+            }
+            Outcome::failure
+        }
+    };
+    shared
+        .metrics
+        .scrapes
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+    let health = state.record_probe(
+        crate::datastore::health::Prober::Scrape,
+        outcome == Outcome::success,
+        &shared.datastore.health_policy(),
+        Instant::now(),
+    );
+    crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
 }
 
 /// One scrape of `uri`, extracted.

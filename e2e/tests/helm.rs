@@ -128,19 +128,23 @@ fn check_objects(objects: &[Value]) -> Vec<String> {
                 drop(typed::<ClusterRoleBinding>(o))
             }
             ("inference.networking.k8s.io/v1", "InferencePool") => {
-                drop(typed::<epp::crd::pool::InferencePool>(o))
+                drop(typed::<epp::discovery::k8s::crd::pool::InferencePool>(o))
             }
-            ("inference.networking.x-k8s.io/v1alpha2", "InferencePool") => {
-                drop(typed::<epp::crd::pool_v1alpha2::InferencePool>(o))
-            }
+            ("inference.networking.x-k8s.io/v1alpha2", "InferencePool") => drop(typed::<
+                epp::discovery::k8s::crd::pool_v1alpha2::InferencePool,
+            >(o)),
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceObjective") => {
-                drop(typed::<epp::crd::objective::InferenceObjective>(o))
+                drop(typed::<
+                    epp::discovery::k8s::crd::objective::InferenceObjective,
+                >(o))
             }
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceModel") => {
-                drop(typed::<epp::crd::model::InferenceModel>(o))
+                drop(typed::<epp::discovery::k8s::crd::model::InferenceModel>(o))
             }
             ("inference.networking.x-k8s.io/v1alpha2", "InferenceModelRewrite") => {
-                drop(typed::<epp::crd::rewrite::InferenceModelRewrite>(o))
+                drop(typed::<
+                    epp::discovery::k8s::crd::rewrite::InferenceModelRewrite,
+                >(o))
             }
             ("apps/v1", "Deployment") => drop(typed::<Deployment>(o)),
             ("gateway.networking.k8s.io/v1", "Gateway" | "GatewayClass" | "HTTPRoute") => {

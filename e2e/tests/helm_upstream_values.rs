@@ -262,7 +262,10 @@ fn a_gie_inferencepool_values_file_carries_over() {
     );
 
     let pool = find(&objects, "InferencePool");
-    drop(serde_json::from_value::<epp::crd::pool::InferencePool>(pool.clone()).unwrap());
+    drop(
+        serde_json::from_value::<epp::discovery::k8s::crd::pool::InferencePool>(pool.clone())
+            .unwrap(),
+    );
     assert_eq!(
         pool["spec"]["targetPorts"],
         json!([{"number": 8000}, {"number": 8001}])
@@ -293,8 +296,10 @@ fn a_gie_inferencepool_values_file_carries_over() {
         .filter(|o| o["kind"] == "InferenceObjective")
         .map(|o| {
             drop(
-                serde_json::from_value::<epp::crd::objective::InferenceObjective>(o.clone())
-                    .unwrap(),
+                serde_json::from_value::<epp::discovery::k8s::crd::objective::InferenceObjective>(
+                    o.clone(),
+                )
+                .unwrap(),
             );
             (o["metadata"]["name"].clone(), o["spec"]["priority"].clone())
         })

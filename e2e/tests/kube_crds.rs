@@ -1,4 +1,4 @@
-//! The CRDs of `config/crd/` (generated from src/crd) against a real kube-apiserver: the server
+//! The CRDs of `config/crd/` (generated from src/discovery/k8s/crd) against a real kube-apiserver: the server
 //! accepts them as structural schemas with their CEL rules, stores a valid object of every kind
 //! that epp's Rust types read back unchanged, and rejects objects breaking upstream's rules with
 //! upstream's messages. Needs hack/install-kube.sh.
@@ -6,7 +6,7 @@
 
 mod kube_support;
 
-use epp::crd::{model, objective, pool, pool_v1alpha2, rewrite, validate};
+use epp::discovery::k8s::crd::{model, objective, pool, pool_v1alpha2, rewrite, validate};
 use epp_e2e::kube_apiserver::TestNamespace;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_support::*;

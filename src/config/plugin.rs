@@ -3,22 +3,25 @@
 //! scheduling filter, scorer or picker, a saturation detector's thresholds, a health policy,
 //! a data-layer setting, a parser), ready to use.
 //!
-//! This is the one place a `type:` name meets its parameters. Each owner keeps its parameter
-//! type next to what it does with it (one plugin per file) and checks its values, returning
-//! [`Invalid`] for each parameter it cannot take; the decoder reports every problem of every
-//! plugin together, each naming the plugin and the parameter. An unknown parameter is a
-//! decoding error naming it (`deny_unknown_fields`, as upstream's strict decoder).
+//! This is where a `type:` name meets its parameters. Each owner keeps its parameter type next
+//! to what it does with it (one plugin per file) and checks its values, returning [`Invalid`]
+//! for each parameter it cannot take. Filters, scorers and pickers build themselves
+//! (`Filter::from_plugin`, `Scorer::from_plugin`, `Picker::from_plugin`) from the parameters
+//! handed over as [`Parameters`], so a new one needs no arm here; the other kinds have theirs
+//! in `typed`. The decoder reports every problem of every plugin together, each naming the
+//! plugin and the parameter. An unknown parameter is a decoding error naming it
+//! (`deny_unknown_fields`, as upstream's strict decoder).
 
 use super::{check_type, LoadOptions, PluginSpec, Problem};
-use crate::admission::{self, concurrency::Concurrency};
 use crate::datastore::health::{OutlierParams, SlowStartParams};
-use crate::plugin::{Invalid, PluginKind, Support};
+use crate::director::admission::{self, concurrency::Concurrency};
+use crate::plugin::{Invalid, Parameters, PluginKind, Support};
 use crate::request::ParserKind;
 use crate::scheduling::disagg::{self, cost::CostBasedPdDecider, p2p::P2pSourceProducer, Decider};
-use crate::scheduling::filter::{self, Filter, Role};
+use crate::scheduling::filter::Filter;
 use crate::scheduling::inflight_load::InflightLoadParams;
-use crate::scheduling::picker::{self, Picker, PickerParams};
-use crate::scheduling::scorer::{self, PrecisePrefixParams, PrefixParams, Scorer};
+use crate::scheduling::picker::Picker;
+use crate::scheduling::scorer::{self, Scorer};
 use crate::scheduling::Plugin as Sched;
 use serde_yaml::Value;
 
@@ -132,6 +135,21 @@ pub fn params<T: serde::de::DeserializeOwned + Default>(v: &Value) -> Result<T, 
     }
 }
 
+/// A plugin's YAML `parameters`, handed to the module that decodes its own plugins.
+struct Yaml<'a>(&'a Value);
+
+impl Parameters for Yaml<'_> {
+    type Error = Refused;
+
+    fn decode<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, Refused> {
+        Ok(params(self.0)?)
+    }
+
+    fn names(&self, key: &str) -> bool {
+        self.0.get(key).is_some()
+    }
+}
+
 /// The typed value of a `kind` plugin with parameters `v`.
 fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
     use PluginKind as K;
@@ -170,7 +188,7 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
 fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refused> {
     use PluginKind as K;
     Ok(Some(match kind {
-        K::ApproxPrefixCacheProducer => Sched::Prefix(prefix_params(v)?),
+        K::ApproxPrefixCacheProducer => Sched::Prefix(scorer::prefix_params(&Yaml(v))?),
         K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
         K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
         K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
@@ -184,115 +202,17 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
             params::<CostBasedPdDecider>(v)?.validate()?,
         ))),
         _ => {
-            if let Some(f) = filter_plugin(kind, v)? {
+            if let Some(f) = Filter::from_plugin(kind, &Yaml(v))? {
                 Sched::Filter(f)
-            } else if let Some(s) = scorer_plugin(kind, v)? {
+            } else if let Some(s) = Scorer::from_plugin(kind, &Yaml(v))? {
                 Sched::Scorer(s)
-            } else if let Some(p) = picker_plugin(kind, v)? {
+            } else if let Some(p) = Picker::from_plugin(kind, &Yaml(v))? {
                 Sched::Picker(p)
             } else {
                 return Ok(None);
             }
         }
     }))
-}
-
-fn filter_plugin(kind: PluginKind, v: &Value) -> Result<Option<Filter>, Refused> {
-    use PluginKind as K;
-    Ok(Some(match kind {
-        K::HeaderBasedTestingFilter => Filter::HeaderBasedTesting(params(v)?),
-        K::GpuMemoryFilter => Filter::GpuMemory(params::<filter::GpuMemoryFilter>(v)?.validate()?),
-        K::PrefixCacheAffinityFilter => {
-            Filter::PrefixCacheAffinity(params::<filter::PrefixCacheAffinityFilter>(v)?.validate()?)
-        }
-        K::LabelSelectorFilter => {
-            Filter::LabelSelector(params::<filter::LabelSelectorFilter>(v)?.validate()?)
-        }
-        K::ByLabelSelector => {
-            tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
-            Filter::LabelSelector(params::<filter::LabelSelectorFilter>(v)?.validate()?)
-        }
-        K::SessionAffinityFilter => {
-            Filter::SessionAffinity(params::<filter::SessionAffinityFilter>(v)?.validate()?)
-        }
-        K::UtilizationFilter => {
-            Filter::Utilization(params::<filter::UtilizationFilter>(v)?.validate()?)
-        }
-        K::ByLabel => Filter::ByLabel(params::<filter::ByLabelFilter>(v)?.validate()?),
-        // The role filters take no parameters; as before, whatever is given is not read.
-        K::DecodeFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Decode)),
-        K::PrefillFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Prefill)),
-        K::EncodeFilter => Filter::ByLabel(filter::ByLabelFilter::role(Role::Encode)),
-        _ => return Ok(None),
-    }))
-}
-
-fn scorer_plugin(kind: PluginKind, v: &Value) -> Result<Option<Scorer>, Refused> {
-    use PluginKind as K;
-    Ok(Some(match kind {
-        K::QueueScorer => Scorer::Queue(params(v)?),
-        K::KvCacheUtilizationScorer => Scorer::KvCache(params(v)?),
-        K::PrefixCacheScorer => Scorer::Prefix(scorer::PrefixScorer::new(prefix_params(v)?)),
-        K::PrecisePrefixCacheScorer => {
-            let p = params::<PrecisePrefixParams>(v)?.validate()?;
-            Scorer::PrecisePrefix(Box::new(scorer::PrecisePrefixScorer::new(p)))
-        }
-        K::LoraAffinityScorer => Scorer::LoraAffinity(params(v)?),
-        K::RunningRequestsSizeScorer => Scorer::RunningRequests(params(v)?),
-        K::LatencyScorer => Scorer::Latency(params(v)?),
-        K::SessionAffinityScorer => {
-            Scorer::SessionAffinity(params::<scorer::SessionAffinityScorer>(v)?.validate()?)
-        }
-        K::GpuUtilizationScorer => {
-            Scorer::GpuUtilization(params::<scorer::GpuUtilizationScorer>(v)?.validate()?)
-        }
-        K::EstimatedTtftScorer => {
-            Scorer::EstimatedTtft(params::<scorer::EstimatedTtftScorer>(v)?.validate()?)
-        }
-        K::TokenLoadScorer => Scorer::TokenLoad(params::<scorer::TokenLoadScorer>(v)?.validate()?),
-        K::ActiveRequestScorer => {
-            Scorer::ActiveRequest(params::<scorer::ActiveRequestScorer>(v)?.validate()?)
-        }
-        K::LoadAwareScorer => Scorer::LoadAware(params::<scorer::LoadAwareScorer>(v)?.validate()?),
-        K::NoHitLruScorer => Scorer::NoHitLru(params::<scorer::NoHitLruScorer>(v)?.validate()?),
-        K::ContextLengthAware => {
-            Scorer::ContextLength(params::<scorer::ContextLengthAware>(v)?.validate()?)
-        }
-        _ => return Ok(None),
-    }))
-}
-
-fn picker_plugin(kind: PluginKind, v: &Value) -> Result<Option<Picker>, Refused> {
-    use PluginKind as K;
-    let p = || -> Result<PickerParams, Refused> { Ok(params::<PickerParams>(v)?.validate()?) };
-    Ok(Some(match kind {
-        K::MaxScorePicker => Picker::MaxScore(picker::MaxScorePicker { params: p()? }),
-        K::RandomPicker => Picker::Random(picker::RandomPicker { params: p()? }),
-        K::WeightedRandomPicker => {
-            Picker::WeightedRandom(picker::WeightedRandomPicker { params: p()? })
-        }
-        K::RoundRobinPicker => Picker::RoundRobin(picker::RoundRobinPicker::new(p()?, false)),
-        K::WeightedRoundRobinPicker => {
-            Picker::RoundRobin(picker::RoundRobinPicker::new(p()?, true))
-        }
-        K::WeightedLeastRequestPicker => {
-            Picker::WeightedLeastRequest(picker::WeightedLeastRequestPicker { params: p()? })
-        }
-        K::PowerOfTwoChoicesPicker | K::P2cPicker => {
-            Picker::PowerOfTwoChoices(picker::PowerOfTwoChoicesPicker { params: p()? })
-        }
-        K::ConsistentHashPicker => Picker::ConsistentHash(picker::ConsistentHashPicker {
-            params: params::<picker::ConsistentHashParams>(v)?.validate()?,
-        }),
-        _ => return Ok(None),
-    }))
-}
-
-/// `prefix-cache-scorer`'s (and the approximate producer's) parameters: the legacy character
-/// `blockSize` is accepted only beside `blockSizeTokens`.
-fn prefix_params(v: &Value) -> Result<PrefixParams, Refused> {
-    let explicit_tokens = v.get("blockSizeTokens").is_some();
-    Ok(params::<PrefixParams>(v)?.validate(explicit_tokens)?)
 }
 
 #[cfg(test)]

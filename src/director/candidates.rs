@@ -2,12 +2,12 @@
 //! outlier ejection, admitted by the saturation detector, and each made into the value the
 //! scheduler reads (metrics, in-flight load, latency, slow-start ramp).
 
+use super::admission;
 use super::exchange::DirectorError;
 use super::Director;
-use crate::admission;
+use crate::datastore::objectives::Priority;
 use crate::datastore::{EndpointSet, EndpointState};
 use crate::endpoint::EndpointId;
-use crate::objectives::Priority;
 use crate::scheduling::{self, Candidate};
 use std::sync::Arc;
 use std::time::Instant;

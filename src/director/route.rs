@@ -4,10 +4,10 @@
 
 use super::exchange::{Body, DirectorError, Incoming, Routed};
 use super::{prompt_cap, Director, Runtime};
+use crate::datastore::objectives::Priority;
 use crate::datastore::{EndpointState, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::metrics::{ModelLabels, RequestLabels};
-use crate::objectives::Priority;
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};

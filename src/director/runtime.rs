@@ -2,11 +2,11 @@
 //! ([`LiveConfig`]): `app` owns it, config reload swaps it, requests in progress finish with the
 //! one they started with.
 
-use crate::admission;
+use super::admission;
+use super::flowcontrol::{FlowConfig, FlowControl};
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
 use crate::datastore::Datastore;
-use crate::flowcontrol::{FlowConfig, FlowControl};
 use crate::prefix::source::{ApproximateParams, Config as PrefixConfig, PreciseParams};
 use crate::request;
 use crate::request::tokenize::{Tokenizer, TokenizerSource};

@@ -244,7 +244,7 @@ fn no_endpoints_is_no_candidates_and_bad_body_is_bad_request() {
 #[test]
 fn sheddable_requests_are_shed_only_when_the_pool_is_saturated() {
     let (d, ds) = director(&[1]);
-    let mut o = crate::objectives::Objectives::default();
+    let mut o = crate::datastore::objectives::Objectives::default();
     o.objectives.insert("batch".into(), -1);
     o.objectives.insert("critical".into(), 10);
     ds.set_objectives(o);
@@ -289,11 +289,11 @@ fn sheddable_requests_are_shed_only_when_the_pool_is_saturated() {
 #[test]
 fn inference_model_targets_rewrite_the_body() {
     let (d, ds) = director(&[1]);
-    let mut o = crate::objectives::Objectives::default();
-    let targets = crate::objectives::WeightedTargets::new(vec![("m-canary".into(), 1)]);
+    let mut o = crate::datastore::objectives::Objectives::default();
+    let targets = crate::datastore::objectives::WeightedTargets::new(vec![("m-canary".into(), 1)]);
     o.models.insert(
         "m".into(),
-        crate::objectives::ModelPolicy {
+        crate::datastore::objectives::ModelPolicy {
             priority: 0,
             targets,
         },

@@ -133,7 +133,7 @@ fn a_pool_saturated_in_prefill_serves_decode_only_and_is_not_saturated() {
         0.125,
         "kv 0.1 / 0.8 on the decode pods"
     );
-    let mut o = crate::objectives::Objectives::default();
+    let mut o = crate::datastore::objectives::Objectives::default();
     o.objectives.insert("batch".into(), -1);
     ds.set_objectives(o);
     let r = d.route(&incoming(&d, &bodies[12], Some("batch")), &mut rng);
@@ -143,7 +143,7 @@ fn a_pool_saturated_in_prefill_serves_decode_only_and_is_not_saturated() {
 #[test]
 fn a_pool_saturated_in_decode_is_saturated_whatever_its_prefill_pods() {
     let (d, ds) = director();
-    let mut o = crate::objectives::Objectives::default();
+    let mut o = crate::datastore::objectives::Objectives::default();
     o.objectives.insert("batch".into(), -1);
     ds.set_objectives(o);
     set_waiting(&ds, 1, 8.0);

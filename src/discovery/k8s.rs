@@ -16,19 +16,21 @@
 //! Both tasks feed [`sync`], which tells readiness whether discovery has synced and the API
 //! server still answers.
 
+pub mod crd;
 pub mod gate;
+pub mod leader;
 pub mod objectives;
 pub mod pods;
 pub mod report;
 pub mod sync;
 
-use crate::crd::validate::Validate;
-use crate::crd::{
+use crate::datastore::Datastore;
+use crate::metrics::{CrdKind, KubeResource, Metrics};
+use crd::validate::Validate;
+use crd::{
     model::InferenceModel, objective::InferenceObjective, pool, pool_v1alpha2,
     rewrite::InferenceModelRewrite,
 };
-use crate::datastore::Datastore;
-use crate::metrics::{CrdKind, KubeResource, Metrics};
 use futures::stream::{BoxStream, StreamExt};
 use gate::Gate;
 use k8s_openapi::api::core::v1::Pod;

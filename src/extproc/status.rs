@@ -151,7 +151,7 @@ pub enum StreamError {
     #[error("request headers exceed {limit} bytes")]
     HeadersTooLarge { limit: usize },
     #[error(transparent)]
-    Flow(#[from] crate::flowcontrol::FlowError),
+    Flow(#[from] crate::director::flowcontrol::FlowError),
 }
 
 impl StreamError {
@@ -169,14 +169,16 @@ impl StreamError {
             Self::HeadersTooLarge { .. } => Code::HeadersTooLarge,
             // A TTL expiry is contention, not absence: 429, as upstream v0.10.
             Self::Flow(e) if e.is_capacity() => Code::ResourceExhausted,
-            Self::Flow(crate::flowcontrol::FlowError::Expired(_)) => Code::ResourceExhausted,
+            Self::Flow(crate::director::flowcontrol::FlowError::Expired(_)) => {
+                Code::ResourceExhausted
+            }
             Self::Flow(_) => Code::ServiceUnavailable,
         }
     }
 
     /// Upstream's drop reason for a 429 or 503, `None` for every other error.
     pub fn dropped_reason(&self) -> Option<DroppedReason> {
-        use crate::flowcontrol::FlowError;
+        use crate::director::flowcontrol::FlowError;
         match self {
             Self::Director(DirectorError::NoCandidates(_)) => Some(DroppedReason::NoEndpoints),
             Self::Director(DirectorError::Schedule(_) | DirectorError::Shed(_)) => {
@@ -268,7 +270,7 @@ mod tests {
             ),
             (StreamError::BodyTooLarge { limit: 1 }, 413),
             (
-                DirectorError::Shed(crate::admission::Shed {
+                DirectorError::Shed(crate::director::admission::Shed {
                     priority: -1,
                     saturation: 1.0,
                 })
@@ -296,8 +298,8 @@ mod tests {
 
     #[test]
     fn drop_reasons_and_statuses_are_upstreams() {
-        use crate::flowcontrol::FlowError;
-        let shed = crate::admission::Shed {
+        use crate::director::flowcontrol::FlowError;
+        let shed = crate::director::admission::Shed {
             priority: -1,
             saturation: 1.0,
         };
@@ -359,7 +361,7 @@ mod tests {
 
     #[test]
     fn backpressure_answers_say_why_and_when_to_retry() {
-        let shed = crate::admission::Shed {
+        let shed = crate::director::admission::Shed {
             priority: -1,
             saturation: 1.2,
         };

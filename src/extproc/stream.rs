@@ -18,7 +18,7 @@
 //! Early decision (duplex mode, on by default): as soon as the model and the prompt prefix the
 //! scorers read are known, epp routes, answers the headers and streams the rest of the body
 //! through as it arrives ([`early`]). With flow control, the decision first waits for the
-//! request's turn ([`crate::flowcontrol`]); the driver awaits it. The body is parsed once
+//! request's turn ([`crate::director::flowcontrol`]); the driver awaits it. The body is parsed once
 //! ([`crate::request::parse`] at its end, or the scan's early request) and the parsed request
 //! is what routing, the flow-control ticket and error labels read.
 //!

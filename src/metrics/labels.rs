@@ -83,7 +83,7 @@ pub struct InfoLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CrdRuleLabels {
     pub kind: CrdKind,
-    /// The rule's id ([`crate::crd::validate::Rule`]): a closed set defined in code.
+    /// The rule's id ([`crate::discovery::k8s::crd::validate::Rule`]): a closed set defined in code.
     pub rule: &'static str,
 }
 

@@ -9,6 +9,7 @@ mod session_affinity;
 mod utilization;
 
 use super::{Candidate, SchedulingRequest};
+use crate::plugin::{Parameters, PluginKind};
 pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
 pub use gpu_memory::GpuMemoryFilter;
 pub use header_based_testing::HeaderBasedTestingFilter;
@@ -18,7 +19,7 @@ use rand::Rng;
 pub use session_affinity::SessionAffinityFilter;
 pub use utilization::UtilizationFilter;
 
-/// Every filter epp knows (`crate::config` decodes each from its plugin type).
+/// Every filter epp knows; [`Filter::from_plugin`] builds each from its plugin's parameters.
 #[derive(Clone, Debug)]
 pub enum Filter {
     HeaderBasedTesting(HeaderBasedTestingFilter),
@@ -34,6 +35,36 @@ pub enum Filter {
 }
 
 impl Filter {
+    /// The filter a `kind` plugin configures, from its parameters, decoded and checked (`None`
+    /// when `kind` is no filter). The configuration decoder calls this for every plugin.
+    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+        use PluginKind as K;
+        Ok(Some(match kind {
+            K::HeaderBasedTestingFilter => Self::HeaderBasedTesting(p.decode()?),
+            K::GpuMemoryFilter => Self::GpuMemory(p.decode::<GpuMemoryFilter>()?.validate()?),
+            K::PrefixCacheAffinityFilter => {
+                Self::PrefixCacheAffinity(p.decode::<PrefixCacheAffinityFilter>()?.validate()?)
+            }
+            K::LabelSelectorFilter => {
+                Self::LabelSelector(p.decode::<LabelSelectorFilter>()?.validate()?)
+            }
+            K::ByLabelSelector => {
+                tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
+                Self::LabelSelector(p.decode::<LabelSelectorFilter>()?.validate()?)
+            }
+            K::SessionAffinityFilter => {
+                Self::SessionAffinity(p.decode::<SessionAffinityFilter>()?.validate()?)
+            }
+            K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),
+            K::ByLabel => Self::ByLabel(p.decode::<ByLabelFilter>()?.validate()?),
+            // The role filters take no parameters; as before, whatever is given is not read.
+            K::DecodeFilter => Self::ByLabel(ByLabelFilter::role(Role::Decode)),
+            K::PrefillFilter => Self::ByLabel(ByLabelFilter::role(Role::Prefill)),
+            K::EncodeFilter => Self::ByLabel(ByLabelFilter::role(Role::Encode)),
+            _ => return Ok(None),
+        }))
+    }
+
     pub fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,

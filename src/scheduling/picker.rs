@@ -13,7 +13,7 @@ mod weighted_random;
 
 use super::{Candidate, SchedulingRequest};
 use crate::endpoint::EndpointId;
-use crate::plugin::Invalid;
+use crate::plugin::{Invalid, Parameters, PluginKind};
 pub use consistent_hash::{ConsistentHashParams, ConsistentHashPicker};
 pub use least_request::WeightedLeastRequestPicker;
 pub use max_score::MaxScorePicker;
@@ -70,6 +70,33 @@ impl Default for Picker {
 }
 
 impl Picker {
+    /// The picker a `kind` plugin configures, from its parameters, decoded and checked (`None`
+    /// when `kind` is no picker). The configuration decoder calls this for every plugin.
+    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+        use PluginKind as K;
+        let params =
+            || -> Result<PickerParams, P::Error> { Ok(p.decode::<PickerParams>()?.validate()?) };
+        Ok(Some(match kind {
+            K::MaxScorePicker => Self::MaxScore(MaxScorePicker { params: params()? }),
+            K::RandomPicker => Self::Random(RandomPicker { params: params()? }),
+            K::WeightedRandomPicker => {
+                Self::WeightedRandom(WeightedRandomPicker { params: params()? })
+            }
+            K::RoundRobinPicker => Self::RoundRobin(RoundRobinPicker::new(params()?, false)),
+            K::WeightedRoundRobinPicker => Self::RoundRobin(RoundRobinPicker::new(params()?, true)),
+            K::WeightedLeastRequestPicker => {
+                Self::WeightedLeastRequest(WeightedLeastRequestPicker { params: params()? })
+            }
+            K::PowerOfTwoChoicesPicker | K::P2cPicker => {
+                Self::PowerOfTwoChoices(PowerOfTwoChoicesPicker { params: params()? })
+            }
+            K::ConsistentHashPicker => Self::ConsistentHash(ConsistentHashPicker {
+                params: p.decode::<ConsistentHashParams>()?.validate()?,
+            }),
+            _ => return Ok(None),
+        }))
+    }
+
     pub fn pick(
         &self,
         req: &SchedulingRequest<'_>,

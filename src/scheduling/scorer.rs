@@ -17,6 +17,7 @@ mod session_affinity;
 mod token_load;
 
 use super::{Candidate, SchedulingRequest};
+use crate::plugin::{Parameters, PluginKind};
 pub use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
@@ -36,7 +37,7 @@ pub use session_affinity::{
 };
 pub use token_load::TokenLoadScorer;
 
-/// Every scorer epp knows (`crate::config` decodes each from its plugin type).
+/// Every scorer epp knows; [`Scorer::from_plugin`] builds each from its plugin's parameters.
 #[derive(Clone, Debug)]
 pub enum Scorer {
     Queue(QueueScorer),
@@ -59,6 +60,43 @@ pub enum Scorer {
 }
 
 impl Scorer {
+    /// The scorer a `kind` plugin configures, from its parameters, decoded and checked (`None`
+    /// when `kind` is no scorer). The configuration decoder calls this for every plugin.
+    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+        use PluginKind as K;
+        Ok(Some(match kind {
+            K::QueueScorer => Self::Queue(p.decode()?),
+            K::KvCacheUtilizationScorer => Self::KvCache(p.decode()?),
+            K::PrefixCacheScorer => Self::Prefix(PrefixScorer::new(prefix_params(p)?)),
+            K::PrecisePrefixCacheScorer => {
+                let params = p.decode::<PrecisePrefixParams>()?.validate()?;
+                Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(params)))
+            }
+            K::LoraAffinityScorer => Self::LoraAffinity(p.decode()?),
+            K::RunningRequestsSizeScorer => Self::RunningRequests(p.decode()?),
+            K::LatencyScorer => Self::Latency(p.decode()?),
+            K::SessionAffinityScorer => {
+                Self::SessionAffinity(p.decode::<SessionAffinityScorer>()?.validate()?)
+            }
+            K::GpuUtilizationScorer => {
+                Self::GpuUtilization(p.decode::<GpuUtilizationScorer>()?.validate()?)
+            }
+            K::EstimatedTtftScorer => {
+                Self::EstimatedTtft(p.decode::<EstimatedTtftScorer>()?.validate()?)
+            }
+            K::TokenLoadScorer => Self::TokenLoad(p.decode::<TokenLoadScorer>()?.validate()?),
+            K::ActiveRequestScorer => {
+                Self::ActiveRequest(p.decode::<ActiveRequestScorer>()?.validate()?)
+            }
+            K::LoadAwareScorer => Self::LoadAware(p.decode::<LoadAwareScorer>()?.validate()?),
+            K::NoHitLruScorer => Self::NoHitLru(p.decode::<NoHitLruScorer>()?.validate()?),
+            K::ContextLengthAware => {
+                Self::ContextLength(p.decode::<ContextLengthAware>()?.validate()?)
+            }
+            _ => return Ok(None),
+        }))
+    }
+
     /// Writes one score per candidate of `pool` into `out` (same length).
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         match self {
@@ -108,6 +146,13 @@ impl Scorer {
             _ => None,
         }
     }
+}
+
+/// `prefix-cache-scorer`'s (and the approximate producer's) parameters: the legacy character
+/// `blockSize` is accepted only beside `blockSizeTokens`.
+pub fn prefix_params<P: Parameters>(p: &P) -> Result<PrefixParams, P::Error> {
+    let explicit_tokens = p.names("blockSizeTokens");
+    Ok(p.decode::<PrefixParams>()?.validate(explicit_tokens)?)
 }
 
 /// Min-max normalisation where less is better: the smallest value scores 1, the largest 0, all

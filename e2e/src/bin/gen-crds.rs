@@ -8,8 +8,8 @@ fn main() -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd"));
     std::fs::create_dir_all(&dir)?;
-    for (file, crd) in epp::crd::definitions() {
-        std::fs::write(dir.join(&file), epp::crd::render(&crd)?)?;
+    for (file, crd) in epp::discovery::k8s::crd::definitions() {
+        std::fs::write(dir.join(&file), epp::discovery::k8s::crd::render(&crd)?)?;
         println!("wrote {}", dir.join(&file).display());
     }
     Ok(())

@@ -1,12 +1,12 @@
 //! The admission gate between a watch and its mirror: objects that break the CRDs' CEL rules
-//! ([`crate::crd::validate`]) are dropped here, as a real API server would have rejected them.
+//! ([`crate::discovery::k8s::crd::validate`]) are dropped here, as a real API server would have rejected them.
 //!
 //! The gate remembers the last accepted version of each object so transition rules (`oldSelf`)
 //! can be checked; an update that breaks one keeps the previous version visible, as the API
 //! server would have kept it. Every dropped object is logged with the rule's upstream message and
 //! counted in `epp_crd_validation_failures{kind,rule}`.
 
-use crate::crd::validate::{Rule, Validate};
+use super::crd::validate::{Rule, Validate};
 use crate::metrics::{CrdKind, CrdRuleLabels, Metrics};
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
@@ -94,7 +94,7 @@ impl<K: Validate + Resource + Clone> Gate<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::model::InferenceModel;
+    use crate::discovery::k8s::crd::model::InferenceModel;
     use serde_json::json;
 
     fn model(name: &str, model_name: &str, weights: &[Option<i32>]) -> InferenceModel {

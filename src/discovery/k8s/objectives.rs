@@ -2,11 +2,11 @@
 //! [`Objectives`] snapshot. Only objects whose `poolRef` names our pool count; when two
 //! InferenceModels claim a model name, or rewrite rules overlap, the oldest object wins.
 
-use crate::crd::common::PoolRef;
-use crate::crd::model::{Criticality, InferenceModel};
-use crate::crd::objective::InferenceObjective;
-use crate::crd::rewrite::InferenceModelRewrite;
-use crate::objectives::{ModelPolicy, Objectives, RewriteRule, WeightedTargets};
+use super::crd::common::PoolRef;
+use super::crd::model::{Criticality, InferenceModel};
+use super::crd::objective::InferenceObjective;
+use super::crd::rewrite::InferenceModelRewrite;
+use crate::datastore::objectives::{ModelPolicy, Objectives, RewriteRule, WeightedTargets};
 use kube::ResourceExt;
 
 /// The pool objects must reference; `None` (standalone mode) accepts every object.

@@ -17,9 +17,9 @@
 //! and the parsed request is what the decision, the flow-control ticket and error labels read.
 
 use super::{Exchange, Rest, State, StreamMachine};
+use crate::director::flowcontrol::{FlowError, Ticket};
 use crate::extproc::status::StreamError;
 use crate::extproc::wire;
-use crate::flowcontrol::{FlowError, Ticket};
 use crate::request::scan::Scanner;
 use crate::request::{ApiKind, LlmRequest, RequestError};
 use envoy_types::pb::envoy::config::core::v3::HeaderMap;

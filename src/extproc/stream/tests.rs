@@ -701,7 +701,7 @@ fn flow_control_parks_the_decision_until_admitted_or_refused() {
     assert_eq!(m.take_flow_ticket().unwrap().fairness_id, "default-flow");
     let mut out = Vec::new();
     m.on_admission(
-        Err(crate::flowcontrol::FlowError::Full {
+        Err(crate::director::flowcontrol::FlowError::Full {
             limit: "maxRequests",
             value: 1,
         }),

@@ -274,7 +274,7 @@ fn the_configured_request_handler_parsers_decide() {
 #[test]
 fn passthrough_is_admitted_like_any_request_and_bodyless_requests_are_never_412() {
     let (mut m, pc, ds) = machine_with_store(&[1], true);
-    let mut o = crate::objectives::Objectives::default();
+    let mut o = crate::datastore::objectives::Objectives::default();
     o.objectives.insert("batch".into(), -1);
     ds.set_objectives(o);
     // No scraped metrics: the pool counts as saturated, so a sheddable request is shed.

@@ -58,7 +58,7 @@ fn approve(crd: &mut CustomResourceDefinition) {
 /// The YAML committed for one CRD.
 pub fn render(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
     Ok(format!(
-        "# Generated from src/crd by hack/gen-crds.sh; do not edit.\n{}",
+        "# Generated from src/discovery/k8s/crd by hack/gen-crds.sh; do not edit.\n{}",
         serde_yaml::to_string(crd)?
     ))
 }

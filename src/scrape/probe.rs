@@ -1,6 +1,7 @@
 //! Active health: an optional `GET /health` of every endpoint every `--health-check-interval`
 //! (off by default), as upstream's GKE chart configures a `HealthCheckPolicy` (HTTP `/health`
-//! on the serving port, 2 s interval and timeout).
+//! on the serving port, 2 s interval and timeout). The probes ride on the endpoint poller
+//! ([`super`]): each endpoint's poller task runs its probe schedule beside its scrape schedule.
 //!
 //! Why, next to passive health: passive health learns only from traffic, so a pod that dies
 //! while idle, or a pod that is ejected and receives nothing, is noticed late. A probe answers
@@ -9,7 +10,7 @@
 //! its successes reset that count but never restore an ejected endpoint: only a served request
 //! does (a pod whose `/health` answers while its inference fails must stay out). Without the
 //! `outlier-detection` plugin, probes are counted in `epp_health_probes` and logged, nothing
-//! more. Metric scrape failures feed the same state (`scrape`).
+//! more. Metric scrape failures feed the same state (as their own prober).
 
 use crate::datastore::{self, Datastore, EndpointState};
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
@@ -17,10 +18,8 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 #[derive(Clone, Debug)]
 pub struct ProbeOptions {
@@ -44,81 +43,78 @@ pub enum ProbeError {
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
-struct Shared {
+/// The probe client and options, shared by every endpoint's poller.
+pub(super) struct Probes {
+    /// Its own client: its connect timeout is the probe's, not the scrape's.
     client: HttpClient,
     opts: ProbeOptions,
-    metrics: Arc<Metrics>,
-    datastore: Arc<Datastore>,
 }
 
-/// Follows the endpoint set until `shutdown`, one prober per endpoint on `tracker`.
-pub async fn run(
-    datastore: Arc<Datastore>,
-    metrics: Arc<Metrics>,
-    opts: ProbeOptions,
-    tracker: TaskTracker,
-    shutdown: CancellationToken,
-) {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(opts.timeout));
-    let client = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(1)
-        .build(connector);
-    let shared = Arc::new(Shared {
-        client,
-        opts,
-        metrics,
-        datastore: Arc::clone(&datastore),
-    });
-    datastore
-        .per_endpoint(&tracker, &shutdown, |tracker, state, token| {
-            tracker.spawn(probe_loop(state, Arc::clone(&shared), token));
-        })
-        .await;
-}
+impl Probes {
+    pub(super) fn new(opts: ProbeOptions) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(opts.timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(1)
+            .build(connector);
+        Self { client, opts }
+    }
 
-async fn probe_loop(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: CancellationToken) {
-    let uri = format!("http://{}{}", state.id(), shared.opts.path);
-    let mut tick = tokio::time::interval(shared.opts.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
+    /// Probes `state` every interval (the first at once) until `cancel`; a late probe delays
+    /// the next rather than bunching up.
+    pub(super) async fn run(
+        &self,
+        state: &EndpointState,
+        metrics: &Metrics,
+        datastore: &Datastore,
+        cancel: &CancellationToken,
+    ) {
+        let uri = format!("http://{}{}", state.id(), self.opts.path);
+        let mut tick = tokio::time::interval(self.opts.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let ok = self.probe(&uri, state, &mut failing).await;
+            let outcome = if ok {
+                Outcome::success
+            } else {
+                Outcome::failure
+            };
+            metrics
+                .health_probes
+                .get_or_create(&OutcomeLabels { outcome })
+                .inc();
+            let transition = state.record_probe(
+                datastore::health::Prober::Health,
+                ok,
+                &datastore.health_policy(),
+                Instant::now(),
+            );
+            datastore::report(metrics, &state.endpoint, transition, "health probe");
         }
+    }
+
+    /// One probe, bounded by the timeout; logs the first failure of a streak and the recovery.
+    async fn probe(&self, uri: &str, state: &EndpointState, failing: &mut bool) -> bool {
         let result =
-            match tokio::time::timeout(shared.opts.timeout, probe_once(&shared.client, &uri)).await
-            {
+            match tokio::time::timeout(self.opts.timeout, probe_once(&self.client, uri)).await {
                 Ok(r) => r,
-                Err(_) => Err(ProbeError::Timeout(shared.opts.timeout)),
+                Err(_) => Err(ProbeError::Timeout(self.opts.timeout)),
             };
         match &result {
-            Ok(()) if std::mem::take(&mut failing) => {
+            Ok(()) if std::mem::take(failing) => {
                 tracing::info!(endpoint = %state.id(), "health probe recovered")
             }
-            Err(e) if !std::mem::replace(&mut failing, true) => {
+            Err(e) if !std::mem::replace(failing, true) => {
                 tracing::warn!(endpoint = %state.id(), error = %e, "health probe failing")
             }
             _ => {}
         }
-        let outcome = if result.is_ok() {
-            Outcome::success
-        } else {
-            Outcome::failure
-        };
-        shared
-            .metrics
-            .health_probes
-            .get_or_create(&OutcomeLabels { outcome })
-            .inc();
-        let transition = state.record_probe(
-            datastore::health::Prober::Health,
-            result.is_ok(),
-            &shared.datastore.health_policy(),
-            Instant::now(),
-        );
-        datastore::report(&shared.metrics, &state.endpoint, transition, "health probe");
+        result.is_ok()
     }
 }
 
@@ -136,12 +132,21 @@ async fn probe_once(client: &HttpClient, uri: &str) -> Result<(), ProbeError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{run, ScrapeOptions};
     use super::*;
     use crate::datastore::health::{HealthPolicy, OutlierParams};
     use crate::endpoint::{Endpoint, EndpointId};
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::task::TaskTracker;
 
-    /// A one-route HTTP server answering every request with `status` (bounded: `max` requests).
+    /// The metrics page every test server serves, so that only the probes decide health.
+    const PAGE: &str = "vllm:num_requests_running 0\n\
+vllm:num_requests_waiting 0\n\
+vllm:kv_cache_usage_perc 0.1\n";
+
+    /// A loopback HTTP server answering `GET /metrics…` with [`PAGE`] and every other request
+    /// with `status` (bounded: `max` requests).
     async fn server(
         status: u16,
         max: usize,
@@ -155,10 +160,15 @@ mod tests {
                     return;
                 };
                 let mut buf = [0u8; 1024];
-                let _ = sock.read(&mut buf).await;
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                );
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                let reply = if buf[..n].starts_with(b"GET /metrics") {
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{PAGE}",
+                        PAGE.len()
+                    )
+                } else {
+                    format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                };
                 let _ = sock.write_all(reply.as_bytes()).await;
             }
         });
@@ -194,10 +204,13 @@ mod tests {
         let metrics = Arc::new(Metrics::register(
             &mut prometheus_client::registry::Registry::default(),
         ));
-        let opts = ProbeOptions {
-            interval: Duration::from_millis(20),
-            timeout: Duration::from_secs(1),
-            path: "/health".into(),
+        let opts = ScrapeOptions {
+            probe: Some(ProbeOptions {
+                interval: Duration::from_millis(20),
+                timeout: Duration::from_secs(1),
+                path: "/health".into(),
+            }),
+            ..ScrapeOptions::default()
         };
         let shutdown = CancellationToken::new();
         tracker.spawn(run(

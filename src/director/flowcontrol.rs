@@ -24,8 +24,8 @@
 //! so `target_model_name` repeats `model_name`.
 
 use crate::config::FlowSettings;
+use crate::datastore::objectives::Priority;
 use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
-use crate::objectives::Priority;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -15,8 +15,8 @@ pub mod concurrency;
 mod params;
 pub use params::{go_duration, UtilizationParams};
 
+use crate::datastore::objectives::Priority;
 use crate::endpoint::EndpointMetrics;
-use crate::objectives::Priority;
 use std::time::{Duration, Instant};
 
 /// Upstream's defaults: queue 5, KV 0.8, headroom 0.
