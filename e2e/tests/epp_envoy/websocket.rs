@@ -5,8 +5,8 @@
 //!
 //! `config/envoy/duplex-websocket.yaml` is the recommended config: ext_proc sees the upgrade's
 //! headers only. Through plain FULL_DUPLEX_STREAMED bodies the session also routes and epp ends
-//! it cleanly, but Envoy loses the pod's last frames at the close (the config's header says why),
-//! so that test asserts no closing handshake.
+//! it cleanly, but Envoy often loses the pod's last frames at the close (its Close reply was lost
+//! in 3 of 4 runs; the config's header says why), so that test does not assert the handshake.
 
 use std::time::Duration;
 
@@ -173,15 +173,12 @@ async fn a_realtime_session_is_served_by_the_idle_pod_and_closes_with_the_handsh
     assert_eq!(log[0].upstream.as_deref(), Some(idle.endpoint().as_str()));
     assert_eq!(log[0].metadata.as_deref(), Some(idle.endpoint().as_str()));
     assert_epp_counted_one_session(&stack.epp, &idle.endpoint()).await;
-    let failed = stack
-        .envoy
-        .counter("http.epp.ext_proc.streams_failed")
-        .await;
-    assert_eq!(
-        failed.unwrap().unwrap_or(0),
-        0,
-        "Envoy saw an ext_proc stream fail"
-    );
+    // ext_proc carried the request and response headers only, and its stream closed cleanly.
+    let stats = stack.envoy.stats("http.epp.ext_proc").await.unwrap();
+    let stat = |name: &str| stats.get(&format!("http.epp.ext_proc.{name}")).cloned();
+    assert_eq!(stat("stream_msgs_sent").as_deref(), Some("2"), "{stats:?}");
+    assert_eq!(stat("streams_closed").as_deref(), Some("1"), "{stats:?}");
+    assert_eq!(stat("streams_failed").as_deref(), Some("0"), "{stats:?}");
     stack.stop().await;
 }
 
