@@ -72,6 +72,10 @@ pub fn accept(
     if !has_token(headers, header::UPGRADE, "websocket") {
         return Err(ApiError::NoRoute);
     }
+    if req.version() != http::Version::HTTP_11 {
+        let msg = "a WebSocket upgrade needs HTTP/1.1 (RFC 6455)";
+        return Err(ApiError::BadRequest(msg.into()));
+    }
     if !has_token(headers, header::CONNECTION, "upgrade") {
         return Err(ApiError::BadRequest(
             "`Connection: upgrade` is required".into(),
@@ -522,6 +526,20 @@ mod tests {
         let mut answer = String::new();
         tcp.read_to_string(&mut answer).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+        pod.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_upgrade_over_http_1_0_is_a_400() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (pod, mut tcp) = pod().await;
+        let request = "GET /v1/realtime HTTP/1.0\r\nconnection: upgrade\r\nupgrade: websocket\r\n\
+            sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.0 400"), "{answer}");
+        assert!(answer.contains("needs HTTP/1.1"), "{answer}");
         pod.stop().await;
     }
 
