@@ -125,6 +125,15 @@ async fn close(mut ws: Session) -> bool {
     }
 }
 
+/// Waits until epp's running-requests gauge (requests without a model: the session) is `n`.
+async fn wait_for_running(epp: &Epp, n: f64) {
+    let labels = [("model_name", "")];
+    wait_for_metrics(epp, &format!("{n} running"), |t| {
+        sample(t, "inference_objective_running_requests", &labels) == Some(n)
+    })
+    .await;
+}
+
 /// epp routed one request to `endpoint` and recorded its end, and no ext_proc stream was reset.
 async fn assert_epp_counted_one_session(epp: &Epp, endpoint: &str) {
     let routed = [("status", "success"), ("pod_name", endpoint)];
@@ -152,6 +161,8 @@ async fn a_realtime_session_is_served_by_the_idle_pod_and_closes_with_the_handsh
     assert_eq!(created["type"], "session.created", "{created}");
     assert_eq!(created["inference_pod"], idle.name(), "{created}");
     exchange_frames(&mut ws, idle.name()).await;
+    // Headers only: epp's part ended with the 101, so the session is not in flight in epp.
+    wait_for_running(&stack.epp, 0.0).await;
     assert!(close(ws).await, "the pod's Close reply never arrived");
 
     let received = traffic(idle);
@@ -192,10 +203,13 @@ async fn through_duplex_bodies_a_session_routes_and_ends_cleanly_in_epp() {
     let created = next_event(&mut ws).await;
     assert_eq!(created["inference_pod"], idle.name(), "{created}");
     exchange_frames(&mut ws, idle.name()).await;
+    // Through duplex bodies the session holds its pod until it closes.
+    wait_for_running(&stack.epp, 1.0).await;
     // Whether the pod's Close reply survives is Envoy's race (see the module docs); the
     // session ends either way, and epp records it as an end, not a reset.
     close(ws).await;
     assert_epp_counted_one_session(&stack.epp, &idle.endpoint()).await;
+    wait_for_running(&stack.epp, 0.0).await;
     stack.stop().await;
     std::fs::remove_file(template.path()).unwrap();
 }
