@@ -257,3 +257,61 @@ async fn a_websocket_upgrade_with_no_ready_pod_gets_epps_503_at_once() {
     stack.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Round trips of one frame each way (an empty commit answered by `transcription.done`) in a
+/// session through Envoy; the time of each.
+async fn frame_round_trips(stack: &Stack, rounds: usize) -> Vec<Duration> {
+    let (mut ws, _) = open(stack).await.unwrap();
+    next_event(&mut ws).await;
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let started = std::time::Instant::now();
+        send(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let done = next_event(&mut ws).await;
+        times.push(started.elapsed());
+        assert_eq!(done["type"], "transcription.done", "{done}");
+    }
+    close(ws).await;
+    times.sort();
+    times
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (BENCHMARKS.md); run with --ignored --nocapture"]
+async fn measure_frame_round_trips_with_and_without_body_phases() {
+    const ROUNDS: usize = 2_000;
+    let duplex = duplex_with_upgrades();
+    for (name, template) in [
+        (
+            "headers-only route (duplex-websocket.yaml)",
+            websocket_template(),
+        ),
+        (
+            "duplex bodies (duplex.yaml + upgrade_configs)",
+            duplex.clone(),
+        ),
+    ] {
+        let stack = start(StackOptions {
+            pods: 1,
+            template,
+            ..StackOptions::default()
+        })
+        .await;
+        let times = frame_round_trips(&stack, ROUNDS).await;
+        let total: Duration = times.iter().sum();
+        let q = |p: f64| times[((times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3;
+        let stats = stack.envoy.stats("http.epp.ext_proc").await.unwrap();
+        let sent = stats.get("http.epp.ext_proc.stream_msgs_sent").cloned();
+        println!(
+            "{name}: {ROUNDS} round trips, mean {:.3} ms, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms; \
+             ext_proc messages sent by Envoy: {}",
+            total.as_secs_f64() * 1e3 / ROUNDS as f64,
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            sent.unwrap_or_default()
+        );
+        stack.stop().await;
+    }
+    std::fs::remove_file(duplex.path()).unwrap();
+}
