@@ -175,6 +175,8 @@ impl Drop for Driver {
     fn drop(&mut self) {
         if self.machine.interrupted() {
             self.machine.note_reset();
+        } else {
+            self.machine.closed();
         }
     }
 }

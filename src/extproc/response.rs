@@ -100,6 +100,10 @@ pub struct ResponseTracker {
     held: Vec<u8>,
     window: Vec<u8>,
     summary: ResponseSummary,
+    /// An upgraded connection's bytes (WebSocket frames after a 101): passed through at once,
+    /// never held or read for usage, and not timed (a session is long and its frames are not
+    /// an answer: passive health learns the handshake's latency, not the session's length).
+    opaque: bool,
 }
 
 impl ResponseTracker {
@@ -125,6 +129,15 @@ impl ResponseTracker {
         }
     }
 
+    /// The tracker of an upgraded connection (a WebSocket session after its 101): frames are
+    /// timed and counted, and pass through unread.
+    pub fn upgraded(status: Option<u16>) -> Self {
+        Self {
+            opaque: true,
+            ..Self::new(status, None, false, None)
+        }
+    }
+
     /// Notes a body chunk's arrival (and, on the first, whether it is Envoy's connect failure).
     fn stamp(&mut self, chunk: &[u8]) {
         let now = Instant::now();
@@ -144,7 +157,8 @@ impl ResponseTracker {
         end_of_stream: bool,
         out: &mut Vec<ProcessingResponse>,
     ) {
-        if !chunk.is_empty() {
+        // A session's frames are not an answer's tokens: its latency is the handshake's.
+        if !chunk.is_empty() && !self.opaque {
             self.stamp(chunk);
         }
         self.summary.response_bytes += chunk.len();
@@ -180,6 +194,9 @@ impl ResponseTracker {
     }
 
     fn observe(&mut self, chunk: &[u8], end_of_stream: bool) {
+        if self.opaque {
+            return;
+        }
         if self.streaming {
             self.observe_sse(chunk);
         } else {

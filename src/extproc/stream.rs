@@ -147,6 +147,8 @@ enum Rest {
 #[derive(Debug, Default)]
 struct RequestMeta {
     path: String,
+    /// A WebSocket upgrade (`Upgrade: websocket`, or a `/v1/realtime` path).
+    websocket: bool,
     /// `Prefer: if-available`.
     if_available: bool,
     has_request_id: bool,
@@ -238,7 +240,24 @@ impl StreamMachine {
         match self.state {
             State::Start | State::Done => false,
             State::Reading(_) | State::Parked(_) => true,
+            State::Routed(_) if self.upgraded() => false,
             State::Routed(_) => self.response.is_some() || self.modes.response.sends_body(),
+        }
+    }
+
+    /// Whether the exchange is a WebSocket session the server accepted (101). Its HTTP stream
+    /// has no end of stream: when either side closes the connection Envoy resets the stream
+    /// (`upstream_reset_after_response_started{connection_termination}`, or a downstream
+    /// disconnect), and the ext_proc stream ends with it. That end is the session's end.
+    fn upgraded(&self) -> bool {
+        self.meta.websocket && self.response.as_ref().and_then(|r| r.status) == Some(101)
+    }
+
+    /// The ext_proc stream is over without an interruption: an open WebSocket session ends
+    /// here (recorded as a response, the endpoint released).
+    pub fn closed(&mut self) {
+        if matches!(self.state, State::Routed(_)) && self.upgraded() {
+            self.finish();
         }
     }
 
@@ -362,6 +381,7 @@ impl StreamMachine {
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         self.meta.fairness_id = steering.fairness_id;
         self.meta.slo_ttft_ms = steering.slo_ttft_ms;
+        self.meta.websocket = steering.websocket;
         steering.websocket
     }
 

@@ -6,10 +6,10 @@
 //! see [`crate::apis`]), `/v1/embeddings`, `/v1/completions/render`, `/v1/chat/completions/render`, `/tokenize`,
 //! `/detokenize`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`,
 //! `/reset_prefix_cache`; `GET /v1/models`, `/health`, `/ping`, `/version`,
-//! `/metrics`. Every response carries `x-inference-pod` and `x-inference-port`. Any other
+//! `/metrics`; `GET /v1/realtime` upgraded to a WebSocket (vLLM's Realtime API, [`realtime`]).
+//! Every response carries `x-inference-pod` and `x-inference-port`. Any other
 //! path is a 404, as on vLLM serving a generative model: no pooling routes (`/v1/rerank`,
-//! `/v1/score`), no HTTP `POST /v1/realtime` (vLLM's Realtime API is a WebSocket), no
-//! SGLang `/generate`.
+//! `/v1/score`), no HTTP `POST /v1/realtime`, no SGLang `/generate`.
 //! During the start-up delay `/health` and all model routes answer 503 and
 //! `/metrics` has no `cache_config_info` yet.
 
@@ -40,6 +40,7 @@ use super::tokenizer::{render_chat, Tokenizer};
 mod embeddings;
 mod inference;
 pub mod query;
+pub mod realtime;
 
 /// Response body type of every route.
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -137,6 +138,7 @@ async fn route(state: &Arc<PodState>, req: Request<Incoming>) -> Result<Response
         }
         _ if !state.ready() => Err(ApiError::Unavailable("the engine is starting")),
         (Method::GET, "/v1/models") => Ok(models(state)),
+        (Method::GET, realtime::PATH) => realtime::accept(state, req),
         (Method::POST, "/v1/completions") => inference::serve(state, req, Api::Completions).await,
         (Method::POST, "/v1/chat/completions") => inference::serve(state, req, Api::Chat).await,
         (Method::POST, "/v1/responses") => inference::serve(state, req, Api::Responses).await,

@@ -183,7 +183,8 @@ pub async fn run_pod(
     Ok(())
 }
 
-/// The accept loop; connections live in a `JoinSet` dropped (aborted) on exit.
+/// The accept loop; connections (and the WebSocket sessions they were upgraded to) live in a
+/// `JoinSet` dropped (aborted) on exit.
 async fn serve(listener: TcpListener, state: Arc<PodState>, cancel: CancellationToken) {
     let builder = auto::Builder::new(TokioExecutor::new());
     let mut conns = JoinSet::new();
@@ -195,8 +196,20 @@ async fn serve(listener: TcpListener, state: Arc<PodState>, cancel: Cancellation
                     let state = state.clone();
                     let builder = builder.clone();
                     conns.spawn(async move {
-                        let svc = service_fn(move |req| http::handle(state.clone(), req));
-                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        // An upgraded request (`/v1/realtime`) leaves its session here; the
+                        // connection's task runs it once hyper hands the socket over.
+                        let slot = http::realtime::UpgradeSlot::default();
+                        let upgrade = slot.clone();
+                        let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                            req.extensions_mut().insert(upgrade.clone());
+                            http::handle(state.clone(), req)
+                        });
+                        let served = builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                            .await;
+                        if let (Ok(()), Some(session)) = (served, slot.take()) {
+                            session.await;
+                        }
                     });
                 }
                 Err(e) => {

@@ -20,3 +20,4 @@ mod scheduling;
 mod security;
 mod support;
 mod ttft;
+mod websocket;

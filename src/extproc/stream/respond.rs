@@ -25,12 +25,16 @@ impl StreamMachine {
         };
         let rewrite = routed.and_then(|r| Some((r.rewritten_model.as_deref()?, r.model.as_str())));
         let stream = routed.is_some_and(|r| r.stream);
-        let tracker = ResponseTracker::new(
-            status,
-            wire::find_header(map, "content-type"),
-            stream,
-            rewrite,
-        );
+        let tracker = if self.meta.websocket && status == Some(101) {
+            ResponseTracker::upgraded(status)
+        } else {
+            ResponseTracker::new(
+                status,
+                wire::find_header(map, "content-type"),
+                stream,
+                rewrite,
+            )
+        };
         if let (Some(served), Some(routed)) = (&self.served, routed) {
             if routed
                 .destinations

@@ -323,3 +323,87 @@ fn passthrough_is_admitted_like_any_request_and_bodyless_requests_are_never_412(
         "upstream never gates GETs"
     );
 }
+
+/// Response headers with `status`, and one response body chunk.
+fn response_headers(status: &str) -> ProcessingRequest {
+    let h = HeaderValue {
+        key: ":status".into(),
+        raw_value: status.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    ProcessingRequest {
+        request: Some(Request::ResponseHeaders(HttpHeaders {
+            headers: Some(HeaderMap { headers: vec![h] }),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+fn response_chunk(bytes: &[u8]) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(Request::ResponseBody(HttpBody {
+            body: bytes.to_vec(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_accepted_websocket_session_ends_with_its_stream_not_as_a_reset() {
+    let (mut m, pc) = machine(&[1], true);
+    run(
+        &mut m,
+        vec![headers_with(
+            "/v1/realtime",
+            &[("upgrade", "websocket")],
+            pc,
+        )],
+    );
+    let out = run(&mut m, vec![response_headers("101")]);
+    assert!(matches!(
+        out[0].response,
+        Some(Response::ResponseHeaders(_))
+    ));
+    // Server frames pass through unread and unheld, whatever they contain.
+    let frame = b"\x81\x05{\"usage";
+    let out = run(&mut m, vec![response_chunk(frame), response_chunk(frame)]);
+    let passed: Vec<u8> = out
+        .iter()
+        .filter_map(|r| match &r.response {
+            Some(Response::ResponseBody(b)) => b.response.as_ref()?.body_mutation.as_ref(),
+            _ => None,
+        })
+        .filter_map(|m| match &m.mutation {
+            Some(Mutation::StreamedResponse(s)) => Some(s.body.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(passed, [&frame[..], &frame[..]].concat());
+    assert!(
+        !m.interrupted(),
+        "a session has no end of stream to wait for"
+    );
+    m.closed();
+    assert!(m.is_done());
+    assert_eq!(m.services.metrics.stream_resets.get(), 0);
+}
+
+#[test]
+fn a_refused_websocket_upgrade_is_an_ordinary_exchange() {
+    let (mut m, pc) = machine(&[1], true);
+    run(
+        &mut m,
+        vec![headers_with(
+            "/v1/realtime",
+            &[("upgrade", "websocket")],
+            pc,
+        )],
+    );
+    run(&mut m, vec![response_headers("503")]);
+    assert!(m.interrupted(), "a 503 body was due");
+    m.closed();
+    assert!(!m.is_done(), "only an accepted session ends on close");
+}
