@@ -89,6 +89,8 @@ fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
             engine,
             labels: labels.clone(),
             weight,
+            // A pool has at most 8 target ports (CRD validation).
+            rank: u16::try_from(rank).unwrap_or(u16::MAX),
         })
         .collect()
 }
@@ -158,14 +160,18 @@ mod tests {
             pod("e", "10.0.0.5", true, json!({"labels": {"app": "other"}})),
         ];
         let eps = endpoints(&target, &pods);
-        let ids: Vec<String> = eps.iter().map(|e| format!("{} {}", e.id, e.name)).collect();
+        let ids: Vec<String> = eps
+            .iter()
+            .map(|e| format!("{} {} {}", e.id, e.name, e.rank))
+            .collect();
         assert_eq!(
             ids,
             [
-                "10.0.0.1:8000 a-rank-0",
-                "10.0.0.1:8001 a-rank-1",
-                "10.0.0.4:8001 d-rank-1"
-            ]
+                "10.0.0.1:8000 a-rank-0 0",
+                "10.0.0.1:8001 a-rank-1 1",
+                "10.0.0.4:8001 d-rank-1 1"
+            ],
+            "the rank is the port's position in targetPorts, also when active-ports leaves out earlier ones"
         );
         assert_eq!(eps[0].engine, EngineType::Sglang);
     }
