@@ -164,6 +164,7 @@ async fn run_one(
         epp_config: arr.config,
         epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
         record_requests: false,
+        data_parallel: 1,
         llmd_epp: arr.llmd_epp,
     };
     let stack = PdStack::start(opts).await?;
