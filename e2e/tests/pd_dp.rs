@@ -26,8 +26,17 @@ const PREFILL: [usize; 2] = [2, 3];
 
 /// One decode pod and one prefill pod, two ranks each, every rank recording its requests.
 async fn start() -> PdStack {
+    let stack = PdStack::start(options())
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait_scraped(&stack).await;
+    stack
+}
+
+/// [`start`]'s stack: llm-d's P/D guide configuration, fast scrapes, ten-times-slower sims.
+fn options() -> PdOptions {
     let path = epp_e2e::envoy::repo_root().join("config/examples/llm-d-pd.yaml");
-    let opts = PdOptions {
+    PdOptions {
         prefill: 1,
         decode: 1,
         aggregated: false,
@@ -54,12 +63,7 @@ async fn start() -> PdStack {
         record_requests: true,
         data_parallel: 2,
         llmd_epp: None,
-    };
-    let stack = PdStack::start(opts)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    wait_scraped(&stack).await;
-    stack
+    }
 }
 
 /// A completion through Envoy; the pod (rank) that answered and the body.
@@ -236,5 +240,42 @@ async fn the_deprecated_rank_header_on_the_primary_port_decodes_on_the_named_ran
         "nor sent to rank 0"
     );
     assert_eq!(posts(&stack, DECODE[1]).await.len(), 1);
+    stack.stop().await;
+}
+
+/// Forces pod `i`'s queue and waits until llm-d's EPP shows it for that rank.
+async fn set_llmd_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
+    let control = stack.cluster.control(i).await.unwrap().unwrap();
+    control.hook().set_waiting(waiting);
+    let name = format!("\"{}\"", stack.endpoint_names()[i]);
+    let want = format!(" {}", waiting.unwrap_or(0));
+    wait_for_epp(stack, "the rank's queue scraped", |t| {
+        t.lines().any(|l| {
+            l.starts_with("inference_pool_per_pod_queue_size{")
+                && l.contains(&name)
+                && l.ends_with(&want)
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test pd_dp -- --ignored"]
+async fn llm_d_routers_own_epp_routes_the_ranks_the_same_way() {
+    // The first test's rank-1 request with llm-d-router's EPP in epp's place (same config,
+    // its file discovery with the same rank endpoints).
+    let mut opts = options();
+    opts.llmd_epp = Some(epp_e2e::llmd_epp::binary_from_env().unwrap());
+    let stack = PdStack::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    for (i, busy) in [(0, true), (1, false), (2, true), (3, false)] {
+        set_llmd_queue(&stack, i, busy.then_some(3)).await;
+    }
+    let (pod, body) = complete(&stack, &long_prompt(1)).await;
+    assert_eq!(pod, "sim-decode-0-rank-1", "{body}");
+    let prompt_tokens = body["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_served_by(&stack, DECODE[1], PREFILL[1], prompt_tokens).await;
+    assert_eq!(stack.sidecars[0].rank_counts(1).disaggregated, 1);
     stack.stop().await;
 }

@@ -167,7 +167,15 @@ impl PdStack {
         std::fs::write(&path, file).context("writing the endpoints file")?;
         let epp = match &opts.llmd_epp {
             Some(binary) => {
-                let names: Vec<String> = (0..endpoints.len()).map(|i| format!("ep-{i}")).collect();
+                // llm-d's file discovery needs a name: the rank's where it has one.
+                let names: Vec<String> = (0..endpoints.len())
+                    .map(
+                        |i| match endpoints[i].name == endpoints[i].addr.to_string() {
+                            true => format!("ep-{i}"),
+                            false => endpoints[i].name.clone(),
+                        },
+                    )
+                    .collect();
                 let labels: Vec<[(&str, &str); 1]> = endpoints
                     .iter()
                     .map(|e| [("llm-d.ai/role", e.role)])
