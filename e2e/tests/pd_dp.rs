@@ -68,8 +68,19 @@ fn options() -> PdOptions {
 
 /// A completion through Envoy; the pod (rank) that answered and the body.
 async fn complete(stack: &PdStack, prompt: &str) -> (String, serde_json::Value) {
+    complete_with(stack, prompt, &[]).await
+}
+
+async fn complete_with(
+    stack: &PdStack,
+    prompt: &str,
+    headers: &[(&'static str, &str)],
+) -> (String, serde_json::Value) {
     let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 4});
-    let req = client::request(http::Method::POST, "/v1/completions", body.to_string()).unwrap();
+    let mut req = client::request(http::Method::POST, "/v1/completions", body.to_string()).unwrap();
+    for (k, v) in headers {
+        req = client::with_header(req, k, v).unwrap();
+    }
     let r = client::send(stack.envoy.listener_addr(), req)
         .await
         .unwrap();
@@ -171,10 +182,14 @@ async fn a_request_routed_to_a_decode_rank_is_prefilled_where_epp_says_and_decod
         Some(1.0)
     );
 
-    // And the other way round: rank 0 of both, on the pods' own ports.
+    // And the other way round: rank 0 of both, on the pods' own ports. A client's
+    // x-data-parallel-host-port naming rank 1 would move the decode there on the sidecar's
+    // rank-0 port; epp removes it.
     prefer(&stack, DECODE, DECODE[0]).await;
     prefer(&stack, PREFILL, PREFILL[0]).await;
-    let (pod, body) = complete(&stack, &long_prompt(2)).await;
+    let forged = sidecar.addrs()[1].to_string();
+    let (pod, body) =
+        complete_with(&stack, &long_prompt(2), &[(DATA_PARALLEL_HEADER, &forged)]).await;
     assert_eq!(pod, "sim-decode-0-rank-0", "{body}");
     let prompt_tokens = body["usage"]["prompt_tokens"].as_f64().unwrap();
     assert_served_by_rank_zero(&stack, prompt_tokens).await;
