@@ -637,6 +637,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rank_r_decodes_on_the_model_servers_port_plus_r() {
+        let cfg = SidecarConfig::new("127.0.0.1:8200".parse().unwrap());
+        assert_eq!(cfg.rank_decoder(3).unwrap().port(), 8203);
+        let top = SidecarConfig::new("127.0.0.1:65535".parse().unwrap());
+        assert!(top
+            .rank_decoder(1)
+            .unwrap_err()
+            .to_string()
+            .contains("past 65535"));
+    }
+
+    #[tokio::test]
+    async fn each_rank_needs_its_listener() {
+        let cfg = SidecarConfig {
+            data_parallel_size: 2,
+            ..SidecarConfig::new("127.0.0.1:8200".parse().unwrap())
+        };
+        let one = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let err = Sidecar::start_ranks(vec![one], cfg).err().unwrap();
+        assert!(
+            err.to_string()
+                .contains("--data-parallel-size 2 needs as many listeners, got 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_prefill_leg_asks_for_one_token_without_streaming() {
         let original: Map<String, Value> = serde_json::from_str(
             r#"{"model":"m","prompt":"hi","max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}"#,
