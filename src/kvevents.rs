@@ -124,6 +124,15 @@ fn label_port(e: &Endpoint, key: &str) -> Option<u16> {
     e.labels.get(key).and_then(|v| v.parse().ok())
 }
 
+/// The endpoints whose events bind mode never receives: data-parallel ranks above 0.
+fn ranks_bind_mode_misses<'a>(endpoints: impl IntoIterator<Item = &'a Endpoint>) -> Vec<&'a str> {
+    endpoints
+        .into_iter()
+        .filter(|e| e.rank > 0)
+        .map(|e| e.name.as_str())
+        .collect()
+}
+
 /// The port of `e`'s rank given its pod's rank-0 port; `None` (logged) past 65535.
 fn rank_port(e: &Endpoint, base: u16) -> Option<u16> {
     let port = base.checked_add(e.rank);
@@ -161,9 +170,17 @@ pub async fn run(
     let mut changes = datastore.subscribe();
     let mut gauge = tokio::time::interval(INDEX_GAUGE_EVERY);
     let mut running: HashMap<EndpointId, (Source, CancellationToken)> = HashMap::new();
+    let mut warned_ranks = false;
     loop {
         let snapshot = datastore.snapshot();
         let connect = opts.bind.is_none();
+        if !connect && !warned_ranks {
+            let ranked = ranks_bind_mode_misses(snapshot.iter().map(|s| &s.endpoint));
+            if !ranked.is_empty() {
+                warned_ranks = true;
+                tracing::warn!(endpoints = ?ranked, "KV-event bind mode does not reach data-parallel ranks > 0: vLLM connects rank r's publisher to the bound port + r, which epp does not bind; these endpoints get no events (subscribe per endpoint with --kv-events-port instead)");
+            }
+        }
         let wanted: HashMap<EndpointId, Source> = snapshot
             .iter()
             .filter(|_| connect)
@@ -233,6 +250,15 @@ mod tests {
             labelled.publish, "tcp://10.0.0.1:6003",
             "the pod label is the rank-0 port too"
         );
+    }
+
+    #[test]
+    fn bind_mode_names_the_ranks_it_cannot_reach() {
+        let mut r1 = rank(8001, 1, None);
+        r1.name = "pod-rank-1".into();
+        let eps = [rank(8000, 0, None), r1];
+        assert_eq!(ranks_bind_mode_misses(&eps), ["pod-rank-1"]);
+        assert!(ranks_bind_mode_misses(&eps[..1]).is_empty());
     }
 
     #[test]
