@@ -1,7 +1,8 @@
 //! Static discovery: endpoints from `--static-endpoints` and `--static-endpoints-file`.
 //!
 //! The file is a YAML list of endpoints (`address`, `port`, optional `name`, `engineType`,
-//! `labels`, `weight`), re-read when it changes. An invalid file keeps the last good set and is
+//! `labels`, `weight`, `rank`: the data-parallel rank of a pod's port, as its position in an
+//! InferencePool's `targetPorts` would be), re-read when it changes. An invalid file keeps the last good set and is
 //! logged. Kubernetes discovery writes into the same datastore.
 
 pub mod k8s;
@@ -40,6 +41,8 @@ struct FileEntry {
     labels: BTreeMap<String, String>,
     #[serde(default = "one")]
     weight: u32,
+    #[serde(default)]
+    rank: u16,
 }
 
 fn one() -> u32 {
@@ -79,6 +82,7 @@ pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
                 engine: e.engine_type,
                 labels: e.labels,
                 weight: e.weight,
+                rank: e.rank,
             })
         })
         .collect()
@@ -133,11 +137,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("localhost:80"));
-        let file = "- {address: 10.0.0.1, port: 8000, engineType: sglang, weight: 3, labels: {gpu: h100}}\n- {address: 10.0.0.2, port: 8000, name: pod-b}\n";
+        let file = "- {address: 10.0.0.1, port: 8000, engineType: sglang, weight: 3, labels: {gpu: h100}}\n- {address: 10.0.0.2, port: 8001, name: pod-b-rank-1, rank: 1}\n";
         let eps = parse_file(file).unwrap();
         assert_eq!(eps[0].engine, EngineType::Sglang);
         assert_eq!(eps[0].weight, 3);
-        assert_eq!(eps[1].name, "pod-b");
+        assert_eq!(eps[0].rank, 0, "rank defaults to 0");
+        assert_eq!(eps[1].name, "pod-b-rank-1");
+        assert_eq!(eps[1].rank, 1);
         assert!(parse_file("- {address: 10.0.0.1, port: 8000, colour: red}")
             .unwrap_err()
             .to_string()

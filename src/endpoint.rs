@@ -75,6 +75,10 @@ pub struct Endpoint {
     pub labels: BTreeMap<String, String>,
     /// Relative capacity for weighted pickers; 1 unless configured.
     pub weight: u32,
+    /// The pod-local data-parallel rank: the endpoint's position in the pool's `targetPorts`
+    /// (upstream's `RankIndex`), 0 for a single-port pod or a static endpoint unless its file
+    /// entry says `rank:`. vLLM offsets each rank's KV-event sockets by it, so subscribers do.
+    pub rank: u16,
 }
 
 impl Endpoint {
@@ -86,6 +90,7 @@ impl Endpoint {
             engine: EngineType::Vllm,
             labels: BTreeMap::new(),
             weight: 1,
+            rank: 0,
         }
     }
 }

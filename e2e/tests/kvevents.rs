@@ -210,6 +210,40 @@ async fn simulator_events_in_both_encodings_track_storage_eviction_and_restart()
 }
 
 #[tokio::test]
+async fn each_data_parallel_ranks_events_land_on_its_own_endpoint() {
+    // One pod, two ranks: both endpoints carry the pod's event port; rank 1 publishes on + 1.
+    let sims = SimPods::start_ranks(2, 400).await;
+    let replica = Replica::start(&sims.rank_endpoints()).await;
+    let (one, zero) = (long_prompt("rank one", 150), long_prompt("rank zero", 150));
+    sims.complete(1, &one).await;
+    let keys = replica.prompt_keys(&one);
+    wait_for(
+        || replica.matched(sims.id(1), &keys) >= keys.len() - 1,
+        "rank 1's blocks under rank 1's endpoint",
+    )
+    .await;
+    sims.complete(0, &zero).await;
+    let zero_keys = replica.prompt_keys(&zero);
+    wait_for(
+        || replica.matched(sims.id(0), &zero_keys) >= zero_keys.len() - 1,
+        "rank 0's blocks under rank 0's endpoint",
+    )
+    .await;
+    assert_eq!(
+        replica.matched(sims.id(0), &keys),
+        0,
+        "rank 0 never stored rank 1's prompt"
+    );
+    assert_eq!(
+        replica.matched(sims.id(1), &zero_keys),
+        0,
+        "nor rank 1 rank 0's"
+    );
+    replica.stop().await;
+    sims.cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn two_replicas_route_a_shared_prefix_to_the_pod_that_holds_it() {
     let sims = SimPods::start(4, 2000).await;
     let a = Replica::start(&sims.endpoints()).await;

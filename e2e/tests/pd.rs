@@ -9,12 +9,15 @@
 //! sidecar.
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+mod pd_support;
+
+use std::time::Duration;
 
 use epp_e2e::client;
 use epp_e2e::pd_sidecar::SidecarConfig;
 use epp_e2e::sim::EngineConfig;
 use epp_e2e::stack::pd::{PdOptions, PdStack};
+use pd_support::*;
 
 const MODEL: &str = "m";
 
@@ -40,18 +43,7 @@ async fn start_with(
     let stack = PdStack::start(opts)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let endpoints = stack.endpoints();
-    wait_for_epp(&stack, "every endpoint scraped", |t| {
-        endpoints.iter().all(|e| {
-            sample(
-                t,
-                "inference_pool_per_pod_queue_size",
-                &[("model_server_pod", e)],
-            )
-            .is_some()
-        })
-    })
-    .await;
+    wait_scraped(&stack).await;
     stack
 }
 
@@ -94,27 +86,13 @@ fn options(
         .map(|s| (*s).to_owned())
         .collect(),
         record_requests: record,
+        data_parallel: 1,
         llmd_epp: None,
     }
 }
 
 fn sidecar() -> SidecarConfig {
     SidecarConfig::new("127.0.0.1:1".parse().unwrap())
-}
-
-async fn wait_for_epp(stack: &PdStack, what: &str, ready: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = stack.epp.metrics_text().await.unwrap();
-        if ready(&text) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "epp never showed {what}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn complete(stack: &PdStack, prompt: &str) -> serde_json::Value {
@@ -141,58 +119,6 @@ async fn complete_with(
         "the decode pod answers"
     );
     r.json().unwrap()
-}
-
-/// A series of sim pod `i`'s `/metrics` (0: decode, 1: prefill), summed over its label sets.
-async fn pod_metric(stack: &PdStack, i: usize, name: &str) -> f64 {
-    let text = client::get(stack.cluster.addrs()[i], "/metrics")
-        .await
-        .unwrap()
-        .text();
-    sum(&text, name)
-}
-
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, label_text) = series.split_once('{').unwrap_or((series, ""));
-            let wanted = labels
-                .iter()
-                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")));
-            (metric == name && wanted).then(|| value.parse().ok())?
-        })
-}
-
-fn sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let metric = series.split_once('{').map_or(series, |(m, _)| m);
-            (metric == name).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
-}
-
-fn decisions(text: &str, decision: &str) -> f64 {
-    let labels = [
-        ("plugin_type", "disagg-profile-handler"),
-        ("decision_type", decision),
-    ];
-    sample(text, "llm_d_epp_disagg_decision_total", &labels).unwrap_or(0.0)
-}
-
-/// About 2,000 tokens of seeded words.
-fn long_prompt(seed: u64) -> String {
-    use rand::{Rng, SeedableRng};
-    const WORDS: [&str; 8] = [
-        "river", "copper", "lantern", "meadow", "signal", "harbor", "violet", "engine",
-    ];
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-    let words: Vec<&str> = (0..2000).map(|_| WORDS[rng.random_range(0..8)]).collect();
-    words.join(" ")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,18 +303,6 @@ async fn a_prefill_pod_the_sidecar_cannot_reach_is_retried_then_fails_and_epp_st
     stack.stop().await;
 }
 
-/// The POSTs pod `i` received, as JSON bodies with their headers.
-async fn posts(stack: &PdStack, i: usize) -> Vec<(http::HeaderMap, serde_json::Value)> {
-    let control = stack.cluster.control(i).await.unwrap().unwrap();
-    control
-        .hook()
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == http::Method::POST)
-        .map(|r| (r.headers, serde_json::from_slice(&r.body).unwrap()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sidecar_sends_a_one_token_prefill_leg_and_a_decode_leg_with_its_kv_parameters() {
     let stack = start_recording(1, sidecar(), true).await;
@@ -468,22 +382,6 @@ async fn the_sidecar_sends_a_one_token_prefill_leg_and_a_decode_leg_with_its_kv_
         "{usage}"
     );
     stack.stop().await;
-}
-
-/// Forces prefill pod `i`'s scraped queue and waits until epp has read it.
-async fn set_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
-    let control = stack.cluster.control(i).await.unwrap().unwrap();
-    control.hook().set_waiting(waiting);
-    let endpoint = stack.endpoints()[i].clone();
-    let want = waiting.unwrap_or(0) as f64;
-    wait_for_epp(stack, "the prefill pod's queue scraped", |t| {
-        sample(
-            t,
-            "inference_pool_per_pod_queue_size",
-            &[("model_server_pod", &endpoint)],
-        ) == Some(want)
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

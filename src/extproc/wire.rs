@@ -120,10 +120,13 @@ pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
 }
 
 /// Request headers a client could send to steer routing; epp's routing mutation removes them
-/// (the destination header itself is overwritten).
-pub const FORGEABLE_HEADERS: [&str; 2] = [
+/// (the destination header itself is overwritten). `x-data-parallel-host-port` is the deprecated
+/// rank header of llm-d's sidecar (epp never sets it: one endpoint per rank instead); on a
+/// rank-0 port it would move the decode to another rank than the one epp chose.
+pub const FORGEABLE_HEADERS: [&str; 3] = [
     "x-gateway-destination-endpoint-served",
     "x-gateway-destination-endpoint-subset",
+    "x-data-parallel-host-port",
 ];
 
 /// The request routing mutation: [`routing_common`] that also strips [`FORGEABLE_HEADERS`].

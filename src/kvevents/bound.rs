@@ -49,7 +49,10 @@ pub fn resolve<'a>(
         if let Some(e) = on_ip.iter().find(|e| e.id.0.port() == port) {
             return Some(e.id);
         }
-        let kv_port = |e: &Endpoint| super::label_port(e, super::PORT_LABEL).or(opts.port);
+        let kv_port = |e: &Endpoint| {
+            let base = super::label_port(e, super::PORT_LABEL).or(opts.port)?;
+            base.checked_add(e.rank)
+        };
         if let Some(e) = on_ip.iter().find(|e| kv_port(e) == Some(port)) {
             return Some(e.id);
         }
@@ -178,6 +181,7 @@ mod tests {
             engine: Default::default(),
             labels: Default::default(),
             weight: 1,
+            rank: 0,
         };
         if let Some(p) = kv_port {
             e.labels

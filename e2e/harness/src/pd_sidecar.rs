@@ -34,11 +34,20 @@
 //! `GET /health` is answered by the sidecar itself; every other path is proxied to the model
 //! server (so `/metrics` scrapes reach it).
 //!
+//! # Data parallelism (`--data-parallel-size N`, `pkg/sidecar/proxy/data_parallel.go`)
+//! The sidecar serves rank `r` on its port + `r` and sends that rank's requests (both the
+//! decode-only ones and the decode leg after a remote prefill) to the model server's port + `r`,
+//! vLLM's rank `r` API server; the gateway routes to the rank's port (one InferencePool
+//! targetPort per rank). The rank-0 port also honours the deprecated `x-data-parallel-host-port`
+//! (`POD_IP:port+r`, set by upstream's `data-parallel-profile-handler`, which epp refuses): it
+//! sends the request's decode to the named rank's model server, and answers 400 with an empty body
+//! when no rank has that address. The header is left on the request, as upstream leaves it.
+//!
 //! # Checked against the real sidecar
 //! With `EPP_PD_SIDECAR` set, [`real`] runs llm-d's `pd-sidecar` instead, and the e2e tests
 //! (`e2e/tests/pd.rs`) pass against both; what running it taught is in BENCHMARKS.md
 //! ("Disaggregated serving (#21)"). Not reproduced: TLS, SSRF allow-listing, prefiller
-//! sampling, data parallelism, the other connectors (shared-storage, sglang, mooncake,
+//! sampling, the other connectors (shared-storage, sglang, mooncake,
 //! offloading), encoders, MoRI-IO, tracing.
 
 use std::convert::Infallible;
@@ -62,10 +71,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::server::ServerHandle;
 
+mod decode;
 pub mod real;
+
+pub use decode::DecodeSidecar;
 
 /// The header naming the prefill pod, set by the endpoint picker.
 pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+/// The deprecated header naming the data-parallel rank (`ip:port`) to decode on.
+pub const DATA_PARALLEL_HEADER: &str = "x-data-parallel-host-port";
 const MAX_BODY: usize = 64 << 20;
 /// Token-limit fields of the chat and completions APIs (upstream's
 /// `chatCompletionTokenLimitFields`).
@@ -82,6 +96,9 @@ pub struct SidecarConfig {
     pub prefill_max_retries: u32,
     /// `--prefill-retry-backoff` (upstream's default 200 ms).
     pub prefill_retry_backoff: Duration,
+    /// `--data-parallel-size`: ranks served on consecutive ports, rank `r` decoding on the
+    /// model server's port + `r` (default 1).
+    pub data_parallel_size: u16,
 }
 
 impl SidecarConfig {
@@ -90,7 +107,19 @@ impl SidecarConfig {
             decoder,
             prefill_max_retries: 0,
             prefill_retry_backoff: Duration::from_millis(200),
+            data_parallel_size: 1,
         }
+    }
+
+    /// Rank `r`'s model server: the model server's port + `r`.
+    pub fn rank_decoder(&self, r: u16) -> std::io::Result<SocketAddr> {
+        let port = self.decoder.port().checked_add(r).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "model server port {} + rank {r} is past 65535",
+                self.decoder.port()
+            ))
+        })?;
+        Ok(SocketAddr::new(self.decoder.ip(), port))
     }
 }
 
@@ -133,44 +162,107 @@ pub struct SidecarCounts {
     pub prefill_failures: u64,
 }
 
-struct Shared {
-    cfg: SidecarConfig,
-    stats: SidecarStats,
-    next_id: AtomicU64,
+impl SidecarCounts {
+    fn add(self, o: Self) -> Self {
+        Self {
+            disaggregated: self.disaggregated + o.disaggregated,
+            decode_only: self.decode_only + o.decode_only,
+            prefill_retries: self.prefill_retries + o.prefill_retries,
+            prefill_failures: self.prefill_failures + o.prefill_failures,
+        }
+    }
 }
 
-/// A running stand-in sidecar; dropping it stops the server.
+/// One rank's server state.
+struct Shared {
+    cfg: SidecarConfig,
+    /// This rank's model server.
+    decoder: SocketAddr,
+    /// This rank's counters.
+    stats: SidecarStats,
+    next_id: Arc<AtomicU64>,
+    /// On rank 0 only: each rank's address and model server, for `x-data-parallel-host-port`.
+    ranks: Option<Arc<Vec<(SocketAddr, SocketAddr)>>>,
+}
+
+/// A running stand-in sidecar; dropping it stops the servers.
 pub struct Sidecar {
-    shared: Arc<Shared>,
-    server: ServerHandle,
+    /// One per rank.
+    ranks: Vec<(Arc<Shared>, ServerHandle)>,
 }
 
 impl Sidecar {
-    /// Serves on `listener` until [`shutdown`](Self::shutdown) or drop.
+    /// Serves on `listener` until [`shutdown`](Self::shutdown) or drop (one rank).
     pub fn start(listener: TcpListener, cfg: SidecarConfig) -> std::io::Result<Self> {
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            cfg,
-            stats: SidecarStats::default(),
-            next_id: AtomicU64::new(0),
-        });
-        let for_server = Arc::clone(&shared);
-        let server = ServerHandle::spawn(addr, move |tracker, cancel| {
-            serve(listener, for_server, tracker, cancel)
-        });
-        Ok(Self { shared, server })
+        Self::start_ranks(vec![listener], cfg)
     }
 
+    /// Serves rank `r` on `listeners[r]`, one per `cfg.data_parallel_size` rank.
+    pub fn start_ranks(listeners: Vec<TcpListener>, cfg: SidecarConfig) -> std::io::Result<Self> {
+        if listeners.len() != usize::from(cfg.data_parallel_size) {
+            return Err(std::io::Error::other(format!(
+                "--data-parallel-size {} needs as many listeners, got {}",
+                cfg.data_parallel_size,
+                listeners.len()
+            )));
+        }
+        let mut ranks = Vec::with_capacity(listeners.len());
+        for (r, l) in (0u16..).zip(&listeners) {
+            ranks.push((l.local_addr()?, cfg.rank_decoder(r)?));
+        }
+        let table = Arc::new(ranks);
+        let next_id = Arc::new(AtomicU64::new(0));
+        let ranks = listeners
+            .into_iter()
+            .zip(table.iter())
+            .enumerate()
+            .map(|(r, (listener, &(addr, decoder)))| {
+                let shared = Arc::new(Shared {
+                    cfg: cfg.clone(),
+                    decoder,
+                    stats: SidecarStats::default(),
+                    next_id: Arc::clone(&next_id),
+                    ranks: (r == 0).then(|| Arc::clone(&table)),
+                });
+                let for_server = Arc::clone(&shared);
+                let server = ServerHandle::spawn(addr, move |tracker, cancel| {
+                    serve(listener, for_server, tracker, cancel)
+                });
+                (shared, server)
+            })
+            .collect();
+        Ok(Self { ranks })
+    }
+
+    /// Rank 0's address (the pod's serving port).
     pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
+        self.ranks[0].1.addr()
     }
 
-    pub fn stats(&self) -> &SidecarStats {
-        &self.shared.stats
+    /// Every rank's address, rank order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.ranks.iter().map(|(_, s)| s.addr()).collect()
+    }
+
+    /// What every rank did so far.
+    pub fn counts(&self) -> SidecarCounts {
+        self.ranks
+            .iter()
+            .map(|(shared, _)| shared.stats.counts())
+            .fold(SidecarCounts::default(), SidecarCounts::add)
+    }
+
+    /// What rank `r`'s server did so far (zero for a rank it does not have).
+    pub fn rank_counts(&self, r: u16) -> SidecarCounts {
+        self.ranks
+            .get(usize::from(r))
+            .map_or_else(SidecarCounts::default, |(shared, _)| shared.stats.counts())
     }
 
     pub async fn shutdown(self) {
-        self.server.shutdown().await;
+        for (_, server) in self.ranks {
+            server.shutdown().await;
+        }
     }
 }
 
@@ -242,17 +334,41 @@ async fn handle(
             ))
         }
     };
-    let cfg = &shared.cfg;
+    // Upstream consults the rank header where it decodes: after the prefill leg, if any.
+    let decoder = if pd_path {
+        data_parallel_decoder(&shared, &parts.headers)
+    } else {
+        Some(shared.decoder)
+    };
     let response = match prefiller.filter(|_| pd_path && parts.method == Method::POST) {
         None => {
+            let Some(decoder) = decoder else {
+                return Ok(full(StatusCode::BAD_REQUEST, Bytes::new()));
+            };
             if pd_path {
                 shared.stats.decode_only.fetch_add(1, Ordering::Relaxed);
             }
-            forward(&tracker, cfg.decoder, &parts, body, None).await
+            forward(&tracker, decoder, &parts, body, None).await
         }
-        Some(prefill) => disaggregate(&shared, &tracker, &mut parts, body, &prefill).await,
+        Some(prefill) => disaggregate(&shared, &tracker, &mut parts, body, &prefill, decoder).await,
     };
     Ok(response.unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, &e)))
+}
+
+/// The model server this request decodes on: the rank `x-data-parallel-host-port` names when
+/// it arrives on rank 0's port, else this rank's; `None` when the named rank does not exist.
+fn data_parallel_decoder(shared: &Shared, headers: &HeaderMap) -> Option<SocketAddr> {
+    let named = headers
+        .get(DATA_PARALLEL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty());
+    match (named, &shared.ranks) {
+        (Some(named), Some(ranks)) => ranks
+            .iter()
+            .find(|(addr, _)| addr.to_string() == named)
+            .map(|&(_, decoder)| decoder),
+        _ => Some(shared.decoder),
+    }
 }
 
 /// The NIXL v2 exchange: prefill leg, then decode leg with the prefill's KV parameters.
@@ -262,8 +378,8 @@ async fn disaggregate(
     parts: &mut http::request::Parts,
     body: Bytes,
     prefill: &str,
+    decoder: Option<SocketAddr>,
 ) -> Result<Response<Body>, String> {
-    let decoder = shared.cfg.decoder;
     let Ok(Value::Object(original)) = serde_json::from_slice::<Value>(&body) else {
         return Ok(error(
             StatusCode::BAD_REQUEST,
@@ -306,6 +422,9 @@ async fn disaggregate(
         .pointer("/usage/prompt_tokens_details/cached_tokens")
         .and_then(Value::as_u64)
         .unwrap_or(0);
+    let Some(decoder) = decoder else {
+        return Ok(full(StatusCode::BAD_REQUEST, Bytes::new()));
+    };
     let mut decode = original;
     decode.insert("kv_transfer_params".into(), kv.unwrap_or(Value::Null));
     let decode = Bytes::from(Value::Object(decode).to_string());
@@ -439,102 +558,5 @@ fn rewrite_cached(data: &Bytes, cached: u64) -> Bytes {
     Bytes::from(lines.join("\n"))
 }
 
-/// The sidecar in front of one decode pod: llm-d's own when `EPP_PD_SIDECAR` names it
-/// ([`real`]), else the stand-in.
-pub enum DecodeSidecar {
-    StandIn(Sidecar),
-    Real(real::RealSidecar),
-}
-
-impl DecodeSidecar {
-    /// Starts the real sidecar from `binary` (logging into `dir`), or the stand-in.
-    pub async fn start(
-        binary: Option<&std::path::Path>,
-        cfg: SidecarConfig,
-        dir: &std::path::Path,
-    ) -> anyhow::Result<Self> {
-        Ok(match binary {
-            Some(b) => Self::Real(real::RealSidecar::start(b, &cfg, dir).await?),
-            None => Self::StandIn(Sidecar::start(
-                TcpListener::bind("127.0.0.1:0").await?,
-                cfg,
-            )?),
-        })
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        match self {
-            Self::StandIn(s) => s.addr(),
-            Self::Real(r) => r.addr(),
-        }
-    }
-
-    /// What it did so far.
-    pub fn counts(&self) -> SidecarCounts {
-        match self {
-            Self::StandIn(s) => s.stats().counts(),
-            Self::Real(r) => r.counts(),
-        }
-    }
-
-    /// `"pd-sidecar"` or `"stand-in"`, for reports.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::StandIn(_) => "stand-in",
-            Self::Real(_) => "pd-sidecar",
-        }
-    }
-
-    pub async fn shutdown(self) {
-        match self {
-            Self::StandIn(s) => s.shutdown().await,
-            Self::Real(r) => drop(r),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_prefill_leg_asks_for_one_token_without_streaming() {
-        let original: Map<String, Value> = serde_json::from_str(
-            r#"{"model":"m","prompt":"hi","max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}"#,
-        )
-        .unwrap();
-        let p: Value = serde_json::from_slice(&prefill_leg(&original)).unwrap();
-        assert_eq!(p["stream"], json!(false));
-        assert!(p.get("stream_options").is_none());
-        for f in TOKEN_FIELDS {
-            assert_eq!(p[f], json!(1), "{f}");
-        }
-        assert_eq!(p["kv_transfer_params"]["do_remote_decode"], json!(true));
-        assert_eq!(p["kv_transfer_params"]["remote_block_ids"], Value::Null);
-        assert_eq!(
-            original["max_tokens"],
-            json!(50),
-            "the decode leg keeps the client's"
-        );
-    }
-
-    #[test]
-    fn cached_tokens_are_rewritten_in_json_and_sse() {
-        let body = Bytes::from(
-            r#"{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}}"#,
-        );
-        let out: Value = serde_json::from_slice(&rewrite_cached(&body, 3)).unwrap();
-        assert_eq!(
-            out["usage"]["prompt_tokens_details"]["cached_tokens"],
-            json!(3)
-        );
-        let sse = Bytes::from("data: {\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n");
-        let out = String::from_utf8(rewrite_cached(&sse, 0).to_vec()).unwrap();
-        assert!(
-            out.contains("\"cached_tokens\":0") && out.ends_with("data: [DONE]\n\n"),
-            "{out}"
-        );
-        let untouched = Bytes::from("data: {\"choices\":[]}\n\n");
-        assert_eq!(rewrite_cached(&untouched, 0), untouched);
-    }
-}
+mod tests;

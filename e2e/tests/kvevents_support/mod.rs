@@ -346,6 +346,63 @@ impl SimPods {
         Self { cluster, ports }
     }
 
+    /// One pod with `ranks` data-parallel ranks, as vLLM `--data-parallel-size` deploys them:
+    /// rank `r` serves HTTP on the pod's port + `r` and offsets its KV-event PUB and replay
+    /// ports by `r` from the `--kv-events-config` ones (stamping `data_parallel_rank` = `r`).
+    /// [`Self::rank_endpoints`] are epp's endpoints for it: one per rank, carrying the pod's
+    /// rank-0 event ports as a pod label would.
+    pub async fn start_ranks(ranks: usize, num_gpu_blocks: usize) -> Self {
+        let range = |n| epp_e2e::ports::free_range(n).expect("free ports");
+        let (http, publish, replay) = (range(ranks), range(ranks), range(ranks));
+        let engine = EngineConfig {
+            model: MODEL.into(),
+            num_gpu_blocks,
+            max_num_seqs: 8,
+            ..EngineConfig::default()
+        };
+        let (mut configs, mut addrs) = (Vec::new(), Vec::new());
+        for r in 0..ranks as u16 {
+            configs.push(PodConfig {
+                engine: engine.clone(),
+                pod_name: format!("sim-rank-{r}"),
+                prompt_tokens_details: true,
+                seed: u64::from(r),
+                kv_events: Some(KvEventsConfig {
+                    endpoint: format!("tcp://127.0.0.1:{}", publish + r),
+                    mode: SocketMode::Bind,
+                    replay_endpoint: Some(format!("tcp://127.0.0.1:{}", replay + r)),
+                    topic: format!("kv@127.0.0.1:{http}@{MODEL}"),
+                    encoding: EventEncoding::Array,
+                    buffer_steps: 1000,
+                    dp_rank: u32::from(r),
+                }),
+                ..PodConfig::default()
+            });
+            addrs.push(SocketAddr::from(([127, 0, 0, 1], http + r)));
+        }
+        let cluster = Cluster::start(configs, &addrs)
+            .await
+            .expect("cluster starts");
+        Self {
+            cluster,
+            ports: vec![(publish, replay); ranks],
+        }
+    }
+
+    /// Endpoints of a pod started with [`Self::start_ranks`]: `sim-rank-<r>`, rank `r`, and the
+    /// pod's rank-0 event and replay ports.
+    pub fn rank_endpoints(&self) -> Vec<Endpoint> {
+        self.endpoints()
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut e)| {
+                e.rank = r as u16;
+                e.name = format!("sim-rank-{r}");
+                e
+            })
+            .collect()
+    }
+
     /// Pods whose PUB sockets connect to epp's bound SUB at `bind` (bind mode); the topic names
     /// each pod by its HTTP address, and each pod still binds a replay socket.
     pub async fn start_connecting(n: usize, num_gpu_blocks: usize, bind: &str) -> Self {

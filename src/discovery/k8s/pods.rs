@@ -3,14 +3,17 @@
 //! As upstream (`pkg/epp/util/pod`, `pkg/epp/datastore`): a pod is an endpoint when its labels
 //! match the selector, it is Ready and it has no deletion timestamp and an IP. Each target port
 //! is a separate endpoint named `<pod>-rank-<index>` (data-parallel ranks); the pod annotation
-//! `inference.networking.k8s.io/active-ports` limits which of the target ports are active.
+//! `llm-d.ai/active-ports` (llm-d-router v0.10), else the legacy
+//! `inference.networking.k8s.io/active-ports`, limits which of the target ports are active.
 
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-pub const ACTIVE_PORTS_ANNOTATION: &str = "inference.networking.k8s.io/active-ports";
+pub const ACTIVE_PORTS_ANNOTATION: &str = "llm-d.ai/active-ports";
+/// GIE's key for the same annotation, read when llm-d's is absent (as llm-d-router v0.10 does).
+pub const LEGACY_ACTIVE_PORTS_ANNOTATION: &str = "inference.networking.k8s.io/active-ports";
 pub const ENGINE_TYPE_LABEL: &str = "inference.networking.k8s.io/engine-type";
 /// Relative capacity for weighted pickers: an annotation, else a label; a positive integer.
 pub const WEIGHT_KEY: &str = "inference.networking.k8s.io/weight";
@@ -76,7 +79,10 @@ fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ACTIVE_PORTS_ANNOTATION))
+        .and_then(|a| {
+            a.get(ACTIVE_PORTS_ANNOTATION)
+                .or_else(|| a.get(LEGACY_ACTIVE_PORTS_ANNOTATION))
+        })
         .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect());
     target
         .ports
@@ -89,6 +95,8 @@ fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
             engine,
             labels: labels.clone(),
             weight,
+            // A pool has at most 8 target ports (CRD validation).
+            rank: u16::try_from(rank).unwrap_or(u16::MAX),
         })
         .collect()
 }
@@ -158,16 +166,41 @@ mod tests {
             pod("e", "10.0.0.5", true, json!({"labels": {"app": "other"}})),
         ];
         let eps = endpoints(&target, &pods);
-        let ids: Vec<String> = eps.iter().map(|e| format!("{} {}", e.id, e.name)).collect();
+        let ids: Vec<String> = eps
+            .iter()
+            .map(|e| format!("{} {} {}", e.id, e.name, e.rank))
+            .collect();
         assert_eq!(
             ids,
             [
-                "10.0.0.1:8000 a-rank-0",
-                "10.0.0.1:8001 a-rank-1",
-                "10.0.0.4:8001 d-rank-1"
-            ]
+                "10.0.0.1:8000 a-rank-0 0",
+                "10.0.0.1:8001 a-rank-1 1",
+                "10.0.0.4:8001 d-rank-1 1"
+            ],
+            "the rank is the port's position in targetPorts, also when active-ports leaves out earlier ones"
         );
         assert_eq!(eps[0].engine, EngineType::Sglang);
+    }
+
+    #[test]
+    fn llm_ds_active_ports_annotation_wins_over_gies_legacy_one() {
+        let target = PoolTarget {
+            selector: [("app".to_owned(), "vllm".to_owned())].into(),
+            ports: vec![8000, 8001, 8002],
+        };
+        let both = json!({"annotations": {ACTIVE_PORTS_ANNOTATION: "8002", LEGACY_ACTIVE_PORTS_ANNOTATION: "8000"}});
+        let legacy = json!({"annotations": {LEGACY_ACTIVE_PORTS_ANNOTATION: "8001, 9999"}});
+        let none_valid = json!({"annotations": {ACTIVE_PORTS_ANNOTATION: "9999"}});
+        let pods = [
+            pod("a", "10.0.0.1", true, both),
+            pod("b", "10.0.0.2", true, legacy),
+            pod("c", "10.0.0.3", true, none_valid),
+        ];
+        let names: Vec<String> = endpoints(&target, &pods)
+            .iter()
+            .map(|e| format!("{} {}", e.name, e.rank))
+            .collect();
+        assert_eq!(names, ["a-rank-2 2", "b-rank-1 1"]);
     }
 
     #[test]

@@ -37,6 +37,10 @@ struct Args {
     /// `--secure-proxy=false`; the upstream default is true).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     secure_proxy: bool,
+    /// The model server's data-parallel size: rank r is served on --port + r and decodes on
+    /// --model-server-port + r.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    data_parallel_size: u16,
 }
 
 fn go_duration(s: &str) -> Result<Duration, String> {
@@ -70,15 +74,24 @@ async fn main() -> anyhow::Result<()> {
         !args.secure_proxy,
         "--secure-proxy=true (the default): the stand-in serves plain HTTP only; pass --secure-proxy=false as llm-d's manifests do"
     );
-    let listener = TcpListener::bind((args.host, args.port))
-        .await
-        .with_context(|| format!("bind port {}", args.port))?;
+    let mut listeners = Vec::new();
+    for r in 0..args.data_parallel_size {
+        let port = args
+            .port
+            .checked_add(r)
+            .context("--port + rank is past 65535")?;
+        let listener = TcpListener::bind((args.host, port))
+            .await
+            .with_context(|| format!("bind port {port} (rank {r})"))?;
+        listeners.push(listener);
+    }
     let cfg = SidecarConfig {
         decoder: SocketAddr::new(args.host, args.model_server_port),
         prefill_max_retries: args.prefill_max_retries,
         prefill_retry_backoff: args.prefill_retry_backoff,
+        data_parallel_size: args.data_parallel_size,
     };
-    let sidecar = Sidecar::start(listener, cfg)?;
+    let sidecar = Sidecar::start_ranks(listeners, cfg)?;
     tracing::info!(addr = %sidecar.addr(), decoder = args.model_server_port, "pd-sidecar stand-in listening");
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {

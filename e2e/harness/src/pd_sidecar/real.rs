@@ -4,7 +4,9 @@
 //! # How it is started
 //! With the flags llm-d's P/D deployment gives it (`deploy/components/vllm-decode` and
 //! `deploy/environments/dev/p-d/patch-decode.yaml`, v0.10.0): `--port`, `--kv-connector=nixlv2`
-//! (the guide's default connector), `--secure-proxy=false`, `--data-parallel-size=1`, plus
+//! (the guide's default connector), `--secure-proxy=false`, `--data-parallel-size` (1 unless the
+//! test runs data-parallel ranks: then rank `r` is served on the sidecar's port + `r` and decoded
+//! on the model server's port + `r`, so both ranges are drawn consecutive), plus
 //! `--model-server-port` (the sidecar reaches the model server on `localhost`, as in a pod),
 //! the retry flags of [`SidecarConfig`] and `--zap-log-level=4`, the verbosity at which the
 //! sidecar logs which protocol each request took. `POD_IP` is set as the pod's downward API
@@ -16,7 +18,8 @@
 //! line per request with `x-prefiller-host-port`, `no prefiller or encoder, using decoder only`
 //! per request without, `retrying prefill request` per retry and `prefill request failed` per
 //! prefill that finally failed. zap writes each line before the sidecar answers, so a count read
-//! after a response includes that response's request.
+//! after a response includes that response's request. Each rank's server logs under the name
+//! `proxy server on port <its port>`, so [`RealSidecar::rank_counts`] tells the ranks apart.
 //!
 //! The process is killed by its PID when the handle is dropped or shut down.
 
@@ -75,7 +78,9 @@ pub fn binary_from_env() -> Result<Option<PathBuf>, RealSidecarError> {
 #[derive(Debug)]
 pub struct RealSidecar {
     child: Child,
+    /// Rank 0's address; rank `r` listens on its port + `r`.
     addr: SocketAddr,
+    ranks: u16,
     log: PathBuf,
 }
 
@@ -89,7 +94,8 @@ impl RealSidecar {
     ) -> Result<Self, RealSidecarError> {
         let mut attempt = 1;
         loop {
-            let port = ports::free_port().map_err(io("choosing the sidecar's port"))?;
+            let ranks = usize::from(cfg.data_parallel_size.max(1));
+            let port = ports::free_range(ranks).map_err(io("choosing the sidecar's ports"))?;
             let mut sidecar = Self::spawn(binary, cfg, dir, port)?;
             match sidecar.wait_ready().await {
                 Ok(()) => return Ok(sidecar),
@@ -125,18 +131,24 @@ impl RealSidecar {
         Ok(Self {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            ranks: cfg.data_parallel_size.max(1),
             log,
         })
     }
 
+    /// Waits until every rank's port answers `GET /health`.
     async fn wait_ready(&mut self) -> Result<(), RealSidecarError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(self.not_ready(format!("it exited during start-up ({status})")));
             }
-            let health = client::get(self.addr, "/health").await;
-            if matches!(health, Ok(r) if r.status == http::StatusCode::OK) {
+            let mut ready = true;
+            for addr in self.addrs() {
+                let health = client::get(addr, "/health").await;
+                ready &= matches!(health, Ok(r) if r.status == http::StatusCode::OK);
+            }
+            if ready {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -158,6 +170,13 @@ impl RealSidecar {
         self.addr
     }
 
+    /// Every rank's address: the sidecar's port + rank.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        (0..self.ranks)
+            .map(|r| SocketAddr::new(self.addr.ip(), self.addr.port() + r))
+            .collect()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -171,6 +190,17 @@ impl RealSidecar {
     /// What the sidecar did so far, read from its log (see the module docs).
     pub fn counts(&self) -> SidecarCounts {
         counts_from_log(&self.log_text())
+    }
+
+    /// What rank `r`'s server did so far (its log lines only).
+    pub fn rank_counts(&self, r: u16) -> SidecarCounts {
+        let logger = format!(
+            r#""logger":"proxy server on port {}""#,
+            self.addr.port() + r
+        );
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(&logger)).collect();
+        counts_from_log(&lines.join("\n"))
     }
 }
 
@@ -191,7 +221,7 @@ fn args(cfg: &SidecarConfig, port: u16) -> Vec<String> {
         format!("--model-server-port={}", cfg.decoder.port()),
         "--kv-connector=nixlv2".into(),
         "--secure-proxy=false".into(),
-        "--data-parallel-size=1".into(),
+        format!("--data-parallel-size={}", cfg.data_parallel_size.max(1)),
         format!("--prefill-max-retries={}", cfg.prefill_max_retries),
         format!(
             "--prefill-retry-backoff={}ms",
@@ -259,6 +289,7 @@ mod tests {
             "--secure-proxy=false",
             "--prefill-max-retries=2",
             "--prefill-retry-backoff=50ms",
+            "--data-parallel-size=1",
         ] {
             assert!(a.iter().any(|x| x == want), "{want} in {a:?}");
         }

@@ -3,6 +3,15 @@
 //! names its binary, else the stand-in; [`crate::pd_sidecar`]), epp (in-process) reading an
 //! endpoints file that labels each endpoint with `llm-d.ai/role`, and Envoy. As in llm-d,
 //! epp's decode endpoints are the sidecars' addresses.
+//!
+//! # Data parallelism
+//! With [`PdOptions::data_parallel`] `N > 1` every pod has `N` ranks, as llm-d's dev
+//! deployments run vLLM (or llm-d-inference-sim) with `--data-parallel-size=N`
+//! (`deploy/components/vllm-{decode,prefill}`, v0.10.0): rank `r` is its own engine with its own
+//! API server on the pod's port + `r`, here one inference-sim pod per rank on consecutive ports
+//! (`sim-decode-<i>-rank-<r>`). The decode pod's sidecar runs with `--data-parallel-size=N` and
+//! serves rank `r` on its port + `r`. epp gets one endpoint per rank, named and ranked as its
+//! Kubernetes discovery names an InferencePool's targetPorts (`<pod>-rank-<r>`, `rank: r`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +47,8 @@ pub struct PdOptions {
     pub epp_args: Vec<String>,
     /// Every pod records the requests it receives (`PodControl::hook`).
     pub record_requests: bool,
+    /// Data-parallel ranks per pod (1: none; see the module docs).
+    pub data_parallel: u16,
     /// Run llm-d-router's own EPP from this binary instead of epp (side-by-side tests); the
     /// same configuration, with llm-d's file discovery added ([`crate::llmd_epp`]).
     pub llmd_epp: Option<PathBuf>,
@@ -82,22 +93,30 @@ pub struct PdStack {
     pub sidecars: Vec<DecodeSidecar>,
     pub epp: Picker,
     pub envoy: Envoy,
-    /// Decode pods are cluster pods `0..decode`, prefill pods follow.
+    /// Decode ranks are cluster pods `0..decode` (pod `i`'s rank `r` is `i·N + r`), prefill
+    /// ranks follow in the same order.
     pub decode: usize,
+    /// epp's endpoints, cluster order: address, name, role.
+    endpoints: Vec<StackEndpoint>,
     dir: PathBuf,
+}
+
+/// One endpoint epp knows: a rank of a pod (the decode ones at their sidecar's port).
+#[derive(Clone, Debug)]
+struct StackEndpoint {
+    addr: SocketAddr,
+    name: String,
+    rank: u16,
+    role: &'static str,
 }
 
 impl PdStack {
     pub async fn start(opts: PdOptions) -> anyhow::Result<Self> {
+        let ranks = opts.data_parallel.max(1);
         let pods = opts.decode + opts.prefill;
-        let mut configs = Vec::with_capacity(pods);
-        let mut listeners = Vec::with_capacity(pods);
-        for i in 0..pods {
-            let name = if i < opts.decode {
-                format!("sim-decode-{i}")
-            } else {
-                format!("sim-prefill-{}", i - opts.decode)
-            };
+        let mut configs = Vec::with_capacity(pods * usize::from(ranks));
+        let mut listeners = Vec::with_capacity(configs.capacity());
+        for (i, name) in sim_names(&opts).into_iter().enumerate() {
             let mut engine = opts.engine.clone();
             engine.kv_transfer = Some(KvTransferConfig {
                 role: KvRole::Both,
@@ -105,7 +124,7 @@ impl PdStack {
                 bandwidth_gbps: opts.kv_bandwidth_gbps,
                 engine_id: format!("engine-{name}"),
                 host: "127.0.0.1".into(),
-                port: 5600 + i as u16,
+                port: 5600u16.wrapping_add(i as u16),
             });
             configs.push(PodConfig {
                 engine,
@@ -115,7 +134,12 @@ impl PdStack {
                 record_requests: opts.record_requests,
                 ..Default::default()
             });
-            listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+        }
+        for _ in 0..pods {
+            let base = crate::ports::free_range(usize::from(ranks))?;
+            for r in 0..ranks {
+                listeners.push(TcpListener::bind(("127.0.0.1", base + r)).await?);
+            }
         }
         let cluster = Cluster::start_on(configs, listeners).await?;
         let dir = std::env::temp_dir().join(format!(
@@ -125,50 +149,43 @@ impl PdStack {
         ));
         std::fs::create_dir_all(&dir).context("creating the stack's directory")?;
         let binary = real::binary_from_env()?;
+        let decode = opts.decode * usize::from(ranks);
         let mut sidecars = Vec::new();
         if !opts.aggregated {
-            for &decoder in &cluster.addrs()[..opts.decode] {
+            for &decoder in cluster.addrs()[..decode].iter().step_by(usize::from(ranks)) {
                 let cfg = SidecarConfig {
                     decoder,
+                    data_parallel_size: ranks,
                     ..opts.sidecar.clone()
                 };
                 sidecars.push(DecodeSidecar::start(binary.as_deref(), cfg, &dir).await?);
             }
         }
-        let mut endpoints: Vec<(SocketAddr, &str)> = Vec::new();
-        for (i, &addr) in cluster.addrs().iter().enumerate() {
-            let entry = match (i < opts.decode, opts.aggregated) {
-                (true, true) => (addr, "prefill-decode"),
-                (true, false) => (sidecars[i].addr(), "decode"),
-                (false, _) => (addr, "prefill"),
-            };
-            endpoints.push(entry);
-        }
-        let file: String = endpoints
-            .iter()
-            .map(|(a, role)| {
-                format!(
-                    "- address: {}\n  port: {}\n  labels: {{llm-d.ai/role: {role}}}\n",
-                    a.ip(),
-                    a.port()
-                )
-            })
-            .collect();
+        let endpoints = stack_endpoints(&opts, cluster.addrs(), &sidecars);
+        let file: String = endpoints.iter().map(StackEndpoint::file_entry).collect();
         let path = dir.join("endpoints.yaml");
         std::fs::write(&path, file).context("writing the endpoints file")?;
         let epp = match &opts.llmd_epp {
             Some(binary) => {
-                let names: Vec<String> = (0..endpoints.len()).map(|i| format!("ep-{i}")).collect();
+                // llm-d's file discovery needs a name: the rank's where it has one.
+                let names: Vec<String> = (0..endpoints.len())
+                    .map(
+                        |i| match endpoints[i].name == endpoints[i].addr.to_string() {
+                            true => format!("ep-{i}"),
+                            false => endpoints[i].name.clone(),
+                        },
+                    )
+                    .collect();
                 let labels: Vec<[(&str, &str); 1]> = endpoints
                     .iter()
-                    .map(|(_, role)| [("llm-d.ai/role", *role)])
+                    .map(|e| [("llm-d.ai/role", e.role)])
                     .collect();
                 let files: Vec<FileEndpoint<'_>> = endpoints
                     .iter()
                     .zip(names.iter().zip(&labels))
-                    .map(|((addr, _), (name, labels))| FileEndpoint {
+                    .map(|(e, (name, labels))| FileEndpoint {
                         name,
-                        addr: *addr,
+                        addr: e.addr,
                         labels,
                     })
                     .collect();
@@ -179,7 +196,7 @@ impl PdStack {
         let envoy = EnvoyConfig::new(Template::Duplex)
             .epp(epp.grpc())
             .epp_tls(false)
-            .pool(endpoints.iter().map(|(a, _)| *a))
+            .pool(endpoints.iter().map(|e| e.addr))
             .start()
             .await?;
         Ok(Self {
@@ -187,7 +204,8 @@ impl PdStack {
             sidecars,
             epp,
             envoy,
-            decode: opts.decode,
+            decode,
+            endpoints,
             dir,
         })
     }
@@ -205,17 +223,27 @@ impl PdStack {
         Epp::start(&args).await
     }
 
-    /// The endpoints epp routes to, as `ip:port` (decode sidecars or pods, then prefill pods).
+    /// The endpoints epp routes to, as `ip:port` (decode sidecars' ranks or pods, then prefill
+    /// pods), in cluster order: endpoint `i` is served by cluster pod `i`.
     pub fn endpoints(&self) -> Vec<String> {
-        let decode = self.cluster.addrs()[..self.decode].iter().enumerate();
-        let decode = decode.map(|(i, a)| self.sidecars.get(i).map_or(*a, DecodeSidecar::addr));
-        let prefill = self.cluster.addrs()[self.decode..].iter().copied();
-        decode.chain(prefill).map(|a| a.to_string()).collect()
+        self.endpoints.iter().map(|e| e.addr.to_string()).collect()
+    }
+
+    /// epp's names of [`Self::endpoints`] (its metric label `model_server_pod`): the address,
+    /// or `<pod>-rank-<r>` with data-parallel ranks.
+    pub fn endpoint_names(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| e.name.clone()).collect()
     }
 
     /// Which decode sidecar runs: `pd-sidecar` (llm-d's), `stand-in`, or `none` (aggregated).
     pub fn sidecar_kind(&self) -> &'static str {
         self.sidecars.first().map_or("none", DecodeSidecar::kind)
+    }
+
+    /// The ranks of each pod (`PdOptions::data_parallel`, at least 1).
+    pub fn ranks_per_pod(&self) -> u16 {
+        let decode_pods = self.sidecars.len().max(1);
+        u16::try_from(self.decode / decode_pods).unwrap_or(1).max(1)
     }
 
     pub async fn stop(self) {
@@ -226,5 +254,67 @@ impl PdStack {
         }
         self.cluster.shutdown().await;
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The cluster pods' names: decode pods' ranks, then prefill pods' (see [`PdStack::decode`]).
+fn sim_names(opts: &PdOptions) -> Vec<String> {
+    let ranks = opts.data_parallel.max(1);
+    let pods = (0..opts.decode)
+        .map(|i| format!("sim-decode-{i}"))
+        .chain((0..opts.prefill).map(|i| format!("sim-prefill-{i}")));
+    pods.flat_map(|pod| {
+        (0..ranks).map(move |r| match ranks {
+            1 => pod.clone(),
+            _ => format!("{pod}-rank-{r}"),
+        })
+    })
+    .collect()
+}
+
+/// epp's endpoints for the cluster's pods (decode ones behind their sidecar's rank ports).
+fn stack_endpoints(
+    opts: &PdOptions,
+    addrs: &[SocketAddr],
+    sidecars: &[DecodeSidecar],
+) -> Vec<StackEndpoint> {
+    let ranks = usize::from(opts.data_parallel.max(1));
+    let decode = opts.decode * ranks;
+    let names = sim_names(opts);
+    let sidecar_addrs: Vec<SocketAddr> = sidecars.iter().flat_map(DecodeSidecar::addrs).collect();
+    addrs
+        .iter()
+        .zip(names)
+        .enumerate()
+        .map(|(i, (&addr, name))| {
+            let (addr, role) = match (i < decode, opts.aggregated) {
+                (true, true) => (addr, "prefill-decode"),
+                (true, false) => (sidecar_addrs[i], "decode"),
+                (false, _) => (addr, "prefill"),
+            };
+            StackEndpoint {
+                addr,
+                // Unranked pods keep the address as their name, as before ranks existed.
+                name: if ranks == 1 { addr.to_string() } else { name },
+                rank: (i % ranks) as u16,
+                role,
+            }
+        })
+        .collect()
+}
+
+impl StackEndpoint {
+    /// Its entry in epp's static endpoints file.
+    fn file_entry(&self) -> String {
+        let name = match self.name == self.addr.to_string() {
+            true => String::new(),
+            false => format!("  name: {}\n  rank: {}\n", self.name, self.rank),
+        };
+        format!(
+            "- address: {}\n  port: {}\n{name}  labels: {{llm-d.ai/role: {}}}\n",
+            self.addr.ip(),
+            self.addr.port(),
+            self.role
+        )
     }
 }

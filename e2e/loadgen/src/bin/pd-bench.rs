@@ -24,6 +24,10 @@ struct Args {
     /// Pods in every arrangement (P/D: half prefill, half decode).
     #[arg(long, default_value_t = 4)]
     pods: usize,
+    /// Data-parallel ranks per pod (`--data-parallel-size`): each rank an engine of its own,
+    /// an endpoint of its own, served by the decode sidecar on its port + rank.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    data_parallel: u16,
     /// Seconds of load per run, and the warm-up left out of the figures.
     #[arg(long, default_value_t = 30.0)]
     duration: f64,
@@ -164,6 +168,7 @@ async fn run_one(
         epp_config: arr.config,
         epp_args: vec!["--refresh-metrics-interval".into(), "50ms".into()],
         record_requests: false,
+        data_parallel: a.data_parallel,
         llmd_epp: arr.llmd_epp,
     };
     let stack = PdStack::start(opts).await?;
