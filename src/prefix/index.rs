@@ -57,8 +57,10 @@ pub struct PrefixIndex {
 /// report their cache in blocks of real tokens. Sized in pseudo-blocks as if they were real
 /// ones, the index forgets prefixes the pods still hold whenever text runs longer than 4 bytes a
 /// token (one-token English words average ~4.7), and spreads groups it should keep together
-/// (shared-prefix hit rate 41–47% against cl100k's 69%; BENCHMARKS.md). Stored in 1/64 steps
-/// so the capacity it scales changes only when the ratio does.
+/// (shared-prefix hit rate 41–47% against cl100k's 69%; BENCHMARKS.md). Until the first
+/// response teaches it there is no conversion (the configured capacity holds): a group spread
+/// over two pods by an index that forgot too early stays spread. Stored in 1/64 steps so the
+/// capacity it scales changes only when the ratio does.
 pub struct TokenScale {
     /// Index tokens per server token × 64; 0 until a response teaches it.
     sixty_fourths: AtomicU32,
@@ -98,11 +100,12 @@ impl TokenScale {
             });
     }
 
-    /// `blocks` of the model server's tokens, in the index's blocks.
-    pub fn blocks(&self, blocks: usize) -> usize {
+    /// `blocks` of the model server's tokens, in the index's blocks; `None` until a response
+    /// has taught the ratio.
+    pub fn blocks(&self, blocks: usize) -> Option<usize> {
         match self.sixty_fourths.load(Ordering::Relaxed) {
-            0 => blocks,
-            q => blocks.saturating_mul(q as usize) / Self::ONE as usize,
+            0 => None,
+            q => Some(blocks.saturating_mul(q as usize) / Self::ONE as usize),
         }
     }
 }
@@ -313,14 +316,14 @@ mod tests {
     #[test]
     fn token_scale_starts_at_one_learns_a_tenth_at_a_time_and_stays_bounded() {
         let s = PrefixIndex::new().scale;
-        assert_eq!((s.get(), s.blocks(1000)), (1.0, 1000));
+        assert_eq!((s.get(), s.blocks(1000)), (1.0, None));
         s.observe(0, 10);
         s.observe(10, 0);
         assert_eq!(s.get(), 1.0, "empty observations teach nothing");
         s.observe(1180, 1000);
         assert_eq!(
             s.blocks(1000),
-            1187,
+            Some(1187),
             "the first sets it, in 1/64 steps (76/64)"
         );
         s.observe(2000, 1000);

@@ -90,13 +90,16 @@ impl PrefixSource for Approximate<'_> {
     }
 
     /// With auto-tuning the LRU holds what the pod reports, converted to pseudo-blocks when the
-    /// index counts pseudo-tokens.
+    /// index counts pseudo-tokens; until their ratio is learned, the configured capacity.
     fn record(&self, lookup: &Lookup, primary: &Pod, _now: Instant) {
         let reported = primary.cache.filter(|_| self.params.auto_tune);
         let capacity = reported.map_or(self.params.capacity, |c| {
             let blocks = c.num_blocks as usize;
             if lookup.pseudo_tokens {
-                self.index.scale.blocks(blocks)
+                self.index
+                    .scale
+                    .blocks(blocks)
+                    .unwrap_or(self.params.capacity)
             } else {
                 blocks
             }
