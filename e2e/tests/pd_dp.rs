@@ -15,11 +15,9 @@ mod pd_support;
 
 use epp_e2e::client;
 use epp_e2e::pd_sidecar::{SidecarConfig, DATA_PARALLEL_HEADER};
-use epp_e2e::sim::EngineConfig;
 use epp_e2e::stack::pd::{PdOptions, PdStack};
 use pd_support::*;
 
-const MODEL: &str = "m";
 /// Cluster pods: decode ranks 0 and 1, then prefill ranks 0 and 1.
 const DECODE: [usize; 2] = [0, 1];
 const PREFILL: [usize; 2] = [2, 3];
@@ -33,36 +31,13 @@ async fn start() -> PdStack {
     stack
 }
 
-/// [`start`]'s stack: llm-d's P/D guide configuration, fast scrapes, ten-times-slower sims.
+/// [`start`]'s stack: llm-d's P/D guide configuration with two ranks a pod, every rank
+/// recording its requests.
 fn options() -> PdOptions {
-    let path = epp_e2e::envoy::repo_root().join("config/examples/llm-d-pd.yaml");
+    let sidecar = SidecarConfig::new("127.0.0.1:1".parse().unwrap());
     PdOptions {
-        prefill: 1,
-        decode: 1,
-        aggregated: false,
-        engine: EngineConfig {
-            model: MODEL.into(),
-            time_scale: 10.0,
-            default_max_output: 4,
-            ..EngineConfig::default()
-        },
-        kv_bytes_per_token: 131_072.0,
-        kv_bandwidth_gbps: 25.0,
-        sidecar: SidecarConfig::new("127.0.0.1:1".parse().unwrap()),
-        epp_config: std::fs::read_to_string(path).unwrap(),
-        epp_args: [
-            "--refresh-metrics-interval",
-            "20ms",
-            "--metrics-staleness-threshold",
-            "1s",
-            "--refresh-prometheus-metrics-interval",
-            "50ms",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
-        record_requests: true,
         data_parallel: 2,
-        llmd_epp: None,
+        ..pd_support::options(1, sidecar, true, "llm-d-pd.yaml", &[])
     }
 }
 

@@ -136,7 +136,7 @@ pub(super) fn route(
             .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
         started,
         headers,
-        calibrate: lookup
+        pseudo_prompt_tokens: lookup
             .as_ref()
             .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
             .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
@@ -243,7 +243,7 @@ struct Decided {
     /// Request headers for the decode pod's sidecar (P/D).
     headers: Vec<(&'static str, Option<String>)>,
     /// The whole prompt in pseudo-tokens, to learn their ratio to the server's tokens.
-    calibrate: Option<u32>,
+    pseudo_prompt_tokens: Option<u32>,
 }
 
 /// The prompt's blocks and who holds them, as the configuration's index says.
@@ -377,7 +377,7 @@ impl Director {
             dispatched: decided.dispatched,
             headers: decided.headers,
             labels,
-            pseudo_prompt_tokens: decided.calibrate,
+            pseudo_prompt_tokens: decided.pseudo_prompt_tokens,
         }
     }
 

@@ -3,13 +3,13 @@
 //! exposes after traffic.
 
 use epp_e2e::client::HttpResponse;
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::stack::{Epp, Stack, StackOptions};
+use epp_e2e::envoy::Template;
+use epp_e2e::stack::{Stack, StackOptions};
 use http::StatusCode;
 
 use crate::support::{
-    access_log, args, completion, example_config, post, received_counts, sample, served_by, start,
-    wait_for_metrics, MODEL,
+    access_log, args, completion, empty_pool_stack, example_config, post, received_counts, sample,
+    served_by, start, wait_for_metrics, MODEL,
 };
 
 /// Asserts a rejection: `status`, a JSON body whose `error.type` is upstream's code name and
@@ -144,28 +144,7 @@ async fn a_body_over_the_limit_is_a_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_pool_is_a_503() {
-    let dir = std::env::temp_dir().join(format!("epp-e2e-empty-pool-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("endpoints.yaml");
-    std::fs::write(&file, "[]\n").unwrap();
-    let epp = Epp::start(&args(&[
-        "--static-endpoints-file",
-        file.to_str().unwrap(),
-        "--secure-serving",
-        "false",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let envoy = EnvoyConfig::new(Template::Duplex)
-        .epp(epp.grpc)
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stack = Stack {
-        pods: Vec::new(),
-        epp,
-        envoy,
-    };
+    let (stack, dir) = empty_pool_stack("empty-pool", Template::Duplex).await;
     let response = post(&stack, "/v1/completions", completion("anyone there?"), &[]).await;
     assert_rejected(
         &response,

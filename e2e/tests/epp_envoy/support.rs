@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use epp_e2e::client::{self, HttpResponse};
-use epp_e2e::envoy::{repo_root, AccessLogEntry};
+use epp_e2e::envoy::{repo_root, AccessLogEntry, EnvoyConfig, Template};
 use epp_e2e::sim as inference_sim;
 use epp_e2e::sim::RecordedRequest;
 use epp_e2e::sim_pod::{test_pod_config, with_adapters, with_long_context, SimPod};
@@ -26,6 +26,34 @@ pub async fn start(opts: StackOptions) -> Stack {
     Stack::start(opts)
         .await
         .unwrap_or_else(|e| panic!("starting the stack: {e:#}"))
+}
+
+/// epp with an empty static pool behind `template`'s Envoy; the second value is the scratch
+/// directory holding the endpoints file (remove it after `stack.stop()`).
+pub async fn empty_pool_stack(tag: &str, template: Template) -> (Stack, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("epp-e2e-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("endpoints.yaml");
+    std::fs::write(&file, "[]\n").unwrap();
+    let epp = Epp::start(&args(&[
+        "--static-endpoints-file",
+        file.to_str().unwrap(),
+        "--secure-serving",
+        "false",
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = EnvoyConfig::new(template)
+        .epp(epp.grpc)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stack = Stack {
+        pods: Vec::new(),
+        epp,
+        envoy,
+    };
+    (stack, dir)
 }
 
 /// Owned command-line flags.

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
+use epp_e2e::envoy::{repo_root, Template};
 use epp_e2e::stack::{Epp, Stack, StackOptions};
 use futures::{SinkExt, StreamExt};
 use http::StatusCode;
@@ -20,7 +20,8 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::support::{
-    access_log, args, sample, start, traffic, wait_for_metrics, wait_for_scraped_queue, MODEL,
+    access_log, empty_pool_stack, sample, start, traffic, wait_for_metrics, wait_for_scraped_queue,
+    MODEL,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -216,28 +217,7 @@ async fn through_duplex_bodies_a_session_routes_and_ends_cleanly_in_epp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_upgrade_with_no_ready_pod_gets_epps_503_at_once() {
-    let dir = std::env::temp_dir().join(format!("epp-e2e-ws-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("endpoints.yaml");
-    std::fs::write(&file, "[]\n").unwrap();
-    let epp = Epp::start(&args(&[
-        "--static-endpoints-file",
-        file.to_str().unwrap(),
-        "--secure-serving",
-        "false",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let envoy = EnvoyConfig::new(websocket_template())
-        .epp(epp.grpc)
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stack = Stack {
-        pods: Vec::new(),
-        epp,
-        envoy,
-    };
+    let (stack, dir) = empty_pool_stack("ws-empty", websocket_template()).await;
     let refused = match open(&stack).await {
         Err(tungstenite::Error::Http(response)) => response,
         other => panic!("expected an HTTP refusal, got {other:?}"),

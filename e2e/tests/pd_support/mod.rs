@@ -6,7 +6,12 @@
 use std::time::{Duration, Instant};
 
 use epp_e2e::client;
-use epp_e2e::stack::pd::PdStack;
+use epp_e2e::pd_sidecar::SidecarConfig;
+use epp_e2e::sim::EngineConfig;
+use epp_e2e::stack::pd::{PdOptions, PdStack};
+
+/// The model every P/D test pod serves.
+pub const MODEL: &str = "m";
 
 /// Waits until every endpoint's queue has been scraped by epp.
 pub async fn wait_scraped(stack: &PdStack) {
@@ -118,4 +123,48 @@ pub async fn set_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
         ) == Some(want)
     })
     .await;
+}
+
+/// The stack's options: one decode pod, `prefill` prefill pods, an example configuration.
+pub fn options(
+    prefill: usize,
+    sidecar: SidecarConfig,
+    record: bool,
+    example: &str,
+    flags: &[&str],
+) -> PdOptions {
+    let path = epp_e2e::envoy::repo_root()
+        .join("config/examples")
+        .join(example);
+    let config = std::fs::read_to_string(path).unwrap();
+    PdOptions {
+        prefill,
+        decode: 1,
+        aggregated: false,
+        engine: EngineConfig {
+            model: MODEL.into(),
+            time_scale: 10.0,
+            default_max_output: 4,
+            ..EngineConfig::default()
+        },
+        kv_bytes_per_token: 131_072.0,
+        kv_bandwidth_gbps: 25.0,
+        sidecar,
+        epp_config: config,
+        epp_args: [
+            "--refresh-metrics-interval",
+            "20ms",
+            "--metrics-staleness-threshold",
+            "1s",
+            "--refresh-prometheus-metrics-interval",
+            "50ms",
+        ]
+        .iter()
+        .chain(flags)
+        .map(|s| (*s).to_owned())
+        .collect(),
+        record_requests: record,
+        data_parallel: 1,
+        llmd_epp: None,
+    }
 }

@@ -146,33 +146,44 @@ fn cases(model: &str, pods: &[SocketAddr]) -> Vec<Case> {
     ]
 }
 
-/// The LoRA case ([`load::LORA`]) through each of `routers_` (each EPP with its LoRA
-/// configuration, [`super::plan::lora_routers`]), on fresh pods serving the case's two adapters.
-pub async fn run_lora(
+/// Which cases a compat run sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    /// The basic cases and the queue and KV load cases ([`load::CASES`]), each EPP as given.
+    Default,
+    /// The LoRA load case ([`load::LORA`]), each EPP with its LoRA configuration
+    /// ([`super::plan::lora_routers`]), on pods serving the case's two adapters.
+    Lora,
+}
+
+/// Runs `suite`'s cases through every router (each case set on fresh pods).
+pub async fn run(
     routers_: &[Router],
     bins: &Bins,
     dir: &Path,
     model: &str,
+    suite: Suite,
 ) -> Vec<CompatResult> {
     let mut out = Vec::new();
     for r in routers_ {
         let label = r.label();
-        eprintln!("[bench] compat (LoRA): {label}");
-        let case = &load::LORA;
-        let adapters = [load::LORA_OTHER, load::LORA_BEST];
-        let res = async {
-            let (cluster, running) =
-                stack(r, bins, &dir.join(&label).join(case.slug), model, &adapters).await?;
-            let o = load::run(case, &cluster.pods, running.target, model).await;
-            drop(running);
-            drop(cluster);
-            Ok::<_, BenchError>(o)
-        }
-        .await;
+        eprintln!("[bench] compat ({suite:?}): {label}");
+        let rdir = dir.join(&label);
+        let res = match std::fs::create_dir_all(&rdir) {
+            Ok(()) => match suite {
+                Suite::Default => one(r, bins, &rdir, model).await,
+                Suite::Lora => {
+                    let adapters = [load::LORA_OTHER, load::LORA_BEST];
+                    let o = load_case(r, bins, &rdir, model, &load::LORA, &adapters).await;
+                    o.map(|o| BTreeMap::from([(load::LORA.name.to_owned(), o)]))
+                }
+            },
+            Err(e) => Err(BenchError::io("creating the compat dir")(e)),
+        };
         out.push(match res {
-            Ok(o) => CompatResult {
+            Ok(outcomes) => CompatResult {
                 router: label,
-                outcomes: BTreeMap::from([(case.name.to_owned(), o)]),
+                outcomes,
                 error: None,
             },
             Err(e) => CompatResult {
@@ -185,32 +196,13 @@ pub async fn run_lora(
     out
 }
 
-/// Runs every case through every router (each on fresh pods).
-pub async fn run(routers_: &[Router], bins: &Bins, dir: &Path, model: &str) -> Vec<CompatResult> {
-    let mut out = Vec::new();
-    for r in routers_ {
-        let label = r.label();
-        eprintln!("[bench] compat: {label}");
-        let rdir = dir.join(&label);
-        let res = match std::fs::create_dir_all(&rdir) {
-            Ok(()) => one(r, bins, &rdir, model).await,
-            Err(e) => Err(BenchError::io("creating the compat dir")(e)),
-        };
-        out.push(res.unwrap_or_else(|e| CompatResult {
-            router: label,
-            error: Some(e.to_string()),
-            ..CompatResult::default()
-        }));
-    }
-    out
-}
-
+/// The basic cases, then each queue/KV load case, on fresh pods each.
 async fn one(
     router: &Router,
     bins: &Bins,
     dir: &Path,
     model: &str,
-) -> Result<CompatResult, BenchError> {
+) -> Result<BTreeMap<String, Outcome>, BenchError> {
     let mut outcomes = BTreeMap::new();
     {
         let (cluster, running) = stack(router, bins, &dir.join("basic"), model, &[]).await?;
@@ -234,17 +226,26 @@ async fn one(
         drop(cluster);
     }
     for case in &load::CASES {
-        let (cluster, running) = stack(router, bins, &dir.join(case.slug), model, &[]).await?;
-        let o = load::run(case, &cluster.pods, running.target, model).await;
+        let o = load_case(router, bins, dir, model, case, &[]).await?;
         outcomes.insert(case.name.to_owned(), o);
-        drop(running);
-        drop(cluster);
     }
-    Ok(CompatResult {
-        router: router.label(),
-        outcomes,
-        error: None,
-    })
+    Ok(outcomes)
+}
+
+/// One load case on fresh pods serving `adapters`, `router` in front of them.
+async fn load_case(
+    router: &Router,
+    bins: &Bins,
+    dir: &Path,
+    model: &str,
+    case: &load::LoadCase,
+    adapters: &[&str],
+) -> Result<Outcome, BenchError> {
+    let (cluster, running) = stack(router, bins, &dir.join(case.slug), model, adapters).await?;
+    let o = load::run(case, &cluster.pods, running.target, model).await;
+    drop(running);
+    drop(cluster);
+    Ok(o)
 }
 
 /// Fresh pods (4, one IP each, serving `adapters` one at a time) and `router` in front of them.

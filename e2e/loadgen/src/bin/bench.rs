@@ -214,33 +214,31 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut compat_results = Vec::new();
     if args.compat {
-        let mut rs = loadgen::bench::plan::cost_routers();
-        rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
-        compat_results = compat::run(
-            &rs,
-            &bins,
-            &args.out.join("compat"),
-            loadgen::bench::plan::MODEL,
-        )
-        .await;
-        md.push_str(&format!(
-            "\n\n### compatibility (same requests, 4 pods; status, pod, error body)\n\n{}",
-            compat::table(&compat_results, "epp-default")
-        ));
-        let mut rs = loadgen::bench::plan::lora_routers();
-        rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
-        let lora = compat::run_lora(
-            &rs,
-            &bins,
-            &args.out.join("compat"),
-            loadgen::bench::plan::MODEL,
-        )
-        .await;
-        md.push_str(&format!(
-            "\n\n### compatibility, LoRA (each EPP with its LoRA configuration)\n\n{}",
-            compat::table(&lora, "epp-lora")
-        ));
-        compat_results.extend(lora);
+        use compat::Suite;
+        let suites = [
+            (
+                Suite::Default,
+                loadgen::bench::plan::cost_routers(),
+                "epp-default",
+                "compatibility (same requests, 4 pods; status, pod, error body)",
+            ),
+            (
+                Suite::Lora,
+                loadgen::bench::plan::lora_routers(),
+                "epp-lora",
+                "compatibility, LoRA (each EPP with its LoRA configuration)",
+            ),
+        ];
+        for (suite, mut rs, ours, title) in suites {
+            rs.retain(|r| args.routers.is_empty() || args.routers.contains(&r.label()));
+            let dir = args.out.join("compat");
+            let results = compat::run(&rs, &bins, &dir, loadgen::bench::plan::MODEL, suite).await;
+            md.push_str(&format!(
+                "\n\n### {title}\n\n{}",
+                compat::table(&results, ours)
+            ));
+            compat_results.extend(results);
+        }
     }
     let mut over = Vec::new();
     if !args.no_overhead && (args.mode == Mode::Full || args.overhead) {
