@@ -166,13 +166,19 @@ impl PrefixIndex {
     }
 
     /// Records that `hashes` were routed to `endpoint`, whose cache holds `capacity` blocks.
+    ///
+    /// Last block first, so the prompt's head is the most recently used: a model server frees a
+    /// request's blocks in reverse (vLLM's block pool, inference-sim) so that a full cache
+    /// evicts a prompt's tail before its head, and a prefix survives as long as its first
+    /// blocks do. Recorded head first, the index evicted the head first and forgot the whole
+    /// prefix (a match needs block 0) while the pod still held all but its tail.
     pub fn record(&self, endpoint: EndpointId, hashes: &[u64], capacity: usize) {
         if hashes.is_empty() {
             return;
         }
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let slot = inner.slot_for(endpoint, capacity);
-        for h in hashes {
+        for h in hashes.iter().rev() {
             inner.insert(slot, *h);
         }
     }
@@ -300,7 +306,8 @@ mod tests {
     #[test]
     fn lru_evicts_oldest_and_forgets_removed_endpoints() {
         let idx = PrefixIndex::new();
-        idx.record(ep(1), &[1, 2], 2);
+        idx.record(ep(1), &[1], 2);
+        idx.record(ep(1), &[2], 2);
         idx.record(ep(1), &[3], 2);
         assert!(
             idx.longest_prefix(&[1]).is_empty(),
@@ -311,6 +318,21 @@ mod tests {
         idx.retain(&[ep(2)].into_iter().collect());
         assert_eq!(idx.longest_prefix(&[2]), vec![(ep(2), 1)]);
         assert_eq!(idx.size(), 1);
+    }
+
+    #[test]
+    fn a_full_lru_evicts_a_prompts_tail_before_its_head() {
+        let idx = PrefixIndex::new();
+        idx.record(ep(1), &[1, 2, 3], 3);
+        idx.record(ep(1), &[9], 3);
+        assert_eq!(
+            idx.longest_prefix(&[1, 2, 3]),
+            vec![(ep(1), 2)],
+            "the tail block went, the head stayed (as the pod frees them)"
+        );
+        idx.record(ep(1), &[7], 3);
+        assert_eq!(idx.longest_prefix(&[1, 2, 3]), vec![(ep(1), 1)]);
+        assert_eq!(idx.longest_prefix(&[7]), vec![(ep(1), 1)]);
     }
 
     #[test]
