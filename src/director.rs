@@ -78,6 +78,8 @@ pub struct Director {
     lru: Mutex<scheduling::scorer::LruOrder>,
     /// The session-affinity `session_id` strategy's bindings (upstream's `PreRequest` state).
     sessions: Mutex<scheduling::scorer::SessionBindings>,
+    /// The same for an instance pinning the prefill pick: session id → prefill pod.
+    prefill_sessions: Mutex<scheduling::scorer::SessionBindings>,
 }
 
 impl Director {
@@ -91,6 +93,7 @@ impl Director {
             placements: None,
             lru: Mutex::default(),
             sessions: Mutex::default(),
+            prefill_sessions: Mutex::default(),
         }
     }
 

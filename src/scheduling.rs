@@ -81,7 +81,8 @@ pub struct SchedulingRequest<'a> {
     pub session_endpoint: Option<EndpointId>,
     /// The endpoint the prefill pod's session token names (llm-d's P/D session affinity: a
     /// session-affinity instance whose `profileName` is the prefill profile), resolved the
-    /// same way.
+    /// same way; with that instance's `session_id` strategy, the prefill pod the session id is
+    /// bound to.
     pub prefill_session_endpoint: Option<EndpointId>,
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).

@@ -34,6 +34,9 @@ pub struct Incoming<'a> {
     /// The session id of the `session_id` affinity strategy: the first non-empty header of its
     /// sources ([`super::Runtime::session_id`]).
     pub session_id: Option<&'a str>,
+    /// The session id of a `session_id` instance pinning the prefill pick
+    /// ([`super::Runtime::prefill_session_id`]).
+    pub prefill_session_id: Option<&'a str>,
     /// `x-llm-d-slo-ttft-ms` (alias `x-slo-ttft-ms`): the request's TTFT SLO in milliseconds.
     pub slo_ttft_ms: Option<f64>,
     /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.

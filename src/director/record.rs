@@ -1,5 +1,5 @@
 //! What a decision records: the scheduling attempt, the prefix index and its hit metrics, the
-//! session binding, the no-hit LRU and the in-flight lease.
+//! session bindings, the no-hit LRU and the in-flight lease.
 
 use super::exchange::Lease;
 use super::Director;
@@ -7,8 +7,9 @@ use crate::datastore::EndpointState;
 use crate::endpoint::EndpointId;
 use crate::metrics::{AttemptLabels, ModelLabel, Outcome, RunningLabels};
 use crate::prefix::source::{Lookup, Pod, PrefixSource, Source};
+use crate::scheduling::scorer::{SessionBindings, SessionIdConfig};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 impl Director {
@@ -60,11 +61,21 @@ impl Director {
         scheduler: &Scheduler,
         session: Option<&str>,
     ) -> Option<EndpointId> {
-        let (config, session) = (scheduler.session_id()?, session?);
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .bound(session, config, Instant::now())
+        bound(&self.sessions, scheduler.session_id()?, session?)
+    }
+
+    /// The prefill pod a session id is bound to, when an instance pins the prefill pick with
+    /// the `session_id` strategy.
+    pub(super) fn prefill_session_bound(
+        &self,
+        scheduler: &Scheduler,
+        session: Option<&str>,
+    ) -> Option<EndpointId> {
+        bound(
+            &self.prefill_sessions,
+            scheduler.prefill_session_id()?,
+            session?,
+        )
     }
 
     /// Binds the session to the primary, refreshes the binding, or moves it when the bound
@@ -72,18 +83,27 @@ impl Director {
     pub(super) fn record_session(
         &self,
         scheduler: &Scheduler,
-        (session, bound): (Option<&str>, Option<EndpointId>),
+        session: (Option<&str>, Option<EndpointId>),
         candidates: &[Candidate],
         primary: EndpointId,
     ) {
-        let (Some(_), Some(session)) = (scheduler.session_id(), session) else {
-            return;
-        };
-        let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(session, primary, present, Instant::now());
+        if scheduler.session_id().is_some() {
+            bind(&self.sessions, session, candidates, primary);
+        }
+    }
+
+    /// The same for the prefill pick of a request prefilled remotely (upstream's instance with
+    /// `profileName: prefill` reads that profile's result; a decode-only request has none).
+    pub(super) fn record_prefill_session(
+        &self,
+        scheduler: &Scheduler,
+        session: (Option<&str>, Option<EndpointId>),
+        candidates: &[Candidate],
+        prefill: EndpointId,
+    ) {
+        if scheduler.prefill_session_id().is_some() {
+            bind(&self.prefill_sessions, session, candidates, prefill);
+        }
     }
 
     /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
@@ -133,4 +153,35 @@ impl Director {
             running,
         }
     }
+}
+
+/// The endpoint `session` is bound to in `store`.
+fn bound(
+    store: &Mutex<SessionBindings>,
+    config: &SessionIdConfig,
+    session: &str,
+) -> Option<EndpointId> {
+    store
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .bound(session, config, Instant::now())
+}
+
+/// Records in `store` that the session's request went to `picked`.
+fn bind(
+    store: &Mutex<SessionBindings>,
+    (session, bound): (Option<&str>, Option<EndpointId>),
+    candidates: &[Candidate],
+    picked: EndpointId,
+) {
+    let Some(session) = session else {
+        return;
+    };
+    let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
+    store.lock().unwrap_or_else(PoisonError::into_inner).record(
+        session,
+        picked,
+        present,
+        Instant::now(),
+    );
 }

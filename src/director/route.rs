@@ -69,8 +69,10 @@ pub(super) fn route(
         token_scale: d.indexes.approximate.scale.get(),
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
+    let prefill_bound = d.prefill_session_bound(&runtime.scheduler, inc.prefill_session_id);
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
     let mut sreq = facts.scheduling_request(&lru, bound);
+    sreq.prefill_session_endpoint = sreq.prefill_session_endpoint.or(prefill_bound);
     sreq.saturated = &saturated;
     sreq.multimodal = prompted.as_ref().is_some_and(|p| {
         runtime
@@ -117,6 +119,10 @@ pub(super) fn route(
     d.record_no_hit(&runtime.scheduler, &candidates, primary.id());
     let session = (inc.session_id, bound);
     d.record_session(&runtime.scheduler, session, &candidates, primary.id());
+    if let Some(p) = prefill_pod {
+        let session = (inc.prefill_session_id, prefill_bound);
+        d.record_prefill_session(&runtime.scheduler, session, &candidates, p);
+    }
     let decided = Decided {
         destinations,
         scores,

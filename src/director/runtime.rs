@@ -93,14 +93,29 @@ impl Runtime {
     /// The request's session id for the `session_id` affinity strategy: the first of its
     /// source headers with a non-empty (trimmed) value; `None` when no plugin uses it.
     pub fn session_id<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
-        let config = self.scheduler.session_id()?;
-        config.sources.iter().find_map(|s| {
-            header(&s.header)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
-        })
+        first_source(self.scheduler.session_id()?, header)
     }
+
+    /// The same for the instance pinning the prefill pick (its sources may differ).
+    pub fn prefill_session_id<'h>(
+        &self,
+        header: impl Fn(&str) -> Option<&'h str>,
+    ) -> Option<String> {
+        first_source(self.scheduler.prefill_session_id()?, header)
+    }
+}
+
+/// The first of `config`'s source headers with a non-empty (trimmed) value.
+fn first_source<'h>(
+    config: &crate::scheduling::scorer::SessionIdConfig,
+    header: impl Fn(&str) -> Option<&'h str>,
+) -> Option<String> {
+    config.sources.iter().find_map(|s| {
+        header(&s.header)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    })
 }
 
 /// The tokenizer the prefix scorers need, reusing `previous`'s when it is the same vocabulary.

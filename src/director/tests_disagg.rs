@@ -196,6 +196,46 @@ fn a_sessions_prefill_token_brings_it_back_to_its_prefill_pod() {
 }
 
 #[test]
+fn a_session_id_brings_the_session_back_to_its_prefill_pod() {
+    let example = include_str!("../../config/examples/llm-d-pd-session-affinity.yaml");
+    let config = crate::scheduling::disagg::session::by_session_id(example);
+    let (d, ds) = director_with(&config);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let bodies: Vec<_> = (0..10).map(long_chat).collect();
+    let with_id = |body, id| Incoming {
+        session_id: Some(id),
+        prefill_session_id: Some(id),
+        ..incoming(&d, body, None)
+    };
+    let first = d.route(&with_id(&bodies[0], "s1"), &mut rng).unwrap();
+    let prefill = prefiller(&first).expect("prefilled remotely");
+    assert_eq!(
+        first.prefill_session, None,
+        "no token is written with session ids"
+    );
+    let decode = first.destinations[0];
+    drop(first);
+    // Both pods now report a queue, so the queue scorer alone would move the session; its
+    // later turns (new text: the prefix scorer has no say) go back to both pods.
+    let port = |e: &str| e.parse::<EndpointId>().unwrap().0.port();
+    set_waiting(&ds, port(&prefill), 3.0);
+    set_waiting(&ds, decode.0.port(), 3.0);
+    for (k, body) in bodies.iter().enumerate().take(6).skip(1) {
+        let r = d.route(&with_id(body, "s1"), &mut rng).unwrap();
+        assert_eq!(r.destinations[0], decode, "turn {k}");
+        assert_eq!(prefiller(&r).as_deref(), Some(prefill.as_str()), "turn {k}");
+    }
+    // Another session is placed by load: away from the busy pods.
+    let other = d.route(&with_id(&bodies[9], "s2"), &mut rng).unwrap();
+    assert_ne!(
+        prefiller(&other),
+        Some(prefill),
+        "s2 is not bound to s1's prefill pod"
+    );
+    assert_ne!(other.destinations[0], decode);
+}
+
+#[test]
 fn responses_to_remotely_prefilled_requests_are_counted_by_outcome() {
     let (d, _ds) = director();
     let mut rng = SmallRng::seed_from_u64(4);

@@ -163,6 +163,8 @@ struct RequestMeta {
     prefill_session_endpoint: Option<String>,
     /// The session id of the `session_id` affinity strategy (configured headers).
     session_id: Option<String>,
+    /// The same for an instance pinning the prefill pick.
+    prefill_session_id: Option<String>,
     content_length: Option<usize>,
     fairness_id: Option<String>,
     /// `x-llm-d-slo-ttft-ms` (or its alias `x-slo-ttft-ms`), milliseconds.
@@ -373,6 +375,7 @@ impl StreamMachine {
         self.meta.session_token = token.map(String::from);
         let runtime = self.services.config.load();
         self.meta.session_id = runtime.session_id(|h| wire::find_header(map, h));
+        self.meta.prefill_session_id = runtime.prefill_session_id(|h| wire::find_header(map, h));
         self.meta.prefill_session_endpoint = runtime
             .prefill_session_header()
             .and_then(|h| wire::find_header(map, h))
@@ -496,6 +499,7 @@ impl StreamMachine {
             session_endpoint: self.meta.session_endpoint.as_deref(),
             prefill_session_endpoint: self.meta.prefill_session_endpoint.as_deref(),
             session_id: self.meta.session_id.as_deref(),
+            prefill_session_id: self.meta.prefill_session_id.as_deref(),
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,
         }

@@ -9,26 +9,43 @@
 //! `SchedulingRequest::prefill_session_endpoint` and writes it on responses of requests that
 //! were prefilled remotely (`Routed::prefill_session`).
 //!
+//! With the `session_id` strategy (llm-d: "`session_id` supports the same pattern: configure
+//! one instance per profile, each with its own `profileName`") the director keeps one binding
+//! store per pinned pick: session id → decode pod, and session id → prefill pod, the latter
+//! made and refreshed by requests that were prefilled remotely and read into
+//! `SchedulingRequest::prefill_session_endpoint` (nothing is written back to the client).
+//!
 //! Resolved once, when the scheduler is built: an instance naming the decode profile (or no
 //! profile) pins the primary pick and uses `x-session-token`; one naming the handler's prefill
-//! profile pins the prefill pick with the `encoded_endpoint_header` strategy and a header of its
-//! own; any other name is a configuration error, as is the `session_id` strategy on the prefill
-//! pick (its bindings are kept for the primary pick only).
+//! profile pins the prefill pick, with a header of its own (`encoded_endpoint_header`) or a
+//! session id; any other name is a configuration error.
 
-use super::super::scorer::{Pin, SESSION_HEADER};
+use super::super::scorer::{Pin, SessionAffinityParams, SessionIdConfig, SESSION_HEADER};
 use super::super::Scheduler;
 use crate::scheduling::BuildError;
 
 impl Scheduler {
-    /// The header carrying the prefill pod's session token, when an instance pins the prefill
-    /// pick.
-    pub fn prefill_session_header(&self) -> Option<&str> {
+    /// The session-affinity instances pinning the prefill pick (in any profile).
+    fn prefill_session_params(&self) -> impl Iterator<Item = &SessionAffinityParams> {
         let stages = self.disagg().and_then(|d| d.prefill.as_ref());
         std::iter::once(self)
             .chain(stages.map(|s| &s.profile))
             .flat_map(|s| s.session_params())
-            .find(|p| p.pins == Pin::Prefill)
-            .and_then(|p| p.token_header())
+            .filter(|p| p.pins == Pin::Prefill)
+    }
+
+    /// The header carrying the prefill pod's session token, when an instance pins the prefill
+    /// pick with the `encoded_endpoint_header` strategy.
+    pub fn prefill_session_header(&self) -> Option<&str> {
+        self.prefill_session_params()
+            .find_map(SessionAffinityParams::token_header)
+    }
+
+    /// The `session_id` configuration of an instance pinning the prefill pick: the director
+    /// then keeps the session → prefill pod bindings.
+    pub fn prefill_session_id(&self) -> Option<&SessionIdConfig> {
+        self.prefill_session_params()
+            .find_map(SessionAffinityParams::session_id)
     }
 }
 
@@ -78,15 +95,27 @@ fn pin_profile(
             (Pin::Primary, Some(h)) if h != SESSION_HEADER => problems.push(problem(format!(
                 "the primary pick's token is read and written in {SESSION_HEADER}, got header {h:?}"
             ))),
-            (Pin::Prefill, None) => problems.push(problem(
-                "the session_id strategy binds the primary pick only in epp; use encoded_endpoint_header with a header of its own (llm-d's guide: x-session-token-prefill)".into(),
-            )),
             (Pin::Prefill, Some(h)) if h == SESSION_HEADER => problems.push(problem(format!(
                 "{SESSION_HEADER} carries the decode pod's token; give the prefill instance a header of its own (llm-d's guide: x-session-token-prefill)"
             ))),
             _ => {}
         }
     }
+}
+
+/// The guide's pattern with the `session_id` strategy on both instances.
+#[cfg(test)]
+pub(crate) fn by_session_id(example: &str) -> String {
+    let by_id = "    strategy: session_id\n    sessionIdConfig:\n      sources:\n      - header: x-session-id\n";
+    example
+        .replace(
+            "    encodedEndpointHeaderConfig:\n      header: x-session-token-prefill\n",
+            by_id,
+        )
+        .replace(
+            "    encodedEndpointHeaderConfig:\n      header: x-session-token\n",
+            by_id,
+        )
 }
 
 #[cfg(test)]
@@ -156,6 +185,33 @@ mod tests {
     }
 
     #[test]
+    fn session_ids_pin_the_prefill_pick_through_the_binding_the_director_reads() {
+        let text = super::by_session_id(&example());
+        assert_eq!(text.matches("strategy: session_id").count(), 2);
+        let s = build(&text).unwrap();
+        assert!(!s.session_affinity(), "no token is written");
+        assert_eq!(s.prefill_session_header(), None);
+        let c = s.prefill_session_id().expect("the prefill instance binds");
+        assert_eq!(c.sources[0].header, "x-session-id");
+        assert!(s.session_id().is_some(), "the decode instance binds too");
+        let cands = pool();
+        let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
+        for prefill in [2, 3] {
+            let req = SchedulingRequest {
+                prompt_tokens: 1_000,
+                block_size: 16,
+                session_bound: Some(ids[1]),
+                prefill_session_endpoint: Some(ids[prefill]),
+                ..Default::default()
+            };
+            let mut rng = SmallRng::seed_from_u64(7);
+            let d = s.schedule(&req, &cands, &mut rng).unwrap();
+            assert_eq!(d.endpoints[0], ids[1]);
+            assert_eq!(d.disagg.unwrap().prefill, Some(ids[prefill]));
+        }
+    }
+
+    #[test]
     fn a_prefill_token_never_moves_the_decode_pick_and_vice_versa() {
         let s = build(&example()).unwrap();
         let cands = pool();
@@ -186,13 +242,6 @@ mod tests {
             (
                 text.replace("header: x-session-token-prefill", "header: x-session-token"),
                 "x-session-token carries the decode pod's token",
-            ),
-            (
-                text.replace(
-                    "    profileName: prefill\n    encodedEndpointHeaderConfig:\n      header: x-session-token-prefill",
-                    "    profileName: prefill\n    strategy: session_id",
-                ),
-                "the session_id strategy binds the primary pick only in epp",
             ),
             (
                 text.replace(

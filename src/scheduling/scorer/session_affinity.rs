@@ -17,7 +17,7 @@
 //!
 //! With its usual weight the affinity yields to a stronger load signal. With P/D an instance
 //! whose `profileName` is the prefill profile pins the prefill pod instead, in a header of its
-//! own ([`Pin`], `crate::scheduling::disagg::session`).
+//! own or by a binding of its own ([`Pin`], `crate::scheduling::disagg::session`).
 
 use crate::endpoint::EndpointId;
 use crate::plugin::{Invalid, PluginKind};
@@ -186,6 +186,7 @@ impl SessionAffinityParams {
     /// The session's endpoint for this request, by the configured strategy and pinned pick.
     pub fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
         match self.pins {
+            // The token's endpoint, or with `session_id` the director's prefill binding.
             Pin::Prefill => req.prefill_session_endpoint,
             Pin::Primary if self.strategy == SESSION_ID => req.session_bound,
             Pin::Primary => req.session_endpoint,
