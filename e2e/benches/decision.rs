@@ -205,6 +205,7 @@ fn estimate(c: &mut Criterion) {
             prefill: PrefillLoad {
                 pending_tokens: f64::from(i % 11) * 300.0,
                 pending_requests: f64::from(i % 3),
+                queued: None,
                 learned: (i % 4 != 0).then_some(TtftRates {
                     base: 0.02,
                     per_token: 1.0 / (2000.0 + f64::from(i)),

@@ -141,9 +141,11 @@ pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
 /// What epp sent `s` that is still prefilling, and its learned TTFT rates.
 fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
     let (tokens, requests) = s.prefill_pending();
+    let scraped = s.metrics().map_or(0.0, |m| m.waiting);
     scheduling::scorer::PrefillLoad {
         pending_tokens: tokens as f64,
         pending_requests: f64::from(requests),
+        queued: Some(scraped + f64::from(s.dispatched_since_scrape().min(requests))),
         learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {
             base: l.coefficients.base,
             per_token: l.coefficients.per_token,

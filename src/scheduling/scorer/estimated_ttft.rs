@@ -95,6 +95,13 @@ pub struct PrefillLoad {
     pub pending_requests: f64,
     /// The endpoint's learned rates; `None` until epp has observed it.
     pub learned: Option<TtftRates>,
+    /// Requests waiting at the pod as the estimate counts them: the last scrape's plus those
+    /// epp dispatched since that have no first token yet. `Candidate::waiting` also counts
+    /// requests dispatched since the scrape that have already finished (right for the
+    /// queue-scorer's upstream behaviour); priced here, each finished request of a session
+    /// looked like a whole prompt queued at its home until the next scrape, and sequential
+    /// turns left home. `None`: `Candidate::waiting`.
+    pub queued: Option<f64>,
 }
 
 /// The terms of one candidate's estimate, as the director records them for learning.
@@ -242,12 +249,12 @@ impl EstimatedTtftScorer {
         let mean = Some(self.rates(c).mean_tokens)
             .filter(|m| *m > 0.0)
             .unwrap_or(prompt.max(1.0));
-        let external = (c.waiting - c.prefill.pending_requests).max(0.0);
+        let external = (waiting(c) - c.prefill.pending_requests).max(0.0);
         TtftInputs {
             ahead_tokens: c.prefill.pending_tokens.max(0.0) + external * mean,
             own_tokens: own,
             running: c.running.max(0.0),
-            waiting: c.waiting.max(0.0),
+            waiting: waiting(c),
         }
     }
 
@@ -309,7 +316,7 @@ impl EstimatedTtftScorer {
         let typical = self.typical(pool);
         !pool.iter().any(|c| {
             self.estimate_with(req, c, typical) <= slo
-                || (c.running <= 0.0 && c.waiting <= 0.0)
+                || (c.running <= 0.0 && waiting(c) <= 0.0)
                 || c.kv_usage < 0.02
         })
     }
@@ -331,7 +338,12 @@ impl Typical {
 
 /// The sequences on `c` that this request's prefill holds up: those decoding and those waiting.
 fn in_flight(c: &Candidate) -> f64 {
-    c.running.max(0.0) + c.waiting.max(0.0)
+    c.running.max(0.0) + waiting(c)
+}
+
+/// The requests waiting at `c` ([`PrefillLoad::queued`]).
+fn waiting(c: &Candidate) -> f64 {
+    c.prefill.queued.unwrap_or(c.waiting).max(0.0)
 }
 
 /// The mean of the candidates' waiting requests (0 for an empty pool).
@@ -339,7 +351,7 @@ fn mean_queue(pool: &[&Candidate]) -> f64 {
     if pool.is_empty() {
         return 0.0;
     }
-    pool.iter().map(|c| c.waiting.max(0.0)).sum::<f64>() / pool.len() as f64
+    pool.iter().map(|c| waiting(c)).sum::<f64>() / pool.len() as f64
 }
 
 #[cfg(test)]
