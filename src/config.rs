@@ -93,8 +93,29 @@ impl FeatureGates {
     }
 }
 
-/// The built-in configuration, identical to upstream's default and its Helm ConfigMap.
+/// The built-in configuration (and `config/examples/default.yaml`): epp's estimated-TTFT
+/// scheduler over the approximate prefix index sized to the pods' caches. Best or tied on every
+/// workload measured (BENCHMARKS.md, "Estimated TTFT (#20)", "The default"); upstream's default
+/// is one config away ([`UPSTREAM_DEFAULT_CONFIG`], `config/examples/upstream-default.yaml`).
 pub const DEFAULT_CONFIG: &str = "\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters:
+    maxPrefixTokensToMatch: 32768
+- type: estimated-ttft-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: estimated-ttft-scorer
+  - pluginRef: max-score-picker
+";
+
+/// Upstream's default configuration (GIE's `pkg/epp/config/loader/defaults.go` and its Helm
+/// chart's `default-plugins.yaml`): queue 2, kv-cache 2, prefix 3, max-score picker.
+pub const UPSTREAM_DEFAULT_CONFIG: &str = "\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:

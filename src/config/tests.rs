@@ -5,37 +5,57 @@ use super::*;
 #[test]
 fn shipped_examples_build() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
-    for name in ["default.yaml", "prefix-absolute.yaml", "conformance.yaml"] {
+    let files = [
+        "default.yaml",
+        "upstream-default.yaml",
+        "prefix-absolute.yaml",
+        "conformance.yaml",
+    ];
+    for name in files {
         let text = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
         let doc = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         crate::scheduling::build(&doc).unwrap_or_else(|e| panic!("{name}: {e:?}"));
     }
+    let body = |text: &str| text.split_once("apiVersion").unwrap().1.to_owned();
+    let file = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
+    assert_eq!(body(&file("default.yaml")), body(DEFAULT_CONFIG));
     assert_eq!(
-        std::fs::read_to_string(format!("{dir}/default.yaml"))
-            .unwrap()
-            .split_once("apiVersion")
-            .unwrap()
-            .1,
-        DEFAULT_CONFIG.split_once("apiVersion").unwrap().1
+        body(&file("upstream-default.yaml")),
+        body(UPSTREAM_DEFAULT_CONFIG)
     );
 }
 
 #[test]
-fn default_config_parses() {
+fn the_built_in_default_is_the_estimated_ttft_scheduler() {
     let c = parse(DEFAULT_CONFIG).unwrap();
+    let types: Vec<&str> = c.plugins.iter().map(|p| p.plugin_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "approx-prefix-cache-producer",
+            "estimated-ttft-scorer",
+            "max-score-picker"
+        ]
+    );
+    crate::scheduling::build(&c).unwrap();
+}
+
+#[test]
+fn default_config_parses() {
+    let c = parse(UPSTREAM_DEFAULT_CONFIG).unwrap();
     assert_eq!(c.plugins.len(), 3);
     assert_eq!(c.scheduling_profiles[0].plugins[2].weight, Some(3.0));
 }
 
 #[test]
 fn unknown_fields_are_named() {
-    let text = DEFAULT_CONFIG.replace(
+    let text = UPSTREAM_DEFAULT_CONFIG.replace(
         "kind: EndpointPickerConfig",
         "kind: EndpointPickerConfig\nschedulingProfile: []",
     );
     let err = parse(&text).unwrap_err().to_string();
     assert!(err.contains("unknown field `schedulingProfile`"), "{err}");
-    let text = DEFAULT_CONFIG.replace(
+    let text = UPSTREAM_DEFAULT_CONFIG.replace(
         "- type: queue-scorer",
         "- type: queue-scorer\n  paramters: {}",
     );
@@ -59,11 +79,11 @@ fn build(text: &str, load: LoadOptions) -> Result<crate::scheduling::Scheduler, 
 
 #[test]
 fn both_api_groups_load_and_the_old_one_is_noted() {
-    let llmd = DEFAULT_CONFIG.replace(API_VERSION_GIE, API_VERSION);
+    let llmd = UPSTREAM_DEFAULT_CONFIG.replace(API_VERSION_GIE, API_VERSION);
     assert!(parse(&llmd).unwrap().deprecations().is_empty());
-    let gie = parse(DEFAULT_CONFIG).unwrap();
+    let gie = parse(UPSTREAM_DEFAULT_CONFIG).unwrap();
     assert_eq!(gie.deprecations().len(), 1, "{:?}", gie.deprecations());
-    let other = DEFAULT_CONFIG.replace(API_VERSION_GIE, "example.com/v1");
+    let other = UPSTREAM_DEFAULT_CONFIG.replace(API_VERSION_GIE, "example.com/v1");
     let err = parse(&other).unwrap_err().to_string();
     assert!(
         err.contains("llm-d.ai/v1alpha1") && err.contains("example.com/v1"),

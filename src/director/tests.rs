@@ -21,7 +21,7 @@ fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
         staleness: Duration::from_secs(2),
         subset_filter: true,
     };
-    let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    let runtime = Runtime::build(config::UPSTREAM_DEFAULT_CONFIG, None).unwrap();
     let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
     (Director::new(shared, opts), ds)
 }
@@ -556,4 +556,44 @@ fn real_tokens_are_not_calibrated() {
         .into_bytes();
     let routed = route_body(&d, "/v1/completions", &body, &mut rng).unwrap();
     assert_eq!(routed.pseudo_prompt_tokens, None);
+}
+
+/// Each finished request still counts in `Candidate::waiting` until the next scrape (here: never),
+/// which the estimated-TTFT scorer once priced as a whole prompt queued at the prompt's home.
+#[test]
+fn the_built_in_default_keeps_sequential_repeats_of_a_prompt_home() {
+    let ds = Arc::new(Datastore::new());
+    ds.set_endpoints(
+        [1u16, 2, 3]
+            .iter()
+            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
+            .collect(),
+    );
+    for p in [1u16, 2, 3] {
+        set_metrics(&ds, p, 0.0, Duration::from_millis(10));
+    }
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    let opts = DirectorOptions {
+        staleness: Duration::from_secs(2),
+        subset_filter: true,
+    };
+    let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
+    let d = Director::new(shared, opts);
+    let words: String = (0..2500)
+        .map(|i| format!("w{} ", i * 7919 % 10007))
+        .collect();
+    let body = chat(&words);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut got = vec![];
+    for _ in 0..8 {
+        let r = route_body(&d, "/v1/chat/completions", &body, &mut rng).unwrap();
+        got.push(r.destinations[0]);
+        let summary = ResponseSummary {
+            status: Some(200),
+            ..Default::default()
+        };
+        d.finish(&r, End::Response(summary));
+    }
+    assert!(got.iter().all(|g| *g == got[0]), "{got:?}");
 }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use rand::{rngs::SmallRng, SeedableRng};
 
 fn default_scheduler() -> Scheduler {
-    build(&config::parse(config::DEFAULT_CONFIG).unwrap()).unwrap()
+    build(&config::parse(config::UPSTREAM_DEFAULT_CONFIG).unwrap()).unwrap()
 }
 
 fn req(total: usize) -> SchedulingRequest<'static> {
@@ -168,7 +168,7 @@ fn empty_candidates_and_unknown_types_are_errors() {
         s.schedule(&req(0), &[], &mut rng),
         Err(ScheduleError::NoCandidates)
     );
-    let text = config::DEFAULT_CONFIG.replace(
+    let text = config::UPSTREAM_DEFAULT_CONFIG.replace(
         "- type: queue-scorer",
         "- type: queue-scorer\n- type: magic-scorer",
     );

@@ -249,9 +249,12 @@ or this chart cannot provide, fail the render with a message naming them.
 {{- toYaml $s -}}
 {{- end -}}
 
-{{- /* The chart's default EndpointPickerConfig. The data-layer plugins (metrics-data-source,
-core-metrics-extractor with the engine as defaultEngine, as llm-d-router's chart) are added when
-the engine is not vllm or metricsDataSource is given; parsers when some are named. */ -}}
+{{- /* The chart's default EndpointPickerConfig: epp's built-in default (the estimated-TTFT
+scheduler, config/examples/default.yaml), or with scorerWeights upstream's three scorers at those
+weights (queue 2, kvCacheUtilization 2, prefixCache 3 is upstream's default). The data-layer
+plugins (metrics-data-source, core-metrics-extractor with the engine as defaultEngine, as
+llm-d-router's chart) are added when the engine is not vllm or metricsDataSource is given;
+parsers when some are named. */ -}}
 {{- define "epp.defaultConfig" -}}
 {{- $w := .weights | default dict -}}
 {{- $dl := or (ne .engine "vllm") (not (empty .mds)) -}}
@@ -259,9 +262,17 @@ the engine is not vllm or metricsDataSource is given; parsers when some are name
 apiVersion: {{ .apiVersion }}
 kind: EndpointPickerConfig
 plugins:
+{{- if $w }}
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: prefix-cache-scorer
+{{- else }}
+- type: approx-prefix-cache-producer
+  parameters:
+    maxPrefixTokensToMatch: 32768
+- type: estimated-ttft-scorer
+- type: max-score-picker
+{{- end }}
 {{- if $dl }}
 - type: metrics-data-source
   parameters:
@@ -280,12 +291,17 @@ plugins:
 schedulingProfiles:
 - name: default
   plugins:
+{{- if $w }}
   - pluginRef: queue-scorer
     weight: {{ $w.queue | default 2 }}
   - pluginRef: kv-cache-utilization-scorer
     weight: {{ $w.kvCacheUtilization | default 2 }}
   - pluginRef: prefix-cache-scorer
     weight: {{ $w.prefixCache | default 3 }}
+{{- else }}
+  - pluginRef: estimated-ttft-scorer
+  - pluginRef: max-score-picker
+{{- end }}
 {{- if .parsers }}
 requestHandler:
   parsers:

@@ -5,7 +5,10 @@
 //! answers the error; with `--early-decision=false` epp still judges the whole body.
 //!
 //! The client here is a raw HTTP/1.1 writer so that the test controls when the rest of the
-//! body is sent.
+//! body is sent. epp runs upstream's default configuration here: the decision waits for as much
+//! prompt text as the prefix index reads (`prefix-cache-scorer`'s 256 blocks, about 32 KiB),
+//! where the built-in default's index reads up to 32,768 tokens (256 KiB), more than the part
+//! of the body these tests hold back.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -14,7 +17,16 @@ use epp_e2e::stack::{Stack, StackOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{access_log, args, long_context, start, traffic, MODEL};
+use crate::support::{access_log, long_context, start, traffic, MODEL};
+use epp_e2e::envoy::repo_root;
+
+/// epp's flags: upstream's default configuration (see the module docs), then `extra`.
+fn upstream_default(extra: &[&str]) -> Vec<String> {
+    let config = repo_root().join("config/examples/upstream-default.yaml");
+    let mut a = vec![format!("--config-file={}", config.display())];
+    a.extend(extra.iter().map(|f| (*f).to_owned()));
+    a
+}
 
 const UPSTREAM_REQUESTS: &str = "cluster.original_destination_cluster.upstream_rq_total";
 
@@ -123,6 +135,7 @@ async fn the_pod_is_reached_before_the_client_has_sent_the_whole_body() {
     let stack = start(StackOptions {
         pods: 2,
         pod_config: long_context(&[]),
+        epp_args: upstream_default(&[]),
         ..StackOptions::default()
     })
     .await;
@@ -156,7 +169,7 @@ async fn with_early_decision_off_the_gateway_waits_for_the_whole_body() {
     let stack = start(StackOptions {
         pods: 2,
         pod_config: long_context(&[]),
-        epp_args: args(&["--early-decision=false"]),
+        epp_args: upstream_default(&["--early-decision=false"]),
         ..StackOptions::default()
     })
     .await;
@@ -183,6 +196,7 @@ async fn an_early_model_rewrite_is_byte_exact_with_the_right_length() {
     let stack = start(StackOptions {
         pods: 1,
         pod_config: long_context(&["test-model-rewritten"]),
+        epp_args: upstream_default(&[]),
         ..StackOptions::default()
     })
     .await;
@@ -223,6 +237,7 @@ async fn a_body_broken_after_the_decision_is_answered_by_the_pod() {
     body.extend_from_slice(b",,, not json");
     let stack = start(StackOptions {
         pods: 1,
+        epp_args: upstream_default(&[]),
         ..StackOptions::default()
     })
     .await;
@@ -250,7 +265,7 @@ async fn a_body_broken_after_the_decision_is_answered_by_the_pod() {
     stack.stop().await;
     let stack = start(StackOptions {
         pods: 1,
-        epp_args: args(&["--early-decision=false"]),
+        epp_args: upstream_default(&["--early-decision=false"]),
         ..StackOptions::default()
     })
     .await;

@@ -78,7 +78,7 @@ async fn a_short_match_never_goes_behind_a_queue_four_deeper_than_an_idle_pod() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upstream_default_sends_them_behind_the_queue() {
     // The symptom the test above guards against: with weights, the prefix ratio wins.
-    let stack = stack("default.yaml").await;
+    let stack = stack("upstream-default.yaml").await;
     let (holder, served) = routes_after_a_queue_on_the_holder(&stack, 20, 6).await;
     assert!(
         served.iter().all(|p| *p == holder),

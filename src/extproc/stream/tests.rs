@@ -18,7 +18,7 @@ fn machine_with_store(
     ports: &[u16],
     duplex: bool,
 ) -> (StreamMachine, ProtocolConfiguration, Arc<Datastore>) {
-    machine_with_config(ports, duplex, config::DEFAULT_CONFIG)
+    machine_with_config(ports, duplex, config::UPSTREAM_DEFAULT_CONFIG)
 }
 
 fn machine_with_config(

@@ -150,6 +150,7 @@ pub fn routers(peers: bool) -> Vec<Router> {
         Router::EnvoyRoundRobin,
         Router::EnvoyLeastRequest,
         epp("default", "epp-default.yaml"),
+        epp("upstream-default", "epp-upstream-default.yaml"),
         epp("best", "epp-best.yaml"),
         Router::EppPrecise {
             name: "precise".into(),
@@ -193,11 +194,12 @@ pub fn upstream_routers() -> Vec<Router> {
     ]
 }
 
-/// The routers of the cost run: epp's default and each upstream EPP's default, plus llm-d's
-/// optimized baseline.
+/// The routers of the cost run: epp's default (and upstream's, run by epp) and each upstream
+/// EPP's default, plus llm-d's optimized baseline.
 pub fn cost_routers() -> Vec<Router> {
     let mut r = vec![
         epp("default", "epp-default.yaml"),
+        epp("upstream-default", "epp-upstream-default.yaml"),
         epp("characters", "epp-characters.yaml"),
     ];
     r.extend(upstream_routers());

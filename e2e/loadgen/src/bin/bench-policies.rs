@@ -388,7 +388,7 @@ async fn shared_prefix(args: &Args) -> anyhow::Result<()> {
     // config/examples/chwbl.yaml with one endpoint: its `maxNumOfEndpoints: 2` fallback list is
     // for a gateway that retries over it; this Envoy (ORIGINAL_DST) answers it 503.
     let chwbl = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeTokens: 16, autoTune: false}\n- type: consistent-hash-picker\n  parameters: {loadFactor: 1.25, virtualNodes: 100, maxNumOfEndpoints: 1}\n";
-    let default = include_str!("../../../../config/examples/default.yaml");
+    let default = include_str!("../../../../config/examples/upstream-default.yaml");
     for (label, cfg) in [
         ("round-robin", config(&["round-robin-picker"])),
         ("chwbl", chwbl.to_owned()),

@@ -54,7 +54,7 @@ fn passthrough_paths_route_at_the_headers_and_stream_the_body_unread() {
 #[test]
 fn websocket_upgrades_route_at_the_headers_whatever_the_parsers() {
     let (mut m, pc) = machine(&[1], true);
-    let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    let mut rt = Runtime::build(config::UPSTREAM_DEFAULT_CONFIG, None).unwrap();
     rt.parsers = ParserSet::new([ParserKind::OpenAi]);
     m.services.config.store(rt);
     let out = run(
@@ -85,7 +85,7 @@ fn websocket_upgrades_route_at_the_headers_whatever_the_parsers() {
 #[test]
 fn a_path_no_configured_parser_claims_is_a_400_at_the_headers() {
     let (mut m, pc) = machine(&[1], true);
-    let mut rt = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
+    let mut rt = Runtime::build(config::UPSTREAM_DEFAULT_CONFIG, None).unwrap();
     rt.parsers = ParserSet::new([ParserKind::OpenAi, ParserKind::SglangHttp]);
     m.services.config.store(rt);
     let out = run(&mut m, vec![headers("/v1/messages", false, Some(pc))]);
@@ -267,7 +267,7 @@ fn the_configured_request_handler_parsers_decide() {
         vec![headers("/v1/chat/completions", false, Some(pc))],
     );
     assert_eq!(immediate_status(&out), Some(400), "no fallback configured");
-    let (m, _, _) = machine_with_config(&[1], true, config::DEFAULT_CONFIG);
+    let (m, _, _) = machine_with_config(&[1], true, config::UPSTREAM_DEFAULT_CONFIG);
     assert_eq!(m.services.config.load().parsers, ParserSet::default());
 }
 
