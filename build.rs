@@ -39,33 +39,30 @@ fn tokens(bpe: &tiktoken_rs::CoreBPE, expected: usize) -> Vec<Vec<u8>> {
 
 fn write(path: &Path, tokens: &[Vec<u8>]) {
     let n = u32::try_from(tokens.len()).expect("few tokens");
-    assert!(n < table::ID_MASK, "too many tokens for the slot layout");
+    assert!(n < 1 << 24, "ids are 24 bits in a record");
     let bits = (2 * tokens.len()).next_power_of_two().trailing_zeros();
     let mask = (1usize << bits) - 1;
     let mut slots = vec![table::EMPTY; 1 << bits];
+    let mut records = Vec::new();
     for (id, token) in (0u32..).zip(tokens) {
+        assert!(records.len() < (1 << 24) - 1, "records too long for a slot");
         let h = table::hash(token);
         let mut i = table::home(h, bits);
         while slots[i] != table::EMPTY {
             i = (i + 1) & mask;
         }
-        slots[i] = table::slot(id, h);
+        slots[i] = table::slot(records.len(), h);
+        records.push(u8::try_from(token.len()).expect("tokens under 256 bytes"));
+        records.extend_from_slice(token);
+        records.extend_from_slice(&id.to_le_bytes()[..3]);
     }
     let mut file = Vec::new();
     file.extend_from_slice(table::MAGIC);
     file.extend_from_slice(&n.to_le_bytes());
     file.extend_from_slice(&bits.to_le_bytes());
-    let mut start = 0u32;
-    file.extend_from_slice(&start.to_le_bytes());
-    for token in tokens {
-        start += u32::try_from(token.len()).expect("short tokens");
-        file.extend_from_slice(&start.to_le_bytes());
-    }
     for slot in &slots {
         file.extend_from_slice(&slot.to_le_bytes());
     }
-    for token in tokens {
-        file.extend_from_slice(token);
-    }
+    file.extend_from_slice(&records);
     std::fs::write(path, file).expect("OUT_DIR is writable");
 }

@@ -6,7 +6,7 @@
 //! automata over the whole vocabulary at start-up: with its embedded dictionary and a whole-piece
 //! hash map that was ~40–50 MiB resident for cl100k_base, most of epp's peak RSS. Here the
 //! vocabulary is what `build.rs` writes from tiktoken-rs's copy of OpenAI's file (token bytes, byte
-//! offsets and a prebuilt hash table: 2.2 MB for cl100k_base, 4.5 MB for o200k_base, see
+//! offsets and a prebuilt hash table: 2.1 MB for cl100k_base, 4.3 MB for o200k_base, see
 //! [`table`]), read in place through `include_bytes!`: nothing is built or copied at start-up, and
 //! only the pages lookups touch become resident.
 //!
