@@ -297,7 +297,8 @@ fn tokenizers(c: &mut Criterion, text_rng: &mut SmallRng) {
         )
     });
     type Text = fn(usize, &mut SmallRng) -> String;
-    let cases: [(&str, &dyn Fn(&str) -> usize, Text); 4] = [
+    type Tokenize<'a> = &'a dyn Fn(&str) -> usize;
+    let cases: [(&str, Tokenize, Text); 4] = [
         (
             "epp_mixed",
             &|t| ours.encode_prefix(t, usize::MAX / 16).len(),

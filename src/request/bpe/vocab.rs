@@ -74,7 +74,6 @@ impl Vocab {
     #[inline(always)]
     pub fn rank(&self, key: &[u8]) -> Option<u32> {
         let h = table::hash(key);
-        let tag = table::tag(h);
         let mut i = table::home(h, self.bits);
         // At most every slot once, so a malformed (full) table cannot loop.
         for _ in 0..=self.mask {
@@ -82,8 +81,10 @@ impl Vocab {
             if slot == EMPTY {
                 return None;
             }
-            if slot & 0xFF == tag {
-                if let Some(id) = self.record(slot as usize >> 8, key) {
+            // The slot this record would have for `key`'s hash: same tag.
+            let offset = slot as usize >> 8;
+            if slot == table::slot(offset, h) {
+                if let Some(id) = self.record(offset, key) {
                     return Some(id);
                 }
             }
