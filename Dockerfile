@@ -6,7 +6,8 @@
 # names the e2e crate, so it is copied too; only the epp package is compiled).
 FROM docker.io/library/rust:1.89-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock clippy.toml ./
+# build.rs writes the embedded cl100k_base/o200k_base tables (src/request/bpe.rs).
+COPY Cargo.toml Cargo.lock clippy.toml build.rs ./
 # .cargo/config.toml compiles mimalloc with arenas committed on demand (lower peak RSS).
 COPY .cargo ./.cargo
 COPY src ./src

@@ -138,18 +138,22 @@ fn tokenizer() -> Option<&'static Tokenizer> {
 /// Prompt text → tokens → chained block hashes. Byte 0 picks the token cap, block size and
 /// block cap; the rest is the prompt (lossy UTF-8, as a JSON string could carry it). The rest,
 /// folded to ASCII, must also be cut by the hand-written cl100k pre-tokenizer exactly where
-/// bpe-openai's regex cuts it.
+/// the regex pre-tokenizer cuts it.
 pub fn prefix_hasher(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
     let ascii: String = rest.iter().map(|&b| char::from(b & 0x7F)).collect();
     let mut pieces: Vec<&[u8]> = Vec::new();
-    crate::request::tokenize::cl100k_ascii_pieces(ascii.as_bytes(), |p| pieces.push(p));
-    let regex: Vec<&[u8]> = bpe_openai::cl100k_base()
-        .split(&ascii)
-        .map(str::as_bytes)
-        .collect();
+    crate::request::bpe::pretokenize::cl100k_ascii_pieces(ascii.as_bytes(), |p| pieces.push(p));
+    let mut regex: Vec<&[u8]> = Vec::new();
+    let Some(pre) = crate::request::bpe::Encoder::cl100k()
+        .ok()
+        .and_then(|e| e.pretokenizer())
+    else {
+        panic!("the cl100k vocabulary or its pre-tokenizer failed to load")
+    };
+    pre.split(&ascii, |p| regex.push(p));
     assert_eq!(
         pieces, regex,
         "ASCII pre-tokenizer and regex disagree on {ascii:?}"

@@ -10,6 +10,7 @@
 //! end of the body, so with the conversation first the prefix the index hashes is known as soon
 //! as enough of it has arrived (the early decision, [`scan`]).
 
+pub mod bpe;
 pub mod chat;
 pub mod headers;
 pub mod hf;

@@ -54,6 +54,35 @@ fn words(tokens: usize, rng: &mut SmallRng) -> String {
     text.join(" ")
 }
 
+/// Words that are several tokens or not ASCII (merges and the regex pre-tokenizer), one in
+/// four among [`WORDS`].
+const MIXED: [&str; 12] = [
+    "Kubernetes",
+    "disaggregated",
+    "prefill",
+    "données",
+    "Straße",
+    "日本語のテキスト",
+    "中文字符",
+    "🚀",
+    "1234567",
+    "(x)=>{x+1}",
+    "naïve",
+    "Ελληνικά",
+];
+
+/// About `words` words, three in four from [`WORDS`] and one from [`MIXED`].
+fn mixed(words: usize, rng: &mut SmallRng) -> String {
+    use rand::Rng;
+    let text: Vec<&str> = (0..words)
+        .map(|_| match rng.random_range(0..4 * WORDS.len()) {
+            i if i < 3 * WORDS.len() => WORDS[i % WORDS.len()],
+            i => MIXED[i % MIXED.len()],
+        })
+        .collect();
+    text.join(" ")
+}
+
 fn chat(system: &str, user: &str) -> Vec<u8> {
     serde_json::json!({"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}).to_string().into_bytes()
 }
@@ -245,12 +274,13 @@ fn estimate(c: &mut Criterion) {
     g.finish();
 }
 
-/// Tokenizing 8K tokens of new text (what `cold_text` pays), epp's tokenizer (bpe-openai behind
-/// a segment cache that never hits here) against tiktoken-rs's CoreBPE, which epp used before.
+/// Tokenizing 8K tokens of new text (what `cold_text` pays), epp's tokenizer (behind a segment
+/// cache that never hits here) against tiktoken-rs's CoreBPE, which epp used before; then 8K
+/// words of [`mixed`] text (merges, non-ASCII), and o200k_base on both.
 fn tokenizers(c: &mut Criterion, text_rng: &mut SmallRng) {
-    let ours =
-        epp::request::tokenize::Tokenizer::new(epp::request::tokenize::Vocabulary::Cl100kBase)
-            .expect("tokenizer");
+    use epp::request::tokenize::{Tokenizer, Vocabulary};
+    let ours = Tokenizer::new(Vocabulary::Cl100kBase).expect("tokenizer");
+    let o200k = Tokenizer::new(Vocabulary::O200kBase).expect("tokenizer");
     let tiktoken = tiktoken_rs::cl100k_base().expect("tiktoken");
     let mut g = c.benchmark_group("tokenize_8k_tokens_cold");
     g.bench_function("epp", |b| {
@@ -267,6 +297,39 @@ fn tokenizers(c: &mut Criterion, text_rng: &mut SmallRng) {
             BatchSize::LargeInput,
         )
     });
+    type Text = fn(usize, &mut SmallRng) -> String;
+    type Tokenize<'a> = &'a dyn Fn(&str) -> usize;
+    let cases: [(&str, Tokenize, Text); 4] = [
+        (
+            "epp_mixed",
+            &|t| ours.encode_prefix(t, usize::MAX / 16).len(),
+            mixed,
+        ),
+        (
+            "tiktoken_rs_mixed",
+            &|t| tiktoken.encode_ordinary(t).len(),
+            mixed,
+        ),
+        (
+            "epp_o200k",
+            &|t| o200k.encode_prefix(t, usize::MAX / 16).len(),
+            words,
+        ),
+        (
+            "epp_o200k_mixed",
+            &|t| o200k.encode_prefix(t, usize::MAX / 16).len(),
+            mixed,
+        ),
+    ];
+    for (name, tokenize, text) in cases {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || text(8192, text_rng),
+                |t| black_box(tokenize(&t)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
 }
 

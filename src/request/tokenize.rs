@@ -1,12 +1,12 @@
 //! Tokenization for the prefix index, with OpenAI's vocabularies embedded (no network).
 //!
-//! cl100k_base and o200k_base use `bpe-openai` (GitHub's linear-time BPE with a
-//! regex-automata pre-tokenizer), which gives exactly tiktoken's token ids (checked against
-//! tiktoken-rs below and on 150,000 varied texts, BENCHMARKS.md) at 2.3–3.4× its speed;
-//! p50k_base, which bpe-openai does not ship, stays on tiktoken-rs. Building an encoder costs
-//! 30–250 ms, so one is built per vocabulary at start-up and shared. Only a bounded prefix of the
-//! prompt is tokenized: the index never looks past its token cap, and tokenizing (~18 ns per
-//! byte with bpe-openai, ~45 with tiktoken-rs) is the largest per-request cost epp has.
+//! cl100k_base and o200k_base use our own BPE ([`crate::request::bpe`]): tiktoken's merge rule
+//! on compact tables that `build.rs` writes and the binary carries, read in place, so a
+//! vocabulary costs a few MB of read-only pages instead of the ~40–50 MiB of automata and maps
+//! that bpe-openai, used before, built at start-up. It gives exactly tiktoken's token ids (checked
+//! against tiktoken-rs and bpe-openai in `bpe::tests` and below). p50k_base stays on tiktoken-rs.
+//! Only a bounded prefix of the prompt is tokenized: the index never looks past its token cap,
+//! and tokenizing is the largest per-request cost epp has.
 //!
 //! # Segment cache
 //! Prompts repeat: system prompts, tool definitions, and every turn of a chat resends the whole
@@ -25,11 +25,11 @@
 //! none continues a piece into a following space) and never mid-run: a long text without such
 //! a place is encoded in one pass.
 
+use crate::request::bpe::{Encoder, VocabError};
 use crate::request::hf::{HfError, HfTokenizer, LocalTokenizer};
 use lru::LruCache;
-use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use tiktoken_rs::CoreBPE;
 
 /// Target segment length in bytes.
@@ -76,9 +76,9 @@ type SegmentCache = Mutex<LruCache<u64, Arc<[u32]>>>;
 /// The BPE implementation behind a vocabulary.
 #[derive(Clone)]
 enum Bpe {
-    /// bpe-openai's prebuilt encoder (a process-wide static, built on first use), with the
-    /// whole-piece lookup.
-    Fast(&'static FastBpe),
+    /// Our BPE on the embedded cl100k_base / o200k_base tables ([`crate::request::bpe`]), a
+    /// process-wide static.
+    Ranked(&'static Encoder),
     Tiktoken(Arc<CoreBPE>),
     /// A Hugging Face byte-level BPE `tokenizer.json`, with its origin and content digest.
     Hf(Arc<HfTokenizer>, Arc<(LocalTokenizer, u64)>),
@@ -102,135 +102,17 @@ impl Bpe {
     fn encode(&self, text: &str) -> Vec<u32> {
         match self {
             Bpe::Characters => character_tokens(text.as_bytes()),
-            Bpe::Fast(t) => t.encode(text),
+            Bpe::Ranked(t) => t.encode(text),
             Bpe::Tiktoken(t) => t.encode_ordinary(text),
             Bpe::Hf(t, _) => t.encode(text),
         }
     }
 }
 
-/// bpe-openai's encoder plus tiktoken's shortcut: a pre-tokenized piece that is itself a
-/// vocabulary entry is that one token (tiktoken's `CoreBPE` does the same lookup first, so the
-/// ids do not change). Most pieces of ordinary text are whole tokens (" the", " model"), and
-/// the lookup skips the backtracking encoder's per-piece set-up (two allocations and a bit
-/// field), which dominated the cost of short prompts.
-pub(crate) struct FastBpe {
-    tok: &'static bpe_openai::Tokenizer,
-    whole: HashMap<&'static [u8], u32, rustc_hash::FxBuildHasher>,
-    /// cl100k_base: ASCII text is pre-tokenized by [`cl100k_ascii_pieces`] instead of the regex.
-    ascii_cl100k: bool,
-}
-
-impl FastBpe {
-    fn cl100k() -> &'static FastBpe {
-        static CL100K: OnceLock<FastBpe> = OnceLock::new();
-        CL100K.get_or_init(|| FastBpe::new(bpe_openai::cl100k_base(), true))
-    }
-
-    fn o200k() -> &'static FastBpe {
-        static O200K: OnceLock<FastBpe> = OnceLock::new();
-        O200K.get_or_init(|| FastBpe::new(bpe_openai::o200k_base(), false))
-    }
-
-    fn new(tok: &'static bpe_openai::Tokenizer, ascii_cl100k: bool) -> Self {
-        let n = tok.bpe.num_tokens();
-        let mut whole = HashMap::with_capacity_and_hasher(n, rustc_hash::FxBuildHasher);
-        for id in 0..n {
-            let id = u32::try_from(id).unwrap_or(u32::MAX);
-            whole.entry(tok.bpe.token_bytes(id)).or_insert(id);
-        }
-        Self {
-            tok,
-            whole,
-            ascii_cl100k,
-        }
-    }
-
-    /// cl100k_base and o200k_base do not normalize, so pieces are cut from `text` as is.
-    fn encode(&self, text: &str) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 4 + 1);
-        if self.ascii_cl100k && text.is_ascii() {
-            cl100k_ascii_pieces(text.as_bytes(), |piece| self.push_piece(piece, &mut out));
-        } else {
-            self.tok
-                .split(text)
-                .for_each(|piece| self.push_piece(piece.as_bytes(), &mut out));
-        }
-        out
-    }
-
-    /// One piece's tokens. Inlined into the pre-tokenizer loop: a call per piece costs about
-    /// as much as the whole-token lookup it wraps (callgrind, BENCHMARKS.md #16).
-    #[inline(always)]
-    fn push_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
-        match self.whole.get(piece) {
-            Some(&id) => out.push(id),
-            None => out.extend(self.tok.bpe.encode_via_backtracking(piece)),
-        }
-    }
-}
-
-/// cl100k_base's pre-tokenizer on ASCII text, without a regex engine. The pattern is
-/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
-/// tried in that order at each position; in ASCII, `\p{L}` is `[A-Za-z]`, `\p{N}` is `[0-9]`
-/// and `\s` is `[\t\n\x0B\x0C\r ]`. The lazy DFA behind the regex took about 60% of the
-/// tokenizer's time (perf, `cold_text` in `e2e/benches/decision.rs`); this loop gives the same
-/// pieces (`ascii_pieces_equal_the_regex`) in a fraction of it.
-pub(crate) fn cl100k_ascii_pieces<'a>(s: &'a [u8], mut emit: impl FnMut(&'a [u8])) {
-    let letter = |b: u8| b.is_ascii_alphabetic();
-    let digit = |b: u8| b.is_ascii_digit();
-    let space = |b: u8| matches!(b, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ');
-    let newline = |b: u8| b == b'\r' || b == b'\n';
-    let other = |b: u8| !letter(b) && !digit(b) && !space(b);
-    let at = |i: usize| s.get(i).copied().unwrap_or(0);
-    let run = |mut i: usize, class: &dyn Fn(u8) -> bool| {
-        while i < s.len() && class(s[i]) {
-            i += 1;
-        }
-        i
-    };
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        let end =
-            if c == b'\'' && matches!(at(i + 1).to_ascii_lowercase(), b's' | b't' | b'm' | b'd') {
-                i + 2
-            } else if c == b'\''
-                && matches!(
-                    (
-                        at(i + 1).to_ascii_lowercase(),
-                        at(i + 2).to_ascii_lowercase()
-                    ),
-                    (b'r', b'e') | (b'v', b'e') | (b'l', b'l')
-                )
-            {
-                i + 3
-            } else if letter(c) {
-                run(i + 1, &letter)
-            } else if !newline(c) && !digit(c) && letter(at(i + 1)) {
-                run(i + 2, &letter)
-            } else if digit(c) {
-                let mut j = i + 1;
-                while j < s.len() && j < i + 3 && digit(s[j]) {
-                    j += 1;
-                }
-                j
-            } else if other(c) || (c == b' ' && i + 1 < s.len() && other(s[i + 1])) {
-                let j = run(if c == b' ' { i + 2 } else { i + 1 }, &other);
-                run(j, &newline)
-            } else {
-                // A whitespace run: up to its last newline if it has one; else all of it at the end
-                // of the text, all but its last byte before a non-space, or the one byte.
-                let j = run(i + 1, &space);
-                match s[i..j].iter().rposition(|&b| newline(b)) {
-                    Some(k) => i + k + 1,
-                    None if j == s.len() => j,
-                    None if j - i >= 2 => j - 1,
-                    None => i + 1,
-                }
-            };
-        emit(&s[i..end]);
-        i = end;
+fn vocab_error(vocab: Vocabulary, e: VocabError) -> TokenizerError {
+    TokenizerError::Tiktoken {
+        vocab,
+        message: e.to_string(),
     }
 }
 
@@ -264,8 +146,15 @@ const MAX_BYTES_PER_TOKEN: usize = 8;
 impl Tokenizer {
     pub fn new(vocab: Vocabulary) -> Result<Self, TokenizerError> {
         let bpe = match vocab {
-            Vocabulary::Cl100kBase => Bpe::Fast(FastBpe::cl100k()),
-            Vocabulary::O200kBase => Bpe::Fast(FastBpe::o200k()),
+            Vocabulary::Cl100kBase => {
+                Bpe::Ranked(Encoder::cl100k().map_err(|e| vocab_error(vocab, e))?)
+            }
+            Vocabulary::O200kBase => {
+                let encoder = Encoder::o200k().map_err(|e| vocab_error(vocab, e))?;
+                // Every o200k text goes through the regex: build it now, not on a request.
+                encoder.pretokenizer();
+                Bpe::Ranked(encoder)
+            }
             Vocabulary::P50kBase => {
                 let built = tiktoken_rs::p50k_base().map_err(|e| TokenizerError::Tiktoken {
                     vocab,
@@ -423,6 +312,7 @@ fn file_digest(path: &std::path::Path) -> Result<u64, HfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::bpe::pretokenize::cl100k_ascii_pieces;
 
     #[test]
     fn characters_are_four_bytes_a_token_with_no_tables() {

@@ -65,8 +65,8 @@ server streams plausible tokens so that routers can be measured without any GPU 
 every answer keeps the same length in tokens as a real one would";
 
 /// A shared BPE encoder plus the word list used for generated text. Encoding runs on
-/// `bpe-openai` (GitHub's linear-time BPE: tiktoken's exact ids at 2–3× its speed, the crate epp
-/// tokenizes with), so tokenizing a long prompt costs the pod what it costs a real server, not
+/// `bpe-openai` (GitHub's linear-time BPE: tiktoken's exact ids at 2–3× its speed, about
+/// epp's own BPE's speed), so tokenizing a long prompt costs the pod what it costs a real server, not
 /// several times more; decoding stays on tiktoken-rs.
 #[derive(Clone, Copy)]
 pub struct Tokenizer {
