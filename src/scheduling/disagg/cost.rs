@@ -46,6 +46,10 @@ pub struct CostBasedPdDecider {
     /// Fixed cost of the remote path: the sidecar's prefill request and the KV handshake, ms.
     pub handoff_latency_ms: f64,
     /// Weight of the stall a local prefill imposes on each sequence decoding on the decode pod.
+    /// 0.25 by default: in the P/D benchmark it matched the best fixed threshold's TTFT on every
+    /// workload and beat it on long prompts (p50 0.63-0.64x), with E2E level; 0.5 kept the 200-
+    /// token prompts of the mixed workload remote (TTFT p50 1.3-1.5x the best threshold's), 0.1
+    /// raised long-prompt E2E p90 (BENCHMARKS.md, #21, "The interference weight, swept").
     pub interference_weight: f64,
     /// Disaggregate only when the remote path is estimated at least this much cheaper, ms.
     pub min_gain_ms: f64,
@@ -65,7 +69,7 @@ impl Default for CostBasedPdDecider {
             kv_bytes_per_token: 131_072.0,
             kv_transfer_g_bps: 25.0,
             handoff_latency_ms: 5.0,
-            interference_weight: 0.5,
+            interference_weight: 0.25,
             min_gain_ms: 0.0,
             peak_prefill_throughput: seed.peak_prefill_throughput,
             base_latency_ms: seed.base_latency_ms,

@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// `interferenceWeight` of the cost-based decider runs (one run per value).
-    #[arg(long, value_delimiter = ',', default_value = "0.5")]
+    #[arg(long, value_delimiter = ',', default_value = "0.25")]
     cost_interference: Vec<f64>,
     /// llm-d-router v0.10's EPP binary: adds `llmd-pd-prefix-<t>` runs, its own EPP in epp's
     /// place with the same configuration (side by side).
@@ -132,10 +132,10 @@ fn arrangements(a: &Args) -> anyhow::Result<Vec<Arrangement>> {
     }
     for w in &a.cost_interference {
         let text = cost.replace(
-            "interferenceWeight: 0.5",
+            "interferenceWeight: 0.25",
             &format!("interferenceWeight: {w}"),
         );
-        let label = if *w == 0.5 {
+        let label = if *w == 0.25 {
             "pd-cost".to_owned()
         } else {
             format!("pd-cost-{w}")
