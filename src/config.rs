@@ -94,9 +94,10 @@ impl FeatureGates {
 }
 
 /// The built-in configuration (and `config/examples/default.yaml`): epp's estimated-TTFT
-/// scheduler over the approximate prefix index sized to the pods' caches. Best or tied on every
-/// workload measured (BENCHMARKS.md, "Estimated TTFT (#20)", "The default"); upstream's default
-/// is one config away ([`UPSTREAM_DEFAULT_CONFIG`], `config/examples/upstream-default.yaml`).
+/// scheduler over the approximate prefix index sized to the pods' caches. Best or tied on five of
+/// seven workloads measured and ahead of upstream's default on all seven (BENCHMARKS.md, "The
+/// built-in default, settled"); upstream's default is one config away
+/// ([`UPSTREAM_DEFAULT_CONFIG`], `config/examples/upstream-default.yaml`).
 pub const DEFAULT_CONFIG: &str = "\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig

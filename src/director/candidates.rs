@@ -125,7 +125,7 @@ impl Director {
                         .filter(|l| l.0.is_some() || l.1.is_some())
                         .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
                     ramp: s.ramp(&policy, now),
-                    prefill: prefill_load(s),
+                    prefill: prefill_load(s, waiting),
                 }
             })
             .collect()
@@ -138,10 +138,10 @@ pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
     (f64::from(s.inflight()), s.prefill_pending().0 as f64)
 }
 
-/// What epp sent `s` that is still prefilling, and its learned TTFT rates.
-fn prefill_load(s: &EndpointState) -> scheduling::scorer::PrefillLoad {
+/// What epp sent `s` that is still prefilling, its learned TTFT rates, and its queue counted
+/// from the `scraped` waiting requests.
+fn prefill_load(s: &EndpointState, scraped: f64) -> scheduling::scorer::PrefillLoad {
     let (tokens, requests) = s.prefill_pending();
-    let scraped = s.metrics().map_or(0.0, |m| m.waiting);
     scheduling::scorer::PrefillLoad {
         pending_tokens: tokens as f64,
         pending_requests: f64::from(requests),

@@ -562,24 +562,8 @@ fn real_tokens_are_not_calibrated() {
 /// which the estimated-TTFT scorer once priced as a whole prompt queued at the prompt's home.
 #[test]
 fn the_built_in_default_keeps_sequential_repeats_of_a_prompt_home() {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(
-        [1u16, 2, 3]
-            .iter()
-            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
-            .collect(),
-    );
-    for p in [1u16, 2, 3] {
-        set_metrics(&ds, p, 0.0, Duration::from_millis(10));
-    }
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(2),
-        subset_filter: true,
-    };
-    let runtime = Runtime::build(config::DEFAULT_CONFIG, None).unwrap();
-    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
-    let d = Director::new(shared, opts);
+    // Fresh metrics that never change: every finished request stays "dispatched since".
+    let (d, _ds) = director_with(&[1, 2, 3], config::DEFAULT_CONFIG);
     let words: String = (0..2500)
         .map(|i| format!("w{} ", i * 7919 % 10007))
         .collect();

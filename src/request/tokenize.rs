@@ -487,7 +487,7 @@ mod tests {
     }
 
     #[test]
-    fn bpe_openai_gives_tiktokens_ids() {
+    fn the_tokenizers_bpe_gives_tiktokens_ids() {
         let reference = [
             (Vocabulary::Cl100kBase, tiktoken_rs::cl100k_base().unwrap()),
             (Vocabulary::O200kBase, tiktoken_rs::o200k_base().unwrap()),

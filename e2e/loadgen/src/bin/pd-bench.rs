@@ -130,11 +130,13 @@ fn arrangements(a: &Args) -> anyhow::Result<Vec<Arrangement>> {
         }
         out.push(epp(format!("pd-prefix-{t}"), false, text));
     }
+    const DEFAULT_WEIGHT: &str = "interferenceWeight: 0.25";
+    anyhow::ensure!(
+        cost.contains(DEFAULT_WEIGHT),
+        "pd-cost-based.yaml no longer says {DEFAULT_WEIGHT:?}: --cost-interference cannot set it"
+    );
     for w in &a.cost_interference {
-        let text = cost.replace(
-            "interferenceWeight: 0.25",
-            &format!("interferenceWeight: {w}"),
-        );
+        let text = cost.replace(DEFAULT_WEIGHT, &format!("interferenceWeight: {w}"));
         let label = if *w == 0.25 {
             "pd-cost".to_owned()
         } else {
