@@ -9,7 +9,9 @@
 //! they share every token before it.
 //!
 //! The index ([`index::PrefixIndex`]) keeps, per endpoint, an LRU of the block hashes routed
-//! there (capacity = the endpoint's KV blocks), and a reverse map hash → endpoints. A lookup walks
+//! there (capacity = the endpoint's KV blocks), and a reverse map hash → endpoints, both threaded
+//! through one array of 24-byte entries (about 60 bytes per (endpoint, block) with the hash
+//! table and the array's growth). A lookup walks
 //! the request's hashes in order and, unlike upstream, counts only **consecutive** matches per
 //! endpoint: a pod missing block k cannot use block k+1 of the same prompt.
 //!

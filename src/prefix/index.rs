@@ -1,13 +1,12 @@
 //! The approximate prefix index: per-endpoint LRUs of block hashes plus a reverse map, so a
-//! lookup touches only the endpoints that hold the request's blocks. See the parent module for
+//! lookup touches only the endpoints that hold the request's blocks. Both are intrusive lists
+//! through one array of entries (see `Node`). See the parent module for
 //! the algorithm and its costs.
 
 use crate::endpoint::EndpointId;
-use lru::LruCache;
 use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
 
@@ -31,16 +30,56 @@ impl Hasher for IdentityHasher {
 
 type IdBuild = BuildHasherDefault<IdentityHasher>;
 type Slot = u32;
-type Lru = LruCache<u64, (), IdBuild>;
-/// The endpoints holding a block, sorted. Inline up to four: most blocks have one holder, and a
-/// heap list per block cost an allocation on every insert and a free on every eviction (about a
-/// tenth of a cold 8K-token route, perf on `cold_text` in `e2e/benches/decision.rs`).
-type Holders = SmallVec<[Slot; 4]>;
+/// A node index; `NIL` ends a list.
+type NodeId = u32;
+const NIL: NodeId = u32::MAX;
+/// Set in [`Head::first_slot`] when the block has more holders than the first.
+const MORE: Slot = 1 << 31;
+
+/// One (endpoint, block) entry: 24 bytes, in one array for every endpoint, linked twice: into
+/// its endpoint's recency list and into its block's list of holders.
+///
+/// Why not a per-endpoint `LruCache` plus a map of holder lists (the first version): that cost
+/// ~390 bytes per entry (a boxed list node, a hash-table slot per endpoint and one per block
+/// with its inline holder list, each table at most 7/8 full), so 100 pods of 8,001 blocks
+/// would have held ~310 MB, and the 100K-token prompts of the cost run alone lifted the
+/// process's peak RSS by 10 MiB (BENCHMARKS.md, "A compact approximate index").
+#[derive(Clone, Copy)]
+struct Node {
+    hash: u64,
+    /// Neighbours in the endpoint's recency list; the free list runs through `older`.
+    newer: NodeId,
+    older: NodeId,
+    /// The next holder of the same block.
+    next_holder: NodeId,
+    slot: Slot,
+}
+
+/// A block's holder list, as the hash table keeps it: the first node and its endpoint, so a
+/// lookup of a block held by one endpoint (the common case) reads no node.
+#[derive(Clone, Copy)]
+struct Head {
+    node: NodeId,
+    /// The first node's slot, with [`MORE`] set when more holders follow.
+    first_slot: Slot,
+}
+
+/// One endpoint's recency list, newest first.
+struct Lane {
+    id: EndpointId,
+    newest: NodeId,
+    oldest: NodeId,
+    len: usize,
+    cap: usize,
+}
 
 struct Inner {
     slots: HashMap<EndpointId, Slot>,
-    lrus: Vec<Option<(EndpointId, Lru)>>,
-    holders: HashMap<u64, Holders, IdBuild>,
+    lanes: Vec<Option<Lane>>,
+    nodes: Vec<Node>,
+    /// First free node (linked through `older`).
+    free: NodeId,
+    heads: HashMap<u64, Head, IdBuild>,
 }
 
 /// Which endpoints were routed which prefixes. Shared by every request; see module docs.
@@ -120,8 +159,10 @@ impl PrefixIndex {
     pub fn new() -> Self {
         let inner = Inner {
             slots: HashMap::new(),
-            lrus: Vec::new(),
-            holders: HashMap::default(),
+            lanes: Vec::new(),
+            nodes: Vec::new(),
+            free: NIL,
+            heads: HashMap::default(),
         };
         Self {
             inner: RwLock::new(inner),
@@ -139,9 +180,11 @@ impl PrefixIndex {
         // drops out at block i matched exactly i blocks.
         let mut alive: Vec<Slot> = Vec::new();
         let mut matched: Vec<(Slot, usize)> = Vec::new();
+        let mut holders: SmallVec<[Slot; 8]> = SmallVec::new();
         let mut depth = 0;
         for (i, h) in hashes.iter().enumerate() {
-            let holders = inner.holders.get(h).map_or(&[][..], Holders::as_slice);
+            inner.holders(*h, &mut holders);
+            let holders = holders.as_slice();
             if i == 0 {
                 alive.extend_from_slice(holders);
             } else if holders != alive.as_slice() {
@@ -194,95 +237,229 @@ impl PrefixIndex {
             .collect();
         for (id, slot) in gone {
             inner.slots.remove(&id);
-            if let Some((_, lru)) = inner.lrus[slot as usize].take() {
-                for (h, ()) in lru.iter() {
-                    inner.unhold(*h, slot);
-                }
-            }
+            inner.drop_lane(slot);
         }
     }
 
     /// Blocks held across all endpoints.
     pub fn size(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.lrus.iter().flatten().map(|(_, l)| l.len()).sum()
+        inner.lanes.iter().flatten().map(|l| l.len).sum()
     }
 }
 
 impl Inner {
     fn endpoint(&self, slot: Slot) -> Option<EndpointId> {
-        self.lrus.get(slot as usize)?.as_ref().map(|(id, _)| *id)
+        self.lanes.get(slot as usize)?.as_ref().map(|l| l.id)
+    }
+
+    /// The endpoints holding block `hash`, sorted, into `out`.
+    fn holders(&self, hash: u64, out: &mut SmallVec<[Slot; 8]>) {
+        out.clear();
+        let Some(head) = self.heads.get(&hash) else {
+            return;
+        };
+        out.push(head.first_slot & !MORE);
+        if head.first_slot & MORE != 0 {
+            let mut n = self.nodes[head.node as usize].next_holder;
+            while n != NIL {
+                out.push(self.nodes[n as usize].slot);
+                n = self.nodes[n as usize].next_holder;
+            }
+            out.sort_unstable();
+        }
     }
 
     fn slot_for(&mut self, endpoint: EndpointId, capacity: usize) -> Slot {
-        let cap = NonZeroUsize::new(capacity.max(1)).unwrap_or(NonZeroUsize::MIN);
+        let cap = capacity.max(1);
         if let Some(slot) = self.slots.get(&endpoint).copied() {
-            if let Some((_, lru)) = self.lrus[slot as usize].as_mut() {
-                if lru.cap() != cap {
-                    let evicted = shrink(lru, cap);
-                    evicted.into_iter().for_each(|h| self.unhold(h, slot));
-                }
+            if let Some(lane) = self.lanes[slot as usize].as_mut() {
+                lane.cap = cap;
+            }
+            while self.lanes[slot as usize]
+                .as_ref()
+                .is_some_and(|l| l.len > l.cap)
+            {
+                self.evict_oldest(slot);
             }
             return slot;
         }
-        // Grown with its content, not allocated at `cap` buckets: 100 pods × 8,001 blocks
-        // preallocated was ~26 MB of tables whose pages the few first inserts, landing on
-        // random buckets, made resident (BENCHMARKS.md, "The default tokenizer without ...").
-        let mut lru = LruCache::unbounded_with_hasher(IdBuild::default());
-        lru.resize(cap);
-        let entry = Some((endpoint, lru));
-        let slot = match self.lrus.iter().position(Option::is_none) {
+        let lane = Some(Lane {
+            id: endpoint,
+            newest: NIL,
+            oldest: NIL,
+            len: 0,
+            cap,
+        });
+        let slot = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
-                self.lrus[free] = entry;
+                self.lanes[free] = lane;
                 free
             }
             None => {
-                self.lrus.push(entry);
-                self.lrus.len() - 1
+                self.lanes.push(lane);
+                self.lanes.len() - 1
             }
         } as Slot;
         self.slots.insert(endpoint, slot);
         slot
     }
 
+    /// Makes `hash` the newest block of `slot`'s lane, adding it (and evicting the lane's
+    /// oldest when over capacity) if the endpoint did not hold it.
     fn insert(&mut self, slot: Slot, hash: u64) {
-        let Some((_, lru)) = self.lrus[slot as usize].as_mut() else {
+        if self.lanes[slot as usize].is_none() {
+            return;
+        }
+        let head = self.heads.get(&hash).copied();
+        if let Some(head) = head {
+            let mut n = head.node;
+            while n != NIL {
+                if self.nodes[n as usize].slot == slot {
+                    self.unlink_lane(n);
+                    self.push_newest(slot, n);
+                    return;
+                }
+                n = self.nodes[n as usize].next_holder;
+            }
+        }
+        let next_holder = head.map_or(NIL, |h| h.node);
+        let node = Node {
+            hash,
+            newer: NIL,
+            older: NIL,
+            next_holder,
+            slot,
+        };
+        let n = if self.free == NIL {
+            self.nodes.push(node);
+            (self.nodes.len() - 1) as NodeId
+        } else {
+            let n = self.free;
+            self.free = self.nodes[n as usize].older;
+            self.nodes[n as usize] = node;
+            n
+        };
+        let more = if head.is_some() { MORE } else { 0 };
+        self.heads.insert(
+            hash,
+            Head {
+                node: n,
+                first_slot: slot | more,
+            },
+        );
+        self.push_newest(slot, n);
+        if let Some(lane) = self.lanes[slot as usize].as_mut() {
+            lane.len += 1;
+            if lane.len > lane.cap {
+                self.evict_oldest(slot);
+            }
+        }
+    }
+
+    fn push_newest(&mut self, slot: Slot, n: NodeId) {
+        let Some(lane) = self.lanes[slot as usize].as_mut() else {
             return;
         };
-        if lru.get(&hash).is_some() {
+        let old_newest = lane.newest;
+        lane.newest = n;
+        if lane.oldest == NIL {
+            lane.oldest = n;
+        }
+        self.nodes[n as usize].newer = NIL;
+        self.nodes[n as usize].older = old_newest;
+        if old_newest != NIL {
+            self.nodes[old_newest as usize].newer = n;
+        }
+    }
+
+    /// Takes node `n` out of its lane's recency list (the lane's length is the caller's).
+    fn unlink_lane(&mut self, n: NodeId) {
+        let Node {
+            newer, older, slot, ..
+        } = self.nodes[n as usize];
+        if newer != NIL {
+            self.nodes[newer as usize].older = older;
+        }
+        if older != NIL {
+            self.nodes[older as usize].newer = newer;
+        }
+        if let Some(lane) = self.lanes[slot as usize].as_mut() {
+            if lane.newest == n {
+                lane.newest = older;
+            }
+            if lane.oldest == n {
+                lane.oldest = newer;
+            }
+        }
+    }
+
+    /// Takes node `n` out of its block's holder list, dropping the block when it was the last.
+    fn unlink_holder(&mut self, n: NodeId) {
+        let Node {
+            hash, next_holder, ..
+        } = self.nodes[n as usize];
+        let Some(head) = self.heads.get(&hash).copied() else {
+            return;
+        };
+        let first = if head.node == n {
+            next_holder
+        } else {
+            let mut p = head.node;
+            while p != NIL && self.nodes[p as usize].next_holder != n {
+                p = self.nodes[p as usize].next_holder;
+            }
+            if p != NIL {
+                self.nodes[p as usize].next_holder = next_holder;
+            }
+            head.node
+        };
+        if first == NIL {
+            self.heads.remove(&hash);
             return;
         }
-        if let Some((old, ())) = lru.push(hash, ()) {
-            if old != hash {
-                self.unhold(old, slot);
-            }
-        }
-        let holders = self.holders.entry(hash).or_default();
-        if let Err(at) = holders.binary_search(&slot) {
-            holders.insert(at, slot);
-        }
+        let f = self.nodes[first as usize];
+        let more = if f.next_holder == NIL { 0 } else { MORE };
+        self.heads.insert(
+            hash,
+            Head {
+                node: first,
+                first_slot: f.slot | more,
+            },
+        );
     }
 
-    fn unhold(&mut self, hash: u64, slot: Slot) {
-        if let Some(holders) = self.holders.get_mut(&hash) {
-            holders.retain(|s| *s != slot);
-            if holders.is_empty() {
-                self.holders.remove(&hash);
-            }
-        }
+    fn release(&mut self, n: NodeId) {
+        self.unlink_holder(n);
+        self.nodes[n as usize].older = self.free;
+        self.free = n;
     }
-}
 
-fn shrink(lru: &mut LruCache<u64, (), IdBuild>, cap: NonZeroUsize) -> Vec<u64> {
-    let mut evicted = Vec::new();
-    while lru.len() > cap.get() {
-        match lru.pop_lru() {
-            Some((h, ())) => evicted.push(h),
-            None => break,
+    fn evict_oldest(&mut self, slot: Slot) {
+        let Some(oldest) = self.lanes[slot as usize].as_ref().map(|l| l.oldest) else {
+            return;
+        };
+        if oldest == NIL {
+            return;
+        }
+        self.unlink_lane(oldest);
+        if let Some(lane) = self.lanes[slot as usize].as_mut() {
+            lane.len -= 1;
+        }
+        self.release(oldest);
+    }
+
+    fn drop_lane(&mut self, slot: Slot) {
+        let Some(lane) = self.lanes[slot as usize].take() else {
+            return;
+        };
+        let mut n = lane.newest;
+        while n != NIL {
+            let older = self.nodes[n as usize].older;
+            self.release(n);
+            n = older;
         }
     }
-    lru.resize(cap);
-    evicted
 }
 
 #[cfg(test)]
@@ -366,7 +543,133 @@ mod tests {
         assert!(s.get() > 0.25 && s.get() < 4.0);
     }
 
+    /// The index as a list per endpoint, newest first: what the linked structure must match.
+    #[derive(Default)]
+    struct Model(Vec<(EndpointId, usize, Vec<u64>)>);
+
+    impl Model {
+        fn record(&mut self, e: EndpointId, hashes: &[u64], cap: usize) {
+            if hashes.is_empty() {
+                return;
+            }
+            let cap = cap.max(1);
+            let at = match self.0.iter().position(|(id, ..)| *id == e) {
+                Some(at) => at,
+                None => {
+                    self.0.push((e, cap, Vec::new()));
+                    self.0.len() - 1
+                }
+            };
+            let (_, c, list) = &mut self.0[at];
+            *c = cap;
+            list.truncate(cap);
+            for h in hashes.iter().rev() {
+                list.retain(|x| x != h);
+                list.insert(0, *h);
+                list.truncate(cap);
+            }
+        }
+
+        fn longest_prefix(&self, hashes: &[u64]) -> Vec<(EndpointId, usize)> {
+            let mut out: Vec<_> = self
+                .0
+                .iter()
+                .map(|(id, _, list)| {
+                    let n = hashes.iter().take_while(|h| list.contains(h)).count();
+                    (*id, n)
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            out.sort();
+            out
+        }
+    }
+
+    impl PrefixIndex {
+        /// Every link agrees with every other: lanes newest to oldest and back, lengths, holder
+        /// lists and their heads' flags, and the free list holds the rest.
+        fn check_links(&self) {
+            let inner = self.inner.read().unwrap();
+            let mut seen = 0;
+            for (slot, lane) in inner.lanes.iter().enumerate() {
+                let Some(lane) = lane else { continue };
+                let (mut n, mut prev, mut len) = (lane.newest, NIL, 0);
+                while n != NIL {
+                    let node = inner.nodes[n as usize];
+                    assert_eq!((node.slot as usize, node.newer), (slot, prev));
+                    let mut holders = SmallVec::new();
+                    inner.holders(node.hash, &mut holders);
+                    assert!(
+                        holders.contains(&node.slot),
+                        "a lane's block lists its holder"
+                    );
+                    (prev, n, len) = (n, node.older, len + 1);
+                }
+                assert_eq!((lane.oldest, lane.len), (prev, len));
+                assert!(lane.len <= lane.cap);
+                seen += len;
+            }
+            let mut in_chains = 0;
+            for (hash, head) in &inner.heads {
+                let mut n = head.node;
+                let first = inner.nodes[n as usize];
+                let more = if first.next_holder == NIL { 0 } else { MORE };
+                assert_eq!(head.first_slot, first.slot | more);
+                while n != NIL {
+                    assert_eq!(inner.nodes[n as usize].hash, *hash);
+                    in_chains += 1;
+                    n = inner.nodes[n as usize].next_holder;
+                }
+            }
+            let (mut free, mut n) = (0, inner.free);
+            while n != NIL {
+                free += 1;
+                n = inner.nodes[n as usize].older;
+            }
+            assert_eq!((seen, seen + free), (in_chains, inner.nodes.len()));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Record(u16, Vec<u64>, usize),
+        Retain(Vec<u16>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (1u16..5, proptest::collection::vec(0u64..24, 0..12), 1usize..10)
+                .prop_map(|(e, h, c)| Op::Record(e, h, c)),
+            1 => proptest::collection::vec(1u16..5, 0..4).prop_map(Op::Retain),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn the_linked_index_behaves_as_lists_per_endpoint(ops in proptest::collection::vec(op(), 0..60), probes in proptest::collection::vec(proptest::collection::vec(0u64..24, 1..6), 1..6)) {
+            let (idx, mut model) = (PrefixIndex::new(), Model::default());
+            for o in &ops {
+                match o {
+                    Op::Record(e, hashes, cap) => {
+                        idx.record(ep(*e), hashes, *cap);
+                        model.record(ep(*e), hashes, *cap);
+                    }
+                    Op::Retain(live) => {
+                        let live: HashSet<_> = live.iter().map(|e| ep(*e)).collect();
+                        idx.retain(&live);
+                        model.0.retain(|(id, ..)| live.contains(id));
+                    }
+                }
+                idx.check_links();
+                prop_assert_eq!(idx.size(), model.0.iter().map(|(.., l)| l.len()).sum::<usize>());
+                for p in &probes {
+                    let mut got = idx.longest_prefix(p);
+                    got.sort();
+                    prop_assert_eq!(got, model.longest_prefix(p), "after {:?}", o);
+                }
+            }
+        }
+
         #[test]
         fn index_respects_capacity(records in proptest::collection::vec((1u16..4, proptest::collection::vec(0u64..50, 0..20)), 0..40), cap in 1usize..16) {
             let idx = PrefixIndex::new();

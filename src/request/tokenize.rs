@@ -13,7 +13,12 @@
 //! conversation. The text is therefore cut into segments of about [`SEGMENT_BYTES`], each ending
 //! just before a whitespace run (where BPE pre-tokenization splits anyway), and each segment's
 //! tokens are cached by the segment's hash. A repeated prefix costs a hash per segment instead
-//! of a BPE pass. Segment boundaries depend only on the text before them, so two prompts that
+//! of a BPE pass. A segment is cached the second time it is seen (a direct-mapped table of the
+//! hashes seen once decides): a prompt never repeated, such as a one-off 100K-token document,
+//! would otherwise fill the cache with segments nobody asks for again, push out the shared
+//! system prompts and histories the cache is for, and keep ~1 KiB resident per segment (the
+//! cache was the largest part of epp's peak RSS on the cost run; BENCHMARKS.md). The price is
+//! one more BPE pass, on the first repeat. Segment boundaries depend only on the text before them, so two prompts that
 //! share a text prefix share their leading segments and therefore their leading tokens. Tokens
 //! can differ from a single-pass encoding only where a boundary splits what one pass would have
 //! merged across whitespace; for the approximate prefix index that is immaterial, since the same
@@ -34,7 +39,7 @@ use tiktoken_rs::CoreBPE;
 
 /// Target segment length in bytes.
 pub const SEGMENT_BYTES: usize = 1024;
-/// Segments kept (~1 KiB of tokens each: about 8 MiB in all).
+/// Segments kept (~1 KiB of tokens each: about 8 MiB in all, when that much text repeats).
 const CACHE_SEGMENTS: usize = 8192;
 
 /// The vocabularies epp can tokenize with.
@@ -71,7 +76,35 @@ pub enum TokenizerError {
     HuggingFace(#[from] HfError),
 }
 
-type SegmentCache = Mutex<LruCache<u64, Arc<[u32]>>>;
+type SegmentCache = Mutex<Segments>;
+
+/// Recently used segments' tokens, and the hashes of segments seen once (see the module docs).
+struct Segments {
+    lru: LruCache<u64, Arc<[u32]>>,
+    /// Direct-mapped by hash, twice the cache's entries: a segment whose hash is found here has
+    /// been seen before and is admitted to `lru`.
+    seen: Box<[u64]>,
+}
+
+impl Segments {
+    fn new(entries: usize) -> Mutex<Self> {
+        let cap = NonZeroUsize::new(entries).unwrap_or(NonZeroUsize::MIN);
+        Mutex::new(Self {
+            lru: LruCache::new(cap),
+            seen: vec![0; (entries * 2).next_power_of_two()].into_boxed_slice(),
+        })
+    }
+
+    /// Caches `tokens` if `key` was seen before; otherwise remembers `key`.
+    fn offer(&mut self, key: u64, tokens: &Arc<[u32]>) {
+        let at = key as usize & (self.seen.len() - 1);
+        if self.seen[at] == key {
+            self.lru.put(key, Arc::clone(tokens));
+        } else {
+            self.seen[at] = key;
+        }
+    }
+}
 
 /// The BPE implementation behind a vocabulary.
 #[derive(Clone)]
@@ -169,11 +202,10 @@ impl Tokenizer {
             Vocabulary::Characters => 1,
             _ => CACHE_SEGMENTS,
         };
-        let cap = NonZeroUsize::new(segments).unwrap_or(NonZeroUsize::MIN);
         Ok(Self {
             bpe,
             vocab,
-            cache: Arc::new(Mutex::new(LruCache::new(cap))),
+            cache: Arc::new(Segments::new(segments)),
         })
     }
 
@@ -190,12 +222,11 @@ impl Tokenizer {
         let path = local.resolve()?;
         let digest = file_digest(&path)?;
         let hf = HfTokenizer::from_file(&path)?;
-        let cap = NonZeroUsize::new(CACHE_SEGMENTS).unwrap_or(NonZeroUsize::MIN);
         let bpe = Bpe::Hf(Arc::new(hf), Arc::new((local.clone(), digest)));
         Ok(Self {
             bpe,
             vocab: Vocabulary::default(),
-            cache: Arc::new(Mutex::new(LruCache::new(cap))),
+            cache: Arc::new(Segments::new(CACHE_SEGMENTS)),
         })
     }
 
@@ -248,7 +279,7 @@ impl Tokenizer {
     fn segment_tokens(&self, segment: &str) -> Arc<[u32]> {
         let key = xxhash_rust::xxh64::xxh64(segment.as_bytes(), 0);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = cache.get(&key) {
+        if let Some(hit) = cache.lru.get(&key) {
             return Arc::clone(hit);
         }
         drop(cache);
@@ -256,7 +287,7 @@ impl Tokenizer {
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .put(key, Arc::clone(&tokens));
+            .offer(key, &tokens);
         tokens
     }
 }
@@ -377,11 +408,23 @@ mod tests {
     #[test]
     fn cached_tokens_match_a_single_pass_on_ordinary_text() {
         let t = Tokenizer::new(Vocabulary::Cl100kBase).unwrap();
-        let text = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(300);
+        let text: String = (0..400)
+            .map(|i| format!("The quick brown fox {i} jumps over the lazy dog, again. "))
+            .collect();
         let single = t.bpe.encode(&text);
+        let cached = |t: &Tokenizer| t.cache.lock().unwrap().lru.len();
         let first = t.encode_prefix(&text, usize::MAX / 16);
+        assert_eq!(cached(&t), 0, "seen once: nothing cached");
         let second = t.encode_prefix(&text, usize::MAX / 16);
-        assert_eq!(first, second, "deterministic, second pass from the cache");
+        assert_eq!(first, second, "deterministic");
+        let n = cached(&t);
+        assert_eq!(n, segments(&text, false).count(), "seen twice: cached");
+        let third = t.encode_prefix(&text, usize::MAX / 16);
+        assert_eq!(
+            (third, cached(&t)),
+            (first.clone(), n),
+            "third pass from the cache"
+        );
         assert_eq!(
             first, single,
             "boundaries before spaces do not change pre-tokenization here"
