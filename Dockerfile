@@ -2,7 +2,8 @@
 # The Helm chart (charts/inferencepool) runs ghcr.io/epp-rs/epp:<appVersion> by default;
 # push the image under that name, or set inferenceExtension.image.{hub,name,tag}.
 #
-# Stage 1 builds the release binary with the locked dependency set (the workspace manifest
+# Stage 1 builds the release binary (profile `dist`: release with whole-program LTO, a smaller
+# resident footprint) with the locked dependency set (the workspace manifest
 # names the e2e crate, so it is copied too; only the epp package is compiled).
 FROM docker.io/library/rust:1.89-bookworm AS build
 WORKDIR /src
@@ -13,8 +14,8 @@ COPY .cargo ./.cargo
 COPY src ./src
 COPY e2e ./e2e
 COPY config ./config
-RUN cargo build --release --locked -p epp --bin epp \
- && install -D target/release/epp /out/epp
+RUN cargo build --profile dist --locked -p epp --bin epp \
+ && install -D target/dist/epp /out/epp
 
 # Stage 2: glibc and libgcc only, no shell, non-root (uid 65532). epp needs no files at run
 # time: the tokenizer vocabularies are compiled in and its TLS certificate is generated in memory.

@@ -5,7 +5,8 @@
 #   hack/bench.sh --full         quick + load sweep, multi-turn, long/short mix, LoRA mix
 #   hack/bench.sh --smoke        2 pods, 2 routers, a few seconds (what the CI test does in-process)
 #   hack/bench.sh --cost         epp beside the upstream EPPs on 100 pods: idle CPU, CPU per request
-#                                (small chat, 10K, 100K prompts), peak RSS, decision latency (6–8 min)
+#                                (small chat, 10K, 100K prompts), peak RSS, decision latency (6–8 min,
+#                                on epp's `dist` build, the one the Dockerfile ships)
 #   hack/bench.sh --compat       the same requests through epp and each upstream EPP: status, pod,
 #                                error body side by side (≈ 1 min)
 #   hack/bench.sh --quick -- --no-overhead --rate 10   extra flags go to target/release/bench
@@ -71,6 +72,11 @@ if [[ "$mode" == compat ]]; then
   exec target/release/bench --mode quick --no-routing --compat --out "$out" ${extra[@]+"${extra[@]}"}
 fi
 if [[ "$mode" == cost ]]; then
+  # Cost is measured on the binary that ships (the Dockerfile's `dist` profile: fat LTO, smaller
+  # resident code); a long build the first time (~10–17 minutes on 2 cores).
+  cargo build --profile dist --locked -p epp --bin epp
+  export EPP_BIN="$PWD/target/dist/epp"
+  echo "cost: epp binary $EPP_BIN"
   exec target/release/bench --mode quick --no-routing --cost --out "$out" ${extra[@]+"${extra[@]}"}
 fi
 exec target/release/bench --mode "$mode" --out "$out" ${extra[@]+"${extra[@]}"}

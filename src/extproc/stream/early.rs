@@ -136,8 +136,18 @@ impl StreamMachine {
         if let Err(e) = taken {
             return self.fail(e, None, out);
         }
-        r.body.extend_from_slice(&b.body);
-        if b.end_of_stream {
+        let eos = b.end_of_stream;
+        if r.body.is_empty() {
+            // The first chunk's buffer becomes the body (no copy), grown at most once, to the
+            // declared length (already within the limit), instead of doubling as chunks come.
+            r.body = b.body;
+            if let Some(len) = self.meta.content_length {
+                r.body.reserve_exact(len.saturating_sub(r.body.len()));
+            }
+        } else {
+            r.body.extend_from_slice(&b.body);
+        }
+        if eos {
             self.body_complete(true, out);
         } else if !self.modes.request.duplex() {
             out.push(wire::request_body(None, None));

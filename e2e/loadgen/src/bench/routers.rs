@@ -109,12 +109,16 @@ pub struct Bins {
 }
 
 impl Bins {
-    /// The binaries next to the running one (same profile), and `<repo>/.venv-bench`.
+    /// The binaries next to the running one (same profile), and `<repo>/.venv-bench`; `EPP_BIN`
+    /// names another epp binary (`hack/bench.sh --cost` measures the shipped `dist` build).
     pub fn beside_current_exe() -> Result<Self, BenchError> {
         let exe = std::env::current_exe().map_err(BenchError::io("locating the bench binary"))?;
         let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+        let epp = std::env::var_os("EPP_BIN")
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| dir.join("epp"), PathBuf::from);
         Ok(Self {
-            epp: dir.join("epp"),
+            epp,
             noop_extproc: dir.join("noop-extproc"),
             inference_sim: dir.join("inference-sim"),
             loadgen: dir.join("loadgen"),

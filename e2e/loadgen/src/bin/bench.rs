@@ -204,11 +204,12 @@ async fn main() -> anyhow::Result<()> {
         )
         .await;
         md.push_str(&format!(
-            "\n\n### cost ({} pods, idle {} s, then {} s per load at {:?} req/s)\n\n{}",
+            "\n\n### cost ({} pods, idle {} s, then {} s per load at {:?} req/s)\n\nepp binary: `{}`\n\n{}",
             copts.pods,
             copts.idle_secs,
             args.cost_secs,
             rates,
+            bins.epp.display(),
             cost::table(&costs, "epp-default")
         ));
     }
