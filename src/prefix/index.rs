@@ -39,11 +39,10 @@ const MORE: Slot = 1 << 31;
 /// One (endpoint, block) entry: 24 bytes, in one array for every endpoint, linked twice: into
 /// its endpoint's recency list and into its block's list of holders.
 ///
-/// Why not a per-endpoint `LruCache` plus a map of holder lists (the first version): that cost
-/// ~390 bytes per entry (a boxed list node, a hash-table slot per endpoint and one per block
-/// with its inline holder list, each table at most 7/8 full), so 100 pods of 8,001 blocks
-/// would have held ~310 MB, and the 100K-token prompts of the cost run alone lifted the
-/// process's peak RSS by 10 MiB (BENCHMARKS.md, "A compact approximate index").
+/// Why not a per-endpoint `LruCache` plus a map of holder lists (the previous version): that
+/// cost ~137 bytes of RSS per entry (a boxed list node and a hash-table slot per endpoint, a
+/// slot per block with its inline holder list), ~60 here, so a full index for 100 pods of 8,001
+/// blocks is ~48 MB instead of ~110, with lookups no slower (BENCHMARKS.md, "Peak RSS, closer").
 #[derive(Clone, Copy)]
 struct Node {
     hash: u64,

@@ -16,10 +16,10 @@
 //! of a BPE pass. A segment is cached the second time it is seen (a direct-mapped table of the
 //! hashes seen once decides): a prompt never repeated, such as a one-off 100K-token document,
 //! would otherwise fill the cache with segments nobody asks for again, push out the shared
-//! system prompts and histories the cache is for, and keep ~1 KiB resident per segment (the
-//! cache was the largest part of epp's peak RSS on the cost run; BENCHMARKS.md). The price is
-//! one more BPE pass, on the first repeat. Segment boundaries depend only on the text before them, so two prompts that
-//! share a text prefix share their leading segments and therefore their leading tokens. Tokens
+//! system prompts and histories the cache is for, and keep ~1 KiB resident per segment (up to
+//! ~8 MiB with `CACHE_SEGMENTS`). The price is one more BPE pass over a segment, on its first
+//! repeat. Segment boundaries depend only on the text before them, so two prompts that share a
+//! text prefix share their leading segments and therefore their leading tokens. Tokens
 //! can differ from a single-pass encoding only where a boundary splits what one pass would have
 //! merged across whitespace; for the approximate prefix index that is immaterial, since the same
 //! text always yields the same tokens.
