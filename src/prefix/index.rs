@@ -331,6 +331,11 @@ impl Inner {
             slot,
         };
         let n = if self.free == NIL {
+            if self.nodes.len() >= NIL as usize {
+                // 4 billion entries (~96 GB): not reachable with real capacities; a full index
+                // stops learning rather than wrap an index into `NIL`.
+                return;
+            }
             self.nodes.push(node);
             (self.nodes.len() - 1) as NodeId
         } else {
