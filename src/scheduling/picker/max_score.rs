@@ -2,7 +2,7 @@
 //! stable sort by score, as upstream), so equal endpoints share load instead of the first one
 //! taking everything.
 
-use super::PickerParams;
+use super::{best_first, PickerParams};
 use crate::endpoint::EndpointId;
 use crate::scheduling::Candidate;
 use rand::seq::SliceRandom;
@@ -17,26 +17,8 @@ impl MaxScorePicker {
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut order: Vec<(EndpointId, f64)> = scored.iter().map(|(c, s)| (c.id, *s)).collect();
         order.shuffle(rng);
-        // Best first, ties in shuffled order: what a stable sort of the shuffled list gives, but
-        // only the first `max_num_of_endpoints` are put in order. Sorting all of them was ~40% of
-        // a 100-endpoint decision (perf on `estimate_100_endpoints` in e2e/benches/decision.rs).
-        let k = self.params.max_num_of_endpoints.min(order.len());
-        if k == 0 {
-            return Vec::new();
-        }
-        let mut keyed: Vec<(f64, usize)> = order
-            .iter()
-            .enumerate()
-            .map(|(i, (_, s))| (*s, i))
-            .collect();
-        let best_first =
-            |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        if k < keyed.len() {
-            keyed.select_nth_unstable_by(k - 1, best_first);
-            keyed.truncate(k);
-        }
-        keyed.sort_unstable_by(best_first);
-        keyed.into_iter().map(|(_, i)| order[i].0).collect()
+        // Best first, ties in shuffled order (only the returned ones are put in order).
+        best_first(&order, self.params.max_num_of_endpoints)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `weighted-random-picker`: chance proportional to score, by A-Res reservoir sampling (key
 //! `u^(1/score)`, largest keys win); uniform when every score is ≤ 0, as upstream.
 
-use super::PickerParams;
+use super::{best_first, PickerParams};
 use crate::endpoint::EndpointId;
 use crate::scheduling::Candidate;
 use rand::Rng;
@@ -14,7 +14,7 @@ pub struct WeightedRandomPicker {
 impl WeightedRandomPicker {
     pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let uniform = scored.iter().all(|(_, s)| *s <= 0.0);
-        let mut keyed: Vec<(EndpointId, f64)> = scored
+        let keyed: Vec<(EndpointId, f64)> = scored
             .iter()
             .map(|(c, s)| {
                 let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
@@ -26,12 +26,7 @@ impl WeightedRandomPicker {
                 (c.id, key)
             })
             .collect();
-        keyed.sort_by(|a, b| b.1.total_cmp(&a.1));
-        keyed
-            .into_iter()
-            .take(self.params.max_num_of_endpoints)
-            .map(|(id, _)| id)
-            .collect()
+        best_first(&keyed, self.params.max_num_of_endpoints)
     }
 }
 
