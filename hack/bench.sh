@@ -73,7 +73,7 @@ if [[ "$mode" == compat ]]; then
 fi
 if [[ "$mode" == cost ]]; then
   # Cost is measured on the binary that ships (the Dockerfile's `dist` profile: fat LTO, smaller
-  # resident code); a long build the first time (~10–17 minutes on 2 cores).
+  # resident code); a long build the first time (8 minutes on 2 cores, longer beside other builds).
   cargo build --profile dist --locked -p epp --bin epp
   export EPP_BIN="$PWD/target/dist/epp"
   echo "cost: epp binary $EPP_BIN"

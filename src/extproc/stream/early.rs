@@ -138,12 +138,9 @@ impl StreamMachine {
         }
         let eos = b.end_of_stream;
         if r.body.is_empty() {
-            // The first chunk's buffer becomes the body (no copy), grown at most once, to the
-            // declared length (already within the limit), instead of doubling as chunks come.
+            // The first chunk's buffer becomes the body: no copy (a whole body in one chunk is
+            // never copied). Not reserved to the declared length: that is the client's claim.
             r.body = b.body;
-            if let Some(len) = self.meta.content_length {
-                r.body.reserve_exact(len.saturating_sub(r.body.len()));
-            }
         } else {
             r.body.extend_from_slice(&b.body);
         }
