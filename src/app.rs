@@ -25,6 +25,36 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The KV-event sockets: the flags when any is given, else what the precise index's
+/// `kvEventsConfig` says, read as llm-d-router reads it (`zmqEndpoint`: bind there; otherwise,
+/// by default, connect to every pod's `podDiscoveryConfig.socketPort`, 5557, and its
+/// `replaySocketPort`). Read at start-up; a reload does not move the sockets.
+fn kv_events_options(
+    opts: &Options,
+    scheduler: &crate::scheduling::Scheduler,
+) -> kvevents::KvEventsOptions {
+    let flags = kvevents::KvEventsOptions {
+        port: opts.kv_events_port,
+        replay_port: opts.kv_events_replay_port,
+        bind: opts.kv_events_bind.clone(),
+    };
+    if flags.port.is_some() || flags.bind.is_some() {
+        return flags;
+    }
+    match scheduler.precise_params() {
+        Some(p) => {
+            let sockets = p.kv_event_sockets();
+            tracing::info!(bind = ?sockets.bind, port = ?sockets.port, replay_port = ?sockets.replay_port, "KV events: sockets from the precise index's kvEventsConfig");
+            kvevents::KvEventsOptions {
+                port: sockets.port,
+                replay_port: sockets.replay_port.or(flags.replay_port),
+                bind: sockets.bind,
+            }
+        }
+        None => flags,
+    }
+}
+
 /// How often watched files (config, endpoints) are polled for changes.
 const FILE_POLL: Duration = Duration::from_secs(1);
 
@@ -140,6 +170,7 @@ pub async fn run_with_drain(
         director: Arc::clone(&director),
         config: Arc::clone(&shared.config),
         metrics: Arc::clone(&metrics),
+        render: Default::default(),
     };
     let mut grpc =
         ExtProc::new(services, limits(&opts)).with_endpoint_scores(opts.emit_endpoint_scores);
@@ -401,11 +432,7 @@ fn spawn_background(
         shutdown.clone(),
     )
     .context("starting the endpoint pollers' thread")?;
-    let kv = kvevents::KvEventsOptions {
-        port: opts.kv_events_port,
-        replay_port: opts.kv_events_replay_port,
-        bind: opts.kv_events_bind.clone(),
-    };
+    let kv = kv_events_options(opts, &runtime.scheduler);
     let sink = kvevents::Sink::new(Arc::clone(&shared.indexes.precise), Arc::clone(metrics));
     tracker.spawn(kvevents::run(
         Arc::clone(datastore),

@@ -10,6 +10,7 @@
 //! With flow control, a stream whose decision is parked awaits its turn here before reading
 //! on; if the gateway drops the stream meanwhile, the wait is dropped and leaves the queue.
 
+pub mod render;
 pub mod response;
 pub mod status;
 pub mod stream;
@@ -132,6 +133,12 @@ impl Driver {
                 return None;
             }
             let mut out = Vec::new();
+            if let Some(job) = self.machine.take_render_job() {
+                let result = job.run().await;
+                self.machine.on_rendered(result, &mut out);
+                self.pending.extend(out);
+                continue;
+            }
             if let (Some(flow), Some(ticket)) = (&self.flow, self.machine.take_flow_ticket()) {
                 let result = flow.admit(ticket).await;
                 self.machine.on_admission(result, &mut out);

@@ -297,6 +297,7 @@ fn director() -> &'static (Arc<Services>, Arc<Datastore>) {
             director: Arc::new(Director::new(shared.clone(), opts)),
             config: shared.config,
             metrics,
+            render: Default::default(),
         };
         (Arc::new(services), datastore)
     })

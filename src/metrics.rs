@@ -68,6 +68,8 @@ pub struct Metrics {
     pub config_reloads: Family<OutcomeLabels, Counter>,
     pub stream_resets: Counter,
     pub served_fallbacks: Counter,
+    /// `token-producer` render calls (`vllm` backend), by outcome.
+    pub renders: Family<OutcomeLabels, Counter>,
     /// Passive health (#7): ejections, restorations, whether an endpoint is out now, probes.
     pub outlier_ejections: Family<EndpointLabels, Counter>,
     pub outlier_restores: Family<EndpointLabels, Counter>,
@@ -280,6 +282,7 @@ impl Metrics {
             config_reloads: Family::default(),
             stream_resets: Counter::default(),
             served_fallbacks: Counter::default(),
+            renders: Family::default(),
             outlier_ejections: Family::default(),
             outlier_restores: Family::default(),
             endpoint_ejected: Family::default(),
@@ -432,6 +435,11 @@ impl Metrics {
             "epp_served_fallbacks",
             "epp: responses the gateway served from an endpoint other than the primary pick",
             self.served_fallbacks.clone(),
+        );
+        r.register(
+            "epp_tokenizer_renders",
+            "epp: token-producer render calls to the model server's render endpoint, by outcome (a failure tokenizes in-process)",
+            self.renders.clone(),
         );
         r.register("epp_outlier_ejections", "epp: endpoints ejected by outlier detection (consecutive 5xx or local-origin failures)", self.outlier_ejections.clone());
         r.register(

@@ -179,7 +179,7 @@ kinds! {
     ApproxPrefixCacheProducer = "approx-prefix-cache-producer", DataProducer, Beta, Plugin;
     InflightLoadProducer = "inflight-load-producer", DataProducer, Beta, BuiltIn("epp counts in-flight requests and tokens per endpoint itself");
     PredictedLatencyProducer = "predicted-latency-producer", DataProducer, Beta, LATENCY_PREDICTOR;
-    PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Beta, Unsupported("not implemented in epp yet (use precise-prefix-cache-scorer)");
+    PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Beta, Plugin;
     TokenProducer = "token-producer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
     Tokenizer = "tokenizer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
     SessionIdProducer = "session-id-producer", DataProducer, Beta, Unsupported("not implemented in epp yet");

@@ -57,6 +57,9 @@ pub enum Plugin {
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
     ServedVerifier,
+    /// `token-producer` (or its legacy name `tokenizer`): the render backend, `None` for
+    /// upstream's `estimate` backend (epp's in-process tokenizer).
+    TokenProducer(Option<crate::request::render::RenderParams>),
     /// Accepted; epp does this itself without a plugin (the registry says where).
     BuiltIn,
 }
@@ -167,6 +170,11 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
             Plugin::CoreMetricsExtractor(params::<ExtractorParams>(v)?.validate()?)
         }
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
+        K::TokenProducer | K::Tokenizer => Plugin::TokenProducer(
+            params::<crate::request::render::TokenProducerParams>(v)?
+                .render()
+                .map_err(|m| Invalid::new("parameters", m))?,
+        ),
         K::InflightLoadProducer => {
             params::<InflightLoadParams>(v)?.validate()?;
             Plugin::BuiltIn
@@ -189,6 +197,9 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
     use PluginKind as K;
     Ok(Some(match kind {
         K::ApproxPrefixCacheProducer => Sched::Prefix(scorer::prefix_params(&Yaml(v))?),
+        K::PrecisePrefixCacheProducer => Sched::PreciseProducer(Box::new(
+            params::<scorer::PrecisePrefixParams>(v)?.validate()?,
+        )),
         K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
         K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
         K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
@@ -246,7 +257,9 @@ mod tests {
                     )
                     | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)
                     | (
-                        Plugin::Scheduling(Sched::Prefix(_) | Sched::P2p(_)),
+                        Plugin::Scheduling(
+                            Sched::Prefix(_) | Sched::PreciseProducer(_) | Sched::P2p(_)
+                        ),
                         Category::DataProducer
                     )
                     | (
@@ -258,6 +271,7 @@ mod tests {
                         Category::Saturation
                     )
                     | (Plugin::ServedVerifier, Category::RequestControl)
+                    | (Plugin::TokenProducer(_), Category::DataProducer)
             );
             assert!(used, "{k} decoded to {plugin:?}");
         }

@@ -207,3 +207,4 @@ flowControl:
         "{err}"
     );
 }
+mod precise;

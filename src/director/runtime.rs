@@ -18,6 +18,9 @@ use std::sync::{Arc, OnceLock};
 pub struct Runtime {
     pub scheduler: Scheduler,
     pub tokenizer: Option<Tokenizer>,
+    /// `token-producer` with the `vllm` backend: prompts' token ids from the model server's
+    /// render endpoint ([`request::render`]), when a prefix index reads them.
+    pub render: Option<Arc<request::render::RenderParams>>,
     /// The prefix index the scorers read, with its parameters (`None`: no prefix scorer, and
     /// the director skips tokenization entirely). The precise scorer's wins when both are
     /// configured.
@@ -67,8 +70,10 @@ impl Runtime {
         let decoded = config::Config::decode(&doc, load)?;
         let tokenizer = tokenizer(&decoded.scheduler, previous)?;
         let (prefix, prompt_text_floor) = prefix_config(&decoded.scheduler);
+        let render = render(&decoded, prefix.is_some());
         Ok(Self {
             tokenizer,
+            render,
             prefix,
             prompt_text_floor,
             served_verifier: decoded.served_verifier,
@@ -147,6 +152,23 @@ fn tokenizer(
     Tokenizer::from_source(&source)
         .map(Some)
         .map_err(|e| ConfigError::from(vec![Problem::Conflict(e.to_string())]))
+}
+
+/// The render backend of the configuration's `token-producer` (`vllm`). Without a prefix index
+/// nothing reads token ids, so nothing is rendered.
+fn render(decoded: &config::Config, prefix: bool) -> Option<Arc<request::render::RenderParams>> {
+    let params = decoded.plugins.iter().find_map(|p| match &p.plugin {
+        config::plugin::Plugin::TokenProducer(Some(r)) => Some(r),
+        _ => None,
+    })?;
+    if !prefix {
+        tracing::info!(
+            url = params.url,
+            "token-producer: no prefix scorer reads token ids; the render endpoint is not called"
+        );
+        return None;
+    }
+    Some(Arc::new(params.clone()))
 }
 
 /// The prefix index the scheduler's scorers read, and the prompt text the approximate scorer

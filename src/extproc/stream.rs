@@ -94,6 +94,8 @@ pub struct Services {
     pub config: Arc<LiveConfig>,
     /// Stream resets, served fallbacks and errors are counted here.
     pub metrics: Arc<Metrics>,
+    /// The render calls of `token-producer`'s `vllm` backend.
+    pub render: super::render::RenderClient,
 }
 
 /// Where one stream's exchange is.

@@ -3,7 +3,7 @@
 
 use super::filter::Filter;
 use super::picker::Picker;
-use super::scorer::{PrefixParams, Scorer};
+use super::scorer::{PrecisePrefixParams, PrecisePrefixScorer, PrefixParams, Scorer};
 use super::{disagg, Scheduler};
 use crate::plugin::PluginKind;
 
@@ -16,6 +16,9 @@ pub enum Plugin {
     Picker(Picker),
     /// `approx-prefix-cache-producer`: the prefix parameters when no prefix scorer sets them.
     Prefix(PrefixParams),
+    /// `precise-prefix-cache-producer` (llm-d v0.10): the precise index a `prefix-cache-scorer`
+    /// scores when its `prefixMatchInfoProducerName` names this instance.
+    PreciseProducer(Box<PrecisePrefixParams>),
     Decider(disagg::Decider),
     /// A disaggregating profile handler (`disagg-profile-handler`, `pd-profile-handler`).
     Handler(PluginKind, disagg::HandlerParams),
@@ -56,6 +59,9 @@ pub enum BuildError {
     /// ([`disagg::session`]).
     #[error("session affinity profileName {profile:?}: {message}")]
     SessionPin { profile: String, message: String },
+    /// A `prefix-cache-scorer`'s `prefixMatchInfoProducerName` names no prefix producer.
+    #[error("plugin {scorer:?} parameters prefixMatchInfoProducerName: {producer:?} is not a configured approx-prefix-cache-producer or precise-prefix-cache-producer")]
+    UnknownProducer { scorer: String, producer: String },
     /// A handler's decider reference names no configured plugin.
     #[error("plugin {handler:?} parameters {field} references undefined plugin {plugin:?}")]
     UnknownDecider {
@@ -79,6 +85,13 @@ pub fn assemble(
     profiles: &[Profile<'_>],
 ) -> Result<Scheduler, Vec<BuildError>> {
     let mut problems = Vec::new();
+    let resolved = resolve_producers(plugins, &mut problems);
+    let plugins: Vec<(&str, &Plugin)> = plugins
+        .iter()
+        .zip(&resolved)
+        .map(|(&(n, p), r)| (n, r.as_ref().unwrap_or(p)))
+        .collect();
+    let plugins = plugins.as_slice();
     let handlers: Vec<(&str, PluginKind, &disagg::HandlerParams)> = plugins
         .iter()
         .filter_map(|(n, b)| match b {
@@ -117,6 +130,38 @@ pub fn assemble(
     }
 }
 
+/// Per plugin, its replacement when a `prefix-cache-scorer` scores a precise producer's
+/// matches (llm-d v0.10's `prefixMatchInfoProducerName`): the precise scorer with that
+/// producer's index. A name that is no prefix producer is a problem; the approximate
+/// producer's own type name is accepted unconfigured (llm-d creates it for its consumers).
+fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> Vec<Option<Plugin>> {
+    plugins
+        .iter()
+        .map(|&(name, plugin)| {
+            let Plugin::Scorer(Scorer::Prefix(scorer)) = plugin else {
+                return None;
+            };
+            let producer = scorer.params.prefix_match_info_producer_name.as_deref()?;
+            match plugins.iter().find(|(n, _)| *n == producer).map(|(_, p)| p) {
+                Some(Plugin::PreciseProducer(precise)) => {
+                    Some(Plugin::Scorer(Scorer::PrecisePrefix(Box::new(
+                        PrecisePrefixScorer::new(precise.scored_by(&scorer.params)),
+                    ))))
+                }
+                Some(Plugin::Prefix(_)) => None,
+                None if producer == PluginKind::ApproxPrefixCacheProducer.name() => None,
+                _ => {
+                    problems.push(BuildError::UnknownProducer {
+                        scorer: name.to_owned(),
+                        producer: producer.to_owned(),
+                    });
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 impl Scheduler {
     /// Without a producer: the prefix scorers' parameters, or upstream's default producer for
     /// the consumers of prefix match information (llm-d creates `approx-prefix-cache-producer`
@@ -138,6 +183,8 @@ impl Scheduler {
             .chain(stages)
             .flat_map(|s| s.scorers.iter())
             .find_map(|(s, _)| s.prefix_params().cloned());
+        // With the precise index the consumers read its matches (llm-d: they name its producer).
+        let consumer = consumer && self.precise_params().is_none();
         from_scorers.or_else(|| consumer.then(PrefixParams::default))
     }
 }

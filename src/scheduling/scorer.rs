@@ -27,7 +27,7 @@ pub use latency::{LatencyEstimate, LatencyScorer};
 pub use load_aware::LoadAwareScorer;
 pub use lora_affinity::LoraAffinityScorer;
 pub use no_hit_lru::{is_cold, LruOrder, NoHitLruScorer};
-pub use precise_prefix::{PrecisePrefixParams, PrecisePrefixScorer};
+pub use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;

@@ -18,12 +18,15 @@
 
 use super::{Exchange, Rest, State, StreamMachine};
 use crate::director::flowcontrol::{FlowError, Ticket};
+use crate::extproc::render::RenderJob;
 use crate::extproc::status::StreamError;
 use crate::extproc::wire;
+use crate::request::render::{RenderError, RenderParams};
 use crate::request::scan::Scanner;
-use crate::request::{ApiKind, LlmRequest, RequestError};
+use crate::request::{ApiKind, LlmRequest, Prompt, RequestError};
 use envoy_types::pb::envoy::config::core::v3::HeaderMap;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The flow-control fairness key header (its GIE name; llm-d's `x-llm-d-inference-fairness-id`
@@ -57,6 +60,9 @@ pub(super) struct Parked {
     decision: Decision,
     /// The ticket was handed to the driver (one per request).
     ticketed: bool,
+    /// The render call the decision waits for first (`token-producer`'s `vllm` backend),
+    /// until the driver takes it.
+    render: Option<Arc<RenderParams>>,
 }
 
 /// What a decision rides on.
@@ -189,6 +195,10 @@ impl StreamMachine {
         if !self.limits.early_decision || !self.modes.request.duplex() {
             return;
         }
+        // The render endpoint tokenizes the whole prompt: no decision on a part of it.
+        if self.services.config.load().render.is_some() && RenderParams::renders(r.api) {
+            return;
+        }
         let Some(cap) = self.services.director.early_prompt_bytes(r.api) else {
             return;
         };
@@ -206,11 +216,13 @@ impl StreamMachine {
                 return;
             }
         };
-        if self.flow {
+        let render = self.render_for(&decision);
+        if self.flow || render.is_some() {
             self.state = State::Parked(Parked {
                 reading,
                 decision,
                 ticketed: false,
+                render,
             });
             return;
         }
@@ -219,6 +231,97 @@ impl StreamMachine {
             Decision::Early(_) => None,
         };
         self.route_decision(reading, decision, started, out);
+    }
+
+    /// The renderer a decision waits for: the configuration's, for a whole, parsed request of
+    /// an API it renders whose prompt is text.
+    fn render_for(&self, decision: &Decision) -> Option<Arc<RenderParams>> {
+        let Decision::Whole {
+            request: Ok(req), ..
+        } = decision
+        else {
+            return None;
+        };
+        if !RenderParams::renders(req.api) || !matches!(req.prompt, Prompt::Text(_)) {
+            return None;
+        }
+        self.services.config.load().render.clone()
+    }
+
+    /// The render call a parked decision waits for, once.
+    pub fn take_render_job(&mut self) -> Option<RenderJob> {
+        let State::Parked(p) = &mut self.state else {
+            return None;
+        };
+        let params = p.render.take()?;
+        let api = p.decision.request()?.api;
+        Some(RenderJob {
+            client: self.services.render.clone(),
+            payload: params.payload(&p.reading.body),
+            params,
+            api,
+        })
+    }
+
+    /// The render call's answer: the prompt becomes its token ids (a failure leaves the prompt
+    /// to the in-process tokenizer, counted and logged); then the decision goes on (to flow
+    /// control, or routed now).
+    pub fn on_rendered(
+        &mut self,
+        result: Result<Vec<u32>, RenderError>,
+        out: &mut Vec<ProcessingResponse>,
+    ) {
+        let mut parked = match std::mem::take(&mut self.state) {
+            State::Parked(p) => p,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let outcome = match result {
+            Ok(ids) => {
+                if let Decision::Whole {
+                    request: Ok(req), ..
+                } = &mut parked.decision
+                {
+                    req.prompt = Prompt::Tokens(ids);
+                }
+                crate::metrics::Outcome::success
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = e.kind(), "token-producer: render failed; the prompt is tokenized in-process");
+                crate::metrics::Outcome::failure
+            }
+        };
+        self.services
+            .metrics
+            .renders
+            .get_or_create(&crate::metrics::OutcomeLabels { outcome })
+            .inc();
+        if self.flow {
+            self.state = State::Parked(parked);
+            return;
+        }
+        let started = match &parked.decision {
+            Decision::Whole { read_at, .. } => Some(*read_at),
+            Decision::Early(_) => None,
+        };
+        self.resume(parked, started, out);
+    }
+
+    /// A parked decision goes on: routed, and trailers that ended the body answered after it.
+    fn resume(&mut self, p: Parked, started: Option<Instant>, out: &mut Vec<ProcessingResponse>) {
+        let trailers = matches!(
+            p.decision,
+            Decision::Whole {
+                body_eos: false,
+                ..
+            }
+        );
+        self.route_decision(p.reading, p.decision, started, out);
+        if trailers && !self.is_done() {
+            out.push(wire::request_trailers());
+        }
     }
 
     /// The routing decision, and the answer that carries it.
@@ -278,7 +381,7 @@ impl StreamMachine {
         let State::Parked(p) = &mut self.state else {
             return None;
         };
-        if p.ticketed {
+        if !self.flow || p.ticketed || p.render.is_some() {
             return None;
         }
         p.ticketed = true;
@@ -326,19 +429,7 @@ impl StreamMachine {
                 self.fail(StreamError::Flow(e), request, out);
             }
             (Ok(()), None) => {}
-            (Ok(()), Some(p)) => {
-                let trailers = matches!(
-                    p.decision,
-                    Decision::Whole {
-                        body_eos: false,
-                        ..
-                    }
-                );
-                self.route_decision(p.reading, p.decision, None, out);
-                if trailers && !self.is_done() {
-                    out.push(wire::request_trailers());
-                }
-            }
+            (Ok(()), Some(p)) => self.resume(p, None, out),
         }
     }
 

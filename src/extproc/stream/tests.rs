@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use prometheus_client::registry::Registry;
 
 mod parsers;
+mod render;
 
 fn machine_with_store(
     ports: &[u16],
@@ -44,6 +45,7 @@ fn machine_with_config(
         director: Arc::new(Director::new(shared.clone(), opts)),
         config: shared.config,
         metrics,
+        render: Default::default(),
     });
     let mode = if duplex {
         BodySendMode::FullDuplexStreamed

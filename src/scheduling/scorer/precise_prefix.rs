@@ -50,6 +50,10 @@ pub struct PrecisePrefixParams {
     pub token_processor_config: Option<serde_yaml::Value>,
     pub kv_events_config: Option<serde_yaml::Value>,
     pub indexer_config: Option<serde_yaml::Value>,
+    /// How a match scores (llm-d's `prefix-cache-scorer` blend when it scores a
+    /// `precise-prefix-cache-producer`'s matches; the ratio otherwise).
+    #[serde(skip)]
+    pub blend: super::prefix::MatchBlend,
 }
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -79,6 +83,7 @@ impl Default for PrecisePrefixParams {
             token_processor_config: None,
             kv_events_config: None,
             indexer_config: None,
+            blend: super::prefix::MatchBlend::default(),
         }
     }
 }
@@ -87,10 +92,11 @@ impl PrecisePrefixParams {
     /// Applies `tokenProcessorConfig.blockSize` and the local tokenizer of `indexerConfig`
     /// (read from disk here, once), then checks the values.
     pub fn validate(mut self) -> Result<Self, Invalid> {
+        // llm-d's samples spell it both ways (`blockSize`, the perf guide's `blockSizeTokens`).
         if let Some(bs) = self
             .token_processor_config
             .as_ref()
-            .and_then(|t| t.get("blockSize"))
+            .and_then(|t| t.get("blockSize").or_else(|| t.get("blockSizeTokens")))
             .and_then(serde_yaml::Value::as_u64)
         {
             self.block_size = bs as usize;
@@ -122,6 +128,53 @@ impl PrecisePrefixParams {
 }
 
 impl PrecisePrefixParams {
+    /// The parameters of `prefix-cache-scorer` scoring a `precise-prefix-cache-producer`'s
+    /// matches (llm-d v0.10's split configuration): the producer's index, the scorer's blend,
+    /// and no saturation cut-off (llm-d's generic scorer has none; the load scorers beside it
+    /// weigh load).
+    pub fn scored_by(&self, scorer: &super::PrefixParams) -> Self {
+        Self {
+            saturation_queue_depth: f64::INFINITY,
+            saturation_kv_usage: f64::INFINITY,
+            blend: scorer.blend(),
+            ..self.clone()
+        }
+    }
+
+    /// The KV-event sockets `kvEventsConfig` asks for, with llm-d-router v0.10's defaults
+    /// (`pkg/kvevents/pool.go`): `zmqEndpoint` set: bind it (global socket); else
+    /// `discoverPods` (default true): each pod's `podDiscoveryConfig.socketPort` (5557) and
+    /// `replaySocketPort` (off unless > 0).
+    pub fn kv_event_sockets(&self) -> KvEventSockets {
+        let cfg = self.kv_events_config.as_ref();
+        let get = |k: &str| cfg.and_then(|c| c.get(k));
+        if let Some(bind) = get("zmqEndpoint")
+            .and_then(serde_yaml::Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            return KvEventSockets {
+                bind: Some(bind.to_owned()),
+                ..KvEventSockets::default()
+            };
+        }
+        if get("discoverPods").and_then(serde_yaml::Value::as_bool) == Some(false) {
+            return KvEventSockets::default();
+        }
+        let discovery = get("podDiscoveryConfig");
+        let port = |k: &str| {
+            discovery
+                .and_then(|d| d.get(k))
+                .and_then(serde_yaml::Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p > 0)
+        };
+        KvEventSockets {
+            bind: None,
+            port: Some(port("socketPort").unwrap_or(5557)),
+            replay_port: port("replaySocketPort"),
+        }
+    }
+
     /// The tokenizer the pods use: the local `tokenizer.json` if configured, else tiktoken.
     pub fn tokenizer_source(&self) -> TokenizerSource {
         self.local_tokenizer.clone().map_or(
@@ -129,6 +182,14 @@ impl PrecisePrefixParams {
             TokenizerSource::HuggingFace,
         )
     }
+}
+
+/// Where the KV events come from ([`PrecisePrefixParams::kv_event_sockets`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvEventSockets {
+    pub bind: Option<String>,
+    pub port: Option<u16>,
+    pub replay_port: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -146,10 +207,11 @@ impl PrecisePrefixScorer {
         for (o, c) in out.iter_mut().zip(pool) {
             let saturated =
                 c.waiting >= p.saturation_queue_depth || c.kv_usage >= p.saturation_kv_usage;
-            *o = if req.prefix_total_blocks == 0 || saturated {
+            *o = if saturated {
                 0.0
             } else {
-                c.prefix_blocks as f64 / req.prefix_total_blocks as f64
+                p.blend
+                    .score(c.prefix_blocks, req.prefix_total_blocks, req.block_size)
             };
         }
     }

@@ -5,6 +5,13 @@
 //! matched two-block prompt score as high as a 2,000-block one and hotspots short prompts
 //! (upstream #2561). `matchLengthWeight` (w, default 0 = upstream) blends in the absolute match:
 //! `score = (1 − w) · matched/total + w · min(1, matched_tokens / matchLengthTokens)`.
+//! llm-d-router v0.10 has the same blend under other names: `matchLengthScaleTokens` (default
+//! 8192), with the absolute term squared; epp reads it as llm-d does when that name is used.
+//!
+//! `prefixMatchInfoProducerName` (llm-d) names the producer whose matches are scored: an
+//! `approx-prefix-cache-producer` (epp's routing history, the default) or a
+//! `precise-prefix-cache-producer` (the pods' KV events), in which case the scheduler is built
+//! with the precise scorer in this one's place (`crate::scheduling::profile`).
 
 use crate::plugin::Invalid;
 use crate::request::tokenize::Vocabulary;
@@ -30,6 +37,47 @@ pub struct PrefixParams {
     pub match_length_tokens: usize,
     /// epp: tiktoken vocabulary used to tokenize prompts.
     pub tokenizer: Vocabulary,
+    /// llm-d: the producer of the match information scored (by instance name).
+    pub prefix_match_info_producer_name: Option<String>,
+    /// llm-d: tokens that count as a full absolute match, the term squared.
+    pub match_length_scale_tokens: Option<usize>,
+}
+
+/// How a matched prefix scores: `(1 − weight) · ratio + weight · length`, where `length` is
+/// `min(1, matched_tokens / tokens)`, squared with llm-d's `matchLengthScaleTokens`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatchBlend {
+    pub weight: f64,
+    pub tokens: usize,
+    pub squared: bool,
+}
+
+impl Default for MatchBlend {
+    fn default() -> Self {
+        Self {
+            weight: 0.0,
+            tokens: 1024,
+            squared: false,
+        }
+    }
+}
+
+impl MatchBlend {
+    /// The score of `matched` of `total` blocks of `block_size` tokens.
+    pub fn score(&self, matched: usize, total: usize, block_size: usize) -> f64 {
+        if total == 0 {
+            return 0.0;
+        }
+        let ratio = matched as f64 / total as f64;
+        if self.weight == 0.0 {
+            return ratio;
+        }
+        let mut length = ((matched * block_size) as f64 / self.tokens.max(1) as f64).min(1.0);
+        if self.squared {
+            length *= length;
+        }
+        (1.0 - self.weight) * ratio + self.weight * length
+    }
 }
 
 impl Default for PrefixParams {
@@ -44,6 +92,8 @@ impl Default for PrefixParams {
             match_length_weight: 0.0,
             match_length_tokens: 1024,
             tokenizer: Vocabulary::default(),
+            prefix_match_info_producer_name: None,
+            match_length_scale_tokens: None,
         }
     }
 }
@@ -56,6 +106,12 @@ impl PrefixParams {
             return Err(Invalid::new(
                 "blockSize",
                 "blockSize (characters) is no longer supported; set blockSizeTokens",
+            ));
+        }
+        if self.match_length_scale_tokens == Some(0) {
+            return Err(Invalid::new(
+                "matchLengthScaleTokens",
+                "matchLengthScaleTokens must be > 0",
             ));
         }
         if self.block_size_tokens == 0 || self.match_length_tokens == 0 {
@@ -71,6 +127,18 @@ impl PrefixParams {
             ));
         }
         Ok(self)
+    }
+
+    /// The score blend: llm-d's `matchLengthScaleTokens` (squared) when set, else epp's
+    /// `matchLengthTokens` (linear).
+    pub fn blend(&self) -> MatchBlend {
+        MatchBlend {
+            weight: self.match_length_weight,
+            tokens: self
+                .match_length_scale_tokens
+                .unwrap_or(self.match_length_tokens),
+            squared: self.match_length_scale_tokens.is_some(),
+        }
     }
 
     /// The most blocks a request is hashed into, for a given block size.
@@ -94,16 +162,9 @@ impl PrefixScorer {
     }
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
-        let w = self.params.match_length_weight;
-        let norm = self.params.match_length_tokens as f64;
+        let blend = self.params.blend();
         for (o, c) in out.iter_mut().zip(pool) {
-            if req.prefix_total_blocks == 0 {
-                *o = 0.0;
-                continue;
-            }
-            let ratio = c.prefix_blocks as f64 / req.prefix_total_blocks as f64;
-            let absolute = ((c.prefix_blocks * req.block_size) as f64 / norm).min(1.0);
-            *o = (1.0 - w) * ratio + w * absolute;
+            *o = blend.score(c.prefix_blocks, req.prefix_total_blocks, req.block_size);
         }
     }
 }
@@ -147,6 +208,18 @@ mod tests {
             "2 blocks of 16 = half of 64 tokens"
         );
         assert_eq!(score(weighted, 100, &[50]), vec![1.0]);
+        // llm-d's name squares the absolute term: 32 of 64 tokens = 0.25.
+        let llmd = from_yaml(
+            &serde_yaml::from_str("{matchLengthWeight: 1, matchLengthScaleTokens: 64}").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(score(llmd.clone(), 2, &[2]), vec![0.25]);
+        assert_eq!(score(llmd, 100, &[50]), vec![1.0]);
+        let half = from_yaml(
+            &serde_yaml::from_str("{matchLengthWeight: 0.5, matchLengthScaleTokens: 64}").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(score(half, 4, &[2]), vec![0.5 * 0.5 + 0.5 * 0.25]);
     }
 
     /// The parameters as the configuration decoder reads them.
@@ -168,6 +241,7 @@ mod tests {
             "{matchLengthWeight: 2}",
             "{lruCapacity: 5}",
             "{tokenizer: gpt2}",
+            "{matchLengthScaleTokens: 0}",
         ] {
             let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
             assert!(from_yaml(&v).is_err(), "{bad}");

@@ -1,0 +1,201 @@
+//! llm-d's `token-producer` with its `vllm` backend: the prompt's token ids come from the model
+//! server's own renderer (`POST /v1/completions/render`, `POST /v1/chat/completions/render`,
+//! vLLM's GPU-less render endpoints, `vllm launch render <model>`), so the precise prefix index
+//! hashes exactly the tokens the pods hash, for any model, including one whose tokenizer epp does
+//! not embed.
+//!
+//! As llm-d-router v0.10 (`dataproducer/tokenizer/vllm_http.go`): the request body is forwarded
+//! with `model` set to the configured `modelName` (the render server knows the base model
+//! only); completions answer an array with one `{token_ids}` per prompt (the first is used),
+//! chat answers one `{token_ids}`. Only completions and chat are rendered; token-in requests
+//! carry their ids, and the other APIs keep epp's in-process tokenizer.
+//!
+//! This module is the protocol (parameters, what is sent, what is read); `crate::extproc::render`
+//! makes the call, once per request, after the body is complete and before the decision (the
+//! stream parks the decision meanwhile); a failure (refused, timed out, a bad answer) leaves the
+//! prompt to epp's in-process tokenizer, and is counted and logged.
+
+use super::ApiKind;
+use std::time::Duration;
+
+/// Upstream's defaults.
+const DEFAULT_URL: &str = "http://localhost:8000";
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const COMPLETIONS_PATH: &str = "/v1/completions/render";
+const CHAT_PATH: &str = "/v1/chat/completions/render";
+
+/// `token-producer` parameters (llm-d v0.10). The backend is `vllm` when `vllm` or
+/// `modelName` is set, else upstream's `estimate`, which epp's in-process tokenizer replaces.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TokenProducerParams {
+    pub model_name: Option<String>,
+    pub vllm: Option<VllmParams>,
+    /// The `estimate` backend's image and video settings: accepted, unused (epp tokenizes).
+    pub estimate: Option<serde_yaml::Value>,
+    /// The deprecated gRPC-over-UDS tokenizer sidecar.
+    pub uds_tokenizer_config: Option<serde_yaml::Value>,
+}
+
+/// `token-producer` `vllm` block.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VllmParams {
+    pub url: Option<String>,
+    /// Go duration (`5s`, `500ms`).
+    pub timeout: Option<String>,
+    /// Multimodal requests' timeout: accepted; epp renders text prompts only.
+    pub mm_timeout: Option<String>,
+}
+
+/// The render backend a `token-producer` configures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderParams {
+    /// Base URL, no trailing slash.
+    pub url: String,
+    pub model_name: String,
+    pub timeout: Duration,
+}
+
+impl TokenProducerParams {
+    /// The render backend, `None` for upstream's `estimate` backend; every problem named.
+    pub fn render(&self) -> Result<Option<RenderParams>, String> {
+        if self.uds_tokenizer_config.is_some() {
+            return Err("udsTokenizerConfig (the deprecated gRPC-over-UDS tokenizer sidecar) is not supported by epp: use vllm.url (a vLLM render endpoint), or no backend for epp's in-process tokenizer".into());
+        }
+        if self.vllm.is_none() && self.model_name.is_none() {
+            return Ok(None);
+        }
+        let model_name = self
+            .model_name
+            .clone()
+            .filter(|m| !m.is_empty())
+            .ok_or("modelName is required with the vllm backend")?;
+        let vllm = self.vllm.clone().unwrap_or_default();
+        let url = vllm
+            .url
+            .as_deref()
+            .unwrap_or(DEFAULT_URL)
+            .trim_end_matches('/');
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| format!("vllm.url {url:?} is not a URL: {e}"))?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            return Err(format!(
+                "vllm.url {url:?} must be an http:// URL with a host (TLS is not supported, as upstream)"
+            ));
+        }
+        let timeout = match vllm.timeout.as_deref() {
+            None | Some("") => DEFAULT_TIMEOUT,
+            Some(t) => go_duration(t).filter(|d| !d.is_zero()).ok_or_else(|| {
+                format!("vllm.timeout {t:?} is not a positive duration (e.g. 5s, 500ms)")
+            })?,
+        };
+        if let Some(t) = vllm.mm_timeout.as_deref().filter(|t| !t.is_empty()) {
+            go_duration(t).ok_or_else(|| format!("vllm.mmTimeout {t:?} is not a duration"))?;
+        }
+        Ok(Some(RenderParams {
+            url: url.to_owned(),
+            model_name,
+            timeout,
+        }))
+    }
+}
+
+/// A Go duration of one unit (`250ms`, `5s`, `1m`, `1.5s`).
+fn go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, scale) = [
+        ("ms", 1e-3),
+        ("us", 1e-6),
+        ("µs", 1e-6),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ]
+    .iter()
+    .find_map(|(suffix, scale)| s.strip_suffix(suffix).map(|n| (n, *scale)))?;
+    let v: f64 = num.parse().ok()?;
+    Duration::try_from_secs_f64(v * scale).ok()
+}
+
+/// Why a render call gave no token ids.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the request body is not a JSON object")]
+    NotObject,
+    #[error("render call failed: {0}")]
+    Call(String),
+    #[error("render call timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("render answered HTTP {status}: {snippet}")]
+    Status { status: u16, snippet: String },
+    #[error("render answer has no token_ids: {0}")]
+    Answer(String),
+}
+
+impl RenderError {
+    /// The metric label of the failure.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Status { .. } => "status",
+            Self::NotObject | Self::Answer(_) => "answer",
+            Self::Call(_) => "call",
+        }
+    }
+}
+
+impl RenderParams {
+    /// Whether a request of `api` is rendered (its body read whole before the decision).
+    pub fn renders(api: ApiKind) -> bool {
+        matches!(api, ApiKind::Completions | ApiKind::ChatCompletions)
+    }
+
+    /// The URL a request of `api` is rendered at.
+    pub fn url_for(&self, api: ApiKind) -> String {
+        let path = match api {
+            ApiKind::ChatCompletions => CHAT_PATH,
+            _ => COMPLETIONS_PATH,
+        };
+        format!("{}{path}", self.url)
+    }
+
+    /// What is sent for `body`: the body with the configured model stamped in.
+    pub fn payload(&self, body: &[u8]) -> Result<Vec<u8>, RenderError> {
+        stamp_model(body, &self.model_name)
+    }
+}
+
+/// The body with its `model` replaced by `model` (every other field forwarded as sent).
+fn stamp_model(body: &[u8], model: &str) -> Result<Vec<u8>, RenderError> {
+    let mut map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(|_| RenderError::NotObject)?;
+    map.insert("model".into(), serde_json::Value::String(model.to_owned()));
+    serde_json::to_vec(&map).map_err(|e| RenderError::Call(e.to_string()))
+}
+
+#[derive(serde::Deserialize)]
+struct Rendered {
+    token_ids: Vec<u32>,
+}
+
+/// The ids of a render answer: completions answer one object per prompt (the first is the
+/// request's), chat one object.
+pub fn token_ids(api: ApiKind, bytes: &[u8]) -> Result<Vec<u32>, RenderError> {
+    let bad = |e: serde_json::Error| RenderError::Answer(e.to_string());
+    match api {
+        ApiKind::ChatCompletions => Ok(serde_json::from_slice::<Rendered>(bytes)
+            .map_err(bad)?
+            .token_ids),
+        _ => serde_json::from_slice::<Vec<Rendered>>(bytes)
+            .map_err(bad)?
+            .into_iter()
+            .next()
+            .map(|r| r.token_ids)
+            .ok_or_else(|| RenderError::Answer("an empty array".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests;
