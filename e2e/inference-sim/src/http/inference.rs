@@ -19,7 +19,7 @@ use super::{json_response, read_body, read_json, Body, PodState, ReqBody};
 use crate::apis;
 use crate::engine::{FinishReason, KvTransfer, LoraRef, NewRequest, SeqOutput, Usage};
 use crate::faults::Faults;
-use crate::openai::{Api, ApiError, InferenceRequest, PromptInput, ResponseMeta};
+use crate::openai::{Api, ApiError, InferenceRequest, Prompt, PromptInput, ResponseMeta};
 use crate::runner::Command;
 use crate::tokenizer::{render_chat, TokenId};
 
@@ -114,17 +114,61 @@ fn submit(
     Ok((meta, rx))
 }
 
-/// `POST /v1/completions/render` and `/v1/chat/completions/render`: the token
-/// ids the request would be prefilled with, without generating.
+/// `POST /v1/completions/render` and `/v1/chat/completions/render` (vLLM's render API, what
+/// llm-d-router's `token-producer` calls): the token ids the pod would prefill the request with,
+/// from the same tokenizer and chat template as [`serve`] (so block hashes computed from them
+/// match the pod's prefix cache and KV events), without generating. Completions answer a JSON
+/// array with one `{"token_ids"}` object per prompt (a prompt list is rendered prompt by prompt,
+/// token-id prompts pass through); chat answers one `{"token_ids"}` object. The model must be the
+/// base model or a loaded adapter (404 otherwise); no prompt or messages, or an empty prompt, is
+/// a 400.
 pub async fn render(
     state: &Arc<PodState>,
     req: Request<ReqBody>,
     api: Api,
 ) -> Result<Response<Body>, ApiError> {
     let body: InferenceRequest = read_json(req).await?;
-    let p = prepare(state, api, body)?;
-    let body = json!({"model": p.model, "token_ids": p.prompt, "prompt_token_ids": p.prompt, "count": p.prompt.len()});
-    Ok(json_response(StatusCode::OK, &body))
+    let model = body
+        .model
+        .clone()
+        .unwrap_or_else(|| state.cfg.engine.model.clone());
+    resolve_model(state, &model)?;
+    let non_empty = |ids: Vec<TokenId>| {
+        if ids.is_empty() {
+            Err(ApiError::BadRequest("The prompt cannot be empty.".into()))
+        } else {
+            Ok(ids)
+        }
+    };
+    if api.is_chat() {
+        let ids = non_empty(prompt_tokens(state, api, &body)?)?;
+        return Ok(json_response(StatusCode::OK, &json!({"token_ids": ids})));
+    }
+    let prompt = body
+        .prompt
+        .ok_or_else(|| ApiError::BadRequest("`prompt` is required".into()))?;
+    let inputs = match prompt {
+        Prompt::Text(t) => vec![PromptInput::Text(t)],
+        Prompt::Tokens(t) => vec![PromptInput::Tokens(t)],
+        Prompt::Texts(v) => v.into_iter().map(PromptInput::Text).collect(),
+        Prompt::TokenLists(v) => v.into_iter().map(PromptInput::Tokens).collect(),
+    };
+    if inputs.is_empty() {
+        return Err(ApiError::BadRequest(
+            "prompt array must contain at least one prompt".into(),
+        ));
+    }
+    let out = inputs
+        .into_iter()
+        .map(|p| {
+            let ids = match p {
+                PromptInput::Text(text) => state.tokenizer.encode(&text),
+                PromptInput::Tokens(ids) => ids,
+            };
+            non_empty(ids).map(|ids| json!({"token_ids": ids}))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json_response(StatusCode::OK, &serde_json::Value::Array(out)))
 }
 
 fn response_id(state: &PodState, api: Api) -> String {
@@ -390,3 +434,6 @@ fn last_events(
     out.push_str("data: [DONE]\n\n");
     out
 }
+
+#[cfg(test)]
+mod render_tests;
