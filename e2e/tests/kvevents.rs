@@ -445,3 +445,95 @@ async fn replicas_agree_on_a_cold_prompts_pod_before_any_event() {
     }
     sims.cluster.shutdown().await;
 }
+
+/// llm-d v0.10's split precise configuration (`config/examples/llmd-precise.yaml`), through the
+/// gateway: epp binds the SUB socket its `kvEventsConfig.zmqEndpoint` names (no flag), the
+/// pods' PUB sockets connect to it, every prompt is tokenized by a pod's render endpoint
+/// (`token-producer`, vllm backend), and a prompt's repeats follow the pod whose events hold it.
+#[tokio::test]
+async fn llm_ds_precise_configuration_runs_unchanged_through_the_gateway() {
+    use epp_e2e::envoy::{EnvoyConfig, Template};
+    let bind = format!("tcp://127.0.0.1:{}", free_port());
+    let sims = SimPods::start_connecting(3, 400, &bind).await;
+    let example = std::fs::read_to_string(
+        epp_e2e::envoy::repo_root().join("config/examples/llmd-precise.yaml"),
+    )
+    .expect("the example");
+    let config = example
+        .replace("Qwen/Qwen3-8B", MODEL)
+        .replace("http://localhost:8000", &format!("http://{}", sims.addr(0)))
+        .replace("tcp://*:5557", &bind);
+    assert!(config.contains(&bind) && config.contains(&sims.addr(0).to_string()));
+    let endpoints: Vec<String> = (0..3).map(|i| sims.addr(i).to_string()).collect();
+    let epp = epp_e2e::stack::Epp::start(&[
+        "--static-endpoints".into(),
+        endpoints.join(","),
+        "--secure-serving".into(),
+        "false".into(),
+        "--config-text".into(),
+        config,
+    ])
+    .await
+    .expect("epp starts with llm-d's file");
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool((0..3).map(|i| sims.addr(i)))
+        .start()
+        .await
+        .expect("envoy");
+    let system = long_prompt("You follow the tenant policy", 300);
+    let send = |n: usize| {
+        let body =
+            json!({"model": MODEL, "prompt": format!("{system} Question {n}?"), "max_tokens": 2});
+        let addr = envoy.listener_addr();
+        async move {
+            let r = epp_e2e::client::post_json(addr, "/v1/completions", body.to_string())
+                .await
+                .expect("answered");
+            assert_eq!(r.status, http::StatusCode::OK, "{}", r.text());
+            r.header("x-inference-pod")
+                .expect("served by a pod")
+                .to_owned()
+        }
+    };
+    let home = send(0).await;
+    // The pod's BlockStored for the prompt reaches epp through the bound socket.
+    for i in 0.. {
+        let stored = epp
+            .metric("epp_kv_events_total{kind=\"stored\"}")
+            .await
+            .unwrap_or(0.0);
+        if stored > 0.0 {
+            break;
+        }
+        assert!(
+            i < 100,
+            "no KV event reached the socket kvEventsConfig names"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for n in 1..=4 {
+        assert_eq!(
+            send(n).await,
+            home,
+            "request {n} follows the pod holding the prefix"
+        );
+    }
+    let rendered = epp
+        .metric("epp_tokenizer_renders_total{outcome=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    assert_eq!(
+        rendered, 5.0,
+        "every prompt tokenized by the render endpoint"
+    );
+    assert_eq!(
+        epp.metric("epp_tokenizer_renders_total{outcome=\"failure\"}")
+            .await
+            .unwrap_or(0.0),
+        0.0
+    );
+    drop(envoy);
+    epp.stop().await;
+    sims.cluster.shutdown().await;
+}

@@ -168,7 +168,10 @@ pub async fn render(
             non_empty(ids).map(|ids| json!({"token_ids": ids}))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(json_response(StatusCode::OK, &serde_json::Value::Array(out)))
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::Value::Array(out),
+    ))
 }
 
 fn response_id(state: &PodState, api: Api) -> String {

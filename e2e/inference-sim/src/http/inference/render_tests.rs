@@ -136,7 +136,10 @@ async fn completions_render_answers_one_object_per_prompt_with_the_pods_ids() {
         &json!({"model": MODEL, "prompt": [[5, 6, 7], [8]]}),
     )
     .await;
-    assert_eq!(by_ids, json!([{"token_ids": [5, 6, 7]}, {"token_ids": [8]}]));
+    assert_eq!(
+        by_ids,
+        json!([{"token_ids": [5, 6, 7]}, {"token_ids": [8]}])
+    );
     pod.stop().await;
 }
 
@@ -200,11 +203,27 @@ async fn bad_render_requests_get_vllm_error_bodies() {
     let addr = pod.addr();
     let cases = [
         ("/v1/completions/render", r#"{"model": "#.to_owned(), 400),
-        ("/v1/completions/render", json!({"model": MODEL}).to_string(), 400),
-        ("/v1/completions/render", json!({"model": MODEL, "prompt": ""}).to_string(), 400),
-        ("/v1/completions/render", json!({"model": "nope", "prompt": "hi"}).to_string(), 404),
+        (
+            "/v1/completions/render",
+            json!({"model": MODEL}).to_string(),
+            400,
+        ),
+        (
+            "/v1/completions/render",
+            json!({"model": MODEL, "prompt": ""}).to_string(),
+            400,
+        ),
+        (
+            "/v1/completions/render",
+            json!({"model": "nope", "prompt": "hi"}).to_string(),
+            404,
+        ),
         ("/v1/chat/completions/render", r#"[1"#.to_owned(), 400),
-        ("/v1/chat/completions/render", json!({"model": MODEL, "prompt": "hi"}).to_string(), 400),
+        (
+            "/v1/chat/completions/render",
+            json!({"model": MODEL, "prompt": "hi"}).to_string(),
+            400,
+        ),
         (
             "/v1/chat/completions/render",
             json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
@@ -216,7 +235,11 @@ async fn bad_render_requests_get_vllm_error_bodies() {
         assert_eq!(status, want, "{path} {body}: {text}");
         let err: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(err["error"]["code"], want, "{text}");
-        let kind = if want == 400 { "BadRequestError" } else { "NotFoundError" };
+        let kind = if want == 400 {
+            "BadRequestError"
+        } else {
+            "NotFoundError"
+        };
         assert_eq!(err["error"]["type"], kind, "{text}");
     }
     pod.stop().await;
