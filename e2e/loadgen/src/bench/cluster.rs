@@ -46,6 +46,12 @@ pub struct SimOptions {
     pub speeds: Vec<f64>,
     /// Which simulator serves the pods.
     pub engine: Engine,
+    /// llm-d-inference-sim pods only: publish KV-cache events to the SUB socket an EPP binds on
+    /// `tcp://127.0.0.1:<port>` (llm-d's "global socket" mode, `kvEventsConfig.zmqEndpoint`;
+    /// epp's `--kv-events-bind`). Each pod's PUB connects there (`--zmq-endpoint`, no wildcard)
+    /// and names itself in the topic `kv@127.0.0.1:<its HTTP port>@<model>` (`POD_IP`), the
+    /// `<address>:<port>` both EPPs key their endpoints by.
+    pub kv_events_sub: Option<u16>,
 }
 
 impl SimOptions {
@@ -148,7 +154,22 @@ impl SimOptions {
         ]
         .iter()
         .map(|s| (*s).to_owned())
+        .chain(self.kv_events_sub.into_iter().flat_map(|sub| {
+            ["--zmq-endpoint".to_owned(), format!("tcp://127.0.0.1:{sub}")]
+        }))
         .collect()
+    }
+
+    /// The environment of the llm-d-inference-sim pod on `port`: `POD_IP`, which its KV cache
+    /// needs and puts in its KV-event topic (`kv@<POD_IP>@<model>`). With `kv_events_sub` it is
+    /// `127.0.0.1:<port>`, so that the topic names the endpoint as the EPPs know it (all pods
+    /// share one IP here); without, plain `127.0.0.1` (nothing listens to the events).
+    pub fn llmd_sim_env(&self, port: u16) -> Vec<(String, String)> {
+        let ip = match self.kv_events_sub {
+            Some(_) => format!("127.0.0.1:{port}"),
+            None => "127.0.0.1".to_owned(),
+        };
+        vec![("POD_IP".to_owned(), ip)]
     }
 
     /// KV capacity of one pod in tokens.
@@ -165,12 +186,22 @@ pub struct SimCluster {
     pub pods: Vec<SocketAddr>,
     /// Per pod, its KV-event PUB and replay ports (empty without `kv_events`).
     pub kv_ports: Vec<(u16, u16)>,
+    /// The port on 127.0.0.1 the pods publish their KV events to, which the EPP must bind
+    /// (`SimOptions::kv_events_sub`).
+    pub kv_sub: Option<u16>,
 }
 
 impl SimCluster {
     pub async fn start(sim: &Path, opts: &SimOptions, dir: &Path) -> Result<Self, BenchError> {
         if opts.engine == Engine::LlmdSim {
             return Self::start_llmd(opts, dir).await;
+        }
+        if opts.kv_events_sub.is_some() {
+            return Err(BenchError::Setup(
+                "inference-sim pods here bind their KV-event PUB sockets (kv_events); \
+                 kv_events_sub is for llm-d-inference-sim pods"
+                    .into(),
+            ));
         }
         // One range: HTTP ports, then (with KV events) PUB ports, then replay ports.
         let n = opts.pods as u16;
@@ -189,11 +220,13 @@ impl SimCluster {
             more: Vec::new(),
             pods,
             kv_ports,
+            kv_sub: None,
         })
     }
 
     /// One llm-d-inference-sim process per pod on 127.0.0.1 (it binds every interface, so one
-    /// port per pod: no `host_per_pod`).
+    /// port per pod: no `host_per_pod`). KV events only as `kv_events_sub` (each PUB connects to
+    /// the EPP's SUB), not as `kv_events` (epp subscribing to a PUB bound by each pod).
     async fn start_llmd(opts: &SimOptions, dir: &Path) -> Result<Self, BenchError> {
         let bin = super::upstream::peer_bin("llm-d-inference-sim");
         if !bin.is_file() {
@@ -204,7 +237,9 @@ impl SimCluster {
         }
         if opts.host_per_pod || opts.kv_events {
             return Err(BenchError::Setup(
-                "llm-d-inference-sim pods here have one port each and no KV events".into(),
+                "llm-d-inference-sim pods here have one port each and publish KV events only to \
+                 an EPP's SUB socket (kv_events_sub)"
+                    .into(),
             ));
         }
         let base = free_port_range(opts.pods)?;
@@ -213,8 +248,7 @@ impl SimCluster {
         for i in 0..opts.pods as u16 {
             let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
             let args = opts.llmd_sim_args(addr.port(), super::plan::MODEL);
-            // Its KV cache needs POD_IP (it names the pod in its KV events).
-            let env = [("POD_IP".to_owned(), "127.0.0.1".to_owned())];
+            let env = opts.llmd_sim_env(addr.port());
             let mut p =
                 Proc::spawn_env(&format!("llm-d-inference-sim-{i}"), &bin, &args, &env, dir)?;
             wait_http_ok(&mut p, addr, "/health", Duration::from_secs(30)).await?;
@@ -227,6 +261,7 @@ impl SimCluster {
             more: procs,
             pods,
             kv_ports: Vec::new(),
+            kv_sub: opts.kv_events_sub,
         })
     }
 }
@@ -250,6 +285,7 @@ mod tests {
             host_per_pod: false,
             speeds: Vec::new(),
             engine: Engine::InferenceSim,
+            kv_events_sub: None,
         };
         let a = opts.args(9000, Some((9002, 9004))).join(" ");
         assert!(
@@ -261,5 +297,39 @@ mod tests {
             "{a}"
         );
         assert!(!opts.args(9000, None).join(" ").contains("kv-events"));
+    }
+
+    #[test]
+    fn llmd_sim_pods_publish_to_the_epps_sub_port_and_name_themselves_by_address_and_port() {
+        let mut opts = SimOptions {
+            pods: 2,
+            num_gpu_blocks: 1001,
+            block_size: 16,
+            max_model_len: 16384,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            lora_adapters: Vec::new(),
+            max_loras: 1,
+            kv_events: false,
+            host_per_pod: false,
+            speeds: Vec::new(),
+            engine: Engine::LlmdSim,
+            kv_events_sub: None,
+        };
+        let plain = opts.llmd_sim_args(9001, "m").join(" ");
+        assert!(!plain.contains("zmq"), "{plain}");
+        assert_eq!(
+            opts.llmd_sim_env(9001),
+            [("POD_IP".to_owned(), "127.0.0.1".to_owned())]
+        );
+        opts.kv_events_sub = Some(5600);
+        let a = opts.llmd_sim_args(9001, "m");
+        let at = a.iter().position(|x| x == "--zmq-endpoint").unwrap();
+        assert_eq!(a[at + 1], "tcp://127.0.0.1:5600");
+        assert!(a.join(" ").contains("--port 9001 --model m"));
+        assert_eq!(
+            opts.llmd_sim_env(9001),
+            [("POD_IP".to_owned(), "127.0.0.1:9001".to_owned())]
+        );
     }
 }

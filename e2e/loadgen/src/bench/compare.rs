@@ -9,7 +9,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{SimCluster, SimOptions};
-use super::procs::cpu_time;
+use super::procs::{cpu_time, free_ports};
 use super::routers::{self, Bins, Router};
 use super::BenchError;
 use crate::{Report, Summary};
@@ -72,9 +72,17 @@ async fn one(
     bins: &Bins,
     dir: &Path,
 ) -> Result<RouterResult, BenchError> {
+    // A router that binds the KV-event SUB socket gets a port of its own for this run; the pods
+    // (started fresh for each router, before it) are told to publish there.
+    let kv_events_sub = if router.binds_kv_events() {
+        Some(free_ports(1)?[0])
+    } else {
+        None
+    };
     let sim = SimOptions {
         kv_events: router.needs_kv_events(),
         host_per_pod: scenario.sim.host_per_pod || router.needs_host_per_pod(),
+        kv_events_sub,
         ..scenario.sim.clone()
     };
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
@@ -82,6 +90,7 @@ async fn one(
         router,
         &cluster.pods,
         &cluster.kv_ports,
+        cluster.kv_sub,
         bins,
         dir,
         &scenario.model,
@@ -112,6 +121,7 @@ async fn one(
     ]);
     args.extend(["--out".into(), report_path.display().to_string()]);
     run_loadgen(&bins.loadgen, args, dir).await?;
+    save_metrics(running.metrics, &dir.join("epp-metrics.txt")).await;
     let report: Report = read_report(&report_path)?;
     let n = report.summary.ok.max(1) as f64;
     let cpu = pids
@@ -132,6 +142,17 @@ async fn one(
         report: Some(report_path),
         ..RouterResult::default()
     })
+}
+
+/// Writes the EPP's Prometheus text at the end of the run to `path` (best effort: a failed
+/// scrape leaves no file), for what the EPP itself counted (e.g. llm-d's KV-block index lookups).
+async fn save_metrics(addr: Option<std::net::SocketAddr>, path: &Path) {
+    let Some(addr) = addr else { return };
+    if let Ok(r) = harness::client::get(addr, "/metrics").await {
+        if r.status.is_success() {
+            let _ = std::fs::write(path, &r.body);
+        }
+    }
 }
 
 /// Runs `loadgen` to completion (its stdout and stderr go to `loadgen.log` in `dir`).

@@ -271,10 +271,19 @@ async fn stack(
         host_per_pod: true,
         speeds: Vec::new(),
         engine: super::cluster::Engine::InferenceSim,
+        kv_events_sub: None,
     };
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
     let running =
-        routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, model).await?;
+        routers::start(
+            router,
+            &cluster.pods,
+            &cluster.kv_ports,
+            cluster.kv_sub,
+            bins,
+            dir,
+            model,
+        ).await?;
     Ok((cluster, running))
 }
 

@@ -179,6 +179,7 @@ fn sim(opts: &CostOptions) -> SimOptions {
         host_per_pod: true,
         speeds: Vec::new(),
         engine: super::cluster::Engine::InferenceSim,
+        kv_events_sub: None,
     }
 }
 
@@ -191,7 +192,15 @@ async fn one(
 ) -> Result<EppCost, BenchError> {
     let cluster = SimCluster::start(&bins.inference_sim, &sim(opts), dir).await?;
     let running =
-        routers::start(router, &cluster.pods, &cluster.kv_ports, bins, dir, model).await?;
+        routers::start(
+            router,
+            &cluster.pods,
+            &cluster.kv_ports,
+            cluster.kv_sub,
+            bins,
+            dir,
+            model,
+        ).await?;
     let pids: Vec<(String, u32)> = running.pids();
     // Settle (first scrapes, connection setup), then idle.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -93,6 +93,7 @@ pub async fn inference_perf(
         router,
         &cluster.pods,
         &cluster.kv_ports,
+        cluster.kv_sub,
         bins,
         dir,
         &scenario.model,

@@ -151,7 +151,7 @@ async fn case(
     secs: f64,
     dir: &Path,
 ) -> Result<OverheadResult, BenchError> {
-    let running = routers::start(path, &be.addrs, &[], bins, dir, super::plan::MODEL).await?;
+    let running = routers::start(path, &be.addrs, &[], None, bins, dir, super::plan::MODEL).await?;
     let mut pids = running.pids();
     pids.push(("backends".into(), be.proc_.pid()));
     let before: Vec<Duration> = pids

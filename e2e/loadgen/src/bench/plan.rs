@@ -125,10 +125,13 @@ fn epp(name: &str, file: &str) -> Router {
 }
 
 pub fn epp_router(name: &str, config: &std::path::Path) -> Router {
-    let precise =
-        std::fs::read_to_string(config).is_ok_and(|t| t.contains("precise-prefix-cache-scorer"));
+    let text = std::fs::read_to_string(config).unwrap_or_default();
+    let precise = text.contains("precise-prefix-cache-scorer");
     let (name, config) = (name.to_owned(), config.to_path_buf());
-    if precise {
+    if text.contains("${KV_EVENTS_ENDPOINT}") {
+        // llm-d's precise configuration (global socket mode): the pods publish to epp's SUB.
+        Router::EppLlmdPrecise { name, config }
+    } else if precise {
         Router::EppPrecise {
             name,
             config,
@@ -194,6 +197,23 @@ pub fn upstream_routers() -> Vec<Router> {
     ]
 }
 
+/// llm-d's precise prefix-cache configuration (llm-d-router's perf config, see
+/// `hack/bench/llmd-precise.yaml`) run by llm-d-router's EPP and, from the same plugins without
+/// file discovery (`hack/bench/epp-llmd-precise.yaml`), by epp; both bind the SUB socket the
+/// llm-d-inference-sim pods publish their KV events to.
+pub fn llmd_precise_routers() -> Vec<Router> {
+    vec![
+        Router::LlmdEppPrecise {
+            name: "precise".into(),
+            config: config("llmd-precise.yaml"),
+        },
+        Router::EppLlmdPrecise {
+            name: "llmd-precise".into(),
+            config: config("epp-llmd-precise.yaml"),
+        },
+    ]
+}
+
 /// The routers of the cost run: epp's default (and upstream's, run by epp) and each upstream
 /// EPP's default, plus llm-d's optimized baseline.
 pub fn cost_routers() -> Vec<Router> {
@@ -236,6 +256,7 @@ pub fn sim(opts: &PlanOptions, pods: usize) -> SimOptions {
         host_per_pod: false,
         speeds: Vec::new(),
         engine: super::cluster::Engine::InferenceSim,
+        kv_events_sub: None,
     }
 }
 
@@ -419,12 +440,22 @@ fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
             // port each: GIE's EPP, which needs one IP per pod, cannot run there).
             let mut llmd_sim = sim(o, 8);
             llmd_sim.engine = super::cluster::Engine::LlmdSim;
+            // Plus llm-d's precise prefix-cache configuration, fed by the pods' KV events, run
+            // by llm-d-router's EPP and by epp (`llmd_precise_routers`).
             let on_llmd_sim = || {
                 let mut rs = routers_of(o);
                 rs.retain(|r| {
-                    matches!(r, Router::Epp { .. } | Router::LlmdEpp { .. })
-                        && !r.label().ends_with("-x3")
+                    matches!(
+                        r,
+                        Router::Epp { .. } | Router::LlmdEpp { .. } | Router::EppLlmdPrecise { .. }
+                    ) && !r.label().ends_with("-x3")
                 });
+                // An extra configuration (`--epp llmd-precise=...`) replaces the built-in one.
+                for r in llmd_precise_routers() {
+                    if !rs.iter().any(|x| x.label() == r.label()) {
+                        rs.push(r);
+                    }
+                }
                 rs
             };
             v.push(scenario(
@@ -512,6 +543,9 @@ mod tests {
     fn configs_with_the_precise_scorer_run_with_kv_events() {
         assert!(epp_router("precise", &config("epp-precise.yaml")).needs_kv_events());
         assert!(!epp_router("best", &config("epp-best.yaml")).needs_kv_events());
+        let llmd = epp_router("llmd-precise", &config("epp-llmd-precise.yaml"));
+        assert!(llmd.binds_kv_events() && !llmd.needs_kv_events());
+        assert_eq!(llmd.label(), "epp-llmd-precise");
         let labels: Vec<String> = routers(false).iter().map(Router::label).collect();
         assert!(
             labels.contains(&"epp-precise".to_owned()) && labels.contains(&"epp-best".to_owned())
@@ -552,6 +586,54 @@ mod tests {
                 "epp-best-x3"
             ]
         );
+    }
+
+    #[test]
+    fn the_llmd_sim_scenarios_run_llm_ds_precise_configuration_on_both_epps() {
+        let o = PlanOptions {
+            mode: Mode::Full,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: vec![1, 3],
+            share_speculative: false,
+            upstream: true,
+            seed: 1,
+        };
+        let all = scenarios(&o);
+        let precise = |name: &str| -> Vec<String> {
+            all.iter()
+                .find(|s| s.name == name)
+                .unwrap()
+                .routers
+                .iter()
+                .filter(|r| r.binds_kv_events())
+                .map(Router::label)
+                .collect()
+        };
+        for name in ["shared-prefix-llmd-sim", "multi-turn-llmd-sim"] {
+            assert_eq!(precise(name), ["llm-d-epp-precise", "epp-llmd-precise"]);
+            let s = all.iter().find(|s| s.name == name).unwrap();
+            assert_eq!(s.sim.engine, crate::bench::cluster::Engine::LlmdSim);
+            // Not the inference-sim PUB sockets: the port is chosen per router run.
+            assert!(!s.sim.kv_events && s.sim.kv_events_sub.is_none());
+        }
+        // Only there: the other scenarios run inference-sim pods.
+        assert!(precise("shared-prefix").is_empty() && precise("multi-turn").is_empty());
+        for r in llmd_precise_routers() {
+            assert!(r.binds_kv_events() && !r.needs_kv_events(), "{}", r.label());
+            let (Router::LlmdEppPrecise { config, .. } | Router::EppLlmdPrecise { config, .. }) =
+                &r
+            else {
+                unreachable!()
+            };
+            assert!(config.is_file(), "{}", config.display());
+        }
     }
 
     #[test]

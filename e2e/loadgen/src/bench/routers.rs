@@ -53,6 +53,16 @@ pub enum Router {
     /// llm-d-router's EPP v0.10.0 (file discovery) behind the same Envoy as epp, with this
     /// config template (`${ENDPOINTS_FILE}` is filled in).
     LlmdEpp { name: String, config: PathBuf },
+    /// llm-d-router's EPP v0.10.0 in llm-d's precise prefix-cache configuration
+    /// (`hack/bench/llmd-precise.yaml`): as [`Router::LlmdEpp`], plus `${RENDER_URL}` (pod 0's
+    /// vLLM render endpoints, for its `token-producer`) and `${KV_EVENTS_ENDPOINT}` (the SUB
+    /// socket it binds, llm-d's global socket mode) filled in; the pods publish their KV events
+    /// to that socket ([`Router::binds_kv_events`]).
+    LlmdEppPrecise { name: String, config: PathBuf },
+    /// epp with llm-d's precise configuration file (`hack/bench/epp-llmd-precise.yaml`: the same
+    /// plugins without file discovery), the placeholders filled in as for
+    /// [`Router::LlmdEppPrecise`], binding the pods' KV events with `--kv-events-bind`.
+    EppLlmdPrecise { name: String, config: PathBuf },
 }
 
 impl Router {
@@ -72,12 +82,16 @@ impl Router {
             {
                 format!("epp-{name}-x{replicas}")
             }
-            Router::Epp { name, .. } | Router::EppPrecise { name, .. } => format!("epp-{name}"),
+            Router::Epp { name, .. }
+            | Router::EppPrecise { name, .. }
+            | Router::EppLlmdPrecise { name, .. } => format!("epp-{name}"),
             Router::EnvoyNoopExtProc => "envoy-noop-extproc".into(),
             Router::VllmRouter { policy } => format!("vllm-router-{policy}"),
             Router::SglangRouter { policy } => format!("sglang-router-{policy}"),
             Router::GieEpp { name, .. } => format!("gie-epp-{name}"),
-            Router::LlmdEpp { name, .. } => format!("llm-d-epp-{name}"),
+            Router::LlmdEpp { name, .. } | Router::LlmdEppPrecise { name, .. } => {
+                format!("llm-d-epp-{name}")
+            }
         }
     }
 
@@ -90,6 +104,15 @@ impl Router {
     /// Whether the pods must publish KV-cache events for this router.
     pub fn needs_kv_events(&self) -> bool {
         matches!(self, Router::EppPrecise { .. })
+    }
+
+    /// Whether this router binds a SUB socket the pods' KV-event PUB sockets connect to (llm-d's
+    /// global socket mode; the pods need `SimOptions::kv_events_sub`).
+    pub fn binds_kv_events(&self) -> bool {
+        matches!(
+            self,
+            Router::LlmdEppPrecise { .. } | Router::EppLlmdPrecise { .. }
+        )
     }
 }
 
@@ -161,11 +184,14 @@ impl Running {
 }
 
 /// Starts `router` in front of `pods` and waits until a completion through it succeeds.
-/// `kv_ports` are the pods' KV-event (PUB, replay) ports, needed by [`Router::EppPrecise`].
+/// `kv_ports` are the pods' KV-event (PUB, replay) ports, needed by [`Router::EppPrecise`];
+/// `kv_sub` the port the pods publish their KV events to, needed by the routers that bind it
+/// ([`Router::binds_kv_events`]).
 pub async fn start(
     router: &Router,
     pods: &[SocketAddr],
     kv_ports: &[(u16, u16)],
+    kv_sub: Option<u16>,
     bins: &Bins,
     dir: &Path,
     model: &str,
@@ -224,7 +250,29 @@ pub async fn start(
         Router::GieEpp { config, .. } => {
             super::upstream::gie(bins, pods, dir, config.as_deref()).await?
         }
-        Router::LlmdEpp { config, .. } => super::upstream::llmd(bins, pods, dir, config).await?,
+        Router::LlmdEpp { config, .. } => {
+            super::upstream::llmd(bins, pods, dir, config, &[]).await?
+        }
+        Router::LlmdEppPrecise { config, .. } => {
+            let vars = super::upstream::precise_vars(pods, sub_port(router, kv_sub)?);
+            super::upstream::llmd(bins, pods, dir, config, &vars).await?
+        }
+        Router::EppLlmdPrecise { config, .. } => {
+            let sub = sub_port(router, kv_sub)?;
+            let rendered = dir.join("epp-config.yaml");
+            super::upstream::render_config(
+                config,
+                &super::upstream::precise_vars(pods, sub),
+                &rendered,
+            )?;
+            let flags = [
+                "--static-endpoints".into(),
+                endpoints(pods),
+                "--kv-events-bind".into(),
+                super::upstream::kv_events_endpoint(sub),
+            ];
+            epp(bins, &flags, dir, &rendered, 1, false).await?
+        }
     };
     wait_routable(running.target, model, Duration::from_secs(60))
         .await
@@ -236,6 +284,15 @@ pub async fn start(
             None => e,
         })?;
     Ok(running)
+}
+
+fn sub_port(router: &Router, kv_sub: Option<u16>) -> Result<u16, BenchError> {
+    kv_sub.ok_or_else(|| {
+        BenchError::Setup(format!(
+            "{} needs pods that publish KV events to its SUB socket (SimOptions::kv_events_sub)",
+            router.label()
+        ))
+    })
 }
 
 async fn envoy_only(template: Template, pods: &[SocketAddr]) -> Result<Running, BenchError> {

@@ -200,13 +200,67 @@ pub fn endpoints_file(pods: &[SocketAddr]) -> String {
     s
 }
 
+/// `template` with each `${NAME}` of `vars` replaced by its value; an error if a `${...}`
+/// placeholder is left (a variable the bench does not fill in, or a misspelt one).
+pub fn fill(template: &str, vars: &[(&str, String)]) -> Result<String, BenchError> {
+    let mut out = template.to_owned();
+    for (name, value) in vars {
+        out = out.replace(&format!("${{{name}}}"), value);
+    }
+    match out.find("${") {
+        Some(at) => {
+            let rest = &out[at..];
+            let end = rest.find('}').map_or(rest.len(), |e| e + 1);
+            Err(BenchError::Setup(format!(
+                "config placeholder {} is not filled in",
+                &rest[..end]
+            )))
+        }
+        None => Ok(out),
+    }
+}
+
+/// Reads the template `config`, fills in `vars` ([`fill`]) and writes it to `out`.
+pub fn render_config(
+    config: &Path,
+    vars: &[(&str, String)],
+    out: &Path,
+) -> Result<(), BenchError> {
+    let template = std::fs::read_to_string(config)
+        .map_err(BenchError::io(format!("reading {}", config.display())))?;
+    let text = fill(&template, vars)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", config.display())))?;
+    std::fs::write(out, text).map_err(BenchError::io(format!("writing {}", out.display())))
+}
+
+/// The ZMQ endpoint of a KV-event SUB socket bound on loopback `port`.
+pub fn kv_events_endpoint(port: u16) -> String {
+    format!("tcp://127.0.0.1:{port}")
+}
+
+/// The placeholders of the precise configurations (`hack/bench/{llmd,epp-llmd}-precise.yaml`):
+/// `RENDER_URL`, the base URL of pod 0's vLLM render endpoints (every pod tokenizes alike, so
+/// one pod stands in for llm-d's render sidecar), and `KV_EVENTS_ENDPOINT`, the SUB socket the
+/// EPP binds on `kv_sub` and the pods publish to.
+pub fn precise_vars(pods: &[SocketAddr], kv_sub: u16) -> Vec<(&'static str, String)> {
+    let render = pods
+        .first()
+        .map_or_else(String::new, |p| format!("http://{p}"));
+    vec![
+        ("RENDER_URL", render),
+        ("KV_EVENTS_ENDPOINT", kv_events_endpoint(kv_sub)),
+    ]
+}
+
 /// llm-d-router's EPP with file discovery, behind Envoy. `config` is a template in which
-/// `${ENDPOINTS_FILE}` is replaced by the endpoints file written here.
+/// `${ENDPOINTS_FILE}` is replaced by the endpoints file written here, and each of `vars` by its
+/// value ([`fill`]).
 pub async fn llmd(
     bins: &Bins,
     pods: &[SocketAddr],
     dir: &Path,
     config: &Path,
+    vars: &[(&str, String)],
 ) -> Result<Running, BenchError> {
     let bin = bins.llmd_epp.clone();
     if !bin.is_file() {
@@ -215,14 +269,10 @@ pub async fn llmd(
     let endpoints = dir.join("llmd-endpoints.yaml");
     std::fs::write(&endpoints, endpoints_file(pods))
         .map_err(BenchError::io(format!("writing {}", endpoints.display())))?;
-    let template = std::fs::read_to_string(config)
-        .map_err(BenchError::io(format!("reading {}", config.display())))?;
     let rendered = dir.join("llmd-config.yaml");
-    std::fs::write(
-        &rendered,
-        template.replace("${ENDPOINTS_FILE}", &endpoints.display().to_string()),
-    )
-    .map_err(BenchError::io(format!("writing {}", rendered.display())))?;
+    let mut all = vec![("ENDPOINTS_FILE", endpoints.display().to_string())];
+    all.extend(vars.iter().cloned());
+    render_config(config, &all, &rendered)?;
     let p = free_ports(3)?;
     let mut args = common_flags(p[0], p[1], p[2]);
     args.extend([
@@ -270,6 +320,64 @@ mod tests {
             f.contains("address: \"127.0.0.2\"\n  port: \"9000\""),
             "{f}"
         );
+    }
+
+    #[test]
+    fn placeholders_are_filled_in_and_a_left_one_is_an_error() {
+        let pods = [
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from(([127, 0, 0, 1], 9001)),
+        ];
+        let vars = precise_vars(&pods, 5600);
+        let t = "url: ${RENDER_URL}\nzmqEndpoint: ${KV_EVENTS_ENDPOINT}\nagain: ${RENDER_URL}\n";
+        assert_eq!(
+            fill(t, &vars).unwrap(),
+            "url: http://127.0.0.1:9000\nzmqEndpoint: tcp://127.0.0.1:5600\nagain: http://127.0.0.1:9000\n"
+        );
+        let err = fill("path: ${ENDPOINTS_FILE}\n", &vars).unwrap_err();
+        assert!(err.to_string().contains("${ENDPOINTS_FILE}"), "{err}");
+        assert_eq!(fill("no placeholders", &[]).unwrap(), "no placeholders");
+    }
+
+    #[test]
+    fn the_precise_configs_fill_in_completely_and_keep_llm_ds_plugins() {
+        let root = harness::envoy::repo_root().join("hack").join("bench");
+        let pods = [SocketAddr::from(([127, 0, 0, 1], 9000))];
+        let mut vars = precise_vars(&pods, 5600);
+        let epp = std::fs::read_to_string(root.join("epp-llmd-precise.yaml")).unwrap();
+        let epp = fill(&epp, &vars).unwrap();
+        vars.push(("ENDPOINTS_FILE", "/tmp/endpoints.yaml".into()));
+        let llmd = std::fs::read_to_string(root.join("llmd-precise.yaml")).unwrap();
+        let llmd = fill(&llmd, &vars).unwrap();
+        for text in [&epp, &llmd] {
+            for needle in [
+                "type: token-producer",
+                "url: http://127.0.0.1:9000",
+                "type: precise-prefix-cache-producer",
+                "zmqEndpoint: tcp://127.0.0.1:5600",
+                "discoverPods: false",
+                "speculativeIndexing: true",
+                "prefixMatchInfoProducerName: precise-prefix-cache-producer",
+            ] {
+                assert!(text.contains(needle), "{needle} missing:\n{text}");
+            }
+        }
+        assert!(llmd.contains("type: file-discovery") && llmd.contains("/tmp/endpoints.yaml"));
+        assert!(!epp.contains("type: file-discovery"));
+        // The same plugins and weights apart from discovery: equal once the discovery plugin
+        // and the comments are left out.
+        let body = |t: &str| -> String {
+            let t = t.replace(
+                "- name: endpoints\n  type: file-discovery\n  parameters:\n    path: /tmp/endpoints.yaml\n",
+                "",
+            );
+            let t = t.replace("  discovery:\n    pluginRef: endpoints\n", "");
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(body(&epp), body(&llmd));
     }
 
     #[tokio::test]
