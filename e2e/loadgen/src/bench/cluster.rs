@@ -155,7 +155,10 @@ impl SimOptions {
         .iter()
         .map(|s| (*s).to_owned())
         .chain(self.kv_events_sub.into_iter().flat_map(|sub| {
-            ["--zmq-endpoint".to_owned(), format!("tcp://127.0.0.1:{sub}")]
+            [
+                "--zmq-endpoint".to_owned(),
+                format!("tcp://127.0.0.1:{sub}"),
+            ]
         }))
         .collect()
     }

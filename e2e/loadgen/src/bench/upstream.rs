@@ -221,11 +221,7 @@ pub fn fill(template: &str, vars: &[(&str, String)]) -> Result<String, BenchErro
 }
 
 /// Reads the template `config`, fills in `vars` ([`fill`]) and writes it to `out`.
-pub fn render_config(
-    config: &Path,
-    vars: &[(&str, String)],
-    out: &Path,
-) -> Result<(), BenchError> {
+pub fn render_config(config: &Path, vars: &[(&str, String)], out: &Path) -> Result<(), BenchError> {
     let template = std::fs::read_to_string(config)
         .map_err(BenchError::io(format!("reading {}", config.display())))?;
     let text = fill(&template, vars)
