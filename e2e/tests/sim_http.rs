@@ -208,7 +208,7 @@ async fn render_and_tokenize_agree_with_the_prompt_the_engine_prefills() {
     .await
     .json()
     .unwrap();
-    assert_eq!(tok["tokens"], render["token_ids"]);
+    assert_eq!(tok["tokens"], render[0]["token_ids"]);
     let ids = tok["tokens"].clone();
     let detok = post(addr, "/detokenize", json!({"model": MODEL, "tokens": ids}))
         .await
