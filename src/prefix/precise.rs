@@ -542,14 +542,20 @@ impl Writer<'_> {
         let slot = self.slot;
         let inner = &mut *self.inner;
         inner.block_size = bs;
-        let mut parent = match ev.parent {
+        // llm-d's adapters read a missing parent as hash 0 (`EmptyBlockHash`), and
+        // llm-d-inference-sim's positional encoding sends 0 for "no parent": a 0 that names no
+        // stored block is a root, as llm-d-router reads it.
+        let parent_hash = ev
+            .parent
+            .filter(|p| *p != 0 || inner.engine.contains_key(p));
+        let mut parent = match parent_hash {
             None => super::chain_seed(ev.model, None),
             Some(p) => match inner.engine.get(&p) {
                 Some(key) => *key,
                 None => return,
             },
         };
-        let mut root = ev.parent.is_none();
+        let mut root = parent_hash.is_none();
         for (hash, block) in ev.hashes.iter().zip(ev.tokens.chunks_exact(bs)) {
             let key = super::chain_block(parent, block);
             parent = key;

@@ -35,6 +35,25 @@ fn event_keys_match_request_keys_whatever_the_engine_hashes() {
 }
 
 #[test]
+fn a_zero_parent_that_names_no_block_is_a_root_as_llm_d_reads_it() {
+    // llm-d-inference-sim's positional events send parent 0 for "no parent".
+    let idx = PreciseIndex::new();
+    let t: Vec<u32> = (0..8).collect();
+    store(&idx, ep(1), Some(0), &[11, 12], &t);
+    let now = Instant::now();
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![(ep(1), 2)]);
+    // A stored block whose engine hash is 0 is still a parent.
+    let idx = PreciseIndex::new();
+    store(&idx, ep(2), None, &[0], &t[..4]);
+    store(&idx, ep(2), Some(0), &[21], &t[4..]);
+    assert_eq!(idx.longest_prefix(&keys(&t), now), vec![(ep(2), 2)]);
+    // Any other unknown parent still drops the event (its chain is unknown).
+    let idx = PreciseIndex::new();
+    store(&idx, ep(3), Some(77), &[31], &t[4..]);
+    assert_eq!(idx.entries(), 0);
+}
+
+#[test]
 fn a_hash_stored_twice_survives_one_removal() {
     let idx = PreciseIndex::new();
     let t: Vec<u32> = (0..4).collect();
