@@ -9,7 +9,8 @@
 //! end-of-stream chunk corrupted the body).
 //!
 //! The stream is a [`State`], and each message is one `match` on it: `Start` → (headers)
-//! `Reading` → (whole body, or an early decision) → `Parked` while flow control holds the
+//! `Reading` → (whole body, or an early decision) → `Parked` while the render call
+//! (`token-producer`'s `vllm` backend, [`super::render`]) and then flow control hold the
 //! decision → `Routed` → (response end, or a rejection at any point) `Done`. Each state carries
 //! what it needs (the body and its scan while reading, the parsed request while parked, the
 //! decision while routed), so no flag can disagree with another. How Envoy sends each body is a

@@ -1,6 +1,8 @@
 //! The request side of a stream beyond the headers: reading the body (limits, scan), the
-//! decision (whole body, or early), the wait for flow control, and passing the rest of the body
-//! through after an early decision or unread.
+//! decision (whole body, or early), the waits for the render call and for flow control (the
+//! driver in `crate::extproc` makes both, each once: [`StreamMachine::take_render_job`], then
+//! [`StreamMachine::take_flow_ticket`]), and passing the rest of the body through after an
+//! early decision or unread.
 //!
 //! Why early: upstream buffers the whole body before deciding, which adds the body's transfer
 //! time to TTFT (over a second for a 220 KB prompt, upstream #2928). The decision reads only the
