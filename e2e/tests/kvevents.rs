@@ -446,7 +446,7 @@ async fn replicas_agree_on_a_cold_prompts_pod_before_any_event() {
     sims.cluster.shutdown().await;
 }
 
-/// llm-d v0.10's split precise configuration (`config/examples/llmd-precise.yaml`), through the
+/// llm-d v0.10's split precise configuration (`config/examples/llm-d-precise.yaml`), through the
 /// gateway: epp binds the SUB socket its `kvEventsConfig.zmqEndpoint` names (no flag), the
 /// pods' PUB sockets connect to it, every prompt is tokenized by a pod's render endpoint
 /// (`token-producer`, vllm backend), and a prompt's repeats follow the pod whose events hold it.
@@ -456,7 +456,7 @@ async fn llm_ds_precise_configuration_runs_unchanged_through_the_gateway() {
     let bind = format!("tcp://127.0.0.1:{}", free_port());
     let sims = SimPods::start_connecting(3, 400, &bind).await;
     let example = std::fs::read_to_string(
-        epp_e2e::envoy::repo_root().join("config/examples/llmd-precise.yaml"),
+        epp_e2e::envoy::repo_root().join("config/examples/llm-d-precise.yaml"),
     )
     .expect("the example");
     let config = example

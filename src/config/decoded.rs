@@ -236,7 +236,11 @@ mod tests {
                 .collect();
             paths.sort();
             for path in paths {
-                let text = std::fs::read_to_string(&path).unwrap();
+                // The bench fills these in per run (`e2e/loadgen/src/bench/upstream.rs`).
+                let text = std::fs::read_to_string(&path)
+                    .unwrap()
+                    .replace("${RENDER_URL}", "http://127.0.0.1:8000")
+                    .replace("${KV_EVENTS_ENDPOINT}", "tcp://127.0.0.1:5557");
                 if !text.contains("kind: EndpointPickerConfig") {
                     continue;
                 }

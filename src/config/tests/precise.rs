@@ -5,7 +5,7 @@ use crate::director::Runtime;
 use crate::scheduling::scorer::KvEventSockets;
 use std::time::Duration;
 
-const EXAMPLE: &str = include_str!("../../../config/examples/llmd-precise.yaml");
+const EXAMPLE: &str = include_str!("../../../config/examples/llm-d-precise.yaml");
 
 /// llm-d's deploy sample: no kvEventsConfig, block size 64, the deprecated spelling.
 const DEPLOY_SAMPLE: &str = "apiVersion: llm-d.ai/v1alpha1
