@@ -148,6 +148,9 @@ pub struct Scheduler {
     scorers: Vec<(Scorer, f64)>,
     picker: Picker,
     prefix: Option<PrefixParams>,
+    /// `precise-prefix-cache-producer` when no scorer scores its matches: its consumers (the
+    /// prefix-cache affinity filter, the no-hit LRU, the deciders) still read the precise index.
+    precise: Option<Box<scorer::PrecisePrefixParams>>,
     /// The disaggregating profile handler, whose decode profile is this one.
     disagg: Option<Box<disagg::Disagg>>,
     /// `p2p-source-producer`: names a peer to pull the cached prefix from.
@@ -261,7 +264,10 @@ impl Scheduler {
     /// Parameters of the precise prefix scorer, when one is configured: the director then fills
     /// the candidates' prefix matches from the KV-event index instead of the approximate one.
     pub fn precise_params(&self) -> Option<&scorer::PrecisePrefixParams> {
-        self.scorers.iter().find_map(|(s, _)| s.precise_params())
+        self.scorers
+            .iter()
+            .find_map(|(s, _)| s.precise_params())
+            .or(self.precise.as_deref())
     }
 
     /// The `estimated-ttft-scorer`, when one is configured (its seed rates prime learning).

@@ -118,6 +118,10 @@ pub fn assemble(
         Plugin::P2p(p) => Some(p.clone()),
         _ => None,
     });
+    sched.precise = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::PreciseProducer(p) => Some(Box::new(p.scored_by(&PrefixParams::default()))),
+        _ => None,
+    });
     let producer = plugins.iter().find_map(|(_, b)| match b {
         Plugin::Prefix(p) => Some(p.clone()),
         _ => None,
@@ -200,6 +204,7 @@ fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Schedu
         scorers: Vec::new(),
         picker: Picker::default(),
         prefix: None,
+        precise: None,
         disagg: None,
         p2p: None,
     };

@@ -142,8 +142,38 @@ fn a_producer_name_that_is_no_prefix_producer_is_refused_by_name() {
     let approx = bad.replace("my-producer", "approx-prefix-cache-producer");
     let r = Runtime::build(&approx, None).unwrap();
     assert!(r.scheduler.prefix_params().is_some());
-    assert!(r.scheduler.precise_params().is_none());
+    // The precise producer is still configured (the no-hit LRU names it): epp looks a request
+    // up once, in the precise index, and every consumer reads those matches.
+    assert!(r.scheduler.precise_params().is_some());
     // Without a prefix scorer nothing reads ids: the render endpoint is never called.
     let no_prefix = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: token-producer\n  parameters:\n    modelName: m\n- type: queue-scorer\n";
     assert!(Runtime::build(no_prefix, None).unwrap().render.is_none());
+}
+
+#[test]
+fn a_precise_producer_that_only_the_affinity_filter_reads_still_feeds_it() {
+    // llm-d's optimized baseline with the precise producer in place of the approximate one.
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig:
+      blockSize: 32
+- type: prefix-cache-affinity-filter
+  parameters:
+    prefixMatchInfoProducerName: precise-prefix-cache-producer
+- type: token-load-scorer
+- type: max-score-picker
+";
+    let r = Runtime::build(text, None).unwrap();
+    let p = r
+        .scheduler
+        .precise_params()
+        .expect("the precise index is read");
+    assert_eq!(p.block_size, 32);
+    assert!(
+        r.scheduler.prefix_params().is_none(),
+        "no approximate index beside it"
+    );
 }
