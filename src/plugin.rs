@@ -182,7 +182,7 @@ kinds! {
     PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Beta, Plugin;
     TokenProducer = "token-producer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
     Tokenizer = "tokenizer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
-    SessionIdProducer = "session-id-producer", DataProducer, Beta, Unsupported("not implemented in epp yet");
+    SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;

@@ -153,6 +153,32 @@ impl Parameters for Yaml<'_> {
     }
 }
 
+/// `session-id-producer` (llm-d v0.10): exactly one of a header or a cookie names the session.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct SessionIdProducerParams {
+    header_name: String,
+    cookie_name: String,
+}
+
+impl SessionIdProducerParams {
+    /// Upstream's check and message.
+    fn validate(self) -> Result<(), Invalid> {
+        let (header, cookie) = (self.header_name.trim(), self.cookie_name.trim());
+        match (header.is_empty(), cookie.is_empty()) {
+            (false, true) | (true, false) => Ok(()),
+            (true, true) => Err(Invalid::new(
+                "headerName, cookieName",
+                "'session-id-producer' requires exactly one of headerName or cookieName to be set",
+            )),
+            (false, false) => Err(Invalid::new(
+                "headerName, cookieName",
+                "'session-id-producer' requires exactly one of headerName or cookieName to be set, not both",
+            )),
+        }
+    }
+}
+
 /// The typed value of a `kind` plugin with parameters `v`.
 fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
     use PluginKind as K;
@@ -175,6 +201,10 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
                 .render()
                 .map_err(|m| Invalid::new("parameters", m))?,
         ),
+        K::SessionIdProducer => {
+            params::<SessionIdProducerParams>(v)?.validate()?;
+            Plugin::BuiltIn
+        }
         K::InflightLoadProducer => {
             params::<InflightLoadParams>(v)?.validate()?;
             Plugin::BuiltIn
@@ -301,5 +331,43 @@ mod tests {
             text.starts_with("plugin \"queue-scorer\" parameters: unknown field `depth`"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_session_id_producer_is_accepted_with_exactly_one_source() {
+        let decode = |params: &str| {
+            let spec: PluginSpec = serde_yaml::from_str(&format!(
+                "{{type: session-id-producer, parameters: {params}}}"
+            ))
+            .unwrap();
+            NamedPlugin::decode(&spec, LoadOptions::default())
+                .map(|p| p.plugin)
+                .map_err(|e| {
+                    e.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+        };
+        assert!(matches!(
+            decode("{headerName: x-session-id}"),
+            Ok(Plugin::BuiltIn)
+        ));
+        assert!(matches!(
+            decode("{cookieName: llm-d-session}"),
+            Ok(Plugin::BuiltIn)
+        ));
+        for (bad, says) in [
+            ("{}", "exactly one of headerName or cookieName"),
+            (
+                "{headerName: ' '}",
+                "exactly one of headerName or cookieName",
+            ),
+            ("{headerName: a, cookieName: b}", "not both"),
+            ("{header: a}", "unknown field `header`"),
+        ] {
+            let e = decode(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }
