@@ -194,8 +194,12 @@ pub fn response_trailers() -> ProcessingResponse {
 }
 
 fn streamed(body: &[u8], end_of_stream: bool) -> Option<CommonResponse> {
+    streamed_vec(body.to_vec(), end_of_stream)
+}
+
+fn streamed_vec(body: Vec<u8>, end_of_stream: bool) -> Option<CommonResponse> {
     let chunk = StreamedBodyResponse {
-        body: body.to_vec(),
+        body,
         end_of_stream,
         ..Default::default()
     };
@@ -205,6 +209,24 @@ fn streamed(body: &[u8], end_of_stream: bool) -> Option<CommonResponse> {
         }),
         ..Default::default()
     })
+}
+
+/// [`streamed_body`] of a request chunk epp owns: one that fits a chunk is moved into the
+/// answer, not copied (the chunks that pass through after a decision).
+pub fn streamed_request_chunk(
+    body: Vec<u8>,
+    end_of_stream: bool,
+    out: &mut Vec<ProcessingResponse>,
+) {
+    if body.len() > BODY_CHUNK {
+        return streamed_body(&body, end_of_stream, false, out);
+    }
+    out.push(ProcessingResponse {
+        response: Some(Response::RequestBody(BodyResponse {
+            response: streamed_vec(body, end_of_stream),
+        })),
+        ..Default::default()
+    });
 }
 
 /// A body as duplex `streamed_response` chunks of at most [`BODY_CHUNK`] bytes. With
@@ -419,6 +441,29 @@ mod tests {
         let mut out = Vec::new();
         streamed_body(b"", true, true, &mut out);
         assert_eq!(out.len(), 1);
+        // An owned request chunk: moved when it fits, chunked like any body when it does not.
+        let owned = |n: usize| {
+            let mut out = Vec::new();
+            streamed_request_chunk(vec![b'y'; n], true, &mut out);
+            out.iter()
+                .map(|r| match &r.response {
+                    Some(Response::RequestBody(BodyResponse { response: Some(c) })) => {
+                        match &c.body_mutation.as_ref().unwrap().mutation {
+                            Some(Mutation::StreamedResponse(s)) => {
+                                assert!(s.body.iter().all(|b| *b == b'y'));
+                                (s.body.len(), s.end_of_stream)
+                            }
+                            _ => panic!("not streamed"),
+                        }
+                    }
+                    _ => panic!("not a request body"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(owned(10), vec![(10, true)]);
+        assert_eq!(owned(BODY_CHUNK), vec![(BODY_CHUNK, true)]);
+        assert_eq!(owned(BODY_CHUNK + 1), vec![(BODY_CHUNK, false), (1, true)]);
+        assert_eq!(owned(0), vec![(0, true)]);
     }
 
     #[test]

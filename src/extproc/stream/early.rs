@@ -446,8 +446,9 @@ impl StreamMachine {
         if let Err(e) = take_chunk(&self.limits, &mut self.body_len, scanner, &b.body) {
             return self.fail(e, None, out);
         }
-        wire::streamed_body(&b.body, b.end_of_stream, false, out);
-        if b.end_of_stream {
+        let eos = b.end_of_stream;
+        wire::streamed_request_chunk(b.body, eos, out);
+        if eos {
             ex.close_request();
         }
     }
@@ -456,7 +457,7 @@ impl StreamMachine {
     pub(super) fn forward_unread(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
         self.body_len += b.body.len();
         if self.modes.request.duplex() {
-            wire::streamed_body(&b.body, b.end_of_stream, false, out);
+            wire::streamed_request_chunk(b.body, b.end_of_stream, out);
         } else {
             out.push(wire::request_body(None, None));
         }
