@@ -262,6 +262,43 @@ pub fn annotate_decision<E: std::fmt::Display>(destinations: &[E], scores: &[(E,
     });
 }
 
+/// Lets one log line through per period and counts the ones held back, so a peer that keeps
+/// failing, a stream of bad messages or a render server that is down cannot flood the log.
+pub struct LogLimit {
+    every: std::time::Duration,
+    /// When a line last went out, and how many were held back since.
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl LogLimit {
+    pub fn new(every: std::time::Duration) -> Self {
+        Self {
+            every,
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may go out now.
+    pub fn allow(&self) -> Option<u64> {
+        self.allow_at(std::time::Instant::now())
+    }
+
+    pub(crate) fn allow_at(&self, now: std::time::Instant) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.0 {
+            Some(last) if now.saturating_duration_since(last) < self.every => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                let skipped = s.1;
+                *s = (Some(now), 0);
+                Some(skipped)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,9 +20,18 @@ const ERROR_SNIPPET: usize = 256;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client every stream's render calls share (connections pooled per render server).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RenderClient {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// Failures are logged at most once a second (with the count held back): a render server
+    /// that is down must not turn every request into a log line.
+    log: Arc<crate::telemetry::LogLimit>,
+}
+
+impl std::fmt::Debug for RenderClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenderClient").finish_non_exhaustive()
+    }
 }
 
 impl Default for RenderClient {
@@ -34,11 +43,21 @@ impl Default for RenderClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(16)
             .build(connector);
-        Self { client }
+        Self {
+            client,
+            log: Arc::new(crate::telemetry::LogLimit::new(Duration::from_secs(1))),
+        }
     }
 }
 
 impl RenderClient {
+    /// Logs a failed render call, at most once a second.
+    pub fn log_failure(&self, e: &RenderError) {
+        if let Some(held_back) = self.log.allow() {
+            tracing::warn!(error = %e, kind = e.kind(), held_back, "token-producer: render failed; the prompt is tokenized in-process");
+        }
+    }
+
     /// The token ids of the prompt of `body`, a request of `api`.
     pub async fn render(
         &self,

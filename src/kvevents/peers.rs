@@ -39,8 +39,9 @@ use crate::director::PlacementSink;
 use crate::endpoint::EndpointId;
 use crate::metrics::{Metrics, PeerLabels, PeerOutcome};
 use crate::prefix::precise::PreciseIndex;
+pub use crate::telemetry::LogLimit;
 pub use client::PeerName;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use tls::{CredentialErrors, Credentials, PeerTls};
 use tokio::net::TcpListener;
@@ -163,43 +164,6 @@ pub fn share(
         shutdown.clone(),
     ));
     Some(outbox)
-}
-
-/// Lets one log line through per period and counts the ones held back, so a peer that keeps
-/// failing (or a stream of bad messages) cannot flood the log.
-pub struct LogLimit {
-    every: Duration,
-    /// When a line last went out, and how many were held back since.
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl LogLimit {
-    pub fn new(every: Duration) -> Self {
-        Self {
-            every,
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(lines held back since the last one)` when a line may go out now.
-    pub fn allow(&self) -> Option<u64> {
-        self.allow_at(Instant::now())
-    }
-
-    fn allow_at(&self, now: Instant) -> Option<u64> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match s.0 {
-            Some(last) if now.saturating_duration_since(last) < self.every => {
-                s.1 += 1;
-                None
-            }
-            _ => {
-                let skipped = s.1;
-                *s = (Some(now), 0);
-                Some(skipped)
-            }
-        }
-    }
 }
 
 fn count(metrics: &Metrics, outcome: PeerOutcome) {

@@ -291,7 +291,7 @@ impl StreamMachine {
                 crate::metrics::Outcome::success
             }
             Err(e) => {
-                tracing::warn!(error = %e, kind = e.kind(), "token-producer: render failed; the prompt is tokenized in-process");
+                self.services.render.log_failure(&e);
                 crate::metrics::Outcome::failure
             }
         };
