@@ -27,6 +27,21 @@ fn machine_with_config(
     duplex: bool,
     config: &str,
 ) -> (StreamMachine, ProtocolConfiguration, Arc<Datastore>) {
+    let (services, _, ds) = services(ports, config);
+    let (m, pc) = stream_of(&services, duplex);
+    (m, pc, ds)
+}
+
+/// The services every stream of a test shares: a director over `ports` under `config`; also the
+/// prefix indexes and the datastore it reads.
+fn services(
+    ports: &[u16],
+    config: &str,
+) -> (
+    Arc<Services>,
+    Arc<crate::prefix::source::Indexes>,
+    Arc<Datastore>,
+) {
     let ds = Arc::new(Datastore::new());
     ds.set_endpoints(
         ports
@@ -41,12 +56,18 @@ fn machine_with_config(
     };
     let runtime = Runtime::build(config, None).unwrap();
     let shared = Shared::new(Arc::clone(&ds), runtime, Arc::clone(&metrics));
-    let director = Arc::new(Services {
+    let indexes = Arc::clone(&shared.indexes);
+    let services = Arc::new(Services {
         director: Arc::new(Director::new(shared.clone(), opts)),
         config: shared.config,
         metrics,
         render: Default::default(),
     });
+    (services, indexes, ds)
+}
+
+/// One stream over `services`, in duplex or buffered mode.
+fn stream_of(services: &Arc<Services>, duplex: bool) -> (StreamMachine, ProtocolConfiguration) {
     let mode = if duplex {
         BodySendMode::FullDuplexStreamed
     } else {
@@ -57,18 +78,12 @@ fn machine_with_config(
         response_body_mode: mode,
         ..Default::default()
     };
-    (
-        StreamMachine::new(
-            director,
-            Limits {
-                max_body_bytes: 1 << 20,
-                body_timeout: Duration::from_secs(5),
-                ..Limits::default()
-            },
-        ),
-        pc,
-        ds,
-    )
+    let limits = Limits {
+        max_body_bytes: 1 << 20,
+        body_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    (StreamMachine::new(Arc::clone(services), limits), pc)
 }
 
 fn machine(ports: &[u16], duplex: bool) -> (StreamMachine, ProtocolConfiguration) {

@@ -86,16 +86,7 @@ async fn one(
         ..scenario.sim.clone()
     };
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
-    let running = routers::start(
-        router,
-        &cluster.pods,
-        &cluster.kv_ports,
-        cluster.kv_sub,
-        bins,
-        dir,
-        &scenario.model,
-    )
-    .await?;
+    let running = routers::start_on(router, &cluster, bins, dir, &scenario.model).await?;
     let mut pids = running.pids();
     pids.push(("pods".into(), cluster.proc_.pid()));
     let before: Vec<_> = pids

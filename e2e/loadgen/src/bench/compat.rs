@@ -274,16 +274,7 @@ async fn stack(
         kv_events_sub: None,
     };
     let cluster = SimCluster::start(&bins.inference_sim, &sim, dir).await?;
-    let running = routers::start(
-        router,
-        &cluster.pods,
-        &cluster.kv_ports,
-        cluster.kv_sub,
-        bins,
-        dir,
-        model,
-    )
-    .await?;
+    let running = routers::start_on(router, &cluster, bins, dir, model).await?;
     Ok((cluster, running))
 }
 

@@ -191,16 +191,7 @@ async fn one(
     model: &str,
 ) -> Result<EppCost, BenchError> {
     let cluster = SimCluster::start(&bins.inference_sim, &sim(opts), dir).await?;
-    let running = routers::start(
-        router,
-        &cluster.pods,
-        &cluster.kv_ports,
-        cluster.kv_sub,
-        bins,
-        dir,
-        model,
-    )
-    .await?;
+    let running = routers::start_on(router, &cluster, bins, dir, model).await?;
     let pids: Vec<(String, u32)> = running.pids();
     // Settle (first scrapes, connection setup), then idle.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -89,16 +89,7 @@ pub async fn inference_perf(
         .ok_or_else(|| BenchError::Setup("no router".into()))?;
     std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let cluster = SimCluster::start(&bins.inference_sim, &scenario.sim, dir).await?;
-    let running = routers::start(
-        router,
-        &cluster.pods,
-        &cluster.kv_ports,
-        cluster.kv_sub,
-        bins,
-        dir,
-        &scenario.model,
-    )
-    .await?;
+    let running = routers::start_on(router, &cluster, bins, dir, &scenario.model).await?;
     let reports = dir.join("inference-perf");
     let cfg = dir.join("inference-perf.yaml");
     std::fs::write(

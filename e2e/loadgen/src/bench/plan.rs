@@ -537,6 +537,25 @@ pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
 
 #[cfg(test)]
 mod tests {
+    /// The bench's defaults in `mode`, no upstream EPPs, seed 1.
+    fn options(mode: Mode) -> PlanOptions {
+        PlanOptions {
+            mode,
+            shared_prefix_rate: 17.0,
+            random_rate: 5.5,
+            duration_s: 18.0,
+            warmup_s: 6.0,
+            peers: false,
+            profile: "llmd-h100-8b".into(),
+            time_scale: 0.5,
+            extra_epp: Vec::new(),
+            epp_replicas: Vec::new(),
+            share_speculative: false,
+            upstream: false,
+            seed: 1,
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -591,19 +610,10 @@ mod tests {
     #[test]
     fn the_llmd_sim_scenarios_run_llm_ds_precise_configuration_on_both_epps() {
         let o = PlanOptions {
-            mode: Mode::Full,
-            shared_prefix_rate: 17.0,
-            random_rate: 5.5,
-            duration_s: 18.0,
-            warmup_s: 6.0,
-            peers: false,
-            profile: "llmd-h100-8b".into(),
-            time_scale: 0.5,
-            extra_epp: Vec::new(),
             epp_replicas: vec![1, 3],
-            share_speculative: false,
             upstream: true,
             seed: 1,
+            ..options(Mode::Full)
         };
         let all = scenarios(&o);
         let precise = |name: &str| -> Vec<String> {
@@ -639,19 +649,10 @@ mod tests {
     #[test]
     fn the_seed_reaches_every_workload() {
         let o = PlanOptions {
-            mode: Mode::Full,
-            shared_prefix_rate: 17.0,
-            random_rate: 5.5,
-            duration_s: 18.0,
-            warmup_s: 6.0,
-            peers: false,
-            profile: "llmd-h100-8b".into(),
-            time_scale: 0.5,
-            extra_epp: Vec::new(),
             epp_replicas: Vec::new(),
-            share_speculative: false,
             upstream: false,
             seed: 42,
+            ..options(Mode::Full)
         };
         for s in scenarios(&o) {
             let at = s.loadgen_args.iter().position(|a| a == "--seed");
@@ -663,19 +664,10 @@ mod tests {
     #[test]
     fn quick_mode_runs_the_precise_router_only_when_asked() {
         let mut o = PlanOptions {
-            mode: Mode::Quick,
-            shared_prefix_rate: 17.0,
-            random_rate: 5.5,
-            duration_s: 18.0,
-            warmup_s: 6.0,
-            peers: false,
-            profile: "llmd-h100-8b".into(),
-            time_scale: 0.5,
-            extra_epp: Vec::new(),
             epp_replicas: Vec::new(),
-            share_speculative: false,
             upstream: true,
             seed: 1,
+            ..options(Mode::Quick)
         };
         let precise = |o: &PlanOptions| {
             scenarios(o)[0]
@@ -700,19 +692,10 @@ mod tests {
     #[test]
     fn quick_mode_has_one_upstream_epp_and_full_mode_all_three() {
         let mut o = PlanOptions {
-            mode: Mode::Quick,
-            shared_prefix_rate: 17.0,
-            random_rate: 5.5,
-            duration_s: 18.0,
-            warmup_s: 6.0,
-            peers: false,
-            profile: "llmd-h100-8b".into(),
-            time_scale: 0.5,
-            extra_epp: Vec::new(),
             epp_replicas: Vec::new(),
-            share_speculative: false,
             upstream: true,
             seed: 1,
+            ..options(Mode::Quick)
         };
         let upstream = |o: &PlanOptions| -> Vec<String> {
             scenarios(o)[0]

@@ -183,6 +183,26 @@ impl Running {
     }
 }
 
+/// [`start`] against a simulator cluster's pods (their KV-event ports and SUB port included).
+pub async fn start_on(
+    router: &Router,
+    cluster: &super::cluster::SimCluster,
+    bins: &Bins,
+    dir: &Path,
+    model: &str,
+) -> Result<Running, BenchError> {
+    start(
+        router,
+        &cluster.pods,
+        &cluster.kv_ports,
+        cluster.kv_sub,
+        bins,
+        dir,
+        model,
+    )
+    .await
+}
+
 /// Starts `router` in front of `pods` and waits until a completion through it succeeds.
 /// `kv_ports` are the pods' KV-event (PUB, replay) ports, needed by [`Router::EppPrecise`];
 /// `kv_sub` the port the pods publish their KV events to, needed by the routers that bind it

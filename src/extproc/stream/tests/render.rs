@@ -56,49 +56,12 @@ fn answer(path: &str, body: &serde_json::Value) -> (u16, String) {
 
 /// Eight endpoints under `config`; a machine per stream over the same services.
 fn build(config: &str) -> (Arc<Services>, Arc<Indexes>) {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(
-        (1..=8)
-            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
-            .collect(),
-    );
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(2),
-        subset_filter: true,
-    };
-    let shared = Shared::new(
-        Arc::clone(&ds),
-        Runtime::build(config, None).unwrap(),
-        Arc::clone(&metrics),
-    );
-    let indexes = Arc::clone(&shared.indexes);
-    let services = Arc::new(Services {
-        director: Arc::new(Director::new(shared.clone(), opts)),
-        config: shared.config,
-        metrics,
-        render: Default::default(),
-    });
+    let (services, indexes, _) = super::services(&[1, 2, 3, 4, 5, 6, 7, 8], config);
     (services, indexes)
 }
 
 fn stream(services: &Arc<Services>, duplex: bool) -> (StreamMachine, ProtocolConfiguration) {
-    let mode = if duplex {
-        BodySendMode::FullDuplexStreamed
-    } else {
-        BodySendMode::Buffered
-    } as i32;
-    let pc = ProtocolConfiguration {
-        request_body_mode: mode,
-        response_body_mode: mode,
-        ..Default::default()
-    };
-    let limits = Limits {
-        max_body_bytes: 1 << 20,
-        body_timeout: Duration::from_secs(5),
-        ..Limits::default()
-    };
-    (StreamMachine::new(Arc::clone(services), limits), pc)
+    stream_of(services, duplex)
 }
 
 fn completion(prompt: &str) -> Vec<u8> {
