@@ -188,6 +188,7 @@ fn prefix_config(scheduler: &Scheduler) -> (Option<PrefixConfig>, usize) {
         block_size: p.block_size,
         max_blocks: p.max_prefix_blocks_to_match,
         speculative_ttl: p.speculative_indexing.then_some(p.speculative_ttl),
+        credit_home: p.credit_home,
     });
     let config = precise
         .map(PrefixConfig::Precise)

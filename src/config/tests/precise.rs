@@ -62,6 +62,7 @@ fn llmds_precise_configurations_build_the_precise_scorer_from_the_producer() {
         p.saturation_queue_depth.is_infinite() && p.saturation_kv_usage.is_infinite(),
         "the generic scorer has no saturation cut-off"
     );
+    assert!(!p.credit_home, "and credits nothing it does not hold");
     assert_eq!(
         p.kv_event_sockets(),
         KvEventSockets {

@@ -21,6 +21,10 @@ pub struct PreciseParams {
     /// How long a routed prompt counts as held before its BlockStored arrives; `None`: routed
     /// prompts are not recorded (`speculativeIndexing: false`).
     pub speculative_ttl: Option<Duration>,
+    /// Credit the part no endpoint holds to its rendezvous home ([`home`]): epp's
+    /// `precise-prefix-cache-scorer` does; llm-d's split form (a `prefix-cache-scorer` scoring a
+    /// `precise-prefix-cache-producer`) scores only what is held, as llm-d does.
+    pub credit_home: bool,
 }
 
 /// The precise index with its parameters and where speculative entries are shared.
@@ -64,13 +68,17 @@ impl PrefixSource for Precise<'_> {
         let hashes = block_hashes(q.model, None, &tokens, block_size, self.params.max_blocks);
         let matches = self.index.longest_prefix(&hashes, now);
         // The part no endpoint holds goes to the same home in every replica (active-active).
-        let shapes = self.index.shapes(q.pods.iter().map(|p| p.id), now);
-        let candidates = q.pods.iter().zip(shapes).map(|(p, cache)| HomeCandidate {
-            id: p.id,
-            load: p.load,
-            cache,
-        });
-        let credited = home::home(&hashes, &matches, candidates);
+        let credited = if self.params.credit_home {
+            let shapes = self.index.shapes(q.pods.iter().map(|p| p.id), now);
+            let candidates = q.pods.iter().zip(shapes).map(|(p, cache)| HomeCandidate {
+                id: p.id,
+                load: p.load,
+                cache,
+            });
+            home::home(&hashes, &matches, candidates)
+        } else {
+            None
+        };
         Some(Lookup {
             hashes,
             prompt_tokens: tokens.len(),

@@ -16,6 +16,7 @@ const PRECISE_PARAMS: PreciseParams = PreciseParams {
     block_size: 4,
     max_blocks: 100,
     speculative_ttl: Some(Duration::from_secs(60)),
+    credit_home: true,
 };
 
 const PRECISE: Config = Config::Precise(PRECISE_PARAMS);
@@ -271,4 +272,21 @@ fn precise_entries_expire_and_reach_the_sink() {
     let source = off.bind(&indexes, None);
     record(&source, 1, &range(0, 16), now);
     assert!(lookup(&source, "m", &range(0, 16), now).matches.is_empty());
+}
+
+#[test]
+fn only_epps_precise_scorer_credits_a_cold_prompts_home() {
+    let indexes = Indexes::default();
+    let now = Instant::now();
+    let epp = PRECISE.bind(&indexes, None);
+    assert!(
+        lookup(&epp, "m", &range(0, 16), now).credited.is_some(),
+        "the part nobody holds goes to its rendezvous home"
+    );
+    let split = Config::Precise(PreciseParams {
+        credit_home: false,
+        ..PRECISE_PARAMS
+    });
+    let llmd = split.bind(&indexes, None);
+    assert_eq!(lookup(&llmd, "m", &range(0, 16), now).credited, None);
 }

@@ -54,6 +54,10 @@ pub struct PrecisePrefixParams {
     /// `precise-prefix-cache-producer`'s matches; the ratio otherwise).
     #[serde(skip)]
     pub blend: super::prefix::MatchBlend,
+    /// Credit the part of a prompt no pod holds to its rendezvous home (epp's scorer, for
+    /// active-active agreement); off in llm-d's split form, which scores only what is held.
+    #[serde(skip)]
+    pub credit_home: bool,
 }
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -84,6 +88,7 @@ impl Default for PrecisePrefixParams {
             kv_events_config: None,
             indexer_config: None,
             blend: super::prefix::MatchBlend::default(),
+            credit_home: true,
         }
     }
 }
@@ -137,6 +142,7 @@ impl PrecisePrefixParams {
             saturation_queue_depth: f64::INFINITY,
             saturation_kv_usage: f64::INFINITY,
             blend: scorer.blend(),
+            credit_home: false,
             ..self.clone()
         }
     }

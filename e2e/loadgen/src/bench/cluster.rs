@@ -92,7 +92,16 @@ impl SimOptions {
             let speeds: Vec<String> = self.speeds.iter().map(f64::to_string).collect();
             a.extend(["--speeds".to_owned(), speeds.join(",")]);
         }
-        if let Some((publish, replay)) = kv {
+        if let Some(sub) = self.kv_events_sub {
+            // Every pod's PUB dials the one SUB socket an EPP binds; the default topic
+            // `kv@<ip>:<port>@<model>` names the pod.
+            a.extend([
+                "--kv-events-endpoint".to_owned(),
+                format!("tcp://127.0.0.1:{sub}"),
+                "--kv-events-mode".to_owned(),
+                "connect".to_owned(),
+            ]);
+        } else if let Some((publish, replay)) = kv {
             // Pod i binds port + i of each.
             a.extend([
                 "--kv-events-endpoint".to_owned(),
@@ -199,10 +208,10 @@ impl SimCluster {
         if opts.engine == Engine::LlmdSim {
             return Self::start_llmd(opts, dir).await;
         }
-        if opts.kv_events_sub.is_some() {
+        if opts.kv_events_sub.is_some() && opts.kv_events {
             return Err(BenchError::Setup(
-                "inference-sim pods here bind their KV-event PUB sockets (kv_events); \
-                 kv_events_sub is for llm-d-inference-sim pods"
+                "inference-sim pods either bind their KV-event PUB sockets (kv_events) or \
+                 connect to an EPP's SUB socket (kv_events_sub), not both"
                     .into(),
             ));
         }
@@ -223,7 +232,7 @@ impl SimCluster {
             more: Vec::new(),
             pods,
             kv_ports,
-            kv_sub: None,
+            kv_sub: opts.kv_events_sub,
         })
     }
 
@@ -275,7 +284,7 @@ mod tests {
 
     #[test]
     fn kv_events_bind_on_loopback_after_the_http_ports() {
-        let opts = SimOptions {
+        let mut opts = SimOptions {
             pods: 2,
             num_gpu_blocks: 11,
             block_size: 16,
@@ -300,6 +309,14 @@ mod tests {
             "{a}"
         );
         assert!(!opts.args(9000, None).join(" ").contains("kv-events"));
+        // Connecting to an EPP's SUB socket instead: no PUB or replay ports of their own.
+        opts.kv_events_sub = Some(5600);
+        let a = opts.args(9000, None).join(" ");
+        assert!(
+            a.contains("--kv-events-endpoint tcp://127.0.0.1:5600 --kv-events-mode connect"),
+            "{a}"
+        );
+        assert!(!a.contains("replay"), "{a}");
     }
 
     #[test]

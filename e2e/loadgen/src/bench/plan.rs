@@ -515,6 +515,20 @@ fn unseeded(o: &PlanOptions) -> Vec<Scenario> {
         ));
         v.extend(super::ttft::scenarios(o, &routers_of(o)));
         v.push(super::trace_replay::scenario(o, &routers_of(o)));
+        if o.upstream {
+            // llm-d's precise configuration on inference-sim pods too (their PUB sockets
+            // connect to the EPP's SUB, their render endpoints tokenize as they do).
+            for s in v
+                .iter_mut()
+                .filter(|s| matches!(s.name.as_str(), "shared-prefix" | "multi-turn"))
+            {
+                for r in llmd_precise_routers() {
+                    if !s.routers.iter().any(|x| x.label() == r.label()) {
+                        s.routers.push(r);
+                    }
+                }
+            }
+        }
     }
     v
 }
@@ -633,8 +647,11 @@ mod tests {
             // Not the inference-sim PUB sockets: the port is chosen per router run.
             assert!(!s.sim.kv_events && s.sim.kv_events_sub.is_none());
         }
-        // Only there: the other scenarios run inference-sim pods.
-        assert!(precise("shared-prefix").is_empty() && precise("multi-turn").is_empty());
+        // And on inference-sim pods, for the two workloads the llm-d-sim scenarios repeat.
+        for name in ["shared-prefix", "multi-turn"] {
+            assert_eq!(precise(name), ["llm-d-epp-precise", "epp-llmd-precise"]);
+        }
+        assert!(precise("no-sharing").is_empty());
         for r in llmd_precise_routers() {
             assert!(r.binds_kv_events() && !r.needs_kv_events(), "{}", r.label());
             let (Router::LlmdEppPrecise { config, .. } | Router::EppLlmdPrecise { config, .. }) =
