@@ -127,10 +127,15 @@ impl Director {
     /// when the model alone decides (no prefix scorer), `Some(n)` for the first `n` bytes of
     /// prompt text, `None` when only the whole body will do (the precise scorer renders the
     /// whole chat template; `token-load-scorer` and `context-length-aware` count the whole
-    /// prompt, as upstream, which always reads the whole body).
+    /// prompt, as upstream, which always reads the whole body; `token-producer`'s render
+    /// endpoint tokenizes the whole prompt).
     pub fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
         let runtime = self.config.load();
         if runtime.scheduler.reads_prompt_length() {
+            return None;
+        }
+        // The render endpoint tokenizes the whole prompt: no decision on a part of it.
+        if runtime.render.is_some() && crate::request::render::RenderParams::renders(api) {
             return None;
         }
         match self.source(&runtime) {

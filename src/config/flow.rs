@@ -59,7 +59,7 @@ impl FlowSettings {
             band.and_then(|b| b.max_bytes.as_ref()),
         );
         if let Some(ttl) = &spec.default_request_ttl {
-            match crate::director::admission::go_duration(ttl) {
+            match crate::plugin::go_duration(ttl) {
                 Ok(d) if !d.is_zero() => out.ttl = Some(d),
                 Ok(_) => problems.push(Problem::Field {
                     path: "flowControl.defaultRequestTTL".into(),

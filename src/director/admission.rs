@@ -13,7 +13,7 @@
 
 pub mod concurrency;
 mod params;
-pub use params::{go_duration, UtilizationParams};
+pub use params::UtilizationParams;
 
 use crate::datastore::objectives::Priority;
 use crate::endpoint::EndpointMetrics;

@@ -16,6 +16,7 @@
 //! prompt to epp's in-process tokenizer, and is counted and logged.
 
 use super::ApiKind;
+use crate::plugin::go_duration;
 use std::time::Duration;
 
 /// Upstream's defaults.
@@ -87,12 +88,15 @@ impl TokenProducerParams {
         }
         let timeout = match vllm.timeout.as_deref() {
             None | Some("") => DEFAULT_TIMEOUT,
-            Some(t) => go_duration(t).filter(|d| !d.is_zero()).ok_or_else(|| {
-                format!("vllm.timeout {t:?} is not a positive duration (e.g. 5s, 500ms)")
-            })?,
+            Some(t) => go_duration(t)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    format!("vllm.timeout {t:?} is not a positive duration (e.g. 5s, 500ms)")
+                })?,
         };
         if let Some(t) = vllm.mm_timeout.as_deref().filter(|t| !t.is_empty()) {
-            go_duration(t).ok_or_else(|| format!("vllm.mmTimeout {t:?} is not a duration"))?;
+            go_duration(t).map_err(|e| format!("vllm.mmTimeout: {e}"))?;
         }
         Ok(Some(RenderParams {
             url: url.to_owned(),
@@ -100,23 +104,6 @@ impl TokenProducerParams {
             timeout,
         }))
     }
-}
-
-/// A Go duration of one unit (`250ms`, `5s`, `1m`, `1.5s`).
-fn go_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, scale) = [
-        ("ms", 1e-3),
-        ("us", 1e-6),
-        ("µs", 1e-6),
-        ("s", 1.0),
-        ("m", 60.0),
-        ("h", 3600.0),
-    ]
-    .iter()
-    .find_map(|(suffix, scale)| s.strip_suffix(suffix).map(|n| (n, *scale)))?;
-    let v: f64 = num.parse().ok()?;
-    Duration::try_from_secs_f64(v * scale).ok()
 }
 
 /// Why a render call gave no token ids.

@@ -7,7 +7,6 @@
 use super::Thresholds;
 use crate::plugin::Invalid;
 use serde::Deserialize;
-use std::time::Duration;
 
 /// The `utilization-detector` plugin's parameters, as configured.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -44,7 +43,7 @@ impl Thresholds {
         match params
             .metrics_staleness_threshold
             .as_deref()
-            .map(go_duration)
+            .map(crate::plugin::go_duration)
         {
             Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
             Some(Ok(_)) => problems.push(Invalid::new(
@@ -73,43 +72,6 @@ impl Thresholds {
     }
 }
 
-/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers with units
-/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, such as `200ms` or `1m30s`. Negative durations are errors.
-pub fn go_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (expected e.g. 200ms, 2s, 1m30s)");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total = 0.0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let (num, tail) = rest.split_at(num_len);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let n: f64 = num.parse().map_err(|_| invalid())?;
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += n * scale;
-        rest = tail;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| invalid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,7 +98,7 @@ mod tests {
             Thresholds {
                 queue_depth: 10.0,
                 kv_cache_util: 0.9,
-                staleness: Some(Duration::from_secs(90)),
+                staleness: Some(std::time::Duration::from_secs(90)),
                 headroom: 0.2,
                 concurrency: None,
             }
@@ -178,18 +140,5 @@ mod tests {
         assert!(from_config(&typo).unwrap_err()[0]
             .to_string()
             .contains("unknown field `queueDepth`"));
-    }
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(go_duration("200ms"), Ok(Duration::from_millis(200)));
-        assert_eq!(
-            go_duration("1h2m3.5s"),
-            Ok(Duration::from_millis(3_723_500))
-        );
-        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
-        assert!(go_duration("5").is_err());
-        assert!(go_duration("-1s").is_err());
-        assert!(go_duration("").is_err());
     }
 }

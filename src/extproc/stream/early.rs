@@ -82,6 +82,14 @@ enum Decision {
 }
 
 impl Decision {
+    /// When the whole body was in (the decision's latency counts from it).
+    fn read_at(&self) -> Option<Instant> {
+        match self {
+            Self::Whole { read_at, .. } => Some(*read_at),
+            Self::Early(_) => None,
+        }
+    }
+
     fn request(&self) -> Option<&LlmRequest> {
         match self {
             Self::Whole { request, .. } => request.as_ref().ok(),
@@ -197,10 +205,6 @@ impl StreamMachine {
         if !self.limits.early_decision || !self.modes.request.duplex() {
             return;
         }
-        // The render endpoint tokenizes the whole prompt: no decision on a part of it.
-        if self.services.config.load().render.is_some() && RenderParams::renders(r.api) {
-            return;
-        }
         let Some(cap) = self.services.director.early_prompt_bytes(r.api) else {
             return;
         };
@@ -228,10 +232,7 @@ impl StreamMachine {
             });
             return;
         }
-        let started = match &decision {
-            Decision::Whole { read_at, .. } => Some(*read_at),
-            Decision::Early(_) => None,
-        };
+        let started = decision.read_at();
         self.route_decision(reading, decision, started, out);
     }
 
@@ -304,10 +305,7 @@ impl StreamMachine {
             self.state = State::Parked(parked);
             return;
         }
-        let started = match &parked.decision {
-            Decision::Whole { read_at, .. } => Some(*read_at),
-            Decision::Early(_) => None,
-        };
+        let started = parked.decision.read_at();
         self.resume(parked, started, out);
     }
 

@@ -61,7 +61,8 @@ pub enum Router {
     LlmdEppPrecise { name: String, config: PathBuf },
     /// epp with llm-d's precise configuration file (`hack/bench/epp-llmd-precise.yaml`: the same
     /// plugins without file discovery), the placeholders filled in as for
-    /// [`Router::LlmdEppPrecise`], binding the pods' KV events with `--kv-events-bind`.
+    /// [`Router::LlmdEppPrecise`]; epp binds the SUB socket the file's `kvEventsConfig` names
+    /// (no flag, as the file would be deployed).
     EppLlmdPrecise { name: String, config: PathBuf },
 }
 
@@ -285,12 +286,7 @@ pub async fn start(
                 &super::upstream::precise_vars(pods, sub),
                 &rendered,
             )?;
-            let flags = [
-                "--static-endpoints".into(),
-                endpoints(pods),
-                "--kv-events-bind".into(),
-                super::upstream::kv_events_endpoint(sub),
-            ];
+            let flags = ["--static-endpoints".into(), endpoints(pods)];
             epp(bins, &flags, dir, &rendered, 1, false).await?
         }
     };
