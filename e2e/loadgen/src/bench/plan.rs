@@ -550,9 +550,9 @@ pub fn crosscheck(o: &PlanOptions, secs: f64) -> Scenario {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     /// The bench's defaults in `mode`, no upstream EPPs, seed 1.
-    fn options(mode: Mode) -> PlanOptions {
+    pub(crate) fn options(mode: Mode) -> PlanOptions {
         PlanOptions {
             mode,
             shared_prefix_rate: 17.0,

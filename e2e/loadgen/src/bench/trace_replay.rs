@@ -131,19 +131,10 @@ mod tests {
 
     fn opts(seed: u64) -> PlanOptions {
         PlanOptions {
-            mode: Mode::Full,
-            shared_prefix_rate: 17.0,
-            random_rate: 5.5,
             duration_s: 30.0,
             warmup_s: 8.0,
-            peers: false,
-            profile: "llmd-h100-8b".into(),
-            time_scale: 0.5,
-            extra_epp: Vec::new(),
-            epp_replicas: Vec::new(),
-            share_speculative: false,
-            upstream: false,
             seed,
+            ..crate::bench::plan::tests::options(Mode::Full)
         }
     }
 
