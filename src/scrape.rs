@@ -8,6 +8,7 @@
 //! resort. Failures are logged once per failing streak and counted in `epp_metrics_scrapes`.
 //! Scrape and probe failures both feed passive health, each as its own prober.
 
+pub mod client;
 pub mod dcgm;
 pub mod parse;
 pub mod probe;
@@ -15,10 +16,7 @@ pub mod probe;
 use crate::datastore::{Datastore, EndpointState};
 use crate::endpoint::EngineType;
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use client::{Conn, HttpError, Url};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -94,26 +92,22 @@ impl Default for ScrapeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
     #[error("request failed: {0}")]
-    Request(#[source] hyper_util::client::legacy::Error),
+    Request(#[from] HttpError),
     #[error("status {0}")]
-    Status(http::StatusCode),
-    #[error("reading body failed: {0}")]
-    Body(String),
+    Status(u16),
     #[error("exposition is not UTF-8")]
     NotUtf8,
     #[error(transparent)]
     Extract(#[from] parse::ExtractError),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
-    #[error("bad uri: {0}")]
-    Uri(#[from] http::uri::InvalidUri),
+    /// The configured path makes no URL.
+    #[error("{0}")]
+    BadUrl(String),
 }
-
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
 /// Everything a poller needs, shared by all of them.
 struct Shared {
-    client: HttpClient,
     /// The instant every poller's schedule counts from.
     epoch: tokio::time::Instant,
     opts: ScrapeOptions,
@@ -154,14 +148,7 @@ pub async fn run(
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(opts.timeout));
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(1)
-        .build(connector);
     let shared = Arc::new(Shared {
-        client,
         epoch: tokio::time::Instant::now(),
         probes: opts.probe.clone().map(probe::Probes::new),
         opts,
@@ -209,13 +196,17 @@ async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &Cancellati
     }
 }
 
-/// Where one endpoint's metrics are, and whether it is still asked for the filtered page.
+/// Where one endpoint's metrics are, whether it is still asked for the filtered page, and the
+/// connections this poller keeps (to the pod, and to the DCGM exporter when configured).
 struct Target {
     engine: EngineType,
-    /// The whole page.
-    uri: String,
+    /// The whole page: `GET` target, or why the configured path makes no URL.
+    page: Result<String, String>,
     /// The page with only the series epp reads, while the server serves it.
     filtered: Option<String>,
+    conn: Conn,
+    /// The DCGM exporter's page and connection (`--gpu-metrics-url`, checked at start-up).
+    gpu: Option<(String, Conn)>,
 }
 
 impl Target {
@@ -227,22 +218,31 @@ impl Target {
             .map(parse::unquote)
             .filter(|p| !p.is_empty())
             .unwrap_or(engine.metrics_path());
-        let uri = match opts.port {
-            0 => format!("http://{id}{path}"),
-            port => format!(
-                "http://{}{path}",
-                std::net::SocketAddr::new(id.0.ip(), port)
-            ),
+        let authority = match opts.port {
+            0 => id.to_string(),
+            port => std::net::SocketAddr::new(id.0.ip(), port).to_string(),
         };
+        let url = Url::parse(&format!("http://{authority}{path}"));
         // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server
         // that ignores the filter sends the whole page, which parses the same.
-        let filtered = opts
-            .filter
-            .then(|| filtered_uri(&uri, &parse::series_names(engine, &opts.names)));
+        let filtered = match &url {
+            Ok(u) if opts.filter => Some(filtered_uri(
+                &u.target,
+                &parse::series_names(engine, &opts.names),
+            )),
+            _ => None,
+        };
+        let gpu = opts
+            .gpu_metrics_url
+            .as_deref()
+            .and_then(|u| Url::parse(u).ok())
+            .map(|u| (u.target, Conn::new(&u.authority)));
         Self {
             engine,
-            uri,
+            conn: Conn::new(&authority),
+            page: url.map(|u| u.target).map_err(|e| e.to_string()),
             filtered,
+            gpu,
         }
     }
 
@@ -252,22 +252,28 @@ impl Target {
         shared: &Shared,
         state: &EndpointState,
     ) -> Result<crate::endpoint::EndpointMetrics, ScrapeError> {
-        let uri = self.filtered.as_deref().unwrap_or(&self.uri);
-        let mut result = scrape_metrics(shared, uri, self.engine).await;
+        let page = match &self.page {
+            Ok(page) => page,
+            Err(e) => return Err(ScrapeError::BadUrl(e.clone())),
+        };
+        let target = self.filtered.as_deref().unwrap_or(page);
+        let mut result = scrape_metrics(&mut self.conn, shared, target, self.engine).await;
         if self.filtered.is_some() && filter_refused(&result) {
             // A server that answers the filter with an error or without the series (a
             // multi-process prometheus_client registry serves none): try the whole page, and
             // keep scraping it whole once that works.
-            let whole = scrape_metrics(shared, &self.uri, self.engine).await;
+            let whole = scrape_metrics(&mut self.conn, shared, page, self.engine).await;
             if whole.is_ok() {
                 tracing::info!(endpoint = %state.id(), "the model server does not serve `?name[]=` filtered metrics; scraping its whole page");
                 self.filtered = None;
             }
             result = whole;
         }
-        match (result, &shared.opts.gpu_metrics_url) {
-            (Ok(mut m), Some(url)) => {
-                m.gpu = node_gpu(shared, url, &state.endpoint.name).await.or(m.gpu);
+        match (result, &mut self.gpu) {
+            (Ok(mut m), Some((page, conn))) => {
+                m.gpu = node_gpu(conn, page, shared, &state.endpoint.name)
+                    .await
+                    .or(m.gpu);
                 Ok(m)
             }
             (other, _) => other,
@@ -313,13 +319,15 @@ fn record(
     crate::datastore::report(&shared.metrics, &state.endpoint, health, "metrics scrape");
 }
 
-/// One scrape of `uri`, extracted.
+/// One scrape of `target`, extracted.
 async fn scrape_metrics(
+    conn: &mut Conn,
     shared: &Shared,
-    uri: &str,
+    target: &str,
     engine: EngineType,
 ) -> Result<crate::endpoint::EndpointMetrics, ScrapeError> {
-    match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, uri)).await {
+    let timeout = shared.opts.timeout;
+    match tokio::time::timeout(timeout, scrape_once(conn, target)).await {
         Ok(r) => r.and_then(|text| {
             Ok(parse::extract_with(
                 &text,
@@ -328,7 +336,7 @@ async fn scrape_metrics(
                 Instant::now(),
             )?)
         }),
-        Err(_) => Err(ScrapeError::Timeout(shared.opts.timeout)),
+        Err(_) => Err(ScrapeError::Timeout(timeout)),
     }
 }
 
@@ -336,7 +344,7 @@ async fn scrape_metrics(
 /// without the series epp reads.
 fn filter_refused<T>(result: &Result<T, ScrapeError>) -> bool {
     match result {
-        Err(ScrapeError::Status(s)) => s.is_client_error(),
+        Err(ScrapeError::Status(s)) => (400..500).contains(s),
         Err(ScrapeError::Extract(parse::ExtractError::Missing(_))) => true,
         _ => false,
     }
@@ -365,38 +373,31 @@ fn filtered_uri(uri: &str, names: &[&str]) -> String {
 /// This endpoint's GPU readings from the shared DCGM exporter; `None` (logged) when that
 /// scrape fails or names no GPU of this pod.
 async fn node_gpu(
+    conn: &mut Conn,
+    target: &str,
     shared: &Shared,
-    url: &str,
     endpoint_name: &str,
 ) -> Option<crate::endpoint::GpuMetrics> {
-    let text =
-        match tokio::time::timeout(shared.opts.timeout, scrape_once(&shared.client, url)).await {
-            Ok(Ok(text)) => text,
-            Ok(Err(e)) => return log_gpu_failure(url, &e),
-            Err(_) => return log_gpu_failure(url, &ScrapeError::Timeout(shared.opts.timeout)),
-        };
+    let timeout = shared.opts.timeout;
+    let text = match tokio::time::timeout(timeout, scrape_once(conn, target)).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(e)) => return log_gpu_failure(target, &e),
+        Err(_) => return log_gpu_failure(target, &ScrapeError::Timeout(timeout)),
+    };
     dcgm::extract_for_pod(&text, dcgm::pod_label(endpoint_name))
 }
 
-fn log_gpu_failure(url: &str, e: &ScrapeError) -> Option<crate::endpoint::GpuMetrics> {
-    tracing::debug!(url, error = %e, "GPU metrics scrape failed");
+fn log_gpu_failure(target: &str, e: &ScrapeError) -> Option<crate::endpoint::GpuMetrics> {
+    tracing::debug!(target, error = %e, "GPU metrics scrape failed");
     None
 }
 
-async fn scrape_once(client: &HttpClient, uri: &str) -> Result<String, ScrapeError> {
-    let resp = client
-        .get(uri.parse()?)
-        .await
-        .map_err(ScrapeError::Request)?;
-    if !resp.status().is_success() {
-        return Err(ScrapeError::Status(resp.status()));
+async fn scrape_once(conn: &mut Conn, target: &str) -> Result<String, ScrapeError> {
+    let resp = conn.get(target, MAX_BODY).await?;
+    if !(200..300).contains(&resp.status) {
+        return Err(ScrapeError::Status(resp.status));
     }
-    let body = Limited::new(resp.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| ScrapeError::Body(e.to_string()))?;
-    // `Vec::from(Bytes)` takes the buffer over when it is uniquely owned (no copy).
-    String::from_utf8(Vec::from(body.to_bytes())).map_err(|_| ScrapeError::NotUtf8)
+    String::from_utf8(resp.body).map_err(|_| ScrapeError::NotUtf8)
 }
 
 #[cfg(test)]

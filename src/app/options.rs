@@ -28,6 +28,8 @@ pub enum OptionsError {
     Invalid(&'static str, &'static str),
     #[error("replica sharing: {}", .0.join("; "))]
     Peers(Vec<String>),
+    #[error("{0}: {1}")]
+    Url(&'static str, String),
 }
 
 /// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
@@ -428,12 +430,45 @@ impl Options {
             ));
         }
         self.metric_names().map_err(OptionsError::MetricName)?;
+        self.check_urls()?;
         if self.refresh_metrics_interval.is_zero() {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
         }
         let peers = self.peer_problems();
         if !peers.is_empty() {
             return Err(OptionsError::Peers(peers));
+        }
+        Ok(())
+    }
+
+    /// The poller's URLs: the DCGM exporter's, and the paths it asks every pod for (a path
+    /// that makes no URL would otherwise fail every scrape or probe).
+    fn check_urls(&self) -> Result<(), OptionsError> {
+        use crate::scrape::client::Url;
+        let bad = |flag| {
+            move |e: crate::scrape::client::HttpError| OptionsError::Url(flag, e.to_string())
+        };
+        if let Some(url) = &self.gpu_metrics_url {
+            Url::parse(url).map_err(bad("--gpu-metrics-url"))?;
+        }
+        let paths = [
+            (
+                "--model-server-metrics-path",
+                self.model_server_metrics_path.as_deref(),
+            ),
+            ("--health-check-path", Some(self.health_check_path.as_str())),
+        ];
+        for (flag, path) in paths {
+            if let Some(path) = path.filter(|p| !p.is_empty()) {
+                let path = crate::scrape::parse::unquote(path);
+                if !path.starts_with('/') {
+                    return Err(OptionsError::Url(
+                        flag,
+                        format!("{path:?} does not start with /"),
+                    ));
+                }
+                Url::parse(&format!("http://localhost{path}")).map_err(bad(flag))?;
+            }
         }
         Ok(())
     }

@@ -12,12 +12,9 @@
 //! `outlier-detection` plugin, probes are counted in `epp_health_probes` and logged, nothing
 //! more. Metric scrape failures feed the same state (as their own prober).
 
+use super::client::{Conn, HttpError, Url};
 use crate::datastore::{self, Datastore, EndpointState};
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -32,32 +29,24 @@ pub struct ProbeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error("request failed: {0}")]
-    Request(#[source] hyper_util::client::legacy::Error),
+    Request(#[from] HttpError),
     #[error("status {0}")]
-    Status(http::StatusCode),
+    Status(u16),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
-    #[error("bad uri: {0}")]
-    Uri(#[from] http::uri::InvalidUri),
+    /// The configured path makes no URL.
+    #[error("{0}")]
+    BadUrl(String),
 }
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-/// The probe client and options, shared by every endpoint's poller.
+/// The probe options, shared by every endpoint's poller (each keeps its own connection).
 pub(super) struct Probes {
-    /// Its own client: its connect timeout is the probe's, not the scrape's.
-    client: HttpClient,
     opts: ProbeOptions,
 }
 
 impl Probes {
     pub(super) fn new(opts: ProbeOptions) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(opts.timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(1)
-            .build(connector);
-        Self { client, opts }
+        Self { opts }
     }
 
     /// Probes `state` every interval (the first at once) until `cancel`; a late probe delays
@@ -69,7 +58,9 @@ impl Probes {
         datastore: &Datastore,
         cancel: &CancellationToken,
     ) {
-        let uri = format!("http://{}{}", state.id(), self.opts.path);
+        let authority = state.id().to_string();
+        let url = Url::parse(&format!("http://{authority}{}", self.opts.path));
+        let mut conn = Conn::new(&authority);
         let mut tick = tokio::time::interval(self.opts.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
@@ -78,7 +69,7 @@ impl Probes {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let ok = self.probe(&uri, state, &mut failing).await;
+            let ok = self.probe(&mut conn, &url, state, &mut failing).await;
             let outcome = if ok {
                 Outcome::success
             } else {
@@ -99,12 +90,21 @@ impl Probes {
     }
 
     /// One probe, bounded by the timeout; logs the first failure of a streak and the recovery.
-    async fn probe(&self, uri: &str, state: &EndpointState, failing: &mut bool) -> bool {
-        let result =
-            match tokio::time::timeout(self.opts.timeout, probe_once(&self.client, uri)).await {
+    async fn probe(
+        &self,
+        conn: &mut Conn,
+        url: &Result<Url, HttpError>,
+        state: &EndpointState,
+        failing: &mut bool,
+    ) -> bool {
+        let timeout = self.opts.timeout;
+        let result = match url {
+            Ok(url) => match tokio::time::timeout(timeout, probe_once(conn, &url.target)).await {
                 Ok(r) => r,
-                Err(_) => Err(ProbeError::Timeout(self.opts.timeout)),
-            };
+                Err(_) => Err(ProbeError::Timeout(timeout)),
+            },
+            Err(e) => Err(ProbeError::BadUrl(e.to_string())),
+        };
         match &result {
             Ok(()) if std::mem::take(failing) => {
                 tracing::info!(endpoint = %state.id(), "health probe recovered")
@@ -118,15 +118,10 @@ impl Probes {
     }
 }
 
-async fn probe_once(client: &HttpClient, uri: &str) -> Result<(), ProbeError> {
-    let resp = client
-        .get(uri.parse()?)
-        .await
-        .map_err(ProbeError::Request)?;
-    if resp.status().is_success() {
-        Ok(())
-    } else {
-        Err(ProbeError::Status(resp.status()))
+async fn probe_once(conn: &mut Conn, target: &str) -> Result<(), ProbeError> {
+    match conn.status(target).await? {
+        200..=299 => Ok(()),
+        status => Err(ProbeError::Status(status)),
     }
 }
 

@@ -124,3 +124,40 @@ fn bad_replica_sharing_flags_are_all_named_in_one_error() {
     ]);
     o.validate().unwrap();
 }
+
+#[test]
+fn the_pollers_urls_are_checked_at_start_up() {
+    let parse = |extra: &[&str]| {
+        let base = ["epp", "--static-endpoints", "127.0.0.1:1"];
+        Options::try_parse_from(base.iter().chain(extra)).unwrap()
+    };
+    parse(&[]).validate().unwrap();
+    parse(&[
+        "--gpu-metrics-url",
+        "http://dcgm.monitoring.svc:9400/federate?match[]=DCGM_FI_DEV_GPU_UTIL",
+        "--model-server-metrics-path",
+        "\"/metrics\"",
+        "--health-check-path",
+        "/v1/health",
+    ])
+    .validate()
+    .unwrap();
+    for (args, names) in [
+        (
+            ["--gpu-metrics-url", "https://dcgm:9400/metrics"],
+            "--gpu-metrics-url",
+        ),
+        (
+            ["--model-server-metrics-path", "metrics"],
+            "does not start with /",
+        ),
+        (
+            ["--model-server-metrics-path", "/met rics"],
+            "--model-server-metrics-path",
+        ),
+        (["--health-check-path", "/he\nalth"], "--health-check-path"),
+    ] {
+        let err = parse(&args).validate().unwrap_err().to_string();
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+}
