@@ -19,6 +19,7 @@ pub mod parsers;
 pub mod render;
 pub mod scan;
 pub mod tokenize;
+pub mod unescape;
 
 pub use parsers::{Handling, ParserKind, ParserSet};
 
@@ -282,9 +283,11 @@ fn completion_prompt(text: &str, cap: usize) -> Result<Prompt, RequestError> {
         .strip_prefix('[')
         .map(|rest| rest.trim_start().chars().next());
     let prompt = match (text.chars().next(), inner) {
-        (Some('"'), _) => {
-            serde_json::from_str::<String>(text).map(|t| Prompt::Text(truncate(t, cap)))
-        }
+        // Only the capped start is decoded; a string it cannot decode gets serde's error.
+        (Some('"'), _) => match unescape::literal_prefix(text, cap) {
+            Some(t) => Ok(Prompt::Text(truncate(t, cap))),
+            None => serde_json::from_str::<String>(text).map(|t| Prompt::Text(truncate(t, cap))),
+        },
         (_, Some(Some('"'))) => serde_json::from_str::<Vec<String>>(text)
             .map(|ts| Prompt::Text(truncate(ts.join("\n"), cap))),
         (_, Some(Some('['))) => serde_json::from_str::<Vec<Vec<u32>>>(text)
@@ -333,7 +336,13 @@ fn concat_raw(parts: &[Option<&RawValue>], cap: usize) -> String {
         if out.len() >= cap {
             break;
         }
-        out.push_str(part.get());
+        // Up to the cap only (a 400 KB conversation is not copied whole to keep 128 KB).
+        let text = part.get();
+        let mut end = text.len().min(cap - out.len() + 3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&text[..end]);
     }
     truncate(out, cap)
 }

@@ -450,33 +450,13 @@ fn valid_prefix(bytes: &[u8]) -> Option<String> {
 }
 
 /// Decodes the start of a JSON string that is still arriving (`raw` begins at its quote), at
-/// least `cap` bytes of text when available. A cut inside an escape or a character is backed
-/// off; `None` when nothing decodes (invalid text: the whole body will tell).
+/// least `cap` bytes of text when available ([`super::unescape`]); `None` when nothing decodes
+/// (invalid text: the whole body will tell).
 fn decode_partial(raw: &[u8], cap: usize) -> Option<String> {
     if raw.len() <= cap {
         return None;
     }
-    // Plain text decodes byte for byte; escapes (up to 6 bytes for 1) need a longer slice.
-    let first = decode_cut(raw, cap.saturating_add(cap / 4).saturating_add(16))?;
-    if first.len() >= cap {
-        return Some(first);
-    }
-    decode_cut(raw, cap.saturating_mul(6).saturating_add(16))
-}
-
-fn decode_cut(raw: &[u8], want: usize) -> Option<String> {
-    let want = raw.len().min(want);
-    let mut cut = want;
-    while cut > 1 && want - cut <= 16 {
-        let mut attempt = Vec::with_capacity(cut + 1);
-        attempt.extend_from_slice(&raw[..cut]);
-        attempt.push(b'"');
-        if let Ok(s) = serde_json::from_slice::<String>(&attempt) {
-            return Some(s);
-        }
-        cut -= 1;
-    }
-    None
+    super::unescape::string_prefix(raw, cap)
 }
 
 #[cfg(test)]
