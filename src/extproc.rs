@@ -10,6 +10,7 @@
 //! With flow control, a stream whose decision is parked awaits its turn here before reading
 //! on; if the gateway drops the stream meanwhile, the wait is dropped and leaves the queue.
 
+pub mod grpc;
 pub mod render;
 pub mod response;
 pub mod status;
@@ -17,16 +18,11 @@ pub mod stream;
 pub mod wire;
 
 use crate::director::flowcontrol::FlowControl;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
-    ExternalProcessor, ExternalProcessorServer,
-};
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
-use futures::Stream;
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
 use stream::{Limits, Services, StreamMachine};
-use tonic::{Request, Response, Status, Streaming};
+use tonic::Status;
 
 /// The gRPC service name, also served by the health service.
 pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
@@ -74,31 +70,14 @@ impl ExtProc {
         self.flow.as_ref().filter(|_| on).cloned()
     }
 
-    /// The tonic service, accepting buffered bodies up to the body limit.
-    pub fn into_server(self) -> ExternalProcessorServer<Self> {
+    /// The gRPC service, accepting buffered bodies up to the body limit.
+    pub fn into_server(self) -> grpc::ExtProcServer {
         let max = self.limits.max_body_bytes.saturating_add(1 << 20);
-        ExternalProcessorServer::new(self).max_decoding_message_size(max)
+        grpc::ExtProcServer::new(self, max)
     }
-}
 
-type Responses = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
-
-struct Driver {
-    inbound: Streaming<ProcessingRequest>,
-    flow: Option<Arc<FlowControl>>,
-    machine: StreamMachine,
-    pending: VecDeque<ProcessingResponse>,
-    deadline: tokio::time::Instant,
-}
-
-#[tonic::async_trait]
-impl ExternalProcessor for ExtProc {
-    type ProcessStream = Responses;
-
-    async fn process(
-        &self,
-        request: Request<Streaming<ProcessingRequest>>,
-    ) -> Result<Response<Responses>, Status> {
+    /// A new stream's driver.
+    fn driver(&self, inbound: grpc::Inbound) -> Driver {
         let mut machine = StreamMachine::new(Arc::clone(&self.services), self.limits);
         let flow = self.flow_now();
         if flow.is_some() {
@@ -107,19 +86,23 @@ impl ExternalProcessor for ExtProc {
         if self.emit_endpoint_scores {
             machine.emit_endpoint_scores();
         }
-        let driver = Driver {
-            inbound: request.into_inner(),
+        Driver {
+            inbound,
             flow,
             machine,
             pending: VecDeque::new(),
             deadline: tokio::time::Instant::now() + self.limits.body_timeout,
-        };
-        let responses = futures::stream::unfold(driver, |mut d| async move {
-            let next = d.next().await?;
-            Some((Ok(next), d))
-        });
-        Ok(Response::new(Box::pin(responses)))
+        }
     }
+}
+
+/// One stream: pulls Envoy's messages, runs the machine, hands out its responses in order.
+struct Driver {
+    inbound: grpc::Inbound,
+    flow: Option<Arc<FlowControl>>,
+    machine: StreamMachine,
+    pending: VecDeque<ProcessingResponse>,
+    deadline: tokio::time::Instant,
 }
 
 impl Driver {
