@@ -410,7 +410,7 @@ async fn epp(
         } else {
             format!("epp-{}", i + 1)
         };
-        let mut proc_ = Proc::spawn(&name, &bins.epp, &args, dir)?;
+        let mut proc_ = Proc::spawn_env(&name, &bins.epp, &args, &image_env(), dir)?;
         wait_http_ok(
             &mut proc_,
             SocketAddr::from(([127, 0, 0, 1], p[2])),
@@ -538,6 +538,12 @@ fn peer_credentials(dir: &Path) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir)
         .and_then(|()| creds.write(dir))
         .map_err(BenchError::io(format!("writing {}", dir.display())))
+}
+
+/// The environment epp's image sets (the Dockerfile's `ENV`), so that the bench measures epp
+/// as it ships: mimalloc returns freed pages at once.
+fn image_env() -> Vec<(String, String)> {
+    vec![("MIMALLOC_PURGE_DELAY".to_owned(), "0".to_owned())]
 }
 
 #[cfg(test)]
