@@ -1,28 +1,11 @@
 use super::*;
 use proptest::prelude::*;
 
+use crate::request::truncate as cut;
+
 /// What the parse did before: the whole string decoded, then cut at a character boundary.
 fn whole(raw: &str, cap: usize) -> Option<String> {
-    let mut s: String = serde_json::from_str(raw).ok()?;
-    if s.len() > cap {
-        let mut end = cap;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    Some(s)
-}
-
-fn cut(mut s: String, cap: usize) -> String {
-    if s.len() > cap {
-        let mut end = cap;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
+    serde_json::from_str(raw).ok().map(|s| cut(s, cap))
 }
 
 /// A JSON string literal of `text`, each character written plainly or as an escape.
