@@ -113,3 +113,30 @@ fn compressed_streams_are_refused_identity_is_not() {
     h.insert("grpc-encoding", http::HeaderValue::from_static("gzip"));
     assert_eq!(compressed(&h).unwrap().code(), Code::Unimplemented);
 }
+
+#[tokio::test]
+async fn a_message_inside_one_frame_is_not_copied() {
+    let wire = Bytes::from(framed(&[body_msg(&[9u8; 1000], true)]));
+    let body = Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+        vec![Ok::<_, Status>(Frame::data(wire.clone()))],
+    )));
+    let mut inbound = Inbound::new(body, 1 << 20);
+    // Buffer the frame, then take the message's bytes as the decoder does.
+    let frame = inbound
+        .body
+        .frame()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    inbound.buffered = frame.len();
+    inbound.chunks.push_back(frame);
+    let bytes = inbound.take_message().unwrap().unwrap();
+    assert_eq!(
+        bytes.as_ptr(),
+        wire[PREFIX..].as_ptr(),
+        "a slice of the frame"
+    );
+    assert_eq!(inbound.buffered, 0);
+}
