@@ -23,9 +23,9 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/epp /epp
 # mimalloc gives freed pages back at once instead of after 10 ms: a 100K-token request's
 # buffers are then gone before the next one's arrive (peak RSS on the 100-pod cost run
-# 25-27 -> 21-23 MiB; small prompts' CPU unchanged, 100K prompts' up to a fifth more, within
-# the spread of two runs; BENCHMARKS.md "Peak RSS: the poller's connections, tonic's buffer,
-# the allocator's delay"). mimalloc has no compile-time default for it, and epp forbids the
+# 25-27 -> 21-24 MiB; small prompts' CPU unchanged, 100K prompts' about a fifth more;
+# BENCHMARKS.md "Peak RSS: the poller's connections, tonic's buffer, the allocator's delay").
+# mimalloc has no compile-time default for it, and epp forbids the
 # unsafe call that sets it, so the image sets it; hack/bench.sh starts epp the same way.
 ENV MIMALLOC_PURGE_DELAY=0
 # ext_proc gRPC, gRPC health, Prometheus metrics.

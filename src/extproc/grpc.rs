@@ -4,9 +4,10 @@
 //! the message's length and kept for the stream's life. An ext_proc stream lives as long as its
 //! HTTP request, model time included, so each in-flight request with a 400 KB body (100K
 //! tokens, which Envoy sends as one message) held 400 KB there long after epp had routed it:
-//! the largest item of epp's heap under 100K-token load (heaptrack, BENCHMARKS.md "Peak RSS:
-//! the poller's connections, tonic's buffer"). Here a message is read from the HTTP/2 frames
-//! as they come, decoded, and its bytes dropped; a message within one frame is not even copied.
+//! the largest item of epp's heap under 100K-token load once the poller's buffers were gone
+//! (heaptrack, BENCHMARKS.md "Peak RSS: the poller's connections, tonic's buffer, the allocator's delay").
+//! Here a message is read from the HTTP/2 frames as they come, decoded, and its bytes dropped;
+//! a message within one frame is not even copied.
 //!
 //! What is kept of gRPC: 5-byte message prefixes (compressed flag, big-endian length), the
 //! receive and send size limits (`--grpc-max-recv-msg-size`, `--grpc-max-send-msg-size`,
@@ -17,7 +18,6 @@
 use super::ExtProc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
-use futures::Stream;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 use prost::Message;
@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tonic::body::Body;
-use tonic::{Code, Status};
+use tonic::Status;
 
 /// The one method served.
 pub const PROCESS_PATH: &str = "/envoy.service.ext_proc.v3.ExternalProcessor/Process";
@@ -98,13 +98,13 @@ impl tonic::codegen::Service<http::Request<Body>> for ExtProcServer {
             let mut driver = state?;
             match driver.next().await {
                 Some(msg) => match encode(&msg, max_send) {
-                    Ok(data) => Some((Ok(Frame::data(data)), Some(driver))),
+                    Ok(data) => Some((Ok::<_, Status>(Frame::data(data)), Some(driver))),
                     Err(status) => Some((Ok(Frame::trailers(trailers(&status))), None)),
                 },
                 None => Some((Ok(Frame::trailers(trailers(&Status::ok("")))), None)),
             }
         });
-        let body = Body::new(http_body_util::StreamBody::new(frames_of(frames)));
+        let body = Body::new(http_body_util::StreamBody::new(frames));
         let mut resp = http::Response::new(body);
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
@@ -112,14 +112,6 @@ impl tonic::codegen::Service<http::Request<Body>> for ExtProcServer {
         );
         Box::pin(async move { Ok(resp) })
     }
-}
-
-/// Pins the frame stream's type for `StreamBody`.
-fn frames_of<S>(s: S) -> S
-where
-    S: Stream<Item = Result<Frame<Bytes>, Status>> + Send + 'static,
-{
-    s
 }
 
 /// A compressed stream is refused: Envoy sends none, and nothing here decompresses.
@@ -218,8 +210,7 @@ impl Inbound {
         self.peek(&mut prefix);
         let [flag, len @ ..] = prefix;
         if flag != 0 {
-            return Err(Status::new(
-                Code::Unimplemented,
+            return Err(Status::unimplemented(
                 "compressed messages are not supported",
             ));
         }

@@ -2,9 +2,9 @@
 //!
 //! The prefix index hashes at most the prompt cap's bytes of a prompt, so a 100K-token
 //! completions prompt (400 KB) need not be decoded whole: decoding it and then cutting it was
-//! one of the largest allocations of a long request (heaptrack, BENCHMARKS.md "Peak RSS: the
-//! poller's connections"). The early decision reads a string that is still arriving the same
-//! way.
+//! one of the largest allocations of a long request (heaptrack, BENCHMARKS.md
+//! "Peak RSS: the poller's connections, tonic's buffer, the allocator's delay"). The early decision reads a string that is still
+//! arriving the same way.
 
 /// The text of the JSON string whose opening quote is `raw[0]`, decoded until it holds at least
 /// `cap` bytes or the string (or `raw`) ends; a character or escape cut off at the end of `raw`
@@ -103,13 +103,13 @@ fn unicode(s: &[u8]) -> Escape {
     match hi {
         0xD800..=0xDBFF => {
             let Some(next) = s.get(6..12) else {
-                // A cut pair, unless what is there is already no low surrogate.
-                return match s
-                    .get(6..)
-                    .filter(|t| !b"\\u".starts_with(&t[..t.len().min(2)]))
-                {
-                    Some(_) => Escape::Invalid,
-                    None => Escape::Cut,
+                // A pair cut short, unless what follows already cannot start `\u`.
+                let rest = &s[6..];
+                let could_pair = b"\\u".starts_with(&rest[..rest.len().min(2)]);
+                return if could_pair {
+                    Escape::Cut
+                } else {
+                    Escape::Invalid
                 };
             };
             let lo = match (next.starts_with(b"\\u"), hex4(&next[2..])) {

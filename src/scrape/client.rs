@@ -3,9 +3,10 @@
 //!
 //! Why not hyper's pooled client, used before: it kept about 32 KB per pod between scrapes
 //! (an 8 KiB read buffer, an 8 KiB header write buffer and two 8 KiB blocks of its dispatch
-//! channel per connection), 3.2 MB of epp's heap at 100 pods; heaptrack put it at a third of
-//! the idle heap (BENCHMARKS.md "Peak RSS: the poller's connections"). This client keeps
-//! the socket and nothing else: a response's buffer lives only while it is read.
+//! channel per connection), 3.2 MB at 100 pods: more than half of epp's idle heap and a third
+//! of its peak, by heaptrack (BENCHMARKS.md "Peak RSS: the poller's connections, tonic's buffer, the allocator's delay").
+//! This client keeps the socket and nothing else: a response's buffer lives only while it is
+//! read.
 //!
 //! What it reads: a status line and headers (`httparse`, hyper's own parser), then a body
 //! framed by `Transfer-Encoding: chunked`, `Content-Length`, or the connection's end; interim
@@ -97,15 +98,9 @@ pub struct Response {
 
 impl Conn {
     pub fn new(authority: &str) -> Self {
-        let has_port = match authority.rfind(']') {
-            // `[v6]` or `[v6]:port`.
-            Some(end) => authority[end..].contains(':'),
-            None => authority.contains(':'),
-        };
-        let addr = if has_port {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
+        let addr = match authority.parse::<http::uri::Authority>() {
+            Ok(a) if a.port().is_none() => format!("{authority}:80"),
+            _ => authority.to_owned(),
         };
         Self {
             authority: authority.to_owned(),
@@ -196,32 +191,7 @@ async fn exchange(
     };
     stream.write_all(head).await.map_err(unanswered)?;
     let mut buf = Vec::with_capacity(READ_CHUNK);
-    let head = loop {
-        match parse_head(&buf)? {
-            Some(h) if (100..200).contains(&h.status) && h.status != 101 => {
-                buf.drain(..h.len);
-            }
-            Some(h) => break h,
-            None => {
-                if buf.len() >= MAX_HEAD {
-                    return Err(malformed("header section over 64 KiB").into());
-                }
-                let first = buf.is_empty();
-                match fill(&mut stream, &mut buf).await {
-                    Ok(0) if first => {
-                        return Err(Failure {
-                            error: HttpError::Closed,
-                            answered: false,
-                        })
-                    }
-                    Ok(0) => return Err(HttpError::Closed.into()),
-                    Ok(_) => {}
-                    Err(e) if first => return Err(unanswered(e)),
-                    Err(e) => return Err(HttpError::Io(e).into()),
-                }
-            }
-        }
-    };
+    let head = read_head(&mut stream, &mut buf).await?;
     buf.drain(..head.len);
     let status = head.status;
     // No body whatever the headers say (RFC 9112 §6.3), or a declared empty one.
@@ -249,6 +219,41 @@ async fn exchange(
     };
     let kept = (persistent && clean).then_some(stream);
     Ok((Response { status, body }, kept))
+}
+
+/// Reads until a final answer's status line and headers are in `buf` (interim `1xx` answers
+/// are dropped from it).
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Failure> {
+    loop {
+        match parse_head(buf)? {
+            Some(h) if (100..200).contains(&h.status) && h.status != 101 => {
+                buf.drain(..h.len);
+                continue;
+            }
+            Some(h) => return Ok(h),
+            None if buf.len() >= MAX_HEAD => {
+                return Err(malformed("header section over 64 KiB").into())
+            }
+            None => {}
+        }
+        // Nothing of an answer yet: a kept connection may have been closed by the server.
+        let answered = !buf.is_empty();
+        match fill(stream, buf).await {
+            Ok(0) => {
+                return Err(Failure {
+                    error: HttpError::Closed,
+                    answered,
+                })
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Failure {
+                    error: HttpError::Io(e),
+                    answered,
+                })
+            }
+        }
+    }
 }
 
 /// How the body's end is found.

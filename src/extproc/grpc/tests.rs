@@ -1,5 +1,6 @@
 use super::*;
 use envoy_types::pb::envoy::service::ext_proc::v3::{processing_request, HttpBody};
+use tonic::Code;
 
 fn body_msg(bytes: &[u8], eos: bool) -> ProcessingRequest {
     ProcessingRequest {
