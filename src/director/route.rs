@@ -54,9 +54,14 @@ pub(super) fn route(
             let _span = crate::telemetry::child("tokenize");
             lookup(&runtime, source, p, &candidates)
         });
+    let token_scale = d.indexes.approximate.scale.get();
     if let Some(l) = &lookup {
         for c in &mut candidates {
             c.prefix_blocks = l.scored(c.id);
+            // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
+            let per = if l.pseudo_tokens { token_scale } else { 1.0 };
+            c.prefill.held_past_cap = l.held_past_cap(c.id) as f64 / per;
+            c.prefill.cache_free_tokens = l.free_tokens(c.id).map(|t| t as f64 / per);
         }
     }
     let lru = d.lru_snapshot(&runtime.scheduler);
@@ -66,7 +71,7 @@ pub(super) fn route(
         lookup: lookup.as_ref(),
         states: &states,
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
-        token_scale: d.indexes.approximate.scale.get(),
+        token_scale,
     };
     let bound = d.session_bound(&runtime.scheduler, inc.session_id);
     let prefill_bound = d.prefill_session_bound(&runtime.scheduler, inc.prefill_session_id);

@@ -79,6 +79,11 @@ struct Inner {
     /// First free node (linked through `older`).
     free: NodeId,
     heads: HashMap<u64, Head, IdBuild>,
+    /// Blocks a node stands for beyond itself: the part of a prompt past the match cap, which
+    /// is not hashed but fills the pod's cache all the same ([`PrefixIndex::record_with_tail`]).
+    /// Kept beside the nodes, not in them: only a prompt longer than the cap has one, and a
+    /// field would make every node 32 bytes instead of 24.
+    tails: HashMap<NodeId, u32, IdBuild>,
 }
 
 /// Which endpoints were routed which prefixes. Shared by every request; see module docs.
@@ -162,6 +167,7 @@ impl PrefixIndex {
             nodes: Vec::new(),
             free: NIL,
             heads: HashMap::default(),
+            tails: HashMap::default(),
         };
         Self {
             inner: RwLock::new(inner),
@@ -215,14 +221,68 @@ impl PrefixIndex {
     /// blocks do. Recorded head first, the index evicted the head first and forgot the whole
     /// prefix (a match needs block 0) while the pod still held all but its tail.
     pub fn record(&self, endpoint: EndpointId, hashes: &[u64], capacity: usize) {
-        if hashes.is_empty() {
+        self.record_with_tail(endpoint, hashes, 0, capacity);
+    }
+
+    /// [`Self::record`] for a prompt that goes on for `tail` blocks past its last hash (the match
+    /// cap). The tail is charged to the endpoint's LRU with the last block, so a pod's long
+    /// prompts evict its other prefixes here as they do in its cache, and it is what
+    /// [`Self::tails_at`] reports: how far past the cap the endpoint was last sent after this
+    /// chain. A chain recorded again keeps the longer of its tails (the pod holds at least
+    /// that much after it).
+    pub fn record_with_tail(
+        &self,
+        endpoint: EndpointId,
+        hashes: &[u64],
+        tail: usize,
+        capacity: usize,
+    ) {
+        let Some(last) = hashes.last() else {
             return;
-        }
+        };
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let slot = inner.slot_for(endpoint, capacity);
-        for h in hashes.iter().rev() {
+        if let Some(n) = inner.insert(slot, *last) {
+            inner.set_tail(slot, n, u32::try_from(tail).unwrap_or(u32::MAX));
+        }
+        for h in hashes.iter().rev().skip(1) {
             inner.insert(slot, *h);
         }
+    }
+
+    /// The tail (in blocks) recorded after the block `last` by each endpoint holding it; an
+    /// endpoint holding it without a tail is absent.
+    pub fn tails_at(&self, last: u64) -> Vec<(EndpointId, usize)> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        if inner.tails.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut n = inner.heads.get(&last).map_or(NIL, |h| h.node);
+        while n != NIL {
+            let node = inner.nodes[n as usize];
+            if let (Some(t), Some(id)) = (inner.tails.get(&n), inner.endpoint(node.slot)) {
+                out.push((id, *t as usize));
+            }
+            n = node.next_holder;
+        }
+        out
+    }
+
+    /// The blocks each of `endpoints` has room for before a recorded block is evicted
+    /// (capacity less what is recorded, tails included); endpoints never recorded are absent.
+    pub fn free_blocks(
+        &self,
+        endpoints: impl Iterator<Item = EndpointId>,
+    ) -> Vec<(EndpointId, usize)> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        endpoints
+            .filter_map(|id| {
+                let slot = *inner.slots.get(&id)?;
+                let lane = inner.lanes[slot as usize].as_ref()?;
+                Some((id, lane.cap.saturating_sub(lane.len)))
+            })
+            .collect()
     }
 
     /// Forgets endpoints that no longer exist.
@@ -275,12 +335,7 @@ impl Inner {
             if let Some(lane) = self.lanes[slot as usize].as_mut() {
                 lane.cap = cap;
             }
-            while self.lanes[slot as usize]
-                .as_ref()
-                .is_some_and(|l| l.len > l.cap)
-            {
-                self.evict_oldest(slot);
-            }
+            self.evict_over_capacity(slot);
             return slot;
         }
         let lane = Some(Lane {
@@ -306,10 +361,9 @@ impl Inner {
 
     /// Makes `hash` the newest block of `slot`'s lane, adding it (and evicting the lane's
     /// oldest when over capacity) if the endpoint did not hold it.
-    fn insert(&mut self, slot: Slot, hash: u64) {
-        if self.lanes[slot as usize].is_none() {
-            return;
-        }
+    /// Makes `hash` the newest block of `slot`'s lane; the node, unless the index is full.
+    fn insert(&mut self, slot: Slot, hash: u64) -> Option<NodeId> {
+        self.lanes[slot as usize].as_ref()?;
         let head = self.heads.get(&hash).copied();
         if let Some(head) = head {
             let mut n = head.node;
@@ -317,7 +371,7 @@ impl Inner {
                 if self.nodes[n as usize].slot == slot {
                     self.unlink_lane(n);
                     self.push_newest(slot, n);
-                    return;
+                    return Some(n);
                 }
                 n = self.nodes[n as usize].next_holder;
             }
@@ -334,7 +388,7 @@ impl Inner {
             if self.nodes.len() >= NIL as usize {
                 // 4 billion entries (~96 GB): not reachable with real capacities; a full index
                 // stops learning rather than wrap an index into `NIL`.
-                return;
+                return None;
             }
             self.nodes.push(node);
             (self.nodes.len() - 1) as NodeId
@@ -355,9 +409,31 @@ impl Inner {
         self.push_newest(slot, n);
         if let Some(lane) = self.lanes[slot as usize].as_mut() {
             lane.len += 1;
-            if lane.len > lane.cap {
-                self.evict_oldest(slot);
-            }
+        }
+        self.evict_over_capacity(slot);
+        Some(n)
+    }
+
+    /// Node `n` of `slot` now stands for `tail` more blocks, unless it already stood for more.
+    fn set_tail(&mut self, slot: Slot, n: NodeId, tail: u32) {
+        let old = self.tails.get(&n).copied().unwrap_or(0);
+        if tail <= old {
+            return;
+        }
+        self.tails.insert(n, tail);
+        if let Some(lane) = self.lanes[slot as usize].as_mut() {
+            lane.len += (tail - old) as usize;
+        }
+        self.evict_over_capacity(slot);
+    }
+
+    /// Evicts `slot`'s oldest blocks while its lane holds more than its capacity.
+    fn evict_over_capacity(&mut self, slot: Slot) {
+        while self.lanes[slot as usize]
+            .as_ref()
+            .is_some_and(|l| l.len > l.cap && l.oldest != NIL)
+        {
+            self.evict_oldest(slot);
         }
     }
 
@@ -429,6 +505,9 @@ impl Inner {
 
     fn release(&mut self, n: NodeId) {
         self.unlink_holder(n);
+        if !self.tails.is_empty() {
+            self.tails.remove(&n);
+        }
         self.nodes[n as usize].older = self.free;
         self.free = n;
     }
@@ -441,8 +520,9 @@ impl Inner {
             return;
         }
         self.unlink_lane(oldest);
+        let tail = self.tails.get(&oldest).map_or(0, |t| *t as usize);
         if let Some(lane) = self.lanes[slot as usize].as_mut() {
-            lane.len -= 1;
+            lane.len = lane.len.saturating_sub(1 + tail);
         }
         self.release(oldest);
     }

@@ -95,15 +95,42 @@ pub struct Lookup {
     /// `prompt_tokens` and the blocks count 4-byte pseudo-tokens (`tokenizer: characters`),
     /// not the model server's tokens: see [`super::index::TokenScale`].
     pub pseudo_tokens: bool,
+    /// Tokens of the prompt past the match cap (not hashed; estimated from the body's size
+    /// for a text prompt): 0 for a prompt shorter than the cap.
+    pub past_cap: usize,
+    /// Tokens past the cap each endpoint holding every hashed block was last sent after them
+    /// (the approximate index's [`super::index::PrefixIndex::tails_at`]); empty otherwise.
+    pub tails: Vec<(EndpointId, usize)>,
+    /// Tokens each candidate's cache has room for before what the index recorded there is
+    /// evicted (the approximate index's [`super::index::PrefixIndex::free_blocks`]); a
+    /// candidate never recorded is absent (nothing of it is known to be held).
+    pub free: Vec<(EndpointId, usize)>,
 }
 
 impl Lookup {
+    /// Tokens past the cap `id` is taken to hold of this prompt: as far as both this prompt and
+    /// the one last sent there after the same capped prefix go. An assumption, not a
+    /// measurement: the cap is where hashing stops, so a prompt that diverges from the last one
+    /// only past the cap looks held to its end (a conversation that grows past the cap, a long
+    /// document asked about again, is held as credited).
+    pub fn held_past_cap(&self, id: EndpointId) -> usize {
+        self.tails
+            .iter()
+            .find(|(e, _)| *e == id)
+            .map_or(0, |(_, t)| (*t).min(self.past_cap))
+    }
+
     /// Blocks `id` holds.
     pub fn held(&self, id: EndpointId) -> usize {
         self.matches
             .iter()
             .find(|(e, _)| *e == id)
             .map_or(0, |(_, n)| *n)
+    }
+
+    /// Tokens `id`'s cache has room for before the index's entries there are evicted.
+    pub fn free_tokens(&self, id: EndpointId) -> Option<usize> {
+        self.free.iter().find(|(e, _)| *e == id).map(|(_, t)| *t)
     }
 
     /// Blocks `id` is scored with: held, or credited when that is more.

@@ -55,6 +55,61 @@ fn a_full_lru_evicts_a_prompts_tail_before_its_head() {
 }
 
 #[test]
+fn a_tail_past_the_cap_fills_the_lane_and_goes_with_its_last_block() {
+    let idx = PrefixIndex::new();
+    idx.record_with_tail(ep(1), &[1, 2], 6, 10);
+    assert_eq!(idx.size(), 8, "two blocks and a six-block tail");
+    assert_eq!(idx.tails_at(2), vec![(ep(1), 6)]);
+    assert!(idx.tails_at(1).is_empty(), "only the last block carries it");
+    idx.record(ep(1), &[5, 6], 10);
+    assert_eq!(
+        (idx.size(), idx.longest_prefix(&[1, 2])),
+        (10, vec![(ep(1), 2)])
+    );
+    // One block more: the oldest block is the tail's (recorded first), and it takes the whole
+    // tail with it.
+    idx.record(ep(1), &[7], 10);
+    assert_eq!(idx.size(), 4);
+    assert_eq!(idx.longest_prefix(&[1, 2]), vec![(ep(1), 1)]);
+    assert!(idx.tails_at(2).is_empty());
+    assert_eq!(
+        idx.free_blocks([ep(1), ep(2)].into_iter()),
+        vec![(ep(1), 6)],
+        "an endpoint never recorded is absent"
+    );
+}
+
+#[test]
+fn a_chain_recorded_again_keeps_its_longer_tail_per_endpoint() {
+    let idx = PrefixIndex::new();
+    idx.record_with_tail(ep(1), &[1, 2], 6, 100);
+    idx.record_with_tail(ep(1), &[1, 2], 3, 100);
+    idx.record_with_tail(ep(2), &[1, 2], 4, 100);
+    idx.record(ep(3), &[1, 2], 100);
+    let mut t = idx.tails_at(2);
+    t.sort();
+    assert_eq!(t, vec![(ep(1), 6), (ep(2), 4)]);
+    assert_eq!(idx.size(), 2 + 6 + 2 + 4 + 2);
+    idx.retain(&[ep(2), ep(3)].into_iter().collect());
+    assert_eq!(idx.tails_at(2), vec![(ep(2), 4)]);
+    assert_eq!(idx.size(), 2 + 4 + 2);
+}
+
+#[test]
+fn a_tail_larger_than_the_cache_is_not_held() {
+    let idx = PrefixIndex::new();
+    idx.record(ep(1), &[9], 10);
+    idx.record_with_tail(ep(1), &[1, 2], 20, 10);
+    assert_eq!(idx.longest_prefix(&[9]), Vec::new());
+    assert!(idx.tails_at(2).is_empty());
+    assert_eq!(
+        idx.longest_prefix(&[1, 2]),
+        vec![(ep(1), 1)],
+        "the head survives its tail"
+    );
+}
+
+#[test]
 fn token_scale_starts_at_one_learns_a_tenth_at_a_time_and_stays_bounded() {
     let s = PrefixIndex::new().scale;
     assert_eq!((s.get(), s.blocks(1000)), (1.0, None));

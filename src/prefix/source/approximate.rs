@@ -78,14 +78,41 @@ impl PrefixSource for Approximate<'_> {
             max_blocks,
         );
         let matches = self.index.longest_prefix(&hashes);
+        // A prompt hashed to the cap goes on past it: by its token count, or for text by the
+        // body's size at 4 bytes a token (the director's estimate of its length).
+        let cap = max_blocks * block_size;
+        let reached = max_blocks > 0 && hashes.len() == max_blocks;
+        let past_cap = match &q.request.prompt {
+            _ if !reached => 0,
+            Prompt::Tokens(t) => t.len().saturating_sub(cap),
+            Prompt::Text(_) => q.body.len().div_ceil(4).saturating_sub(cap),
+        };
+        let tails = match hashes.last() {
+            Some(last) if past_cap > 0 => self
+                .index
+                .tails_at(*last)
+                .into_iter()
+                .filter(|(id, _)| matches.contains(&(*id, hashes.len())))
+                .map(|(id, blocks)| (id, blocks * block_size))
+                .collect(),
+            _ => Vec::new(),
+        };
         Some(Lookup {
             hashes,
             prompt_tokens: tokens.len(),
-            token_cap: max_blocks * block_size,
+            token_cap: cap,
             block_size,
             matches,
             credited: None,
             pseudo_tokens,
+            past_cap,
+            tails,
+            free: self
+                .index
+                .free_blocks(q.pods.iter().map(|p| p.id))
+                .into_iter()
+                .map(|(id, blocks)| (id, blocks * block_size))
+                .collect(),
         })
     }
 
@@ -104,6 +131,8 @@ impl PrefixSource for Approximate<'_> {
                 blocks
             }
         });
-        self.index.record(primary.id, &lookup.hashes, capacity);
+        let tail = lookup.past_cap.div_ceil(lookup.block_size.max(1));
+        self.index
+            .record_with_tail(primary.id, &lookup.hashes, tail, capacity);
     }
 }

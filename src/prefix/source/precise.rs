@@ -87,6 +87,9 @@ impl PrefixSource for Precise<'_> {
             matches,
             credited,
             pseudo_tokens: false,
+            past_cap: 0,
+            tails: Vec::new(),
+            free: Vec::new(),
         })
     }
 

@@ -290,3 +290,62 @@ fn only_epps_precise_scorer_credits_a_cold_prompts_home() {
     let llmd = split.bind(&indexes, None);
     assert_eq!(lookup(&llmd, "m", &range(0, 16), now).credited, None);
 }
+
+/// The approximate index past its match cap (4 blocks of 4 tokens here): the tail a prompt
+/// carried past the cap is credited to the endpoint holding every hashed block, up to the new
+/// prompt's own tail; the precise index hashes no further than its cap and credits nothing.
+#[test]
+fn a_prompt_past_the_cap_is_held_to_the_tail_last_sent_after_the_same_blocks() {
+    let capped = |max_blocks| {
+        Config::Approximate(ApproximateParams {
+            max_blocks,
+            ..match APPROXIMATE {
+                Config::Approximate(p) => p,
+                Config::Precise(_) => unreachable!(),
+            }
+        })
+    };
+    let config = capped(4);
+    let indexes = Indexes::default();
+    let source = config.bind(&indexes, None);
+    let now = Instant::now();
+    let short = lookup(&source, "m", &range(0, 16), now);
+    assert_eq!((short.past_cap, short.tails.clone()), (0, vec![]));
+    record(&source, 1, &range(0, 40), now);
+    record(&source, 2, &range(0, 12), now);
+    let found = lookup(&source, "m", &range(0, 30), now);
+    assert_eq!(found.past_cap, 14);
+    assert_eq!(
+        found.tails,
+        vec![(ep(1), 24)],
+        "endpoint 2 does not hold the 4th block"
+    );
+    assert_eq!(
+        found.held_past_cap(ep(1)),
+        14,
+        "no more than this prompt's own tail"
+    );
+    assert_eq!(found.held_past_cap(ep(2)), 0);
+    // Room left: 1,000 blocks less 4 hashed and a 6-block tail (endpoint 1), 3 (endpoint 2).
+    assert_eq!(found.free_tokens(ep(1)), Some((1000 - 10) * 4));
+    assert_eq!(found.free_tokens(ep(2)), Some((1000 - 3) * 4));
+    assert_eq!(found.free_tokens(ep(3)), None, "never recorded");
+    let longer = lookup(&source, "m", &range(0, 100), now);
+    assert_eq!(
+        longer.held_past_cap(ep(1)),
+        24,
+        "no more than the tail recorded"
+    );
+    let other = lookup(&source, "m", &[range(0, 12), range(50, 90)].concat(), now);
+    assert_eq!(
+        other.held_past_cap(ep(1)),
+        0,
+        "it leaves the chain before the cap"
+    );
+    // The precise index credits no tail.
+    let indexes = Indexes::default();
+    let source = PRECISE.bind(&indexes, None);
+    record(&source, 1, &range(0, 400), now);
+    let found = lookup(&source, "m", &range(0, 420), now);
+    assert_eq!((found.past_cap, found.held_past_cap(ep(1))), (0, 0));
+}

@@ -6,11 +6,13 @@
 //! ```text
 //! own     = prompt tokens − prefix the pod holds (approximate or precise index)
 //! ahead   = uncached tokens epp sent there with no first token yet
+//!           − what the pod prefilled of them since its current prefill began
 //!         + (waiting requests epp did not send) × the pod's mean request size
 //! ttft    = base + per_token · (ahead + own) + per_running · running + per_waiting · waiting
-//! cost    = ttft + per_token · own · (evictionCostWeight · kv_usage
+//! cost    = ttft + per_token · own · (evictionCostWeight · evicted
 //!                                     + congestionCostWeight · queued
 //!                                     + inFlightDelayWeight · (running + waiting))
+//! evicted = max(kv_usage, share of own past the room the prefix index knows is left)
 //! ```
 //! The coefficients are the pod's own, learned online from what epp observed of its responses
 //! (`datastore::ttft`: prompt size, cached tokens from `usage`, measured TTFT); a pod never
@@ -37,6 +39,18 @@
 //! against 32 ms for least request) and a popular prefix off a busy second pod (recomputing
 //! 2,000 tokens where 10 sequences run costs them 10 × the recomputation). On by default
 //! (`inFlightDelayWeight: 1`, every held-up sequence counted once).
+//!
+//! The prefill under way is the one thing the pod has started: `elapsed / per_token` of the
+//! pending tokens are done (the clock restarts at each first token, so only the head's
+//! progress counts). Without it a pod 2 s into a 2.5 s prefill looked as busy as one just
+//! given it, and a request sharing a 95K-token prefix with that prefill left for a pod that
+//! had to compute all of it (BENCHMARKS.md, "Prompts past the match cap").
+//!
+//! Past the approximate index's match cap (`maxPrefixTokensToMatch`) nothing is hashed, so
+//! the pod holding every hashed block is credited with the part past the cap it was last
+//! sent after the same blocks, up to this prompt's own length
+//! ([`crate::prefix::Lookup::held_past_cap`]): a conversation growing past the cap stays a
+//! hit at home rather than a prompt two thirds cold everywhere.
 //!
 //! # Home and spill (hysteresis)
 //! The pod holding the longest prefix of a request is its home: there `own` is only the new
@@ -102,6 +116,15 @@ pub struct PrefillLoad {
     /// looked like a whole prompt queued at its home until the next scrape, and sequential
     /// turns left home. `None`: `Candidate::waiting`.
     pub queued: Option<f64>,
+    /// How long the pod has been on its current prefill (s): the oldest of `pending_tokens` is
+    /// that far along, so that much less of them is ahead.
+    pub prefill_elapsed: f64,
+    /// Prompt tokens past the prefix index's match cap the pod is taken to hold
+    /// ([`crate::prefix::Lookup::held_past_cap`]), server tokens.
+    pub held_past_cap: f64,
+    /// Tokens the pod's cache has room for before a prefix the index recorded there is
+    /// evicted ([`crate::prefix::Lookup::free_tokens`]); `None`: nothing recorded there.
+    pub cache_free_tokens: Option<f64>,
 }
 
 /// The terms of one candidate's estimate, as the director records them for learning.
@@ -243,15 +266,22 @@ impl EstimatedTtftScorer {
     /// The terms of `c`'s estimate for `req`.
     pub fn inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> TtftInputs {
         let prompt = req.prompt_tokens as f64;
-        let held = ((c.prefix_blocks * req.block_size) as f64).min(prompt);
+        let hashed = (c.prefix_blocks * req.block_size) as f64;
+        let held = (hashed + c.prefill.held_past_cap.max(0.0)).min(prompt);
         let own = prompt - held;
+        let rates = self.rates(c);
         // A queued request epp did not send: the pod's mean, else as large as this whole prompt.
-        let mean = Some(self.rates(c).mean_tokens)
+        let mean = Some(rates.mean_tokens)
             .filter(|m| *m > 0.0)
             .unwrap_or(prompt.max(1.0));
         let external = (waiting(c) - c.prefill.pending_requests).max(0.0);
+        // What the pod has prefilled of epp's pending tokens since its current prefill began.
+        let done = match rates.per_token {
+            r if r > 0.0 => c.prefill.prefill_elapsed.max(0.0) / r,
+            _ => 0.0,
+        };
         TtftInputs {
-            ahead_tokens: c.prefill.pending_tokens.max(0.0) + external * mean,
+            ahead_tokens: (c.prefill.pending_tokens - done).max(0.0) + external * mean,
             own_tokens: own,
             running: c.running.max(0.0),
             waiting: waiting(c),
@@ -284,7 +314,7 @@ impl EstimatedTtftScorer {
     ) -> f64 {
         let own = self.inputs(req, c).own_tokens;
         let prefill = self.rates_with(c, typical).per_token * own;
-        let others = self.eviction_cost_weight * c.kv_usage.clamp(0.0, 1.0)
+        let others = self.eviction_cost_weight * evicted_share(c, own)
             + self.congestion_cost_weight * queued
             + self.in_flight_delay_weight * in_flight(c);
         let cost = self.estimate_with(req, c, typical) + prefill * others;
@@ -334,6 +364,21 @@ impl Typical {
         step: 1.0,
         token: 1.0,
     };
+}
+
+/// The share of `own` new tokens that evicts something on `c`: the KV blocks in use (what a
+/// model server reports, sequences running), or what exceeds the room the prefix index knows
+/// is left after the prefixes it recorded there, whichever is more. A model server's usage
+/// counts only the blocks of running sequences, so an idle pod whose cache is full of a
+/// 100,000-token prefix reports nearly 0 and looked free to the next group's cold prompt,
+/// which then evicted it (BENCHMARKS.md, "Prompts past the match cap").
+fn evicted_share(c: &Candidate, own: f64) -> f64 {
+    let in_use = c.kv_usage.clamp(0.0, 1.0);
+    let recorded = match c.prefill.cache_free_tokens {
+        Some(free) if own > 0.0 => ((own - free.max(0.0)) / own).clamp(0.0, 1.0),
+        _ => 0.0,
+    };
+    in_use.max(recorded)
 }
 
 /// The sequences on `c` that this request's prefill holds up: those decoding and those waiting.
@@ -413,6 +458,80 @@ mod tests {
         home.prefill.pending_requests = 1.0;
         let cands = [home, cand(2, 0.0, 0.2, 0)];
         assert_eq!(pick(&s, &req(8_100), &cands), 0);
+    }
+
+    /// The home of an 8,000-token prefix, given a 20,000-token prompt `elapsed` seconds ago that
+    /// has no first token yet, against an idle pod holding nothing.
+    fn home_mid_prefill(elapsed: f64) -> [Candidate; 2] {
+        let mut home = cand(1, 1.0, 0.3, 437);
+        home.running = 1.0;
+        home.prefill.pending_tokens = 20_000.0;
+        home.prefill.pending_requests = 1.0;
+        home.prefill.prefill_elapsed = elapsed;
+        [home, cand(2, 0.0, 0.0, 0)]
+    }
+
+    #[test]
+    fn a_prefill_nearly_done_at_home_is_waited_for_a_fresh_one_is_not() {
+        let s = EstimatedTtftScorer::default();
+        // 20,000 tokens ahead at the seed's 15,928 tokens/s: recomputing 8,000 is quicker.
+        assert_eq!(pick(&s, &req(8_000), &home_mid_prefill(0.0)), 1);
+        // 1.2 s in, ~900 tokens are left: home, for its 1,008 new tokens.
+        let home = home_mid_prefill(1.2);
+        assert_eq!(pick(&s, &req(8_000), &home), 0);
+        let i = s.inputs(&req(8_000), &home[0]);
+        assert!(
+            (i.ahead_tokens - (20_000.0 - 1.2 * 15_928.0)).abs() < 1e-6,
+            "{i:?}"
+        );
+        // Past the pending work the estimate stops at none ahead.
+        let i = s.inputs(&req(8_000), &home_mid_prefill(9.0)[0]);
+        assert_eq!(i.ahead_tokens, 0.0);
+    }
+
+    #[test]
+    fn a_prompt_past_the_cap_counts_the_tail_its_home_holds() {
+        let s = EstimatedTtftScorer::default();
+        // A 100,000-token prompt hashed to a 32,768-token cap; its home holds every hashed
+        // block and was last sent 62,000 tokens past them, and has 40,000 tokens ahead.
+        let mut home = cand(1, 1.0, 0.3, 2_048);
+        home.prefill.pending_tokens = 40_000.0;
+        home.prefill.pending_requests = 1.0;
+        let cold = cand(2, 0.0, 0.0, 0);
+        let r = req(100_000);
+        // Without the tail it looks 67,232 tokens cold at home, behind 40,000: the idle pod.
+        assert_eq!(pick(&s, &r, &[home.clone(), cold.clone()]), 1);
+        home.prefill.held_past_cap = 62_000.0;
+        assert_eq!(pick(&s, &r, &[home.clone(), cold]), 0);
+        assert_eq!(
+            s.inputs(&r, &home).own_tokens,
+            100_000.0 - 32_768.0 - 62_000.0
+        );
+        // Never more than the prompt.
+        home.prefill.held_past_cap = 1e9;
+        assert_eq!(s.inputs(&r, &home).own_tokens, 0.0);
+    }
+
+    #[test]
+    fn a_new_prefix_goes_where_it_evicts_nothing_though_a_full_pod_looks_faster() {
+        let s = EstimatedTtftScorer::default();
+        // Pod 1 is idle (KV in use 0) but its cache, 128,000 tokens, holds another group's
+        // 100,000-token prefix; and it learned a rate 5% above the seed, so on time alone it wins.
+        let seed = s.seed();
+        let mut full = cand(1, 0.0, 0.0, 0);
+        full.prefill.learned = Some(TtftRates {
+            per_token: seed.per_token / 1.05,
+            ..seed
+        });
+        let mut empty = cand(2, 0.0, 0.0, 0);
+        empty.prefill.learned = Some(seed);
+        let r = req(100_000);
+        assert_eq!(pick(&s, &r, &[full.clone(), empty.clone()]), 0);
+        full.prefill.cache_free_tokens = Some(28_000.0);
+        assert_eq!(pick(&s, &r, &[full.clone(), empty.clone()]), 1);
+        // Room for the whole prompt: nothing evicted, the faster pod again.
+        full.prefill.cache_free_tokens = Some(100_000.0);
+        assert_eq!(pick(&s, &r, &[full, empty]), 0);
     }
 
     #[test]
