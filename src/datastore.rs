@@ -86,10 +86,6 @@ pub struct EndpointState {
     /// prefill work ahead of the next request (llm-d's token load).
     prefill_tokens: AtomicU64,
     prefill_requests: AtomicU32,
-    /// When the prefill now under way started, in nanoseconds after `created`: the first of
-    /// the pending requests arrived on an idle pod, or the previous one gave its first token.
-    prefill_since: AtomicU64,
-    created: Instant,
     /// The learned TTFT model ([`ttft`]): written on responses, read by every decision.
     ttft: Mutex<TtftModel>,
     ttft_learned: ArcSwapOption<Learned>,
@@ -108,8 +104,6 @@ impl EndpointState {
             }),
             prefill_tokens: AtomicU64::new(0),
             prefill_requests: AtomicU32::new(0),
-            prefill_since: AtomicU64::new(0),
-            created: Instant::now(),
             ttft: Mutex::default(),
             ttft_learned: ArcSwapOption::empty(),
         }
@@ -217,29 +211,10 @@ impl EndpointState {
         )
     }
 
-    /// How long the prefill now under way here has run: since the first pending request
-    /// arrived on an idle pod or the previous one gave its first token (zero with none pending).
-    /// What the pod has done of the pending work since is about this long at its prefill rate.
-    pub fn prefill_elapsed(&self, now: Instant) -> Duration {
-        if self.prefill_requests.load(Ordering::Relaxed) == 0 {
-            return Duration::ZERO;
-        }
-        let since = Duration::from_nanos(self.prefill_since.load(Ordering::Relaxed));
-        now.saturating_duration_since(self.created + since)
-    }
-
-    /// Marks now as the start of the prefill under way.
-    fn prefill_restart(&self) {
-        let nanos = u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.prefill_since.store(nanos, Ordering::Relaxed);
-    }
-
     /// Counts `tokens` of prefill work here until the guard is released (first token) or dropped.
     pub fn start_prefill(self: &Arc<Self>, tokens: u64) -> PrefillGuard {
         self.prefill_tokens.fetch_add(tokens, Ordering::Relaxed);
-        if self.prefill_requests.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.prefill_restart();
-        }
+        self.prefill_requests.fetch_add(1, Ordering::Relaxed);
         PrefillGuard {
             state: Arc::clone(self),
             tokens,
@@ -306,12 +281,9 @@ impl Drop for PrefillGuard {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_sub(self.tokens))
             });
-        let before = s
+        let _ = s
             .prefill_requests
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if before.is_ok_and(|n| n > 1) {
-            s.prefill_restart();
-        }
     }
 }
 

@@ -242,7 +242,6 @@ fn estimate(c: &mut Criterion) {
                     per_waiting: 0.05,
                     mean_tokens: 600.0,
                 }),
-                prefill_elapsed: f64::from(i % 3) * 0.05,
                 held_past_cap: 0.0,
                 cache_free_tokens: (i % 2 == 0).then_some(f64::from(i % 7) * 2_000.0),
             },

@@ -64,35 +64,6 @@ fn prefill_guards_count_pending_tokens_until_released() {
     assert_eq!(s.prefill_pending(), (0, 0));
 }
 
-#[test]
-fn the_prefill_clock_starts_on_an_idle_pod_and_restarts_at_each_first_token() {
-    let ds = Datastore::new();
-    ds.set_endpoints(vec![ep(1)]);
-    let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
-    let later = |ms| Instant::now() + Duration::from_millis(ms);
-    assert_eq!(
-        s.prefill_elapsed(later(500)),
-        Duration::ZERO,
-        "nothing pending"
-    );
-    let a = s.start_prefill(1000);
-    std::thread::sleep(Duration::from_millis(30));
-    let b = s.start_prefill(24);
-    let ran = s.prefill_elapsed(Instant::now());
-    assert!(
-        ran >= Duration::from_millis(30),
-        "{ran:?}: from a's start, not b's"
-    );
-    drop(a);
-    let ran = s.prefill_elapsed(Instant::now());
-    assert!(
-        ran < Duration::from_millis(30),
-        "{ran:?}: b's prefill starts at a's first token"
-    );
-    drop(b);
-    assert_eq!(s.prefill_elapsed(later(500)), Duration::ZERO);
-}
-
 fn policy() -> HealthPolicy {
     let outlier = health::OutlierParams {
         consecutive_5xx: 2,

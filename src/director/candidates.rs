@@ -125,7 +125,7 @@ impl Director {
                         .filter(|l| l.0.is_some() || l.1.is_some())
                         .map(|(ttft, tpot)| scheduling::scorer::LatencyEstimate { ttft, tpot }),
                     ramp: s.ramp(&policy, now),
-                    prefill: prefill_load(s, waiting, now),
+                    prefill: prefill_load(s, waiting),
                 }
             })
             .collect()
@@ -140,13 +140,12 @@ pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {
 
 /// What epp sent `s` that is still prefilling, its learned TTFT rates, and its queue counted
 /// from the `scraped` waiting requests.
-fn prefill_load(s: &EndpointState, scraped: f64, now: Instant) -> scheduling::scorer::PrefillLoad {
+fn prefill_load(s: &EndpointState, scraped: f64) -> scheduling::scorer::PrefillLoad {
     let (tokens, requests) = s.prefill_pending();
     scheduling::scorer::PrefillLoad {
         pending_tokens: tokens as f64,
         pending_requests: f64::from(requests),
         queued: Some(scraped + f64::from(s.dispatched_since_scrape().min(requests))),
-        prefill_elapsed: s.prefill_elapsed(now).as_secs_f64(),
         held_past_cap: 0.0,
         cache_free_tokens: None,
         learned: s.ttft_learned().map(|l| scheduling::scorer::TtftRates {

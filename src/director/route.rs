@@ -56,12 +56,13 @@ pub(super) fn route(
         });
     let token_scale = d.indexes.approximate.scale.get();
     if let Some(l) = &lookup {
-        for c in &mut candidates {
+        // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
+        let per = if l.pseudo_tokens { token_scale } else { 1.0 };
+        // The lookup walked the candidates in this order ([`CandidatePods`]).
+        for (i, c) in candidates.iter_mut().enumerate() {
             c.prefix_blocks = l.scored(c.id);
-            // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
-            let per = if l.pseudo_tokens { token_scale } else { 1.0 };
             c.prefill.held_past_cap = l.held_past_cap(c.id) as f64 / per;
-            c.prefill.cache_free_tokens = l.free_tokens(c.id).map(|t| t as f64 / per);
+            c.prefill.cache_free_tokens = l.free_tokens(i).map(|t| t as f64 / per);
         }
     }
     let lru = d.lru_snapshot(&runtime.scheduler);

@@ -270,17 +270,15 @@ impl PrefixIndex {
     }
 
     /// The blocks each of `endpoints` has room for before a recorded block is evicted
-    /// (capacity less what is recorded, tails included); endpoints never recorded are absent.
-    pub fn free_blocks(
-        &self,
-        endpoints: impl Iterator<Item = EndpointId>,
-    ) -> Vec<(EndpointId, usize)> {
+    /// (capacity less what is recorded, tails included), in their order; `None` for an
+    /// endpoint never recorded.
+    pub fn free_blocks(&self, endpoints: impl Iterator<Item = EndpointId>) -> Vec<Option<usize>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         endpoints
-            .filter_map(|id| {
+            .map(|id| {
                 let slot = *inner.slots.get(&id)?;
                 let lane = inner.lanes[slot as usize].as_ref()?;
-                Some((id, lane.cap.saturating_sub(lane.len)))
+                Some(lane.cap.saturating_sub(lane.len))
             })
             .collect()
     }

@@ -102,9 +102,10 @@ pub struct Lookup {
     /// (the approximate index's [`super::index::PrefixIndex::tails_at`]); empty otherwise.
     pub tails: Vec<(EndpointId, usize)>,
     /// Tokens each candidate's cache has room for before what the index recorded there is
-    /// evicted (the approximate index's [`super::index::PrefixIndex::free_blocks`]); a
-    /// candidate never recorded is absent (nothing of it is known to be held).
-    pub free: Vec<(EndpointId, usize)>,
+    /// evicted (the approximate index's [`super::index::PrefixIndex::free_blocks`]), in the
+    /// order of the query's pods; `None` for a candidate never recorded (nothing of it is
+    /// known to be held), and empty from an index that does not keep it.
+    pub free: Vec<Option<usize>>,
 }
 
 impl Lookup {
@@ -128,9 +129,10 @@ impl Lookup {
             .map_or(0, |(_, n)| *n)
     }
 
-    /// Tokens `id`'s cache has room for before the index's entries there are evicted.
-    pub fn free_tokens(&self, id: EndpointId) -> Option<usize> {
-        self.free.iter().find(|(e, _)| *e == id).map(|(_, t)| *t)
+    /// Tokens the `i`-th of the query's pods has room for before the index's entries there are
+    /// evicted.
+    pub fn free_tokens(&self, i: usize) -> Option<usize> {
+        self.free.get(i).copied().flatten()
     }
 
     /// Blocks `id` is scored with: held, or credited when that is more.

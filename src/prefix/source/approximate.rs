@@ -111,7 +111,7 @@ impl PrefixSource for Approximate<'_> {
                 .index
                 .free_blocks(q.pods.iter().map(|p| p.id))
                 .into_iter()
-                .map(|(id, blocks)| (id, blocks * block_size))
+                .map(|blocks| blocks.map(|b| b * block_size))
                 .collect(),
         })
     }

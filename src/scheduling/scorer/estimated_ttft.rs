@@ -6,7 +6,6 @@
 //! ```text
 //! own     = prompt tokens − prefix the pod holds (approximate or precise index)
 //! ahead   = uncached tokens epp sent there with no first token yet
-//!           − what the pod prefilled of them since its current prefill began
 //!         + (waiting requests epp did not send) × the pod's mean request size
 //! ttft    = base + per_token · (ahead + own) + per_running · running + per_waiting · waiting
 //! cost    = ttft + per_token · own · (evictionCostWeight · evicted
@@ -39,12 +38,6 @@
 //! against 32 ms for least request) and a popular prefix off a busy second pod (recomputing
 //! 2,000 tokens where 10 sequences run costs them 10 × the recomputation). On by default
 //! (`inFlightDelayWeight: 1`, every held-up sequence counted once).
-//!
-//! The prefill under way is the one thing the pod has started: `elapsed / per_token` of the
-//! pending tokens are done (the clock restarts at each first token, so only the head's
-//! progress counts). Without it a pod 2 s into a 2.5 s prefill looked as busy as one just
-//! given it, and a request sharing a 95K-token prefix with that prefill left for a pod that
-//! had to compute all of it (BENCHMARKS.md, "Prompts past the match cap").
 //!
 //! Past the approximate index's match cap (`maxPrefixTokensToMatch`) nothing is hashed, so
 //! the pod holding every hashed block is credited with the part past the cap it was last
@@ -116,9 +109,6 @@ pub struct PrefillLoad {
     /// looked like a whole prompt queued at its home until the next scrape, and sequential
     /// turns left home. `None`: `Candidate::waiting`.
     pub queued: Option<f64>,
-    /// How long the pod has been on its current prefill (s): the oldest of `pending_tokens` is
-    /// that far along, so that much less of them is ahead.
-    pub prefill_elapsed: f64,
     /// Prompt tokens past the prefix index's match cap the pod is taken to hold
     /// ([`crate::prefix::Lookup::held_past_cap`]), server tokens.
     pub held_past_cap: f64,
@@ -219,7 +209,7 @@ impl EstimatedTtftScorer {
     }
 
     /// `c`'s learned rates; a pod not observed yet gets the seed scaled by `typical`, the pool's
-    /// median slowness relative to the seed (so a wrong seed does not make it look the fastest).
+    /// least slowness relative to the seed (the seed itself may be far off, so it is not used).
     fn rates_with(&self, c: &Candidate, typical: Typical) -> TtftRates {
         match c.prefill.learned {
             Some(l) if self.learn => l,
@@ -236,30 +226,30 @@ impl EstimatedTtftScorer {
         }
     }
 
-    /// The medians of the learned pods' slowness relative to the seed, per step and per token
-    /// (1 when none has learned).
+    /// The learned pods' least slowness relative to the seed, per step and per token (1 when
+    /// none has learned): a pod not observed yet is taken to be as fast as the fastest observed
+    /// one. Not the median: with the median, the one or two pods observed first that learned a
+    /// fast rate (one sample can: a request that waited behind a long prefill teaches a small
+    /// per-token rate) looked faster than every pod not observed yet, and took every cold
+    /// prompt, evicting what they held (BENCHMARKS.md, "Prompts past the match cap"). As fast
+    /// as the best, an unobserved pod ties with it on time, and what else it costs decides; one
+    /// response teaches it its own rates. Skipped when every candidate has learned.
     fn typical(&self, pool: &[&Candidate]) -> Typical {
-        // Only a pod not observed yet is priced by it: skip the medians when there is none.
         if !self.learn || pool.iter().all(|c| c.prefill.learned.is_some()) {
             return Typical::SEED;
         }
         let seed = self.seed();
-        let median = |ratio: &dyn Fn(&TtftRates) -> f64| {
-            let mut f: Vec<f64> = pool
-                .iter()
+        let least = |ratio: &dyn Fn(&TtftRates) -> f64| {
+            pool.iter()
                 .filter_map(|c| c.prefill.learned)
                 .map(|l| ratio(&l))
                 .filter(|v| v.is_finite() && *v > 0.0)
-                .collect();
-            let mid = f.len() / 2;
-            if f.is_empty() {
-                return 1.0;
-            }
-            *f.select_nth_unstable_by(mid, f64::total_cmp).1
+                .min_by(f64::total_cmp)
+                .unwrap_or(1.0)
         };
         Typical {
-            step: median(&|l| l.base / seed.base),
-            token: median(&|l| l.per_token / seed.per_token),
+            step: least(&|l| l.base / seed.base),
+            token: least(&|l| l.per_token / seed.per_token),
         }
     }
 
@@ -269,19 +259,13 @@ impl EstimatedTtftScorer {
         let hashed = (c.prefix_blocks * req.block_size) as f64;
         let held = (hashed + c.prefill.held_past_cap.max(0.0)).min(prompt);
         let own = prompt - held;
-        let rates = self.rates(c);
         // A queued request epp did not send: the pod's mean, else as large as this whole prompt.
-        let mean = Some(rates.mean_tokens)
+        let mean = Some(self.rates(c).mean_tokens)
             .filter(|m| *m > 0.0)
             .unwrap_or(prompt.max(1.0));
         let external = (waiting(c) - c.prefill.pending_requests).max(0.0);
-        // What the pod has prefilled of epp's pending tokens since its current prefill began.
-        let done = match rates.per_token {
-            r if r > 0.0 => c.prefill.prefill_elapsed.max(0.0) / r,
-            _ => 0.0,
-        };
         TtftInputs {
-            ahead_tokens: (c.prefill.pending_tokens - done).max(0.0) + external * mean,
+            ahead_tokens: c.prefill.pending_tokens.max(0.0) + external * mean,
             own_tokens: own,
             running: c.running.max(0.0),
             waiting: waiting(c),
@@ -305,16 +289,15 @@ impl EstimatedTtftScorer {
     /// The estimate plus what the request's own prefill costs others there: the prefixes a full
     /// cache evicts to hold the new tokens, and the delay of the `queued` requests (the pool's
     /// mean queue) that wait behind it.
-    fn cost(
-        &self,
-        req: &SchedulingRequest<'_>,
-        c: &Candidate,
-        typical: Typical,
-        queued: f64,
-    ) -> f64 {
+    fn cost(&self, req: &SchedulingRequest<'_>, c: &Candidate, pool: &Pool) -> f64 {
+        let (typical, queued) = (pool.typical, pool.queued);
         let own = self.inputs(req, c).own_tokens;
         let prefill = self.rates_with(c, typical).per_token * own;
-        let others = self.eviction_cost_weight * evicted_share(c, own)
+        let evicted = c
+            .kv_usage
+            .clamp(0.0, 1.0)
+            .max(recorded_share(c, own) - pool.recorded_floor);
+        let others = self.eviction_cost_weight * evicted
             + self.congestion_cost_weight * queued
             + self.in_flight_delay_weight * in_flight(c);
         let cost = self.estimate_with(req, c, typical) + prefill * others;
@@ -326,10 +309,17 @@ impl EstimatedTtftScorer {
     }
 
     pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
-        let typical = self.typical(pool);
-        let queued = mean_queue(pool);
+        let facts = Pool {
+            typical: self.typical(pool),
+            queued: mean_queue(pool),
+            recorded_floor: pool
+                .iter()
+                .map(|c| recorded_share(c, self.inputs(req, c).own_tokens))
+                .fold(f64::INFINITY, f64::min)
+                .min(1.0),
+        };
         for (o, c) in out.iter_mut().zip(pool) {
-            *o = self.cost(req, c, typical, queued);
+            *o = self.cost(req, c, &facts);
         }
         let best = out.iter().copied().fold(f64::INFINITY, f64::min);
         for o in out.iter_mut() {
@@ -366,19 +356,31 @@ impl Typical {
     };
 }
 
-/// The share of `own` new tokens that evicts something on `c`: the KV blocks in use (what a
-/// model server reports, sequences running), or what exceeds the room the prefix index knows
-/// is left after the prefixes it recorded there, whichever is more. A model server's usage
-/// counts only the blocks of running sequences, so an idle pod whose cache is full of a
-/// 100,000-token prefix reports nearly 0 and looked free to the next group's cold prompt,
-/// which then evicted it (BENCHMARKS.md, "Prompts past the match cap").
-fn evicted_share(c: &Candidate, own: f64) -> f64 {
-    let in_use = c.kv_usage.clamp(0.0, 1.0);
-    let recorded = match c.prefill.cache_free_tokens {
+/// What the whole pool shares in one request's costs.
+struct Pool {
+    typical: Typical,
+    /// The pool's mean queue ([`mean_queue`]).
+    queued: f64,
+    /// The least [`recorded_share`] of any candidate: evicting is priced only past it.
+    recorded_floor: f64,
+}
+
+/// The share of `own` new tokens past the room the prefix index knows is left on `c` after the
+/// prefixes it recorded there: what they would evict (0 where nothing is recorded).
+///
+/// The eviction price takes the larger of the KV blocks in use (what a model server reports:
+/// running sequences only) and this share beyond the pool's least. A model server's usage
+/// misses a cache full of finished requests' prefixes: an idle pod holding a 100,000-token
+/// prefix reports nearly 0, and looked free to the next group's cold prompt, which evicted it
+/// (BENCHMARKS.md, "Prompts past the match cap"). Only past the pool's least, because where
+/// every pod must evict as much, evicting decides nothing between them, and priced in full it
+/// held every cache-bound pool's requests harder to busy homes (shared prefix on 16K-token
+/// caches: throughput 12.0 against 14.0 req/s).
+fn recorded_share(c: &Candidate, own: f64) -> f64 {
+    match c.prefill.cache_free_tokens {
         Some(free) if own > 0.0 => ((own - free.max(0.0)) / own).clamp(0.0, 1.0),
         _ => 0.0,
-    };
-    in_use.max(recorded)
+    }
 }
 
 /// The sequences on `c` that this request's prefill holds up: those decoding and those waiting.
@@ -458,35 +460,6 @@ mod tests {
         home.prefill.pending_requests = 1.0;
         let cands = [home, cand(2, 0.0, 0.2, 0)];
         assert_eq!(pick(&s, &req(8_100), &cands), 0);
-    }
-
-    /// The home of an 8,000-token prefix, given a 20,000-token prompt `elapsed` seconds ago that
-    /// has no first token yet, against an idle pod holding nothing.
-    fn home_mid_prefill(elapsed: f64) -> [Candidate; 2] {
-        let mut home = cand(1, 1.0, 0.3, 437);
-        home.running = 1.0;
-        home.prefill.pending_tokens = 20_000.0;
-        home.prefill.pending_requests = 1.0;
-        home.prefill.prefill_elapsed = elapsed;
-        [home, cand(2, 0.0, 0.0, 0)]
-    }
-
-    #[test]
-    fn a_prefill_nearly_done_at_home_is_waited_for_a_fresh_one_is_not() {
-        let s = EstimatedTtftScorer::default();
-        // 20,000 tokens ahead at the seed's 15,928 tokens/s: recomputing 8,000 is quicker.
-        assert_eq!(pick(&s, &req(8_000), &home_mid_prefill(0.0)), 1);
-        // 1.2 s in, ~900 tokens are left: home, for its 1,008 new tokens.
-        let home = home_mid_prefill(1.2);
-        assert_eq!(pick(&s, &req(8_000), &home), 0);
-        let i = s.inputs(&req(8_000), &home[0]);
-        assert!(
-            (i.ahead_tokens - (20_000.0 - 1.2 * 15_928.0)).abs() < 1e-6,
-            "{i:?}"
-        );
-        // Past the pending work the estimate stops at none ahead.
-        let i = s.inputs(&req(8_000), &home_mid_prefill(9.0)[0]);
-        assert_eq!(i.ahead_tokens, 0.0);
     }
 
     #[test]
@@ -684,6 +657,58 @@ mod tests {
         busy_new.prefill.pending_tokens = 1500.0;
         // Unobserved but busier: it is no faster for being unobserved.
         assert_eq!(pick(&s, &req(1_000), &[a, busy_new]), 0);
+    }
+
+    #[test]
+    fn a_pod_not_observed_yet_ties_with_the_fastest_learned_one_and_its_other_costs_decide() {
+        let s = EstimatedTtftScorer::default();
+        let seed = s.seed();
+        let scaled = |f: f64| TtftRates {
+            base: seed.base * f,
+            per_token: seed.per_token * f,
+            per_running: seed.per_running * f,
+            per_waiting: seed.per_waiting * f,
+            mean_tokens: 1000.0,
+        };
+        let mut fast = cand(1, 0.0, 0.0, 0);
+        fast.prefill.learned = Some(scaled(0.5));
+        // Half of a cold 10,000-token prompt would evict what the index recorded there.
+        fast.prefill.cache_free_tokens = Some(5_000.0);
+        let mut slow = cand(2, 0.0, 0.0, 0);
+        slow.prefill.learned = Some(scaled(2.0));
+        let unobserved = cand(3, 0.0, 0.0, 0);
+        // Priced at the pool's median (the slow pod's rates), the unobserved pod lost to the
+        // fast one whatever that one evicted; at the fastest rates it ties and evicts nothing.
+        assert_eq!(pick(&s, &req(10_000), &[fast, slow, unobserved]), 2);
+    }
+
+    #[test]
+    fn where_every_cache_is_full_the_index_prices_nothing_more_than_kv_usage() {
+        let s = EstimatedTtftScorer::default();
+        let mut home = cand(1, 2.0, 0.3, 100);
+        home.prefill.pending_tokens = 3_000.0;
+        home.prefill.pending_requests = 2.0;
+        let pool = [home, cand(2, 0.0, 0.1, 0), cand(3, 1.0, 0.6, 20)];
+        let scores = |free: Option<f64>| {
+            let cands: Vec<Candidate> = pool
+                .iter()
+                .cloned()
+                .map(|mut c| {
+                    c.prefill.cache_free_tokens = free;
+                    c
+                })
+                .collect();
+            let refs: Vec<&Candidate> = cands.iter().collect();
+            let mut out = vec![0.0; cands.len()];
+            s.score(&req(2_000), &refs, &mut out);
+            out
+        };
+        assert_eq!(scores(Some(0.0)), scores(None));
+        assert_ne!(
+            scores(Some(1_000.0)),
+            scores(None),
+            "the room differs per own"
+        );
     }
 
     #[test]
