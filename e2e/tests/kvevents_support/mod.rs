@@ -13,7 +13,9 @@ use epp::prefix::source::Indexes;
 use epp::request::tokenize::{Tokenizer, Vocabulary};
 use epp_e2e::sim::kv_cache::KvEvent;
 use epp_e2e::sim::kv_events::encode_batch;
-use epp_e2e::sim::{Cluster, EngineConfig, EventEncoding, KvEventsConfig, PodConfig, SocketMode};
+use epp_e2e::sim::{
+    Cluster, ClusterError, EngineConfig, EventEncoding, KvEventsConfig, PodConfig, SocketMode,
+};
 use rand::{rngs::SmallRng, SeedableRng};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -351,7 +353,26 @@ impl SimPods {
     /// ports by `r` from the `--kv-events-config` ones (stamping `data_parallel_rank` = `r`).
     /// [`Self::rank_endpoints`] are epp's endpoints for it: one per rank, carrying the pod's
     /// rank-0 event ports as a pod label would.
+    ///
+    /// The ports are drawn free and bound a moment later; another process can take one in
+    /// between (CI once saw `AddrInUse` here), so a failed bind draws them again, up to 5 times.
     pub async fn start_ranks(ranks: usize, num_gpu_blocks: usize) -> Self {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_start_ranks(ranks, num_gpu_blocks).await {
+                Ok(pods) => return pods,
+                Err(ClusterError::Bind { addr, source })
+                    if source.kind() == std::io::ErrorKind::AddrInUse && attempt < 5 =>
+                {
+                    eprintln!("{addr} was taken between the draw and the bind; drawing again");
+                }
+                Err(e) => panic!("cluster starts: {e:?}"),
+            }
+        }
+    }
+
+    async fn try_start_ranks(ranks: usize, num_gpu_blocks: usize) -> Result<Self, ClusterError> {
         let range = |n| epp_e2e::ports::free_range(n).expect("free ports");
         let (http, publish, replay) = (range(ranks), range(ranks), range(ranks));
         let engine = EngineConfig {
@@ -380,13 +401,11 @@ impl SimPods {
             });
             addrs.push(SocketAddr::from(([127, 0, 0, 1], http + r)));
         }
-        let cluster = Cluster::start(configs, &addrs)
-            .await
-            .expect("cluster starts");
-        Self {
+        let cluster = Cluster::start(configs, &addrs).await?;
+        Ok(Self {
             cluster,
             ports: vec![(publish, replay); ranks],
-        }
+        })
     }
 
     /// Endpoints of a pod started with [`Self::start_ranks`]: `sim-rank-<r>`, rank `r`, and the
