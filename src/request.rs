@@ -224,6 +224,12 @@ fn json_error(body: &[u8], e: serde_json::Error) -> RequestError {
 /// serde_json's nesting limit: deeper bodies are refused (400), never recursed into.
 pub const MAX_DEPTH: usize = 128;
 
+/// A prompt's length in tokens estimated from its size in bytes, where it was not tokenized
+/// (4 bytes a token): the director's prompt size and the prefix index's part past its cap.
+pub const fn estimated_tokens(bytes: usize) -> usize {
+    bytes.div_ceil(4)
+}
+
 /// Byte range of `inner` within `outer`, when `inner` borrows from it.
 fn span_of(outer: &[u8], inner: &str) -> Option<Range<usize>> {
     let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;

@@ -56,13 +56,19 @@ pub(super) fn route(
         });
     let token_scale = d.indexes.approximate.scale.get();
     if let Some(l) = &lookup {
+        // Only the estimated-TTFT scorer prices the room left in each pod's cache.
+        let room = match &source {
+            Some(s) if runtime.scheduler.estimated_ttft().is_some() => {
+                s.room(&CandidatePods(&candidates), l.block_size)
+            }
+            _ => Vec::new(),
+        };
         // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
         let per = if l.pseudo_tokens { token_scale } else { 1.0 };
-        // The lookup walked the candidates in this order ([`CandidatePods`]).
         for (i, c) in candidates.iter_mut().enumerate() {
             c.prefix_blocks = l.scored(c.id);
             c.prefill.held_past_cap = l.held_past_cap(c.id) as f64 / per;
-            c.prefill.cache_free_tokens = l.free_tokens(i).map(|t| t as f64 / per);
+            c.prefill.cache_free_tokens = room.get(i).copied().flatten().map(|t| t as f64 / per);
         }
     }
     let lru = d.lru_snapshot(&runtime.scheduler);
@@ -450,8 +456,8 @@ fn prompt_tokens(
     };
     let estimate = || match &req.prompt {
         Prompt::Tokens(t) => t.len(),
-        Prompt::Text(t) if t.len() < cap => t.len().div_ceil(4),
-        Prompt::Text(_) => body.len().div_ceil(4),
+        Prompt::Text(t) if t.len() < cap => crate::request::estimated_tokens(t.len()),
+        Prompt::Text(_) => crate::request::estimated_tokens(body.len()),
     };
     match lookup {
         Some(l) if l.prompt_tokens < l.token_cap => counted(l),

@@ -518,7 +518,7 @@ impl Inner {
             return;
         }
         self.unlink_lane(oldest);
-        let tail = self.tails.get(&oldest).map_or(0, |t| *t as usize);
+        let tail = self.tails.remove(&oldest).map_or(0, |t| t as usize);
         if let Some(lane) = self.lanes[slot as usize].as_mut() {
             lane.len = lane.len.saturating_sub(1 + tail);
         }

@@ -101,11 +101,6 @@ pub struct Lookup {
     /// Tokens past the cap each endpoint holding every hashed block was last sent after them
     /// (the approximate index's [`super::index::PrefixIndex::tails_at`]); empty otherwise.
     pub tails: Vec<(EndpointId, usize)>,
-    /// Tokens each candidate's cache has room for before what the index recorded there is
-    /// evicted (the approximate index's [`super::index::PrefixIndex::free_blocks`]), in the
-    /// order of the query's pods; `None` for a candidate never recorded (nothing of it is
-    /// known to be held), and empty from an index that does not keep it.
-    pub free: Vec<Option<usize>>,
 }
 
 impl Lookup {
@@ -129,12 +124,6 @@ impl Lookup {
             .map_or(0, |(_, n)| *n)
     }
 
-    /// Tokens the `i`-th of the query's pods has room for before the index's entries there are
-    /// evicted.
-    pub fn free_tokens(&self, i: usize) -> Option<usize> {
-        self.free.get(i).copied().flatten()
-    }
-
     /// Blocks `id` is scored with: held, or credited when that is more.
     pub fn scored(&self, id: EndpointId) -> usize {
         let credited = self
@@ -155,6 +144,13 @@ pub trait PrefixSource {
     fn lookup(&self, query: &Query<'_>, now: Instant) -> Option<Lookup>;
     /// The decision: `lookup`'s prompt went to `primary`.
     fn record(&self, lookup: &Lookup, primary: &Pod, now: Instant);
+    /// Tokens (of `block_size`-token blocks) each of `pods` has room for before what this index
+    /// recorded there is evicted, in their order; `None` for a pod nothing was recorded on.
+    /// Empty from an index that does not size itself to the pods' caches (the precise one).
+    /// Asked only by a scheduler that prices eviction ([`crate::scheduling::scorer::PrefillLoad::cache_free_tokens`]).
+    fn room(&self, _pods: &dyn Pods, _block_size: usize) -> Vec<Option<usize>> {
+        Vec::new()
+    }
 }
 
 /// Which index a configuration scores with, and its parameters.
@@ -215,6 +211,9 @@ impl PrefixSource for Source<'_> {
     }
     fn record(&self, lookup: &Lookup, primary: &Pod, now: Instant) {
         self.inner().record(lookup, primary, now);
+    }
+    fn room(&self, pods: &dyn Pods, block_size: usize) -> Vec<Option<usize>> {
+        self.inner().room(pods, block_size)
     }
 }
 

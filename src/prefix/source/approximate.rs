@@ -1,11 +1,11 @@
 //! The approximate index behind the prefix contract: blocks of the prompt text's tokens, salted
 //! with `cache_salt`, recorded in the primary's LRU sized by its reported KV blocks.
 
-use super::{Lookup, Pod, PrefixSource, Query};
+use super::{Lookup, Pod, Pods, PrefixSource, Query};
 use crate::prefix::block_hashes;
 use crate::prefix::index::PrefixIndex;
 use crate::request::tokenize::Vocabulary;
-use crate::request::{ApiKind, Prompt};
+use crate::request::{estimated_tokens, ApiKind, Prompt};
 use std::borrow::Cow;
 use std::time::Instant;
 
@@ -79,13 +79,13 @@ impl PrefixSource for Approximate<'_> {
         );
         let matches = self.index.longest_prefix(&hashes);
         // A prompt hashed to the cap goes on past it: by its token count, or for text by the
-        // body's size at 4 bytes a token (the director's estimate of its length).
+        // body's size (the director's estimate of its length).
         let cap = max_blocks * block_size;
         let reached = max_blocks > 0 && hashes.len() == max_blocks;
         let past_cap = match &q.request.prompt {
             _ if !reached => 0,
             Prompt::Tokens(t) => t.len().saturating_sub(cap),
-            Prompt::Text(_) => q.body.len().div_ceil(4).saturating_sub(cap),
+            Prompt::Text(_) => estimated_tokens(q.body.len()).saturating_sub(cap),
         };
         let tails = match hashes.last() {
             Some(last) if past_cap > 0 => self
@@ -107,13 +107,15 @@ impl PrefixSource for Approximate<'_> {
             pseudo_tokens,
             past_cap,
             tails,
-            free: self
-                .index
-                .free_blocks(q.pods.iter().map(|p| p.id))
-                .into_iter()
-                .map(|blocks| blocks.map(|b| b * block_size))
-                .collect(),
         })
+    }
+
+    fn room(&self, pods: &dyn Pods, block_size: usize) -> Vec<Option<usize>> {
+        self.index
+            .free_blocks(pods.iter().map(|p| p.id))
+            .into_iter()
+            .map(|blocks| blocks.map(|b| b * block_size))
+            .collect()
     }
 
     /// With auto-tuning the LRU holds what the pod reports, converted to pseudo-blocks when the

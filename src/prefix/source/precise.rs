@@ -89,7 +89,6 @@ impl PrefixSource for Precise<'_> {
             pseudo_tokens: false,
             past_cap: 0,
             tails: Vec::new(),
-            free: Vec::new(),
         })
     }
 

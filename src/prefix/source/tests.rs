@@ -327,10 +327,11 @@ fn a_prompt_past_the_cap_is_held_to_the_tail_last_sent_after_the_same_blocks() {
     );
     assert_eq!(found.held_past_cap(ep(2)), 0);
     // Room left: 1,000 blocks less 4 hashed and a 6-block tail (endpoint 1), 3 (endpoint 2).
-    // In the order of the query's pods (endpoints 1, 2, 3).
-    assert_eq!(found.free_tokens(0), Some((1000 - 10) * 4));
-    assert_eq!(found.free_tokens(1), Some((1000 - 3) * 4));
-    assert_eq!(found.free_tokens(2), None, "never recorded");
+    // In the order of the pods (endpoints 1, 2, 3).
+    let room = source.room(&pods(), found.block_size);
+    assert_eq!(room[0], Some((1000 - 10) * 4));
+    assert_eq!(room[1], Some((1000 - 3) * 4));
+    assert_eq!(room[2], None, "never recorded");
     let longer = lookup(&source, "m", &range(0, 100), now);
     assert_eq!(
         longer.held_past_cap(ep(1)),
@@ -349,4 +350,8 @@ fn a_prompt_past_the_cap_is_held_to_the_tail_last_sent_after_the_same_blocks() {
     record(&source, 1, &range(0, 400), now);
     let found = lookup(&source, "m", &range(0, 420), now);
     assert_eq!((found.past_cap, found.held_past_cap(ep(1))), (0, 0));
+    assert!(
+        source.room(&pods(), 4).is_empty(),
+        "nor does it size itself to the caches"
+    );
 }

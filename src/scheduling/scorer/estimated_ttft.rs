@@ -312,11 +312,13 @@ impl EstimatedTtftScorer {
         let facts = Pool {
             typical: self.typical(pool),
             queued: mean_queue(pool),
-            recorded_floor: pool
-                .iter()
-                .map(|c| recorded_share(c, self.inputs(req, c).own_tokens))
-                .fold(f64::INFINITY, f64::min)
-                .min(1.0),
+            recorded_floor: if pool.iter().any(|c| c.prefill.cache_free_tokens.is_none()) {
+                0.0
+            } else {
+                pool.iter()
+                    .map(|c| recorded_share(c, self.inputs(req, c).own_tokens))
+                    .fold(1.0, f64::min)
+            },
         };
         for (o, c) in out.iter_mut().zip(pool) {
             *o = self.cost(req, c, &facts);
