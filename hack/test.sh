@@ -8,6 +8,10 @@ hack/install-envoy.sh >/dev/null
 export EPP_ENVOY="$(hack/install-envoy.sh)"
 export EPP_KUBE_BIN="$(hack/install-kube.sh)"  # real kube-apiserver + etcd for e2e/tests/kube_*.rs (cold: ~11 min)
 
+# A fresh clone gains nothing from incremental artifacts, which would take gigabytes of a CI
+# machine's disk (a caller's own setting wins).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 cargo fmt --all --check
 python3 hack/check-layers.py  # the layer table of ARCHITECTURE.md
 python3 hack/check-layers.py --self-test  # ... and the check still catches a broken import

@@ -6,7 +6,7 @@
 //! election, RBAC) runs against a real kube-apiserver: e2e/tests/kube_*.rs.
 #![allow(clippy::unwrap_used)]
 
-mod k8s_support;
+use crate::k8s_support;
 
 use epp_e2e::fake_apiserver::FakeApiServer;
 use k8s_support::*;

@@ -5,8 +5,8 @@
 //! hack/install-envoy.sh and the Helm venv (hack/helm/venv.sh, created on first use).
 #![allow(clippy::unwrap_used)]
 
-mod k8s_support;
-mod kube_support;
+use crate::k8s_support;
+use crate::kube_support;
 
 use epp_e2e::kube_apiserver::KubeApiServer;
 use k8s_openapi::api::coordination::v1::Lease;

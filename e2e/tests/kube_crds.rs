@@ -4,7 +4,7 @@
 //! upstream's messages. Needs hack/install-kube.sh.
 #![allow(clippy::unwrap_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use epp::discovery::k8s::crd::{model, objective, pool, pool_v1alpha2, rewrite, validate};
 use epp_e2e::kube_apiserver::TestNamespace;

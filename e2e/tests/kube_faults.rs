@@ -5,13 +5,15 @@
 //! a leader on a real Lease (as the chart's ServiceAccount, with its leader-election Role): the
 //! leader is cut off from the API server five times (a partition, so it cannot release the
 //! Lease) and another replica reports ready within 2x the lease duration while no request
-//! fails. The tests restart the shared server, so they run one at a time ([`SERIAL`]). Each
+//! fails. The tests kill and restart their API server, so they have one of their own ([`own_setup`];
+//! the other tests of the binary share another) and run one at a time ([`SERIAL`]). Each
 //! prints its measurements (`measured:` lines, for BENCHMARKS.md). Needs hack/install-kube.sh
 //! and hack/install-envoy.sh.
 #![allow(clippy::unwrap_used)]
 
-mod k8s_support;
-mod kube_support;
+use crate::k8s_support;
+use crate::kube_support;
+use epp_e2e::kube_apiserver::KubeApiServer;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -21,8 +23,31 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The tests stop the shared API server; they must not overlap.
+/// The tests stop their API server; they must not overlap.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// This file's API server, started on first use with the CRDs installed: not the binary's shared
+/// one, which other tests use while these kill and restart theirs.
+static OWN: tokio::sync::OnceCell<KubeApiServer> = tokio::sync::OnceCell::const_new();
+
+/// This file's server (started on first use) and a fresh namespace on it.
+async fn own_setup(
+    prefix: &str,
+) -> (
+    &'static KubeApiServer,
+    epp_e2e::kube_apiserver::TestNamespace,
+) {
+    let server = OWN
+        .get_or_init(|| async {
+            let server = KubeApiServer::start()
+                .await
+                .unwrap_or_else(|e| panic!("real API server: {e}"));
+            install_crds(&server).await;
+            server
+        })
+        .await;
+    (server, server.namespace(prefix).await.unwrap())
+}
 
 /// A bounded load loop through Envoy: at most `max` requests, until stopped.
 struct Load {
@@ -75,7 +100,7 @@ impl Load {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routing_survives_an_api_server_kill_and_the_watches_resume() {
     let _serial = SERIAL.lock().await;
-    let (server, ns) = setup("faults-restart").await;
+    let (server, ns) = own_setup("faults-restart").await;
     let (port, pods) = sim_pods(3).await;
     create(&ns, pool(&[port])).await;
     ready_pod(&ns, "pod-0", "127.0.0.2").await;
@@ -177,7 +202,7 @@ async fn one_leader(replicas: &[k8s_support::Epp], not: Option<usize>) -> usize 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_a_real_lease_within_twice_the_lease_duration() {
     let _serial = SERIAL.lock().await;
-    let (server, ns) = setup("faults-leader").await;
+    let (server, ns) = own_setup("faults-leader").await;
     let (port, pods) = sim_pods(2).await;
     let values = chart_values(port, json!({"inferenceExtension": {"replicas": 3}}));
     install_chart(&ns, "llama", &values).await;

@@ -6,8 +6,8 @@
 //! real objects. Needs hack/install-kube.sh and hack/install-envoy.sh.
 #![allow(clippy::unwrap_used)]
 
-mod k8s_support;
-mod kube_support;
+use crate::k8s_support;
+use crate::kube_support;
 
 use epp_e2e::sim_pod::{test_pod_config, SimPod};
 use k8s_support::{send, send_on, Epp, Outcome};

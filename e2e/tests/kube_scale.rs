@@ -4,14 +4,14 @@
 //!
 //! ```text
 //! cargo build --release --bin epp
-//! cargo test -p epp-e2e --test kube_scale -- --ignored --nocapture
+//! cargo test -p epp-e2e --test e2e kube_scale:: -- --ignored --nocapture
 //! ```
 //!
 //! The binary is `$EPP_BIN`, else `target/release/epp`, else `target/debug/epp`. Pod IPs are
 //! 127.1.x.y (nothing listens, so scrapes fail fast); scrapes run every 5 s.
 #![allow(clippy::unwrap_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use futures::StreamExt;
 use kube_support::*;

@@ -3,7 +3,7 @@
 //! restarts with the simulator's real event streams, and two epp replicas that agree without
 //! talking to each other.
 
-mod kvevents_support;
+use crate::kvevents_support;
 
 use epp::kvevents::decode::{decode_batch, KvEvent};
 use epp::metrics::{

@@ -4,12 +4,12 @@
 //! KV-event subscribers, requests sent straight to the chosen pod.
 //!
 //! Ignored by default (it runs for minutes); BENCHMARKS.md ("Precise prefix") has the command
-//! and the numbers: `cargo nextest run -p epp-e2e --release --test kvevents_compare
+//! and the numbers: `cargo nextest run -p epp-e2e --release --test e2e kvevents_compare::
 //! --run-ignored only --no-capture`. Environment: `KV_COMPARE_SECS` (default 20),
 //! `KV_COMPARE_RATE` (requests/s, default 24), `KV_COMPARE_ONLY` (rows, e.g. `Precise1,Precise3`),
 //! `KV_COMPARE_CONTROL=1` (all replicas run, only the first routes).
 
-mod kvevents_support;
+use crate::kvevents_support;
 
 use epp_e2e::sim::EngineConfig;
 use kvevents_support::*;

@@ -9,7 +9,7 @@
 //! sidecar.
 #![allow(clippy::unwrap_used)]
 
-mod pd_support;
+use crate::pd_support;
 
 use std::time::Duration;
 
@@ -438,7 +438,7 @@ async fn a_session_echoing_its_prefill_token_is_prefilled_on_the_same_prefill_po
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test pd -- --ignored"]
+#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test e2e pd:: -- --ignored"]
 async fn llm_d_routers_own_epp_splits_and_keeps_the_same_requests_with_the_guide_config() {
     // The scenario of the first test, with llm-d-router's EPP in epp's place (same config).
     let mut opts = options(1, sidecar(), false, "llm-d-pd.yaml", &[]);

@@ -11,7 +11,7 @@
 //! sidecar.
 #![allow(clippy::unwrap_used)]
 
-mod pd_support;
+use crate::pd_support;
 
 use epp_e2e::client;
 use epp_e2e::pd_sidecar::{SidecarConfig, DATA_PARALLEL_HEADER};
@@ -250,7 +250,7 @@ async fn set_llmd_queue(stack: &PdStack, i: usize, waiting: Option<u64>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test pd_dp -- --ignored"]
+#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/epp cargo test -p epp-e2e --test e2e pd_dp:: -- --ignored"]
 async fn llm_d_routers_own_epp_routes_the_ranks_the_same_way() {
     // The first test's rank-1 request with llm-d-router's EPP in epp's place (same config,
     // its file discovery with the same rank endpoints).

@@ -1,7 +1,7 @@
 //! inference-sim over HTTP, in-process: timing shape (prefix cache, queueing),
 //! the OpenAI surface, errors, LoRA, faults and pod kill/restart.
 
-mod sim_support;
+use crate::sim_support;
 
 use std::time::Duration;
 

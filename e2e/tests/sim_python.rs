@@ -2,7 +2,7 @@
 //! `prometheus_client`'s parser, KV events by pyzmq + msgpack. The venv is
 //! created once under target/ by `tests/sim_py/venv.sh`.
 
-mod sim_support;
+use crate::sim_support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

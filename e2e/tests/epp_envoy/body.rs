@@ -10,7 +10,7 @@ use epp_e2e::sim_pod::{test_pod_config, with_adapters};
 use epp_e2e::stack::{Stack, StackOptions};
 use http::{Method, StatusCode};
 
-use crate::support::{
+use super::support::{
     access_log, answered_by, completion, post, sample, served_by, slow_steps, start, traffic,
     wait_for_metrics, words, MODEL,
 };

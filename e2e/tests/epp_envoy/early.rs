@@ -17,7 +17,7 @@ use epp_e2e::stack::{Stack, StackOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{access_log, long_context, start, traffic, MODEL};
+use super::support::{access_log, long_context, start, traffic, MODEL};
 use epp_e2e::envoy::repo_root;
 
 /// epp's flags: upstream's default configuration (see the module docs), then `extra`.
@@ -101,7 +101,7 @@ impl HeldRequest {
 
 /// A completion body with a `prompt_bytes` prompt; the model first, `stream` last.
 pub fn long_completion(prompt_bytes: usize) -> Vec<u8> {
-    let prompt = crate::support::words(7, prompt_bytes / 7);
+    let prompt = super::support::words(7, prompt_bytes / 7);
     format!(
         r#"{{ "model" : "{MODEL}", "prompt": {}, "max_tokens": 3, "stream": false }}"#,
         serde_json::to_string(&prompt).unwrap()

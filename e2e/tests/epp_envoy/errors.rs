@@ -7,7 +7,7 @@ use epp_e2e::envoy::Template;
 use epp_e2e::stack::{Stack, StackOptions};
 use http::StatusCode;
 
-use crate::support::{
+use super::support::{
     access_log, args, completion, empty_pool_stack, example_config, post, received_counts, sample,
     served_by, start, wait_for_metrics, MODEL,
 };

@@ -16,7 +16,7 @@ use epp_e2e::stack::Epp;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
-use crate::support::{args, completion, sample, traffic, wait_for_metrics};
+use super::support::{args, completion, sample, traffic, wait_for_metrics};
 
 const NS: &str = "llm";
 const OBJECTIVE: &str = "x-gateway-inference-objective";

@@ -11,8 +11,8 @@ use epp_e2e::stack::StackOptions;
 use http::StatusCode;
 use serde_json::json;
 
-use crate::early::{wait_upstream, HeldRequest};
-use crate::support::{
+use super::early::{wait_upstream, HeldRequest};
+use super::support::{
     access_log, answered_by, args, assert_routed_to, completion, post, served_by, start, traffic,
     words, MODEL,
 };

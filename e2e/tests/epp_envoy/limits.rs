@@ -6,8 +6,8 @@ use epp_e2e::client::HttpResponse;
 use epp_e2e::stack::StackOptions;
 use http::StatusCode;
 
-use crate::early::{long_completion, HeldRequest};
-use crate::support::{args, completion, post, received_counts, start, MODEL};
+use super::early::{long_completion, HeldRequest};
+use super::support::{args, completion, post, received_counts, start, MODEL};
 
 fn assert_refused(response: &HttpResponse, status: StatusCode, names: &str) {
     assert_eq!(response.status, status, "{}", response.text());

@@ -12,7 +12,7 @@ use epp_e2e::stack::{Epp, StackOptions};
 use http::{Method, StatusCode};
 use tokio::net::TcpListener;
 
-use crate::support::{access_log, args, completion, post, sample, start, wait_for_metrics, MODEL};
+use super::support::{access_log, args, completion, post, sample, start, wait_for_metrics, MODEL};
 
 /// Simulated pods with DCGM series, epp with `config`, Envoy (duplex, ORIGINAL_DST).
 struct GpuStack {

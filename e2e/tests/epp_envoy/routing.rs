@@ -6,7 +6,7 @@ use epp_e2e::envoy::{repo_root, Template};
 use epp_e2e::stack::StackOptions;
 use http::StatusCode;
 
-use crate::support::{
+use super::support::{
     access_log, args, assert_routed_to, completion, example_config, post, received_counts,
     served_by, start, traffic, MODEL,
 };

@@ -6,7 +6,7 @@ use epp_e2e::sim::MetricsMode;
 use epp_e2e::sim_pod::test_pod_config;
 use epp_e2e::stack::StackOptions;
 
-use crate::support::{
+use super::support::{
     access_log, args, completion, post, received_counts, sample, served_by, start, traffic,
     wait_for_metrics, wait_for_scraped_queue, words,
 };

@@ -13,7 +13,7 @@ use epp_e2e::sim_pod::SimPod;
 use epp_e2e::stack::{Epp, StackOptions};
 use http::StatusCode;
 
-use crate::support::{args, completion, post, served_by, start, traffic, wait_for_scraped_queue};
+use super::support::{args, completion, post, served_by, start, traffic, wait_for_scraped_queue};
 
 const DESTINATION: &str = "x-gateway-destination-endpoint";
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use epp_e2e::stack::{Stack, StackOptions};
 
-use crate::support::{args, example_config, post, served_by, start, wait_for_scraped_queue, MODEL};
+use super::support::{args, example_config, post, served_by, start, wait_for_scraped_queue, MODEL};
 
 /// A chat request: a shared system message (about 70 tokens: several 16-token blocks) and a
 /// short question of its own.
 fn chat(i: usize) -> String {
-    let system = crate::support::words(7, 60);
+    let system = super::support::words(7, 60);
     serde_json::json!({
         "model": MODEL,
         "max_tokens": 3,

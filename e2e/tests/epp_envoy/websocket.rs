@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::support::{
+use super::support::{
     access_log, empty_pool_stack, sample, start, traffic, wait_for_metrics, wait_for_scraped_queue,
     MODEL,
 };

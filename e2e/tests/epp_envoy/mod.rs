@@ -4,7 +4,7 @@
 //! status codes.
 //!
 //! Needs Envoy (`hack/install-envoy.sh`); the tests fail, not skip, without it.
-//! Run: `cargo nextest run -p epp-e2e --test epp_envoy`.
+//! Run: `cargo nextest run -p epp-e2e --test e2e epp_envoy::`.
 
 #![allow(clippy::unwrap_used)]
 
