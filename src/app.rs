@@ -107,8 +107,18 @@ pub async fn run_with_drain(
     drain: CancellationToken,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let mut opts = opts;
     opts.validate()?;
     let runtime = initial_runtime(&opts)?;
+    opts.config_discovery = runtime.file_discovery.clone();
+    opts.check_discovery()?;
+    if let Some(f) = &opts.config_discovery {
+        tracing::info!(
+            path = %f.path.display(),
+            watch = f.watch_file,
+            "file-discovery: endpoints from the file; no Kubernetes discovery, InferencePool or InferenceObjective watches"
+        );
+    }
     let telemetry = if opts.tracing {
         crate::telemetry::Telemetry::from_env()?
     } else {
@@ -309,19 +319,44 @@ fn config_origin(opts: &Options) -> String {
     }
 }
 
-type EndpointSources = (Vec<crate::endpoint::Endpoint>, Option<std::path::PathBuf>);
+type EndpointSources = (
+    Vec<crate::endpoint::Endpoint>,
+    Option<discovery::EndpointsFile>,
+);
 
 /// Reads the static endpoints once, failing start-up on a bad flag or file.
 fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<EndpointSources> {
+    use discovery::{EndpointsFile, FileFormat};
     let fixed = discovery::parse_flag(opts.static_endpoints.as_deref().unwrap_or(""))?;
     let mut all = fixed.clone();
-    if let Some(path) = &opts.static_endpoints_file {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --static-endpoints-file {}", path.display()))?;
-        all.extend(discovery::parse_file(&text)?);
+    let file = match (&opts.static_endpoints_file, &opts.config_discovery) {
+        (Some(path), _) => Some(EndpointsFile {
+            path: path.clone(),
+            format: FileFormat::Epp,
+            watch: true,
+        }),
+        (None, Some(f)) => Some(EndpointsFile {
+            path: f.path.clone(),
+            format: FileFormat::LlmD,
+            watch: f.watch_file,
+        }),
+        (None, None) => None,
+    };
+    if let Some(f) = &file {
+        let what = match f.format {
+            FileFormat::Epp => "--static-endpoints-file",
+            FileFormat::LlmD => "the file-discovery plugin's path",
+        };
+        let text = std::fs::read_to_string(&f.path)
+            .with_context(|| format!("reading {what} {}", f.path.display()))?;
+        let eps = f
+            .format
+            .parse(&text)
+            .map_err(|e| anyhow::anyhow!("{what} {}: {e}", f.path.display()))?;
+        all.extend(eps);
     }
     datastore.set_endpoints(all);
-    Ok((fixed, opts.static_endpoints_file.clone()))
+    Ok((fixed, file))
 }
 
 /// Accepted ext_proc connections with Nagle's algorithm off: epp answers a streamed body chunk
@@ -386,7 +421,7 @@ fn spawn_background(
 ) -> anyhow::Result<()> {
     let (fixed, file) = endpoints;
     let (datastore, metrics) = (&shared.datastore, &shared.metrics);
-    if file.is_some() {
+    if file.as_ref().is_some_and(|f| f.watch) {
         tracker.spawn(discovery::run(
             Arc::clone(datastore),
             fixed,

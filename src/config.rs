@@ -18,7 +18,7 @@ mod flow;
 pub mod plugin;
 mod problem;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
-pub use datalayer::MetricsSettings;
+pub use datalayer::{FileDiscovery, MetricsSettings};
 pub use decoded::{scheduler, Config};
 pub use document::{
     DataLayer, DataSourceSpec, EndpointPickerConfig, FlowControlSpec, PluginRef, PluginSpec,

@@ -1,10 +1,12 @@
-//! Static discovery: endpoints from `--static-endpoints` and `--static-endpoints-file`.
+//! Static discovery: endpoints from `--static-endpoints` and `--static-endpoints-file`, or from
+//! the file of llm-d-router's `file-discovery` plugin ([`file`]).
 //!
-//! The file is a YAML list of endpoints (`address`, `port`, optional `name`, `engineType`,
+//! epp's file is a YAML list of endpoints (`address`, `port`, optional `name`, `engineType`,
 //! `labels`, `weight`, `rank`: the data-parallel rank of a pod's port, as its position in an
 //! InferencePool's `targetPorts` would be), re-read when it changes. An invalid file keeps the last good set and is
 //! logged. Kubernetes discovery writes into the same datastore.
 
+pub mod file;
 pub mod k8s;
 
 use crate::datastore::Datastore;
@@ -88,19 +90,58 @@ pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
         .collect()
 }
 
-/// Publishes the flag endpoints, then follows the file (if any) until `shutdown`.
+/// The format of an endpoints file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    /// `--static-endpoints-file`: epp's list ([`parse_file`]).
+    Epp,
+    /// llm-d-router's `file-discovery` ([`file::parse`]).
+    LlmD,
+}
+
+/// An endpoints file, its format, and whether it is followed after start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointsFile {
+    pub path: PathBuf,
+    pub format: FileFormat,
+    pub watch: bool,
+}
+
+impl FileFormat {
+    /// The endpoints of `text`; an llm-d file's skipped entries are logged (every time the
+    /// file is read, so an edit that breaks one entry shows).
+    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, String> {
+        match self {
+            Self::Epp => parse_file(text).map_err(|e| e.to_string()),
+            Self::LlmD => {
+                let parsed = file::parse(text).map_err(|e| e.to_string())?;
+                for why in &parsed.skipped {
+                    tracing::warn!(entry = %why, "endpoints file entry skipped");
+                }
+                Ok(parsed.endpoints)
+            }
+        }
+    }
+}
+
+/// Publishes the flag endpoints, then follows the file (if any, and if followed) until
+/// `shutdown`.
 pub async fn run(
     datastore: Arc<Datastore>,
     fixed: Vec<Endpoint>,
-    file: Option<PathBuf>,
+    file: Option<EndpointsFile>,
     poll: Duration,
     shutdown: CancellationToken,
 ) {
-    let Some(path) = file else {
+    let Some(file) = file else {
         datastore.set_endpoints(fixed);
         return;
     };
-    let mut watch = FileWatch::new(path);
+    if !file.watch {
+        return;
+    }
+    let format = file.format;
+    let mut watch = FileWatch::new(file.path);
     let mut tick = tokio::time::interval(poll);
     loop {
         tokio::select! {
@@ -109,7 +150,7 @@ pub async fn run(
         }
         match watch.changed() {
             Ok(None) => {}
-            Ok(Some(text)) => match parse_file(&text) {
+            Ok(Some(text)) => match format.parse(&text) {
                 Ok(eps) => {
                     tracing::info!(count = eps.len(), path = %watch.path().display(), "endpoints file loaded");
                     datastore.set_endpoints(fixed.iter().cloned().chain(eps).collect());

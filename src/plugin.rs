@@ -204,7 +204,7 @@ kinds! {
     ModelsDataExtractor = "models-data-extractor", DataLayer, Beta, Unsupported("epp does not poll /v1/models");
     K8sNotificationSource = "k8s-notification-source", DataLayer, Beta, DISCOVERY;
     EndpointNotificationSource = "endpoint-notification-source", DataLayer, Beta, DISCOVERY;
-    FileDiscovery = "file-discovery", DataLayer, Beta, Unsupported("not implemented in epp yet (use --static-endpoints-file)");
+    FileDiscovery = "file-discovery", DataLayer, Beta, Plugin;
     TopologyExtractor = "topology-extractor", DataLayer, Alpha, TOPOLOGY;
     DcgmDataSource = "dcgm-data-source", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
     DcgmExtractor = "dcgm-extractor", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");

@@ -8,8 +8,10 @@ use std::time::Duration;
 pub enum OptionsError {
     #[error("--config-file and --config-text are mutually exclusive")]
     ConfigConflict,
-    #[error("no endpoints: give --pool-name (InferencePool), --endpoint-selector with --endpoint-target-ports (standalone), or --static-endpoints / --static-endpoints-file")]
+    #[error("no endpoints: give --pool-name (InferencePool), --endpoint-selector with --endpoint-target-ports (standalone), --static-endpoints / --static-endpoints-file, or a configuration whose dataLayer.discovery names a file-discovery plugin")]
     NoDiscovery,
+    #[error("--static-endpoints / --static-endpoints-file and the configuration's file-discovery plugin both give endpoints: use one")]
+    TwoStaticSources,
     #[error("{0} and {1} are mutually exclusive")]
     Exclusive(&'static str, &'static str),
     #[error("--endpoint-selector needs 1 to 8 --endpoint-target-ports")]
@@ -120,6 +122,10 @@ pub struct Options {
     /// YAML list of endpoints (address, port, name, engineType, labels, weight), re-read on change.
     #[arg(long)]
     pub static_endpoints_file: Option<PathBuf>,
+    /// The configuration's `file-discovery` plugin, when `dataLayer.discovery` names one: set
+    /// once the configuration is loaded ([`Options::check_discovery`]), not a flag.
+    #[arg(skip)]
+    pub config_discovery: Option<crate::config::FileDiscovery>,
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub disable_endpoint_subset_filter: bool,
     /// How often each endpoint's /metrics is scraped.
@@ -381,9 +387,10 @@ impl Options {
         if self.config_file.is_some() && self.config_text.is_some() {
             return Err(OptionsError::ConfigConflict);
         }
-        let static_eps = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
-        if !static_eps && self.pool_name.is_none() && self.endpoint_selector.is_none() {
-            return Err(OptionsError::NoDiscovery);
+        // A configuration may name its own discovery: checked once it is loaded.
+        let config_given = self.config_file.is_some() || self.config_text.is_some();
+        if !config_given {
+            self.check_discovery()?;
         }
         if self.pool_name.is_some() && self.endpoint_selector.is_some() {
             return Err(OptionsError::Exclusive(
@@ -501,10 +508,30 @@ impl Options {
         out
     }
 
-    /// Whether endpoints come from Kubernetes: static endpoints win (the pool name then only
-    /// labels metrics), else the pool or the standalone selector.
+    /// That endpoints come from somewhere, and from one static source at most: the flags or
+    /// the configuration's `file-discovery` ([`Self::config_discovery`], set by then).
+    pub fn check_discovery(&self) -> Result<(), OptionsError> {
+        let flags = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
+        let from_config = self.config_discovery.is_some();
+        if flags && from_config {
+            return Err(OptionsError::TwoStaticSources);
+        }
+        if !flags && !from_config && self.pool_name.is_none() && self.endpoint_selector.is_none() {
+            return Err(OptionsError::NoDiscovery);
+        }
+        if self.ha_enable_leader_election && !self.uses_kubernetes() {
+            return Err(OptionsError::ElectionWithoutKubernetes);
+        }
+        Ok(())
+    }
+
+    /// Whether endpoints come from Kubernetes: static endpoints (the flags, or the
+    /// configuration's `file-discovery`, as upstream starts no controller manager then) win
+    /// (the pool name then only labels metrics), else the pool or the standalone selector.
     pub fn uses_kubernetes(&self) -> bool {
-        let static_eps = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
+        let static_eps = self.static_endpoints.is_some()
+            || self.static_endpoints_file.is_some()
+            || self.config_discovery.is_some();
         !static_eps && (self.pool_name.is_some() || self.endpoint_selector.is_some())
     }
 

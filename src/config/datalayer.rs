@@ -1,7 +1,9 @@
 //! The parameters of the data-layer plugins upstream configurations carry:
 //! `metrics-data-source` (where each endpoint's metrics are) and `core-metrics-extractor`
 //! (which engine's metric names apply). epp scrapes every endpoint itself; these settings tell
-//! it the scheme, path, port and default engine, as upstream's plugins do.
+//! it the scheme, path, port and default engine, as upstream's plugins do. And llm-d-router's
+//! `file-discovery` (endpoints from a file instead of Kubernetes), when `dataLayer.discovery`
+//! names it ([`FileDiscovery`]; the file itself is read by [`crate::discovery::file`]).
 //!
 //! Decoded strictly (upstream v0.10 rejects unknown parameter keys); what epp cannot do (https
 //! scraping with client certificates, custom `engineConfigs`) is a load error naming it.
@@ -10,6 +12,7 @@ use super::plugin::{NamedPlugin, Plugin};
 use crate::endpoint::EngineType;
 use crate::plugin::Invalid;
 use serde::Deserialize;
+use std::path::PathBuf;
 
 /// What the data-layer plugins of one configuration say.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -116,6 +119,55 @@ impl ExtractorParams {
     }
 }
 
+/// `file-discovery` (llm-d-router v0.10): the endpoints file and whether it is followed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileDiscovery {
+    /// `path`: the endpoints file (llm-d's format: `endpoints:` with `name`, `namespace`,
+    /// `address`, `port`, `labels`).
+    pub path: PathBuf,
+    /// `watchFile`: re-read the file when it changes (otherwise it is read once, at start-up).
+    pub watch_file: bool,
+}
+
+/// `file-discovery` parameters, decoded strictly like upstream's.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileDiscoveryParams {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    watch_file: bool,
+}
+
+impl FileDiscoveryParams {
+    /// The path is required.
+    pub fn validate(self) -> Result<FileDiscovery, Invalid> {
+        if self.path.trim().is_empty() {
+            return Err(Invalid::new(
+                "path",
+                "'file-discovery' requires a path (the endpoints file)",
+            ));
+        }
+        Ok(FileDiscovery {
+            path: PathBuf::from(self.path),
+            watch_file: self.watch_file,
+        })
+    }
+}
+
+/// The `file-discovery` plugin `dataLayer.discovery` names, if it names one (another discovery
+/// plugin, or none, means Kubernetes or the static-endpoint flags).
+pub fn file_discovery(
+    data_layer: Option<&super::DataLayer>,
+    plugins: &[NamedPlugin],
+) -> Option<FileDiscovery> {
+    let name = &data_layer?.discovery.as_ref()?.plugin_ref;
+    plugins.iter().find_map(|p| match &p.plugin {
+        Plugin::FileDiscovery(f) if &p.name == name => Some(f.clone()),
+        _ => None,
+    })
+}
+
 impl MetricsSettings {
     /// Reads every `metrics-data-source` and `core-metrics-extractor` plugin (the last one of a
     /// kind wins, as one instance of each is all upstream's charts configure).
@@ -174,6 +226,48 @@ mod tests {
             (s.path.as_deref(), s.port),
             (Some("/prometheus/metrics"), Some(9100))
         );
+    }
+
+    fn discovery(text: &str) -> Result<Option<FileDiscovery>, String> {
+        let text = format!("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n{text}");
+        let doc = super::super::parse(&text).map_err(|e| e.to_string())?;
+        super::super::Config::decode(&doc, Default::default())
+            .map(|c| c.file_discovery)
+            .map_err(|e| e.to_string())
+    }
+
+    /// llm-d's `file-discovery` counts when `dataLayer.discovery` names it.
+    #[test]
+    fn file_discovery_is_the_plugin_data_layer_discovery_names() {
+        let plugins = "plugins:\n- type: file-discovery\n  name: files\n  parameters: {path: /etc/epp/endpoints.yaml, watchFile: true}\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+        assert_eq!(
+            discovery(&format!(
+                "{plugins}dataLayer:\n  discovery: {{pluginRef: files}}\n"
+            )),
+            Ok(Some(FileDiscovery {
+                path: "/etc/epp/endpoints.yaml".into(),
+                watch_file: true
+            }))
+        );
+        assert_eq!(discovery(plugins), Ok(None), "declared, not named: unused");
+        let unnamed = "plugins:\n- type: file-discovery\n  parameters: {path: /e.json}\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\ndataLayer:\n  discovery: {pluginRef: file-discovery}\n";
+        assert_eq!(
+            discovery(unnamed),
+            Ok(Some(FileDiscovery {
+                path: "/e.json".into(),
+                watch_file: false
+            })),
+            "named by its type; watchFile defaults to false"
+        );
+        let bad =
+            discovery(&unnamed.replace("{path: /e.json}", "{watchFile: yes-please}")).unwrap_err();
+        assert!(bad.contains("watchFile") || bad.contains("bool"), "{bad}");
+        let no_path =
+            discovery(&unnamed.replace("{path: /e.json}", "{watchFile: true}")).unwrap_err();
+        assert!(no_path.contains("requires a path"), "{no_path}");
+        let typo = discovery(&unnamed.replace("{path: /e.json}", "{path: /e.json, watch: true}"))
+            .unwrap_err();
+        assert!(typo.contains("watch"), "{typo}");
     }
 
     #[test]

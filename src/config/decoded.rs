@@ -3,6 +3,7 @@
 //! detector's thresholds, the parsers, the served verifier, the data-layer settings and the
 //! feature gates. Every problem of the document is reported together.
 
+use super::datalayer::{file_discovery, FileDiscovery};
 use super::plugin::{NamedPlugin, Plugin};
 use super::{
     check, ConfigError, EndpointPickerConfig, FeatureGates, FlowSettings, LoadOptions,
@@ -33,6 +34,9 @@ pub struct Config {
     pub flow: FlowSettings,
     /// What the data-layer plugins say about scraping.
     pub metrics_settings: MetricsSettings,
+    /// The `file-discovery` plugin `dataLayer.discovery` names: endpoints from its file, not
+    /// from Kubernetes.
+    pub file_discovery: Option<FileDiscovery>,
 }
 
 impl Config {
@@ -59,6 +63,7 @@ impl Config {
                 gates,
                 flow,
                 metrics_settings: MetricsSettings::from_plugins(&plugins),
+                file_discovery: file_discovery(doc.data_layer.as_ref(), &plugins),
                 plugins,
             }),
             _ => Err(problems.into()),

@@ -25,7 +25,7 @@ use crate::scheduling::scorer::{self, Scorer};
 use crate::scheduling::Plugin as Sched;
 use serde_yaml::Value;
 
-pub use super::datalayer::{ExtractorParams, SourceParams};
+pub use super::datalayer::{ExtractorParams, FileDiscovery, FileDiscoveryParams, SourceParams};
 
 /// One configured plugin: its instance name, its kind and what it decoded to.
 #[derive(Clone, Debug)]
@@ -53,6 +53,8 @@ pub enum Plugin {
     MetricsDataSource(SourceParams),
     /// `core-metrics-extractor`: which engine's metric names apply.
     CoreMetricsExtractor(ExtractorParams),
+    /// `file-discovery`: endpoints from a file (used when `dataLayer.discovery` names it).
+    FileDiscovery(FileDiscovery),
     /// A request parser (`requestHandler.parsers` names it).
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
@@ -195,6 +197,7 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         K::CoreMetricsExtractor => {
             Plugin::CoreMetricsExtractor(params::<ExtractorParams>(v)?.validate()?)
         }
+        K::FileDiscovery => Plugin::FileDiscovery(params::<FileDiscoveryParams>(v)?.validate()?),
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
         K::TokenProducer | K::Tokenizer => Plugin::TokenProducer(
             params::<crate::request::render::TokenProducerParams>(v)?
@@ -267,6 +270,7 @@ mod tests {
         let required = |k: PluginKind| match k {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
+            K::FileDiscovery => "{path: /etc/epp/endpoints.yaml}",
             _ => "",
         };
         use PluginKind as K;
@@ -302,6 +306,7 @@ mod tests {
                     )
                     | (Plugin::ServedVerifier, Category::RequestControl)
                     | (Plugin::TokenProducer(_), Category::DataProducer)
+                    | (Plugin::FileDiscovery(_), Category::DataLayer)
             );
             assert!(used, "{k} decoded to {plugin:?}");
         }

@@ -45,6 +45,8 @@ pub struct Runtime {
     pub load: config::LoadOptions,
     /// What the data-layer plugins say about scraping (read at start-up).
     pub metrics_settings: config::MetricsSettings,
+    /// The `file-discovery` plugin `dataLayer.discovery` names (read at start-up).
+    pub file_discovery: Option<config::FileDiscovery>,
     /// The text it was built from (shown by `/debug/snapshot`).
     pub source: String,
 }
@@ -84,6 +86,7 @@ impl Runtime {
             flow: decoded.flow,
             load,
             metrics_settings: decoded.metrics_settings,
+            file_discovery: decoded.file_discovery,
             scheduler: decoded.scheduler,
             source: text.to_owned(),
         })

@@ -11,6 +11,7 @@
 mod body;
 mod early;
 mod errors;
+mod file_discovery;
 mod flow;
 mod interface;
 mod limits;

@@ -62,6 +62,63 @@ fn upstream_flags_parse() {
     assert!(parse_duration("5 parsecs").is_err());
 }
 
+/// A configuration may give the endpoints (llm-d's `file-discovery`): `validate` leaves the
+/// check to `check_discovery`, once the configuration is loaded; then Kubernetes is not used
+/// even with `--pool-name` (as upstream starts no controller manager), and the static flags
+/// cannot be given as well.
+#[test]
+fn a_configurations_file_discovery_gives_the_endpoints() {
+    let parse = |args: &[&str]| {
+        Options::try_parse_from(std::iter::once("epp").chain(args.iter().copied())).unwrap()
+    };
+    let discovery = Some(crate::config::FileDiscovery {
+        path: "/etc/epp/endpoints.yaml".into(),
+        watch_file: true,
+    });
+    let mut o = parse(&["--config-file", "/c.yaml"]);
+    o.validate().unwrap();
+    assert!(matches!(
+        o.check_discovery(),
+        Err(OptionsError::NoDiscovery)
+    ));
+    o.config_discovery = discovery.clone();
+    o.check_discovery().unwrap();
+    assert!(!o.uses_kubernetes() && !o.metrics_auth());
+    let mut o = parse(&["--config-file", "/c.yaml", "--pool-name", "p"]);
+    o.validate().unwrap();
+    assert!(o.uses_kubernetes());
+    o.config_discovery = discovery.clone();
+    o.check_discovery().unwrap();
+    assert!(
+        !o.uses_kubernetes(),
+        "the pool name only labels metrics then"
+    );
+    let mut o = parse(&[
+        "--config-file",
+        "/c.yaml",
+        "--static-endpoints",
+        "127.0.0.1:1",
+    ]);
+    o.config_discovery = discovery.clone();
+    assert!(matches!(
+        o.check_discovery(),
+        Err(OptionsError::TwoStaticSources)
+    ));
+    let mut o = parse(&[
+        "--config-file",
+        "/c.yaml",
+        "--pool-name",
+        "p",
+        "--ha-enable-leader-election",
+    ]);
+    o.validate().unwrap();
+    o.config_discovery = discovery;
+    assert!(matches!(
+        o.check_discovery(),
+        Err(OptionsError::ElectionWithoutKubernetes)
+    ));
+}
+
 #[test]
 fn metrics_auth_is_on_by_default_in_kubernetes_mode_only() {
     let parse = |args: &[&str]| {
