@@ -404,7 +404,7 @@ fn flow_control(
     };
     let director = Arc::clone(director);
     let flow = crate::director::flowcontrol::FlowControl::new(
-        config,
+        config.clone(),
         move || director.pool_saturation(),
         Arc::clone(metrics),
         opts.pool_label(),

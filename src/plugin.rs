@@ -106,7 +106,7 @@ const PROFILE: Support =
 const METRICS: Support =
     BuiltIn("epp scrapes each endpoint's /metrics itself (--refresh-metrics-interval)");
 const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kubernetes or static)");
-const FLOW: Support = BuiltIn("epp's flow control has one FCFS queue per priority band");
+const FLOW: Support = BuiltIn("epp's flow control serves each fairness key first come, first served");
 
 kinds! {
     // Filters.
@@ -213,8 +213,8 @@ kinds! {
     MulticlusterFileDiscovery = "multicluster-file-discovery", DataLayer, Alpha, MULTICLUSTER;
 
     // Flow control.
-    GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Beta, FLOW;
-    RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Beta, Unsupported("epp's flow control has no round-robin fairness yet");
+    GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's oldest request first, whatever its fairness key (upstream's default)");
+    RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's fairness keys in turn");
     ProgramAwareFairness = "program-aware-fairness", FlowControl, Beta, Unsupported("epp's flow control has no program-aware fairness");
     FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Beta, FLOW;
     EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, Unsupported("epp's flow control orders FCFS only");

@@ -47,7 +47,7 @@ impl Config {
         let plugins = decode_plugins(doc, load, &mut problems);
         let scheduler = assemble(doc, &plugins).map_err(|p| problems.extend(p)).ok();
         let parsers = parsers(doc, &plugins, &mut problems);
-        let flow = FlowSettings::decode(gates, doc.flow_control.as_ref()).unwrap_or_else(|p| {
+        let flow = FlowSettings::decode(gates, doc.flow_control.as_ref(), &plugins).unwrap_or_else(|p| {
             problems.extend(p);
             FlowSettings::default()
         });

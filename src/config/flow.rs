@@ -4,15 +4,31 @@
 //! live configuration hands the limits to the queue when it is swapped.
 //!
 //! Quantities are Kubernetes quantities as upstream reads them (`500`, `10Gi`, `1G`); the TTL is
-//! a Go duration (`30s`, `1m30s`). What epp's single queue does not model (per-band policies,
-//! eviction) is accepted and not read.
+//! a Go duration (`30s`, `1m30s`). Each band's fairness policy (`fairnessPolicyRef` of
+//! `defaultPriorityBand` and of each `priorityBands` entry) is read: upstream's default
+//! `global-strict-fairness-policy` or `round-robin-fairness-policy` ([`Fairness`]). What epp's
+//! queue does not model (per-band request limits, eviction) is accepted and not read.
 
-use super::{FeatureGates, FlowControlSpec, Problem};
+use super::plugin::NamedPlugin;
+use super::{FeatureGates, FlowControlSpec, PluginKind, Problem};
 use std::time::Duration;
+
+/// How a priority band chooses the next request among its fairness keys
+/// (`x-gateway-inference-fairness-id`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fairness {
+    /// `global-strict-fairness-policy`, upstream's default: the band's oldest request, whatever
+    /// its key (one queue; a burst from one key delays the others).
+    #[default]
+    GlobalStrict,
+    /// `round-robin-fairness-policy`: the keys with waiting requests take turns, oldest first
+    /// within a key.
+    RoundRobin,
+}
 
 /// Whether requests wait in epp while the pool is saturated, and the limits the document sets
 /// (`None`: the command line's value applies).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlowSettings {
     /// The `flowControl` feature gate.
     pub enabled: bool,
@@ -24,13 +40,19 @@ pub struct FlowSettings {
     pub band_max_bytes: Option<u64>,
     /// `flowControl.defaultRequestTTL`.
     pub ttl: Option<Duration>,
+    /// The fairness of bands `priorityBands` does not list (`defaultPriorityBand`).
+    pub fairness: Fairness,
+    /// The fairness of the bands `priorityBands` lists, by priority.
+    pub band_fairness: Vec<(i64, Fairness)>,
 }
 
 impl FlowSettings {
     /// The settings of a document's gates and `flowControl` section; every bad value reported.
+    /// `plugins` are the document's, which a `fairnessPolicyRef` names.
     pub fn decode(
         gates: FeatureGates,
         spec: Option<&FlowControlSpec>,
+        plugins: &[NamedPlugin],
     ) -> Result<Self, Vec<Problem>> {
         let mut out = Self {
             enabled: gates.flow_control,
@@ -71,11 +93,49 @@ impl FlowSettings {
                 }),
             }
         }
+        // As upstream, the references are resolved when the flow-control layer is built: with
+        // the gate on.
+        if out.enabled {
+            let mut fairness = |path: String, r: Option<&String>| match r {
+                None => Some(Fairness::default()),
+                Some(r) => fairness_of(r, plugins)
+                    .map_err(|message| problems.push(Problem::Field { path, message }))
+                    .ok(),
+            };
+            let default_ref = band.and_then(|b| b.fairness_policy_ref.as_ref());
+            out.fairness = fairness(
+                "flowControl.defaultPriorityBand.fairnessPolicyRef".into(),
+                default_ref,
+            )
+            .unwrap_or_default();
+            for (i, b) in spec.priority_bands.iter().enumerate() {
+                let path = format!("flowControl.priorityBands[{i}].fairnessPolicyRef");
+                if let Some(f) = fairness(path, b.fairness_policy_ref.as_ref()) {
+                    out.band_fairness.push((b.priority.unwrap_or(0), f));
+                }
+            }
+        }
         if problems.is_empty() {
             Ok(out)
         } else {
             Err(problems)
         }
+    }
+}
+
+/// The fairness policy `name` refers to: a plugin of the document by that name, else upstream's
+/// default (registered under its type name whether declared or not); upstream's message
+/// otherwise.
+fn fairness_of(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, String> {
+    let kind = plugins.iter().find(|p| p.name == name).map(|p| p.kind);
+    match kind {
+        Some(PluginKind::GlobalStrictFairnessPolicy) => Ok(Fairness::GlobalStrict),
+        Some(PluginKind::RoundRobinFairnessPolicy) => Ok(Fairness::RoundRobin),
+        Some(other) => Err(format!(
+            "plugin {name:?} is not a fairness policy (type: {other})"
+        )),
+        None if name == PluginKind::GlobalStrictFairnessPolicy.name() => Ok(Fairness::GlobalStrict),
+        None => Err(format!("no fairness policy registered for name {name:?}")),
     }
 }
 
@@ -125,7 +185,12 @@ mod tests {
     fn settings(yaml: &str) -> Result<FlowSettings, Vec<Problem>> {
         let doc = super::super::parse(yaml).map_err(|e| e.problems)?;
         let gates = FeatureGates::parse(&doc.feature_gates)?;
-        FlowSettings::decode(gates, doc.flow_control.as_ref())
+        let plugins: Vec<NamedPlugin> = doc
+            .plugins
+            .iter()
+            .map(|spec| NamedPlugin::decode(spec, Default::default()).unwrap())
+            .collect();
+        FlowSettings::decode(gates, doc.flow_control.as_ref(), &plugins)
     }
 
     #[test]
@@ -140,11 +205,40 @@ mod tests {
                 max_bytes: Some(10 << 30),
                 band_max_bytes: Some(512 << 20),
                 ttl: Some(Duration::from_secs(90)),
+                ..FlowSettings::default()
             }
         );
         let off =
             settings("featureGates: [flowControl=false]\nflowControl: {maxBytes: 1G}").unwrap();
         assert_eq!((off.enabled, off.max_bytes), (false, Some(1_000_000_000)));
+    }
+
+    /// Each band's `fairnessPolicyRef`: upstream's default without one or by its type name,
+    /// a declared plugin by its name; what names no fairness policy is upstream's error, read
+    /// only with the gate on (as upstream builds the layer only then).
+    #[test]
+    fn each_bands_fairness_policy_is_read() {
+        let s = settings("featureGates: [flowControl]\nplugins:\n- {name: rr, type: round-robin-fairness-policy}\n- {type: global-strict-fairness-policy}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: rr}\n  priorityBands:\n  - {priority: 100, fairnessPolicyRef: global-strict-fairness-policy}\n  - {priority: -5, fairnessPolicyRef: rr}\n  - {priority: 7}\n").unwrap();
+        assert_eq!(s.fairness, Fairness::RoundRobin);
+        assert_eq!(
+            s.band_fairness,
+            vec![
+                (100, Fairness::GlobalStrict),
+                (-5, Fairness::RoundRobin),
+                (7, Fairness::GlobalStrict)
+            ]
+        );
+        let s = settings("featureGates: [flowControl]\nflowControl: {defaultPriorityBand: {fairnessPolicyRef: global-strict-fairness-policy}}").unwrap();
+        assert_eq!((s.fairness, s.band_fairness.len()), (Fairness::GlobalStrict, 0));
+        let problems = settings("featureGates: [flowControl]\nplugins:\n- {name: q, type: queue-scorer}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy}\n  priorityBands: [{priority: 1, fairnessPolicyRef: q}]\n").unwrap_err();
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].contains("defaultPriorityBand.fairnessPolicyRef: no fairness policy registered for name \"round-robin-fairness-policy\""), "{text:?}");
+        assert!(text[1].contains("priorityBands[0].fairnessPolicyRef: plugin \"q\" is not a fairness policy"), "{text:?}");
+        assert!(
+            settings("flowControl: {defaultPriorityBand: {fairnessPolicyRef: nowhere}}").is_ok(),
+            "gate off: not read"
+        );
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! order of importance as capacity frees.
 //!
 //! Why in epp: a model server's queue is first come, first served; held here, a Critical
-//! request overtakes a Sheddable one, and one tenant's burst does not starve another's.
-//! Order: strict priority between bands (higher first); within a band, round robin between
-//! fairness keys (`x-gateway-inference-fairness-id`, default `default-flow`); first come first
-//! served within a key. Capacity: a total request count and byte size, and a byte size per
+//! request overtakes a Sheddable one, and with round-robin fairness one tenant's burst does not
+//! starve another's.
+//! Order: strict priority between bands (higher first); within a band, the band's fairness
+//! policy between fairness keys (`x-gateway-inference-fairness-id`, default `default-flow`):
+//! the band's oldest request (`global-strict-fairness-policy`, upstream's default) or the keys
+//! in turn (`round-robin-fairness-policy`, so one tenant's burst does not starve another); first
+//! come first served within a key. Capacity: a total request count and byte size, and a byte size per
 //! band; a request that does not fit is refused at once (429). A request not released within
 //! the TTL is answered 429 (`rejected-ttl-expired`, as llm-d-router v0.10), and one whose stream
 //! ends (client gone) leaves the queue.
@@ -23,7 +26,7 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
-use crate::config::FlowSettings;
+use crate::config::{Fairness, FlowSettings};
 use crate::datastore::objectives::Priority;
 use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
 use std::cmp::Reverse;
@@ -34,8 +37,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Capacities and timing; names follow upstream's `flowControl` config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Capacities, timing and fairness; names follow upstream's `flowControl` config.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowConfig {
     /// Requests queued in all (`maxRequests`; 0 = unlimited).
     pub max_requests: usize,
@@ -47,6 +50,10 @@ pub struct FlowConfig {
     pub ttl: Duration,
     /// Dispatcher tick while requests wait.
     pub tick: Duration,
+    /// The fairness of bands not in `band_fairness` (`defaultPriorityBand`).
+    pub fairness: Fairness,
+    /// The fairness of the configured bands (`priorityBands`), by priority.
+    pub band_fairness: Vec<(Priority, Fairness)>,
 }
 
 impl Default for FlowConfig {
@@ -57,6 +64,8 @@ impl Default for FlowConfig {
             band_max_bytes: 1_000_000_000,
             ttl: Duration::from_secs(60),
             tick: Duration::from_millis(2),
+            fairness: Fairness::default(),
+            band_fairness: Vec::new(),
         }
     }
 }
@@ -72,7 +81,21 @@ impl FlowConfig {
             band_max_bytes: s.band_max_bytes.unwrap_or(self.band_max_bytes),
             ttl: s.ttl.unwrap_or(self.ttl),
             tick: self.tick,
+            fairness: s.fairness,
+            band_fairness: s
+                .band_fairness
+                .iter()
+                .filter_map(|&(p, f)| Some((Priority::try_from(p).ok()?, f)))
+                .collect(),
         }
+    }
+
+    /// The fairness policy of the band of `priority`.
+    pub fn fairness_of(&self, priority: Priority) -> Fairness {
+        self.band_fairness
+            .iter()
+            .find(|(p, _)| *p == priority)
+            .map_or(self.fairness, |(_, f)| *f)
     }
 }
 
@@ -111,7 +134,8 @@ struct Entry<T> {
 
 struct Band<T> {
     flows: HashMap<String, VecDeque<Entry<T>>>,
-    /// Fairness keys with waiting requests, in round-robin order.
+    /// Fairness keys with waiting requests, in round-robin order (global strict searches
+    /// them for the oldest head).
     order: VecDeque<String>,
     bytes: u64,
 }
@@ -160,7 +184,7 @@ impl<T> Queues<T> {
 
     /// The limits in force.
     pub fn config(&self) -> FlowConfig {
-        self.config
+        self.config.clone()
     }
 
     /// New limits: they apply to the next request queued; the waiting ones stay.
@@ -207,10 +231,23 @@ impl<T> Queues<T> {
         Ok(id)
     }
 
-    /// The next request to release: highest band, the next fairness key in turn, oldest first.
+    /// The next request to release: highest band; in it, the oldest request (global strict) or
+    /// the next fairness key in turn (round robin); oldest first within a key.
     pub fn pop(&mut self) -> Option<(u64, T)> {
         let (&key, band) = self.bands.iter_mut().next()?;
-        let flow_id = band.order.pop_front()?;
+        let flow_id = match self.config.fairness_of(key.0) {
+            Fairness::RoundRobin => band.order.pop_front()?,
+            Fairness::GlobalStrict => {
+                let flows = &band.flows;
+                let head = |f: &String| flows.get(f).and_then(|q| q.front()).map(|e| e.id);
+                let (at, _) = band
+                    .order
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, f)| head(f).unwrap_or(u64::MAX))?;
+                band.order.remove(at)?
+            }
+        };
         let flow = band.flows.get_mut(&flow_id)?;
         let entry = flow.pop_front()?;
         if flow.is_empty() {

@@ -224,7 +224,7 @@ impl LiveConfig {
     /// Hands the flow-control queue its limits now and on every swap: `base` (the command
     /// line's) with the configuration's overrides. Set once, at start-up.
     pub fn with_flow_control(&self, flow: Arc<FlowControl>, base: FlowConfig) {
-        flow.reconfigure(base.with_settings(&self.load().flow));
+        flow.reconfigure(base.clone().with_settings(&self.load().flow));
         if self.flow.set((flow, base)).is_err() {
             tracing::warn!("flow control was already attached to the live configuration");
         }
@@ -244,7 +244,7 @@ impl LiveConfig {
     pub fn store(&self, runtime: Runtime) {
         self.datastore.set_health_policy(runtime.health.clone());
         if let Some((flow, base)) = self.flow.get() {
-            flow.reconfigure(base.with_settings(&runtime.flow));
+            flow.reconfigure(base.clone().with_settings(&runtime.flow));
         }
         self.current.store(Arc::new(runtime));
     }

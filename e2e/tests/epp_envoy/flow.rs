@@ -192,3 +192,80 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
     pod.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The order in which one saturated pod receives four requests of one band queued in epp: three
+/// of tenant `a`, then one of tenant `b` (`x-gateway-inference-fairness-id`), with the band's
+/// fairness policy `policy` (`None`: upstream's default, `global-strict-fairness-policy`).
+async fn tenants_in_release_order(policy: Option<&str>) -> Vec<String> {
+    const TENANT: &str = "x-gateway-inference-fairness-id";
+    let pod = SimPod::named("pod-0").await.unwrap();
+    let band = policy.map_or(String::new(), |p| {
+        format!("- {{name: fair, type: {p}}}\nflowControl:\n  defaultPriorityBand: {{fairnessPolicyRef: fair}}\n")
+    });
+    let (plugins, flow) = band.split_once("flowControl:").unwrap_or((&band, ""));
+    let config = format!(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- {{type: queue-scorer}}\n{plugins}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n{}",
+        if flow.is_empty() { String::new() } else { format!("flowControl:{flow}") }
+    );
+    let epp = Epp::start(&args(&[
+        "--static-endpoints",
+        &pod.endpoint(),
+        "--secure-serving=false",
+        "--config-text",
+        &config,
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{config}"));
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool([pod.addr()])
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let addr = envoy.listener_addr();
+    pod.hook().set_waiting(Some(50));
+    wait_queue(&epp, 50.0).await;
+    let mut waiting = tokio::task::JoinSet::new();
+    for (n, tenant) in ["a", "a", "a", "b"].into_iter().enumerate() {
+        let req = epp_e2e::client::request(
+            http::Method::POST,
+            "/v1/completions",
+            completion(&format!("request {n} of tenant {tenant}")),
+        )
+        .unwrap();
+        let req = epp_e2e::client::with_header(req, TENANT, tenant).unwrap();
+        waiting.spawn(async move { epp_e2e::client::send(addr, req).await.unwrap() });
+        wait_queued(&epp, n + 1).await;
+    }
+    assert!(traffic(&pod).is_empty(), "all four wait in epp");
+    pod.hook().set_waiting(Some(4));
+    while let Some(done) = waiting.join_next().await {
+        let r = done.unwrap();
+        assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    }
+    let order = traffic(&pod)
+        .iter()
+        .map(|r| r.header(TENANT).unwrap_or_default().to_owned())
+        .collect();
+    drop(envoy);
+    epp.stop().await;
+    pod.shutdown().await;
+    order
+}
+
+/// A band's fairness policy through Envoy: upstream's default releases the band's oldest
+/// request first whatever its tenant; `round-robin-fairness-policy` lets tenant `b`'s one
+/// request pass tenant `a`'s backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bands_fairness_policy_orders_the_tenants_released() {
+    assert_eq!(
+        tenants_in_release_order(None).await,
+        ["a", "a", "a", "b"],
+        "global strict (default): oldest first"
+    );
+    assert_eq!(
+        tenants_in_release_order(Some("round-robin-fairness-policy")).await,
+        ["a", "b", "a", "a"],
+        "round robin: the tenants in turn"
+    );
+}

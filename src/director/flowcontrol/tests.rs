@@ -11,9 +11,10 @@ fn ticket(priority: Priority, flow: &str, bytes: u64) -> Ticket {
     }
 }
 
-#[test]
-fn higher_bands_first_round_robin_between_keys_fifo_within() {
-    let mut q = Queues::new(FlowConfig::default());
+/// The order `config` releases seven requests in: three of key `a` and two of `b` in band 0,
+/// queued a1 a2 a3 b1 b2 with a band -1 and a band 10 request between them.
+fn release_order(config: FlowConfig) -> Vec<&'static str> {
+    let mut q = Queues::new(config);
     for (p, f, name) in [
         (0, "a", "a1"),
         (0, "a", "a2"),
@@ -26,9 +27,44 @@ fn higher_bands_first_round_robin_between_keys_fifo_within() {
         q.push(&ticket(p, f, 1), name).unwrap();
     }
     let order: Vec<&str> = std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect();
-    assert_eq!(order, ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]);
     assert!(q.is_empty());
     assert_eq!(q.bytes(), 0);
+    order
+}
+
+/// Higher bands first; in a band, upstream's default (global strict) releases the oldest
+/// request whatever its key, round robin takes the keys in turn; first in, first out within a
+/// key either way. A band's own policy wins over the default band's.
+#[test]
+fn higher_bands_first_then_the_bands_fairness_policy_then_fifo() {
+    assert_eq!(
+        release_order(FlowConfig::default()),
+        ["crit", "a1", "a2", "a3", "b1", "b2", "shed"]
+    );
+    let round_robin = FlowConfig {
+        fairness: Fairness::RoundRobin,
+        ..FlowConfig::default()
+    };
+    assert_eq!(
+        release_order(round_robin.clone()),
+        ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]
+    );
+    let band_0_strict = FlowConfig {
+        band_fairness: vec![(0, Fairness::GlobalStrict)],
+        ..round_robin
+    };
+    assert_eq!(
+        release_order(band_0_strict),
+        ["crit", "a1", "a2", "a3", "b1", "b2", "shed"]
+    );
+    let band_0_round_robin = FlowConfig {
+        band_fairness: vec![(0, Fairness::RoundRobin)],
+        ..FlowConfig::default()
+    };
+    assert_eq!(
+        release_order(band_0_round_robin),
+        ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]
+    );
 }
 
 #[test]
