@@ -106,7 +106,8 @@ const PROFILE: Support =
 const METRICS: Support =
     BuiltIn("epp scrapes each endpoint's /metrics itself (--refresh-metrics-interval)");
 const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kubernetes or static)");
-const FLOW: Support = BuiltIn("epp's flow control serves each fairness key first come, first served");
+const FLOW: Support =
+    BuiltIn("epp's flow control serves each fairness key first come, first served");
 
 kinds! {
     // Filters.

@@ -47,10 +47,11 @@ impl Config {
         let plugins = decode_plugins(doc, load, &mut problems);
         let scheduler = assemble(doc, &plugins).map_err(|p| problems.extend(p)).ok();
         let parsers = parsers(doc, &plugins, &mut problems);
-        let flow = FlowSettings::decode(gates, doc.flow_control.as_ref(), &plugins).unwrap_or_else(|p| {
-            problems.extend(p);
-            FlowSettings::default()
-        });
+        let flow =
+            FlowSettings::decode(gates, doc.flow_control.as_ref(), &plugins).unwrap_or_else(|p| {
+                problems.extend(p);
+                FlowSettings::default()
+            });
         match scheduler {
             Some(scheduler) if problems.is_empty() => Ok(Self {
                 scheduler,

@@ -229,12 +229,20 @@ mod tests {
             ]
         );
         let s = settings("featureGates: [flowControl]\nflowControl: {defaultPriorityBand: {fairnessPolicyRef: global-strict-fairness-policy}}").unwrap();
-        assert_eq!((s.fairness, s.band_fairness.len()), (Fairness::GlobalStrict, 0));
+        assert_eq!(
+            (s.fairness, s.band_fairness.len()),
+            (Fairness::GlobalStrict, 0)
+        );
         let problems = settings("featureGates: [flowControl]\nplugins:\n- {name: q, type: queue-scorer}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy}\n  priorityBands: [{priority: 1, fairnessPolicyRef: q}]\n").unwrap_err();
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 2, "{text:?}");
         assert!(text[0].contains("defaultPriorityBand.fairnessPolicyRef: no fairness policy registered for name \"round-robin-fairness-policy\""), "{text:?}");
-        assert!(text[1].contains("priorityBands[0].fairnessPolicyRef: plugin \"q\" is not a fairness policy"), "{text:?}");
+        assert!(
+            text[1].contains(
+                "priorityBands[0].fairnessPolicyRef: plugin \"q\" is not a fairness policy"
+            ),
+            "{text:?}"
+        );
         assert!(
             settings("flowControl: {defaultPriorityBand: {fairnessPolicyRef: nowhere}}").is_ok(),
             "gate off: not read"
