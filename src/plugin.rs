@@ -218,8 +218,8 @@ kinds! {
     RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's fairness keys in turn");
     ProgramAwareFairness = "program-aware-fairness", FlowControl, Beta, Unsupported("epp's flow control has no program-aware fairness");
     FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Beta, FLOW;
-    EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, Unsupported("epp's flow control orders FCFS only");
-    SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, Unsupported("epp's flow control orders FCFS only");
+    EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it orders by arrival plus TTL, which is arrival order here: epp gives every request the same TTL");
+    SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it serves each key's earliest arrival plus x-llm-d-slo-ttft-ms first");
     StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Beta, BuiltIn("epp's flow control limits requests and bytes per band statically (maxRequests, maxBytes)");
     PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
     SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Unsupported("not implemented in epp");

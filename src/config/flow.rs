@@ -4,10 +4,12 @@
 //! live configuration hands the limits to the queue when it is swapped.
 //!
 //! Quantities are Kubernetes quantities as upstream reads them (`500`, `10Gi`, `1G`); the TTL is
-//! a Go duration (`30s`, `1m30s`). Each band's fairness policy (`fairnessPolicyRef` of
-//! `defaultPriorityBand` and of each `priorityBands` entry) is read: upstream's default
-//! `global-strict-fairness-policy` or `round-robin-fairness-policy` ([`Fairness`]). What epp's
-//! queue does not model (per-band request limits, eviction) is accepted and not read.
+//! a Go duration (`30s`, `1m30s`). Each band's policies (`fairnessPolicyRef` and
+//! `orderingPolicyRef` of `defaultPriorityBand` and of each `priorityBands` entry) are read:
+//! upstream's default `global-strict-fairness-policy` or `round-robin-fairness-policy`
+//! ([`Fairness`]); `fcfs-ordering-policy` (the default), `edf-ordering-policy` or
+//! `slo-deadline-ordering-policy` ([`QueueOrder`]). What epp's queue does not model (a listed
+//! band's own limits, eviction) is accepted and not read.
 
 use super::plugin::NamedPlugin;
 use super::{FeatureGates, FlowControlSpec, PluginKind, Problem};
@@ -17,13 +19,32 @@ use std::time::Duration;
 /// (`x-gateway-inference-fairness-id`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Fairness {
-    /// `global-strict-fairness-policy`, upstream's default: the band's oldest request, whatever
-    /// its key (one queue; a burst from one key delays the others).
+    /// `global-strict-fairness-policy`, upstream's default: the band's first request by its
+    /// ordering, whatever its key (one queue; a burst from one key delays the others).
     #[default]
     GlobalStrict,
-    /// `round-robin-fairness-policy`: the keys with waiting requests take turns, oldest first
-    /// within a key.
+    /// `round-robin-fairness-policy`: the keys with waiting requests take turns.
     RoundRobin,
+}
+
+/// How the requests of one fairness key are ordered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// `fcfs-ordering-policy`, upstream's default, and `edf-ordering-policy`: upstream's
+    /// deadline is a request's arrival plus its TTL, and epp gives every request the same TTL,
+    /// so the earliest deadline is the earliest arrival.
+    #[default]
+    Fcfs,
+    /// `slo-deadline-ordering-policy`: the earliest arrival plus `x-llm-d-slo-ttft-ms` (or
+    /// `x-slo-ttft-ms`) first; requests without one after those with one, first come first.
+    SloDeadline,
+}
+
+/// A priority band's policies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BandPolicy {
+    pub fairness: Fairness,
+    pub order: QueueOrder,
 }
 
 /// Whether requests wait in epp while the pool is saturated, and the limits the document sets
@@ -40,10 +61,10 @@ pub struct FlowSettings {
     pub band_max_bytes: Option<u64>,
     /// `flowControl.defaultRequestTTL`.
     pub ttl: Option<Duration>,
-    /// The fairness of bands `priorityBands` does not list (`defaultPriorityBand`).
-    pub fairness: Fairness,
-    /// The fairness of the bands `priorityBands` lists, by priority.
-    pub band_fairness: Vec<(i64, Fairness)>,
+    /// The policies of bands `priorityBands` does not list (`defaultPriorityBand`).
+    pub default_band: BandPolicy,
+    /// The policies of the bands `priorityBands` lists, by priority.
+    pub bands: Vec<(i64, BandPolicy)>,
 }
 
 impl FlowSettings {
@@ -96,23 +117,37 @@ impl FlowSettings {
         // As upstream, the references are resolved when the flow-control layer is built: with
         // the gate on.
         if out.enabled {
-            let mut fairness = |path: String, r: Option<&String>| match r {
-                None => Some(Fairness::default()),
-                Some(r) => fairness_of(r, plugins)
-                    .map_err(|message| problems.push(Problem::Field { path, message }))
-                    .ok(),
-            };
-            let default_ref = band.and_then(|b| b.fairness_policy_ref.as_ref());
-            out.fairness = fairness(
-                "flowControl.defaultPriorityBand.fairnessPolicyRef".into(),
-                default_ref,
-            )
-            .unwrap_or_default();
-            for (i, b) in spec.priority_bands.iter().enumerate() {
-                let path = format!("flowControl.priorityBands[{i}].fairnessPolicyRef");
-                if let Some(f) = fairness(path, b.fairness_policy_ref.as_ref()) {
-                    out.band_fairness.push((b.priority.unwrap_or(0), f));
+            let mut policy = |path: &str, b: Option<&super::PriorityBandSpec>| {
+                let mut resolve = |field: &str, r: Option<&String>, of: PolicyOf| match r {
+                    None => None,
+                    Some(r) => policy_of(r, plugins, of)
+                        .map_err(|message| {
+                            problems.push(Problem::Field {
+                                path: format!("{path}.{field}"),
+                                message,
+                            })
+                        })
+                        .ok(),
+                };
+                let fairness = resolve(
+                    "fairnessPolicyRef",
+                    b.and_then(|b| b.fairness_policy_ref.as_ref()),
+                    PolicyOf::Fairness,
+                );
+                let order = resolve(
+                    "orderingPolicyRef",
+                    b.and_then(|b| b.ordering_policy_ref.as_ref()),
+                    PolicyOf::Ordering,
+                );
+                BandPolicy {
+                    fairness: fairness.and_then(|p| p.fairness).unwrap_or_default(),
+                    order: order.and_then(|p| p.order).unwrap_or_default(),
                 }
+            };
+            out.default_band = policy("flowControl.defaultPriorityBand", band);
+            for (i, b) in spec.priority_bands.iter().enumerate() {
+                let p = policy(&format!("flowControl.priorityBands[{i}]"), Some(b));
+                out.bands.push((b.priority.unwrap_or(0), p));
             }
         }
         if problems.is_empty() {
@@ -123,19 +158,53 @@ impl FlowSettings {
     }
 }
 
-/// The fairness policy `name` refers to: a plugin of the document by that name, else upstream's
-/// default (registered under its type name whether declared or not); upstream's message
+/// Which kind of flow-control policy a reference must name.
+#[derive(Clone, Copy)]
+enum PolicyOf {
+    Fairness,
+    Ordering,
+}
+
+/// What a policy reference resolves to (the field of its kind set).
+struct Resolved {
+    fairness: Option<Fairness>,
+    order: Option<QueueOrder>,
+}
+
+/// The policy `name` refers to: a plugin of the document by that name, else upstream's default
+/// of its kind (registered under its type name whether declared or not); upstream's messages
 /// otherwise.
-fn fairness_of(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, String> {
-    let kind = plugins.iter().find(|p| p.name == name).map(|p| p.kind);
-    match kind {
-        Some(PluginKind::GlobalStrictFairnessPolicy) => Ok(Fairness::GlobalStrict),
-        Some(PluginKind::RoundRobinFairnessPolicy) => Ok(Fairness::RoundRobin),
-        Some(other) => Err(format!(
-            "plugin {name:?} is not a fairness policy (type: {other})"
+fn policy_of(name: &str, plugins: &[NamedPlugin], of: PolicyOf) -> Result<Resolved, String> {
+    use PluginKind as K;
+    let kind = plugins
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.kind)
+        .or_else(|| match of {
+            PolicyOf::Fairness => (name == K::GlobalStrictFairnessPolicy.name())
+                .then_some(K::GlobalStrictFairnessPolicy),
+            PolicyOf::Ordering => {
+                (name == K::FcfsOrderingPolicy.name()).then_some(K::FcfsOrderingPolicy)
+            }
+        });
+    let (fairness, order) = match kind {
+        Some(K::GlobalStrictFairnessPolicy) => (Some(Fairness::GlobalStrict), None),
+        Some(K::RoundRobinFairnessPolicy) => (Some(Fairness::RoundRobin), None),
+        Some(K::FcfsOrderingPolicy | K::EdfOrderingPolicy) => (None, Some(QueueOrder::Fcfs)),
+        Some(K::SloDeadlineOrderingPolicy) => (None, Some(QueueOrder::SloDeadline)),
+        _ => (None, None),
+    };
+    let (what, article) = match of {
+        PolicyOf::Fairness => ("fairness", "a"),
+        PolicyOf::Ordering => ("ordering", "an"),
+    };
+    match (of, kind) {
+        (_, None) => Err(format!("no {what} policy registered for name {name:?}")),
+        (PolicyOf::Fairness, Some(_)) if fairness.is_some() => Ok(Resolved { fairness, order }),
+        (PolicyOf::Ordering, Some(_)) if order.is_some() => Ok(Resolved { fairness, order }),
+        (_, Some(other)) => Err(format!(
+            "plugin {name:?} is not {article} {what} policy (type: {other})"
         )),
-        None if name == PluginKind::GlobalStrictFairnessPolicy.name() => Ok(Fairness::GlobalStrict),
-        None => Err(format!("no fairness policy registered for name {name:?}")),
     }
 }
 
@@ -213,36 +282,37 @@ mod tests {
         assert_eq!((off.enabled, off.max_bytes), (false, Some(1_000_000_000)));
     }
 
-    /// Each band's `fairnessPolicyRef`: upstream's default without one or by its type name,
-    /// a declared plugin by its name; what names no fairness policy is upstream's error, read
-    /// only with the gate on (as upstream builds the layer only then).
+    /// Each band's `fairnessPolicyRef` and `orderingPolicyRef`: upstream's defaults without one
+    /// or by their type names, a declared plugin by its name; what names no policy of the kind
+    /// is upstream's error, read only with the gate on (as upstream builds the layer only then).
     #[test]
-    fn each_bands_fairness_policy_is_read() {
-        let s = settings("featureGates: [flowControl]\nplugins:\n- {name: rr, type: round-robin-fairness-policy}\n- {type: global-strict-fairness-policy}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: rr}\n  priorityBands:\n  - {priority: 100, fairnessPolicyRef: global-strict-fairness-policy}\n  - {priority: -5, fairnessPolicyRef: rr}\n  - {priority: 7}\n").unwrap();
-        assert_eq!(s.fairness, Fairness::RoundRobin);
+    fn each_bands_policies_are_read() {
+        let s = settings("featureGates: [flowControl]\nplugins:\n- {name: rr, type: round-robin-fairness-policy}\n- {type: global-strict-fairness-policy}\n- {name: slo, type: slo-deadline-ordering-policy}\n- {type: edf-ordering-policy}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: rr, orderingPolicyRef: slo}\n  priorityBands:\n  - {priority: 100, fairnessPolicyRef: global-strict-fairness-policy, orderingPolicyRef: edf-ordering-policy}\n  - {priority: -5, fairnessPolicyRef: rr, orderingPolicyRef: fcfs-ordering-policy}\n  - {priority: 7}\n").unwrap();
+        let policy = |fairness, order| BandPolicy { fairness, order };
+        use Fairness::{GlobalStrict, RoundRobin};
+        use QueueOrder::{Fcfs, SloDeadline};
+        assert_eq!(s.default_band, policy(RoundRobin, SloDeadline));
         assert_eq!(
-            s.band_fairness,
+            s.bands,
             vec![
-                (100, Fairness::GlobalStrict),
-                (-5, Fairness::RoundRobin),
-                (7, Fairness::GlobalStrict)
+                (100, policy(GlobalStrict, Fcfs)),
+                (-5, policy(RoundRobin, Fcfs)),
+                (7, BandPolicy::default())
             ]
         );
         let s = settings("featureGates: [flowControl]\nflowControl: {defaultPriorityBand: {fairnessPolicyRef: global-strict-fairness-policy}}").unwrap();
-        assert_eq!(
-            (s.fairness, s.band_fairness.len()),
-            (Fairness::GlobalStrict, 0)
-        );
-        let problems = settings("featureGates: [flowControl]\nplugins:\n- {name: q, type: queue-scorer}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy}\n  priorityBands: [{priority: 1, fairnessPolicyRef: q}]\n").unwrap_err();
+        assert_eq!((s.default_band, s.bands.len()), (BandPolicy::default(), 0));
+        let problems = settings("featureGates: [flowControl]\nplugins:\n- {name: q, type: queue-scorer}\n- {name: rr, type: round-robin-fairness-policy}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy, orderingPolicyRef: rr}\n  priorityBands: [{priority: 1, fairnessPolicyRef: q, orderingPolicyRef: slo-deadline-ordering-policy}]\n").unwrap_err();
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        assert_eq!(text.len(), 2, "{text:?}");
-        assert!(text[0].contains("defaultPriorityBand.fairnessPolicyRef: no fairness policy registered for name \"round-robin-fairness-policy\""), "{text:?}");
-        assert!(
-            text[1].contains(
-                "priorityBands[0].fairnessPolicyRef: plugin \"q\" is not a fairness policy"
-            ),
-            "{text:?}"
-        );
+        assert_eq!(text.len(), 4, "{text:?}");
+        for (t, want) in text.iter().zip([
+            "defaultPriorityBand.fairnessPolicyRef: no fairness policy registered for name \"round-robin-fairness-policy\"",
+            "defaultPriorityBand.orderingPolicyRef: plugin \"rr\" is not an ordering policy",
+            "priorityBands[0].fairnessPolicyRef: plugin \"q\" is not a fairness policy",
+            "priorityBands[0].orderingPolicyRef: no ordering policy registered for name \"slo-deadline-ordering-policy\"",
+        ]) {
+            assert!(t.contains(want), "{t} lacks {want}");
+        }
         assert!(
             settings("flowControl: {defaultPriorityBand: {fairnessPolicyRef: nowhere}}").is_ok(),
             "gate off: not read"

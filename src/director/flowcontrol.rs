@@ -26,7 +26,7 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
-use crate::config::{Fairness, FlowSettings};
+use crate::config::{BandPolicy, Fairness, FlowSettings, QueueOrder};
 use crate::datastore::objectives::Priority;
 use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
 use std::cmp::Reverse;
@@ -50,10 +50,10 @@ pub struct FlowConfig {
     pub ttl: Duration,
     /// Dispatcher tick while requests wait.
     pub tick: Duration,
-    /// The fairness of bands not in `band_fairness` (`defaultPriorityBand`).
-    pub fairness: Fairness,
-    /// The fairness of the configured bands (`priorityBands`), by priority.
-    pub band_fairness: Vec<(Priority, Fairness)>,
+    /// The policies of bands not in `bands` (`defaultPriorityBand`).
+    pub default_band: BandPolicy,
+    /// The policies of the configured bands (`priorityBands`), by priority.
+    pub bands: Vec<(Priority, BandPolicy)>,
 }
 
 impl Default for FlowConfig {
@@ -64,8 +64,8 @@ impl Default for FlowConfig {
             band_max_bytes: 1_000_000_000,
             ttl: Duration::from_secs(60),
             tick: Duration::from_millis(2),
-            fairness: Fairness::default(),
-            band_fairness: Vec::new(),
+            default_band: BandPolicy::default(),
+            bands: Vec::new(),
         }
     }
 }
@@ -81,21 +81,21 @@ impl FlowConfig {
             band_max_bytes: s.band_max_bytes.unwrap_or(self.band_max_bytes),
             ttl: s.ttl.unwrap_or(self.ttl),
             tick: self.tick,
-            fairness: s.fairness,
-            band_fairness: s
-                .band_fairness
+            default_band: s.default_band,
+            bands: s
+                .bands
                 .iter()
-                .filter_map(|&(p, f)| Some((Priority::try_from(p).ok()?, f)))
+                .filter_map(|&(p, b)| Some((Priority::try_from(p).ok()?, b)))
                 .collect(),
         }
     }
 
-    /// The fairness policy of the band of `priority`.
-    pub fn fairness_of(&self, priority: Priority) -> Fairness {
-        self.band_fairness
+    /// The policies of the band of `priority`.
+    pub fn policy_of(&self, priority: Priority) -> BandPolicy {
+        self.bands
             .iter()
             .find(|(p, _)| *p == priority)
-            .map_or(self.fairness, |(_, f)| *f)
+            .map_or(self.default_band, |(_, b)| *b)
     }
 }
 
@@ -124,12 +124,42 @@ pub struct Ticket {
     pub bytes: u64,
     /// The requested model (metric label only).
     pub model_name: String,
+    /// Arrival plus the request's `x-llm-d-slo-ttft-ms`, when it has one (the
+    /// `slo-deadline-ordering-policy` orders by it).
+    pub slo_deadline: Option<Instant>,
 }
 
 struct Entry<T> {
     id: u64,
     bytes: u64,
+    slo_deadline: Option<Instant>,
     payload: T,
+}
+
+/// Where an entry stands under an ordering (lower first): without a deadline, the deadline,
+/// arrival.
+type Rank = (bool, Option<Instant>, u64);
+
+impl<T> Entry<T> {
+    /// Where the entry stands in its key's queue under `order`.
+    fn rank(&self, order: QueueOrder) -> Rank {
+        match order {
+            QueueOrder::Fcfs => (false, None, self.id),
+            QueueOrder::SloDeadline => (self.slo_deadline.is_none(), self.slo_deadline, self.id),
+        }
+    }
+}
+
+/// The position of the first entry of `queue` under `order`, and its rank.
+fn first<T>(queue: &VecDeque<Entry<T>>, order: QueueOrder) -> Option<(usize, Rank)> {
+    match order {
+        QueueOrder::Fcfs => queue.front().map(|e| (0, e.rank(order))),
+        QueueOrder::SloDeadline => queue
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, e.rank(order)))
+            .min_by_key(|(_, r)| *r),
+    }
 }
 
 struct Band<T> {
@@ -223,6 +253,7 @@ impl<T> Queues<T> {
         flow.push_back(Entry {
             id,
             bytes: ticket.bytes,
+            slo_deadline: ticket.slo_deadline,
             payload,
         });
         band.bytes += ticket.bytes;
@@ -231,25 +262,30 @@ impl<T> Queues<T> {
         Ok(id)
     }
 
-    /// The next request to release: highest band; in it, the oldest request (global strict) or
-    /// the next fairness key in turn (round robin); oldest first within a key.
+    /// The next request to release: highest band; in it, the band's first request by its
+    /// ordering (global strict) or the next fairness key in turn (round robin); within a key,
+    /// first by the ordering (arrival, or SLO deadline).
     pub fn pop(&mut self) -> Option<(u64, T)> {
         let (&key, band) = self.bands.iter_mut().next()?;
-        let flow_id = match self.config.fairness_of(key.0) {
+        let policy = self.config.policy_of(key.0);
+        let order = policy.order;
+        let flow_id = match policy.fairness {
             Fairness::RoundRobin => band.order.pop_front()?,
             Fairness::GlobalStrict => {
                 let flows = &band.flows;
-                let head = |f: &String| flows.get(f).and_then(|q| q.front()).map(|e| e.id);
+                let head = |f: &String| flows.get(f).and_then(|q| first(q, order)).map(|(_, r)| r);
                 let (at, _) = band
                     .order
                     .iter()
                     .enumerate()
-                    .min_by_key(|(_, f)| head(f).unwrap_or(u64::MAX))?;
+                    .filter_map(|(i, f)| Some((i, head(f)?)))
+                    .min_by_key(|(_, r)| *r)?;
                 band.order.remove(at)?
             }
         };
         let flow = band.flows.get_mut(&flow_id)?;
-        let entry = flow.pop_front()?;
+        let (at, _) = first(flow, order)?;
+        let entry = flow.remove(at)?;
         if flow.is_empty() {
             band.flows.remove(&flow_id);
         } else {

@@ -193,19 +193,20 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The order in which one saturated pod receives four requests of one band queued in epp: three
-/// of tenant `a`, then one of tenant `b` (`x-gateway-inference-fairness-id`), with the band's
-/// fairness policy `policy` (`None`: upstream's default, `global-strict-fairness-policy`).
-async fn tenants_in_release_order(policy: Option<&str>) -> Vec<String> {
+/// Each request `(tenant, x-llm-d-slo-ttft-ms)`, queued in this order in epp while its one pod is
+/// saturated, then released; returns the `tag` of each in the order the pod received them.
+/// `plugins` and `band` are YAML lines for the configuration's `plugins` and its
+/// `flowControl.defaultPriorityBand` (empty: upstream's defaults).
+async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>)]) -> Vec<String> {
     const TENANT: &str = "x-gateway-inference-fairness-id";
     let pod = SimPod::named("pod-0").await.unwrap();
-    let band = policy.map_or(String::new(), |p| {
-        format!("- {{name: fair, type: {p}}}\nflowControl:\n  defaultPriorityBand: {{fairnessPolicyRef: fair}}\n")
-    });
-    let (plugins, flow) = band.split_once("flowControl:").unwrap_or((&band, ""));
+    let flow = if band.is_empty() {
+        String::new()
+    } else {
+        format!("flowControl:\n  defaultPriorityBand: {{{band}}}\n")
+    };
     let config = format!(
-        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- {{type: queue-scorer}}\n{plugins}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n{}",
-        if flow.is_empty() { String::new() } else { format!("flowControl:{flow}") }
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- {{type: queue-scorer}}\n{plugins}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n{flow}"
     );
     let epp = Epp::start(&args(&[
         "--static-endpoints",
@@ -226,18 +227,27 @@ async fn tenants_in_release_order(policy: Option<&str>) -> Vec<String> {
     pod.hook().set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
     let mut waiting = tokio::task::JoinSet::new();
-    for (n, tenant) in ["a", "a", "a", "b"].into_iter().enumerate() {
+    for (n, (tenant, slo)) in requests.iter().enumerate() {
+        let tag = match slo {
+            Some(ms) => format!("{tenant}{ms}"),
+            None => (*tenant).to_owned(),
+        };
         let req = epp_e2e::client::request(
             http::Method::POST,
             "/v1/completions",
-            completion(&format!("request {n} of tenant {tenant}")),
+            completion(&format!("request {n}")),
         )
         .unwrap();
-        let req = epp_e2e::client::with_header(req, TENANT, tenant).unwrap();
+        let mut req = epp_e2e::client::with_header(req, TENANT, tenant).unwrap();
+        req = epp_e2e::client::with_header(req, "x-test-tag", &tag).unwrap();
+        if let Some(ms) = slo {
+            req =
+                epp_e2e::client::with_header(req, "x-llm-d-slo-ttft-ms", &ms.to_string()).unwrap();
+        }
         waiting.spawn(async move { epp_e2e::client::send(addr, req).await.unwrap() });
         wait_queued(&epp, n + 1).await;
     }
-    assert!(traffic(&pod).is_empty(), "all four wait in epp");
+    assert!(traffic(&pod).is_empty(), "all wait in epp");
     pod.hook().set_waiting(Some(4));
     while let Some(done) = waiting.join_next().await {
         let r = done.unwrap();
@@ -245,7 +255,7 @@ async fn tenants_in_release_order(policy: Option<&str>) -> Vec<String> {
     }
     let order = traffic(&pod)
         .iter()
-        .map(|r| r.header(TENANT).unwrap_or_default().to_owned())
+        .map(|r| r.header("x-test-tag").unwrap_or_default().to_owned())
         .collect();
     drop(envoy);
     epp.stop().await;
@@ -253,19 +263,51 @@ async fn tenants_in_release_order(policy: Option<&str>) -> Vec<String> {
     order
 }
 
-/// A band's fairness policy through Envoy: upstream's default releases the band's oldest
-/// request first whatever its tenant; `round-robin-fairness-policy` lets tenant `b`'s one
-/// request pass tenant `a`'s backlog.
+/// A band's fairness policy through Envoy, three requests of tenant `a` queued before one of
+/// `b`: upstream's default releases the band's oldest request first whatever its tenant;
+/// `round-robin-fairness-policy` lets `b`'s one request pass `a`'s backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bands_fairness_policy_orders_the_tenants_released() {
+    let queued = [("a", None), ("a", None), ("a", None), ("b", None)];
     assert_eq!(
-        tenants_in_release_order(None).await,
+        release_order("", "", &queued).await,
         ["a", "a", "a", "b"],
         "global strict (default): oldest first"
     );
     assert_eq!(
-        tenants_in_release_order(Some("round-robin-fairness-policy")).await,
+        release_order(
+            "- {name: fair, type: round-robin-fairness-policy}\n",
+            "fairnessPolicyRef: fair",
+            &queued
+        )
+        .await,
         ["a", "b", "a", "a"],
         "round robin: the tenants in turn"
+    );
+}
+
+/// `slo-deadline-ordering-policy` through Envoy: of one tenant's requests queued without an SLO,
+/// with `x-llm-d-slo-ttft-ms: 900` and with 100, the 100 ms one is released first, the one
+/// without an SLO last; `edf-ordering-policy` keeps arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slo_deadline_ordering_releases_the_earliest_deadline_first() {
+    let queued = [("a", None), ("a", Some(900)), ("a", Some(100))];
+    assert_eq!(
+        release_order(
+            "- {name: slo, type: slo-deadline-ordering-policy}\n",
+            "orderingPolicyRef: slo",
+            &queued
+        )
+        .await,
+        ["a100", "a900", "a"]
+    );
+    assert_eq!(
+        release_order(
+            "- {type: edf-ordering-policy}\n",
+            "orderingPolicyRef: edf-ordering-policy",
+            &queued
+        )
+        .await,
+        ["a", "a900", "a100"]
     );
 }

@@ -8,6 +8,7 @@ fn ticket(priority: Priority, flow: &str, bytes: u64) -> Ticket {
         fairness_id: flow.into(),
         bytes,
         model_name: "m".into(),
+        slo_deadline: None,
     }
 }
 
@@ -41,8 +42,12 @@ fn higher_bands_first_then_the_bands_fairness_policy_then_fifo() {
         release_order(FlowConfig::default()),
         ["crit", "a1", "a2", "a3", "b1", "b2", "shed"]
     );
+    let policy = |fairness| BandPolicy {
+        fairness,
+        order: QueueOrder::Fcfs,
+    };
     let round_robin = FlowConfig {
-        fairness: Fairness::RoundRobin,
+        default_band: policy(Fairness::RoundRobin),
         ..FlowConfig::default()
     };
     assert_eq!(
@@ -50,7 +55,7 @@ fn higher_bands_first_then_the_bands_fairness_policy_then_fifo() {
         ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]
     );
     let band_0_strict = FlowConfig {
-        band_fairness: vec![(0, Fairness::GlobalStrict)],
+        bands: vec![(0, policy(Fairness::GlobalStrict))],
         ..round_robin
     };
     assert_eq!(
@@ -58,12 +63,53 @@ fn higher_bands_first_then_the_bands_fairness_policy_then_fifo() {
         ["crit", "a1", "a2", "a3", "b1", "b2", "shed"]
     );
     let band_0_round_robin = FlowConfig {
-        band_fairness: vec![(0, Fairness::RoundRobin)],
+        bands: vec![(0, policy(Fairness::RoundRobin))],
         ..FlowConfig::default()
     };
     assert_eq!(
         release_order(band_0_round_robin),
         ["crit", "a1", "b1", "a2", "b2", "a3", "shed"]
+    );
+}
+
+/// `slo-deadline-ordering-policy`: within a key the earliest SLO deadline first, requests
+/// without one after, first come first among equals; global strict compares the keys' firsts
+/// by the same order, round robin still takes the keys in turn.
+#[test]
+fn the_slo_deadline_ordering_serves_the_earliest_deadline_first() {
+    let now = Instant::now();
+    let at = |ms: u64| Some(now + Duration::from_millis(ms));
+    let order = |fairness| {
+        let mut q = Queues::new(FlowConfig {
+            default_band: BandPolicy {
+                fairness,
+                order: QueueOrder::SloDeadline,
+            },
+            ..FlowConfig::default()
+        });
+        for (f, deadline, name) in [
+            ("a", None, "a-none"),
+            ("a", at(900), "a-900"),
+            ("a", at(100), "a-100"),
+            ("b", at(500), "b-500"),
+            ("b", None, "b-none"),
+            ("a", at(100), "a-100-later"),
+        ] {
+            let t = Ticket {
+                slo_deadline: deadline,
+                ..ticket(0, f, 1)
+            };
+            q.push(&t, name).unwrap();
+        }
+        std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        order(Fairness::GlobalStrict),
+        ["a-100", "a-100-later", "b-500", "a-900", "a-none", "b-none"]
+    );
+    assert_eq!(
+        order(Fairness::RoundRobin),
+        ["a-100", "b-500", "a-100-later", "b-none", "a-900", "a-none"]
     );
 }
 

@@ -402,11 +402,19 @@ impl StreamMachine {
             .filter(|f| !f.is_empty())
             .unwrap_or_else(|| DEFAULT_FLOW.to_owned());
         let bytes = self.meta.content_length.unwrap_or(self.body_len) as u64;
+        let slo_deadline = self
+            .meta
+            .slo_ttft_ms
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| {
+                tokio::time::Instant::now() + std::time::Duration::from_secs_f64(ms.min(1e12) / 1e3)
+            });
         Some(Ticket {
             priority,
             fairness_id,
             bytes,
             model_name: model.unwrap_or_default(),
+            slo_deadline,
         })
     }
 
