@@ -106,6 +106,9 @@ const PROFILE: Support =
 const METRICS: Support =
     BuiltIn("epp scrapes each endpoint's /metrics itself (--refresh-metrics-interval)");
 const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kubernetes or static)");
+/// What `models-data-source` and `models-data-extractor` collect, nothing in llm-d-router v0.10
+/// reads.
+const MODELS: &str = "accepted: no filter or scorer of llm-d-router v0.10 reads the models it collects from /v1/models, so epp does not poll it";
 const FLOW: Support =
     BuiltIn("epp's flow control serves each fairness key first come, first served");
 
@@ -201,8 +204,8 @@ kinds! {
     // Data layer.
     MetricsDataSource = "metrics-data-source", DataLayer, Beta, METRICS;
     CoreMetricsExtractor = "core-metrics-extractor", DataLayer, Beta, METRICS;
-    ModelsDataSource = "models-data-source", DataLayer, Beta, Unsupported("epp does not poll /v1/models");
-    ModelsDataExtractor = "models-data-extractor", DataLayer, Beta, Unsupported("epp does not poll /v1/models");
+    ModelsDataSource = "models-data-source", DataLayer, Beta, BuiltIn(MODELS);
+    ModelsDataExtractor = "models-data-extractor", DataLayer, Beta, BuiltIn(MODELS);
     K8sNotificationSource = "k8s-notification-source", DataLayer, Beta, DISCOVERY;
     EndpointNotificationSource = "endpoint-notification-source", DataLayer, Beta, DISCOVERY;
     FileDiscovery = "file-discovery", DataLayer, Beta, Plugin;

@@ -270,6 +270,21 @@ mod tests {
         assert!(typo.contains("watch"), "{typo}");
     }
 
+    /// llm-d's `models-data-source` + `models-data-extractor` load (no v0.10 plugin reads what
+    /// they collect), their parameters checked as strictly as upstream's.
+    #[test]
+    fn the_models_data_source_is_accepted_with_its_parameters_checked() {
+        let doc = |params: &str| {
+            format!("- type: models-data-source\n  name: vllm-models-source\n  parameters: {params}\n- type: models-data-extractor\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\ndataLayer:\n  sources:\n  - pluginRef: vllm-models-source\n    extractors: [{{pluginRef: models-data-extractor}}]\n")
+        };
+        assert!(settings(&doc(
+            "{scheme: https, path: /v1/models, insecureSkipVerify: false, interval: 5s}"
+        ))
+        .is_ok());
+        let typo = settings(&doc("{pth: /v1/models}")).unwrap_err();
+        assert!(format!("{typo:?}").contains("pth"), "{typo:?}");
+    }
+
     #[test]
     fn what_epp_cannot_do_is_named() {
         let problems = settings("- type: metrics-data-source\n  parameters: {scheme: https, port: 0, clientCertPath: /c}\n- type: core-metrics-extractor\n  parameters: {defaultEngine: tgi, engineConfigs: [{name: x}]}\n").unwrap_err();

@@ -155,6 +155,21 @@ impl Parameters for Yaml<'_> {
     }
 }
 
+/// `models-data-source` (llm-d v0.10) parameters, checked strictly as upstream decodes them;
+/// nothing reads them (no v0.10 plugin consumes the models it collects).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+#[allow(dead_code)] // decoded for the check only
+struct ModelsSourceParams {
+    scheme: String,
+    path: String,
+    insecure_skip_verify: bool,
+    ca_cert_path: String,
+    client_cert_path: String,
+    client_key_path: String,
+    interval: String,
+}
+
 /// `session-id-producer` (llm-d v0.10): exactly one of a header or a cookie names the session.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -210,6 +225,10 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         }
         K::InflightLoadProducer => {
             params::<InflightLoadParams>(v)?.validate()?;
+            Plugin::BuiltIn
+        }
+        K::ModelsDataSource => {
+            params::<ModelsSourceParams>(v)?;
             Plugin::BuiltIn
         }
         _ => match (ParserKind::of(kind), scheduling_plugin(kind, v)?) {
