@@ -6,6 +6,7 @@
 
 mod options;
 mod prefix_gc;
+mod tls;
 
 use crate::datastore::Datastore;
 use crate::director::{Director, DirectorOptions, PlacementSink, Runtime, Shared};
@@ -190,8 +191,16 @@ pub async fn run_with_drain(
     shared.config.with_flow_control(Arc::clone(&flow), base);
     tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
     grpc = grpc.with_flow_control(flow, opts.flow_control);
+    // With --enable-cert-reload epp handshakes itself, so that a new certificate can be
+    // swapped in (`tls`); otherwise tonic's TLS serves the one read now.
+    let reload = match &opts.cert_path {
+        Some(dir) if opts.secure_serving && opts.enable_cert_reload => {
+            Some((tls::Reloading::load(dir)?, dir.clone()))
+        }
+        _ => None,
+    };
     let mut ext = tonic::transport::Server::builder();
-    if opts.secure_serving {
+    if opts.secure_serving && reload.is_none() {
         ext = ext
             .tls_config(tls_config(&opts)?)
             .context("configuring TLS")?;
@@ -223,14 +232,23 @@ pub async fn run_with_drain(
         }
     };
     let stop = shutdown.clone();
-    tracker.spawn(guard(
-        "ext_proc",
-        Box::pin(
+    let ext_proc: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match reload {
+        Some((certs, dir)) => {
+            let config = certs.server_config()?;
+            tracker.spawn(certs.follow(dir, FILE_POLL, shutdown.clone()));
+            let incoming = tls::incoming(listeners.grpc, config, &tracker, shutdown.clone());
+            Box::pin(
+                ext_router
+                    .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await }),
+            )
+        }
+        None => Box::pin(
             ext_router.serve_with_incoming_shutdown(nodelay(listeners.grpc), async move {
                 stop.cancelled().await
             }),
         ),
-    ));
+    };
+    tracker.spawn(guard("ext_proc", ext_proc));
     let stop = shutdown.clone();
     tracker.spawn(guard(
         "health",

@@ -79,7 +79,7 @@ pub struct Options {
     /// Directory holding tls.crt and tls.key.
     #[arg(long)]
     pub cert_path: Option<PathBuf>,
-    /// Reload the certificate when it changes (not supported yet; must stay false).
+    /// Reload --cert-path's certificate when its files change (new connections present it).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub enable_cert_reload: bool,
     /// Also serve gRPC health on the ext_proc port.
@@ -411,9 +411,6 @@ impl Options {
                 "Kubernetes discovery (--pool-name or --endpoint-selector) to review tokens",
             ));
         }
-        if self.enable_cert_reload {
-            return Err(OptionsError::Unsupported("--enable-cert-reload"));
-        }
         if self.metrics_client_ca_file.is_some() && self.metrics_cert_dir.is_none() {
             return Err(OptionsError::Requires(
                 "--metrics-client-ca-file",
@@ -573,6 +570,9 @@ impl Options {
         }
         if self.enable_grpc_stream_metrics {
             notes.push("--enable-grpc-stream-metrics: epp always counts ext_proc streams (epp_extproc_* metrics)".to_owned());
+        }
+        if self.enable_cert_reload && (self.cert_path.is_none() || !self.secure_serving) {
+            notes.push("--enable-cert-reload: nothing to reload without --cert-path and secure serving (as upstream)".to_owned());
         }
         if !self.tls_cipher_suites.is_empty() {
             notes.push("--tls-cipher-suites: accepted; epp's TLS stack (rustls) offers only modern AEAD suites and ignores the Go names".to_owned());

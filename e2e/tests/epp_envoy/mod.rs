@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod body;
+mod cert_reload;
 mod early;
 mod errors;
 mod file_discovery;

@@ -1,0 +1,214 @@
+//! ext_proc over TLS with `--enable-cert-reload` (GIE's flag): the certificate of `--cert-path`
+//! (`tls.crt`, `tls.key`) is read again when either file changes, and every handshake after
+//! that presents it; connections already open keep theirs. The files are polled once a second
+//! like every file epp follows ([`crate::watch`]), which also sees a mounted Secret's symlink
+//! swap. A pair that does not load (half written, a key that does not match the certificate)
+//! is logged and the last good one stays. Without the flag, tonic's own TLS serves the
+//! certificate read at start-up.
+//!
+//! Handshakes run concurrently (a slow client does not hold the others back), each bounded in
+//! time; a failed one is logged at debug level and dropped.
+
+use crate::watch::FileWatch;
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Handshakes in progress at once; more wait for a slot.
+const HANDSHAKES: usize = 64;
+/// The longest a client may take over its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The certificate new handshakes present, swapped whole on reload.
+#[derive(Debug)]
+pub struct Reloading {
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+impl Reloading {
+    /// The certificate of `dir`, or why it does not load.
+    pub fn load(dir: &Path) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            current: ArcSwap::from_pointee(certified(dir)?),
+        }))
+    }
+
+    /// The TLS configuration serving it (HTTP/2 only, as gRPC needs).
+    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// Reads `dir` again every `poll` until `shutdown`, swapping in each pair that loads after
+    /// a change.
+    pub async fn follow(
+        self: Arc<Self>,
+        dir: PathBuf,
+        poll: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut watches = [
+            FileWatch::new(dir.join("tls.crt")),
+            FileWatch::new(dir.join("tls.key")),
+        ];
+        // The first look at each file reports it as changed: that is the pair already loaded.
+        for w in &mut watches {
+            let _ = w.changed();
+        }
+        let mut tick = tokio::time::interval(poll);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let mut changed = false;
+            for w in &mut watches {
+                match w.changed() {
+                    Ok(Some(_)) => changed = true,
+                    Ok(None) => {}
+                    // Mid-swap or removed: the next look decides.
+                    Err(e) => {
+                        tracing::debug!(error = %e, path = %w.path().display(), "certificate file unreadable")
+                    }
+                }
+            }
+            if !changed {
+                continue;
+            }
+            match certified(&dir) {
+                Ok(key) => {
+                    self.current.store(Arc::new(key));
+                    tracing::info!(dir = %dir.display(), "TLS certificate reloaded");
+                }
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "TLS certificate not reloaded; the previous one stays"
+                ),
+            }
+        }
+    }
+}
+
+/// `tls.crt` (the chain, leaf first) and `tls.key` of `dir` as one certified key; the key must
+/// match the certificate.
+fn certified(dir: &Path) -> anyhow::Result<CertifiedKey> {
+    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let chain = CertificateDer::pem_file_iter(&crt)
+        .with_context(|| format!("reading {}", crt.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing {}", crt.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", crt.display());
+    let key = PrivateKeyDer::from_pem_file(&key)
+        .with_context(|| format!("reading the private key in {}", key.display()))?;
+    CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
+        .with_context(|| format!("{} and its key do not make a certificate", crt.display()))
+}
+
+/// The TLS connections of `listener`, handshaken with `config`, for tonic's
+/// `serve_with_incoming`.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = mpsc::channel(HANDSHAKES);
+    let acceptor = TlsAcceptor::from(config);
+    let handshakes = tracker.clone();
+    tracker.spawn(async move {
+        let slots = Arc::new(Semaphore::new(HANDSHAKES));
+        loop {
+            let (tcp, peer) = tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "accepting an ext_proc connection failed");
+                        continue;
+                    }
+                },
+            };
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            handshakes.spawn(async move {
+                let _slot = slot;
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set on an ext_proc connection");
+                }
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "ext_proc TLS handshake failed")
+                    }
+                    Err(_) => tracing::debug!(%peer, "ext_proc TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path, name: &str) -> Vec<u8> {
+        let ck = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+        std::fs::write(dir.join("tls.crt"), ck.cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), ck.signing_key.serialize_pem()).unwrap();
+        ck.cert.der().to_vec()
+    }
+
+    #[test]
+    fn a_pair_loads_and_what_is_not_one_is_named() {
+        let dir = std::env::temp_dir().join(format!("epp-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let der = write_pair(&dir, "epp");
+        let r = Reloading::load(&dir).unwrap();
+        assert_eq!(r.current.load().cert[0].as_ref(), der.as_slice());
+        assert!(r.server_config().is_ok());
+        // Another pair's key: the key does not match the certificate.
+        let other = rcgen::generate_simple_self_signed(vec!["x".to_owned()]).unwrap();
+        std::fs::write(dir.join("tls.key"), other.signing_key.serialize_pem()).unwrap();
+        let e = format!("{:#}", certified(&dir).unwrap_err());
+        assert!(e.contains("do not make a certificate"), "{e}");
+        std::fs::write(dir.join("tls.crt"), "not pem").unwrap();
+        let e = format!("{:#}", certified(&dir).unwrap_err());
+        assert!(e.contains("holds no certificate"), "{e}");
+        std::fs::remove_file(dir.join("tls.key")).unwrap();
+        write_pair(&dir, "epp");
+        std::fs::remove_file(dir.join("tls.key")).unwrap();
+        let e = format!("{:#}", certified(&dir).unwrap_err());
+        assert!(e.contains("tls.key"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
