@@ -191,20 +191,14 @@ pub async fn run_with_drain(
     shared.config.with_flow_control(Arc::clone(&flow), base);
     tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
     grpc = grpc.with_flow_control(flow, opts.flow_control);
-    // With --enable-cert-reload epp handshakes itself, so that a new certificate can be
-    // swapped in (`tls`); otherwise tonic's TLS serves the one read now.
-    let reload = match &opts.cert_path {
-        Some(dir) if opts.secure_serving && opts.enable_cert_reload => {
-            Some((tls::Reloading::load(dir)?, dir.clone()))
-        }
-        _ => None,
+    // epp handshakes TLS itself (`tls`): a reloaded certificate can be swapped in, and the
+    // minimum version is its own.
+    let certs = match (&opts.cert_path, opts.secure_serving) {
+        (_, false) => None,
+        (Some(dir), true) => Some(tls::Reloading::load(dir)?),
+        (None, true) => Some(tls::Reloading::self_signed()?),
     };
     let mut ext = tonic::transport::Server::builder();
-    if opts.secure_serving && reload.is_none() {
-        ext = ext
-            .tls_config(tls_config(&opts)?)
-            .context("configuring TLS")?;
-    }
     let mut server = grpc.into_server();
     if let Some(n) = opts.grpc_max_recv_msg_size {
         server = server.max_decoding_message_size(n);
@@ -232,10 +226,13 @@ pub async fn run_with_drain(
         }
     };
     let stop = shutdown.clone();
-    let ext_proc: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match reload {
-        Some((certs, dir)) => {
-            let config = certs.server_config()?;
-            tracker.spawn(certs.follow(dir, FILE_POLL, shutdown.clone()));
+    let ext_proc: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match certs {
+        Some(certs) => {
+            let tls13_only = opts.tls_min_version == Some(options::TlsVersion::Tls13);
+            let config = certs.server_config(tls13_only)?;
+            if let (Some(dir), true) = (&opts.cert_path, opts.enable_cert_reload) {
+                tracker.spawn(certs.follow(dir.clone(), FILE_POLL, shutdown.clone()));
+            }
             let incoming = tls::incoming(listeners.grpc, config, &tracker, shutdown.clone());
             Box::pin(
                 ext_router
@@ -619,24 +616,4 @@ async fn drain_then_stop(
         _ = shutdown.cancelled() => {}
     }
     shutdown.cancel();
-}
-
-/// TLS identity: `--cert-path` (tls.crt + tls.key) or a fresh self-signed certificate.
-fn tls_config(opts: &Options) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-    let identity = match &opts.cert_path {
-        Some(dir) => {
-            let cert = std::fs::read(dir.join("tls.crt"))
-                .with_context(|| format!("reading {}/tls.crt", dir.display()))?;
-            let key = std::fs::read(dir.join("tls.key"))
-                .with_context(|| format!("reading {}/tls.key", dir.display()))?;
-            tonic::transport::Identity::from_pem(cert, key)
-        }
-        None => {
-            let ck =
-                rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()])
-                    .context("generating a self-signed certificate")?;
-            tonic::transport::Identity::from_pem(ck.cert.pem(), ck.signing_key.serialize_pem())
-        }
-    };
-    Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
 }

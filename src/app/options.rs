@@ -579,7 +579,6 @@ impl Options {
         }
         match self.tls_min_version {
             Some(v) if v < TlsVersion::Tls12 => notes.push("--tls-min-version below TLS 1.2: epp's TLS stack (rustls) supports TLS 1.2 and 1.3 only, so its minimum is TLS 1.2".to_owned()),
-            Some(TlsVersion::Tls13) => notes.push("--tls-min-version=VersionTLS13: epp still accepts TLS 1.2 clients (its gRPC TLS stack does not expose the minimum)".to_owned()),
             _ => {}
         }
         notes

@@ -1,10 +1,12 @@
-//! ext_proc over TLS with `--enable-cert-reload` (GIE's flag): the certificate of `--cert-path`
-//! (`tls.crt`, `tls.key`) is read again when either file changes, and every handshake after
-//! that presents it; connections already open keep theirs. The files are polled once a second
-//! like every file epp follows ([`crate::watch`]), which also sees a mounted Secret's symlink
-//! swap. A pair that does not load (half written, a key that does not match the certificate)
-//! is logged and the last good one stays. Without the flag, tonic's own TLS serves the
-//! certificate read at start-up.
+//! ext_proc over TLS: epp handshakes each connection itself (rustls) and hands the stream to
+//! tonic, with `--cert-path`'s certificate (`tls.crt`, `tls.key`) or a self-signed one made at
+//! start-up, and `--tls-min-version` honoured (TLS 1.2 or 1.3; rustls has nothing older).
+//!
+//! With `--enable-cert-reload` (GIE's flag) the certificate files are read again when either
+//! changes, and every handshake after that presents the new pair; connections already open keep
+//! theirs. The files are polled once a second like every file epp follows ([`crate::watch`]),
+//! which also sees a mounted Secret's symlink swap. A pair that does not load (half written, a
+//! key that does not match the certificate) is logged and the last good one stays.
 //!
 //! Handshakes run concurrently (a slow client does not hold the others back), each bounded in
 //! time; a failed one is logged at debug level and dropped.
@@ -52,11 +54,38 @@ impl Reloading {
         }))
     }
 
-    /// The TLS configuration serving it (HTTP/2 only, as gRPC needs).
-    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    /// A fresh self-signed certificate (names `localhost` and `epp`), as upstream makes when no
+    /// `--cert-path` is given.
+    pub fn self_signed() -> anyhow::Result<Arc<Self>> {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()])
+            .context("generating a self-signed certificate")?;
+        let key = PrivateKeyDer::try_from(ck.signing_key.serialize_der())
+            .map_err(|e| anyhow::anyhow!("the self-signed key: {e}"))?;
+        let key = CertifiedKey::from_der(
+            vec![ck.cert.der().clone()],
+            key,
+            &rustls::crypto::ring::default_provider(),
+        )
+        .context("the self-signed certificate")?;
+        Ok(Arc::new(Self {
+            current: ArcSwap::from_pointee(key),
+        }))
+    }
+
+    /// The TLS configuration serving it (HTTP/2 only, as gRPC needs); TLS 1.3 only when
+    /// `tls13_only` (`--tls-min-version=VersionTLS13`), else 1.2 and 1.3.
+    pub fn server_config(
+        self: &Arc<Self>,
+        tls13_only: bool,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+        let builder = rustls::ServerConfig::builder_with_provider(provider);
+        let builder = if tls13_only {
+            builder.with_protocol_versions(&[&rustls::version::TLS13])
+        } else {
+            builder.with_safe_default_protocol_versions()
+        };
+        let mut config = builder
             .context("TLS protocol versions")?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
@@ -195,7 +224,8 @@ mod tests {
         let der = write_pair(&dir, "epp");
         let r = Reloading::load(&dir).unwrap();
         assert_eq!(r.current.load().cert[0].as_ref(), der.as_slice());
-        assert!(r.server_config().is_ok());
+        assert!(r.server_config(false).is_ok() && r.server_config(true).is_ok());
+        assert!(Reloading::self_signed().is_ok());
         // Another pair's key: the key does not match the certificate.
         let other = rcgen::generate_simple_self_signed(vec!["x".to_owned()]).unwrap();
         std::fs::write(dir.join("tls.key"), other.signing_key.serialize_pem()).unwrap();

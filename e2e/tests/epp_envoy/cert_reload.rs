@@ -1,7 +1,7 @@
 //! `--enable-cert-reload` (GIE's flag) through a real Envoy that talks TLS to epp: epp serves
 //! `--cert-path`'s certificate; after the files are replaced, new handshakes get the new one
 //! (read off a handshake made here) while Envoy keeps routing; a broken replacement keeps the
-//! last good certificate.
+//! last good certificate. And `--tls-min-version=VersionTLS13` refuses a TLS 1.2 client.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -63,9 +63,18 @@ impl ServerCertVerifier for AnyCert {
 
 /// The certificate epp's ext_proc port presents to a new TLS client.
 fn presented(addr: SocketAddr) -> Vec<u8> {
+    handshake(addr, rustls::DEFAULT_VERSIONS).unwrap()
+}
+
+/// A TLS handshake with epp's ext_proc port offering `versions`: the certificate presented, or
+/// the handshake's error.
+fn handshake(
+    addr: SocketAddr,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<Vec<u8>, std::io::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
@@ -76,9 +85,35 @@ fn presented(addr: SocketAddr) -> Vec<u8> {
     let mut sock = std::net::TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     while conn.is_handshaking() {
-        conn.complete_io(&mut sock).unwrap();
+        conn.complete_io(&mut sock)?;
     }
-    conn.peer_certificates().unwrap()[0].as_ref().to_vec()
+    Ok(conn.peer_certificates().unwrap()[0].as_ref().to_vec())
+}
+
+/// `--tls-min-version=VersionTLS13` (no `--cert-path`: the self-signed certificate) refuses a
+/// client that offers TLS 1.2 only and serves one that offers 1.3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_min_version_13_refuses_a_tls_12_client() {
+    let epp = Epp::start(&args(&[
+        "--static-endpoints",
+        "127.0.0.1:9",
+        "--tls-min-version",
+        "VersionTLS13",
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let grpc = epp.grpc;
+    let (old, new) = tokio::task::spawn_blocking(move || {
+        (
+            handshake(grpc, &[&rustls::version::TLS12]),
+            handshake(grpc, &[&rustls::version::TLS13]),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(old.is_err(), "a TLS 1.2 client was served");
+    assert!(new.is_ok(), "{new:?}");
+    epp.stop().await;
 }
 
 /// Waits (bounded) until new handshakes present `want`.
