@@ -14,10 +14,8 @@ use crate::metrics::{Metrics, PeerOutcome};
 use crate::prefix::precise::PreciseIndex;
 use bytes::Bytes;
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
@@ -28,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
 use tonic::server::{ClientStreamingService, NamedService};
-use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status, Streaming};
 
 /// A handshake not finished by then is dropped (and counted as refused).
@@ -80,7 +77,7 @@ pub async fn serve(
 async fn accept(
     listener: TcpListener,
     acceptor: TlsAcceptor,
-    tx: mpsc::Sender<PeerConn>,
+    tx: mpsc::Sender<TlsStream<TcpStream>>,
     receiver: Arc<Receiver>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -106,7 +103,7 @@ async fn accept(
             let _ = tcp.set_nodelay(true);
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
-                    let _ = tx.send(PeerConn(tls)).await;
+                    let _ = tx.send(tls).await;
                 }
                 Ok(Err(e)) => receiver.refuse(peer, &e),
                 Err(_) => receiver.refuse(peer, &"handshake timed out"),
@@ -205,50 +202,6 @@ fn refused_frame(status: &Status) -> bool {
         status.code(),
         tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
     ) || status.message().starts_with("protocol error")
-}
-
-/// An authenticated connection, as tonic's server takes it.
-pub struct PeerConn(TlsStream<TcpStream>);
-
-impl Connected for PeerConn {
-    type ConnectInfo = ();
-    fn connect_info(&self) {}
-}
-
-impl AsyncRead for PeerConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for PeerConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
 }
 
 /// The `ReplicaSharing` service, routed by hand: one method, `Share`.
