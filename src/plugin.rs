@@ -237,7 +237,7 @@ kinds! {
 
     // Request control.
     LatencySloAdmitter = "latency-slo-admitter", RequestControl, Beta, LATENCY_PREDICTOR;
-    ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Unsupported("not implemented in epp");
+    ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Plugin;
     RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Unsupported("not implemented in epp");

@@ -29,6 +29,9 @@ pub struct Config {
     pub parsers: ParserSet,
     /// `destination-endpoint-served-verifier` is configured.
     pub served_verifier: bool,
+    /// The `probabilistic-admitter`s, in configuration order (each may refuse a sheddable
+    /// request before scheduling).
+    pub admitters: Vec<admission::probabilistic::Probabilistic>,
     pub gates: FeatureGates,
     /// Flow control: the `flowControl` gate and the limits of the `flowControl` section.
     pub flow: FlowSettings,
@@ -61,6 +64,13 @@ impl Config {
                 served_verifier: plugins
                     .iter()
                     .any(|p| matches!(p.plugin, Plugin::ServedVerifier)),
+                admitters: plugins
+                    .iter()
+                    .filter_map(|p| match p.plugin {
+                        Plugin::ProbabilisticAdmitter(a) => Some(a),
+                        _ => None,
+                    })
+                    .collect(),
                 gates,
                 flow,
                 metrics_settings: MetricsSettings::from_plugins(&plugins),

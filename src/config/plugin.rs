@@ -59,6 +59,9 @@ pub enum Plugin {
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
     ServedVerifier,
+    /// `probabilistic-admitter`: sheddable requests refused with a probability rising with
+    /// the candidates' saturation.
+    ProbabilisticAdmitter(admission::probabilistic::Probabilistic),
     /// `token-producer` (or its legacy name `tokenizer`): the render backend, `None` for
     /// upstream's `estimate` backend (epp's in-process tokenizer).
     TokenProducer(Option<crate::request::render::RenderParams>),
@@ -214,6 +217,9 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         }
         K::FileDiscovery => Plugin::FileDiscovery(params::<FileDiscoveryParams>(v)?.validate()?),
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
+        K::ProbabilisticAdmitter => Plugin::ProbabilisticAdmitter(
+            params::<admission::probabilistic::ProbabilisticParams>(v)?.validate()?,
+        ),
         K::TokenProducer | K::Tokenizer => Plugin::TokenProducer(
             params::<crate::request::render::TokenProducerParams>(v)?
                 .render()
@@ -323,7 +329,10 @@ mod tests {
                         Plugin::UtilizationDetector(_) | Plugin::ConcurrencyDetector(_),
                         Category::Saturation
                     )
-                    | (Plugin::ServedVerifier, Category::RequestControl)
+                    | (
+                        Plugin::ServedVerifier | Plugin::ProbabilisticAdmitter(_),
+                        Category::RequestControl
+                    )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
                     | (Plugin::FileDiscovery(_), Category::DataLayer)
             );

@@ -13,6 +13,7 @@
 
 pub mod concurrency;
 mod params;
+pub mod probabilistic;
 pub use params::UtilizationParams;
 
 use crate::datastore::objectives::Priority;

@@ -78,6 +78,9 @@ pub enum DirectorError {
     /// `Prefer: if-available` and the chosen endpoint holds none of the prompt (upstream's text).
     #[error("no decode worker has the requested KV cache")]
     NotCached,
+    /// An admission plugin (`probabilistic-admitter`) refused the request: upstream answers 500.
+    #[error("request cannot be admitted: {0}")]
+    NotAdmitted(String),
 }
 
 /// Keeps a routed request counted (in-flight per endpoint, running per model) until dropped.

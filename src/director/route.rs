@@ -44,6 +44,14 @@ pub(super) fn route(
     if let Some(priority) = priority {
         let destinations = super::disagg::destinations(&runtime.scheduler, &states);
         d.admit(&runtime.thresholds, priority, &destinations)?;
+        for admitter in &runtime.admitters {
+            let endpoints = states
+                .iter()
+                .map(|s| s.metrics().map(|m| (m.waiting, m.kv_usage)));
+            if let Some(why) = admitter.refuses(priority, endpoints, rng.random()) {
+                return Err(DirectorError::NotAdmitted(why));
+            }
+        }
     }
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());

@@ -35,6 +35,8 @@ pub struct Runtime {
     pub health: HealthPolicy,
     /// The saturation detector's thresholds (`utilization-detector` parameters).
     pub thresholds: admission::Thresholds,
+    /// The `probabilistic-admitter`s, in configuration order.
+    pub admitters: Vec<admission::probabilistic::Probabilistic>,
     /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
     pub parsers: request::ParserSet,
     /// The configuration's `featureGates`.
@@ -81,6 +83,7 @@ impl Runtime {
             served_verifier: decoded.served_verifier,
             health: decoded.health,
             thresholds: decoded.thresholds,
+            admitters: decoded.admitters,
             parsers: decoded.parsers,
             gates: decoded.gates,
             flow: decoded.flow,

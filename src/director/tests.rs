@@ -581,3 +581,42 @@ fn the_built_in_default_keeps_sequential_repeats_of_a_prompt_home() {
     }
     assert!(got.iter().all(|g| *g == got[0]), "{got:?}");
 }
+
+/// llm-d's `probabilistic-admitter`: a sheddable request is refused (500, upstream's message)
+/// with a probability that reaches 1 once the candidates' mean saturation passes ≈ 0.34; below
+/// its dead zone, and for standard or critical requests, it passes. The saturation detector's
+/// own threshold (queue 5) is not reached here: queue 1.8 of 5 is 0.36.
+#[test]
+fn the_probabilistic_admitter_refuses_sheddable_requests_as_saturation_rises() {
+    let config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: probabilistic-admitter\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+    let (d, ds) = director_with(&[1, 2], config);
+    let mut o = crate::datastore::objectives::Objectives::default();
+    o.objectives.insert("batch".into(), -1);
+    ds.set_objectives(o);
+    let body = chat("x");
+    let batch = || Incoming {
+        objective: Some("batch"),
+        ..incoming(&body)
+    };
+    let mut rng = SmallRng::seed_from_u64(11);
+    set_metrics(&ds, 1, 1.8, Duration::ZERO);
+    set_metrics(&ds, 2, 1.8, Duration::ZERO);
+    for _ in 0..20 {
+        let err = d.route(&batch(), &mut rng).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "request cannot be admitted: probabilistic-admitter: rejected, saturation=0.360 prob=1.00"
+        );
+        assert!(
+            d.route(&incoming(&body), &mut rng).is_ok(),
+            "priority 0 passes"
+        );
+    }
+    // Saturation 0.125 (KV 0.1 of 0.8 over queue 0.5 of 5): p = 0.125^5 × 300 ≈ 0.009.
+    set_metrics(&ds, 1, 0.5, Duration::ZERO);
+    set_metrics(&ds, 2, 0.5, Duration::ZERO);
+    let refused = (0..200)
+        .filter(|_| d.route(&batch(), &mut rng).is_err())
+        .count();
+    assert!(refused <= 8, "{refused} of 200 refused at saturation 0.125");
+}

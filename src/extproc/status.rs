@@ -163,6 +163,8 @@ impl StreamError {
             Self::Director(DirectorError::Shed(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::UnknownEndpoint(_)) => Code::Internal,
             Self::Director(DirectorError::NotCached) => Code::PreconditionFailed,
+            // As llm-d-router v0.10 answers an admission plugin's refusal.
+            Self::Director(DirectorError::NotAdmitted(_)) => Code::Internal,
             Self::BodyTooLarge { .. } => Code::PayloadTooLarge,
             Self::BodyTimeout(_) => Code::RequestTimeout,
             Self::TooManyMessages { .. } => Code::PayloadTooLarge,
@@ -276,6 +278,11 @@ mod tests {
                 })
                 .into(),
                 429,
+            ),
+            // llm-d-router v0.10 answers an admission plugin's refusal with 500.
+            (
+                DirectorError::NotAdmitted("probabilistic-admitter: rejected".into()).into(),
+                500,
             ),
         ];
         for (err, status) in cases {
