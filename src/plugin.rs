@@ -240,7 +240,7 @@ kinds! {
     ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Plugin;
     RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
-    AgentIdentity = "agent-identity", RequestControl, Alpha, Unsupported("not implemented in epp");
+    AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
     DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("DisaggregatedSet revisions are not implemented in epp");
 
     // Passive health (epp's own).

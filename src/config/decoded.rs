@@ -29,6 +29,8 @@ pub struct Config {
     pub parsers: ParserSet,
     /// `destination-endpoint-served-verifier` is configured.
     pub served_verifier: bool,
+    /// `agent-identity`'s session headers, in the order they are read, when configured.
+    pub agent_identity: Option<Vec<String>>,
     /// The `probabilistic-admitter`s, in configuration order (each may refuse a sheddable
     /// request before scheduling).
     pub admitters: Vec<admission::probabilistic::Probabilistic>,
@@ -64,6 +66,10 @@ impl Config {
                 served_verifier: plugins
                     .iter()
                     .any(|p| matches!(p.plugin, Plugin::ServedVerifier)),
+                agent_identity: plugins.iter().find_map(|p| match &p.plugin {
+                    Plugin::AgentIdentity(h) => Some(h.clone()),
+                    _ => None,
+                }),
                 admitters: plugins
                     .iter()
                     .filter_map(|p| match p.plugin {

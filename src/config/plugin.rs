@@ -59,6 +59,10 @@ pub enum Plugin {
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
     ServedVerifier,
+    /// `agent-identity`: the session headers (`additionalSessionHeaders` first, then
+    /// upstream's four) whose first non-empty value is the fairness key of a request that
+    /// names none.
+    AgentIdentity(Vec<String>),
     /// `probabilistic-admitter`: sheddable requests refused with a probability rising with
     /// the candidates' saturation.
     ProbabilisticAdmitter(admission::probabilistic::Probabilistic),
@@ -158,6 +162,22 @@ impl Parameters for Yaml<'_> {
     }
 }
 
+/// `agent-identity` (llm-d v0.10) parameters.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct AgentIdentityParams {
+    additional_session_headers: Vec<String>,
+}
+
+/// The agent session headers `agent-identity` reads after the configured ones (upstream's
+/// order: Claude Code, OpenCode, Codex, Codex's legacy spelling).
+pub const AGENT_SESSION_HEADERS: [&str; 4] = [
+    "x-claude-code-session-id",
+    "x-session-affinity",
+    "session-id",
+    "session_id",
+];
+
 /// `models-data-source` (llm-d v0.10) parameters, checked strictly as upstream decodes them;
 /// nothing reads them (no v0.10 plugin consumes the models it collects).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -217,6 +237,17 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         }
         K::FileDiscovery => Plugin::FileDiscovery(params::<FileDiscoveryParams>(v)?.validate()?),
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
+        K::AgentIdentity => {
+            let p = params::<AgentIdentityParams>(v)?;
+            let headers = p
+                .additional_session_headers
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .chain(AGENT_SESSION_HEADERS.iter().map(|h| (*h).to_owned()))
+                .collect();
+            Plugin::AgentIdentity(headers)
+        }
         K::ProbabilisticAdmitter => Plugin::ProbabilisticAdmitter(
             params::<admission::probabilistic::ProbabilisticParams>(v)?.validate()?,
         ),
@@ -330,7 +361,9 @@ mod tests {
                         Category::Saturation
                     )
                     | (
-                        Plugin::ServedVerifier | Plugin::ProbabilisticAdmitter(_),
+                        Plugin::ServedVerifier
+                            | Plugin::ProbabilisticAdmitter(_)
+                            | Plugin::AgentIdentity(_),
                         Category::RequestControl
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)

@@ -35,6 +35,8 @@ pub struct Runtime {
     pub health: HealthPolicy,
     /// The saturation detector's thresholds (`utilization-detector` parameters).
     pub thresholds: admission::Thresholds,
+    /// `agent-identity`'s session headers, in the order they are read, when configured.
+    pub agent_identity: Option<Vec<String>>,
     /// The `probabilistic-admitter`s, in configuration order.
     pub admitters: Vec<admission::probabilistic::Probabilistic>,
     /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
@@ -83,6 +85,7 @@ impl Runtime {
             served_verifier: decoded.served_verifier,
             health: decoded.health,
             thresholds: decoded.thresholds,
+            agent_identity: decoded.agent_identity,
             admitters: decoded.admitters,
             parsers: decoded.parsers,
             gates: decoded.gates,
@@ -105,6 +108,17 @@ impl Runtime {
     /// source headers with a non-empty (trimmed) value; `None` when no plugin uses it.
     pub fn session_id<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
         first_source(self.scheduler.session_id()?, header)
+    }
+
+    /// With `agent-identity` configured, the first of its session headers with a non-empty
+    /// (trimmed) value: the fairness key of a request that names none (llm-d v0.10).
+    pub fn agent_identity<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
+        self.agent_identity.as_ref()?.iter().find_map(|h| {
+            header(h)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        })
     }
 
     /// The same for the instance pinning the prefill pick (its sources may differ).

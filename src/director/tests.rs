@@ -620,3 +620,36 @@ fn the_probabilistic_admitter_refuses_sheddable_requests_as_saturation_rises() {
         .count();
     assert!(refused <= 8, "{refused} of 200 refused at saturation 0.125");
 }
+
+/// llm-d's `agent-identity` (alpha): the configured session headers first, then upstream's
+/// four (Claude Code, OpenCode, Codex twice); the first non-empty value is the fairness key of
+/// a request without one. Not configured, no header is read.
+#[test]
+fn agent_identity_reads_the_first_session_header_present() {
+    let load = config::LoadOptions {
+        allow_experimental: true,
+    };
+    let text = |plugins: &str| {
+        format!("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n{plugins}- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n")
+    };
+    let with = Runtime::build_with(
+        &text("- type: agent-identity\n  parameters: {additionalSessionHeaders: [X-My-Agent]}\n"),
+        None,
+        load,
+    )
+    .unwrap();
+    let headers = [
+        ("x-my-agent", " "),
+        ("session-id", "codex-7"),
+        ("x-session-affinity", "opencode-3"),
+    ];
+    let find = |h: &str| headers.iter().find(|(k, _)| *k == h).map(|(_, v)| *v);
+    assert_eq!(with.agent_identity(find).as_deref(), Some("opencode-3"));
+    let mine = |h: &str| (h == "x-my-agent").then_some("mine");
+    assert_eq!(with.agent_identity(mine).as_deref(), Some("mine"));
+    assert_eq!(with.agent_identity(|_| None), None);
+    let without = Runtime::build_with(&text(""), None, load).unwrap();
+    assert_eq!(without.agent_identity(find), None);
+    let alpha = Runtime::build_with(&text("- type: agent-identity\n"), None, Default::default());
+    assert!(alpha.is_err(), "alpha: needs --allow-experimental-plugins");
+}

@@ -385,7 +385,11 @@ impl StreamMachine {
             .and_then(wire::decode_token);
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
-        self.meta.fairness_id = steering.fairness_id;
+        // An explicit fairness header wins; else `agent-identity`'s session header, if any.
+        self.meta.fairness_id = steering
+            .fairness_id
+            .filter(|f| !f.is_empty())
+            .or_else(|| runtime.agent_identity(|h| wire::find_header(map, h)));
         self.meta.slo_ttft_ms = steering.slo_ttft_ms;
         self.meta.websocket = steering.websocket;
         steering.websocket

@@ -198,7 +198,19 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
 /// `plugins` and `band` are YAML lines for the configuration's `plugins` and its
 /// `flowControl.defaultPriorityBand` (empty: upstream's defaults).
 async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>)]) -> Vec<String> {
-    const TENANT: &str = "x-gateway-inference-fairness-id";
+    release_order_by(TENANT, plugins, band, requests).await
+}
+
+/// The fairness key header.
+const TENANT: &str = "x-gateway-inference-fairness-id";
+
+/// [`release_order`] with each request's tenant sent in `tenant_header`.
+async fn release_order_by(
+    tenant_header: &'static str,
+    plugins: &str,
+    band: &str,
+    requests: &[(&str, Option<u32>)],
+) -> Vec<String> {
     let pod = SimPod::named("pod-0").await.unwrap();
     let flow = if band.is_empty() {
         String::new()
@@ -214,6 +226,7 @@ async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>
         "--secure-serving=false",
         "--config-text",
         &config,
+        "--allow-experimental-plugins",
     ]))
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{config}"));
@@ -238,7 +251,7 @@ async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>
             completion(&format!("request {n}")),
         )
         .unwrap();
-        let mut req = epp_e2e::client::with_header(req, TENANT, tenant).unwrap();
+        let mut req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
         req = epp_e2e::client::with_header(req, "x-test-tag", &tag).unwrap();
         if let Some(ms) = slo {
             req =
@@ -309,5 +322,34 @@ async fn the_slo_deadline_ordering_releases_the_earliest_deadline_first() {
         )
         .await,
         ["a", "a900", "a100"]
+    );
+}
+
+/// llm-d's `agent-identity`: with no fairness header, a request's Claude Code session
+/// (`x-claude-code-session-id`) is its fairness key, so round robin takes the sessions in
+/// turn; without the plugin all four share `default-flow` and leave in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_identity_makes_each_agent_session_a_fairness_key() {
+    let queued = [("a", None), ("a", None), ("a", None), ("b", None)];
+    let round_robin = "- {name: fair, type: round-robin-fairness-policy}\n";
+    assert_eq!(
+        release_order_by(
+            "x-claude-code-session-id",
+            &format!("{round_robin}- {{type: agent-identity}}\n"),
+            "fairnessPolicyRef: fair",
+            &queued
+        )
+        .await,
+        ["a", "b", "a", "a"]
+    );
+    assert_eq!(
+        release_order_by(
+            "x-claude-code-session-id",
+            round_robin,
+            "fairnessPolicyRef: fair",
+            &queued
+        )
+        .await,
+        ["a", "a", "a", "b"]
     );
 }
