@@ -24,7 +24,7 @@ pub use document::{
     DataLayer, DataSourceSpec, EndpointPickerConfig, FlowControlSpec, PluginRef, PluginSpec,
     PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
 };
-pub use flow::{BandPolicy, Fairness, FlowSettings, QueueOrder};
+pub use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
 pub use problem::{ConfigError, Problem};
 
 /// llm-d-router v0.10's API group (the one its charts render).

@@ -100,6 +100,9 @@ pub struct FlowControlMetrics {
     pub queue_duration: HistFamily<FlowDurationLabels>,
     /// The saturation flow control last read (≥ 1.0: requests wait).
     pub pool_saturation: Family<FlowPoolLabels, GaugeF>,
+    /// `program-aware-fairness`: each program's decayed attained service, weighted tokens, as
+    /// of its last completion (llm-d's `llm_d_epp_program_aware_attained_service_tokens`).
+    pub attained_service: Family<ProgramLabels, GaugeF>,
 }
 
 /// The KV-event subscribers' metrics (`kvevents`).
@@ -252,6 +255,11 @@ impl Metrics {
             HELP,
             f.pool_saturation.clone(),
         );
+        r.register(
+            "llm_d_epp_program_aware_attained_service_tokens",
+            "Time-decayed attained service (weighted tokens consumed) per program.",
+            f.attained_service.clone(),
+        );
     }
 
     fn new() -> Self {
@@ -299,6 +307,7 @@ impl Metrics {
                 queue_bytes: Family::default(),
                 queue_duration: Family::new_with_constructor(latency_buckets),
                 pool_saturation: Family::default(),
+                attained_service: Family::default(),
             },
         }
     }

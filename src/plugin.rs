@@ -219,7 +219,7 @@ kinds! {
     // Flow control.
     GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's oldest request first, whatever its fairness key (upstream's default)");
     RoundRobinFairnessPolicy = "round-robin-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's fairness keys in turn");
-    ProgramAwareFairness = "program-aware-fairness", FlowControl, Beta, Unsupported("epp's flow control has no program-aware fairness");
+    ProgramAwareFairness = "program-aware-fairness", FlowControl, Beta, Plugin;
     FcfsOrderingPolicy = "fcfs-ordering-policy", FlowControl, Beta, FLOW;
     EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it orders by arrival plus TTL, which is arrival order here: epp gives every request the same TTL");
     SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it serves each key's earliest arrival plus x-llm-d-slo-ttft-ms first");

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// How a priority band chooses the next request among its fairness keys
 /// (`x-gateway-inference-fairness-id`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Fairness {
     /// `global-strict-fairness-policy`, upstream's default: the band's first request by its
     /// ordering, whatever its key (one queue; a burst from one key delays the others).
@@ -25,6 +25,92 @@ pub enum Fairness {
     GlobalStrict,
     /// `round-robin-fairness-policy`: the keys with waiting requests take turns.
     RoundRobin,
+    /// `program-aware-fairness` (llm-d v0.10, strategy `las`): the key (program) with the
+    /// least attained service, in weighted tokens decayed over time, and the longest-waiting
+    /// first request, by the weighted sum of both range-normalised over the waiting keys.
+    ProgramAware(Las),
+}
+
+/// `program-aware-fairness`'s least-attained-service strategy (upstream's parameters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Las {
+    /// `lasWeightService` (0.8): weight of the inverted attained service.
+    pub weight_service: f64,
+    /// `lasWeightHeadWait` (0.2): weight of the first request's wait.
+    pub weight_head_wait: f64,
+    /// `lasHalfLifeSeconds` (60; 0: no decay).
+    pub half_life_s: f64,
+    /// `evictionTtlSeconds` (3600): a program with no completion for this long is forgotten.
+    pub eviction_ttl: Duration,
+    /// `evictionSweepSeconds` (300): how often forgotten programs are looked for.
+    pub eviction_sweep: Duration,
+}
+
+/// `program-aware-fairness` parameters, as configured.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ProgramAwareParams {
+    strategy: String,
+    eviction_ttl_seconds: f64,
+    eviction_sweep_seconds: f64,
+    las_weight_service: f64,
+    las_weight_head_wait: f64,
+    las_half_life_seconds: f64,
+}
+
+impl Default for ProgramAwareParams {
+    fn default() -> Self {
+        Self {
+            strategy: "las".into(),
+            eviction_ttl_seconds: 3600.0,
+            eviction_sweep_seconds: 300.0,
+            las_weight_service: 0.8,
+            las_weight_head_wait: 0.2,
+            las_half_life_seconds: 60.0,
+        }
+    }
+}
+
+impl ProgramAwareParams {
+    /// Upstream's checks and messages, every failing one reported.
+    pub fn validate(self) -> Result<Las, Vec<crate::plugin::Invalid>> {
+        use crate::plugin::Invalid;
+        let mut problems = Vec::new();
+        let mut check = |name: &'static str, v: f64, strict: bool| {
+            let ok = v.is_finite() && if strict { v > 0.0 } else { v >= 0.0 };
+            if !ok {
+                let op = if strict { ">" } else { ">=" };
+                problems.push(Invalid::new(
+                    name,
+                    format!("{name} must be {op} 0, got {v}"),
+                ));
+            }
+        };
+        check("evictionTtlSeconds", self.eviction_ttl_seconds, false);
+        check("evictionSweepSeconds", self.eviction_sweep_seconds, true);
+        check("lasWeightService", self.las_weight_service, false);
+        check("lasWeightHeadWait", self.las_weight_head_wait, false);
+        check("lasHalfLifeSeconds", self.las_half_life_seconds, false);
+        if !matches!(self.strategy.as_str(), "las" | "") {
+            problems.push(Invalid::new(
+                "strategy",
+                format!(
+                    "unknown strategy {:?} (only \"las\" is supported)",
+                    self.strategy
+                ),
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Las {
+            weight_service: self.las_weight_service,
+            weight_head_wait: self.las_weight_head_wait,
+            half_life_s: self.las_half_life_seconds,
+            eviction_ttl: Duration::from_secs_f64(self.eviction_ttl_seconds.min(1e9)),
+            eviction_sweep: Duration::from_secs_f64(self.eviction_sweep_seconds.min(1e9)),
+        })
+    }
 }
 
 /// How the requests of one fairness key are ordered.
@@ -41,7 +127,7 @@ pub enum QueueOrder {
 }
 
 /// A priority band's policies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BandPolicy {
     pub fairness: Fairness,
     pub order: QueueOrder,
@@ -49,7 +135,7 @@ pub struct BandPolicy {
 
 /// Whether requests wait in epp while the pool is saturated, and the limits the document sets
 /// (`None`: the command line's value applies).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FlowSettings {
     /// The `flowControl` feature gate.
     pub enabled: bool,
@@ -176,20 +262,23 @@ struct Resolved {
 /// otherwise.
 fn policy_of(name: &str, plugins: &[NamedPlugin], of: PolicyOf) -> Result<Resolved, String> {
     use PluginKind as K;
-    let kind = plugins
-        .iter()
-        .find(|p| p.name == name)
-        .map(|p| p.kind)
-        .or_else(|| match of {
-            PolicyOf::Fairness => (name == K::GlobalStrictFairnessPolicy.name())
-                .then_some(K::GlobalStrictFairnessPolicy),
-            PolicyOf::Ordering => {
-                (name == K::FcfsOrderingPolicy.name()).then_some(K::FcfsOrderingPolicy)
-            }
-        });
+    let declared = plugins.iter().find(|p| p.name == name);
+    let las = declared.and_then(|p| match p.plugin {
+        super::plugin::Plugin::ProgramAware(las) => Some(las),
+        _ => None,
+    });
+    let kind = declared.map(|p| p.kind).or_else(|| match of {
+        PolicyOf::Fairness => {
+            (name == K::GlobalStrictFairnessPolicy.name()).then_some(K::GlobalStrictFairnessPolicy)
+        }
+        PolicyOf::Ordering => {
+            (name == K::FcfsOrderingPolicy.name()).then_some(K::FcfsOrderingPolicy)
+        }
+    });
     let (fairness, order) = match kind {
         Some(K::GlobalStrictFairnessPolicy) => (Some(Fairness::GlobalStrict), None),
         Some(K::RoundRobinFairnessPolicy) => (Some(Fairness::RoundRobin), None),
+        Some(K::ProgramAwareFairness) => (las.map(Fairness::ProgramAware), None),
         Some(K::FcfsOrderingPolicy | K::EdfOrderingPolicy) => (None, Some(QueueOrder::Fcfs)),
         Some(K::SloDeadlineOrderingPolicy) => (None, Some(QueueOrder::SloDeadline)),
         _ => (None, None),
@@ -316,6 +405,40 @@ mod tests {
         assert!(
             settings("flowControl: {defaultPriorityBand: {fairnessPolicyRef: nowhere}}").is_ok(),
             "gate off: not read"
+        );
+    }
+
+    /// `program-aware-fairness`: declared with its parameters (upstream's defaults otherwise),
+    /// named by a band; its checks are upstream's.
+    #[test]
+    fn program_aware_fairness_is_read_with_its_parameters() {
+        let s = settings("featureGates: [flowControl]\nplugins:\n- {type: program-aware-fairness, parameters: {lasHalfLifeSeconds: 30}}\nflowControl:\n  defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}\n").unwrap();
+        let Fairness::ProgramAware(las) = s.default_band.fairness else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            (las.weight_service, las.weight_head_wait, las.half_life_s),
+            (0.8, 0.2, 30.0)
+        );
+        assert_eq!(las.eviction_sweep, Duration::from_secs(300));
+        let doc = super::super::parse("plugins:\n- {type: program-aware-fairness, parameters: {evictionSweepSeconds: 0, lasWeightService: -1, strategy: fifo}}\n").unwrap();
+        let err = super::super::plugin::NamedPlugin::decode(&doc.plugins[0], Default::default())
+            .unwrap_err();
+        let text: Vec<String> = err.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(
+            text.iter()
+                .any(|t| t.contains("evictionSweepSeconds must be > 0, got 0")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("lasWeightService must be >= 0, got -1")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(|t| t.contains("unknown strategy \"fifo\"")),
+            "{text:?}"
         );
     }
 

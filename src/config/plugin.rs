@@ -59,6 +59,9 @@ pub enum Plugin {
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
     ServedVerifier,
+    /// `program-aware-fairness`: its least-attained-service strategy (a band's
+    /// `fairnessPolicyRef` names it).
+    ProgramAware(super::flow::Las),
     /// `agent-identity`: the session headers (`additionalSessionHeaders` first, then
     /// upstream's four) whose first non-empty value is the fairness key of a request that
     /// names none.
@@ -237,6 +240,9 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         }
         K::FileDiscovery => Plugin::FileDiscovery(params::<FileDiscoveryParams>(v)?.validate()?),
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
+        K::ProgramAwareFairness => {
+            Plugin::ProgramAware(params::<super::flow::ProgramAwareParams>(v)?.validate()?)
+        }
         K::AgentIdentity => {
             let p = params::<AgentIdentityParams>(v)?;
             let headers = p
@@ -368,6 +374,7 @@ mod tests {
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
                     | (Plugin::FileDiscovery(_), Category::DataLayer)
+                    | (Plugin::ProgramAware(_), Category::FlowControl)
             );
             assert!(used, "{k} decoded to {plugin:?}");
         }

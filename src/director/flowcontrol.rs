@@ -26,9 +26,11 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
-use crate::config::{BandPolicy, Fairness, FlowSettings, QueueOrder};
+use crate::config::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
 use crate::datastore::objectives::Priority;
-use crate::metrics::{FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics};
+use crate::metrics::{
+    FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics, ProgramLabels,
+};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,7 +40,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Capacities, timing and fairness; names follow upstream's `flowControl` config.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FlowConfig {
     /// Requests queued in all (`maxRequests`; 0 = unlimited).
     pub max_requests: usize,
@@ -132,6 +134,7 @@ pub struct Ticket {
 struct Entry<T> {
     id: u64,
     bytes: u64,
+    enqueued: Instant,
     slo_deadline: Option<Instant>,
     payload: T,
 }
@@ -162,6 +165,53 @@ fn first<T>(queue: &VecDeque<Entry<T>>, order: QueueOrder) -> Option<(usize, Ran
     }
 }
 
+/// The position in `band.order` of the key `program-aware-fairness` serves next: the highest
+/// `weightService × (1 − norm(service)) + weightHeadWait × norm(head wait)`, norm being the
+/// range over the band's waiting keys (upstream's LAS pick); ties go to the earlier key.
+fn least_attained<T>(
+    band: &Band<T>,
+    order: QueueOrder,
+    programs: &HashMap<String, Program>,
+    las: Las,
+    now: Instant,
+) -> Option<usize> {
+    let keys: Vec<(usize, f64, f64)> = band
+        .order
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| {
+            let queue = band.flows.get(k)?;
+            let (at, _) = first(queue, order)?;
+            let wait_ms = now
+                .saturating_duration_since(queue[at].enqueued)
+                .as_secs_f64()
+                * 1e3;
+            let service = programs
+                .get(k)
+                .map_or(0.0, |p| p.service_at(now, las.half_life_s));
+            Some((i, service, wait_ms))
+        })
+        .collect();
+    let range = |f: fn(&(usize, f64, f64)) -> f64| {
+        keys.iter()
+            .map(f)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            })
+    };
+    let (s_lo, s_hi) = range(|k| k.1);
+    let (w_lo, w_hi) = range(|k| k.2);
+    let mut best: Option<(usize, f64)> = None;
+    for &(i, service, wait) in &keys {
+        let score = las.weight_service * (1.0 - range_normalize(service, s_lo, s_hi))
+            + las.weight_head_wait * range_normalize(wait, w_lo, w_hi);
+        if best.is_none_or(|(_, b)| score > b) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
 struct Band<T> {
     flows: HashMap<String, VecDeque<Entry<T>>>,
     /// Fairness keys with waiting requests, in round-robin order (global strict searches
@@ -180,13 +230,47 @@ impl<T> Default for Band<T> {
     }
 }
 
-/// The queues: ordering and capacity accounting, no time and no waiting.
+/// One program's (fairness key's) attained service under `program-aware-fairness`.
+#[derive(Clone, Copy, Debug)]
+struct Program {
+    /// Weighted tokens (prompt + 2 × completion), decayed to `anchor`.
+    service: f64,
+    anchor: Instant,
+    /// Its last completion (the eviction sweep forgets programs idle past the TTL).
+    last_done: Instant,
+}
+
+impl Program {
+    /// The service decayed to `now` (half-life `half_life_s`; 0: no decay).
+    fn service_at(&self, now: Instant, half_life_s: f64) -> f64 {
+        let elapsed = now.saturating_duration_since(self.anchor).as_secs_f64();
+        if half_life_s > 0.0 {
+            self.service * (-elapsed / half_life_s).exp2()
+        } else {
+            self.service
+        }
+    }
+}
+
+/// `rangeNormalize` as upstream: 0.5 when every value is the same.
+fn range_normalize(v: f64, lo: f64, hi: f64) -> f64 {
+    if hi == lo {
+        0.5
+    } else {
+        (v - lo) / (hi - lo)
+    }
+}
+
+/// The queues: ordering and capacity accounting, no waiting; time only for the
+/// `program-aware-fairness` scores (service decay, head wait).
 pub struct Queues<T> {
     bands: BTreeMap<Reverse<Priority>, Band<T>>,
     len: usize,
     bytes: u64,
     next_id: u64,
     config: FlowConfig,
+    /// Attained service by fairness key, kept only while a band is program-aware.
+    programs: HashMap<String, Program>,
 }
 
 impl<T> Queues<T> {
@@ -197,6 +281,7 @@ impl<T> Queues<T> {
             bytes: 0,
             next_id: 0,
             config,
+            programs: HashMap::new(),
         }
     }
 
@@ -253,6 +338,7 @@ impl<T> Queues<T> {
         flow.push_back(Entry {
             id,
             bytes: ticket.bytes,
+            enqueued: Instant::now(),
             slo_deadline: ticket.slo_deadline,
             payload,
         });
@@ -271,6 +357,10 @@ impl<T> Queues<T> {
         let order = policy.order;
         let flow_id = match policy.fairness {
             Fairness::RoundRobin => band.order.pop_front()?,
+            Fairness::ProgramAware(las) => {
+                let at = least_attained(band, order, &self.programs, las, Instant::now())?;
+                band.order.remove(at)?
+            }
             Fairness::GlobalStrict => {
                 let flows = &band.flows;
                 let head = |f: &String| flows.get(f).and_then(|q| first(q, order)).map(|(_, r)| r);
@@ -293,6 +383,55 @@ impl<T> Queues<T> {
         }
         self.account_removed(key, entry.bytes);
         Some((entry.id, entry.payload))
+    }
+
+    /// The first `program-aware-fairness` strategy of the configuration, if a band has one.
+    fn las(&self) -> Option<Las> {
+        std::iter::once(&self.config.default_band)
+            .chain(self.config.bands.iter().map(|(_, b)| b))
+            .find_map(|b| match b.fairness {
+                Fairness::ProgramAware(las) => Some(las),
+                _ => None,
+            })
+    }
+
+    /// A request of `program` finished having used `cost` weighted tokens: its attained
+    /// service grows (after decaying to `now`). Returns the new service, or `None` when no band
+    /// is program-aware (nothing is kept then).
+    pub fn attained(&mut self, program: &str, cost: f64, now: Instant) -> Option<f64> {
+        let las = self.las()?;
+        let p = self.programs.entry(program.to_owned()).or_insert(Program {
+            service: 0.0,
+            anchor: now,
+            last_done: now,
+        });
+        p.service = p.service_at(now, las.half_life_s) + cost;
+        p.anchor = now;
+        p.last_done = now;
+        Some(p.service)
+    }
+
+    /// Forgets the programs with no completion for the eviction TTL and no request waiting;
+    /// returns them (their gauges go too).
+    pub fn sweep_programs(&mut self, now: Instant) -> Vec<String> {
+        let Some(las) = self.las() else {
+            return std::mem::take(&mut self.programs).into_keys().collect();
+        };
+        let waiting: std::collections::HashSet<&String> =
+            self.bands.values().flat_map(|b| b.flows.keys()).collect();
+        let gone: Vec<String> = self
+            .programs
+            .iter()
+            .filter(|(k, p)| {
+                now.saturating_duration_since(p.last_done) > las.eviction_ttl
+                    && !waiting.contains(k)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            self.programs.remove(k);
+        }
+        gone
     }
 
     /// Takes request `id` out of the queue (expired, or its stream ended).
@@ -495,8 +634,46 @@ impl FlowControl {
 
     /// The dispatcher: until `shutdown`, releases one waiting request per tick while the pool
     /// is not saturated. Requests whose stream is gone are skipped without costing a tick.
+    /// A finished request of fairness key `program` used these tokens: its attained service
+    /// grows by prompt + 2 × completion (upstream's weights) when a band is program-aware.
+    pub fn completed(&self, program: &str, prompt: Option<u64>, completion: Option<u64>) {
+        let cost = prompt.unwrap_or(0) as f64 + 2.0 * completion.unwrap_or(0) as f64;
+        let service = self.queues().attained(program, cost, Instant::now());
+        if let Some(service) = service {
+            let labels = ProgramLabels {
+                program_id: program.to_owned(),
+            };
+            self.metrics
+                .flow
+                .attained_service
+                .get_or_create(&labels)
+                .set(service);
+        }
+    }
+
+    /// Forgets idle programs (and their gauges) once per the policy's sweep interval.
+    fn sweep(&self, last: &mut Instant) {
+        let now = Instant::now();
+        let mut q = self.queues();
+        let Some(las) = q.las() else {
+            return;
+        };
+        if now.saturating_duration_since(*last) < las.eviction_sweep {
+            return;
+        }
+        *last = now;
+        for program_id in q.sweep_programs(now) {
+            self.metrics
+                .flow
+                .attained_service
+                .remove(&ProgramLabels { program_id });
+        }
+    }
+
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut swept = Instant::now();
         loop {
+            self.sweep(&mut swept);
             if self.is_empty() {
                 tokio::select! {
                     () = self.wake.notified() => continue,

@@ -247,6 +247,11 @@ impl LiveConfig {
         }
     }
 
+    /// The flow-control queue, once attached.
+    pub fn flow_control(&self) -> Option<&Arc<FlowControl>> {
+        self.flow.get().map(|(flow, _)| flow)
+    }
+
     /// The configuration now (cheap; hold it no longer than one request).
     pub fn load(&self) -> Guard<Arc<Runtime>> {
         self.current.load()

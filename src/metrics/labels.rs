@@ -185,6 +185,12 @@ pub struct FlowDurationLabels {
     pub target_model_name: ModelLabel,
 }
 
+/// A `program-aware-fairness` program: its fairness key (bounded by the policy's eviction).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program_id: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FlowPoolLabels {
     pub inference_pool: String,

@@ -198,15 +198,17 @@ async fn waiting_requests_are_served_by_priority_a_full_queue_and_expiry_are_429
 /// `plugins` and `band` are YAML lines for the configuration's `plugins` and its
 /// `flowControl.defaultPriorityBand` (empty: upstream's defaults).
 async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>)]) -> Vec<String> {
-    release_order_by(TENANT, plugins, band, requests).await
+    release_order_by(TENANT, &[], plugins, band, requests).await
 }
 
 /// The fairness key header.
 const TENANT: &str = "x-gateway-inference-fairness-id";
 
-/// [`release_order`] with each request's tenant sent in `tenant_header`.
+/// [`release_order`] with each request's tenant sent in `tenant_header`, after one request of
+/// each tenant in `served_first` has been served (the pod not yet saturated).
 async fn release_order_by(
     tenant_header: &'static str,
+    served_first: &[&str],
     plugins: &str,
     band: &str,
     requests: &[(&str, Option<u32>)],
@@ -237,6 +239,29 @@ async fn release_order_by(
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     let addr = envoy.listener_addr();
+    for tenant in served_first {
+        let req = epp_e2e::client::request(
+            http::Method::POST,
+            "/v1/completions",
+            completion("one two three four five six seven eight"),
+        )
+        .unwrap();
+        let req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
+        let r = epp_e2e::client::send(addr, req).await.unwrap();
+        assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    }
+    if let Some(last) = served_first.last() {
+        wait_for_metrics(&epp, "the served tenants' attained service", |t| {
+            sample(
+                t,
+                "llm_d_epp_program_aware_attained_service_tokens",
+                &[("program_id", last)],
+            )
+            .is_some_and(|v| v > 0.0)
+        })
+        .await;
+    }
+    let served = traffic(&pod).len();
     pod.hook().set_waiting(Some(50));
     wait_queue(&epp, 50.0).await;
     let mut waiting = tokio::task::JoinSet::new();
@@ -260,13 +285,13 @@ async fn release_order_by(
         waiting.spawn(async move { epp_e2e::client::send(addr, req).await.unwrap() });
         wait_queued(&epp, n + 1).await;
     }
-    assert!(traffic(&pod).is_empty(), "all wait in epp");
+    assert_eq!(traffic(&pod).len(), served, "all wait in epp");
     pod.hook().set_waiting(Some(4));
     while let Some(done) = waiting.join_next().await {
         let r = done.unwrap();
         assert_eq!(r.status.as_u16(), 200, "{}", r.text());
     }
-    let order = traffic(&pod)
+    let order = traffic(&pod)[served..]
         .iter()
         .map(|r| r.header("x-test-tag").unwrap_or_default().to_owned())
         .collect();
@@ -335,6 +360,7 @@ async fn agent_identity_makes_each_agent_session_a_fairness_key() {
     assert_eq!(
         release_order_by(
             "x-claude-code-session-id",
+            &[],
             &format!("{round_robin}- {{type: agent-identity}}\n"),
             "fairnessPolicyRef: fair",
             &queued
@@ -345,6 +371,7 @@ async fn agent_identity_makes_each_agent_session_a_fairness_key() {
     assert_eq!(
         release_order_by(
             "x-claude-code-session-id",
+            &[],
             round_robin,
             "fairnessPolicyRef: fair",
             &queued
@@ -352,4 +379,25 @@ async fn agent_identity_makes_each_agent_session_a_fairness_key() {
         .await,
         ["a", "a", "a", "b"]
     );
+}
+
+/// llm-d's `program-aware-fairness` through Envoy: tenant `a` has been served (its tokens
+/// counted, `llm_d_epp_program_aware_attained_service_tokens`), `b` not; of `a`, `a`, `b`
+/// queued in that order, `b`, the least served, is released first. Upstream's default
+/// releases them in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn program_aware_fairness_releases_the_least_served_tenant_first() {
+    let queued = [("a", None), ("a", None), ("b", None)];
+    assert_eq!(
+        release_order_by(
+            TENANT,
+            &["a"],
+            "- {type: program-aware-fairness}\n",
+            "fairnessPolicyRef: program-aware-fairness",
+            &queued
+        )
+        .await,
+        ["b", "a", "a"]
+    );
+    assert_eq!(release_order("", "", &queued).await, ["a", "a", "b"]);
 }

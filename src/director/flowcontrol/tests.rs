@@ -384,3 +384,53 @@ async fn queue_gauges_and_wait_times_by_outcome_are_recorded() {
     );
     shutdown.cancel();
 }
+
+/// `program-aware-fairness` (LAS): of the keys waiting in a band, the one with the least
+/// attained service goes first (service weighs 0.8 against the first request's wait 0.2);
+/// service decays with its half-life; with no service anywhere the longest wait wins; no
+/// service is kept without a program-aware band, and idle programs are swept after the TTL.
+#[test]
+fn program_aware_fairness_serves_the_least_attained_program_first() {
+    let las = Las {
+        weight_service: 0.8,
+        weight_head_wait: 0.2,
+        half_life_s: 60.0,
+        eviction_ttl: Duration::from_secs(3600),
+        eviction_sweep: Duration::from_secs(300),
+    };
+    let config = FlowConfig {
+        default_band: BandPolicy {
+            fairness: Fairness::ProgramAware(las),
+            order: QueueOrder::Fcfs,
+        },
+        ..FlowConfig::default()
+    };
+    let now = Instant::now();
+    let mut q = Queues::new(config);
+    // Nothing attained yet: the first request's wait decides (a arrived first).
+    q.push(&ticket(0, "a", 1), "a1").unwrap();
+    q.push(&ticket(0, "b", 1), "b1").unwrap();
+    assert_eq!(q.pop().map(|(_, n)| n), Some("a1"));
+    assert_eq!(q.pop().map(|(_, n)| n), Some("b1"));
+    // a used 1,000 prompt tokens and 500 output (2,000 weighted), b 100: b goes first although
+    // a's request is older.
+    assert_eq!(q.attained("a", 2_000.0, now), Some(2_000.0));
+    assert_eq!(q.attained("b", 100.0, now), Some(100.0));
+    q.push(&ticket(0, "a", 1), "a2").unwrap();
+    q.push(&ticket(0, "b", 1), "b2").unwrap();
+    q.push(&ticket(0, "a", 1), "a3").unwrap();
+    let order: Vec<&str> = std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect();
+    assert_eq!(order, ["b2", "a2", "a3"]);
+    // Decay: two half-lives later a's 2,000 is 500, plus 100 more.
+    let later = now + Duration::from_secs(120);
+    let got = q.attained("a", 100.0, later).unwrap();
+    assert!((got - 600.0).abs() < 1e-6, "{got}");
+    // The sweep forgets programs idle past the TTL, not before.
+    assert!(q.sweep_programs(later).is_empty());
+    let mut gone = q.sweep_programs(later + Duration::from_secs(3601));
+    gone.sort();
+    assert_eq!(gone, ["a", "b"]);
+    // Without a program-aware band nothing is kept.
+    let mut plain = Queues::<()>::new(FlowConfig::default());
+    assert_eq!(plain.attained("a", 1.0, now), None);
+}
