@@ -478,6 +478,9 @@ struct Waiter {
 /// The queue shared by every stream, and its dispatcher.
 pub struct FlowControl {
     queues: Mutex<Queues<Waiter>>,
+    /// A band is program-aware: finished requests' tokens are counted (read without the lock
+    /// on every response end).
+    program_aware: std::sync::atomic::AtomicBool,
     wake: Notify,
     saturation: Saturation,
     metrics: Arc<Metrics>,
@@ -494,8 +497,14 @@ impl FlowControl {
         pool: String,
     ) -> Arc<Self> {
         let queues = Mutex::new(Queues::new(config));
+        let program_aware = queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .las()
+            .is_some();
         Arc::new(Self {
             queues,
+            program_aware: program_aware.into(),
             wake: Notify::new(),
             saturation: Box::new(saturation),
             metrics,
@@ -564,7 +573,10 @@ impl FlowControl {
     /// New limits (a configuration reload): the next request queued and the next TTL started
     /// use them; requests already waiting keep their place and their TTL.
     pub fn reconfigure(&self, config: FlowConfig) {
-        self.queues().set_config(config);
+        let mut q = self.queues();
+        q.set_config(config);
+        self.program_aware
+            .store(q.las().is_some(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The limits in force.
@@ -637,6 +649,12 @@ impl FlowControl {
     /// A finished request of fairness key `program` used these tokens: its attained service
     /// grows by prompt + 2 × completion (upstream's weights) when a band is program-aware.
     pub fn completed(&self, program: &str, prompt: Option<u64>, completion: Option<u64>) {
+        if !self
+            .program_aware
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         let cost = prompt.unwrap_or(0) as f64 + 2.0 * completion.unwrap_or(0) as f64;
         let service = self.queues().attained(program, cost, Instant::now());
         if let Some(service) = service {
