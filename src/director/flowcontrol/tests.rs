@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::{Fairness, Las, QueueOrder};
 use crate::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 
