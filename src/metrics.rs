@@ -103,6 +103,10 @@ pub struct FlowControlMetrics {
     /// `program-aware-fairness`: each program's decayed attained service, weighted tokens, as
     /// of its last completion (llm-d's `llm_d_epp_program_aware_attained_service_tokens`).
     pub attained_service: Family<ProgramLabels, GaugeF>,
+    /// `program-aware-fairness`: each program's mean wait in the queue, ms.
+    pub avg_wait: Family<ProgramLabels, GaugeF>,
+    /// `program-aware-fairness`: Jain's fairness index over the programs' mean waits.
+    pub jains_index: GaugeF,
 }
 
 /// The KV-event subscribers' metrics (`kvevents`).
@@ -260,6 +264,16 @@ impl Metrics {
             "Time-decayed attained service (weighted tokens consumed) per program.",
             f.attained_service.clone(),
         );
+        r.register(
+            "llm_d_epp_program_aware_avg_wait_time_milliseconds",
+            "Cumulative running mean of flow-control queue wait time per program.",
+            f.avg_wait.clone(),
+        );
+        r.register(
+            "llm_d_epp_program_aware_jains_fairness_index",
+            "Jain's Fairness Index over the average wait time per program.",
+            f.jains_index.clone(),
+        );
     }
 
     fn new() -> Self {
@@ -308,6 +322,8 @@ impl Metrics {
                 queue_duration: Family::new_with_constructor(latency_buckets),
                 pool_saturation: Family::default(),
                 attained_service: Family::default(),
+                avg_wait: Family::default(),
+                jains_index: GaugeF::default(),
             },
         }
     }

@@ -335,10 +335,9 @@ impl FlowControl {
         }
         *last = now;
         for program_id in q.sweep_programs(now) {
-            self.metrics
-                .flow
-                .attained_service
-                .remove(&ProgramLabels { program_id });
+            let labels = ProgramLabels { program_id };
+            self.metrics.flow.attained_service.remove(&labels);
+            self.metrics.flow.avg_wait.remove(&labels);
         }
     }
 
@@ -367,8 +366,21 @@ impl FlowControl {
         while let Some((_, waiter)) = q.pop() {
             self.count(&waiter.labels, waiter.bytes, -1);
             if waiter.tx.send(()).is_ok() {
-                return;
+                break;
             }
+        }
+        if self
+            .program_aware
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let (waits, jain) = q.program_waits();
+            let f = &self.metrics.flow;
+            for (program_id, wait) in waits {
+                f.avg_wait
+                    .get_or_create(&ProgramLabels { program_id })
+                    .set(wait);
+            }
+            f.jains_index.set(jain);
         }
     }
 }

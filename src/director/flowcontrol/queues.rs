@@ -130,6 +130,21 @@ struct Program {
     anchor: Instant,
     /// Its last completion (the eviction sweep forgets programs idle past the TTL).
     last_done: Instant,
+    /// Requests released, and their mean wait in the queue (ms).
+    released: u64,
+    mean_wait_ms: f64,
+}
+
+impl Program {
+    fn new(now: Instant) -> Self {
+        Self {
+            service: 0.0,
+            anchor: now,
+            last_done: now,
+            released: 0,
+            mean_wait_ms: 0.0,
+        }
+    }
 }
 
 impl Program {
@@ -268,6 +283,16 @@ impl<T> Queues<T> {
         let flow = band.flows.get_mut(&flow_id)?;
         let (at, _) = first(flow, order)?;
         let entry = flow.remove(at)?;
+        if matches!(policy.fairness, Fairness::ProgramAware(_)) {
+            let now = Instant::now();
+            let wait_ms = now.saturating_duration_since(entry.enqueued).as_secs_f64() * 1e3;
+            let p = self
+                .programs
+                .entry(flow_id.clone())
+                .or_insert_with(|| Program::new(now));
+            p.released += 1;
+            p.mean_wait_ms += (wait_ms - p.mean_wait_ms) / p.released as f64;
+        }
         if flow.is_empty() {
             band.flows.remove(&flow_id);
         } else {
@@ -292,15 +317,33 @@ impl<T> Queues<T> {
     /// is program-aware (nothing is kept then).
     pub fn attained(&mut self, program: &str, cost: f64, now: Instant) -> Option<f64> {
         let las = self.las()?;
-        let p = self.programs.entry(program.to_owned()).or_insert(Program {
-            service: 0.0,
-            anchor: now,
-            last_done: now,
-        });
+        let p = self
+            .programs
+            .entry(program.to_owned())
+            .or_insert_with(|| Program::new(now));
         p.service = p.service_at(now, las.half_life_s) + cost;
         p.anchor = now;
         p.last_done = now;
         Some(p.service)
+    }
+
+    /// Each program's mean wait in the queue (ms) over the requests released, and Jain's
+    /// fairness index over those means (1: equal waits), as upstream's program-aware gauges.
+    pub fn program_waits(&self) -> (Vec<(String, f64)>, f64) {
+        let waits: Vec<(String, f64)> = self
+            .programs
+            .iter()
+            .filter(|(_, p)| p.released > 0)
+            .map(|(k, p)| (k.clone(), p.mean_wait_ms))
+            .collect();
+        let sum: f64 = waits.iter().map(|(_, w)| w).sum();
+        let squares: f64 = waits.iter().map(|(_, w)| w * w).sum();
+        let jain = if squares > 0.0 {
+            sum * sum / (waits.len() as f64 * squares)
+        } else {
+            1.0
+        };
+        (waits, jain)
     }
 
     /// Forgets the programs with no completion for the eviction TTL and no request waiting;

@@ -434,4 +434,40 @@ fn program_aware_fairness_serves_the_least_attained_program_first() {
     // Without a program-aware band nothing is kept.
     let mut plain = Queues::<()>::new(FlowConfig::default());
     assert_eq!(plain.attained("a", 1.0, now), None);
+    plain.push(&ticket(0, "a", 1), ()).unwrap();
+    plain.pop();
+    assert!(plain.program_waits().0.is_empty());
+}
+
+/// The program-aware gauges: each program's mean wait over its released requests, and Jain's
+/// index over those means (1 when equal, 1/n at the most unequal).
+#[test]
+fn program_waits_are_running_means_and_jains_index_rates_them() {
+    let las = Las {
+        weight_service: 0.8,
+        weight_head_wait: 0.2,
+        half_life_s: 60.0,
+        eviction_ttl: Duration::from_secs(3600),
+        eviction_sweep: Duration::from_secs(300),
+    };
+    let mut q = Queues::new(FlowConfig {
+        default_band: BandPolicy {
+            fairness: Fairness::ProgramAware(las),
+            order: QueueOrder::Fcfs,
+        },
+        ..FlowConfig::default()
+    });
+    assert_eq!(q.program_waits(), (Vec::new(), 1.0));
+    q.push(&ticket(0, "a", 1), ()).unwrap();
+    q.push(&ticket(0, "b", 1), ()).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    q.pop();
+    q.pop();
+    let (mut waits, jain) = q.program_waits();
+    waits.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(waits.len(), 2);
+    for (program, wait) in &waits {
+        assert!(*wait >= 30.0 && *wait < 10_000.0, "{program}: {wait} ms");
+    }
+    assert!(jain > 0.99 && jain <= 1.0 + 1e-9, "{jain}");
 }
