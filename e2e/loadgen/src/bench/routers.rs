@@ -223,15 +223,29 @@ pub async fn start(
         Router::Epp {
             config, replicas, ..
         } => {
-            epp(
-                bins,
-                &["--static-endpoints".into(), endpoints(pods)],
-                dir,
-                config,
-                *replicas,
-                false,
-            )
-            .await?
+            let text = std::fs::read_to_string(config)
+                .map_err(BenchError::io(format!("reading {}", config.display())))?;
+            if text.contains("${ENDPOINTS_FILE}") {
+                // An llm-d configuration with its `file-discovery` plugin, run as llm-d-router
+                // runs it: the same endpoints file, no endpoint flag.
+                let file = dir.join("epp-llmd-endpoints.yaml");
+                std::fs::write(&file, super::upstream::endpoints_file(pods))
+                    .map_err(BenchError::io(format!("writing {}", file.display())))?;
+                let rendered = dir.join("epp-llmd-config.yaml");
+                let vars = [("ENDPOINTS_FILE", file.display().to_string())];
+                super::upstream::render_config(config, &vars, &rendered)?;
+                epp(bins, &[], dir, &rendered, *replicas, false).await?
+            } else {
+                epp(
+                    bins,
+                    &["--static-endpoints".into(), endpoints(pods)],
+                    dir,
+                    config,
+                    *replicas,
+                    false,
+                )
+                .await?
+            }
         }
         Router::EppPrecise {
             config,

@@ -57,7 +57,9 @@ struct Args {
     /// Only these routers (comma-separated labels, e.g. envoy-round-robin,epp-best).
     #[arg(long, value_delimiter = ',')]
     routers: Vec<String>,
-    /// Another epp configuration to compare, `name=path` (repeatable).
+    /// Another epp configuration to compare, `name=path` (repeatable). A configuration that
+    /// holds `${ENDPOINTS_FILE}` (llm-d's `file-discovery`, as `hack/bench/llmd-*.yaml`) gets
+    /// llm-d's endpoints file, as llm-d-router does, and no endpoint flag.
     #[arg(long)]
     epp: Vec<String>,
     /// Run every epp router once per replica count, e.g. `1,3`: N active-active epp processes
