@@ -33,8 +33,9 @@ LAYERS = [
     ("vocabulary", ["endpoint", "metrics", "telemetry", "plugin"], False),
     # 1 pure core (each may use the ones before it in this list).
     ("core", ["request", "prefix", "scheduling"], True),
-    # 2 state (datastore::objectives, the objectives snapshot, is the datastore's).
-    ("state", ["datastore", "watch"], False),
+    # 2 state (datastore::objectives, the objectives snapshot, is the datastore's), and the two
+    # I/O helpers adapters and the root share: following a file, handshaking TLS for tonic.
+    ("state", ["datastore", "watch", "handshake"], False),
     # 3 orchestration (each may use the ones before it): admission is the director's, nested
     # under it, but the configuration decodes its thresholds, so it comes first; the
     # configuration decoder sits above every module whose typed parameters it decodes, and

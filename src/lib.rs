@@ -38,6 +38,7 @@ pub mod fixtures;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod handshake;
 pub mod health;
 pub mod kvevents;
 pub mod metrics;

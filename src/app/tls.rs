@@ -8,8 +8,8 @@
 //! which also sees a mounted Secret's symlink swap. A pair that does not load (half written, a
 //! key that does not match the certificate) is logged and the last good one stays.
 //!
-//! Handshakes run concurrently (a slow client does not hold the others back), each bounded in
-//! time; a failed one is logged at debug level and dropped.
+//! The handshakes themselves are [`crate::handshake`]'s (concurrent, each bounded in time); a
+//! failed one is logged at debug level and dropped.
 
 use crate::watch::FileWatch;
 use anyhow::Context;
@@ -22,15 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Handshakes in progress at once; more wait for a slot.
-const HANDSHAKES: usize = 64;
 /// The longest a client may take over its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -158,52 +155,22 @@ fn certified(dir: &Path) -> anyhow::Result<CertifiedKey> {
         .with_context(|| format!("{} and its key do not make a certificate", crt.display()))
 }
 
-/// The TLS connections of `listener`, handshaken with `config`, for tonic's
-/// `serve_with_incoming`.
+/// The TLS connections of `listener`, handshaken with `config` ([`crate::handshake`]), for
+/// tonic's `serve_with_incoming`; a failed handshake is logged at debug level.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     tracker: &TaskTracker,
     shutdown: CancellationToken,
 ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-    let (tx, rx) = mpsc::channel(HANDSHAKES);
-    let acceptor = TlsAcceptor::from(config);
-    let handshakes = tracker.clone();
-    tracker.spawn(async move {
-        let slots = Arc::new(Semaphore::new(HANDSHAKES));
-        loop {
-            let (tcp, peer) = tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "accepting an ext_proc connection failed");
-                        continue;
-                    }
-                },
-            };
-            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            handshakes.spawn(async move {
-                let _slot = slot;
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "TCP_NODELAY not set on an ext_proc connection");
-                }
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(tls)).await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "ext_proc TLS handshake failed")
-                    }
-                    Err(_) => tracing::debug!(%peer, "ext_proc TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
+    crate::handshake::incoming(
+        listener,
+        TlsAcceptor::from(config),
+        HANDSHAKE_TIMEOUT,
+        |peer, why| tracing::debug!(%peer, error = %why, "ext_proc TLS handshake refused"),
+        tracker,
+        shutdown,
+    )
 }
 
 #[cfg(test)]

@@ -16,12 +16,8 @@ use bytes::Bytes;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
-use tokio_rustls::server::TlsStream;
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
@@ -30,8 +26,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// A handshake not finished by then is dropped (and counted as refused).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Handshakes in progress at once; the accept loop waits beyond this.
-const HANDSHAKES: usize = 64;
 /// The status message with which a replica refuses its own stream.
 pub const OWN: &str = "own stream";
 
@@ -53,62 +47,21 @@ pub async fn serve(
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let (tx, rx) = mpsc::channel(HANDSHAKES);
-    let accept = accept(
+    let refusing = Arc::clone(&receiver);
+    let incoming = crate::handshake::incoming(
         listener,
         TlsAcceptor::from(tls),
-        tx,
-        Arc::clone(&receiver),
-        tracker.clone(),
+        HANDSHAKE_TIMEOUT,
+        move |peer, why| refusing.refuse(peer, why),
+        &tracker,
         shutdown.clone(),
     );
-    tracker.spawn(accept);
-    let incoming = ReceiverStream::new(rx).map(Ok::<_, std::io::Error>);
     let served = tonic::transport::Server::builder()
         .add_service(ShareService(receiver))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await;
     if let Err(e) = served {
         tracing::error!(error = %e, "the replica-sharing server failed");
-    }
-}
-
-/// Accepts connections and hands each finished handshake to the server.
-async fn accept(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    tx: mpsc::Sender<TlsStream<TcpStream>>,
-    receiver: Arc<Receiver>,
-    tracker: TaskTracker,
-    shutdown: CancellationToken,
-) {
-    let slots = Arc::new(Semaphore::new(HANDSHAKES));
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = shutdown.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::debug!(error = %e, "accepting a peer connection failed");
-                    continue;
-                }
-            },
-        };
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let (acceptor, tx, receiver) = (acceptor.clone(), tx.clone(), Arc::clone(&receiver));
-        tracker.spawn(async move {
-            let _slot = slot;
-            let _ = tcp.set_nodelay(true);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => {
-                    let _ = tx.send(tls).await;
-                }
-                Ok(Err(e)) => receiver.refuse(peer, &e),
-                Err(_) => receiver.refuse(peer, &"handshake timed out"),
-            }
-        });
     }
 }
 
