@@ -204,30 +204,17 @@ impl FlowSettings {
         // the gate on.
         if out.enabled {
             let mut policy = |path: &str, b: Option<&super::PriorityBandSpec>| {
-                let mut resolve = |field: &str, r: Option<&String>, of: PolicyOf| match r {
-                    None => None,
-                    Some(r) => policy_of(r, plugins, of)
-                        .map_err(|message| {
-                            problems.push(Problem::Field {
-                                path: format!("{path}.{field}"),
-                                message,
-                            })
-                        })
-                        .ok(),
-                };
-                let fairness = resolve(
-                    "fairnessPolicyRef",
-                    b.and_then(|b| b.fairness_policy_ref.as_ref()),
-                    PolicyOf::Fairness,
-                );
-                let order = resolve(
-                    "orderingPolicyRef",
-                    b.and_then(|b| b.ordering_policy_ref.as_ref()),
-                    PolicyOf::Ordering,
-                );
+                let fairness = b.and_then(|b| b.fairness_policy_ref.as_deref()).map(|r| {
+                    let path = format!("{path}.fairnessPolicyRef");
+                    reported(&mut problems, path, fairness_named(r, plugins))
+                });
+                let order = b.and_then(|b| b.ordering_policy_ref.as_deref()).map(|r| {
+                    let path = format!("{path}.orderingPolicyRef");
+                    reported(&mut problems, path, order_named(r, plugins))
+                });
                 BandPolicy {
-                    fairness: fairness.and_then(|p| p.fairness).unwrap_or_default(),
-                    order: order.and_then(|p| p.order).unwrap_or_default(),
+                    fairness: fairness.flatten().unwrap_or_default(),
+                    order: order.flatten().unwrap_or_default(),
                 }
             };
             out.default_band = policy("flowControl.defaultPriorityBand", band);
@@ -244,55 +231,40 @@ impl FlowSettings {
     }
 }
 
-/// Which kind of flow-control policy a reference must name.
-#[derive(Clone, Copy)]
-enum PolicyOf {
-    Fairness,
-    Ordering,
+/// `r`'s value, or `None` with its message recorded as the problem of `path`.
+fn reported<T>(problems: &mut Vec<Problem>, path: String, r: Result<T, String>) -> Option<T> {
+    r.map_err(|message| problems.push(Problem::Field { path, message }))
+        .ok()
 }
 
-/// What a policy reference resolves to (the field of its kind set).
-struct Resolved {
-    fairness: Option<Fairness>,
-    order: Option<QueueOrder>,
-}
-
-/// The policy `name` refers to: a plugin of the document by that name, else upstream's default
-/// of its kind (registered under its type name whether declared or not); upstream's messages
-/// otherwise.
-fn policy_of(name: &str, plugins: &[NamedPlugin], of: PolicyOf) -> Result<Resolved, String> {
+/// The fairness policy `name` refers to: a plugin of the document by that name, else upstream's
+/// default by its type name (registered whether declared or not); upstream's message otherwise.
+fn fairness_named(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, String> {
     use PluginKind as K;
-    let declared = plugins.iter().find(|p| p.name == name);
-    let las = declared.and_then(|p| match p.plugin {
-        super::plugin::Plugin::ProgramAware(las) => Some(las),
-        _ => None,
-    });
-    let kind = declared.map(|p| p.kind).or_else(|| match of {
-        PolicyOf::Fairness => {
-            (name == K::GlobalStrictFairnessPolicy.name()).then_some(K::GlobalStrictFairnessPolicy)
-        }
-        PolicyOf::Ordering => {
-            (name == K::FcfsOrderingPolicy.name()).then_some(K::FcfsOrderingPolicy)
-        }
-    });
-    let (fairness, order) = match kind {
-        Some(K::GlobalStrictFairnessPolicy) => (Some(Fairness::GlobalStrict), None),
-        Some(K::RoundRobinFairnessPolicy) => (Some(Fairness::RoundRobin), None),
-        Some(K::ProgramAwareFairness) => (las.map(Fairness::ProgramAware), None),
-        Some(K::FcfsOrderingPolicy | K::EdfOrderingPolicy) => (None, Some(QueueOrder::Fcfs)),
-        Some(K::SloDeadlineOrderingPolicy) => (None, Some(QueueOrder::SloDeadline)),
-        _ => (None, None),
-    };
-    let (what, article) = match of {
-        PolicyOf::Fairness => ("fairness", "a"),
-        PolicyOf::Ordering => ("ordering", "an"),
-    };
-    match (of, kind) {
-        (_, None) => Err(format!("no {what} policy registered for name {name:?}")),
-        (PolicyOf::Fairness, Some(_)) if fairness.is_some() => Ok(Resolved { fairness, order }),
-        (PolicyOf::Ordering, Some(_)) if order.is_some() => Ok(Resolved { fairness, order }),
-        (_, Some(other)) => Err(format!(
-            "plugin {name:?} is not {article} {what} policy (type: {other})"
+    match plugins.iter().find(|p| p.name == name) {
+        None if name == K::GlobalStrictFairnessPolicy.name() => Ok(Fairness::GlobalStrict),
+        None => Err(format!("no fairness policy registered for name {name:?}")),
+        Some(p) => match (p.kind, &p.plugin) {
+            (K::GlobalStrictFairnessPolicy, _) => Ok(Fairness::GlobalStrict),
+            (K::RoundRobinFairnessPolicy, _) => Ok(Fairness::RoundRobin),
+            (_, super::plugin::Plugin::ProgramAware(las)) => Ok(Fairness::ProgramAware(*las)),
+            (other, _) => Err(format!(
+                "plugin {name:?} is not a fairness policy (type: {other})"
+            )),
+        },
+    }
+}
+
+/// The ordering policy `name` refers to, found as [`fairness_named`] finds a fairness policy.
+fn order_named(name: &str, plugins: &[NamedPlugin]) -> Result<QueueOrder, String> {
+    use PluginKind as K;
+    match plugins.iter().find(|p| p.name == name).map(|p| p.kind) {
+        None if name == K::FcfsOrderingPolicy.name() => Ok(QueueOrder::Fcfs),
+        None => Err(format!("no ordering policy registered for name {name:?}")),
+        Some(K::FcfsOrderingPolicy | K::EdfOrderingPolicy) => Ok(QueueOrder::Fcfs),
+        Some(K::SloDeadlineOrderingPolicy) => Ok(QueueOrder::SloDeadline),
+        Some(other) => Err(format!(
+            "plugin {name:?} is not an ordering policy (type: {other})"
         )),
     }
 }

@@ -27,7 +27,7 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
-use crate::config::{BandPolicy, FlowSettings};
+use crate::config::{BandPolicy, Fairness, FlowSettings, Las};
 
 mod queues;
 use crate::datastore::objectives::Priority;
@@ -94,6 +94,16 @@ impl FlowConfig {
         }
     }
 
+    /// The first `program-aware-fairness` strategy, if a band has one.
+    pub fn las(&self) -> Option<Las> {
+        std::iter::once(&self.default_band)
+            .chain(self.bands.iter().map(|(_, b)| b))
+            .find_map(|b| match b.fairness {
+                Fairness::ProgramAware(las) => Some(las),
+                _ => None,
+            })
+    }
+
     /// The policies of the band of `priority`.
     pub fn policy_of(&self, priority: Priority) -> BandPolicy {
         self.bands
@@ -150,15 +160,10 @@ impl FlowControl {
         metrics: Arc<Metrics>,
         pool: String,
     ) -> Arc<Self> {
-        let queues = Mutex::new(Queues::new(config));
-        let program_aware = queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .las()
-            .is_some();
+        let program_aware = config.las().is_some().into();
         Arc::new(Self {
-            queues,
-            program_aware: program_aware.into(),
+            queues: Mutex::new(Queues::new(config)),
+            program_aware,
             wake: Notify::new(),
             saturation: Box::new(saturation),
             metrics,
@@ -227,15 +232,14 @@ impl FlowControl {
     /// New limits (a configuration reload): the next request queued and the next TTL started
     /// use them; requests already waiting keep their place and their TTL.
     pub fn reconfigure(&self, config: FlowConfig) {
-        let mut q = self.queues();
-        q.set_config(config);
         self.program_aware
-            .store(q.las().is_some(), std::sync::atomic::Ordering::Relaxed);
+            .store(config.las().is_some(), std::sync::atomic::Ordering::Relaxed);
+        self.queues().set_config(config);
     }
 
     /// The limits in force.
     pub fn config(&self) -> FlowConfig {
-        self.queues().config()
+        self.queues().config().clone()
     }
 
     /// Requests waiting.
@@ -327,7 +331,7 @@ impl FlowControl {
     fn sweep(&self, last: &mut Instant) {
         let now = Instant::now();
         let mut q = self.queues();
-        let Some(las) = q.las() else {
+        let Some(las) = q.config().las() else {
             return;
         };
         if now.saturating_duration_since(*last) < las.eviction_sweep {
@@ -354,8 +358,9 @@ impl FlowControl {
             if self.saturation() < 1.0 {
                 self.release_one();
             }
+            let tick = self.queues().config().tick;
             tokio::select! {
-                () = tokio::time::sleep(self.config().tick) => {}
+                () = tokio::time::sleep(tick) => {}
                 () = shutdown.cancelled() => return,
             }
         }

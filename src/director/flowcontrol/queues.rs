@@ -205,8 +205,8 @@ impl<T> Queues<T> {
     }
 
     /// The limits in force.
-    pub fn config(&self) -> FlowConfig {
-        self.config.clone()
+    pub fn config(&self) -> &FlowConfig {
+        &self.config
     }
 
     /// New limits: they apply to the next request queued; the waiting ones stay.
@@ -302,21 +302,11 @@ impl<T> Queues<T> {
         Some((entry.id, entry.payload))
     }
 
-    /// The first `program-aware-fairness` strategy of the configuration, if a band has one.
-    pub fn las(&self) -> Option<Las> {
-        std::iter::once(&self.config.default_band)
-            .chain(self.config.bands.iter().map(|(_, b)| b))
-            .find_map(|b| match b.fairness {
-                Fairness::ProgramAware(las) => Some(las),
-                _ => None,
-            })
-    }
-
     /// A request of `program` finished having used `cost` weighted tokens: its attained
     /// service grows (after decaying to `now`). Returns the new service, or `None` when no band
     /// is program-aware (nothing is kept then).
     pub fn attained(&mut self, program: &str, cost: f64, now: Instant) -> Option<f64> {
-        let las = self.las()?;
+        let las = self.config.las()?;
         let p = self
             .programs
             .entry(program.to_owned())
@@ -349,7 +339,7 @@ impl<T> Queues<T> {
     /// Forgets the programs with no completion for the eviction TTL and no request waiting;
     /// returns them (their gauges go too).
     pub fn sweep_programs(&mut self, now: Instant) -> Vec<String> {
-        let Some(las) = self.las() else {
+        let Some(las) = self.config.las() else {
             return std::mem::take(&mut self.programs).into_keys().collect();
         };
         let waiting: std::collections::HashSet<&String> =

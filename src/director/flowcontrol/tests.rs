@@ -386,12 +386,8 @@ async fn queue_gauges_and_wait_times_by_outcome_are_recorded() {
     shutdown.cancel();
 }
 
-/// `program-aware-fairness` (LAS): of the keys waiting in a band, the one with the least
-/// attained service goes first (service weighs 0.8 against the first request's wait 0.2);
-/// service decays with its half-life; with no service anywhere the longest wait wins; no
-/// service is kept without a program-aware band, and idle programs are swept after the TTL.
-#[test]
-fn program_aware_fairness_serves_the_least_attained_program_first() {
+/// A configuration whose default band is program-aware with upstream's default parameters.
+fn program_aware() -> FlowConfig {
     let las = Las {
         weight_service: 0.8,
         weight_head_wait: 0.2,
@@ -399,13 +395,22 @@ fn program_aware_fairness_serves_the_least_attained_program_first() {
         eviction_ttl: Duration::from_secs(3600),
         eviction_sweep: Duration::from_secs(300),
     };
-    let config = FlowConfig {
+    FlowConfig {
         default_band: BandPolicy {
             fairness: Fairness::ProgramAware(las),
             order: QueueOrder::Fcfs,
         },
         ..FlowConfig::default()
-    };
+    }
+}
+
+/// `program-aware-fairness` (LAS): of the keys waiting in a band, the one with the least
+/// attained service goes first (service weighs 0.8 against the first request's wait 0.2);
+/// service decays with its half-life; with no service anywhere the longest wait wins; no
+/// service is kept without a program-aware band, and idle programs are swept after the TTL.
+#[test]
+fn program_aware_fairness_serves_the_least_attained_program_first() {
+    let config = program_aware();
     let now = Instant::now();
     let mut q = Queues::new(config);
     // Nothing attained yet: the first request's wait decides (a arrived first).
@@ -443,20 +448,7 @@ fn program_aware_fairness_serves_the_least_attained_program_first() {
 /// index over those means (1 when equal, 1/n at the most unequal).
 #[test]
 fn program_waits_are_running_means_and_jains_index_rates_them() {
-    let las = Las {
-        weight_service: 0.8,
-        weight_head_wait: 0.2,
-        half_life_s: 60.0,
-        eviction_ttl: Duration::from_secs(3600),
-        eviction_sweep: Duration::from_secs(300),
-    };
-    let mut q = Queues::new(FlowConfig {
-        default_band: BandPolicy {
-            fairness: Fairness::ProgramAware(las),
-            order: QueueOrder::Fcfs,
-        },
-        ..FlowConfig::default()
-    });
+    let mut q = Queues::new(program_aware());
     assert_eq!(q.program_waits(), (Vec::new(), 1.0));
     q.push(&ticket(0, "a", 1), ()).unwrap();
     q.push(&ticket(0, "b", 1), ()).unwrap();
