@@ -56,7 +56,7 @@ main() {
   command -v go >/dev/null || { log "go not found (needs Go >= 1.26)"; return 1; }
   mkdir -p "${BIN_DIR}"
   rm -f "${BIN_DIR}/.stamp"
-  # The two builds fill a Go build cache of ~3 GB that is no use once the binaries exist (the
+  # The two builds fill a Go build cache of ~2.4 GB that is no use once the binaries exist (the
   # stamp skips the build from then on), so it lives in a directory of its own, removed when the
   # script ends: CI machines are short of disk. The module cache (the sources) stays shared.
   GOCACHE="$(mktemp -d "${TMPDIR:-/tmp}/epp-kube-gocache.XXXXXX")"
