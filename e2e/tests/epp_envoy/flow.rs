@@ -204,6 +204,35 @@ async fn release_order(plugins: &str, band: &str, requests: &[(&str, Option<u32>
 /// The fairness key header.
 const TENANT: &str = "x-gateway-inference-fairness-id";
 
+/// A flow-control configuration: queue-scorer, `plugins` (YAML lines) and the default band's
+/// fields `band` (empty: upstream's defaults).
+fn flow_config(plugins: &str, band: &str) -> String {
+    let flow = if band.is_empty() {
+        String::new()
+    } else {
+        format!("flowControl:\n  defaultPriorityBand: {{{band}}}\n")
+    };
+    format!(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- {{type: queue-scorer}}\n{plugins}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n{flow}"
+    )
+}
+
+/// A completion naming its tenant in `tenant_header`, with an SLO when given.
+fn tenant_request(
+    prompt: &str,
+    tenant_header: &'static str,
+    tenant: &str,
+    slo_ms: Option<u32>,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(prompt))
+        .unwrap();
+    let mut req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
+    if let Some(ms) = slo_ms {
+        req = epp_e2e::client::with_header(req, "x-llm-d-slo-ttft-ms", &ms.to_string()).unwrap();
+    }
+    req
+}
+
 /// [`release_order`] with each request's tenant sent in `tenant_header`, after one request of
 /// each tenant in `served_first` has been served (the pod not yet saturated).
 async fn release_order_by(
@@ -214,24 +243,16 @@ async fn release_order_by(
     requests: &[(&str, Option<u32>)],
 ) -> Vec<String> {
     let pod = SimPod::named("pod-0").await.unwrap();
-    let flow = if band.is_empty() {
-        String::new()
-    } else {
-        format!("flowControl:\n  defaultPriorityBand: {{{band}}}\n")
-    };
-    let config = format!(
-        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- {{type: queue-scorer}}\n{plugins}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n{flow}"
-    );
-    let epp = Epp::start(&args(&[
+    let config = flow_config(plugins, band);
+    let flags = [
         "--static-endpoints",
         &pod.endpoint(),
         "--secure-serving=false",
-        "--config-text",
-        &config,
-        "--allow-experimental-plugins",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{config}"));
+    ];
+    let more = ["--config-text", &config, "--allow-experimental-plugins"];
+    let epp = Epp::start(&args(&[&flags[..], &more[..]].concat()))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{config}"));
     let envoy = EnvoyConfig::new(Template::Duplex)
         .epp(epp.grpc)
         .pool([pod.addr()])
@@ -240,22 +261,22 @@ async fn release_order_by(
         .unwrap_or_else(|e| panic!("{e:#}"));
     let addr = envoy.listener_addr();
     for tenant in served_first {
-        let req = epp_e2e::client::request(
-            http::Method::POST,
-            "/v1/completions",
-            completion("one two three four five six seven eight"),
-        )
-        .unwrap();
-        let req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
+        let req = tenant_request(
+            "one two three four five six seven eight",
+            tenant_header,
+            tenant,
+            None,
+        );
         let r = epp_e2e::client::send(addr, req).await.unwrap();
         assert_eq!(r.status.as_u16(), 200, "{}", r.text());
     }
     if let Some(last) = served_first.last() {
         wait_for_metrics(&epp, "the served tenants' attained service", |t| {
+            let labels = [("program_id", *last)];
             sample(
                 t,
                 "llm_d_epp_program_aware_attained_service_tokens",
-                &[("program_id", last)],
+                &labels,
             )
             .is_some_and(|v| v > 0.0)
         })
@@ -266,22 +287,9 @@ async fn release_order_by(
     wait_queue(&epp, 50.0).await;
     let mut waiting = tokio::task::JoinSet::new();
     for (n, (tenant, slo)) in requests.iter().enumerate() {
-        let tag = match slo {
-            Some(ms) => format!("{tenant}{ms}"),
-            None => (*tenant).to_owned(),
-        };
-        let req = epp_e2e::client::request(
-            http::Method::POST,
-            "/v1/completions",
-            completion(&format!("request {n}")),
-        )
-        .unwrap();
-        let mut req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
-        req = epp_e2e::client::with_header(req, "x-test-tag", &tag).unwrap();
-        if let Some(ms) = slo {
-            req =
-                epp_e2e::client::with_header(req, "x-llm-d-slo-ttft-ms", &ms.to_string()).unwrap();
-        }
+        let tag = slo.map_or_else(|| (*tenant).to_owned(), |ms| format!("{tenant}{ms}"));
+        let req = tenant_request(&format!("request {n}"), tenant_header, tenant, *slo);
+        let req = epp_e2e::client::with_header(req, "x-test-tag", &tag).unwrap();
         waiting.spawn(async move { epp_e2e::client::send(addr, req).await.unwrap() });
         wait_queued(&epp, n + 1).await;
     }
