@@ -223,17 +223,7 @@ pub async fn start(
         Router::Epp {
             config, replicas, ..
         } => {
-            let text = std::fs::read_to_string(config)
-                .map_err(BenchError::io(format!("reading {}", config.display())))?;
-            if text.contains("${ENDPOINTS_FILE}") {
-                // An llm-d configuration with its `file-discovery` plugin, run as llm-d-router
-                // runs it: the same endpoints file, no endpoint flag.
-                let file = dir.join("epp-llmd-endpoints.yaml");
-                std::fs::write(&file, super::upstream::endpoints_file(pods))
-                    .map_err(BenchError::io(format!("writing {}", file.display())))?;
-                let rendered = dir.join("epp-llmd-config.yaml");
-                let vars = [("ENDPOINTS_FILE", file.display().to_string())];
-                super::upstream::render_config(config, &vars, &rendered)?;
+            if let Some(rendered) = llmd_file_discovery(config, pods, dir)? {
                 epp(bins, &[], dir, &rendered, *replicas, false).await?
             } else {
                 epp(
@@ -346,6 +336,28 @@ fn endpoints(pods: &[SocketAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// An llm-d configuration with its `file-discovery` plugin (`${ENDPOINTS_FILE}`), rendered
+/// as llm-d-router gets it: llm-d's endpoints file of `pods` written and its path filled in.
+/// `None` for any other configuration.
+fn llmd_file_discovery(
+    config: &Path,
+    pods: &[SocketAddr],
+    dir: &Path,
+) -> Result<Option<PathBuf>, BenchError> {
+    let text = std::fs::read_to_string(config)
+        .map_err(BenchError::io(format!("reading {}", config.display())))?;
+    if !text.contains("${ENDPOINTS_FILE}") {
+        return Ok(None);
+    }
+    let file = dir.join("epp-llmd-endpoints.yaml");
+    std::fs::write(&file, super::upstream::endpoints_file(pods))
+        .map_err(BenchError::io(format!("writing {}", file.display())))?;
+    let rendered = dir.join("epp-llmd-config.yaml");
+    let vars = [("ENDPOINTS_FILE", file.display().to_string())];
+    super::upstream::render_config(config, &vars, &rendered)?;
+    Ok(Some(rendered))
 }
 
 /// A `--static-endpoints-file` naming each pod's KV-event ports in its labels.
