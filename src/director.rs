@@ -3,9 +3,12 @@
 //! body parsed, unread, or absent: [`Body`]) and [`Director::finish`] once when the exchange
 //! ends, holding the returned [`Routed`] in between.
 //!
-//! The director owns only what a decision changes: the no-hit LRU and the session bindings.
-//! What it reads and records into (datastore, live configuration, prefix indexes, metrics) is
-//! owned by `app` and handed over at construction; adapters get those from `app`, not from here.
+//! The director owns no plugin's state: what a decision changes in a plugin (the no-hit LRU,
+//! session bindings, a producer's records), the plugin records itself at the lifecycle's points
+//! (`crate::scheduling::lifecycle`), which the director runs in order without knowing the
+//! plugins. What it reads and records into (datastore, live configuration, prefix indexes,
+//! metrics) is owned by `app` and handed over at construction; adapters get those from `app`,
+//! not from here.
 //!
 //! - [`runtime`]: what a configuration becomes, and the live configuration;
 //! - [`exchange`]: the types crossing the boundary;
@@ -30,9 +33,8 @@ use crate::datastore::{Datastore, EndpointState};
 use crate::metrics::Metrics;
 use crate::prefix::source::{Indexes, PrefixSource, Source};
 use crate::request::ApiKind;
-use crate::scheduling;
 use rand::Rng;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -73,13 +75,6 @@ pub struct Director {
     /// Where speculative entries go besides this replica's own index: the other replicas
     /// (`--speculative-peers`, [`crate::kvevents::peers`]).
     placements: Option<Box<dyn PlacementSink>>,
-    /// The `no-hit-lru-scorer`'s order: endpoints by their last cold request (upstream's
-    /// `PreRequest` state), read as a snapshot by each decision.
-    lru: Mutex<scheduling::scorer::LruOrder>,
-    /// The session-affinity `session_id` strategy's bindings (upstream's `PreRequest` state).
-    sessions: Mutex<scheduling::scorer::SessionBindings>,
-    /// The same for an instance pinning the prefill pick: session id → prefill pod.
-    prefill_sessions: Mutex<scheduling::scorer::SessionBindings>,
 }
 
 impl Director {
@@ -91,9 +86,6 @@ impl Director {
             metrics: shared.metrics,
             opts,
             placements: None,
-            lru: Mutex::default(),
-            sessions: Mutex::default(),
-            prefill_sessions: Mutex::default(),
         }
     }
 

@@ -86,6 +86,9 @@ pub struct Metrics {
     pub metrics_auth: Family<MetricsAuthLabels, Counter>,
     /// The model names given label values so far (capped).
     pub models: ModelNames,
+    /// The fairness keys (flow-control `fairness_id`, program-aware `program_id`) given label
+    /// values so far: client-chosen like model names, capped the same way.
+    pub fairness_keys: ModelNames,
     /// Disaggregated serving: the profile handlers' decisions.
     pub disagg: DisaggMetrics,
 }
@@ -128,6 +131,11 @@ impl Metrics {
     /// The label value for model `name`, capped at [`model::MODEL_LABEL_CAP`] distinct names.
     pub fn model(&self, name: &str) -> ModelLabel {
         self.models.label(name)
+    }
+
+    /// The label value for fairness key `key` (a client's header), capped like model names.
+    pub fn fairness_key(&self, key: &str) -> ModelLabel {
+        self.fairness_keys.label(key)
     }
 
     /// Creates the metrics and registers them in `registry`.
@@ -315,6 +323,7 @@ impl Metrics {
             peer_messages: Family::default(),
             metrics_auth: Family::default(),
             models: ModelNames::default(),
+            fairness_keys: ModelNames::default(),
             disagg: DisaggMetrics::default(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),

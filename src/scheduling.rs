@@ -19,6 +19,7 @@
 pub mod disagg;
 pub mod filter;
 pub mod inflight_load;
+pub mod lifecycle;
 pub mod picker;
 mod profile;
 pub mod scorer;
@@ -30,6 +31,7 @@ use rand::Rng;
 use scorer::{PrefixParams, Scorer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub use profile::{assemble, BuildError, Plugin, Profile};
 
@@ -64,7 +66,7 @@ pub struct Candidate {
 }
 
 /// What the scheduler needs to know about the request.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct SchedulingRequest<'a> {
     /// The model after rewrites; also the LoRA adapter name when it is one.
     pub target_model: &'a str,
@@ -79,11 +81,6 @@ pub struct SchedulingRequest<'a> {
     /// The endpoint the session token names, resolved by the director against the snapshot
     /// (`None` when there is no token, it does not decode, or that endpoint is gone).
     pub session_endpoint: Option<EndpointId>,
-    /// The endpoint the prefill pod's session token names (llm-d's P/D session affinity: a
-    /// session-affinity instance whose `profileName` is the prefill profile), resolved the
-    /// same way; with that instance's `session_id` strategy, the prefill pod the session id is
-    /// bound to.
-    pub prefill_session_endpoint: Option<EndpointId>,
     /// Key for hash-based affinity: a hash of the session token when present, else the first
     /// prompt block hash (`None` when neither exists, e.g. a prompt shorter than one block).
     pub affinity_key: Option<u64>,
@@ -94,12 +91,6 @@ pub struct SchedulingRequest<'a> {
     pub slo_ttft_s: Option<f64>,
     /// Priority below 0: the request may be rejected to protect the others.
     pub sheddable: bool,
-    /// The endpoint the request's session id is bound to (`session_id` strategy of the
-    /// session-affinity plugins), resolved by the director; `None` when unbound.
-    pub session_bound: Option<EndpointId>,
-    /// Endpoints in order of their last cold request, oldest first, for the
-    /// `no-hit-lru-scorer` (empty without one).
-    pub lru: &'a [EndpointId],
     /// The body carries image, audio or video content (`always-disagg-multimodal-decider`);
     /// filled only when such a decider is configured.
     pub multimodal: bool,
@@ -107,6 +98,34 @@ pub struct SchedulingRequest<'a> {
     /// the director only when a disaggregating handler has a prefill stage: a prefill is never
     /// sent to one of them ([`disagg`]).
     pub saturated: &'a [EndpointId],
+    /// The request headers the configured plugins read ([`lifecycle::Lifecycle::headers`]).
+    pub headers: &'a lifecycle::Headers,
+    /// Endpoint names (a session token names a pod) resolved against the request's snapshot.
+    pub names: &'a dyn lifecycle::EndpointNames,
+    /// When the decision is taken (the clock the director was given).
+    pub now: Instant,
+}
+
+impl Default for SchedulingRequest<'_> {
+    fn default() -> Self {
+        Self {
+            target_model: "",
+            prefix_total_blocks: 0,
+            block_size: 0,
+            test_endpoint_selection: None,
+            session_token: None,
+            session_endpoint: None,
+            affinity_key: None,
+            prompt_tokens: 0,
+            slo_ttft_s: None,
+            sheddable: false,
+            multimodal: false,
+            saturated: &[],
+            headers: &lifecycle::NO_HEADERS,
+            names: &lifecycle::Addresses,
+            now: Instant::now(),
+        }
+    }
 }
 
 impl SchedulingRequest<'_> {
@@ -155,6 +174,11 @@ pub struct Scheduler {
     disagg: Option<Box<disagg::Disagg>>,
     /// `p2p-source-producer`: names a peer to pull the cached prefix from.
     p2p: Option<disagg::p2p::P2pSourceProducer>,
+    /// The plugins taking part in the request lifecycle, once per configured instance
+    /// (filled when the scheduler is assembled: [`Scheduler::attach_hooks`]).
+    hooks: Vec<Arc<dyn lifecycle::Lifecycle>>,
+    /// The request headers they read.
+    headers: Vec<Arc<str>>,
 }
 
 impl Scheduler {
@@ -270,8 +294,36 @@ impl Scheduler {
             .or(self.precise.as_deref())
     }
 
+    /// What a request faced on candidate `c` at dispatch (its own prefill, the work ahead),
+    /// as the configured TTFT model counts it (upstream's defaults without one).
+    pub fn ttft_inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> scorer::TtftInputs {
+        match self.estimated_ttft() {
+            Some(s) => s.inputs(req, c),
+            None => scorer::EstimatedTtftScorer::default().inputs(req, c),
+        }
+    }
+
+    /// The TTFT rates learning starts from: the configured TTFT model's seed, or the defaults.
+    pub fn ttft_seed(&self) -> scorer::TtftRates {
+        match self.estimated_ttft() {
+            Some(s) => s.seed(),
+            None => scorer::EstimatedTtftScorer::default().seed(),
+        }
+    }
+
+    /// Whether a scorer prices the room left in each pod's cache (eviction): the director
+    /// then asks the prefix index for it.
+    pub fn prices_cache_room(&self) -> bool {
+        self.estimated_ttft().is_some()
+    }
+
+    /// Whether a decider reads whether the body carries multimodal content.
+    pub fn reads_multimodal(&self) -> bool {
+        self.disagg().is_some_and(|d| d.reads_multimodal())
+    }
+
     /// The `estimated-ttft-scorer`, when one is configured (its seed rates prime learning).
-    pub fn estimated_ttft(&self) -> Option<&scorer::EstimatedTtftScorer> {
+    pub(crate) fn estimated_ttft(&self) -> Option<&scorer::EstimatedTtftScorer> {
         self.scorers.iter().find_map(|(s, _)| match s {
             scorer::Scorer::EstimatedTtft(s) => Some(s),
             _ => None,
@@ -279,6 +331,7 @@ impl Scheduler {
     }
 
     /// The session-affinity plugins' parameters (scorer and filter), in configuration order.
+    #[cfg(test)]
     fn session_params(&self) -> impl Iterator<Item = &scorer::SessionAffinityParams> {
         let scorers = self.scorers.iter().filter_map(|(s, _)| match s {
             scorer::Scorer::SessionAffinity(s) => Some(&s.params),
@@ -305,6 +358,7 @@ impl Scheduler {
     }
 
     /// The session-affinity instances pinning the primary (decode) pick.
+    #[cfg(test)]
     fn primary_session_params(&self) -> impl Iterator<Item = &scorer::SessionAffinityParams> {
         self.session_params()
             .filter(|p| p.pins == scorer::Pin::Primary)
@@ -312,23 +366,80 @@ impl Scheduler {
 
     /// Whether a session-affinity plugin with the `encoded_endpoint_header` strategy is
     /// configured: responses then carry the token.
+    #[cfg(test)]
     pub fn session_affinity(&self) -> bool {
         self.primary_session_params()
             .any(|p| p.session_id().is_none())
     }
 
-    /// The `session_id` strategy's configuration, when a session-affinity plugin uses it: the
-    /// director then keeps the session bindings.
+    /// The `session_id` strategy's configuration, when a session-affinity plugin uses it.
+    #[cfg(test)]
     pub fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
         self.primary_session_params().find_map(|p| p.session_id())
     }
 
-    /// The `no-hit-lru-scorer`, when one is configured: the director then keeps its LRU.
-    pub fn no_hit_lru(&self) -> Option<&scorer::NoHitLruScorer> {
-        self.scorers.iter().find_map(|(s, _)| match s {
-            scorer::Scorer::NoHitLru(s) => Some(s),
-            _ => None,
-        })
+    /// Whether a `no-hit-lru-scorer` is configured.
+    fn has_no_hit_lru(&self) -> bool {
+        self.scorers
+            .iter()
+            .any(|(s, _)| matches!(s, scorer::Scorer::NoHitLru(_)))
+    }
+
+    /// The request headers the lifecycle plugins read: the adapter captures these.
+    pub fn request_headers(&self) -> &[Arc<str>] {
+        &self.headers
+    }
+
+    /// Runs `pre_request` of every lifecycle plugin, then collects the headers the response
+    /// carries for this decision (one per name, the first plugin's).
+    pub fn pre_request(&self, placed: &lifecycle::Placed<'_>) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for hook in &self.hooks {
+            hook.pre_request(placed);
+            hook.response_headers(placed, &mut out);
+        }
+        if out.len() > 1 {
+            let mut seen = std::collections::HashSet::new();
+            out.retain(|(name, _)| seen.insert(name.clone()));
+        }
+        out
+    }
+
+    /// Runs `response_complete` of every lifecycle plugin.
+    pub fn response_complete(&self, done: &lifecycle::Completed<'_>) {
+        for hook in &self.hooks {
+            hook.response_complete(done);
+        }
+    }
+
+    /// What the lifecycle plugins hold, for `/debug/snapshot`.
+    pub fn plugin_state(&self) -> Vec<serde_json::Value> {
+        self.hooks.iter().filter_map(|h| h.snapshot()).collect()
+    }
+
+    /// Collects the lifecycle plugins of every profile (the disaggregating handler's stages
+    /// too), once per instance, and the headers they read. Called once the profiles are
+    /// assembled and pinned.
+    fn attach_hooks(&mut self, producers: Vec<Arc<dyn lifecycle::Lifecycle>>) {
+        let mut hooks = producers;
+        let stages = self.disagg.iter().flat_map(|d| d.profiles());
+        for profile in std::iter::once(&*self).chain(stages) {
+            let filters = profile.filters.iter().filter_map(Filter::lifecycle);
+            let scorers = profile.scorers.iter().filter_map(|(s, _)| s.lifecycle());
+            for hook in filters.chain(scorers) {
+                if hooks.iter().all(|h| h.instance() != hook.instance()) {
+                    hooks.push(hook);
+                }
+            }
+        }
+        let mut headers: Vec<Arc<str>> = Vec::new();
+        for h in hooks.iter().flat_map(|h| h.headers()) {
+            if !headers.iter().any(|k| &**k == h) {
+                headers.push(Arc::from(h));
+            }
+        }
+        self.hooks = hooks;
+        self.headers = headers;
     }
 
     /// Whether a plugin reads the prompt's length (`token-load-scorer`, `context-length-aware`):

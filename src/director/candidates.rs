@@ -3,12 +3,13 @@
 //! scheduler reads (metrics, in-flight load, latency, slow-start ramp).
 
 use super::admission;
-use super::exchange::DirectorError;
-use super::Director;
+use super::exchange::{Body, DirectorError, Incoming};
+use super::{Director, Runtime};
 use crate::datastore::objectives::Priority;
 use crate::datastore::{EndpointSet, EndpointState};
 use crate::endpoint::EndpointId;
 use crate::scheduling::{self, Candidate};
+use rand::Rng;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,8 +66,38 @@ impl Director {
         available
     }
 
+    /// Admission: the saturation detector sheds a sheddable request, then each admission
+    /// plugin may refuse it. `parsed` is a parsed request's priority; a body that is not read
+    /// takes its priority from the objective header alone, and a bodyless request is routed
+    /// at once.
+    pub(super) fn admission(
+        &self,
+        runtime: &Runtime,
+        inc: &Incoming<'_>,
+        parsed: Option<Priority>,
+        states: &[&Arc<EndpointState>],
+        rng: &mut impl Rng,
+    ) -> Result<(), DirectorError> {
+        let priority = match (parsed, inc.body) {
+            (Some(p), _) => p,
+            (None, Body::Unread) => self.priority(inc.objective, ""),
+            (None, _) => return Ok(()),
+        };
+        let destinations = super::disagg::destinations(&runtime.scheduler, states);
+        self.admit(&runtime.thresholds, priority, &destinations)?;
+        for admitter in &runtime.admitters {
+            let endpoints = states
+                .iter()
+                .map(|s| s.metrics().map(|m| (m.waiting, m.kv_usage)));
+            if let Some(why) = admitter.refuses(priority, endpoints, rng.random()) {
+                return Err(DirectorError::NotAdmitted(why));
+            }
+        }
+        Ok(())
+    }
+
     /// Sheds a sheddable request (priority < 0) when the candidates are saturated.
-    pub(super) fn admit(
+    fn admit(
         &self,
         thresholds: &admission::Thresholds,
         priority: Priority,

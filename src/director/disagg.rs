@@ -10,15 +10,14 @@ use crate::endpoint::{EndpointId, EndpointMetrics};
 use crate::metrics::disagg::{
     DecisionLabels, LegacyDecisionLabels, RemotePrefillLabels, SkipLabels,
 };
-use crate::metrics::DisaggMetrics;
+use crate::metrics::{DisaggMetrics, ModelLabel};
 use crate::scheduling::disagg::DisaggOutcome;
 use crate::scheduling::Scheduler;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Counts one request's outcome; `model` is the target model ("unknown" when empty).
-pub(super) fn record(m: &DisaggMetrics, o: &DisaggOutcome, model: &str) {
-    let model = if model.is_empty() { "unknown" } else { model };
+/// Counts one request's outcome; `model` is the target model's capped label value.
+pub(super) fn record(m: &DisaggMetrics, o: &DisaggOutcome, model: ModelLabel) {
     let (full, legacy) = match o.kind {
         PluginKind::PdProfileHandler => (&m.pd, &m.pd_legacy),
         _ => (&m.disagg, &m.disagg_legacy),
@@ -32,7 +31,7 @@ pub(super) fn record(m: &DisaggMetrics, o: &DisaggOutcome, model: &str) {
     let labels = DecisionLabels {
         plugin_name: o.handler.to_string(),
         plugin_type: o.kind.name().to_owned(),
-        model_name: model.to_owned(),
+        model_name: model,
         decision_type: decision.to_owned(),
     };
     full.get_or_create(&labels).inc();

@@ -6,6 +6,7 @@ use super::admission;
 use crate::datastore::{InflightGuard, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::request::{LlmRequest, RequestError};
+use crate::scheduling::lifecycle::Headers;
 use crate::scheduling::{self, ScheduleError};
 use std::time::Instant;
 
@@ -28,15 +29,9 @@ pub struct Incoming<'a> {
     pub session_token: Option<&'a str>,
     /// The endpoint name the session token encodes (the adapter decodes it).
     pub session_endpoint: Option<&'a str>,
-    /// The endpoint name the prefill pod's session token encodes (the header of the
-    /// session-affinity instance pinning the prefill pick: [`super::Runtime::prefill_session_header`]).
-    pub prefill_session_endpoint: Option<&'a str>,
-    /// The session id of the `session_id` affinity strategy: the first non-empty header of its
-    /// sources ([`super::Runtime::session_id`]).
-    pub session_id: Option<&'a str>,
-    /// The session id of a `session_id` instance pinning the prefill pick
-    /// ([`super::Runtime::prefill_session_id`]).
-    pub prefill_session_id: Option<&'a str>,
+    /// The request headers the configured plugins read (the adapter captures the names
+    /// [`crate::scheduling::Scheduler::request_headers`] lists).
+    pub headers: &'a Headers,
     /// `x-llm-d-slo-ttft-ms` (alias `x-slo-ttft-ms`): the request's TTFT SLO in milliseconds.
     pub slo_ttft_ms: Option<f64>,
     /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.
@@ -110,12 +105,10 @@ pub struct Routed {
     pub stream: bool,
     pub started: Instant,
     pub lease: Lease,
-    /// The primary's name when a `session-affinity-scorer` is configured: the response carries
-    /// it as the session token.
-    pub session_endpoint: Option<String>,
-    /// With a session-affinity instance pinning the prefill pick and a remote prefill: its
-    /// header and the prefill pod's name, which the response carries as that token.
-    pub prefill_session: Option<(String, String)>,
+    /// Headers the lifecycle plugins add to the response to the client (session tokens).
+    pub client_headers: Vec<(String, String)>,
+    /// The request headers the plugins read, for their response hooks.
+    pub captured: Headers,
     /// The disaggregating handler's name when the request was sent for a remote prefill
     /// (`epp_disagg_remote_prefill_responses_total`).
     pub remote_prefill: Option<std::sync::Arc<str>>,

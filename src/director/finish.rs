@@ -4,7 +4,7 @@
 use super::exchange::{ResponseSummary, Routed};
 use super::Director;
 use crate::datastore::{self as ds, ttft, Observation};
-use crate::scheduling;
+use crate::scheduling::lifecycle::Completed;
 use std::time::Instant;
 
 /// Records a finished response in the objective metrics and the endpoint's health.
@@ -39,12 +39,24 @@ pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary)
     {
         d.indexes.approximate.scale.observe(ours, theirs);
     }
+    let ok = !summary.connect_failure && summary.status.is_some_and(|c| (200..300).contains(&c));
     if let Some(handler) = &routed.remote_prefill {
-        let ok =
-            !summary.connect_failure && summary.status.is_some_and(|c| (200..300).contains(&c));
         let outcome = if ok { "success" } else { "error" };
         super::disagg::record_remote_prefill(&d.metrics.disagg, handler, outcome);
     }
+    complete(d, routed, ok);
+}
+
+/// The lifecycle plugins' `response_complete`.
+fn complete(d: &Director, routed: &Routed, ok: bool) {
+    let done = Completed {
+        headers: &routed.captured,
+        served: routed.lease.inflight.endpoint().id(),
+        started: routed.started,
+        now: Instant::now(),
+        ok,
+    };
+    d.config.load().scheduler.response_complete(&done);
 }
 
 /// The stream ended without response headers: a local-origin failure of the endpoint.
@@ -57,6 +69,7 @@ pub(super) fn abandoned(d: &Director, routed: &Routed) {
     if let Some(handler) = &routed.remote_prefill {
         super::disagg::record_remote_prefill(&d.metrics.disagg, handler, "abandoned");
     }
+    complete(d, routed, false);
 }
 
 /// Teaches the served endpoint's TTFT model what this request cost: the work it faced at
@@ -80,11 +93,7 @@ fn learn_ttft(d: &Director, routed: &Routed, s: &ResponseSummary) {
         running: dispatched.running,
         waiting: dispatched.waiting,
     };
-    let runtime = d.config.load();
-    let seed = match runtime.scheduler.estimated_ttft() {
-        Some(e) => e.seed(),
-        None => scheduling::scorer::EstimatedTtftScorer::default().seed(),
-    };
+    let seed = d.config.load().scheduler.ttft_seed();
     let prior = ttft::Coefficients {
         base: seed.base,
         per_token: seed.per_token,

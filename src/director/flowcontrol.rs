@@ -191,7 +191,7 @@ impl FlowControl {
     fn labels(&self, ticket: &Ticket) -> FlowQueueLabels {
         let model = self.metrics.model(&ticket.model_name);
         FlowQueueLabels {
-            fairness_id: ticket.fairness_id.clone(),
+            fairness_id: self.metrics.fairness_key(&ticket.fairness_id),
             priority: ticket.priority.to_string(),
             inference_pool: self.pool.clone(),
             model_name: model.clone(),
@@ -317,7 +317,7 @@ impl FlowControl {
         let service = self.queues().attained(program, cost, Instant::now());
         if let Some(service) = service {
             let labels = ProgramLabels {
-                program_id: program.to_owned(),
+                program_id: self.metrics.fairness_key(program),
             };
             self.metrics
                 .flow
@@ -339,7 +339,9 @@ impl FlowControl {
         }
         *last = now;
         for program_id in q.sweep_programs(now) {
-            let labels = ProgramLabels { program_id };
+            let labels = ProgramLabels {
+                program_id: self.metrics.fairness_key(&program_id),
+            };
             self.metrics.flow.attained_service.remove(&labels);
             self.metrics.flow.avg_wait.remove(&labels);
         }
@@ -382,7 +384,9 @@ impl FlowControl {
             let f = &self.metrics.flow;
             for (program_id, wait) in waits {
                 f.avg_wait
-                    .get_or_create(&ProgramLabels { program_id })
+                    .get_or_create(&ProgramLabels {
+                        program_id: self.metrics.fairness_key(&program_id),
+                    })
                     .set(wait);
             }
             f.jains_index.set(jain);

@@ -1,15 +1,15 @@
-//! What a decision records: the scheduling attempt, the prefix index and its hit metrics, the
-//! session bindings, the no-hit LRU and the in-flight lease.
+//! What a decision records: the scheduling attempt, the prefix index and its hit metrics, and
+//! the in-flight lease. (What a plugin's own state learns from a decision, the plugin records:
+//! `crate::scheduling::lifecycle`.)
 
 use super::exchange::Lease;
+use super::route::{pod, pod_of};
 use super::Director;
 use crate::datastore::EndpointState;
-use crate::endpoint::EndpointId;
 use crate::metrics::{AttemptLabels, ModelLabel, Outcome, RunningLabels};
-use crate::prefix::source::{Lookup, Pod, PrefixSource, Source};
-use crate::scheduling::scorer::{SessionBindings, SessionIdConfig};
-use crate::scheduling::{self, Candidate, ScheduleError, Scheduler};
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::prefix::source::{Lookup, PrefixSource, Source};
+use crate::scheduling::{self, Candidate, ScheduleError};
+use std::sync::Arc;
 use std::time::Instant;
 
 impl Director {
@@ -40,102 +40,33 @@ impl Director {
         self.metrics.scheduler_attempts.get_or_create(&labels).inc();
     }
 
-    /// The hit metrics, then the index's own record of the decision.
-    pub(super) fn record_prefix(&self, source: &Source<'_>, l: &Lookup, primary: Pod) {
-        let total = l.hashes.len();
-        if total == 0 {
-            return;
-        }
-        let matched = l.held(primary.id);
-        self.metrics
-            .prefix_hit_ratio
-            .observe(matched as f64 / total as f64);
-        self.metrics
-            .prefix_hit_bytes
-            .observe((matched * l.block_size * 4) as f64);
-        source.record(l, &primary, Instant::now());
-    }
-
-    pub(super) fn session_bound(
+    /// The hit metrics, then the index's own record of the decision: the primary's, and with
+    /// a remote prefill the prefill pod's too (it computed the prompt; upstream records both).
+    pub(super) fn record_prefix(
         &self,
-        scheduler: &Scheduler,
-        session: Option<&str>,
-    ) -> Option<EndpointId> {
-        bound(&self.sessions, scheduler.session_id()?, session?)
-    }
-
-    /// The prefill pod a session id is bound to, when an instance pins the prefill pick with
-    /// the `session_id` strategy.
-    pub(super) fn prefill_session_bound(
-        &self,
-        scheduler: &Scheduler,
-        session: Option<&str>,
-    ) -> Option<EndpointId> {
-        bound(
-            &self.prefill_sessions,
-            scheduler.prefill_session_id()?,
-            session?,
-        )
-    }
-
-    /// Binds the session to the primary, refreshes the binding, or moves it when the bound
-    /// endpoint was not a candidate (upstream's `PreRequest`).
-    pub(super) fn record_session(
-        &self,
-        scheduler: &Scheduler,
-        session: (Option<&str>, Option<EndpointId>),
+        source: &Source<'_>,
+        l: &Lookup,
         candidates: &[Candidate],
-        primary: EndpointId,
+        primary: &EndpointState,
+        prefill: Option<&Arc<EndpointState>>,
     ) {
-        if scheduler.session_id().is_some() {
-            bind(&self.sessions, session, candidates, primary);
-        }
-    }
-
-    /// The same for the prefill pick of a request prefilled remotely (upstream's instance with
-    /// `profileName: prefill` reads that profile's result; a decode-only request has none).
-    pub(super) fn record_prefill_session(
-        &self,
-        scheduler: &Scheduler,
-        session: (Option<&str>, Option<EndpointId>),
-        candidates: &[Candidate],
-        prefill: EndpointId,
-    ) {
-        if scheduler.prefill_session_id().is_some() {
-            bind(&self.prefill_sessions, session, candidates, prefill);
-        }
-    }
-
-    /// The no-hit LRU's order for this decision (empty without a `no-hit-lru-scorer`).
-    pub(super) fn lru_snapshot(&self, scheduler: &Scheduler) -> Vec<EndpointId> {
-        if scheduler.no_hit_lru().is_none() {
-            return Vec::new();
-        }
-        self.lru
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshot()
-    }
-
-    /// A cold request (no candidate holds any of its blocks) makes its primary the most
-    /// recently used endpoint of the no-hit LRU. Upstream decides coldness over the filtered
-    /// candidates; here it is every candidate, which differs only when a filter drops each
-    /// endpoint holding part of the prompt.
-    pub(super) fn record_no_hit(
-        &self,
-        scheduler: &Scheduler,
-        candidates: &[Candidate],
-        primary: EndpointId,
-    ) {
-        let Some(s) = scheduler.no_hit_lru() else {
-            return;
+        let as_pod = |s: &EndpointState| {
+            let candidate = candidates.iter().find(|c| c.id == s.id());
+            candidate.map_or_else(|| pod_of(s), pod)
         };
-        let all: Vec<&Candidate> = candidates.iter().collect();
-        if scheduling::scorer::is_cold(&all) {
-            self.lru
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .touch(primary, s.capacity());
+        let total = l.hashes.len();
+        if total > 0 {
+            let matched = l.held(primary.id());
+            self.metrics
+                .prefix_hit_ratio
+                .observe(matched as f64 / total as f64);
+            self.metrics
+                .prefix_hit_bytes
+                .observe((matched * l.block_size * 4) as f64);
+            source.record(l, &as_pod(primary), Instant::now());
+        }
+        if let Some(p) = prefill {
+            source.record(l, &as_pod(p), Instant::now());
         }
     }
 
@@ -153,35 +84,4 @@ impl Director {
             running,
         }
     }
-}
-
-/// The endpoint `session` is bound to in `store`.
-fn bound(
-    store: &Mutex<SessionBindings>,
-    config: &SessionIdConfig,
-    session: &str,
-) -> Option<EndpointId> {
-    store
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .bound(session, config, Instant::now())
-}
-
-/// Records in `store` that the session's request went to `picked`.
-fn bind(
-    store: &Mutex<SessionBindings>,
-    (session, bound): (Option<&str>, Option<EndpointId>),
-    candidates: &[Candidate],
-    picked: EndpointId,
-) {
-    let Some(session) = session else {
-        return;
-    };
-    let present = bound.is_some_and(|b| candidates.iter().any(|c| c.id == b));
-    store.lock().unwrap_or_else(PoisonError::into_inner).record(
-        session,
-        picked,
-        present,
-        Instant::now(),
-    );
 }

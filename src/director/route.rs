@@ -10,6 +10,7 @@ use crate::endpoint::EndpointId;
 use crate::metrics::{ModelLabels, RequestLabels};
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
+use crate::scheduling::lifecycle::{EndpointNames, Headers, Placed};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
 use std::borrow::Cow;
@@ -31,160 +32,90 @@ pub(super) fn route(
     inc: &Incoming<'_>,
     rng: &mut impl Rng,
 ) -> Result<Routed, DirectorError> {
-    let started = inc.started.unwrap_or_else(Instant::now);
+    let now = Instant::now();
+    let started = inc.started.unwrap_or(now);
     let runtime = d.config.load();
     let prompted = d.prompted(inc, rng);
     let snapshot = d.datastore.snapshot();
     let states = d.candidate_states(&snapshot, inc.subset)?;
-    let priority = match (&prompted, inc.body) {
-        (Some(p), _) => Some(p.priority),
-        (None, Body::Unread) => Some(d.priority(inc.objective, "")),
-        (None, _) => None,
-    };
-    if let Some(priority) = priority {
-        let destinations = super::disagg::destinations(&runtime.scheduler, &states);
-        d.admit(&runtime.thresholds, priority, &destinations)?;
-        for admitter in &runtime.admitters {
-            let endpoints = states
-                .iter()
-                .map(|s| s.metrics().map(|m| (m.waiting, m.kv_usage)));
-            if let Some(why) = admitter.refuses(priority, endpoints, rng.random()) {
-                return Err(DirectorError::NotAdmitted(why));
-            }
-        }
-    }
+    d.admission(
+        &runtime,
+        inc,
+        prompted.as_ref().map(|p| p.priority),
+        &states,
+        rng,
+    )?;
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
-    let lookup = prompted
-        .as_ref()
-        .zip(source.as_ref())
-        .and_then(|(p, source)| {
-            let _span = crate::telemetry::child("tokenize");
-            lookup(&runtime, source, p, &candidates)
-        });
-    let token_scale = d.indexes.approximate.scale.get();
-    if let Some(l) = &lookup {
-        // Only the estimated-TTFT scorer prices the room left in each pod's cache.
-        let room = match &source {
-            Some(s) if runtime.scheduler.estimated_ttft().is_some() => {
-                s.room(&CandidatePods(&candidates), l.block_size)
-            }
-            _ => Vec::new(),
-        };
-        // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
-        let per = if l.pseudo_tokens { token_scale } else { 1.0 };
-        for (i, c) in candidates.iter_mut().enumerate() {
-            c.prefix_blocks = l.scored(c.id);
-            c.prefill.held_past_cap = l.held_past_cap(c.id) as f64 / per;
-            c.prefill.cache_free_tokens = room.get(i).copied().flatten().map(|t| t as f64 / per);
-        }
-    }
-    let lru = d.lru_snapshot(&runtime.scheduler);
+    let lookup = d.look_up(
+        &runtime,
+        source.as_ref(),
+        prompted.as_ref(),
+        &mut candidates,
+    );
+    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
+    let names = Names(&states);
     let facts = Facts {
         inc,
         prompted: prompted.as_ref(),
         lookup: lookup.as_ref(),
-        states: &states,
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
-        token_scale,
+        token_scale: d.indexes.approximate.scale.get(),
     };
-    let bound = d.session_bound(&runtime.scheduler, inc.session_id);
-    let prefill_bound = d.prefill_session_bound(&runtime.scheduler, inc.prefill_session_id);
-    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
-    let mut sreq = facts.scheduling_request(&lru, bound);
-    sreq.prefill_session_endpoint = sreq.prefill_session_endpoint.or(prefill_bound);
+    let mut sreq = facts.scheduling_request(&states, &names, now);
     sreq.saturated = &saturated;
-    sreq.multimodal = prompted.as_ref().is_some_and(|p| {
-        runtime
-            .scheduler
-            .disagg()
-            .is_some_and(|d| d.reads_multimodal())
-            && scheduling::disagg::has_multimodal(p.bytes)
-    });
+    sreq.multimodal = prompted
+        .as_ref()
+        .is_some_and(|p| runtime.scheduler.reads_multimodal() && disagg_has_multimodal(p));
+    let labels = d.model_labels(prompted.as_ref());
     let span = prompted
         .as_ref()
         .map(|_| crate::telemetry::child("schedule"));
-    let labels = d.model_labels(prompted.as_ref());
-    let result = d.schedule(&runtime.scheduler, &sreq, &candidates, rng, started);
-    d.record_attempt(&result, &labels.target_model_name);
-    let scheduling::Decision {
-        endpoints: destinations,
-        scores,
-        disagg,
-        headers,
-    } = decided(result)?;
+    let decision = d.decide(
+        &runtime.scheduler,
+        &sreq,
+        &candidates,
+        &labels,
+        rng,
+        started,
+    )?;
     drop(span);
-    let prefill_pod = disagg.as_ref().and_then(|o| o.prefill);
-    if let Some(o) = &disagg {
-        let target = prompted.as_ref().map_or("", |p| &*p.target);
-        super::disagg::record(&d.metrics.disagg, o, target);
-    }
     let primary = snapshot
-        .get(&destinations[0])
-        .ok_or(DirectorError::UnknownEndpoint(destinations[0]))?;
+        .get(&decision.endpoints[0])
+        .ok_or(DirectorError::UnknownEndpoint(decision.endpoints[0]))?;
     let gated = !matches!(inc.body, Body::None) && inc.if_available;
-    if gated && !holds_prefix(lookup.as_ref(), destinations[0]) {
+    if gated && !holds_prefix(lookup.as_ref(), primary.id()) {
         return Err(DirectorError::NotCached);
     }
-    // With remote prefill the prefill pod computed the prompt too (upstream records both).
-    let prefill_state = prefill_pod.and_then(|p| snapshot.get(&p));
+    let prefill = decision.disagg.as_ref().and_then(|o| o.prefill);
+    let prefill_state = prefill.and_then(|p| snapshot.get(&p));
     if let (Some(l), Some(source)) = (&lookup, &source) {
-        let primary_pod = candidates.iter().find(|c| c.id == primary.id()).map(pod);
-        d.record_prefix(source, l, primary_pod.unwrap_or_else(|| pod_of(primary)));
-        if let Some(p) = prefill_state {
-            let prefill_pod = candidates.iter().find(|c| c.id == p.id()).map(pod);
-            source.record(l, &prefill_pod.unwrap_or_else(|| pod_of(p)), Instant::now());
-        }
+        d.record_prefix(source, l, &candidates, primary, prefill_state);
     }
-    d.record_no_hit(&runtime.scheduler, &candidates, primary.id());
-    let session = (inc.session_id, bound);
-    d.record_session(&runtime.scheduler, session, &candidates, primary.id());
-    if let Some(p) = prefill_pod {
-        let session = (inc.prefill_session_id, prefill_bound);
-        d.record_prefill_session(&runtime.scheduler, session, &candidates, p);
-    }
-    let decided = Decided {
-        destinations,
-        scores,
-        session_endpoint: (runtime.scheduler.session_affinity())
-            .then(|| primary.endpoint.name.clone()),
-        prefill_session: runtime
-            .scheduler
-            .prefill_session_header()
-            .zip(prefill_state)
-            .map(|(h, p)| (h.to_owned(), p.endpoint.name.clone())),
-        remote_prefill: disagg
-            .as_ref()
-            .filter(|o| o.prefill.is_some())
-            .map(|o| Arc::clone(&o.handler)),
-        dispatched: prompted
-            .as_ref()
-            .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id())),
-        started,
-        headers,
-        pseudo_prompt_tokens: lookup
-            .as_ref()
-            .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
-            .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
+    let placed = Placed {
+        request: &sreq,
+        candidates: &candidates,
+        decision: &decision,
+        primary: primary.id(),
+        prefill,
+        now,
     };
-    // With remote prefill the prefill pod does the prompt's work, and the decode pod's TTFT
-    // (prefill elsewhere + transfer) must not teach it its own prefill rate.
+    let client_headers = runtime.scheduler.pre_request(&placed);
     let remote = prefill_state.map(|p| {
         let own = candidates.iter().find(|c| c.id == p.id());
         own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
     });
-    Ok(d.answer(prompted, primary, decided, labels, remote))
-}
-
-/// A decision with a destination, or why there is none.
-fn decided(
-    result: Result<scheduling::Decision, ScheduleError>,
-) -> Result<scheduling::Decision, DirectorError> {
-    match result {
-        Ok(d) if !d.endpoints.is_empty() => Ok(d),
-        Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
-        Err(e) => Err(DirectorError::Schedule(e)),
-    }
+    let dispatched = prompted
+        .as_ref()
+        .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id()));
+    let decided = Decided::new(
+        decision,
+        client_headers,
+        dispatched,
+        lookup.as_ref(),
+        started,
+    );
+    Ok(d.answer(prompted, primary, decided, labels, remote, inc.headers))
 }
 
 /// What the scheduling request is made of.
@@ -192,7 +123,6 @@ struct Facts<'a> {
     inc: &'a Incoming<'a>,
     prompted: Option<&'a Prompted<'a>>,
     lookup: Option<&'a Lookup>,
-    states: &'a [&'a Arc<EndpointState>],
     /// Bytes of prompt text parsing kept.
     prompt_cap: usize,
     /// Pseudo-tokens per server token ([`crate::prefix::index::TokenScale`]).
@@ -204,8 +134,9 @@ impl<'a> Facts<'a> {
     /// SLO, or shedding.
     fn scheduling_request(
         &self,
-        lru: &'a [EndpointId],
-        bound: Option<EndpointId>,
+        states: &[&Arc<EndpointState>],
+        names: &'a Names<'a>,
+        now: Instant,
     ) -> SchedulingRequest<'a> {
         let (inc, p, lookup) = (self.inc, self.prompted, self.lookup);
         SchedulingRequest {
@@ -214,8 +145,7 @@ impl<'a> Facts<'a> {
             block_size: lookup.map_or(16, |l| l.block_size),
             test_endpoint_selection: inc.test_endpoint_selection,
             session_token: inc.session_token,
-            session_endpoint: session_endpoint(self.states, inc.session_endpoint),
-            prefill_session_endpoint: session_endpoint(self.states, inc.prefill_session_endpoint),
+            session_endpoint: session_endpoint(states, inc.session_endpoint),
             affinity_key: affinity_key(
                 inc.session_token,
                 lookup.and_then(|l| l.hashes.first().copied()),
@@ -234,13 +164,34 @@ impl<'a> Facts<'a> {
                 .filter(|v| *v > 0.0)
                 .map(|ms| ms / 1e3),
             sheddable: p.is_some_and(|p| p.priority < 0),
-            lru,
-            session_bound: bound,
-            // Set by the caller, which knows whether a decider reads it.
+            // Set by the caller, which knows whether a decider reads them.
             multimodal: false,
             saturated: &[],
+            headers: inc.headers,
+            names,
+            now,
         }
     }
+}
+
+/// The endpoint names of one request's snapshot, for the plugins that read or write a
+/// session token.
+#[derive(Debug)]
+struct Names<'a>(&'a [&'a Arc<EndpointState>]);
+
+impl EndpointNames for Names<'_> {
+    fn named(&self, name: &str) -> Option<EndpointId> {
+        session_endpoint(self.0, Some(name))
+    }
+    fn name_of(&self, id: EndpointId) -> Option<String> {
+        let state = self.0.iter().find(|s| s.id() == id)?;
+        Some(state.endpoint.name.clone())
+    }
+}
+
+/// Whether the body carries image, audio or video content.
+fn disagg_has_multimodal(p: &Prompted<'_>) -> bool {
+    scheduling::disagg::has_multimodal(p.bytes)
 }
 
 /// What the primary faced at dispatch, for its prefill count and TTFT learning.
@@ -251,18 +202,15 @@ fn dispatched(
     primary: EndpointId,
 ) -> Option<scheduling::scorer::TtftInputs> {
     let c = candidates.iter().find(|c| c.id == primary)?;
-    Some(match scheduler.estimated_ttft() {
-        Some(s) => s.inputs(sreq, c),
-        None => scheduling::scorer::EstimatedTtftScorer::default().inputs(sreq, c),
-    })
+    Some(scheduler.ttft_inputs(sreq, c))
 }
 
-/// The scheduler's answer, before the lease is taken.
+/// The scheduler's answer and what the lifecycle added, before the lease is taken.
 struct Decided {
     destinations: Vec<EndpointId>,
     scores: Vec<(EndpointId, f64)>,
-    session_endpoint: Option<String>,
-    prefill_session: Option<(String, String)>,
+    /// Headers the lifecycle plugins add to the response (session tokens).
+    client_headers: Vec<(String, String)>,
     remote_prefill: Option<Arc<str>>,
     dispatched: Option<scheduling::scorer::TtftInputs>,
     started: Instant,
@@ -270,6 +218,34 @@ struct Decided {
     headers: Vec<(&'static str, Option<String>)>,
     /// The whole prompt in pseudo-tokens, to learn their ratio to the server's tokens.
     pseudo_prompt_tokens: Option<u32>,
+}
+
+impl Decided {
+    fn new(
+        decision: scheduling::Decision,
+        client_headers: Vec<(String, String)>,
+        dispatched: Option<scheduling::scorer::TtftInputs>,
+        lookup: Option<&Lookup>,
+        started: Instant,
+    ) -> Self {
+        let remote_prefill = decision
+            .disagg
+            .as_ref()
+            .filter(|o| o.prefill.is_some())
+            .map(|o| Arc::clone(&o.handler));
+        Self {
+            destinations: decision.endpoints,
+            scores: decision.scores,
+            client_headers,
+            remote_prefill,
+            dispatched,
+            started,
+            headers: decision.headers,
+            pseudo_prompt_tokens: lookup
+                .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
+                .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
+        }
+    }
 }
 
 /// The prompt's blocks and who holds them, as the configuration's index says.
@@ -303,7 +279,7 @@ impl Pods for CandidatePods<'_> {
 
 /// What a prefix index weighs of a candidate: its scraped load and cache geometry, from the
 /// metrics the candidate already holds (no endpoint state is loaded again).
-fn pod(c: &Candidate) -> Pod {
+pub(super) fn pod(c: &Candidate) -> Pod {
     let m = c.metrics.as_deref();
     Pod {
         id: c.id,
@@ -313,7 +289,7 @@ fn pod(c: &Candidate) -> Pod {
 }
 
 /// [`pod`] of an endpoint that is not a candidate.
-fn pod_of(s: &EndpointState) -> Pod {
+pub(super) fn pod_of(s: &EndpointState) -> Pod {
     let m = s.metrics();
     Pod {
         id: s.id(),
@@ -356,6 +332,7 @@ impl Director {
         mut decided: Decided,
         labels: ModelLabels,
         remote_prefill: Option<Option<PrefillGuard>>,
+        captured: &Headers,
     ) -> Routed {
         let prefill = match remote_prefill {
             Some(guard) => {
@@ -395,8 +372,8 @@ impl Director {
             stream,
             started: decided.started,
             lease,
-            session_endpoint: decided.session_endpoint,
-            prefill_session: decided.prefill_session,
+            client_headers: decided.client_headers,
+            captured: captured.clone(),
             remote_prefill: decided.remote_prefill,
             scores: decided.scores,
             prefill,
@@ -407,14 +384,17 @@ impl Director {
         }
     }
 
-    fn schedule(
+    /// Runs the scheduler and counts the attempt (and a disaggregating handler's decision,
+    /// under the target model's capped label value).
+    fn decide(
         &self,
         scheduler: &Scheduler,
         sreq: &SchedulingRequest<'_>,
         candidates: &[Candidate],
+        labels: &ModelLabels,
         rng: &mut impl Rng,
         started: Instant,
-    ) -> Result<scheduling::Decision, ScheduleError> {
+    ) -> Result<scheduling::Decision, DirectorError> {
         let result = scheduler.schedule(sreq, candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
@@ -422,7 +402,49 @@ impl Director {
         self.metrics
             .scheduler_e2e
             .observe(started.elapsed().as_secs_f64());
-        result
+        self.record_attempt(&result, &labels.target_model_name);
+        let decision = decided(result)?;
+        if let Some(o) = &decision.disagg {
+            // A client chooses the model name: its label value is the capped one.
+            let target = match sreq.target_model {
+                "" => self.metrics.model("unknown"),
+                _ => labels.target_model_name.clone(),
+            };
+            super::disagg::record(&self.metrics.disagg, o, target);
+        }
+        Ok(decision)
+    }
+
+    /// The prompt's blocks and who holds them, filled into the candidates (matched blocks,
+    /// what a pod holds past the match cap, and, when the scheduler prices it, the room left in
+    /// each pod's cache).
+    fn look_up(
+        &self,
+        runtime: &Runtime,
+        source: Option<&Source<'_>>,
+        prompted: Option<&Prompted<'_>>,
+        candidates: &mut [Candidate],
+    ) -> Option<Lookup> {
+        let (p, source) = prompted.zip(source)?;
+        let l = {
+            let _span = crate::telemetry::child("tokenize");
+            lookup(runtime, source, p, candidates)?
+        };
+        let room = match runtime.scheduler.prices_cache_room() {
+            true => source.room(&CandidatePods(candidates), l.block_size),
+            false => Vec::new(),
+        };
+        // Server tokens: the index counts pseudo-tokens with `tokenizer: characters`.
+        let per = match l.pseudo_tokens {
+            true => self.indexes.approximate.scale.get(),
+            false => 1.0,
+        };
+        for (i, c) in candidates.iter_mut().enumerate() {
+            c.prefix_blocks = l.scored(c.id);
+            c.prefill.held_past_cap = l.held_past_cap(c.id) as f64 / per;
+            c.prefill.cache_free_tokens = room.get(i).copied().flatten().map(|t| t as f64 / per);
+        }
+        Some(l)
     }
 
     /// The model-name label values of a request, each looked up once: the requested model and
@@ -494,5 +516,16 @@ fn affinity_key(token: Option<&str>, first_block: Option<u64>) -> Option<u64> {
     match token.filter(|t| !t.is_empty()) {
         Some(t) => Some(xxhash_rust::xxh64::xxh64(t.as_bytes(), 0)),
         None => first_block,
+    }
+}
+
+/// A decision with a destination, or why there is none.
+fn decided(
+    result: Result<scheduling::Decision, ScheduleError>,
+) -> Result<scheduling::Decision, DirectorError> {
+    match result {
+        Ok(d) if !d.endpoints.is_empty() => Ok(d),
+        Ok(_) => Err(DirectorError::Schedule(ScheduleError::AllFiltered)),
+        Err(e) => Err(DirectorError::Schedule(e)),
     }
 }

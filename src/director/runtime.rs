@@ -98,18 +98,6 @@ impl Runtime {
         })
     }
 
-    /// The header carrying the prefill pod's session token (llm-d's P/D session affinity), when
-    /// a session-affinity instance pins the prefill profile's pick.
-    pub fn prefill_session_header(&self) -> Option<&str> {
-        self.scheduler.prefill_session_header()
-    }
-
-    /// The request's session id for the `session_id` affinity strategy: the first of its
-    /// source headers with a non-empty (trimmed) value; `None` when no plugin uses it.
-    pub fn session_id<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
-        first_source(self.scheduler.session_id()?, header)
-    }
-
     /// With `agent-identity` configured, the first of its session headers with a non-empty
     /// (trimmed) value: the fairness key of a request that names none (llm-d v0.10).
     pub fn agent_identity<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
@@ -120,27 +108,6 @@ impl Runtime {
                 .map(str::to_owned)
         })
     }
-
-    /// The same for the instance pinning the prefill pick (its sources may differ).
-    pub fn prefill_session_id<'h>(
-        &self,
-        header: impl Fn(&str) -> Option<&'h str>,
-    ) -> Option<String> {
-        first_source(self.scheduler.prefill_session_id()?, header)
-    }
-}
-
-/// The first of `config`'s source headers with a non-empty (trimmed) value.
-fn first_source<'h>(
-    config: &crate::scheduling::scorer::SessionIdConfig,
-    header: impl Fn(&str) -> Option<&'h str>,
-) -> Option<String> {
-    config.sources.iter().find_map(|s| {
-        header(&s.header)
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    })
 }
 
 /// The tokenizer the prefix scorers need, reusing `previous`'s when it is the same vocabulary.

@@ -330,7 +330,12 @@ fn a_session_token_routes_back_to_the_pod_it_names() {
     let body = chat("hello");
     let first = d.route(&incoming(&body), &mut rng).unwrap();
     // The adapter encodes the name into the response's token and decodes the next request's.
-    let token = crate::extproc::wire::encode_token(first.session_endpoint.as_deref().unwrap());
+    let (_, token) = first
+        .client_headers
+        .iter()
+        .find(|(h, _)| h == crate::extproc::wire::SESSION_HEADER)
+        .cloned()
+        .unwrap();
     let name = crate::extproc::wire::decode_token(&token);
     assert_eq!(
         crate::extproc::wire::decode_token(&token),

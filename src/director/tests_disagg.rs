@@ -8,6 +8,8 @@ use crate::endpoint::{Endpoint, EndpointId};
 use crate::metrics::disagg::SkipLabels;
 use crate::scheduling::disagg::PREFILLER_HEADER;
 use crate::scheduling::filter::ROLE_LABEL;
+use crate::scheduling::lifecycle::Headers;
+use crate::scheduling::scorer::{decode_token, encode_token, SESSION_HEADER};
 use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -19,6 +21,11 @@ fn director() -> (Director, Arc<Datastore>) {
 }
 
 fn director_with(config: &str) -> (Director, Arc<Datastore>) {
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    director_with_metrics(config, metrics)
+}
+
+fn director_with_metrics(config: &str, metrics: Arc<Metrics>) -> (Director, Arc<Datastore>) {
     let ds = Arc::new(Datastore::new());
     let roles = [(1, "decode"), (2, "decode"), (3, "prefill"), (4, "prefill")];
     ds.set_endpoints(
@@ -33,7 +40,6 @@ fn director_with(config: &str) -> (Director, Arc<Datastore>) {
     for p in 1..=4 {
         set_waiting(&ds, p, 0.0);
     }
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
     let opts = DirectorOptions {
         staleness: Duration::from_secs(60),
         subset_filter: true,
@@ -86,6 +92,21 @@ fn prefiller(r: &Routed) -> Option<String> {
         .iter()
         .find(|(k, _)| *k == PREFILLER_HEADER)
         .and_then(|(_, v)| v.clone())
+}
+
+/// The prefill pod's session token header of llm-d's P/D session-affinity guide.
+const PREFILL_TOKEN: &str = "x-session-token-prefill";
+
+/// The header and pod name of the prefill session token the response carries.
+fn prefill_session(r: &Routed) -> Option<(String, String)> {
+    let (h, v) = r.client_headers.iter().find(|(h, _)| h == PREFILL_TOKEN)?;
+    Some((h.clone(), decode_token(v)?))
+}
+
+/// The pod name of the primary's session token the response carries.
+fn session_endpoint(r: &Routed) -> Option<String> {
+    let (_, v) = r.client_headers.iter().find(|(h, _)| h == SESSION_HEADER)?;
+    decode_token(v)
 }
 
 fn skipped(d: &Director, reason: &str) -> u64 {
@@ -169,30 +190,31 @@ fn a_sessions_prefill_token_brings_it_back_to_its_prefill_pod() {
     let mut rng = SmallRng::seed_from_u64(3);
     let body = long_chat(0);
     let first = d.route(&incoming(&d, &body, None), &mut rng).unwrap();
-    let (header, prefill) = first.prefill_session.clone().expect("prefilled remotely");
+    let (header, prefill) = prefill_session(&first).expect("prefilled remotely");
     assert_eq!(header, "x-session-token-prefill");
     assert_eq!(Some(prefill.clone()), prefiller(&first));
-    let decode = first.session_endpoint.clone().unwrap();
+    let decode = session_endpoint(&first).unwrap();
     drop(first);
     // Each later turn of the session (new text, so the prefix scorer has no say) goes back to
     // both pods while their tokens name them.
     for k in 1..8 {
         let body = long_chat(k);
+        let headers = Headers::of(&[(PREFILL_TOKEN, &encode_token(&prefill))]);
         let inc = Incoming {
             session_endpoint: Some(&decode),
-            prefill_session_endpoint: Some(&prefill),
+            headers: &headers,
             ..incoming(&d, &body, None)
         };
         let r = d.route(&inc, &mut rng).unwrap();
         assert_eq!(r.destinations[0].to_string(), decode);
         assert_eq!(prefiller(&r).as_deref(), Some(prefill.as_str()));
-        assert_eq!(r.prefill_session.map(|p| p.1), Some(prefill.clone()));
+        assert_eq!(prefill_session(&r).map(|p| p.1), Some(prefill.clone()));
     }
     // A decode-only request carries no prefill token.
     let r = d
         .route(&incoming(&d, &long_chat(0), None), &mut rng)
         .unwrap();
-    assert_eq!((prefiller(&r), r.prefill_session), (None, None));
+    assert_eq!((prefiller(&r), prefill_session(&r)), (None, None));
 }
 
 #[test]
@@ -202,15 +224,19 @@ fn a_session_id_brings_the_session_back_to_its_prefill_pod() {
     let (d, ds) = director_with(&config);
     let mut rng = SmallRng::seed_from_u64(3);
     let bodies: Vec<_> = (0..10).map(long_chat).collect();
-    let with_id = |body, id| Incoming {
-        session_id: Some(id),
-        prefill_session_id: Some(id),
+    let sessions = [
+        ("s1", Headers::of(&[("x-session-id", "s1")])),
+        ("s2", Headers::of(&[("x-session-id", "s2")])),
+    ];
+    let with_id = |body, id: &str| Incoming {
+        headers: &sessions.iter().find(|(k, _)| *k == id).unwrap().1,
         ..incoming(&d, body, None)
     };
     let first = d.route(&with_id(&bodies[0], "s1"), &mut rng).unwrap();
     let prefill = prefiller(&first).expect("prefilled remotely");
     assert_eq!(
-        first.prefill_session, None,
+        prefill_session(&first),
+        None,
         "no token is written with session ids"
     );
     let decode = first.destinations[0];
@@ -271,5 +297,48 @@ fn responses_to_remotely_prefilled_requests_are_counted_by_outcome() {
     assert_eq!(
         (count("success"), count("error"), count("abandoned")),
         (1, 1, 1)
+    );
+}
+
+/// A client choosing a fresh model name per request cannot grow the disaggregation decision
+/// counters (or any family) past the capped set of model-name label values: the names beyond
+/// the cap are counted under `other`.
+#[test]
+fn thousands_of_client_model_names_stay_within_the_label_cap() {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let (d, _ds) = director_with_metrics(PD, metrics);
+    let mut rng = SmallRng::seed_from_u64(7);
+    let names = crate::metrics::model::MODEL_LABEL_CAP + 1_500;
+    for k in 0..names {
+        let body = serde_json::json!({"model": format!("m-{k}"), "messages": [{"role": "user", "content": "hi"}]})
+            .to_string()
+            .into_bytes();
+        d.route(&incoming(&d, &body, None), &mut rng).unwrap();
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let decisions: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("llm_d_epp_disagg_decision_total{")
+                || l.starts_with("llm_d_epp_pd_decision_total{")
+        })
+        .collect();
+    assert!(!decisions.is_empty(), "the handler counts its decisions");
+    let mut values = std::collections::HashSet::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        for part in line.split("model_name=\"").skip(1) {
+            values.insert(part.split('"').next().unwrap_or_default().to_owned());
+        }
+    }
+    assert!(
+        values.len() <= crate::metrics::model::MODEL_LABEL_CAP + 2,
+        "{} distinct model-name label values",
+        values.len()
+    );
+    assert!(
+        decisions.iter().any(|l| l.contains("model_name=\"other\"")),
+        "names beyond the cap are counted as other"
     );
 }

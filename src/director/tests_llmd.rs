@@ -152,13 +152,17 @@ plugins:
 - type: queue-scorer
 ";
     let (d, _ds) = director(&[1, 2, 3], text);
+    let session_id = |find: &dyn Fn(&str) -> Option<&'static str>| {
+        let runtime = d.config.load();
+        let names = runtime.scheduler.request_headers();
+        let h = crate::scheduling::lifecycle::Headers::capture(names, find);
+        h.first_of(names.iter().map(|n| &**n)).map(str::to_owned)
+    };
     assert_eq!(
-        d.config
-            .load()
-            .session_id(|h| (h == "x-conversation").then_some(" c1 ")),
+        session_id(&|h| (h == "x-conversation").then_some(" c1 ")),
         Some("c1".to_owned())
     );
-    assert_eq!(d.config.load().session_id(|_| None), None);
+    assert_eq!(session_id(&|_| None), None);
     assert!(
         !d.config.load().scheduler.session_affinity(),
         "no token header with session_id"
@@ -166,9 +170,10 @@ plugins:
     let mut rng = SmallRng::seed_from_u64(14);
     let body = chat("hello");
     let send = |session: &str, subset: Option<&[String]>, rng: &mut SmallRng| {
+        let headers = crate::scheduling::lifecycle::Headers::of(&[("x-conversation", session)]);
         let inc = Incoming {
             body: chat_body(&d, &body),
-            session_id: Some(session),
+            headers: &headers,
             subset,
             ..Default::default()
         };

@@ -42,6 +42,7 @@ use crate::metrics::{ErrorLabels, Metrics};
 use crate::request::headers::Steering;
 use crate::request::scan::Scanner;
 use crate::request::{Handling, LlmRequest};
+use crate::scheduling::lifecycle::Headers;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
@@ -162,12 +163,8 @@ struct RequestMeta {
     /// `x-session-token` as sent, and the endpoint name it encodes.
     session_token: Option<String>,
     session_endpoint: Option<String>,
-    /// The endpoint name of the prefill pod's session token (P/D session affinity).
-    prefill_session_endpoint: Option<String>,
-    /// The session id of the `session_id` affinity strategy (configured headers).
-    session_id: Option<String>,
-    /// The same for an instance pinning the prefill pick.
-    prefill_session_id: Option<String>,
+    /// The headers the configured plugins read.
+    captured: Headers,
     content_length: Option<usize>,
     fairness_id: Option<String>,
     /// `x-llm-d-slo-ttft-ms` (or its alias `x-slo-ttft-ms`), milliseconds.
@@ -377,12 +374,8 @@ impl StreamMachine {
         self.meta.session_endpoint = token.and_then(wire::decode_token);
         self.meta.session_token = token.map(String::from);
         let runtime = self.services.config.load();
-        self.meta.session_id = runtime.session_id(|h| wire::find_header(map, h));
-        self.meta.prefill_session_id = runtime.prefill_session_id(|h| wire::find_header(map, h));
-        self.meta.prefill_session_endpoint = runtime
-            .prefill_session_header()
-            .and_then(|h| wire::find_header(map, h))
-            .and_then(wire::decode_token);
+        let names = runtime.scheduler.request_headers();
+        self.meta.captured = Headers::capture(names, |h| wire::find_header(map, h));
         self.meta.content_length =
             wire::find_header(map, "content-length").and_then(|v| v.parse().ok());
         // An explicit fairness header wins; else `agent-identity`'s session header, if any.
@@ -504,9 +497,7 @@ impl StreamMachine {
             objective: self.meta.objective.as_deref(),
             session_token: self.meta.session_token.as_deref(),
             session_endpoint: self.meta.session_endpoint.as_deref(),
-            prefill_session_endpoint: self.meta.prefill_session_endpoint.as_deref(),
-            session_id: self.meta.session_id.as_deref(),
-            prefill_session_id: self.meta.prefill_session_id.as_deref(),
+            headers: &self.meta.captured,
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,
         }

@@ -6,6 +6,7 @@
 //! `pd-profile-handler`'s; `epp_disagg_prefill_skipped_total` and
 //! `epp_disagg_remote_prefill_responses_total` are epp's own.
 
+use super::ModelLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,13 +16,13 @@ use prometheus_client::registry::Registry;
 pub struct DecisionLabels {
     pub plugin_name: String,
     pub plugin_type: String,
-    pub model_name: String,
+    pub model_name: ModelLabel,
     pub decision_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LegacyDecisionLabels {
-    pub model_name: String,
+    pub model_name: ModelLabel,
     pub decision_type: String,
 }
 

@@ -168,7 +168,7 @@ pub struct KvGapLabels {
 /// A flow-control queue's series (upstream's labels; model names as requested, see `flowcontrol`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FlowQueueLabels {
-    pub fairness_id: String,
+    pub fairness_id: ModelLabel,
     pub priority: String,
     pub inference_pool: String,
     pub model_name: ModelLabel,
@@ -177,7 +177,7 @@ pub struct FlowQueueLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FlowDurationLabels {
-    pub fairness_id: String,
+    pub fairness_id: ModelLabel,
     pub priority: String,
     pub outcome: FlowOutcome,
     pub inference_pool: String,
@@ -185,10 +185,11 @@ pub struct FlowDurationLabels {
     pub target_model_name: ModelLabel,
 }
 
-/// A `program-aware-fairness` program: its fairness key (bounded by the policy's eviction).
+/// A `program-aware-fairness` program: its fairness key (capped, and swept by the policy's
+/// eviction).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabels {
-    pub program_id: String,
+    pub program_id: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

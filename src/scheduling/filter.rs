@@ -96,6 +96,14 @@ impl Filter {
         }
     }
 
+    /// The filter's part in the request lifecycle, if it keeps state or writes headers.
+    pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
+        match self {
+            Self::SessionAffinity(f) => Some(std::sync::Arc::new(f.clone())),
+            _ => None,
+        }
+    }
+
     /// Whether this filter reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
         matches!(

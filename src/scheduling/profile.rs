@@ -127,6 +127,7 @@ pub fn assemble(
         _ => None,
     });
     sched.prefix = producer.or_else(|| sched.default_prefix());
+    sched.attach_hooks(Vec::new());
     if problems.is_empty() {
         Ok(sched)
     } else {
@@ -171,7 +172,7 @@ impl Scheduler {
     /// the consumers of prefix match information (llm-d creates `approx-prefix-cache-producer`
     /// for them; the disaggregating handlers consume it through their prefill decider).
     fn default_prefix(&self) -> Option<PrefixParams> {
-        let consumer = self.no_hit_lru().is_some()
+        let consumer = self.has_no_hit_lru()
             || self
                 .filters
                 .iter()
@@ -207,6 +208,8 @@ fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Schedu
         precise: None,
         disagg: None,
         p2p: None,
+        hooks: Vec::new(),
+        headers: Vec::new(),
     };
     let mut picker = None;
     for (name, weight) in &refs {

@@ -32,8 +32,8 @@ pub use prefix::{PrefixParams, PrefixScorer};
 pub use queue::QueueScorer;
 pub use running_requests::RunningRequestsScorer;
 pub use session_affinity::{
-    Pin, SessionAffinityParams, SessionAffinityScorer, SessionBindings, SessionIdConfig,
-    SESSION_HEADER,
+    decode_token, encode_token, Pin, SessionAffinityParams, SessionAffinityScorer, SessionBindings,
+    SessionIdConfig, SESSION_HEADER,
 };
 pub use token_load::TokenLoadScorer;
 
@@ -124,6 +124,15 @@ impl Scorer {
             Self::ContextLength(s) if s.enable_filtering => {
                 Some(super::filter::Filter::ContextLength(s.clone()))
             }
+            _ => None,
+        }
+    }
+
+    /// The scorer's part in the request lifecycle, if it keeps state or writes headers.
+    pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
+        match self {
+            Self::SessionAffinity(s) => Some(std::sync::Arc::new(s.clone())),
+            Self::NoHitLru(s) => Some(std::sync::Arc::new(s.clone())),
             _ => None,
         }
     }

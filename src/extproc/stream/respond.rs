@@ -55,14 +55,8 @@ impl StreamMachine {
                 .unwrap_or_else(|| "fail: missing destination endpoint served metadata".to_owned());
             set.push(wire::set_header(SERVED_VERIFIER_HEADER, &value));
         }
-        if let Some(name) = routed.and_then(|r| r.session_endpoint.as_deref()) {
-            set.push(wire::set_header(
-                wire::SESSION_HEADER,
-                &wire::encode_token(name),
-            ));
-        }
-        if let Some((header, name)) = routed.and_then(|r| r.prefill_session.as_ref()) {
-            set.push(wire::set_header(header, &wire::encode_token(name)));
+        for (name, value) in routed.iter().flat_map(|r| &r.client_headers) {
+            set.push(wire::set_header(name, value));
         }
         self.response = Some(tracker);
         let common = (!set.is_empty()).then(|| wire::routing_common(set));

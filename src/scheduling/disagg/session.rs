@@ -5,27 +5,29 @@
 //! whose token `x-session-token` names the decode pod, and one in the prefill profile with
 //! `profileName: prefill` and its own header (`x-session-token-prefill`), naming the prefill
 //! pod. A session's next request then goes to the same decode pod *and* the same prefill pod
-//! (whose KV cache holds its prefix). epp reads the prefill token into
-//! `SchedulingRequest::prefill_session_endpoint` and writes it on responses of requests that
-//! were prefilled remotely (`Routed::prefill_session`).
+//! (whose KV cache holds its prefix). The prefill instance reads its token header itself (the
+//! adapter captures it: `Lifecycle::headers`) and writes it on responses of requests that
+//! were prefilled remotely (`Lifecycle::response_headers`).
 //!
 //! With the `session_id` strategy (llm-d: "`session_id` supports the same pattern: configure
-//! one instance per profile, each with its own `profileName`") the director keeps one binding
-//! store per pinned pick: session id → decode pod, and session id → prefill pod, the latter
-//! made and refreshed by requests that were prefilled remotely and read into
-//! `SchedulingRequest::prefill_session_endpoint` (nothing is written back to the client).
+//! one instance per profile, each with its own `profileName`") each instance keeps its own
+//! binding store: session id → decode pod, and session id → prefill pod, the latter made and
+//! refreshed by requests that were prefilled remotely (nothing is written back to the client).
 //!
 //! Resolved once, when the scheduler is built: an instance naming the decode profile (or no
 //! profile) pins the primary pick and uses `x-session-token`; one naming the handler's prefill
 //! profile pins the prefill pick, with a header of its own (`encoded_endpoint_header`) or a
 //! session id; any other name is a configuration error.
 
-use super::super::scorer::{Pin, SessionAffinityParams, SessionIdConfig, SESSION_HEADER};
+use super::super::scorer::{Pin, SESSION_HEADER};
+#[cfg(test)]
+use super::super::scorer::{SessionAffinityParams, SessionIdConfig};
 use super::super::Scheduler;
 use crate::scheduling::BuildError;
 
 impl Scheduler {
     /// The session-affinity instances pinning the prefill pick (in any profile).
+    #[cfg(test)]
     fn prefill_session_params(&self) -> impl Iterator<Item = &SessionAffinityParams> {
         let stages = self.disagg().and_then(|d| d.prefill.as_ref());
         std::iter::once(self)
@@ -36,6 +38,7 @@ impl Scheduler {
 
     /// The header carrying the prefill pod's session token, when an instance pins the prefill
     /// pick with the `encoded_endpoint_header` strategy.
+    #[cfg(test)]
     pub fn prefill_session_header(&self) -> Option<&str> {
         self.prefill_session_params()
             .find_map(SessionAffinityParams::token_header)
@@ -43,6 +46,7 @@ impl Scheduler {
 
     /// The `session_id` configuration of an instance pinning the prefill pick: the director
     /// then keeps the session → prefill pod bindings.
+    #[cfg(test)]
     pub fn prefill_session_id(&self) -> Option<&SessionIdConfig> {
         self.prefill_session_params()
             .find_map(SessionAffinityParams::session_id)
@@ -123,6 +127,8 @@ mod tests {
     use crate::config;
     use crate::endpoint::EndpointId;
     use crate::scheduling::filter::ROLE_LABEL;
+    use crate::scheduling::lifecycle::{Headers, Placed};
+    use crate::scheduling::scorer::encode_token;
     use crate::scheduling::testing::labelled;
     use crate::scheduling::{build_with, Candidate, Scheduler, SchedulingRequest};
     use rand::{rngs::SmallRng, SeedableRng};
@@ -149,6 +155,11 @@ mod tests {
         all.join("; ")
     }
 
+    /// The prefill instance's token naming `pod` (static endpoints are named by address).
+    fn prefill_token(pod: EndpointId) -> Headers {
+        Headers::of(&[("x-session-token-prefill", &encode_token(&pod.to_string()))])
+    }
+
     /// Decode pods on ports 1 and 2, prefill pods on 3 and 4.
     fn pool() -> Vec<Candidate> {
         let roles = ["decode", "decode", "prefill", "prefill"];
@@ -168,12 +179,13 @@ mod tests {
         let cands = pool();
         let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
         for (decode, prefill) in [(0, 2), (1, 3), (0, 3), (1, 2)] {
+            let headers = prefill_token(ids[prefill]);
             for seed in 0..5 {
                 let req = SchedulingRequest {
                     prompt_tokens: 1_000,
                     block_size: 16,
                     session_endpoint: Some(ids[decode]),
-                    prefill_session_endpoint: Some(ids[prefill]),
+                    headers: &headers,
                     ..Default::default()
                 };
                 let mut rng = SmallRng::seed_from_u64(seed);
@@ -197,13 +209,28 @@ mod tests {
         let cands = pool();
         let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
         for prefill in [2, 3] {
+            // A first request of session s placed on ids[1] and prefilled on ids[prefill]
+            // binds both instances (their `pre_request`).
+            let session = format!("s{prefill}");
+            let headers = Headers::of(&[("x-session-id", &session)]);
             let req = SchedulingRequest {
                 prompt_tokens: 1_000,
                 block_size: 16,
-                session_bound: Some(ids[1]),
-                prefill_session_endpoint: Some(ids[prefill]),
+                headers: &headers,
                 ..Default::default()
             };
+            let first = s
+                .schedule(&req, &cands, &mut SmallRng::seed_from_u64(1))
+                .unwrap();
+            let placed = Placed {
+                request: &req,
+                candidates: &cands,
+                decision: &first,
+                primary: ids[1],
+                prefill: Some(ids[prefill]),
+                now: req.now,
+            };
+            s.pre_request(&placed);
             let mut rng = SmallRng::seed_from_u64(7);
             let d = s.schedule(&req, &cands, &mut rng).unwrap();
             assert_eq!(d.endpoints[0], ids[1]);
@@ -217,11 +244,12 @@ mod tests {
         let cands = pool();
         let ids: Vec<EndpointId> = cands.iter().map(|c| c.id).collect();
         // Tokens naming pods of the other role: neither instance finds its pod a candidate.
+        let headers = prefill_token(ids[0]);
         let req = SchedulingRequest {
             prompt_tokens: 1_000,
             block_size: 16,
             session_endpoint: Some(ids[3]),
-            prefill_session_endpoint: Some(ids[0]),
+            headers: &headers,
             ..Default::default()
         };
         let mut rng = SmallRng::seed_from_u64(1);

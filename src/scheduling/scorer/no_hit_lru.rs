@@ -8,13 +8,15 @@
 //! `max(0, 1 − rank/(N−1))`); one candidate scores 1.
 //!
 //! # State
-//! The scheduler is pure, so the order lives outside it: the director keeps an [`LruOrder`],
-//! passes a snapshot in [`SchedulingRequest::lru`] and, after a cold request is placed, moves
-//! the primary to the newest end (upstream's `PreRequest`). Positions count every endpoint
-//! still in the LRU, as upstream's do (an endpoint that left keeps its slot until evicted).
+//! The scorer owns its [`LruOrder`]: scoring reads it, and after a cold request is placed its
+//! `pre_request` moves the primary to the newest end (upstream's `PreRequest`). Positions count
+//! every endpoint still in the LRU, as upstream's do (an endpoint that left keeps its slot
+//! until evicted). Upstream decides coldness over the filtered candidates; here it is every
+//! candidate, which differs only when a filter drops each endpoint holding part of the prompt.
 
 use crate::endpoint::EndpointId;
 use crate::plugin::Invalid;
+use crate::scheduling::lifecycle::{Lifecycle, Owned, Placed};
 use crate::scheduling::{Candidate, SchedulingRequest};
 use std::collections::VecDeque;
 
@@ -30,6 +32,9 @@ pub struct NoHitLruScorer {
     /// Accepted and unused, as upstream.
     pub prefix_plugin_type: String,
     pub prefix_plugin_name: String,
+    /// Endpoints by their last cold request.
+    #[serde(skip)]
+    order: Owned<LruOrder>,
 }
 
 impl Default for NoHitLruScorer {
@@ -39,6 +44,7 @@ impl Default for NoHitLruScorer {
             prefix_match_info_producer_name: String::new(),
             prefix_plugin_type: String::new(),
             prefix_plugin_name: String::new(),
+            order: Owned::default(),
         }
     }
 }
@@ -56,7 +62,7 @@ impl NoHitLruScorer {
         usize::try_from(self.lru_size).unwrap_or(1).max(1)
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub fn score(&self, _req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         if !is_cold(pool) {
             out.fill(0.5);
             return;
@@ -67,7 +73,8 @@ impl NoHitLruScorer {
             return;
         }
         let span = (n - 1) as f64;
-        let position = |c: &Candidate| req.lru.iter().position(|id| *id == c.id);
+        let lru = self.order.lock();
+        let position = |c: &Candidate| lru.order.iter().position(|id| *id == c.id);
         let never_used = pool.iter().filter(|c| position(c).is_none()).count();
         let mut next_never = 0;
         for (o, c) in out.iter_mut().zip(pool) {
@@ -80,6 +87,25 @@ impl NoHitLruScorer {
             };
             *o = (1.0 - rank as f64 / span).max(0.0);
         }
+    }
+}
+
+impl Lifecycle for NoHitLruScorer {
+    /// A cold request makes its primary the most recently used endpoint.
+    fn pre_request(&self, placed: &Placed<'_>) {
+        if placed.candidates.iter().all(|c| c.prefix_blocks == 0) {
+            self.order.lock().touch(placed.primary, self.capacity());
+        }
+    }
+
+    fn snapshot(&self) -> Option<serde_json::Value> {
+        let order = self.order.lock().snapshot();
+        let order: Vec<String> = order.iter().map(ToString::to_string).collect();
+        Some(serde_json::json!({ "lru": order }))
+    }
+
+    fn instance(&self) -> usize {
+        self.order.instance()
     }
 }
 
@@ -119,14 +145,13 @@ mod tests {
     use crate::scheduling::testing::cand;
 
     fn scores(lru: &[u16], pool: &[Candidate]) -> Vec<f64> {
-        let lru: Vec<EndpointId> = lru.iter().map(|p| cand(*p, 0.0, 0.0, 0).id).collect();
-        let req = SchedulingRequest {
-            lru: &lru,
-            ..Default::default()
-        };
+        let scorer = NoHitLruScorer::default();
+        for p in lru {
+            scorer.order.lock().touch(cand(*p, 0.0, 0.0, 0).id, 1024);
+        }
         let refs: Vec<&Candidate> = pool.iter().collect();
         let mut out = vec![0.0; refs.len()];
-        NoHitLruScorer::default().score(&req, &refs, &mut out);
+        scorer.score(&SchedulingRequest::default(), &refs, &mut out);
         out
     }
 

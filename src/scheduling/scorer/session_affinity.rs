@@ -6,24 +6,27 @@
 //! - `encoded_endpoint_header` (default): the request carries `x-session-token`, the standard
 //!   base64 of the endpoint's name (the pod name, with `-rank-N` for data-parallel ranks; the
 //!   address for static endpoints). epp returns it in the `x-session-token` response header
-//!   of every routed request and the client echoes it (the codec is ext_proc's,
-//!   `extproc::wire`). The director resolves the name against the snapshot
-//!   (`SchedulingRequest::session_endpoint`).
+//!   of every routed request and the client echoes it (the codec: [`token`]). The director
+//!   resolves the name against the snapshot (`SchedulingRequest::session_endpoint`).
 //! - `session_id`: the request carries a session id (the first non-empty of the configured
-//!   headers, `x-session-id` by default); the director keeps a binding session → endpoint
-//!   ([`SessionBindings`]), made by the first placement, refreshed by each placement there,
-//!   moved only when the bound endpoint was not a candidate, and forgotten after
-//!   `evictionTtlSeconds` idle (`SchedulingRequest::session_bound`). No response header.
+//!   headers, `x-session-id` by default); the instance keeps a binding session → endpoint
+//!   ([`SessionBindings`], its own state), made by the first placement, refreshed by each
+//!   placement there, moved only when the bound endpoint was not a candidate (its
+//!   `pre_request`), and forgotten after `evictionTtlSeconds` idle. No response header.
 //!
 //! With its usual weight the affinity yields to a stronger load signal. With P/D an instance
 //! whose `profileName` is the prefill profile pins the prefill pod instead, in a header of its
 //! own or by a binding of its own ([`Pin`], `crate::scheduling::disagg::session`).
 
+mod token;
+
 use crate::endpoint::EndpointId;
 use crate::plugin::{Invalid, PluginKind};
+use crate::scheduling::lifecycle::{Headers, Lifecycle, Owned, Placed};
 use crate::scheduling::{Candidate, SchedulingRequest};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+pub use token::{decode_token, encode_token};
 
 /// Header carrying the token in both directions.
 pub const SESSION_HEADER: &str = "x-session-token";
@@ -46,6 +49,9 @@ pub struct SessionAffinityParams {
     /// Which pick this instance reads and writes, from `profile_name` (set by the builder).
     #[serde(skip)]
     pub pins: Pin,
+    /// The `session_id` strategy's bindings.
+    #[serde(skip)]
+    bindings: Owned<SessionBindings>,
 }
 
 /// The pick a session-affinity instance pins.
@@ -88,6 +94,7 @@ impl Default for SessionAffinityParams {
             session_id_config: SessionIdConfig::default(),
             profile_name: String::new(),
             pins: Pin::Primary,
+            bindings: Owned::default(),
         }
     }
 }
@@ -183,13 +190,35 @@ impl SessionAffinityParams {
         (self.strategy == SESSION_ID).then_some(&self.session_id_config)
     }
 
-    /// The session's endpoint for this request, by the configured strategy and pinned pick.
+    /// The session's endpoint for this request, by the configured strategy and pinned pick:
+    /// the binding of its session id, the primary's token (resolved by the director), or the
+    /// endpoint this instance's own token header names.
     pub fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
+        if let Some(c) = self.session_id() {
+            let session = self.session_of(req.headers)?;
+            return self.bindings.lock().bound(session, c, req.now);
+        }
         match self.pins {
-            // The token's endpoint, or with `session_id` the director's prefill binding.
-            Pin::Prefill => req.prefill_session_endpoint,
-            Pin::Primary if self.strategy == SESSION_ID => req.session_bound,
             Pin::Primary => req.session_endpoint,
+            Pin::Prefill => {
+                let token = req.headers.get(self.token_header()?)?;
+                req.names.named(&decode_token(token)?)
+            }
+        }
+    }
+
+    /// The request's session id: the first of the configured source headers with a value.
+    fn session_of<'h>(&self, headers: &'h Headers) -> Option<&'h str> {
+        let sources = self.session_id_config.sources.iter();
+        headers.first_of(sources.map(|s| s.header.as_str()))
+    }
+
+    /// The pick this instance pins in a decision (`None`: a decode-only request for a prefill
+    /// instance).
+    fn pinned(&self, placed: &Placed<'_>) -> Option<EndpointId> {
+        match self.pins {
+            Pin::Primary => Some(placed.primary),
+            Pin::Prefill => placed.prefill,
         }
     }
 
@@ -222,7 +251,67 @@ impl SessionAffinityScorer {
     }
 }
 
-/// The `session_id` strategy's bindings, kept by the director: session id → endpoint and when
+/// Both session-affinity plugins record the same way (upstream's shared `PreRequest`).
+impl Lifecycle for SessionAffinityParams {
+    fn headers(&self) -> Vec<&str> {
+        match (self.session_id(), self.pins) {
+            (Some(c), _) => c.sources.iter().map(|s| s.header.as_str()).collect(),
+            // The primary's `x-session-token` is read by the adapter (the consistent-hash
+            // picker keys on it too).
+            (None, Pin::Primary) => Vec::new(),
+            (None, Pin::Prefill) => self.token_header().into_iter().collect(),
+        }
+    }
+
+    /// Binds the session to the pinned pick, refreshes the binding, or moves it when the
+    /// bound endpoint was not a candidate.
+    fn pre_request(&self, placed: &Placed<'_>) {
+        let (Some(c), Some(picked)) = (self.session_id(), self.pinned(placed)) else {
+            return;
+        };
+        let Some(session) = self.session_of(placed.request.headers) else {
+            return;
+        };
+        let mut bindings = self.bindings.lock();
+        let bound = bindings.bound(session, c, placed.now);
+        let present = bound.is_some_and(|b| placed.candidates.iter().any(|c| c.id == b));
+        bindings.record(session, picked, present, placed.now);
+    }
+
+    /// With the token strategy, the pinned pod's token for the client to send back.
+    fn response_headers(&self, placed: &Placed<'_>, out: &mut Vec<(String, String)>) {
+        let Some(header) = self.token_header() else {
+            return;
+        };
+        let name = self
+            .pinned(placed)
+            .and_then(|id| placed.request.names.name_of(id));
+        if let Some(name) = name {
+            out.push((header.to_owned(), encode_token(&name)));
+        }
+    }
+
+    fn instance(&self) -> usize {
+        self.bindings.instance()
+    }
+}
+
+impl Lifecycle for SessionAffinityScorer {
+    fn headers(&self) -> Vec<&str> {
+        self.params.headers()
+    }
+    fn pre_request(&self, placed: &Placed<'_>) {
+        self.params.pre_request(placed);
+    }
+    fn response_headers(&self, placed: &Placed<'_>, out: &mut Vec<(String, String)>) {
+        self.params.response_headers(placed, out);
+    }
+    fn instance(&self) -> usize {
+        self.params.instance()
+    }
+}
+
+/// The `session_id` strategy's bindings, kept by each instance: session id → endpoint and when
 /// the session last placed a request. Expired bindings are swept every `sweep` (lazily, on the
 /// next access after the interval), as upstream's background sweep does.
 #[derive(Debug)]
@@ -298,9 +387,17 @@ mod tests {
         assert_eq!(out, [0.0, 0.0]);
         // session_id: the bound endpoint scores, the token is not read.
         let by_id = params_of("strategy: session_id");
+        let headers = Headers::of(&[("x-session-id", "s1")]);
+        let at = Instant::now();
+        by_id
+            .params
+            .bindings
+            .lock()
+            .record("s1", cands[0].id, false, at);
         let req = SchedulingRequest {
             session_endpoint: Some(cands[1].id),
-            session_bound: Some(cands[0].id),
+            headers: &headers,
+            now: at,
             ..Default::default()
         };
         by_id.score(&req, &pool, &mut out);

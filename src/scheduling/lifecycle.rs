@@ -1,0 +1,220 @@
+//! The request lifecycle a plugin opts into: upstream's extension points after the pick
+//! (`PreRequest`, `ResponseComplete`), and the request headers a plugin reads.
+//!
+//! The director runs one request through these points in order and knows no plugin by name:
+//!
+//! ```text
+//! headers captured (Lifecycle::headers) → admission → prefix lookup → filter/score/pick
+//!   → pre_request (Placed) → … response … → response_complete (Completed)
+//! ```
+//!
+//! A plugin with state owns it ([`Owned`]): the no-hit LRU's order, the session bindings, a
+//! producer's per-session records. Filters, scorers and pickers stay pure while picking (they
+//! may read their state); what a decision changes is written in `pre_request`, once per request.
+//! The state belongs to one configuration: a reload builds fresh plugins, as upstream's EPP
+//! does when a configuration change restarts it.
+
+use super::{Candidate, Decision, SchedulingRequest};
+use crate::endpoint::EndpointId;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// What a plugin can do at each point of a request's life. Every method has a default that
+/// does nothing, so a plugin implements only the points it uses.
+pub trait Lifecycle: Send + Sync + fmt::Debug {
+    /// The request headers this plugin reads (lower case). The adapter captures their values
+    /// into [`Headers`] when the request's headers arrive.
+    fn headers(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// The decision is taken and the request is about to be sent (upstream's `PreRequest`).
+    fn pre_request(&self, _placed: &Placed<'_>) {}
+
+    /// Headers the response to the client carries for this decision (a session token), as
+    /// (name, value) pairs added to `out`.
+    fn response_headers(&self, _placed: &Placed<'_>, _out: &mut Vec<(String, String)>) {}
+
+    /// The exchange ended (upstream's `ResponseComplete`; also called for an abandoned one).
+    fn response_complete(&self, _done: &Completed<'_>) {}
+
+    /// What the plugin holds now, for `/debug/snapshot` (`None`: nothing worth showing).
+    fn snapshot(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Which configured instance this is: the clones of one plugin (referenced by several
+    /// profiles) answer the same, so each point runs once per instance.
+    fn instance(&self) -> usize;
+}
+
+/// A decision, as the plugins that record it see it.
+pub struct Placed<'a> {
+    pub request: &'a SchedulingRequest<'a>,
+    /// Every candidate of the request, before any filter.
+    pub candidates: &'a [Candidate],
+    pub decision: &'a Decision,
+    /// The destination (the decode pod with P/D).
+    pub primary: EndpointId,
+    /// The prefill pod of a request prefilled remotely.
+    pub prefill: Option<EndpointId>,
+    pub now: Instant,
+}
+
+/// How an exchange ended, as the plugins see it.
+pub struct Completed<'a> {
+    /// The captured request headers.
+    pub headers: &'a Headers,
+    /// The endpoint that served it.
+    pub served: EndpointId,
+    /// When the request was routed, and now.
+    pub started: Instant,
+    pub now: Instant,
+    /// A response arrived with a 2xx status (false for errors and abandoned exchanges).
+    pub ok: bool,
+}
+
+/// State a plugin instance keeps across requests, shared by the clones of the scheduler one
+/// configuration builds. Not part of the configuration: two instances compare equal whatever
+/// they hold.
+pub struct Owned<T>(Arc<Mutex<T>>);
+
+impl<T> Owned<T> {
+    pub fn new(value: T) -> Self {
+        Self(Arc::new(Mutex::new(value)))
+    }
+
+    /// The instance the state belongs to (shared by its clones): [`Lifecycle::instance`].
+    pub fn instance(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const () as usize
+    }
+
+    /// The state, locked (a panic while it was held does not make it unusable).
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T: Default> Default for Owned<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T> Clone for Owned<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<T> PartialEq for Owned<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> fmt::Debug for Owned<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Owned(..)")
+    }
+}
+
+/// Endpoint names as a request's snapshot knows them: a session token names a pod (its name,
+/// the address for static endpoints), and a response token writes one.
+pub trait EndpointNames: Sync + fmt::Debug {
+    /// The endpoint called `name`, if it is in the snapshot.
+    fn named(&self, name: &str) -> Option<EndpointId>;
+    /// The name of endpoint `id`, if it is in the snapshot.
+    fn name_of(&self, id: EndpointId) -> Option<String>;
+}
+
+/// Names that are addresses (`ip:port`), as static endpoints' are: the names tests use.
+#[derive(Debug)]
+pub struct Addresses;
+
+impl EndpointNames for Addresses {
+    fn named(&self, name: &str) -> Option<EndpointId> {
+        name.parse().ok()
+    }
+    fn name_of(&self, id: EndpointId) -> Option<String> {
+        Some(id.to_string())
+    }
+}
+
+/// No headers captured.
+pub static NO_HEADERS: Headers = Headers(Vec::new());
+
+/// The request headers the configured plugins read, captured once when the headers arrive:
+/// (name, first value), at most one entry per name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(Arc<str>, String)>);
+
+impl Default for &Headers {
+    fn default() -> Self {
+        &NO_HEADERS
+    }
+}
+
+impl Headers {
+    /// The values of `names` that `find` knows.
+    pub fn capture<'h>(names: &[Arc<str>], find: impl Fn(&str) -> Option<&'h str>) -> Self {
+        Self(
+            names
+                .iter()
+                .filter_map(|n| find(n).map(|v| (Arc::clone(n), v.to_owned())))
+                .collect(),
+        )
+    }
+
+    /// Headers from (name, value) pairs (tests and the simulator).
+    pub fn of(pairs: &[(&str, &str)]) -> Self {
+        Self(
+            pairs
+                .iter()
+                .map(|(n, v)| (Arc::from(n.to_ascii_lowercase()), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The value of header `name` (lower case), if captured.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first of `names` with a non-empty (trimmed) value.
+    pub fn first_of<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> Option<&str> {
+        names
+            .into_iter()
+            .find_map(|n| self.get(n).map(str::trim).filter(|v| !v.is_empty()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_capture_only_the_names_asked_for_and_find_the_first_non_empty() {
+        let names: Vec<Arc<str>> = vec!["x-a".into(), "x-b".into(), "x-c".into()];
+        let sent = [("x-a", " "), ("x-b", "two"), ("x-z", "unread")];
+        let find = |n: &str| sent.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+        let h = Headers::capture(&names, find);
+        assert_eq!(h.get("x-b"), Some("two"));
+        assert_eq!(h.get("x-z"), None, "not asked for");
+        assert_eq!(h.first_of(["x-a", "x-b"]), Some("two"), "x-a is blank");
+        assert_eq!(h.first_of(["x-c"]), None);
+    }
+
+    #[test]
+    fn owned_state_is_shared_by_clones_and_not_configuration() {
+        let a: Owned<Vec<u8>> = Owned::default();
+        let b = a.clone();
+        b.lock().push(1);
+        assert_eq!(*a.lock(), vec![1]);
+        assert!(a == Owned::default());
+    }
+}
