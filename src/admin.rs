@@ -146,6 +146,7 @@ pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
             "precise_heap_bytes": precise.heap_bytes(),
         },
         "config": { "origin": state.config_origin, "text": runtime.source },
+        "plugins": runtime.scheduler.plugin_state(),
         "metrics_staleness_ms": millis(state.staleness),
     })
 }

@@ -186,6 +186,7 @@ kinds! {
     PrecisePrefixCacheProducer = "precise-prefix-cache-producer", DataProducer, Beta, Plugin;
     TokenProducer = "token-producer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
     Tokenizer = "tokenizer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
+    SessionStateProducer = "session-state-producer", DataProducer, Alpha, Plugin;
     SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");

@@ -21,6 +21,7 @@ pub mod filter;
 pub mod inflight_load;
 pub mod lifecycle;
 pub mod picker;
+pub mod producer;
 mod profile;
 pub mod scorer;
 

@@ -172,14 +172,7 @@ struct AgentIdentityParams {
     additional_session_headers: Vec<String>,
 }
 
-/// The agent session headers `agent-identity` reads after the configured ones (upstream's
-/// order: Claude Code, OpenCode, Codex, Codex's legacy spelling).
-pub const AGENT_SESSION_HEADERS: [&str; 4] = [
-    "x-claude-code-session-id",
-    "x-session-affinity",
-    "session-id",
-    "session_id",
-];
+pub use crate::request::headers::AGENT_SESSION_HEADERS;
 
 /// `models-data-source` (llm-d v0.10) parameters, checked strictly as upstream decodes them;
 /// nothing reads them (no v0.10 plugin consumes the models it collects).
@@ -314,6 +307,8 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
                 Sched::Scorer(s)
             } else if let Some(p) = Picker::from_plugin(kind, &Yaml(v))? {
                 Sched::Picker(p)
+            } else if let Some(p) = crate::scheduling::producer::from_plugin(kind, &Yaml(v))? {
+                Sched::Producer(p)
             } else {
                 return Ok(None);
             }
@@ -354,7 +349,10 @@ mod tests {
                     | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)
                     | (
                         Plugin::Scheduling(
-                            Sched::Prefix(_) | Sched::PreciseProducer(_) | Sched::P2p(_)
+                            Sched::Prefix(_)
+                                | Sched::PreciseProducer(_)
+                                | Sched::P2p(_)
+                                | Sched::Producer(_)
                         ),
                         Category::DataProducer
                     )

@@ -216,3 +216,60 @@ flowControl:
     drop(held);
     assert_eq!(d.pool_saturation(), 0.0);
 }
+
+/// `session-state-producer` through the director: the lifecycle's points reach a plugin the
+/// director does not know (turns at `pre_request`, time at `response_complete`), and the
+/// adapter's capture of the headers it declares.
+#[test]
+fn the_session_state_producer_counts_each_sessions_turns_through_the_lifecycle() {
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: session-state-producer
+  parameters: {sessionHeaders: [x-agent]}
+- type: queue-scorer
+";
+    let (d, _ds) = director(&[1, 2], text);
+    let runtime = d.config.load_full();
+    assert_eq!(
+        runtime
+            .scheduler
+            .request_headers()
+            .iter()
+            .map(|h| &**h)
+            .collect::<Vec<_>>(),
+        ["x-agent"],
+        "the adapter captures the header the producer reads"
+    );
+    let mut rng = SmallRng::seed_from_u64(21);
+    let body = chat("hello");
+    for (session, turns) in [("a", 3), ("b", 1)] {
+        let headers = crate::scheduling::lifecycle::Headers::of(&[("x-agent", session)]);
+        for _ in 0..turns {
+            let inc = Incoming {
+                body: chat_body(&d, &body),
+                headers: &headers,
+                ..Default::default()
+            };
+            let routed = d.route(&inc, &mut rng).unwrap();
+            let summary = ResponseSummary {
+                status: Some(200),
+                ..Default::default()
+            };
+            d.finish(&routed, End::Response(summary));
+        }
+    }
+    let state = runtime.scheduler.plugin_state();
+    assert_eq!(state.len(), 1);
+    assert_eq!(state[0]["sessions"], 2);
+    let a = state[0]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session"] == "a")
+        .unwrap();
+    assert_eq!(
+        (a["turns"].as_u64(), a["in_flight"].as_u64()),
+        (Some(3), Some(0))
+    );
+}

@@ -9,6 +9,16 @@
 //! endpoint that already caches the prompt, else 412) and WebSocket upgrades (`Upgrade:
 //! websocket`, or a `/v1/realtime` path), which have no body to wait for (llm-d-router #1532).
 
+/// The agent session headers (upstream's order: Claude Code, OpenCode, Codex, Codex's legacy
+/// spelling): `agent-identity` reads them after its configured ones, and
+/// `session-state-producer` keys its sessions on them by default.
+pub const AGENT_SESSION_HEADERS: [&str; 4] = [
+    "x-claude-code-session-id",
+    "x-session-affinity",
+    "session-id",
+    "session_id",
+];
+
 /// A header with its current name and its deprecated alias.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aliased {

@@ -23,6 +23,8 @@ pub enum Plugin {
     /// A disaggregating profile handler (`disagg-profile-handler`, `pd-profile-handler`).
     Handler(PluginKind, disagg::HandlerParams),
     P2p(disagg::p2p::P2pSourceProducer),
+    /// A data producer taking part in the request lifecycle ([`super::producer`]).
+    Producer(std::sync::Arc<dyn super::lifecycle::Lifecycle>),
 }
 
 /// One `schedulingProfiles` entry: its name and its plugin references with their weights
@@ -127,7 +129,11 @@ pub fn assemble(
         _ => None,
     });
     sched.prefix = producer.or_else(|| sched.default_prefix());
-    sched.attach_hooks(Vec::new());
+    let producers = plugins.iter().filter_map(|(_, b)| match b {
+        Plugin::Producer(p) => Some(std::sync::Arc::clone(p)),
+        _ => None,
+    });
+    sched.attach_hooks(producers.collect());
     if problems.is_empty() {
         Ok(sched)
     } else {
