@@ -42,9 +42,8 @@ fn kv_events_options(
     if flags.port.is_some() || flags.bind.is_some() {
         return flags;
     }
-    match scheduler.precise_params() {
-        Some(p) => {
-            let sockets = p.kv_event_sockets();
+    match scheduler.kv_event_sockets() {
+        Some(sockets) => {
             tracing::info!(bind = ?sockets.bind, port = ?sockets.port, replay_port = ?sockets.replay_port, "KV events: sockets from the precise index's kvEventsConfig");
             kvevents::KvEventsOptions {
                 port: sockets.port,

@@ -18,6 +18,7 @@
 
 pub mod disagg;
 pub mod filter;
+mod index;
 pub mod inflight_load;
 pub mod lifecycle;
 pub mod picker;
@@ -476,6 +477,19 @@ impl Scheduler {
         self.filters
             .iter()
             .all(|f| f.keeps_labels(labels).unwrap_or(true))
+    }
+
+    /// Whether a request can be routed to an endpoint with `labels`: with a disaggregating
+    /// handler, those its decode profile's label filters keep (a prefill or encode pod is never
+    /// the destination); with one profile, every endpoint (upstream).
+    pub fn is_destination(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.disagg.is_none() || self.keeps_labels(labels)
+    }
+
+    /// Whether a stage reads which endpoints are saturated ([`SchedulingRequest::saturated`]):
+    /// a prefill stage never sends a prefill to one.
+    pub fn reads_saturated(&self) -> bool {
+        self.disagg().is_some_and(|d| d.prefill.is_some())
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).

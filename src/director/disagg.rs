@@ -57,13 +57,10 @@ pub(super) fn destinations<'s>(
     scheduler: &Scheduler,
     states: &[&'s Arc<EndpointState>],
 ) -> Vec<&'s Arc<EndpointState>> {
-    if scheduler.disagg().is_none() {
-        return states.to_vec();
-    }
     states
         .iter()
         .copied()
-        .filter(|s| scheduler.keeps_labels(&s.endpoint.labels))
+        .filter(|s| scheduler.is_destination(&s.endpoint.labels))
         .collect()
 }
 
@@ -74,11 +71,7 @@ pub(super) fn saturated(
     states: &[&Arc<EndpointState>],
     staleness: Duration,
 ) -> Vec<EndpointId> {
-    let has_prefill = runtime
-        .scheduler
-        .disagg()
-        .is_some_and(|d| d.prefill.is_some());
-    if !has_prefill {
+    if !runtime.scheduler.reads_saturated() {
         return Vec::new();
     }
     let now = Instant::now();

@@ -7,9 +7,9 @@ use super::flowcontrol::{FlowConfig, FlowControl};
 use crate::config::{self, ConfigError, Problem};
 use crate::datastore::health::HealthPolicy;
 use crate::datastore::Datastore;
-use crate::prefix::source::{ApproximateParams, Config as PrefixConfig, PreciseParams};
+use crate::prefix::source::Config as PrefixConfig;
 use crate::request;
-use crate::request::tokenize::{Tokenizer, TokenizerSource};
+use crate::request::tokenize::Tokenizer;
 use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
 use std::sync::{Arc, OnceLock};
@@ -75,7 +75,7 @@ impl Runtime {
         }
         let decoded = config::Config::decode(&doc, load)?;
         let tokenizer = tokenizer(&decoded.scheduler, previous)?;
-        let (prefix, prompt_text_floor) = prefix_config(&decoded.scheduler);
+        let (prefix, prompt_text_floor) = decoded.scheduler.prefix_index();
         let render = render(&decoded, prefix.is_some());
         Ok(Self {
             tokenizer,
@@ -116,17 +116,7 @@ fn tokenizer(
     scheduler: &Scheduler,
     previous: Option<&Runtime>,
 ) -> Result<Option<Tokenizer>, ConfigError> {
-    let precise_hf = scheduler
-        .precise_params()
-        .map(|p| p.tokenizer_source())
-        .filter(|s| matches!(s, TokenizerSource::HuggingFace(_)));
-    let source = precise_hf
-        .or_else(|| {
-            scheduler
-                .prefix_params()
-                .map(|p| TokenizerSource::Tiktoken(p.tokenizer))
-        })
-        .or_else(|| scheduler.precise_params().map(|p| p.tokenizer_source()));
+    let source = scheduler.tokenizer_source();
     let Some(source) = source else {
         return Ok(None);
     };
@@ -156,31 +146,6 @@ fn render(decoded: &config::Config, prefix: bool) -> Option<Arc<request::render:
         return None;
     }
     Some(Arc::new(params.clone()))
-}
-
-/// The prefix index the scheduler's scorers read, and the prompt text the approximate scorer
-/// reads (0 without one).
-fn prefix_config(scheduler: &Scheduler) -> (Option<PrefixConfig>, usize) {
-    let approximate = scheduler.prefix_params().map(|p| ApproximateParams {
-        block_size: p.block_size_tokens,
-        max_blocks: p.max_prefix_blocks_to_match,
-        max_tokens: p.max_prefix_tokens_to_match,
-        capacity: p.lru_capacity_per_server,
-        auto_tune: p.auto_tune,
-    });
-    let floor = scheduler.prefix_params().map_or(0, |p| {
-        p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8
-    });
-    let precise = scheduler.precise_params().map(|p| PreciseParams {
-        block_size: p.block_size,
-        max_blocks: p.max_prefix_blocks_to_match,
-        speculative_ttl: p.speculative_indexing.then_some(p.speculative_ttl),
-        credit_home: p.credit_home,
-    });
-    let config = precise
-        .map(PrefixConfig::Precise)
-        .or(approximate.map(PrefixConfig::Approximate));
-    (config, floor)
 }
 
 /// The configuration in force. `app` owns it and hands it to whoever reads it (the director,
