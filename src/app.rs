@@ -9,7 +9,7 @@ mod prefix_gc;
 mod tls;
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, PlacementSink, Runtime, Shared};
+use crate::director::{Director, DirectorOptions, FlowSetup, PlacementSink, Runtime, Shared};
 use crate::discovery::k8s::leader;
 use crate::extproc::{stream::Limits, stream::Services, ExtProc};
 use crate::health::Health;
@@ -107,184 +107,266 @@ pub async fn run_with_drain(
     drain: CancellationToken,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut opts = opts;
-    opts.validate()?;
-    let runtime = initial_runtime(&opts)?;
-    opts.config_discovery = runtime.file_discovery.clone();
-    opts.check_discovery()?;
-    if let Some(f) = &opts.config_discovery {
-        tracing::info!(
-            path = %f.path.display(),
-            watch = f.watch_file,
-            "file-discovery: endpoints from the file; no Kubernetes discovery, InferencePool or InferenceObjective watches"
-        );
+    App::build(opts, listeners)?.serve(drain, shutdown).await
+}
+
+/// epp wired: everything a start-up can refuse is built and checked here (flags, the
+/// configuration, endpoint sources, certificates, peer credentials, telemetry), so `serve`
+/// only starts what was built. No part is attached after construction.
+pub struct App {
+    opts: Options,
+    listeners: Listeners,
+    telemetry: crate::telemetry::Telemetry,
+    registry: Registry,
+    shared: Shared,
+    dopts: DirectorOptions,
+    endpoints: EndpointSources,
+    peers: Option<peers::Sharing>,
+    certs: Option<Arc<tls::Reloading>>,
+}
+
+impl App {
+    /// Decodes and checks the flags and the configuration, and builds what epp is made of.
+    pub fn build(mut opts: Options, mut listeners: Listeners) -> anyhow::Result<Self> {
+        opts.validate()?;
+        let runtime = initial_runtime(&opts)?;
+        opts.config_discovery = runtime.file_discovery.clone();
+        opts.check_discovery()?;
+        if let Some(f) = &opts.config_discovery {
+            tracing::info!(
+                path = %f.path.display(),
+                watch = f.watch_file,
+                "file-discovery: endpoints from the file; no Kubernetes discovery, InferencePool or InferenceObjective watches"
+            );
+        }
+        let telemetry = match opts.tracing {
+            true => crate::telemetry::Telemetry::from_env()?,
+            false => crate::telemetry::Telemetry::off(),
+        };
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let info = InfoLabels {
+            commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(),
+            build_ref: env!("CARGO_PKG_VERSION").into(),
+        };
+        metrics.info.get_or_create(&info).set(1);
+        let datastore = Arc::new(Datastore::new());
+        let endpoints = initial_endpoints(&opts, &datastore)?;
+        // What the director reads and records into is owned here and handed to each adapter.
+        let flow = flow_setup(&opts);
+        let shared = Shared::with_flow(datastore, runtime, metrics, flow);
+        let dopts = DirectorOptions {
+            staleness: opts.metrics_staleness_threshold,
+            subset_filter: !opts.disable_endpoint_subset_filter,
+        };
+        let peers = peer_sharing(&opts, listeners.peers.take())?;
+        let certs = certificates(&opts)?;
+        Ok(Self {
+            opts,
+            listeners,
+            telemetry,
+            registry,
+            shared,
+            dopts,
+            endpoints,
+            peers,
+            certs,
+        })
     }
-    let telemetry = if opts.tracing {
-        crate::telemetry::Telemetry::from_env()?
-    } else {
-        crate::telemetry::Telemetry::off()
-    };
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::register(&mut registry));
-    let info = InfoLabels {
-        commit: option_env!("EPP_COMMIT").unwrap_or("unknown").into(),
-        build_ref: env!("CARGO_PKG_VERSION").into(),
-    };
-    metrics.info.get_or_create(&info).set(1);
-    let datastore = Arc::new(Datastore::new());
-    let (fixed, file) = initial_endpoints(&opts, &datastore)?;
-    let dopts = DirectorOptions {
-        staleness: opts.metrics_staleness_threshold,
-        subset_filter: !opts.disable_endpoint_subset_filter,
-    };
-    // What the director reads and records into is owned here and handed to each adapter.
-    let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
-    let tracker = TaskTracker::new();
-    let placements = match peer_sharing(&opts, listeners.peers)? {
-        Some(sharing) => {
+
+    /// Starts every task and server and runs until `shutdown` is cancelled (or `drain` and its
+    /// timeout have passed) or a server fails; then stops them all.
+    pub async fn serve(
+        mut self,
+        drain: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let tracker = TaskTracker::new();
+        self.shared.placements = self.peers.take().and_then(|sharing| {
             let to_index = peers::Shared {
-                datastore: Arc::clone(&datastore),
-                index: Arc::clone(&shared.indexes.precise),
-                metrics: Arc::clone(&metrics),
+                datastore: Arc::clone(&self.shared.datastore),
+                index: Arc::clone(&self.shared.indexes.precise),
+                metrics: Arc::clone(&self.shared.metrics),
             };
             peers::share(sharing, to_index, &tracker, &shutdown)
-                .map(|outbox| Box::new(outbox) as Box<dyn PlacementSink>)
+                .map(|outbox| Arc::new(outbox) as Arc<dyn PlacementSink>)
+        });
+        let director = Arc::new(Director::new(self.shared.clone(), self.dopts.clone()));
+        let (health, health_service) = Health::new().await;
+        let endpoints = std::mem::take(&mut self.endpoints);
+        spawn_background(&self.opts, &self.shared, &tracker, &shutdown, endpoints)?;
+        let (opts, shared) = (&self.opts, &self.shared);
+        let kube = spawn_kubernetes(
+            opts,
+            &shared.datastore,
+            &shared.metrics,
+            &tracker,
+            &shutdown,
+        );
+        let (client, readiness) = kube
+            .await?
+            .map_or((None, Vec::new()), |k| (Some(k.client), k.readiness));
+        let admin_state = self.admin_state(client);
+        tracker.spawn(admin::serve(
+            self.listeners.metrics,
+            Arc::new(admin_state),
+            tracker.clone(),
+            shutdown.clone(),
+        ));
+        let flow = Arc::clone(self.shared.config.flow_control());
+        tracker.spawn(flow.run(shutdown.clone()));
+        let failed = CancellationToken::new();
+        let servers = Servers {
+            ext_proc: self.listeners.grpc,
+            health: self.listeners.health,
+            certs: self.certs,
+            health_service,
+        };
+        let wired = (&self.shared, director);
+        servers.spawn(&self.opts, wired, &tracker, &failed, &shutdown)?;
+        tracker.spawn(
+            health
+                .clone()
+                .follow(readiness, drain.clone(), shutdown.clone()),
+        );
+        let stop = drain_then_stop(
+            health.clone(),
+            drain,
+            self.opts.drain_timeout,
+            shutdown.clone(),
+        );
+        tracker.spawn(stop);
+        tracing::info!(
+            endpoints = self.shared.datastore.snapshot().len(),
+            tls = self.opts.secure_serving,
+            metrics_auth = self.opts.metrics_auth(),
+            "epp ready"
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = failed.cancelled() => {}
         }
-        None => None,
-    };
-    let director = Arc::new(Director::new(shared.clone(), dopts).with_placement_sink(placements));
-    let (health, health_service) = Health::new().await;
-    spawn_background(&opts, &shared, &tracker, &shutdown, (fixed, file))?;
-    let kube = spawn_kubernetes(&opts, &datastore, &metrics, &tracker, &shutdown).await?;
-    let (client, readiness) = kube.map_or((None, Vec::new()), |k| (Some(k.client), k.readiness));
-    let auth = client
-        .filter(|_| opts.metrics_auth())
-        .map(|c| admin::auth::MetricsAuth::new(c, Arc::clone(&metrics)));
-    let admin_state = admin::AdminState {
-        registry,
-        datastore: Arc::clone(&datastore),
-        config: Arc::clone(&shared.config),
-        indexes: Arc::clone(&shared.indexes),
-        pool_name: opts.pool_label(),
-        config_origin: config_origin(&opts),
-        staleness: opts.metrics_staleness_threshold,
-        auth,
-    };
-    tracker.spawn(admin::serve(
-        listeners.metrics,
-        Arc::new(admin_state),
-        tracker.clone(),
-        shutdown.clone(),
-    ));
-    let services = Services {
-        director: Arc::clone(&director),
-        config: Arc::clone(&shared.config),
-        metrics: Arc::clone(&metrics),
-        render: Default::default(),
-    };
-    let mut grpc =
-        ExtProc::new(services, limits(&opts)).with_endpoint_scores(opts.emit_endpoint_scores);
-    // Upstream turns flow control on with `featureGates: [flowControl]` in the config; the
-    // queue always exists, so a reload can turn it on or off (`--flow-control` forces it on).
-    let (flow, base) = flow_control(&opts, &director, &metrics);
-    shared.config.with_flow_control(Arc::clone(&flow), base);
-    tracker.spawn(Arc::clone(&flow).run(shutdown.clone()));
-    grpc = grpc.with_flow_control(flow, opts.flow_control);
-    // epp handshakes TLS itself (`tls`): a reloaded certificate can be swapped in, and the
-    // minimum version is its own.
-    let certs = match (&opts.cert_path, opts.secure_serving) {
+        health.set_ready(false).await;
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        self.telemetry.shutdown().await;
+        if failed.is_cancelled() {
+            anyhow::bail!("a server failed; see the log");
+        }
+        Ok(())
+    }
+
+    /// What the metrics port serves from (`/metrics`, `/debug/snapshot`), with token
+    /// authentication when Kubernetes is used and the flags ask for it.
+    fn admin_state(&mut self, client: Option<kube::Client>) -> admin::AdminState {
+        let (opts, shared) = (&self.opts, &self.shared);
+        let auth = client
+            .filter(|_| opts.metrics_auth())
+            .map(|c| admin::auth::MetricsAuth::new(c, Arc::clone(&shared.metrics)));
+        admin::AdminState {
+            registry: std::mem::take(&mut self.registry),
+            datastore: Arc::clone(&shared.datastore),
+            config: Arc::clone(&shared.config),
+            indexes: Arc::clone(&shared.indexes),
+            pool_name: opts.pool_label(),
+            config_origin: config_origin(opts),
+            staleness: opts.metrics_staleness_threshold,
+            auth,
+        }
+    }
+}
+
+/// ext_proc's certificate: none without `--secure-serving`, the files of `--cert-path`, or a
+/// self-signed one. epp handshakes TLS itself (`tls`): a reloaded certificate can be swapped
+/// in, and the minimum version is its own.
+fn certificates(opts: &Options) -> anyhow::Result<Option<Arc<tls::Reloading>>> {
+    Ok(match (&opts.cert_path, opts.secure_serving) {
         (_, false) => None,
         (Some(dir), true) => Some(tls::Reloading::load(dir)?),
         (None, true) => Some(tls::Reloading::self_signed()?),
-    };
-    let mut ext = tonic::transport::Server::builder();
-    let mut server = grpc.into_server();
-    if let Some(n) = opts.grpc_max_recv_msg_size {
-        server = server.max_decoding_message_size(n);
-    }
-    if let Some(n) = opts.grpc_max_send_msg_size {
-        server = server.max_encoding_message_size(n);
-    }
-    let ext_router = if opts.health_checking {
-        ext.add_service(server).add_service(health_service.clone())
-    } else {
-        ext.add_service(server)
-    };
-    let health_router = tonic::transport::Server::builder().add_service(health_service);
-    let failed = CancellationToken::new();
-    let guard = |name: &'static str,
-                 fut: std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
-    >| {
-        let failed = failed.clone();
-        async move {
-            if let Err(e) = fut.await {
-                tracing::error!(server = name, error = %e, "server failed");
-                failed.cancel();
+    })
+}
+
+/// The gRPC servers: ext_proc (with the health service unless `--health-checking=false`) and
+/// the health port.
+struct Servers<H> {
+    ext_proc: TcpListener,
+    health: TcpListener,
+    certs: Option<Arc<tls::Reloading>>,
+    health_service: tonic_health::pb::health_server::HealthServer<H>,
+}
+
+/// A server's future, as the task that watches it for failure takes it.
+type ServerFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+>;
+
+impl<H: tonic_health::pb::health_server::Health> Servers<H> {
+    /// Spawns both servers; a server that fails cancels `failed`.
+    fn spawn(
+        self,
+        opts: &Options,
+        (shared, director): (&Shared, Arc<Director>),
+        tracker: &TaskTracker,
+        failed: &CancellationToken,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let guard = |name: &'static str, fut: ServerFuture| {
+            let failed = failed.clone();
+            async move {
+                if let Err(e) = fut.await {
+                    tracing::error!(server = name, error = %e, "server failed");
+                    failed.cancel();
+                }
             }
+        };
+        let services = Services {
+            config: Arc::clone(&shared.config),
+            metrics: Arc::clone(&shared.metrics),
+            director,
+            render: Default::default(),
+        };
+        let grpc = ExtProc::new(services, limits(opts))
+            .with_endpoint_scores(opts.emit_endpoint_scores)
+            .with_flow_control_forced(opts.flow_control);
+        let mut server = grpc.into_server();
+        if let Some(n) = opts.grpc_max_recv_msg_size {
+            server = server.max_decoding_message_size(n);
         }
-    };
-    let stop = shutdown.clone();
-    let ext_proc: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match certs {
-        Some(certs) => {
-            let tls13_only = opts.tls_min_version == Some(options::TlsVersion::Tls13);
-            let config = certs.server_config(tls13_only)?;
-            if let (Some(dir), true) = (&opts.cert_path, opts.enable_cert_reload) {
-                tracker.spawn(certs.follow(dir.clone(), FILE_POLL, shutdown.clone()));
+        if let Some(n) = opts.grpc_max_send_msg_size {
+            server = server.max_encoding_message_size(n);
+        }
+        let mut ext = tonic::transport::Server::builder();
+        let router = match opts.health_checking {
+            true => ext
+                .add_service(server)
+                .add_service(self.health_service.clone()),
+            false => ext.add_service(server),
+        };
+        let stop = shutdown.clone().cancelled_owned();
+        let ext_proc: ServerFuture = match self.certs {
+            Some(certs) => {
+                let tls13_only = opts.tls_min_version == Some(options::TlsVersion::Tls13);
+                let config = certs.server_config(tls13_only)?;
+                if let (Some(dir), true) = (&opts.cert_path, opts.enable_cert_reload) {
+                    tracker.spawn(certs.follow(dir.clone(), FILE_POLL, shutdown.clone()));
+                }
+                let incoming = tls::incoming(self.ext_proc, config, tracker, shutdown.clone());
+                Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
             }
-            let incoming = tls::incoming(listeners.grpc, config, &tracker, shutdown.clone());
-            Box::pin(
-                ext_router
-                    .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await }),
-            )
-        }
-        None => Box::pin(
-            ext_router.serve_with_incoming_shutdown(nodelay(listeners.grpc), async move {
-                stop.cancelled().await
-            }),
-        ),
-    };
-    tracker.spawn(guard("ext_proc", ext_proc));
-    let stop = shutdown.clone();
-    tracker.spawn(guard(
-        "health",
-        Box::pin(
-            health_router.serve_with_incoming_shutdown(
-                TcpListenerStream::new(listeners.health),
-                async move { stop.cancelled().await },
-            ),
-        ),
-    ));
-    tracker.spawn(
-        health
-            .clone()
-            .follow(readiness, drain.clone(), shutdown.clone()),
-    );
-    tracker.spawn(drain_then_stop(
-        health.clone(),
-        drain,
-        opts.drain_timeout,
-        shutdown.clone(),
-    ));
-    tracing::info!(
-        endpoints = datastore.snapshot().len(),
-        tls = opts.secure_serving,
-        metrics_auth = opts.metrics_auth(),
-        "epp ready"
-    );
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = failed.cancelled() => {}
+            None => Box::pin(router.serve_with_incoming_shutdown(nodelay(self.ext_proc), stop)),
+        };
+        tracker.spawn(guard("ext_proc", ext_proc));
+        let health = tonic::transport::Server::builder()
+            .add_service(self.health_service)
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(self.health),
+                shutdown.clone().cancelled_owned(),
+            );
+        tracker.spawn(guard("health", Box::pin(health)));
+        Ok(())
     }
-    health.set_ready(false).await;
-    shutdown.cancel();
-    tracker.close();
-    tracker.wait().await;
-    telemetry.shutdown().await;
-    if failed.is_cancelled() {
-        anyhow::bail!("a server failed; see the log");
-    }
-    Ok(())
 }
 
 fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
@@ -400,53 +482,26 @@ fn limits(opts: &Options) -> Limits {
     }
 }
 
-/// The flow-control queue, released by the pool's saturation, and the command line's limits.
-fn flow_control(
-    opts: &Options,
-    director: &Arc<Director>,
-    metrics: &Arc<Metrics>,
-) -> (
-    Arc<crate::director::flowcontrol::FlowControl>,
-    crate::director::flowcontrol::FlowConfig,
-) {
-    let config = crate::director::flowcontrol::FlowConfig {
-        max_requests: opts.flow_control_max_requests,
-        max_bytes: opts.flow_control_max_bytes,
-        band_max_bytes: opts.flow_control_band_max_bytes,
-        ttl: opts.flow_control_default_request_ttl,
-        ..Default::default()
-    };
-    let director = Arc::clone(director);
-    let flow = crate::director::flowcontrol::FlowControl::new(
-        config.clone(),
-        move || director.pool_saturation(),
-        Arc::clone(metrics),
-        opts.pool_label(),
-    );
-    (flow, config)
+/// The flow-control queue's setup from the flags: the command line's limits (which a
+/// configuration's `flowControl` section overrides), the pool's name, the staleness threshold.
+fn flow_setup(opts: &Options) -> FlowSetup {
+    FlowSetup {
+        base: crate::director::flowcontrol::FlowConfig {
+            max_requests: opts.flow_control_max_requests,
+            max_bytes: opts.flow_control_max_bytes,
+            band_max_bytes: opts.flow_control_band_max_bytes,
+            ttl: opts.flow_control_default_request_ttl,
+            ..Default::default()
+        },
+        pool: opts.pool_label(),
+        staleness: opts.metrics_staleness_threshold,
+    }
 }
 
-fn spawn_background(
-    opts: &Options,
-    shared: &Shared,
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    endpoints: EndpointSources,
-) -> anyhow::Result<()> {
-    let (fixed, file) = endpoints;
-    let (datastore, metrics) = (&shared.datastore, &shared.metrics);
-    if file.as_ref().is_some_and(|f| f.watch) {
-        tracker.spawn(discovery::run(
-            Arc::clone(datastore),
-            fixed,
-            file,
-            FILE_POLL,
-            shutdown.clone(),
-        ));
-    }
-    let runtime = shared.config.load_full();
-    let settings = &runtime.metrics_settings;
-    let sopts = scrape::ScrapeOptions {
+/// The endpoint pollers' options: the flags, and the data-layer plugins' parameters where
+/// the (deprecated) flags leave them unset.
+fn scrape_options(opts: &Options, settings: &config::MetricsSettings) -> scrape::ScrapeOptions {
+    scrape::ScrapeOptions {
         interval: opts.refresh_metrics_interval,
         timeout: opts.metrics_scrape_timeout,
         filter: opts.model_server_metrics_filter,
@@ -472,7 +527,29 @@ fn spawn_background(
                 timeout: opts.health_check_timeout,
                 path: opts.health_check_path.clone(),
             }),
-    };
+    }
+}
+
+fn spawn_background(
+    opts: &Options,
+    shared: &Shared,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    endpoints: EndpointSources,
+) -> anyhow::Result<()> {
+    let (fixed, file) = endpoints;
+    let (datastore, metrics) = (&shared.datastore, &shared.metrics);
+    if file.as_ref().is_some_and(|f| f.watch) {
+        tracker.spawn(discovery::run(
+            Arc::clone(datastore),
+            fixed,
+            file,
+            FILE_POLL,
+            shutdown.clone(),
+        ));
+    }
+    let runtime = shared.config.load_full();
+    let sopts = scrape_options(opts, &runtime.metrics_settings);
     scrape::spawn(
         Arc::clone(datastore),
         Arc::clone(metrics),

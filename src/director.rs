@@ -26,7 +26,7 @@ mod runtime;
 
 pub use crate::prefix::source::PlacementSink;
 pub use exchange::{Body, DirectorError, End, Incoming, Lease, ResponseSummary, Routed};
-pub use runtime::{LiveConfig, Runtime};
+pub use runtime::{FlowSetup, LiveConfig, Runtime};
 
 use crate::datastore::objectives::Priority;
 use crate::datastore::{Datastore, EndpointState};
@@ -52,16 +52,32 @@ pub struct Shared {
     pub config: Arc<LiveConfig>,
     pub indexes: Arc<Indexes>,
     pub metrics: Arc<Metrics>,
+    /// Where speculative entries go besides this replica's own index: the other replicas
+    /// (`--speculative-peers`, [`crate::kvevents::peers`]).
+    pub placements: Option<Arc<dyn PlacementSink>>,
 }
 
 impl Shared {
-    /// Fresh prefix indexes and a live configuration of `runtime` over `datastore`.
+    /// Fresh prefix indexes and a live configuration of `runtime` over `datastore`, with a
+    /// flow-control queue of default limits.
     pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>) -> Self {
+        Self::with_flow(datastore, runtime, metrics, FlowSetup::default())
+    }
+
+    /// [`Shared::new`] with the flow-control queue's limits, pool name and staleness.
+    pub fn with_flow(
+        datastore: Arc<Datastore>,
+        runtime: Runtime,
+        metrics: Arc<Metrics>,
+        flow: FlowSetup,
+    ) -> Self {
+        let config = LiveConfig::new(runtime, Arc::clone(&datastore), Arc::clone(&metrics), flow);
         Self {
-            config: Arc::new(LiveConfig::new(runtime, Arc::clone(&datastore))),
+            config,
             datastore,
             indexes: Arc::new(Indexes::default()),
             metrics,
+            placements: None,
         }
     }
 }
@@ -72,9 +88,7 @@ pub struct Director {
     indexes: Arc<Indexes>,
     metrics: Arc<Metrics>,
     opts: DirectorOptions,
-    /// Where speculative entries go besides this replica's own index: the other replicas
-    /// (`--speculative-peers`, [`crate::kvevents::peers`]).
-    placements: Option<Box<dyn PlacementSink>>,
+    placements: Option<Arc<dyn PlacementSink>>,
 }
 
 impl Director {
@@ -85,15 +99,8 @@ impl Director {
             indexes: shared.indexes,
             metrics: shared.metrics,
             opts,
-            placements: None,
+            placements: shared.placements,
         }
-    }
-
-    /// Shares every speculative entry with `sink` as well (before the director is shared).
-    #[must_use]
-    pub fn with_placement_sink(mut self, sink: Option<Box<dyn PlacementSink>>) -> Self {
-        self.placements = sink;
-        self
     }
 
     /// Routes a request: with its parsed body, with a body it does not read, or without one.
@@ -148,20 +155,7 @@ impl Director {
     /// With a disaggregating handler only the destinations count (the endpoints the decode
     /// profile keeps): a pool saturated in prefill but not in decode is not saturated.
     pub fn pool_saturation(&self) -> f64 {
-        let runtime = self.config.load();
-        let snapshot = self.datastore.snapshot();
-        let all: Vec<&Arc<EndpointState>> = snapshot.iter().collect();
-        let states = disagg::destinations(&runtime.scheduler, &all);
-        if let Some(c) = &runtime.thresholds.concurrency {
-            return c.saturation(states.iter().map(|s| candidates::inflight_load(s)));
-        }
-        let metrics: Vec<_> = states.iter().map(|s| disagg::adjusted_metrics(s)).collect();
-        admission::saturation(
-            metrics.iter().map(Option::as_ref),
-            Instant::now(),
-            &runtime.thresholds,
-            self.opts.staleness,
-        )
+        pool_saturation(&self.datastore, &self.config.load(), self.opts.staleness)
     }
 
     /// The configuration's prefix index, bound for one request.
@@ -169,6 +163,24 @@ impl Director {
         let config = runtime.prefix.as_ref()?;
         Some(config.bind(&self.indexes, self.placements.as_deref()))
     }
+}
+
+/// [`Director::pool_saturation`] of `datastore` under `runtime` (flow control's release reads
+/// it too).
+fn pool_saturation(datastore: &Datastore, runtime: &Runtime, staleness: Duration) -> f64 {
+    let snapshot = datastore.snapshot();
+    let all: Vec<&Arc<EndpointState>> = snapshot.iter().collect();
+    let states = disagg::destinations(&runtime.scheduler, &all);
+    if let Some(c) = &runtime.thresholds.concurrency {
+        return c.saturation(states.iter().map(|s| candidates::inflight_load(s)));
+    }
+    let metrics: Vec<_> = states.iter().map(|s| disagg::adjusted_metrics(s)).collect();
+    admission::saturation(
+        metrics.iter().map(Option::as_ref),
+        Instant::now(),
+        &runtime.thresholds,
+        staleness,
+    )
 }
 
 /// Bytes of prompt text parsing keeps: what the scorers read, at least 4 KiB.

@@ -30,8 +30,8 @@ pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
 pub struct ExtProc {
     services: Arc<Services>,
     limits: Limits,
-    flow: Option<Arc<FlowControl>>,
-    /// `--flow-control`: every stream waits in `flow`, whatever the configuration's gate says.
+    /// `--flow-control`: every stream waits in the flow-control queue, whatever the
+    /// configuration's gate says.
     flow_forced: bool,
     /// `--emit-endpoint-scores`: every candidate's score in the routing metadata.
     emit_endpoint_scores: bool,
@@ -42,7 +42,6 @@ impl ExtProc {
         Self {
             services: Arc::new(services),
             limits,
-            flow: None,
             flow_forced: false,
             emit_endpoint_scores: false,
         }
@@ -55,19 +54,19 @@ impl ExtProc {
         self
     }
 
-    /// Routing decisions wait for their turn in `flow` while the live configuration's
-    /// `flowControl` gate is on (read per stream, so a reload turns it on or off), or always
-    /// when `forced` (`--flow-control`).
-    pub fn with_flow_control(mut self, flow: Arc<FlowControl>, forced: bool) -> Self {
-        self.flow = Some(flow);
+    /// Routing decisions wait for their turn in the live configuration's flow-control queue
+    /// always (`--flow-control`), not only while its `flowControl` gate is on (read per
+    /// stream, so a reload turns it on or off).
+    pub fn with_flow_control_forced(mut self, forced: bool) -> Self {
         self.flow_forced = forced;
         self
     }
 
     /// The queue this stream's decision waits in, if flow control is on now.
     fn flow_now(&self) -> Option<Arc<FlowControl>> {
-        let on = self.flow_forced || self.services.config.load().flow.enabled;
-        self.flow.as_ref().filter(|_| on).cloned()
+        let config = &self.services.config;
+        let on = self.flow_forced || config.load().flow.enabled;
+        on.then(|| Arc::clone(config.flow_control()))
     }
 
     /// The gRPC service, accepting buffered bodies up to the body limit.

@@ -195,6 +195,12 @@ impl Metrics {
             HELP,
             self.running_requests.clone(),
         );
+        self.register_llm_d_pool(r);
+    }
+
+    /// llm-d-router's names of the pool and scheduler families.
+    fn register_llm_d_pool(&self, r: &mut Registry) {
+        const HELP: &str = "llm-d-router name of the GIE family";
         r.register(
             "llm_d_epp_average_kv_cache_utilization",
             HELP,
@@ -246,6 +252,12 @@ impl Metrics {
             self.prefix_hit_bytes.clone(),
         );
         r.register("llm_d_epp_info", HELP, self.info.clone());
+        self.register_llm_d_flow(r);
+    }
+
+    /// llm-d-router's flow-control and program-aware families.
+    fn register_llm_d_flow(&self, r: &mut Registry) {
+        const HELP: &str = "llm-d-router name of the GIE family";
         let f = &self.flow;
         r.register(
             "llm_d_epp_flow_control_queue_size",
@@ -440,6 +452,13 @@ impl Metrics {
             "General information of the current build",
             self.info.clone(),
         );
+        self.register_epp(r);
+        self.register_kv(r);
+        self.register_flow(r);
+    }
+
+    /// epp's own families (`epp_*`): what upstream has no name for.
+    fn register_epp(&self, r: &mut Registry) {
         r.register(
             "epp_metrics_scrapes",
             "epp: model-server metric scrapes by outcome",
@@ -506,8 +525,6 @@ impl Metrics {
             "epp: Kubernetes API requests refused as forbidden (RBAC), by resource and verb",
             self.kubernetes_forbidden.clone(),
         );
-        self.register_kv(r);
-        self.register_flow(r);
     }
 
     fn register_flow(&self, r: &mut Registry) {

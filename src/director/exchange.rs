@@ -36,6 +36,9 @@ pub struct Incoming<'a> {
     pub slo_ttft_ms: Option<f64>,
     /// `Prefer: if-available`: refuse (412) unless the chosen endpoint caches the prompt.
     pub if_available: bool,
+    /// The request's fairness key (the fairness header, or `agent-identity`'s session):
+    /// flow control's accounting of what each key used reads it when the response ends.
+    pub fairness_id: Option<&'a str>,
 }
 
 /// What the decision reads of a request's body: the one thing that tells a bodyless, an unread
@@ -109,6 +112,8 @@ pub struct Routed {
     pub client_headers: Vec<(String, String)>,
     /// The request headers the plugins read, for their response hooks.
     pub captured: Headers,
+    /// The request's fairness key, when it named one (flow control's accounting).
+    pub fairness_id: Option<String>,
     /// The disaggregating handler's name when the request was sent for a remote prefill
     /// (`epp_disagg_remote_prefill_responses_total`).
     pub remote_prefill: Option<std::sync::Arc<str>>,

@@ -2,6 +2,7 @@
 //! health (status, connection failure, latency), and its learned TTFT rates.
 
 use super::exchange::{ResponseSummary, Routed};
+use super::flowcontrol::DEFAULT_FLOW;
 use super::Director;
 use crate::datastore::{self as ds, ttft, Observation};
 use crate::scheduling::lifecycle::Completed;
@@ -45,6 +46,10 @@ pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary)
         super::disagg::record_remote_prefill(&d.metrics.disagg, handler, outcome);
     }
     complete(d, routed, ok);
+    // `program-aware-fairness` counts each program's tokens (nothing without it).
+    let program = routed.fairness_id.as_deref().unwrap_or(DEFAULT_FLOW);
+    let flow = d.config.flow_control();
+    flow.completed(program, summary.prompt_tokens, summary.completion_tokens);
 }
 
 /// The lifecycle plugins' `response_complete`.

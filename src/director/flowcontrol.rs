@@ -41,6 +41,9 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// The fairness key of a request that names none (upstream's default flow).
+pub const DEFAULT_FLOW: &str = "default-flow";
+
 /// Capacities, timing and fairness; names follow upstream's `flowControl` config.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowConfig {

@@ -33,53 +33,34 @@ pub(super) fn route(
     rng: &mut impl Rng,
 ) -> Result<Routed, DirectorError> {
     let now = Instant::now();
-    let started = inc.started.unwrap_or(now);
     let runtime = d.config.load();
     let prompted = d.prompted(inc, rng);
     let snapshot = d.datastore.snapshot();
     let states = d.candidate_states(&snapshot, inc.subset)?;
-    d.admission(
-        &runtime,
-        inc,
-        prompted.as_ref().map(|p| p.priority),
-        &states,
-        rng,
-    )?;
+    let parsed = prompted.as_ref().map(|p| p.priority);
+    d.admission(&runtime, inc, parsed, &states, rng)?;
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
-    let lookup = d.look_up(
-        &runtime,
-        source.as_ref(),
-        prompted.as_ref(),
-        &mut candidates,
-    );
+    let p = prompted.as_ref();
+    let lookup = d.look_up(&runtime, source.as_ref(), p, &mut candidates);
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
     let names = Names(&states);
     let facts = Facts {
         inc,
-        prompted: prompted.as_ref(),
+        prompted: p,
         lookup: lookup.as_ref(),
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
         token_scale: d.indexes.approximate.scale.get(),
+        multimodal: p.is_some_and(|p| runtime.scheduler.reads_multimodal() && multimodal(p)),
     };
-    let mut sreq = facts.scheduling_request(&states, &names, now);
-    sreq.saturated = &saturated;
-    sreq.multimodal = prompted
-        .as_ref()
-        .is_some_and(|p| runtime.scheduler.reads_multimodal() && disagg_has_multimodal(p));
-    let labels = d.model_labels(prompted.as_ref());
-    let span = prompted
-        .as_ref()
-        .map(|_| crate::telemetry::child("schedule"));
-    let decision = d.decide(
-        &runtime.scheduler,
-        &sreq,
-        &candidates,
-        &labels,
-        rng,
-        started,
-    )?;
-    drop(span);
+    let step = Step {
+        scheduler: &runtime.scheduler,
+        sreq: facts.scheduling_request(&states, &names, &saturated, now),
+        candidates: &candidates,
+        started: inc.started.unwrap_or(now),
+    };
+    let labels = d.model_labels(p);
+    let decision = d.decide(&step, &labels, p.is_some(), rng)?;
     let primary = snapshot
         .get(&decision.endpoints[0])
         .ok_or(DirectorError::UnknownEndpoint(decision.endpoints[0]))?;
@@ -88,34 +69,56 @@ pub(super) fn route(
         return Err(DirectorError::NotCached);
     }
     let prefill = decision.disagg.as_ref().and_then(|o| o.prefill);
-    let prefill_state = prefill.and_then(|p| snapshot.get(&p));
+    let prefill = prefill.and_then(|p| snapshot.get(&p));
     if let (Some(l), Some(source)) = (&lookup, &source) {
-        d.record_prefix(source, l, &candidates, primary, prefill_state);
+        d.record_prefix(source, l, &candidates, primary, prefill);
     }
-    let placed = Placed {
-        request: &sreq,
-        candidates: &candidates,
-        decision: &decision,
-        primary: primary.id(),
-        prefill,
-        now,
-    };
-    let client_headers = runtime.scheduler.pre_request(&placed);
-    let remote = prefill_state.map(|p| {
-        let own = candidates.iter().find(|c| c.id == p.id());
-        own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
-    });
-    let dispatched = prompted
-        .as_ref()
-        .and_then(|_| dispatched(&runtime.scheduler, &sreq, &candidates, primary.id()));
-    let decided = Decided::new(
-        decision,
-        client_headers,
-        dispatched,
-        lookup.as_ref(),
-        started,
-    );
-    Ok(d.answer(prompted, primary, decided, labels, remote, inc.headers))
+    let decided = step.commit(decision, (primary, prefill), lookup.as_ref(), p.is_some());
+    let mut routed = d.answer(prompted, primary, decided, labels, inc.headers);
+    routed.fairness_id = inc.fairness_id.filter(|f| !f.is_empty()).map(str::to_owned);
+    Ok(routed)
+}
+
+/// One request as the scheduler takes it: what the decision and its records read.
+struct Step<'a> {
+    scheduler: &'a Scheduler,
+    sreq: SchedulingRequest<'a>,
+    candidates: &'a [Candidate],
+    /// When the request was read (the scheduler's latency counts from it).
+    started: Instant,
+}
+
+impl Step<'_> {
+    /// The decision taken: the lifecycle's `pre_request` (plugins record, and add the
+    /// response's headers), the prefill counted where it runs, and what the primary faced.
+    fn commit(
+        &self,
+        decision: scheduling::Decision,
+        (primary, prefill): (&Arc<EndpointState>, Option<&Arc<EndpointState>>),
+        lookup: Option<&Lookup>,
+        parsed: bool,
+    ) -> Decided {
+        let placed = Placed {
+            request: &self.sreq,
+            candidates: self.candidates,
+            decision: &decision,
+            primary: primary.id(),
+            prefill: prefill.map(|p| p.id()),
+            now: self.sreq.now,
+        };
+        let client_headers = self.scheduler.pre_request(&placed);
+        let own = |id: EndpointId| self.candidates.iter().find(|c| c.id == id);
+        // With remote prefill the prefill pod does the prompt's work, and the decode pod's
+        // TTFT (prefill elsewhere + transfer) must not teach it its own prefill rate.
+        let remote = prefill
+            .map(|p| own(p.id()).map(|c| p.start_prefill(self.sreq.uncached_tokens(c) as u64)));
+        let dispatched = own(primary.id())
+            .filter(|_| parsed)
+            .map(|c| self.scheduler.ttft_inputs(&self.sreq, c));
+        let mut decided = Decided::new(decision, client_headers, dispatched, lookup, self.started);
+        decided.remote = remote;
+        decided
+    }
 }
 
 /// What the scheduling request is made of.
@@ -127,6 +130,8 @@ struct Facts<'a> {
     prompt_cap: usize,
     /// Pseudo-tokens per server token ([`crate::prefix::index::TokenScale`]).
     token_scale: f64,
+    /// The body carries multimodal content and a decider reads it.
+    multimodal: bool,
 }
 
 impl<'a> Facts<'a> {
@@ -136,6 +141,7 @@ impl<'a> Facts<'a> {
         &self,
         states: &[&Arc<EndpointState>],
         names: &'a Names<'a>,
+        saturated: &'a [EndpointId],
         now: Instant,
     ) -> SchedulingRequest<'a> {
         let (inc, p, lookup) = (self.inc, self.prompted, self.lookup);
@@ -164,9 +170,8 @@ impl<'a> Facts<'a> {
                 .filter(|v| *v > 0.0)
                 .map(|ms| ms / 1e3),
             sheddable: p.is_some_and(|p| p.priority < 0),
-            // Set by the caller, which knows whether a decider reads them.
-            multimodal: false,
-            saturated: &[],
+            multimodal: self.multimodal,
+            saturated,
             headers: inc.headers,
             names,
             now,
@@ -190,19 +195,8 @@ impl EndpointNames for Names<'_> {
 }
 
 /// Whether the body carries image, audio or video content.
-fn disagg_has_multimodal(p: &Prompted<'_>) -> bool {
+fn multimodal(p: &Prompted<'_>) -> bool {
     scheduling::disagg::has_multimodal(p.bytes)
-}
-
-/// What the primary faced at dispatch, for its prefill count and TTFT learning.
-fn dispatched(
-    scheduler: &Scheduler,
-    sreq: &SchedulingRequest<'_>,
-    candidates: &[Candidate],
-    primary: EndpointId,
-) -> Option<scheduling::scorer::TtftInputs> {
-    let c = candidates.iter().find(|c| c.id == primary)?;
-    Some(scheduler.ttft_inputs(sreq, c))
 }
 
 /// The scheduler's answer and what the lifecycle added, before the lease is taken.
@@ -218,6 +212,9 @@ struct Decided {
     headers: Vec<(&'static str, Option<String>)>,
     /// The whole prompt in pseudo-tokens, to learn their ratio to the server's tokens.
     pseudo_prompt_tokens: Option<u32>,
+    /// With a remote prefill, the prefill counted against the prefill pod (`None` inside
+    /// when that pod was not a candidate); `None` without one.
+    remote: Option<Option<PrefillGuard>>,
 }
 
 impl Decided {
@@ -244,6 +241,7 @@ impl Decided {
             pseudo_prompt_tokens: lookup
                 .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
                 .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
+            remote: None,
         }
     }
 }
@@ -331,10 +329,9 @@ impl Director {
         primary: &Arc<EndpointState>,
         mut decided: Decided,
         labels: ModelLabels,
-        remote_prefill: Option<Option<PrefillGuard>>,
         captured: &Headers,
     ) -> Routed {
-        let prefill = match remote_prefill {
+        let prefill = match decided.remote.take() {
             Some(guard) => {
                 decided.dispatched = None;
                 guard
@@ -374,6 +371,7 @@ impl Director {
             lease,
             client_headers: decided.client_headers,
             captured: captured.clone(),
+            fairness_id: None,
             remote_prefill: decided.remote_prefill,
             scores: decided.scores,
             prefill,
@@ -388,14 +386,14 @@ impl Director {
     /// under the target model's capped label value).
     fn decide(
         &self,
-        scheduler: &Scheduler,
-        sreq: &SchedulingRequest<'_>,
-        candidates: &[Candidate],
+        step: &Step<'_>,
         labels: &ModelLabels,
+        traced: bool,
         rng: &mut impl Rng,
-        started: Instant,
     ) -> Result<scheduling::Decision, DirectorError> {
-        let result = scheduler.schedule(sreq, candidates, rng);
+        let (sreq, started) = (&step.sreq, step.started);
+        let span = traced.then(|| crate::telemetry::child("schedule"));
+        let result = step.scheduler.schedule(sreq, step.candidates, rng);
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
         }
@@ -404,6 +402,7 @@ impl Director {
             .observe(started.elapsed().as_secs_f64());
         self.record_attempt(&result, &labels.target_model_name);
         let decision = decided(result)?;
+        drop(span);
         if let Some(o) = &decision.disagg {
             // A client chooses the model name: its label value is the capped one.
             let target = match sreq.target_model {

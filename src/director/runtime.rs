@@ -12,7 +12,7 @@ use crate::request;
 use crate::request::tokenize::Tokenizer;
 use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Weak};
 
 /// What a configuration becomes: the scheduler plus the tokenizer its prefix scorer needs.
 pub struct Runtime {
@@ -151,37 +151,56 @@ fn render(decoded: &config::Config, prefix: bool) -> Option<Arc<request::render:
 /// The configuration in force. `app` owns it and hands it to whoever reads it (the director,
 /// ext_proc, the metrics port) and to config reload, its one writer. The passive-health policy
 /// the datastore applies and the flow-control queue's limits are part of it, so they are
-/// swapped together.
+/// swapped together; the flow-control queue itself is built with it (its release reads the
+/// configuration's saturation detector), so nothing is attached after construction.
 pub struct LiveConfig {
     current: ArcSwap<Runtime>,
     datastore: Arc<Datastore>,
     /// The flow-control queue and the command line's limits, which the configuration's
     /// `flowControl` section overrides.
-    flow: OnceLock<(Arc<FlowControl>, FlowConfig)>,
+    flow: Arc<FlowControl>,
+    flow_base: FlowConfig,
+}
+
+/// What the flow-control queue is built with: the command line's limits, the pool's name for
+/// its metrics, and the metrics age beyond which saturation counts an endpoint as stale.
+#[derive(Clone, Debug, Default)]
+pub struct FlowSetup {
+    pub base: FlowConfig,
+    pub pool: String,
+    pub staleness: std::time::Duration,
 }
 
 impl LiveConfig {
-    pub fn new(runtime: Runtime, datastore: Arc<Datastore>) -> Self {
+    /// The configuration `runtime` over `datastore`, with its flow-control queue.
+    pub fn new(
+        runtime: Runtime,
+        datastore: Arc<Datastore>,
+        metrics: Arc<crate::metrics::Metrics>,
+        setup: FlowSetup,
+    ) -> Arc<Self> {
         datastore.set_health_policy(runtime.health.clone());
-        Self {
-            current: ArcSwap::from_pointee(runtime),
-            datastore,
-            flow: OnceLock::new(),
-        }
+        let limits = setup.base.clone().with_settings(&runtime.flow);
+        Arc::new_cyclic(|me: &Weak<LiveConfig>| {
+            let (me, ds, staleness) = (me.clone(), Arc::clone(&datastore), setup.staleness);
+            // Released by the pool's saturation as the configuration in force measures it.
+            let saturation = move || {
+                me.upgrade()
+                    .map_or(0.0, |c| super::pool_saturation(&ds, &c.load(), staleness))
+            };
+            Self {
+                current: ArcSwap::from_pointee(runtime),
+                flow: FlowControl::new(limits, saturation, metrics, setup.pool),
+                flow_base: setup.base,
+                datastore,
+            }
+        })
     }
 
-    /// Hands the flow-control queue its limits now and on every swap: `base` (the command
-    /// line's) with the configuration's overrides. Set once, at start-up.
-    pub fn with_flow_control(&self, flow: Arc<FlowControl>, base: FlowConfig) {
-        flow.reconfigure(base.clone().with_settings(&self.load().flow));
-        if self.flow.set((flow, base)).is_err() {
-            tracing::warn!("flow control was already attached to the live configuration");
-        }
-    }
-
-    /// The flow-control queue, once attached.
-    pub fn flow_control(&self) -> Option<&Arc<FlowControl>> {
-        self.flow.get().map(|(flow, _)| flow)
+    /// The flow-control queue (it always exists; the `flowControl` gate decides whether
+    /// decisions wait in it).
+    pub fn flow_control(&self) -> &Arc<FlowControl> {
+        &self.flow
     }
 
     /// The configuration now (cheap; hold it no longer than one request).
@@ -197,9 +216,8 @@ impl LiveConfig {
     /// Swaps in a new configuration; requests in progress finish with the old one.
     pub fn store(&self, runtime: Runtime) {
         self.datastore.set_health_policy(runtime.health.clone());
-        if let Some((flow, base)) = self.flow.get() {
-            flow.reconfigure(base.clone().with_settings(&runtime.flow));
-        }
+        let limits = self.flow_base.clone().with_settings(&runtime.flow);
+        self.flow.reconfigure(limits);
         self.current.store(Arc::new(runtime));
     }
 }

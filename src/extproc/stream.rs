@@ -498,6 +498,7 @@ impl StreamMachine {
             session_token: self.meta.session_token.as_deref(),
             session_endpoint: self.meta.session_endpoint.as_deref(),
             headers: &self.meta.captured,
+            fairness_id: self.meta.fairness_id.as_deref(),
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,
         }

@@ -636,7 +636,7 @@ impl Replica {
             staleness: Duration::from_secs(2),
             subset_filter: true,
         };
-        let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
+        let mut shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
         let indexes = Arc::clone(&shared.indexes);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
         let placements = share.and_then(|sharing| {
@@ -646,9 +646,10 @@ impl Replica {
                 metrics: Arc::clone(&metrics),
             };
             peers::share(sharing, to_index, &tracker, &stop)
-                .map(|outbox| Box::new(outbox) as Box<dyn epp::director::PlacementSink>)
+                .map(|outbox| Arc::new(outbox) as Arc<dyn epp::director::PlacementSink>)
         });
-        let director = Arc::new(Director::new(shared, opts).with_placement_sink(placements));
+        shared.placements = placements;
+        let director = Arc::new(Director::new(shared, opts));
         if let Some(kv) = events {
             let sink = kvevents::Sink::new(Arc::clone(&indexes.precise), Arc::clone(&metrics));
             tracker.spawn(kvevents::run(

@@ -34,7 +34,7 @@ use std::time::Instant;
 /// The flow-control fairness key header (its GIE name; llm-d's `x-llm-d-inference-fairness-id`
 /// wins, [`crate::request::headers::FAIRNESS_ID`]) and its default (upstream's names).
 pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
-pub const DEFAULT_FLOW: &str = "default-flow";
+pub use crate::director::flowcontrol::DEFAULT_FLOW;
 
 /// The body arriving, before the decision.
 #[derive(Debug)]

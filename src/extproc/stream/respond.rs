@@ -93,16 +93,6 @@ impl StreamMachine {
     pub(super) fn finish(&mut self) {
         if let (State::Routed(ex), Some(resp)) = (&self.state, self.response.as_ref()) {
             let summary = resp.summary(self.body_len);
-            // `program-aware-fairness` counts each program's tokens (nothing without it).
-            if let Some(flow) = self.services.config.flow_control() {
-                let program = self
-                    .meta
-                    .fairness_id
-                    .as_deref()
-                    .filter(|f| !f.is_empty())
-                    .unwrap_or(super::early::DEFAULT_FLOW);
-                flow.completed(program, summary.prompt_tokens, summary.completion_tokens);
-            }
             self.services
                 .director
                 .finish(&ex.routed, End::Response(summary));

@@ -79,6 +79,44 @@ pub struct SessionIdConfig {
     pub eviction_sweep_seconds: f64,
 }
 
+impl SessionIdConfig {
+    /// Upstream's defaults (`x-session-id`, a 300 s TTL swept every 10 s) and checks.
+    fn check(&mut self) -> Result<(), (&'static str, String)> {
+        let fail = |m: String| Err(("sessionIdConfig", m));
+        if self.sources.is_empty() {
+            self.sources = vec![SessionIdSource {
+                header: "x-session-id".into(),
+                attribute: String::new(),
+            }];
+        }
+        if self.eviction_ttl_seconds == 0.0 {
+            self.eviction_ttl_seconds = 300.0;
+        }
+        if self.eviction_sweep_seconds == 0.0 {
+            self.eviction_sweep_seconds = 10.0;
+        }
+        for (i, s) in self.sources.iter_mut().enumerate() {
+            if s.header.is_empty() == s.attribute.is_empty() {
+                return fail(format!(
+                    "sources[{i}]: exactly one of header or attribute must be set"
+                ));
+            }
+            if !s.attribute.is_empty() {
+                return fail(format!("sources[{i}]: attribute sources are not supported by epp (no plugin sets request attributes); use a header"));
+            }
+            s.header = s.header.trim().to_lowercase();
+        }
+        let (ttl, sweep) = (self.eviction_ttl_seconds, self.eviction_sweep_seconds);
+        if ttl.is_nan() || ttl <= 0.0 {
+            return fail(format!("evictionTtlSeconds must be > 0, got {ttl}"));
+        }
+        if sweep.is_nan() || sweep <= 0.0 {
+            return fail(format!("evictionSweepSeconds must be > 0, got {sweep}"));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionIdSource {
@@ -102,87 +140,44 @@ impl Default for SessionAffinityParams {
 impl SessionAffinityParams {
     /// Upstream's defaults and checks; `plugin` is `scorer` or `filter` for the messages.
     pub fn validate(mut self, kind: PluginKind, plugin: &str) -> Result<Self, Invalid> {
-        let fail = |parameter: &'static str, m: String| {
-            Err(Invalid::new(
+        let checked = match self.strategy.as_str() {
+            ENCODED => self.check_encoded(),
+            SESSION_ID => self.session_id_config.check(),
+            other => Err((
+                "strategy",
+                format!("strategy must be {ENCODED:?} or {SESSION_ID:?}, got {other:?}"),
+            )),
+        };
+        match checked {
+            Ok(()) => Ok(self),
+            Err((parameter, m)) => Err(Invalid::new(
                 parameter,
                 format!("invalid parameters of the '{kind}' {plugin} - {m}"),
-            ))
-        };
-        match self.strategy.as_str() {
-            ENCODED => {
-                let h = self
-                    .encoded_endpoint_header_config
-                    .header
-                    .trim()
-                    .to_lowercase();
-                // Another header is for an instance pinning another profile's pick (checked
-                // when the profiles are known: [`crate::scheduling::disagg::session`]).
-                if !h.is_empty() && h != SESSION_HEADER && self.profile_name.is_empty() {
-                    return fail(
-                        "encodedEndpointHeaderConfig",
-                        format!("epp reads and writes the primary pick's session token in {SESSION_HEADER} only, got header {h:?}"));
-                }
-                self.encoded_endpoint_header_config.header = if h.is_empty() {
-                    SESSION_HEADER.into()
-                } else {
-                    h
-                };
-            }
-            SESSION_ID => {
-                let c = &mut self.session_id_config;
-                if c.sources.is_empty() {
-                    c.sources = vec![SessionIdSource {
-                        header: "x-session-id".into(),
-                        attribute: String::new(),
-                    }];
-                }
-                if c.eviction_ttl_seconds == 0.0 {
-                    c.eviction_ttl_seconds = 300.0;
-                }
-                if c.eviction_sweep_seconds == 0.0 {
-                    c.eviction_sweep_seconds = 10.0;
-                }
-                for (i, s) in c.sources.iter_mut().enumerate() {
-                    if s.header.is_empty() == s.attribute.is_empty() {
-                        return fail(
-                            "sessionIdConfig",
-                            format!("sources[{i}]: exactly one of header or attribute must be set"),
-                        );
-                    }
-                    if !s.attribute.is_empty() {
-                        return fail(
-                        "sessionIdConfig",
-                        format!("sources[{i}]: attribute sources are not supported by epp (no plugin sets request attributes); use a header"));
-                    }
-                    s.header = s.header.trim().to_lowercase();
-                }
-                if c.eviction_ttl_seconds.is_nan() || c.eviction_ttl_seconds <= 0.0 {
-                    return fail(
-                        "sessionIdConfig",
-                        format!(
-                            "evictionTtlSeconds must be > 0, got {}",
-                            c.eviction_ttl_seconds
-                        ),
-                    );
-                }
-                if c.eviction_sweep_seconds.is_nan() || c.eviction_sweep_seconds <= 0.0 {
-                    return fail(
-                        "sessionIdConfig",
-                        format!(
-                            "evictionSweepSeconds must be > 0, got {}",
-                            c.eviction_sweep_seconds
-                        ),
-                    );
-                }
-            }
-            other => {
-                return fail(
-                    "strategy",
-                    format!("strategy must be {ENCODED:?} or {SESSION_ID:?}, got {other:?}"),
-                );
-            }
+            )),
         }
-        Ok(self)
+    }
+
+    /// The `encoded_endpoint_header` strategy's header: `x-session-token` for the primary pick.
+    fn check_encoded(&mut self) -> Result<(), (&'static str, String)> {
+        let h = self
+            .encoded_endpoint_header_config
+            .header
+            .trim()
+            .to_lowercase();
+        // Another header is for an instance pinning another profile's pick (checked when the
+        // profiles are known: [`crate::scheduling::disagg::session`]).
+        if !h.is_empty() && h != SESSION_HEADER && self.profile_name.is_empty() {
+            return Err((
+                "encodedEndpointHeaderConfig",
+                format!("epp reads and writes the primary pick's session token in {SESSION_HEADER} only, got header {h:?}"),
+            ));
+        }
+        self.encoded_endpoint_header_config.header = if h.is_empty() {
+            SESSION_HEADER.into()
+        } else {
+            h
+        };
+        Ok(())
     }
 
     /// The session-id configuration, with the `session_id` strategy.
