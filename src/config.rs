@@ -147,7 +147,7 @@ pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
 
 /// Decodes the YAML strictly, without the structural checks.
 pub fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
-    serde_yaml::from_str(text).map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
+    serde_norway::from_str(text).map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
 }
 
 /// The structural problems of a decoded document (apiVersion, kind, names, references, feature

@@ -49,7 +49,7 @@ pub struct SourceParams {
 pub struct ExtractorParams {
     engine_label_key: Option<String>,
     default_engine: Option<String>,
-    engine_configs: Option<serde_yaml::Value>,
+    engine_configs: Option<serde_norway::Value>,
 }
 
 impl SourceParams {

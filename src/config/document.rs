@@ -73,9 +73,9 @@ pub struct DataSourceSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FlowControlSpec {
     #[serde(default)]
-    pub max_bytes: Option<serde_yaml::Value>,
+    pub max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_yaml::Value>,
+    pub max_requests: Option<serde_norway::Value>,
     #[serde(default, rename = "defaultRequestTTL")]
     pub default_request_ttl: Option<String>,
     #[serde(default)]
@@ -98,9 +98,9 @@ pub struct PriorityBandSpec {
     #[serde(default)]
     pub priority: Option<i64>,
     #[serde(default)]
-    pub max_bytes: Option<serde_yaml::Value>,
+    pub max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_yaml::Value>,
+    pub max_requests: Option<serde_norway::Value>,
     #[serde(default)]
     pub fairness_policy_ref: Option<String>,
     #[serde(default)]
@@ -163,7 +163,7 @@ pub struct PluginSpec {
     #[serde(rename = "type")]
     pub plugin_type: String,
     #[serde(default)]
-    pub parameters: Option<serde_yaml::Value>,
+    pub parameters: Option<serde_norway::Value>,
 }
 
 impl PluginSpec {

@@ -169,7 +169,7 @@ impl FlowSettings {
             return Ok(out);
         };
         let mut problems = Vec::new();
-        let mut read = |path: &str, v: Option<&serde_yaml::Value>| -> Option<u64> {
+        let mut read = |path: &str, v: Option<&serde_norway::Value>| -> Option<u64> {
             let v = v?;
             quantity(v)
                 .map_err(|message| {
@@ -271,12 +271,12 @@ fn order_named(name: &str, plugins: &[NamedPlugin]) -> Result<QueueOrder, String
 
 /// A non-negative Kubernetes quantity without fractions: an integer, optionally with a binary
 /// (`Ki` … `Ei`) or decimal (`k` … `E`) suffix.
-fn quantity(v: &serde_yaml::Value) -> Result<u64, String> {
+fn quantity(v: &serde_norway::Value) -> Result<u64, String> {
     if let Some(n) = v.as_u64() {
         return Ok(n);
     }
     let text = match v {
-        serde_yaml::Value::String(s) => s.trim(),
+        serde_norway::Value::String(s) => s.trim(),
         other => {
             return Err(format!(
                 "expected a quantity such as 500 or 10Gi, got {other:?}"

@@ -501,10 +501,10 @@ mod tests {
     /// The policy the configuration decoder makes of `(name, type, parameters)` plugins; its
     /// problems as `(plugin, message)`.
     fn from_plugins<'a>(
-        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>,
+        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_norway::Value>)>,
     ) -> Result<HealthPolicy, Vec<(String, String)>> {
         use crate::config::{Config, EndpointPickerConfig, PluginSpec, Problem};
-        let mut doc: EndpointPickerConfig = serde_yaml::from_str("plugins: []").unwrap();
+        let mut doc: EndpointPickerConfig = serde_norway::from_str("plugins: []").unwrap();
         doc.plugins = plugins
             .into_iter()
             .map(|(name, kind, params)| PluginSpec {
@@ -540,14 +540,14 @@ mod tests {
     #[test]
     fn parameters_parse_with_envoy_names_and_reject_nonsense() {
         let p: OutlierParams =
-            serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m")
+            serde_norway::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m")
                 .unwrap();
         assert_eq!(
             (p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time),
             (2, Duration::from_millis(500), Duration::from_secs(60))
         );
-        assert!(serde_yaml::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
-        assert!(serde_yaml::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
+        assert!(serde_norway::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
+        assert!(serde_norway::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
         let bad = OutlierParams {
             base_ejection_time: Duration::from_secs(9),
             max_ejection_time: Duration::from_secs(1),
@@ -560,8 +560,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(s.validate().unwrap_err().len(), 2);
-        let yaml: serde_yaml::Value =
-            serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
+        let yaml: serde_norway::Value =
+            serde_norway::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
         let policy = from_plugins([
             ("od", "outlier-detection", None),
             ("ss", "slow-start", Some(&yaml)),
@@ -570,7 +570,7 @@ mod tests {
         .unwrap();
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start.unwrap().min_weight_percent, 5.0);
-        let bad: serde_yaml::Value = serde_yaml::from_str("baseEjectionTime: 0s").unwrap();
+        let bad: serde_norway::Value = serde_norway::from_str("baseEjectionTime: 0s").unwrap();
         let errs = from_plugins([("od", "outlier-detection", Some(&bad))]).unwrap_err();
         assert_eq!(
             errs,

@@ -33,9 +33,9 @@ pub struct TokenProducerParams {
     pub model_name: Option<String>,
     pub vllm: Option<VllmParams>,
     /// The `estimate` backend's image and video settings: accepted, unused (epp tokenizes).
-    pub estimate: Option<serde_yaml::Value>,
+    pub estimate: Option<serde_norway::Value>,
     /// The deprecated gRPC-over-UDS tokenizer sidecar.
-    pub uds_tokenizer_config: Option<serde_yaml::Value>,
+    pub uds_tokenizer_config: Option<serde_norway::Value>,
 }
 
 /// `token-producer` `vllm` block.

@@ -258,7 +258,7 @@ mod tests {
             ),
         ];
         for (yaml, want) in bad {
-            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
             let err = params::<PrefixCacheAffinityFilter>(&v)
                 .unwrap()
                 .validate()
@@ -266,13 +266,13 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{yaml}: {err}");
         }
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{peakPrefillThroughput: 0, maxTTFTPenaltyMs: 0}").unwrap();
+        let v: serde_norway::Value =
+            serde_norway::from_str("{peakPrefillThroughput: 0, maxTTFTPenaltyMs: 0}").unwrap();
         assert!(params::<PrefixCacheAffinityFilter>(&v)
             .unwrap()
             .validate()
             .is_ok());
-        let v: serde_yaml::Value = serde_yaml::from_str("threshold: 0.5").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("threshold: 0.5").unwrap();
         assert!(params::<PrefixCacheAffinityFilter>(&v).is_err());
     }
 }
