@@ -188,15 +188,15 @@ impl FlowSettings {
             band.and_then(|b| b.max_bytes.as_ref()),
         );
         if let Some(ttl) = &spec.default_request_ttl {
-            match crate::plugin::go_duration(ttl) {
+            match crate::duration::parse(ttl) {
                 Ok(d) if !d.is_zero() => out.ttl = Some(d),
                 Ok(_) => problems.push(Problem::Field {
                     path: "flowControl.defaultRequestTTL".into(),
                     message: "must be greater than zero".into(),
                 }),
-                Err(message) => problems.push(Problem::Field {
+                Err(e) => problems.push(Problem::Field {
                     path: "flowControl.defaultRequestTTL".into(),
-                    message,
+                    message: e.to_string(),
                 }),
             }
         }

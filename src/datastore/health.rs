@@ -42,10 +42,10 @@ pub struct OutlierParams {
     /// this trigger.
     pub consecutive_local_origin_failure: u32,
     /// First ejection period; the k-th consecutive ejection lasts `base · 2^(k−1)`.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub base_ejection_time: Duration,
     /// Cap of the ejection period.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub max_ejection_time: Duration,
 }
 
@@ -99,7 +99,7 @@ impl OutlierParams {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SlowStartParams {
     /// Time for a new or restored endpoint to reach its full share.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub slow_start_window: Duration,
     /// Shape of the ramp: 1 is linear, larger ramps faster at first.
     pub aggression: f64,
@@ -330,32 +330,6 @@ impl Health {
     }
 }
 
-/// A duration as `500ms`, `30s`, `2m`, or a bare number of seconds.
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(f64),
-        Text(String),
-    }
-    let s = match Raw::deserialize(d)? {
-        Raw::Secs(n) => return Duration::try_from_secs_f64(n).map_err(serde::de::Error::custom),
-        Raw::Text(s) => s,
-    };
-    let t = s.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t.strip_suffix('s').unwrap_or(t), 1.0)
-    };
-    let secs = num.trim().parse::<f64>().map_err(|_| {
-        serde::de::Error::custom(format!("invalid duration {s:?} (use ms, s or m)"))
-    })?;
-    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,9 +513,10 @@ mod tests {
 
     #[test]
     fn parameters_parse_with_envoy_names_and_reject_nonsense() {
-        let p: OutlierParams =
-            serde_norway::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m")
-                .unwrap();
+        let p: OutlierParams = serde_norway::from_str(
+            "consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m",
+        )
+        .unwrap();
         assert_eq!(
             (p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time),
             (2, Duration::from_millis(500), Duration::from_secs(60))

@@ -32,7 +32,10 @@ pub struct PrecisePrefixParams {
     /// Count the blocks of a routed request as held until its BlockStored arrives.
     pub speculative_indexing: bool,
     /// How long a speculative entry lives (llm-d: `speculativeTTL`, "2s").
-    #[serde(rename = "speculativeTTL", deserialize_with = "duration")]
+    #[serde(
+        rename = "speculativeTTL",
+        deserialize_with = "crate::duration::deserialize"
+    )]
     pub speculative_ttl: Duration,
     /// A candidate with this many waiting requests or more gets no prefix credit.
     pub saturation_queue_depth: f64,
@@ -58,19 +61,6 @@ pub struct PrecisePrefixParams {
     /// active-active agreement); off in llm-d's split form, which scores only what is held.
     #[serde(skip)]
     pub credit_home: bool,
-}
-
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s: String = serde::Deserialize::deserialize(d)?;
-    let (num, scale) = match s.strip_suffix("ms") {
-        Some(n) => (n, 1e-3),
-        None => (s.strip_suffix('s').unwrap_or(&s), 1.0),
-    };
-    let secs = num
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms or s)")))?;
-    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
 }
 
 impl Default for PrecisePrefixParams {
