@@ -142,7 +142,9 @@ impl From<Vec<Invalid>> for Refused {
 }
 
 /// Decodes parameters strictly; absent (null) parameters mean the type's defaults.
-pub fn params<T: serde::de::DeserializeOwned + Default>(v: &Value) -> Result<T, serde_norway::Error> {
+pub fn params<T: serde::de::DeserializeOwned + Default>(
+    v: &Value,
+) -> Result<T, serde_norway::Error> {
     if v.is_null() {
         Ok(T::default())
     } else {

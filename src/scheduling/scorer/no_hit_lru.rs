@@ -166,7 +166,8 @@ mod tests {
         lru.touch(id(4), 3);
         assert_eq!(lru.snapshot(), vec![id(3), id(1), id(4)]);
         let v: serde_norway::Value =
-            serde_norway::from_str("{lruSize: 0, prefixPluginType: x, prefixPluginName: y}").unwrap();
+            serde_norway::from_str("{lruSize: 0, prefixPluginType: x, prefixPluginName: y}")
+                .unwrap();
         assert_eq!(
             params::<NoHitLruScorer>(&v)
                 .unwrap()

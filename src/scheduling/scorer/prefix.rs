@@ -216,7 +216,8 @@ mod tests {
         assert_eq!(score(llmd.clone(), 2, &[2]), vec![0.25]);
         assert_eq!(score(llmd, 100, &[50]), vec![1.0]);
         let half = from_yaml(
-            &serde_norway::from_str("{matchLengthWeight: 0.5, matchLengthScaleTokens: 64}").unwrap(),
+            &serde_norway::from_str("{matchLengthWeight: 0.5, matchLengthScaleTokens: 64}")
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(score(half, 4, &[2]), vec![0.5 * 0.5 + 0.5 * 0.25]);
