@@ -294,6 +294,23 @@ impl fmt::Display for PluginKind {
     }
 }
 
+impl PluginKind {
+    /// Plugins llm-d-router removed that epp still loads: the configuration that replaces the
+    /// instance `name` (one line, for its deprecation notice).
+    pub fn replacement(self, name: &str) -> Option<String> {
+        match self {
+            // llm-d-router v0.11 (#2844) split it into a data producer and the prefix scorer.
+            Self::PrecisePrefixCacheScorer => Some(format!(
+                "DEPRECATION: plugin {name:?} (type: precise-prefix-cache-scorer) was removed in llm-d-router v0.11, which refuses it; epp still loads it. Replacement: \
+                 {{type: precise-prefix-cache-producer, parameters: <its parameters>}} listed as an extractor of a dataLayer source \
+                 (e.g. {{pluginRef: endpoint-notification-source, extractors: [{{pluginRef: precise-prefix-cache-producer}}]}}), \
+                 and {{name: {name}, type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}}} \
+                 in its place in schedulingProfiles"
+            )),
+            _ => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

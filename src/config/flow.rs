@@ -200,6 +200,7 @@ impl FlowSettings {
                 }),
             }
         }
+        problems.extend(unread_ttls(spec));
         // As upstream, the references are resolved when the flow-control layer is built: with
         // the gate on.
         if out.enabled {
@@ -229,6 +230,37 @@ impl FlowSettings {
             Err(problems)
         }
     }
+}
+
+/// The waits epp's queue does not model (`noEndpointRequestTTL`, a band's own
+/// `defaultRequestTTL`): checked as Go durations, not read.
+fn unread_ttls(spec: &FlowControlSpec) -> Vec<Problem> {
+    let band = |b: &super::PriorityBandSpec| b.default_request_ttl.clone();
+    let mut fields = vec![
+        (
+            "flowControl.noEndpointRequestTTL".to_owned(),
+            spec.no_endpoint_request_ttl.clone(),
+        ),
+        (
+            "flowControl.defaultPriorityBand.defaultRequestTTL".to_owned(),
+            spec.default_priority_band.as_ref().and_then(band),
+        ),
+        (
+            "flowControl.defaultNegativePriorityBand.defaultRequestTTL".to_owned(),
+            spec.default_negative_priority_band.as_ref().and_then(band),
+        ),
+    ];
+    for (i, b) in spec.priority_bands.iter().enumerate() {
+        let path = format!("flowControl.priorityBands[{i}].defaultRequestTTL");
+        fields.push((path, band(b)));
+    }
+    fields
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let message = crate::duration::parse(&text?).err()?.to_string();
+            Some(Problem::Field { path, message })
+        })
+        .collect()
 }
 
 /// `r`'s value, or `None` with its message recorded as the problem of `path`.

@@ -173,7 +173,24 @@ pub(super) fn route(
         let own = candidates.iter().find(|c| c.id == p.id());
         own.map(|c| p.start_prefill(sreq.uncached_tokens(c) as u64))
     });
-    Ok(d.answer(prompted, primary, decided, labels, remote))
+    let for_body = (prompted.as_ref())
+        .filter(|_| runtime.propagate_priority)
+        .map(|p| (p.bytes, p.priority));
+    let mut routed = d.answer(prompted, primary, decided, labels, remote);
+    write_priority(&mut routed, for_body);
+    Ok(routed)
+}
+
+/// `requestHandler.propagatePriority`: the resolved priority into the forwarded body's
+/// top-level `priority` (spliced into the body as the model rewrite left it).
+fn write_priority(routed: &mut Routed, original: Option<(&[u8], Priority)>) {
+    let Some((bytes, priority)) = original else {
+        return;
+    };
+    let body = routed.body.as_deref().unwrap_or(bytes);
+    if let Some(b) = request::priority::with_priority(body, priority) {
+        routed.body = Some(b);
+    }
 }
 
 /// A decision with a destination, or why there is none.

@@ -22,4 +22,5 @@ mod scheduling;
 mod security;
 mod support;
 mod ttft;
+mod v1_config;
 mod websocket;
