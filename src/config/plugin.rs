@@ -82,14 +82,15 @@ impl NamedPlugin {
     pub fn decode(spec: &PluginSpec, load: LoadOptions) -> Result<Self, Vec<Problem>> {
         let kind = check_type(spec, load).map_err(|p| vec![p])?;
         let params = spec.parameters.as_ref().unwrap_or(&Value::Null);
-        match typed(kind, params) {
-            Ok(plugin) => Ok(Self {
-                name: spec.name().to_owned(),
-                kind,
-                plugin,
-            }),
-            Err(refused) => Err(refused.problems(spec.name())),
+        let mut plugin = typed(kind, params).map_err(|r| r.problems(spec.name()))?;
+        if let Plugin::Scheduling(Sched::Filter(f)) = &mut plugin {
+            f.name_instance(spec.name());
         }
+        Ok(Self {
+            name: spec.name().to_owned(),
+            kind,
+            plugin,
+        })
     }
 
     /// The scheduling plugin, if this is one.

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod affinity;
 mod body;
 mod cert_reload;
 mod early;
