@@ -1,7 +1,8 @@
 //! The upstream `EndpointPickerConfig` document, decoded strictly: an unknown field is an error
-//! that names it, as upstream's strict decoder. Both API groups are accepted: llm-d-router
-//! v0.10's `llm-d.ai/v1alpha1` and GIE's `inference.networking.x-k8s.io/v1alpha1` (which
-//! llm-d-router still accepts, with a deprecation notice).
+//! that names it, as upstream's strict decoder. Three apiVersions are accepted: llm-d v1.0's
+//! `llm-d.ai/v1` (whose removed fields are errors naming where they moved, [`version`]),
+//! llm-d-router v0.10's `llm-d.ai/v1alpha1` and GIE's `inference.networking.x-k8s.io/v1alpha1`
+//! (which llm-d-router still accepts, with a deprecation notice).
 //!
 //! This module owns the document's shape, the checks that need no plugin parameters
 //! (apiVersion, kind, names, references, types, feature gates) and the one decode of every
@@ -17,16 +18,19 @@ mod document;
 mod flow;
 pub mod plugin;
 mod problem;
+mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::{FileDiscovery, MetricsSettings};
 pub use decoded::{scheduler, Config};
 pub use document::{
-    DataLayer, DataSourceSpec, EndpointPickerConfig, FlowControlSpec, PluginRef, PluginSpec,
-    PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
+    CrossReplica, DataLayer, DataSourceSpec, Discovery, EndpointPickerConfig, FlowControlSpec,
+    PluginRef, PluginSpec, PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
 };
 pub use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
 pub use problem::{ConfigError, Problem};
 
+/// llm-d v1.0's configuration API (`apix/config/v1`).
+pub const API_VERSION_V1: &str = "llm-d.ai/v1";
 /// llm-d-router v0.10's API group (the one its charts render).
 pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
 /// GIE v1.5's API group, still accepted by llm-d-router v0.10 (deprecated there).
@@ -147,16 +151,18 @@ pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
 
 /// Decodes the YAML strictly, without the structural checks.
 pub fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
-    serde_yaml::from_str(text).map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
+    serde_norway::from_str(text)
+        .map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
 }
 
 /// The structural problems of a decoded document (apiVersion, kind, names, references, feature
 /// gates). Plugin types and parameters are checked where plugins are decoded ([`plugin`]).
 pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     let mut problems = Vec::new();
-    if doc.api_version != API_VERSION && doc.api_version != API_VERSION_GIE {
+    if ![API_VERSION_V1, API_VERSION, API_VERSION_GIE].contains(&doc.api_version.as_str()) {
         problems.push(Problem::ApiVersion(doc.api_version.clone()));
     }
+    problems.extend(version::problems(doc));
     if let Err(p) = FeatureGates::parse(&doc.feature_gates) {
         problems.extend(p);
     }
@@ -200,7 +206,26 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
             }
         }
         if let Some(d) = &dl.discovery {
-            refs.push(("dataLayer.discovery".to_owned(), &d.plugin_ref, false));
+            if let Some(r) = &d.plugin_ref {
+                refs.push(("dataLayer.discovery".to_owned(), r, false));
+            }
+            if let Some(r) = &d.endpoints {
+                let path = "dataLayer.discovery.endpoints".to_owned();
+                refs.push((path, &r.plugin_ref, false));
+            }
+            if let Some(r) = &d.peers {
+                refs.push(("dataLayer.discovery.peers".to_owned(), &r.plugin_ref, false));
+            }
+        }
+        let syncer = (dl.cross_replica.as_ref())
+            .and_then(|c| c.syncer_plugin_ref.as_deref())
+            .map(|r| ("dataLayer.crossReplica.syncerPluginRef", r))
+            .or_else(|| {
+                (dl.cross_replica_syncer_plugin_ref.as_deref())
+                    .map(|r| ("dataLayer.crossReplicaSyncerPluginRef", r))
+            });
+        if let Some((path, r)) = syncer {
+            refs.push((path.to_owned(), r, false));
         }
     }
     for (path, plugin, by_type) in refs {

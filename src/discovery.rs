@@ -25,7 +25,7 @@ pub enum DiscoveryError {
     #[error("invalid endpoint {value:?} in --static-endpoints: expected ip:port")]
     Flag { value: String },
     #[error("endpoints file: {0}")]
-    File(#[from] serde_yaml::Error),
+    File(#[from] serde_norway::Error),
     #[error("endpoints file entry {index}: weight must be >= 1")]
     Weight { index: usize },
 }
@@ -69,7 +69,7 @@ pub fn parse_flag(value: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
 
 /// Parses the endpoints file.
 pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
-    let entries: Vec<FileEntry> = serde_yaml::from_str(text)?;
+    let entries: Vec<FileEntry> = serde_norway::from_str(text)?;
     entries
         .into_iter()
         .enumerate()

@@ -31,6 +31,7 @@ pub mod config;
 pub mod datastore;
 pub mod director;
 pub mod discovery;
+pub mod duration;
 pub mod endpoint;
 pub mod extproc;
 #[cfg(any(test, feature = "test-util"))]

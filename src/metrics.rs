@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 pub use model::{ModelLabel, ModelNames};
+pub mod affinity;
 pub mod disagg;
 pub use disagg::DisaggMetrics;
 mod labels;
@@ -146,6 +147,11 @@ impl Metrics {
         m.register_extension(registry);
         m.register_llm_d(registry);
         m.disagg.register(registry);
+        registry.register(
+            affinity::AFFINITY_FILTER_DECISIONS_NAME,
+            affinity::AFFINITY_FILTER_DECISIONS_HELP,
+            affinity::AFFINITY_FILTER_DECISIONS.clone(),
+        );
         m
     }
 

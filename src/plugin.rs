@@ -295,63 +295,28 @@ impl fmt::Display for PluginKind {
     }
 }
 
-/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers with units
-/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, such as `200ms` or `1m30s`. Negative durations are errors.
-pub fn go_duration(text: &str) -> Result<std::time::Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (expected e.g. 200ms, 2s, 1m30s)");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(std::time::Duration::ZERO);
+impl PluginKind {
+    /// Plugins llm-d-router removed that epp still loads: the configuration that replaces the
+    /// instance `name` (one line, for its deprecation notice).
+    pub fn replacement(self, name: &str) -> Option<String> {
+        match self {
+            // llm-d-router v0.11 (#2844) split it into a data producer and the prefix scorer.
+            Self::PrecisePrefixCacheScorer => Some(format!(
+                "DEPRECATION: plugin {name:?} (type: precise-prefix-cache-scorer) was removed in llm-d-router v0.11, which refuses it; epp still loads it. Replacement: \
+                 {{type: precise-prefix-cache-producer, parameters: <its parameters>}} listed as an extractor of a dataLayer source \
+                 (e.g. {{pluginRef: endpoint-notification-source, extractors: [{{pluginRef: precise-prefix-cache-producer}}]}}), \
+                 and {{name: {name}, type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}}} \
+                 in its place in schedulingProfiles"
+            )),
+            _ => None,
+        }
     }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total = 0.0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let (num, tail) = rest.split_at(num_len);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let n: f64 = num.parse().map_err(|_| invalid())?;
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += n * scale;
-        rest = tail;
-    }
-    std::time::Duration::try_from_secs_f64(total).map_err(|_| invalid())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(
-            go_duration("200ms"),
-            Ok(std::time::Duration::from_millis(200))
-        );
-        assert_eq!(
-            go_duration("1h2m3.5s"),
-            Ok(std::time::Duration::from_millis(3_723_500))
-        );
-        assert_eq!(go_duration("0"), Ok(std::time::Duration::ZERO));
-        assert!(go_duration("5").is_err());
-        assert!(go_duration("-1s").is_err());
-        assert!(go_duration("").is_err());
-    }
 
     #[test]
     fn names_round_trip_and_are_unique() {

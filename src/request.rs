@@ -16,6 +16,7 @@ pub mod headers;
 pub mod hf;
 pub mod native;
 pub mod parsers;
+pub mod priority;
 pub mod render;
 pub mod scan;
 pub mod tokenize;

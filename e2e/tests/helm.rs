@@ -354,7 +354,7 @@ fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 fn the_image_defaults_to_the_charts_app_version() {
     let objects =
         render(&json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}}));
-    let chart: Value = serde_yaml::from_str(
+    let chart: Value = serde_norway::from_str(
         &std::fs::read_to_string(root().join("charts/inferencepool/Chart.yaml")).unwrap(),
     )
     .unwrap();
@@ -451,7 +451,7 @@ fn the_istio_provider_adds_a_tls_destination_rule_for_epps_service() {
 
 fn yaml_docs(text: &str) -> Vec<Value> {
     text.split("\n---\n")
-        .map(|d| serde_yaml::from_str::<Value>(&format!("{d}\n")).unwrap())
+        .map(|d| serde_norway::from_str::<Value>(&format!("{d}\n")).unwrap())
         .filter(|v| !v.is_null())
         .collect()
 }

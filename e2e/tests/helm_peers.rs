@@ -46,7 +46,7 @@ fn render(values: &Value) -> Vec<Value> {
             text.as_str()
                 .unwrap()
                 .split("\n---\n")
-                .map(|d| serde_yaml::from_str::<Value>(&format!("{d}\n")).unwrap())
+                .map(|d| serde_norway::from_str::<Value>(&format!("{d}\n")).unwrap())
                 .filter(|v| !v.is_null())
                 .collect::<Vec<_>>()
         })

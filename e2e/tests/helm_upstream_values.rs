@@ -39,7 +39,7 @@ fn try_render(values: &Value) -> Result<Vec<Value>, String> {
     let mut objects = Vec::new();
     for text in result["manifests"].as_object().unwrap().values() {
         for doc in text.as_str().unwrap().split("\n---\n") {
-            let v: Value = serde_yaml::from_str(&format!("{doc}\n")).unwrap();
+            let v: Value = serde_norway::from_str(&format!("{doc}\n")).unwrap();
             if !v.is_null() {
                 objects.push(v);
             }
@@ -395,7 +395,7 @@ fn an_llm_d_router_values_file_carries_over() {
         .as_str()
         .unwrap()
         .to_owned();
-    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    let doc: Value = serde_norway::from_str(&text).unwrap();
     assert_eq!(doc["apiVersion"], "llm-d.ai/v1alpha1");
     assert_eq!(
         doc["requestHandler"]["parsers"],

@@ -34,27 +34,10 @@ pub enum OptionsError {
     Url(&'static str, String),
 }
 
-/// Parses `50ms`, `2s`, `1m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "us" | "µs" => n / 1e6,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+/// A duration flag: Go's grammar as upstream's flags (`50ms`, `1m30s`, `1.5s`, `300us`), and a
+/// bare number of seconds, which epp's flags have always taken.
+pub fn parse_duration(s: &str) -> Result<Duration, crate::duration::DurationError> {
+    crate::duration::parse_or_seconds(s)
 }
 
 #[derive(Debug, Clone, Parser)]

@@ -49,7 +49,7 @@ pub struct SourceParams {
 pub struct ExtractorParams {
     engine_label_key: Option<String>,
     default_engine: Option<String>,
-    engine_configs: Option<serde_yaml::Value>,
+    engine_configs: Option<serde_norway::Value>,
 }
 
 impl SourceParams {
@@ -161,9 +161,9 @@ pub fn file_discovery(
     data_layer: Option<&super::DataLayer>,
     plugins: &[NamedPlugin],
 ) -> Option<FileDiscovery> {
-    let name = &data_layer?.discovery.as_ref()?.plugin_ref;
+    let name = data_layer?.discovery.as_ref()?.endpoints_ref()?;
     plugins.iter().find_map(|p| match &p.plugin {
-        Plugin::FileDiscovery(f) if &p.name == name => Some(f.clone()),
+        Plugin::FileDiscovery(f) if p.name == name => Some(f.clone()),
         _ => None,
     })
 }

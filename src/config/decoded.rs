@@ -42,6 +42,9 @@ pub struct Config {
     /// The `file-discovery` plugin `dataLayer.discovery` names: endpoints from its file, not
     /// from Kubernetes.
     pub file_discovery: Option<FileDiscovery>,
+    /// `requestHandler.propagatePriority` (llm-d.ai/v1): the resolved priority is written into
+    /// the forwarded body's top-level `priority`.
+    pub propagate_priority: bool,
 }
 
 impl Config {
@@ -81,6 +84,10 @@ impl Config {
                 flow,
                 metrics_settings: MetricsSettings::from_plugins(&plugins),
                 file_discovery: file_discovery(doc.data_layer.as_ref(), &plugins),
+                propagate_priority: doc
+                    .request_handler
+                    .as_ref()
+                    .is_some_and(|h| h.propagate_priority),
                 plugins,
             }),
             _ => Err(problems.into()),

@@ -52,11 +52,51 @@ pub struct DataLayer {
     #[serde(default)]
     pub sources: Vec<DataSourceSpec>,
     #[serde(default)]
-    pub discovery: Option<PluginRef>,
+    pub discovery: Option<Discovery>,
+    /// v1alpha1's cross-replica syncer (v1: `crossReplica.syncerPluginRef`).
     #[serde(default)]
     pub cross_replica_syncer_plugin_ref: Option<String>,
+    /// v1alpha1's sync interval (v1: `crossReplica.syncInterval`).
     #[serde(default)]
     pub cross_replica_sync_interval: Option<String>,
+    /// `crossReplica` (llm-d.ai/v1).
+    #[serde(default)]
+    pub cross_replica: Option<CrossReplica>,
+}
+
+/// `dataLayer.discovery`: v1alpha1's `{pluginRef}` (the endpoint discovery), v1's
+/// `{endpoints: {pluginRef}, peers: {pluginRef}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Discovery {
+    #[serde(default)]
+    pub plugin_ref: Option<String>,
+    #[serde(default)]
+    pub endpoints: Option<PluginRef>,
+    #[serde(default)]
+    pub peers: Option<PluginRef>,
+}
+
+impl Discovery {
+    /// The endpoint-discovery plugin: v1's `endpoints.pluginRef`, else v1alpha1's `pluginRef`.
+    pub fn endpoints_ref(&self) -> Option<&str> {
+        (self.endpoints.as_ref())
+            .map(|r| r.plugin_ref.as_str())
+            .or(self.plugin_ref.as_deref())
+    }
+}
+
+/// `dataLayer.crossReplica` (llm-d.ai/v1): publishing per-endpoint state to the other
+/// replicas. Durations are Go durations.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CrossReplica {
+    #[serde(default)]
+    pub syncer_plugin_ref: Option<String>,
+    #[serde(default)]
+    pub sync_interval: Option<String>,
+    #[serde(default)]
+    pub publish_timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -73,11 +113,15 @@ pub struct DataSourceSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FlowControlSpec {
     #[serde(default)]
-    pub max_bytes: Option<serde_yaml::Value>,
+    pub max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_yaml::Value>,
+    pub max_requests: Option<serde_norway::Value>,
     #[serde(default, rename = "defaultRequestTTL")]
     pub default_request_ttl: Option<String>,
+    /// How long a request may wait while the pool has no endpoint (follows
+    /// `defaultRequestTTL` when omitted).
+    #[serde(default, rename = "noEndpointRequestTTL")]
+    pub no_endpoint_request_ttl: Option<String>,
     #[serde(default)]
     pub default_priority_band: Option<PriorityBandSpec>,
     #[serde(default)]
@@ -98,13 +142,16 @@ pub struct PriorityBandSpec {
     #[serde(default)]
     pub priority: Option<i64>,
     #[serde(default)]
-    pub max_bytes: Option<serde_yaml::Value>,
+    pub max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_yaml::Value>,
+    pub max_requests: Option<serde_norway::Value>,
     #[serde(default)]
     pub fairness_policy_ref: Option<String>,
     #[serde(default)]
     pub ordering_policy_ref: Option<String>,
+    /// The band's own queue-wait budget (overrides `flowControl.defaultRequestTTL`).
+    #[serde(default, rename = "defaultRequestTTL")]
+    pub default_request_ttl: Option<String>,
 }
 
 /// `requestHandler` (llm-d-router v0.10): the parsers, chosen by request path.
@@ -113,6 +160,10 @@ pub struct PriorityBandSpec {
 pub struct RequestHandler {
     #[serde(default)]
     pub parsers: Vec<PluginRef>,
+    /// llm-d.ai/v1: write the resolved priority into the forwarded body's top-level
+    /// `priority` (off by default: the body is forwarded unchanged).
+    #[serde(default)]
+    pub propagate_priority: bool,
 }
 
 impl EndpointPickerConfig {
@@ -150,6 +201,10 @@ impl EndpointPickerConfig {
         if self.parser.is_some() {
             out.push("DEPRECATION: top-level parser is deprecated, use requestHandler.parsers instead. If both are set, the new field is used.".to_owned());
         }
+        for p in &self.plugins {
+            let kind = super::PluginKind::from_name(&p.plugin_type);
+            out.extend(kind.and_then(|k| k.replacement(p.name())));
+        }
         out
     }
 }
@@ -163,7 +218,7 @@ pub struct PluginSpec {
     #[serde(rename = "type")]
     pub plugin_type: String,
     #[serde(default)]
-    pub parameters: Option<serde_yaml::Value>,
+    pub parameters: Option<serde_norway::Value>,
 }
 
 impl PluginSpec {
@@ -178,6 +233,11 @@ pub struct ProfileSpec {
     pub name: String,
     #[serde(default)]
     pub plugins: Vec<ProfilePluginRef>,
+    /// llm-d.ai/v1 (default true): upstream adds its saturation detector to the profile as a
+    /// filter when the detector is one. epp's detectors gate admission (shed or queue) and are
+    /// never filters, so epp keeps every profile as written either way.
+    #[serde(default, rename = "injectSaturationFilter")]
+    pub inject_saturation_filter: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

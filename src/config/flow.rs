@@ -169,7 +169,7 @@ impl FlowSettings {
             return Ok(out);
         };
         let mut problems = Vec::new();
-        let mut read = |path: &str, v: Option<&serde_yaml::Value>| -> Option<u64> {
+        let mut read = |path: &str, v: Option<&serde_norway::Value>| -> Option<u64> {
             let v = v?;
             quantity(v)
                 .map_err(|message| {
@@ -188,18 +188,19 @@ impl FlowSettings {
             band.and_then(|b| b.max_bytes.as_ref()),
         );
         if let Some(ttl) = &spec.default_request_ttl {
-            match crate::plugin::go_duration(ttl) {
+            match crate::duration::parse(ttl) {
                 Ok(d) if !d.is_zero() => out.ttl = Some(d),
                 Ok(_) => problems.push(Problem::Field {
                     path: "flowControl.defaultRequestTTL".into(),
                     message: "must be greater than zero".into(),
                 }),
-                Err(message) => problems.push(Problem::Field {
+                Err(e) => problems.push(Problem::Field {
                     path: "flowControl.defaultRequestTTL".into(),
-                    message,
+                    message: e.to_string(),
                 }),
             }
         }
+        problems.extend(unread_ttls(spec));
         // As upstream, the references are resolved when the flow-control layer is built: with
         // the gate on.
         if out.enabled {
@@ -229,6 +230,37 @@ impl FlowSettings {
             Err(problems)
         }
     }
+}
+
+/// The waits epp's queue does not model (`noEndpointRequestTTL`, a band's own
+/// `defaultRequestTTL`): checked as Go durations, not read.
+fn unread_ttls(spec: &FlowControlSpec) -> Vec<Problem> {
+    let band = |b: &super::PriorityBandSpec| b.default_request_ttl.clone();
+    let mut fields = vec![
+        (
+            "flowControl.noEndpointRequestTTL".to_owned(),
+            spec.no_endpoint_request_ttl.clone(),
+        ),
+        (
+            "flowControl.defaultPriorityBand.defaultRequestTTL".to_owned(),
+            spec.default_priority_band.as_ref().and_then(band),
+        ),
+        (
+            "flowControl.defaultNegativePriorityBand.defaultRequestTTL".to_owned(),
+            spec.default_negative_priority_band.as_ref().and_then(band),
+        ),
+    ];
+    for (i, b) in spec.priority_bands.iter().enumerate() {
+        let path = format!("flowControl.priorityBands[{i}].defaultRequestTTL");
+        fields.push((path, band(b)));
+    }
+    fields
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let message = crate::duration::parse(&text?).err()?.to_string();
+            Some(Problem::Field { path, message })
+        })
+        .collect()
 }
 
 /// `r`'s value, or `None` with its message recorded as the problem of `path`.
@@ -271,12 +303,12 @@ fn order_named(name: &str, plugins: &[NamedPlugin]) -> Result<QueueOrder, String
 
 /// A non-negative Kubernetes quantity without fractions: an integer, optionally with a binary
 /// (`Ki` … `Ei`) or decimal (`k` … `E`) suffix.
-fn quantity(v: &serde_yaml::Value) -> Result<u64, String> {
+fn quantity(v: &serde_norway::Value) -> Result<u64, String> {
     if let Some(n) = v.as_u64() {
         return Ok(n);
     }
     let text = match v {
-        serde_yaml::Value::String(s) => s.trim(),
+        serde_norway::Value::String(s) => s.trim(),
         other => {
             return Err(format!(
                 "expected a quantity such as 500 or 10Gi, got {other:?}"

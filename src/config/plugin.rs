@@ -23,7 +23,7 @@ use crate::scheduling::inflight_load::InflightLoadParams;
 use crate::scheduling::picker::Picker;
 use crate::scheduling::scorer::{self, Scorer};
 use crate::scheduling::Plugin as Sched;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 pub use super::datalayer::{ExtractorParams, FileDiscovery, FileDiscoveryParams, SourceParams};
 
@@ -82,14 +82,15 @@ impl NamedPlugin {
     pub fn decode(spec: &PluginSpec, load: LoadOptions) -> Result<Self, Vec<Problem>> {
         let kind = check_type(spec, load).map_err(|p| vec![p])?;
         let params = spec.parameters.as_ref().unwrap_or(&Value::Null);
-        match typed(kind, params) {
-            Ok(plugin) => Ok(Self {
-                name: spec.name().to_owned(),
-                kind,
-                plugin,
-            }),
-            Err(refused) => Err(refused.problems(spec.name())),
+        let mut plugin = typed(kind, params).map_err(|r| r.problems(spec.name()))?;
+        if let Plugin::Scheduling(Sched::Filter(f)) = &mut plugin {
+            f.name_instance(spec.name());
         }
+        Ok(Self {
+            name: spec.name().to_owned(),
+            kind,
+            plugin,
+        })
     }
 
     /// The scheduling plugin, if this is one.
@@ -105,7 +106,7 @@ impl NamedPlugin {
 #[derive(Debug)]
 enum Refused {
     /// Not the parameter type's shape: an unknown parameter, a wrong type.
-    Decode(serde_yaml::Error),
+    Decode(serde_norway::Error),
     /// Values the plugin cannot take, every one of them.
     Invalid(Vec<Invalid>),
 }
@@ -123,8 +124,8 @@ impl Refused {
     }
 }
 
-impl From<serde_yaml::Error> for Refused {
-    fn from(e: serde_yaml::Error) -> Self {
+impl From<serde_norway::Error> for Refused {
+    fn from(e: serde_norway::Error) -> Self {
         Self::Decode(e)
     }
 }
@@ -142,11 +143,13 @@ impl From<Vec<Invalid>> for Refused {
 }
 
 /// Decodes parameters strictly; absent (null) parameters mean the type's defaults.
-pub fn params<T: serde::de::DeserializeOwned + Default>(v: &Value) -> Result<T, serde_yaml::Error> {
+pub fn params<T: serde::de::DeserializeOwned + Default>(
+    v: &Value,
+) -> Result<T, serde_norway::Error> {
     if v.is_null() {
         Ok(T::default())
     } else {
-        serde_yaml::from_value(v.clone())
+        serde_norway::from_value(v.clone())
     }
 }
 
@@ -335,7 +338,7 @@ mod tests {
             if k.support() != Support::Plugin {
                 continue;
             }
-            let v: Value = serde_yaml::from_str(required(k)).unwrap();
+            let v: Value = serde_norway::from_str(required(k)).unwrap();
             let plugin = typed(k, &v).unwrap_or_else(|e| panic!("{k}: {e:?}"));
             let used = matches!(
                 (&plugin, k.category()),
@@ -380,7 +383,7 @@ mod tests {
 
     #[test]
     fn every_invalid_parameter_is_reported_with_the_plugin_and_the_parameter() {
-        let spec: PluginSpec = serde_yaml::from_str(
+        let spec: PluginSpec = serde_norway::from_str(
             "{name: s, type: slow-start, parameters: {aggression: 0, minWeightPercent: 200}}",
         )
         .unwrap();
@@ -394,7 +397,7 @@ mod tests {
             ]
         );
         let spec: PluginSpec =
-            serde_yaml::from_str("{type: queue-scorer, parameters: {depth: 3}}").unwrap();
+            serde_norway::from_str("{type: queue-scorer, parameters: {depth: 3}}").unwrap();
         let err = NamedPlugin::decode(&spec, LoadOptions::default()).unwrap_err();
         assert_eq!(err.len(), 1);
         let text = err[0].to_string();
@@ -407,7 +410,7 @@ mod tests {
     #[test]
     fn the_session_id_producer_is_accepted_with_exactly_one_source() {
         let decode = |params: &str| {
-            let spec: PluginSpec = serde_yaml::from_str(&format!(
+            let spec: PluginSpec = serde_norway::from_str(&format!(
                 "{{type: session-id-producer, parameters: {params}}}"
             ))
             .unwrap();

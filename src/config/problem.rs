@@ -1,6 +1,6 @@
 //! What can be wrong with a configuration ([`Problem`]) and all of it at once ([`ConfigError`]).
 
-use super::{PluginKind, API_VERSION, API_VERSION_GIE, KIND};
+use super::{PluginKind, API_VERSION, API_VERSION_GIE, API_VERSION_V1, KIND};
 use std::fmt;
 
 /// One thing wrong with a configuration.
@@ -47,6 +47,11 @@ pub enum Problem {
         path: String,
         message: String,
     },
+    /// A v1alpha1 field in an `llm-d.ai/v1` document: where it moved.
+    Moved {
+        field: &'static str,
+        to: &'static str,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -55,7 +60,7 @@ impl fmt::Display for Problem {
             Self::Syntax(m) => write!(f, "{m}"),
             Self::ApiVersion(v) => write!(
                 f,
-                "apiVersion {v:?} is not {API_VERSION:?} or {API_VERSION_GIE:?}"
+                "apiVersion {v:?} is not {API_VERSION_V1:?}, {API_VERSION:?} or {API_VERSION_GIE:?}"
             ),
             Self::Kind(k) => write!(f, "kind {k:?} is not {KIND:?}"),
             Self::DuplicatePlugin(n) => write!(f, "plugin name {n:?} is defined twice"),
@@ -98,6 +103,10 @@ impl fmt::Display for Problem {
             }
             Self::Profile(m) | Self::Conflict(m) => write!(f, "{m}"),
             Self::Field { path, message } => write!(f, "{path}: {message}"),
+            Self::Moved { field, to } => write!(
+                f,
+                "{field} is not a field of {API_VERSION_V1} (removed in llm-d v1.0): it moved to {to}"
+            ),
         }
     }
 }

@@ -208,3 +208,4 @@ flowControl:
     );
 }
 mod precise;
+mod v1;

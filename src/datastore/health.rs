@@ -42,10 +42,10 @@ pub struct OutlierParams {
     /// this trigger.
     pub consecutive_local_origin_failure: u32,
     /// First ejection period; the k-th consecutive ejection lasts `base · 2^(k−1)`.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub base_ejection_time: Duration,
     /// Cap of the ejection period.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub max_ejection_time: Duration,
 }
 
@@ -99,7 +99,7 @@ impl OutlierParams {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SlowStartParams {
     /// Time for a new or restored endpoint to reach its full share.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub slow_start_window: Duration,
     /// Shape of the ramp: 1 is linear, larger ramps faster at first.
     pub aggression: f64,
@@ -330,32 +330,6 @@ impl Health {
     }
 }
 
-/// A duration as `500ms`, `30s`, `2m`, or a bare number of seconds.
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(f64),
-        Text(String),
-    }
-    let s = match Raw::deserialize(d)? {
-        Raw::Secs(n) => return Duration::try_from_secs_f64(n).map_err(serde::de::Error::custom),
-        Raw::Text(s) => s,
-    };
-    let t = s.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t.strip_suffix('s').unwrap_or(t), 1.0)
-    };
-    let secs = num.trim().parse::<f64>().map_err(|_| {
-        serde::de::Error::custom(format!("invalid duration {s:?} (use ms, s or m)"))
-    })?;
-    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,10 +475,10 @@ mod tests {
     /// The policy the configuration decoder makes of `(name, type, parameters)` plugins; its
     /// problems as `(plugin, message)`.
     fn from_plugins<'a>(
-        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_yaml::Value>)>,
+        plugins: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a serde_norway::Value>)>,
     ) -> Result<HealthPolicy, Vec<(String, String)>> {
         use crate::config::{Config, EndpointPickerConfig, PluginSpec, Problem};
-        let mut doc: EndpointPickerConfig = serde_yaml::from_str("plugins: []").unwrap();
+        let mut doc: EndpointPickerConfig = serde_norway::from_str("plugins: []").unwrap();
         doc.plugins = plugins
             .into_iter()
             .map(|(name, kind, params)| PluginSpec {
@@ -539,15 +513,16 @@ mod tests {
 
     #[test]
     fn parameters_parse_with_envoy_names_and_reject_nonsense() {
-        let p: OutlierParams =
-            serde_yaml::from_str("consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m")
-                .unwrap();
+        let p: OutlierParams = serde_norway::from_str(
+            "consecutive5xx: 2\nbaseEjectionTime: 500ms\nmaxEjectionTime: 1m",
+        )
+        .unwrap();
         assert_eq!(
             (p.consecutive_5xx, p.base_ejection_time, p.max_ejection_time),
             (2, Duration::from_millis(500), Duration::from_secs(60))
         );
-        assert!(serde_yaml::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
-        assert!(serde_yaml::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
+        assert!(serde_norway::from_str::<OutlierParams>("consecutive5xxx: 2").is_err());
+        assert!(serde_norway::from_str::<OutlierParams>("baseEjectionTime: soon").is_err());
         let bad = OutlierParams {
             base_ejection_time: Duration::from_secs(9),
             max_ejection_time: Duration::from_secs(1),
@@ -560,8 +535,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(s.validate().unwrap_err().len(), 2);
-        let yaml: serde_yaml::Value =
-            serde_yaml::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
+        let yaml: serde_norway::Value =
+            serde_norway::from_str("slowStartWindow: 10s\nminWeightPercent: 5").unwrap();
         let policy = from_plugins([
             ("od", "outlier-detection", None),
             ("ss", "slow-start", Some(&yaml)),
@@ -570,7 +545,7 @@ mod tests {
         .unwrap();
         assert_eq!(policy.outlier, Some(OutlierParams::default()));
         assert_eq!(policy.slow_start.unwrap().min_weight_percent, 5.0);
-        let bad: serde_yaml::Value = serde_yaml::from_str("baseEjectionTime: 0s").unwrap();
+        let bad: serde_norway::Value = serde_norway::from_str("baseEjectionTime: 0s").unwrap();
         let errs = from_plugins([("od", "outlier-detection", Some(&bad))]).unwrap_err();
         assert_eq!(
             errs,

@@ -10,7 +10,7 @@ use crate::endpoint::EndpointId;
 use crate::metrics::{ModelLabels, RequestLabels};
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
-use crate::scheduling::lifecycle::{EndpointNames, Headers, Placed};
+use crate::scheduling::lifecycle::{EndpointNames, Placed};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
 use std::borrow::Cow;
@@ -74,9 +74,23 @@ pub(super) fn route(
         d.record_prefix(source, l, &candidates, primary, prefill);
     }
     let decided = step.commit(decision, (primary, prefill), lookup.as_ref(), p.is_some());
-    let mut routed = d.answer(prompted, primary, decided, labels, inc.headers);
-    routed.fairness_id = inc.fairness_id.filter(|f| !f.is_empty()).map(str::to_owned);
+    let for_body = p.filter(|_| runtime.propagate_priority);
+    let priority = for_body.map(|p| (p.bytes, p.priority));
+    let mut routed = d.answer(prompted, primary, decided, labels, inc);
+    write_priority(&mut routed, priority);
     Ok(routed)
+}
+
+/// `requestHandler.propagatePriority`: the resolved priority into the forwarded body's
+/// top-level `priority` (spliced into the body as the model rewrite left it).
+fn write_priority(routed: &mut Routed, original: Option<(&[u8], Priority)>) {
+    let Some((bytes, priority)) = original else {
+        return;
+    };
+    let body = routed.body.as_deref().unwrap_or(bytes);
+    if let Some(b) = request::priority::with_priority(body, priority) {
+        routed.body = Some(b);
+    }
 }
 
 /// One request as the scheduler takes it: what the decision and its records read.
@@ -329,7 +343,7 @@ impl Director {
         primary: &Arc<EndpointState>,
         mut decided: Decided,
         labels: ModelLabels,
-        captured: &Headers,
+        inc: &Incoming<'_>,
     ) -> Routed {
         let prefill = match decided.remote.take() {
             Some(guard) => {
@@ -370,8 +384,8 @@ impl Director {
             started: decided.started,
             lease,
             client_headers: decided.client_headers,
-            captured: captured.clone(),
-            fairness_id: None,
+            captured: inc.headers.clone(),
+            fairness_id: inc.fairness_id.filter(|f| !f.is_empty()).map(str::to_owned),
             remote_prefill: decided.remote_prefill,
             scores: decided.scores,
             prefill,

@@ -51,6 +51,9 @@ pub struct Runtime {
     pub metrics_settings: config::MetricsSettings,
     /// The `file-discovery` plugin `dataLayer.discovery` names (read at start-up).
     pub file_discovery: Option<config::FileDiscovery>,
+    /// `requestHandler.propagatePriority` (llm-d v1.0): the resolved priority is written into
+    /// the forwarded body's top-level `priority`.
+    pub propagate_priority: bool,
     /// The text it was built from (shown by `/debug/snapshot`).
     pub source: String,
 }
@@ -71,7 +74,7 @@ impl Runtime {
     ) -> Result<Self, ConfigError> {
         let doc = config::parse_document(text)?;
         for note in doc.deprecations() {
-            tracing::info!("{note}");
+            tracing::warn!("{note}");
         }
         let decoded = config::Config::decode(&doc, load)?;
         let tokenizer = tokenizer(&decoded.scheduler, previous)?;
@@ -93,6 +96,7 @@ impl Runtime {
             load,
             metrics_settings: decoded.metrics_settings,
             file_discovery: decoded.file_discovery,
+            propagate_priority: decoded.propagate_priority,
             scheduler: decoded.scheduler,
             source: text.to_owned(),
         })

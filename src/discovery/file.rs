@@ -29,13 +29,13 @@ pub enum FileError {
     #[error("endpoints file is {0} bytes, over the 1 MiB limit")]
     TooLarge(usize),
     #[error("endpoints file: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(#[from] serde_norway::Error),
 }
 
 #[derive(Deserialize)]
 struct Document {
     #[serde(default)]
-    endpoints: Option<Vec<serde_yaml::Value>>,
+    endpoints: Option<Vec<serde_norway::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -71,14 +71,14 @@ pub fn parse(text: &str) -> Result<Parsed, FileError> {
     if text.len() > MAX_BYTES {
         return Err(FileError::TooLarge(text.len()));
     }
-    let doc: Option<Document> = serde_yaml::from_str(text)?;
+    let doc: Option<Document> = serde_norway::from_str(text)?;
     let entries = doc.and_then(|d| d.endpoints).unwrap_or_default();
     let mut out = Parsed::default();
     // namespace/name -> position in `kept` (the later entry replaces the earlier).
     let mut by_key: HashMap<(String, String), usize> = HashMap::new();
     let mut kept: Vec<Option<Endpoint>> = Vec::new();
     for (i, value) in entries.into_iter().enumerate() {
-        let entry = match serde_yaml::from_value::<Entry>(value) {
+        let entry = match serde_norway::from_value::<Entry>(value) {
             Ok(e) => e,
             Err(e) => {
                 out.skipped.push(format!("endpoints[{i}]: {e}"));

@@ -16,7 +16,6 @@
 //! prompt to epp's in-process tokenizer, and is counted and logged.
 
 use super::ApiKind;
-use crate::plugin::go_duration;
 use std::time::Duration;
 
 /// Upstream's defaults.
@@ -33,9 +32,9 @@ pub struct TokenProducerParams {
     pub model_name: Option<String>,
     pub vllm: Option<VllmParams>,
     /// The `estimate` backend's image and video settings: accepted, unused (epp tokenizes).
-    pub estimate: Option<serde_yaml::Value>,
+    pub estimate: Option<serde_norway::Value>,
     /// The deprecated gRPC-over-UDS tokenizer sidecar.
-    pub uds_tokenizer_config: Option<serde_yaml::Value>,
+    pub uds_tokenizer_config: Option<serde_norway::Value>,
 }
 
 /// `token-producer` `vllm` block.
@@ -88,7 +87,7 @@ impl TokenProducerParams {
         }
         let timeout = match vllm.timeout.as_deref() {
             None | Some("") => DEFAULT_TIMEOUT,
-            Some(t) => go_duration(t)
+            Some(t) => crate::duration::parse(t)
                 .ok()
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| {
@@ -96,7 +95,7 @@ impl TokenProducerParams {
                 })?,
         };
         if let Some(t) = vllm.mm_timeout.as_deref().filter(|t| !t.is_empty()) {
-            go_duration(t).map_err(|e| format!("vllm.mmTimeout: {e}"))?;
+            crate::duration::parse(t).map_err(|e| format!("vllm.mmTimeout: {e}"))?;
         }
         Ok(Some(RenderParams {
             url: url.to_owned(),

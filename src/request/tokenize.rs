@@ -365,7 +365,7 @@ mod tests {
             t.encode_prefix("abc", 10).is_empty(),
             "a partial group is no token"
         );
-        let serde: Vocabulary = serde_yaml::from_str("characters").unwrap();
+        let serde: Vocabulary = serde_norway::from_str("characters").unwrap();
         assert_eq!(serde, Vocabulary::Characters);
     }
 

@@ -65,6 +65,13 @@ impl Filter {
         }))
     }
 
+    /// Gives the filter its instance's name (the label of the decisions it counts).
+    pub fn name_instance(&mut self, name: &str) {
+        if let Self::PrefixCacheAffinity(f) = self {
+            f.plugin_name = name.to_owned();
+        }
+    }
+
     pub fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,

@@ -51,7 +51,7 @@ mod tests {
     use crate::config::plugin::params;
 
     fn check(yaml: &str) -> Result<InflightLoadParams, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
         params::<InflightLoadParams>(&v)
             .map_err(|e| e.to_string())?
             .validate()

@@ -188,7 +188,7 @@ mod tests {
 
     /// The picker the configuration decoder makes of a `type:` and its parameters (`None`:
     /// the type is not a picker); its problems as one message.
-    fn build(t: &str, v: &serde_yaml::Value) -> Result<Option<Picker>, String> {
+    fn build(t: &str, v: &serde_norway::Value) -> Result<Option<Picker>, String> {
         use crate::config::plugin::{NamedPlugin, Plugin};
         use crate::scheduling::Plugin as S;
         let spec = crate::config::PluginSpec {
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn every_picker_type_builds_and_bad_parameters_are_rejected() {
-        let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
+        let yaml = |s: &str| serde_norway::from_str::<serde_norway::Value>(s).unwrap();
         for t in [
             "max-score-picker",
             "random-picker",
@@ -229,7 +229,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("loadFactor"));
-        assert!(build("queue-scorer", &serde_yaml::Value::Null)
+        assert!(build("queue-scorer", &serde_norway::Value::Null)
             .unwrap()
             .is_none());
     }

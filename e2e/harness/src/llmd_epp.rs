@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::{client, ports};
 
@@ -177,8 +177,8 @@ fn endpoints_file(endpoints: &[FileEndpoint<'_>]) -> String {
 
 /// `config` with llm-d's file discovery and metrics data layer added (its plugins first).
 fn with_file_discovery(config: &str, endpoints: &Path) -> anyhow::Result<String> {
-    let mut doc: Value = serde_yaml::from_str(config).context("parsing the config")?;
-    let added: Value = serde_yaml::from_str(&format!(
+    let mut doc: Value = serde_norway::from_str(config).context("parsing the config")?;
+    let added: Value = serde_norway::from_str(&format!(
         "- {{name: endpoints, type: file-discovery, parameters: {{path: {:?}}}}}\n\
          - {{type: metrics-data-source}}\n- {{type: core-metrics-extractor}}\n",
         endpoints.display().to_string()
@@ -193,12 +193,12 @@ fn with_file_discovery(config: &str, endpoints: &Path) -> anyhow::Result<String>
     let mut all = added.as_sequence().cloned().unwrap_or_default();
     all.append(plugins);
     *plugins = all;
-    let layer: Value = serde_yaml::from_str(
+    let layer: Value = serde_norway::from_str(
         "sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}]\n\
          discovery: {pluginRef: endpoints}\n",
     )?;
     root.insert(Value::from("dataLayer"), layer);
-    Ok(serde_yaml::to_string(&doc)?)
+    Ok(serde_norway::to_string(&doc)?)
 }
 
 #[cfg(test)]
@@ -209,7 +209,7 @@ mod tests {
     fn the_config_gets_file_discovery_and_the_metrics_layer() {
         let config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
         let out = with_file_discovery(config, Path::new("/tmp/e.yaml")).unwrap();
-        let v: Value = serde_yaml::from_str(&out).unwrap();
+        let v: Value = serde_norway::from_str(&out).unwrap();
         let types: Vec<&str> = v["plugins"]
             .as_sequence()
             .unwrap()

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod affinity;
 mod body;
 mod cert_reload;
 mod early;
@@ -22,4 +23,5 @@ mod scheduling;
 mod security;
 mod support;
 mod ttft;
+mod v1_config;
 mod websocket;

@@ -260,7 +260,7 @@ pub fn render_chart(release: &str, namespace: &str, values: &Value) -> Vec<Value
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut objects = Vec::new();
     for text in result["manifests"].as_object().unwrap().values() {
-        for doc in serde_yaml::Deserializer::from_str(text.as_str().unwrap()) {
+        for doc in serde_norway::Deserializer::from_str(text.as_str().unwrap()) {
             let v = <Value as serde::Deserialize>::deserialize(doc).unwrap();
             if !v.is_null() {
                 objects.push(v);

@@ -218,3 +218,42 @@ fn the_pollers_urls_are_checked_at_start_up() {
         assert!(err.contains(names), "{args:?}: {err}");
     }
 }
+
+/// Duration flags take Go's grammar, as upstream's flags (`1m30s` was refused before), and a
+/// bare number of seconds; a bad one is refused naming the text and why.
+#[test]
+fn duration_flags_take_go_durations() {
+    let parse = |flag: &str| {
+        Options::try_parse_from(["epp", "--static-endpoints", "127.0.0.1:1", flag])
+            .map(|o| o.refresh_metrics_interval)
+    };
+    for (flag, want) in [
+        ("--refresh-metrics-interval=1m30s", Duration::from_secs(90)),
+        (
+            "--refresh-metrics-interval=500ms",
+            Duration::from_millis(500),
+        ),
+        ("--refresh-metrics-interval=2h", Duration::from_secs(7200)),
+        (
+            "--refresh-metrics-interval=1.5s",
+            Duration::from_millis(1500),
+        ),
+        (
+            "--refresh-metrics-interval=300us",
+            Duration::from_micros(300),
+        ),
+        ("--refresh-metrics-interval=2", Duration::from_secs(2)),
+    ] {
+        assert_eq!(parse(flag).unwrap(), want, "{flag}");
+    }
+    let err = parse("--refresh-metrics-interval=3d")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("invalid duration \"3d\"") && err.contains("unknown unit"),
+        "{err}"
+    );
+    assert!(parse("--refresh-metrics-interval=-1s").is_err());
+    let o = Options::try_parse_from(["epp", "--drain-timeout", "1m5s"]).unwrap();
+    assert_eq!(o.drain_timeout, Duration::from_secs(65));
+}

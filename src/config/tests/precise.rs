@@ -178,3 +178,37 @@ plugins:
         "no approximate index beside it"
     );
 }
+
+/// llm-d-router v0.11 removed `precise-prefix-cache-scorer` (upstream refuses it): epp still
+/// loads it and its deprecation notice shows the split form that replaces it, which loads too.
+#[test]
+fn the_removed_precise_scorer_loads_with_a_notice_showing_its_replacement() {
+    let old = include_str!("../../../config/examples/precise-prefix.yaml");
+    let doc = crate::config::parse(old).unwrap();
+    let notes = doc.deprecations();
+    let note = notes
+        .iter()
+        .find(|n| n.contains("precise-prefix-cache-scorer"))
+        .unwrap_or_else(|| panic!("no notice: {notes:?}"));
+    for replacement in [
+        "removed in llm-d-router v0.11",
+        "type: precise-prefix-cache-producer",
+        "type: prefix-cache-scorer",
+        "prefixMatchInfoProducerName: precise-prefix-cache-producer",
+        "dataLayer source",
+    ] {
+        assert!(note.contains(replacement), "{replacement}: {note}");
+    }
+    assert!(Runtime::build(old, None)
+        .unwrap()
+        .scheduler
+        .precise_params()
+        .is_some());
+    let new = crate::config::parse(DEPLOY_SAMPLE).unwrap();
+    assert!(new.deprecations().is_empty(), "{:?}", new.deprecations());
+    assert!(Runtime::build(DEPLOY_SAMPLE, None)
+        .unwrap()
+        .scheduler
+        .precise_params()
+        .is_some());
+}

@@ -138,7 +138,7 @@ mod tests {
     /// The detector the configuration decoder makes of these parameters.
     fn from_spec(params: &str) -> Result<Concurrency, Vec<Problem>> {
         let text = format!("type: concurrency-detector\nparameters: {params}\n");
-        let spec: PluginSpec = serde_yaml::from_str(&text).unwrap();
+        let spec: PluginSpec = serde_norway::from_str(&text).unwrap();
         match NamedPlugin::decode(&spec, Default::default())?.plugin {
             Plugin::ConcurrencyDetector(c) => Ok(c),
             other => panic!("{other:?}"),

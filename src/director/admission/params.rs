@@ -43,7 +43,7 @@ impl Thresholds {
         match params
             .metrics_staleness_threshold
             .as_deref()
-            .map(crate::plugin::go_duration)
+            .map(crate::duration::parse)
         {
             Some(Ok(d)) if !d.is_zero() => t.staleness = Some(d),
             Some(Ok(_)) => problems.push(Invalid::new(

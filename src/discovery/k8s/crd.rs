@@ -56,10 +56,10 @@ fn approve(crd: &mut CustomResourceDefinition) {
 }
 
 /// The YAML committed for one CRD.
-pub fn render(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
+pub fn render(crd: &CustomResourceDefinition) -> Result<String, serde_norway::Error> {
     Ok(format!(
         "# Generated from src/discovery/k8s/crd by hack/gen-crds.sh; do not edit.\n{}",
-        serde_yaml::to_string(crd)?
+        serde_norway::to_string(crd)?
     ))
 }
 

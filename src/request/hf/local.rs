@@ -10,7 +10,7 @@
 //! (download) and `uds` (sidecar) sources are not supported: epp does not fetch at run time.
 
 use super::HfError;
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -49,7 +49,7 @@ impl LocalTokenizer {
         let Some(local) = pool.get("local").filter(|l| !l.is_null()) else {
             return Ok(None);
         };
-        let block: LocalBlock = serde_yaml::from_value(local.clone())
+        let block: LocalBlock = serde_norway::from_value(local.clone())
             .map_err(|e| HfError::Local(format!("tokenizersPoolConfig.local: {e}")))?;
         let model_name = pool
             .get("modelName")
@@ -158,7 +158,7 @@ mod tests {
     use super::*;
 
     fn local(yaml: &str) -> Option<LocalTokenizer> {
-        LocalTokenizer::from_indexer_config(&serde_yaml::from_str(yaml).unwrap()).unwrap()
+        LocalTokenizer::from_indexer_config(&serde_norway::from_str(yaml).unwrap()).unwrap()
     }
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
                 .auto_discovery_dir,
             Some(PathBuf::from(DEFAULT_DIR))
         );
-        let bad = serde_yaml::from_str("{tokenizersPoolConfig: {local: {mapping: {}}}}").unwrap();
+        let bad = serde_norway::from_str("{tokenizersPoolConfig: {local: {mapping: {}}}}").unwrap();
         assert!(LocalTokenizer::from_indexer_config(&bad).is_err());
     }
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 fn params(yaml: &str) -> Result<Option<RenderParams>, String> {
-    let p: TokenProducerParams = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+    let p: TokenProducerParams = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
     p.render()
 }
 

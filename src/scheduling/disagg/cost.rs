@@ -282,11 +282,11 @@ mod tests {
             "{interferenceWeight: -1}",
             "{kvBytesPerToken: .nan}",
         ] {
-            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
-            let p: CostBasedPdDecider = serde_yaml::from_value(v).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+            let p: CostBasedPdDecider = serde_norway::from_value(v).unwrap();
             assert!(p.validate().is_err(), "{yaml}");
         }
-        let v: serde_yaml::Value = serde_yaml::from_str("{transferBandwidth: 1}").unwrap();
-        assert!(serde_yaml::from_value::<CostBasedPdDecider>(v).is_err());
+        let v: serde_norway::Value = serde_norway::from_str("{transferBandwidth: 1}").unwrap();
+        assert!(serde_norway::from_value::<CostBasedPdDecider>(v).is_err());
     }
 }

@@ -165,7 +165,7 @@ mod tests {
 
     /// The decider the configuration decoder makes of a `type:` and its parameters (`None`:
     /// the type is not a decider); its problems as one message.
-    fn build(t: &str, v: &serde_yaml::Value) -> Result<Option<Decider>, String> {
+    fn build(t: &str, v: &serde_norway::Value) -> Result<Option<Decider>, String> {
         use crate::config::plugin::{NamedPlugin, Plugin};
         use crate::plugin::{Category, PluginKind};
         use crate::scheduling::Plugin as S;
@@ -195,13 +195,13 @@ mod tests {
             ("{nonCachedToken: 5}", "unknown field"),
         ];
         for (yaml, want) in bad {
-            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
             let err = build("prefix-based-pd-decider", &v)
                 .map(|_| ())
                 .unwrap_err();
             assert!(err.to_string().contains(want), "{yaml}: {err}");
         }
-        let v: serde_yaml::Value = serde_yaml::from_str("{whatever: 1}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{whatever: 1}").unwrap();
         assert!(matches!(
             build("always-disagg-pd-decider", &v),
             Ok(Some(Decider::AlwaysPd))

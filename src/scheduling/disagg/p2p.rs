@@ -166,8 +166,8 @@ mod tests {
             })
             .count();
         assert!((850..970).contains(&idle), "{idle}");
-        let v: serde_yaml::Value = serde_yaml::from_str("{minCachedTokenDelta: 0}").unwrap();
-        let bad: P2pSourceProducer = serde_yaml::from_value(v).unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{minCachedTokenDelta: 0}").unwrap();
+        let bad: P2pSourceProducer = serde_norway::from_value(v).unwrap();
         assert!(bad
             .validate()
             .unwrap_err()

@@ -92,13 +92,13 @@ pub fn parse_stage_order(s: &str) -> Result<StageOrder, Invalid> {
 
 impl HandlerParams {
     /// `disagg-profile-handler`'s parameters.
-    pub fn disagg(v: &serde_yaml::Value) -> Result<Self, Invalid> {
+    pub fn disagg(v: &serde_norway::Value) -> Result<Self, Invalid> {
         let (order, profiles, deciders) = if v.is_null() {
             (None, Profiles::default(), Deciders::default())
         } else {
-            match serde_yaml::from_value::<Nested>(v.clone()) {
+            match serde_norway::from_value::<Nested>(v.clone()) {
                 Ok(n) => (n.stage_order, n.profiles, n.deciders),
-                Err(nested) => match serde_yaml::from_value::<Flat>(v.clone()) {
+                Err(nested) => match serde_norway::from_value::<Flat>(v.clone()) {
                     Ok(f) => {
                         tracing::info!("Deprecated: using flat parameter format, migrate to nested profiles/deciders format");
                         let prefill = nonempty(f.prefill_decider_plugin_name)
@@ -139,14 +139,14 @@ impl HandlerParams {
     }
 
     /// `pd-profile-handler`'s parameters (deprecated upstream, accepted as upstream does).
-    pub fn pd(v: &serde_yaml::Value) -> Result<Self, Invalid> {
+    pub fn pd(v: &serde_norway::Value) -> Result<Self, Invalid> {
         tracing::info!(
             "Deprecated: pd-profile-handler is deprecated, use disagg-profile-handler instead"
         );
         let p: Pd = if v.is_null() {
             Pd::default()
         } else {
-            serde_yaml::from_value(v.clone()).map_err(|e| {
+            serde_norway::from_value(v.clone()).map_err(|e| {
                 Invalid::new("parameters", format!("failed to parse the parameters of the 'pd-profile-handler' profile handler - {e}"))
             })?
         };
@@ -191,13 +191,13 @@ impl HandlerParams {
 mod tests {
     use super::*;
 
-    fn yaml(s: &str) -> serde_yaml::Value {
-        serde_yaml::from_str(s).unwrap()
+    fn yaml(s: &str) -> serde_norway::Value {
+        serde_norway::from_str(s).unwrap()
     }
 
     #[test]
     fn nested_flat_and_empty_parameters_reduce_to_the_same_shape() {
-        let empty = HandlerParams::disagg(&serde_yaml::Value::Null).unwrap();
+        let empty = HandlerParams::disagg(&serde_norway::Value::Null).unwrap();
         assert_eq!(
             (
                 empty.decode.as_str(),
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn pd_profile_handler_defaults_its_decider_and_refuses_primary_port() {
-        let p = HandlerParams::pd(&serde_yaml::Value::Null).unwrap();
+        let p = HandlerParams::pd(&serde_norway::Value::Null).unwrap();
         assert_eq!(
             p.prefill_decider.as_deref(),
             Some("prefix-based-pd-decider")

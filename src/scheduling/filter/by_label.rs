@@ -200,8 +200,8 @@ mod tests {
 
     #[test]
     fn by_label_checks_parameters_and_filters_on_one_label() {
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{label: tier, validValues: [gold]}").unwrap();
+        let v: serde_norway::Value =
+            serde_norway::from_str("{label: tier, validValues: [gold]}").unwrap();
         let f = params::<ByLabelFilter>(&v).unwrap().validate().unwrap();
         let cands = [
             labelled(1, &[("tier", "gold")]),
@@ -222,7 +222,7 @@ mod tests {
             ),
         ];
         for (yaml, want) in bad {
-            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
             let err = params::<ByLabelFilter>(&v)
                 .unwrap()
                 .validate()
@@ -230,7 +230,7 @@ mod tests {
                 .to_string();
             assert!(err.ends_with(want), "{yaml}: {err}");
         }
-        let v: serde_yaml::Value = serde_yaml::from_str("{label: a, values: [b]}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{label: a, values: [b]}").unwrap();
         assert!(params::<ByLabelFilter>(&v).is_err());
     }
 }

@@ -132,7 +132,7 @@ mod tests {
     use crate::scheduling::testing::labelled;
 
     fn selector(yaml: &str) -> Result<LabelSelectorFilter, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
         params::<LabelSelectorFilter>(&v)
             .map_err(|e| e.to_string())?
             .validate()

@@ -9,6 +9,7 @@
 //! when the best sticky TTFT exceeds the best non-sticky one by more than `maxTTFTPenaltyMs`
 //! the filter keeps everyone (the load gate). Otherwise only the sticky candidates remain.
 
+use crate::metrics::affinity::{record_affinity, AffinityOutcome};
 use crate::plugin::Invalid;
 use crate::scheduling::{Candidate, SchedulingRequest};
 use rand::Rng;
@@ -33,6 +34,10 @@ pub struct PrefixCacheAffinityFilter {
     pub prefix_match_info_producer_name: String,
     pub latency_prediction_info_producer_name: String,
     pub in_flight_load_producer_name: String,
+    /// The instance's name (the `plugin_name` label of its decisions counter), set by the
+    /// configuration decoder.
+    #[serde(skip)]
+    pub plugin_name: String,
 }
 
 impl Default for PrefixCacheAffinityFilter {
@@ -46,6 +51,7 @@ impl Default for PrefixCacheAffinityFilter {
             prefix_match_info_producer_name: String::new(),
             latency_prediction_info_producer_name: String::new(),
             in_flight_load_producer_name: String::new(),
+            plugin_name: String::new(),
         }
     }
 }
@@ -115,31 +121,44 @@ impl PrefixCacheAffinityFilter {
         Ok(self)
     }
 
+    /// The kept candidates, the decision counted
+    /// (`llm_d_epp_prefix_cache_affinity_filter_decisions_total`).
     pub fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,
         rng: &mut impl Rng,
     ) -> Vec<&'c Candidate> {
+        let (kept, outcome) = self.decide(req, pool, rng);
+        record_affinity(&self.plugin_name, outcome);
+        kept
+    }
+
+    fn decide<'c>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: Vec<&'c Candidate>,
+        rng: &mut impl Rng,
+    ) -> (Vec<&'c Candidate>, AffinityOutcome) {
         if pool.len() <= 1 || self.affinity_threshold <= 0.0 {
-            return pool;
+            return (pool, AffinityOutcome::not_applicable);
         }
         if rng.random::<f64>() < self.exploration_probability {
-            return pool;
+            return (pool, AffinityOutcome::exploration);
         }
         let (sticky, other): (Vec<&Candidate>, Vec<&Candidate>) = pool
             .iter()
             .partition(|c| score(req, c) >= self.affinity_threshold);
         if sticky.is_empty() {
-            return pool;
+            return (pool, AffinityOutcome::no_match);
         }
         if self.max_ttft_penalty_ms > 0.0 && !other.is_empty() {
             let penalty = self.best_ttft_ms(&sticky) - self.best_ttft_ms(&other);
             if penalty > self.max_ttft_penalty_ms {
-                return pool;
+                return (pool, AffinityOutcome::load_override);
             }
         }
-        sticky
+        (sticky, AffinityOutcome::sticky)
     }
 
     fn best_ttft_ms(&self, pool: &[&Candidate]) -> f64 {
@@ -218,6 +237,47 @@ mod tests {
         }
     }
 
+    /// Each decision is counted under the instance's name and upstream's outcome names.
+    #[test]
+    fn decisions_are_counted_by_outcome() {
+        use crate::metrics::affinity::{AffinityLabels, AFFINITY_FILTER_DECISIONS};
+        let name = "affinity-counter-test";
+        let named = |f: PrefixCacheAffinityFilter| PrefixCacheAffinityFilter {
+            plugin_name: name.to_owned(),
+            ..f
+        };
+        let d = named(PrefixCacheAffinityFilter::default());
+        let explore = named(PrefixCacheAffinityFilter {
+            exploration_probability: 1.0,
+            ..Default::default()
+        });
+        kept(&d, &[(8, 0.0), (0, 0.0)]);
+        kept(&d, &[(8, 0.0), (0, 0.0)]);
+        kept(&d, &[(7, 0.0), (0, 0.0)]);
+        kept(&d, &[(10, 300_000.0), (0, 0.0)]);
+        kept(&d, &[(10, 0.0)]);
+        kept(&explore, &[(10, 0.0), (0, 0.0)]);
+        let count = |outcome| {
+            let labels = AffinityLabels {
+                plugin_name: name.to_owned(),
+                outcome,
+            };
+            AFFINITY_FILTER_DECISIONS.get_or_create(&labels).get()
+        };
+        use AffinityOutcome as O;
+        assert_eq!(count(O::sticky), 2);
+        assert_eq!(count(O::no_match), 1);
+        assert_eq!(count(O::load_override), 1);
+        assert_eq!(count(O::not_applicable), 1);
+        assert_eq!(count(O::exploration), 1);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let _m = crate::metrics::Metrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = "llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name=\"affinity-counter-test\",outcome=\"sticky\"} 2";
+        assert!(text.contains(line), "{text}");
+    }
+
     #[test]
     fn exploration_keeps_everyone_at_its_rate() {
         let f = PrefixCacheAffinityFilter {
@@ -258,7 +318,7 @@ mod tests {
             ),
         ];
         for (yaml, want) in bad {
-            let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
             let err = params::<PrefixCacheAffinityFilter>(&v)
                 .unwrap()
                 .validate()
@@ -266,13 +326,13 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{yaml}: {err}");
         }
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{peakPrefillThroughput: 0, maxTTFTPenaltyMs: 0}").unwrap();
+        let v: serde_norway::Value =
+            serde_norway::from_str("{peakPrefillThroughput: 0, maxTTFTPenaltyMs: 0}").unwrap();
         assert!(params::<PrefixCacheAffinityFilter>(&v)
             .unwrap()
             .validate()
             .is_ok());
-        let v: serde_yaml::Value = serde_yaml::from_str("threshold: 0.5").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("threshold: 0.5").unwrap();
         assert!(params::<PrefixCacheAffinityFilter>(&v).is_err());
     }
 }

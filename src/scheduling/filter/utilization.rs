@@ -96,7 +96,7 @@ mod tests {
     use crate::scheduling::testing::{cand, metrics};
 
     fn filter(yaml: &str) -> Result<UtilizationFilter, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
         params::<UtilizationFilter>(&v)
             .map_err(|e| e.to_string())?
             .validate()

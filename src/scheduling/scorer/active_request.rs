@@ -98,15 +98,15 @@ mod tests {
 
     #[test]
     fn out_of_range_parameters_are_corrected_as_upstream() {
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{idleThreshold: -3, maxBusyScore: 1.5, requestTimeout: 2m}")
+        let v: serde_norway::Value =
+            serde_norway::from_str("{idleThreshold: -3, maxBusyScore: 1.5, requestTimeout: 2m}")
                 .unwrap();
         let s = params::<ActiveRequestScorer>(&v)
             .unwrap()
             .validate()
             .unwrap();
         assert_eq!((s.idle_threshold, s.max_busy_score), (0, None));
-        let v: serde_yaml::Value = serde_yaml::from_str("{idleThresholds: 1}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{idleThresholds: 1}").unwrap();
         assert!(params::<ActiveRequestScorer>(&v).is_err());
     }
 }

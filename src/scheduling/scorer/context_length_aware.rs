@@ -159,7 +159,7 @@ mod tests {
         }
         let off = ContextLengthAware::default();
         assert_eq!(off.filter(&req(100), cands.iter().collect()).len(), 5);
-        let v: serde_yaml::Value = serde_yaml::from_str("label: \"\"").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("label: \"\"").unwrap();
         let err = params::<ContextLengthAware>(&v)
             .unwrap()
             .validate()

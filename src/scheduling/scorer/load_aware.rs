@@ -79,10 +79,10 @@ mod tests {
 
     #[test]
     fn non_positive_threshold_means_default() {
-        let v: serde_yaml::Value = serde_yaml::from_str("threshold: 0").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("threshold: 0").unwrap();
         let s = params::<LoadAwareScorer>(&v).unwrap().validate().unwrap();
         assert_eq!(s.threshold, 128);
-        let v: serde_yaml::Value = serde_yaml::from_str("queueThreshold: 3").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("queueThreshold: 3").unwrap();
         assert!(params::<LoadAwareScorer>(&v).is_err());
     }
 }

@@ -190,8 +190,9 @@ mod tests {
         assert_eq!(lru.snapshot(), vec![id(2), id(3), id(1)]);
         lru.touch(id(4), 3);
         assert_eq!(lru.snapshot(), vec![id(3), id(1), id(4)]);
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{lruSize: 0, prefixPluginType: x, prefixPluginName: y}").unwrap();
+        let v: serde_norway::Value =
+            serde_norway::from_str("{lruSize: 0, prefixPluginType: x, prefixPluginName: y}")
+                .unwrap();
         assert_eq!(
             params::<NoHitLruScorer>(&v)
                 .unwrap()

@@ -32,7 +32,10 @@ pub struct PrecisePrefixParams {
     /// Count the blocks of a routed request as held until its BlockStored arrives.
     pub speculative_indexing: bool,
     /// How long a speculative entry lives (llm-d: `speculativeTTL`, "2s").
-    #[serde(rename = "speculativeTTL", deserialize_with = "duration")]
+    #[serde(
+        rename = "speculativeTTL",
+        deserialize_with = "crate::duration::deserialize"
+    )]
     pub speculative_ttl: Duration,
     /// A candidate with this many waiting requests or more gets no prefix credit.
     pub saturation_queue_depth: f64,
@@ -47,9 +50,9 @@ pub struct PrecisePrefixParams {
     /// llm-d's nested configuration blocks, accepted so its files load; `blockSize` in
     /// `tokenProcessorConfig` is honoured, the rest (hash seed, ZMQ, index backends) does not
     /// apply: keys do not depend on the pods' seed, and the event sockets are flags.
-    pub token_processor_config: Option<serde_yaml::Value>,
-    pub kv_events_config: Option<serde_yaml::Value>,
-    pub indexer_config: Option<serde_yaml::Value>,
+    pub token_processor_config: Option<serde_norway::Value>,
+    pub kv_events_config: Option<serde_norway::Value>,
+    pub indexer_config: Option<serde_norway::Value>,
     /// How a match scores (llm-d's `prefix-cache-scorer` blend when it scores a
     /// `precise-prefix-cache-producer`'s matches; the ratio otherwise).
     #[serde(skip)]
@@ -58,19 +61,6 @@ pub struct PrecisePrefixParams {
     /// active-active agreement); off in llm-d's split form, which scores only what is held.
     #[serde(skip)]
     pub credit_home: bool,
-}
-
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s: String = serde::Deserialize::deserialize(d)?;
-    let (num, scale) = match s.strip_suffix("ms") {
-        Some(n) => (n, 1e-3),
-        None => (s.strip_suffix('s').unwrap_or(&s), 1.0),
-    };
-    let secs = num
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?} (use ms or s)")))?;
-    Duration::try_from_secs_f64(secs * scale).map_err(serde::de::Error::custom)
 }
 
 impl Default for PrecisePrefixParams {
@@ -102,7 +92,7 @@ impl PrecisePrefixParams {
             .token_processor_config
             .as_ref()
             .and_then(|t| t.get("blockSize").or_else(|| t.get("blockSizeTokens")))
-            .and_then(serde_yaml::Value::as_u64)
+            .and_then(serde_norway::Value::as_u64)
         {
             self.block_size = bs as usize;
         }
@@ -155,7 +145,7 @@ impl PrecisePrefixParams {
         let cfg = self.kv_events_config.as_ref();
         let get = |k: &str| cfg.and_then(|c| c.get(k));
         if let Some(bind) = get("zmqEndpoint")
-            .and_then(serde_yaml::Value::as_str)
+            .and_then(serde_norway::Value::as_str)
             .filter(|s| !s.is_empty())
         {
             return KvEventSockets {
@@ -163,14 +153,14 @@ impl PrecisePrefixParams {
                 ..KvEventSockets::default()
             };
         }
-        if get("discoverPods").and_then(serde_yaml::Value::as_bool) == Some(false) {
+        if get("discoverPods").and_then(serde_norway::Value::as_bool) == Some(false) {
             return KvEventSockets::default();
         }
         let discovery = get("podDiscoveryConfig");
         let port = |k: &str| {
             discovery
                 .and_then(|d| d.get(k))
-                .and_then(serde_yaml::Value::as_u64)
+                .and_then(serde_norway::Value::as_u64)
                 .and_then(|p| u16::try_from(p).ok())
                 .filter(|p| *p > 0)
         };
@@ -228,14 +218,14 @@ mod tests {
     use super::*;
 
     /// The parameters as the configuration decoder reads them.
-    fn from_yaml(v: &serde_yaml::Value) -> Result<PrecisePrefixParams, String> {
+    fn from_yaml(v: &serde_norway::Value) -> Result<PrecisePrefixParams, String> {
         let p: PrecisePrefixParams = config::plugin::params(v).map_err(|e| e.to_string())?;
         p.validate().map_err(|e| e.to_string())
     }
 
     #[test]
     fn the_characters_approximation_is_refused_for_the_precise_index() {
-        let v: serde_yaml::Value = serde_yaml::from_str("{tokenizer: characters}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{tokenizer: characters}").unwrap();
         let e = from_yaml(&v).unwrap_err();
         assert!(
             e.contains("tokenizer") && e.contains("KV-cache block keys"),
@@ -342,13 +332,13 @@ mod tests {
 
     #[test]
     fn parameters_are_strict_and_accept_llm_d_blocks() {
-        let v: serde_yaml::Value = serde_yaml::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{speculativeTTL: 500ms, tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, indexerConfig: {}}").unwrap();
         let p = from_yaml(&v).unwrap();
         assert_eq!(
             (p.block_size, p.speculative_ttl),
             (64, Duration::from_millis(500))
         );
-        let v: serde_yaml::Value = serde_yaml::from_str("{indexerConfig: {tokenizersPoolConfig: {modelName: m, local: {modelTokenizerMap: {m: /t.json}}}}}").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("{indexerConfig: {tokenizersPoolConfig: {modelName: m, local: {modelTokenizerMap: {m: /t.json}}}}}").unwrap();
         let local = from_yaml(&v).unwrap().local_tokenizer.unwrap();
         assert_eq!(
             local.resolve().unwrap(),
@@ -361,7 +351,7 @@ mod tests {
             "{saturationKvUsage: 0}",
             "{indexerConfig: {tokenizersPoolConfig: {local: {typo: 1}}}}",
         ] {
-            let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(bad).unwrap();
             assert!(from_yaml(&v).is_err(), "{bad}");
         }
     }

@@ -210,20 +210,21 @@ mod tests {
         assert_eq!(score(weighted, 100, &[50]), vec![1.0]);
         // llm-d's name squares the absolute term: 32 of 64 tokens = 0.25.
         let llmd = from_yaml(
-            &serde_yaml::from_str("{matchLengthWeight: 1, matchLengthScaleTokens: 64}").unwrap(),
+            &serde_norway::from_str("{matchLengthWeight: 1, matchLengthScaleTokens: 64}").unwrap(),
         )
         .unwrap();
         assert_eq!(score(llmd.clone(), 2, &[2]), vec![0.25]);
         assert_eq!(score(llmd, 100, &[50]), vec![1.0]);
         let half = from_yaml(
-            &serde_yaml::from_str("{matchLengthWeight: 0.5, matchLengthScaleTokens: 64}").unwrap(),
+            &serde_norway::from_str("{matchLengthWeight: 0.5, matchLengthScaleTokens: 64}")
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(score(half, 4, &[2]), vec![0.5 * 0.5 + 0.5 * 0.25]);
     }
 
     /// The parameters as the configuration decoder reads them.
-    fn from_yaml(v: &serde_yaml::Value) -> Result<PrefixParams, String> {
+    fn from_yaml(v: &serde_norway::Value) -> Result<PrefixParams, String> {
         let p: PrefixParams = crate::config::plugin::params(v).map_err(|e| e.to_string())?;
         p.validate(v.get("blockSizeTokens").is_some())
             .map_err(|e| e.to_string())
@@ -231,8 +232,8 @@ mod tests {
 
     #[test]
     fn parameters_are_strict_and_checked() {
-        let ok: serde_yaml::Value =
-            serde_yaml::from_str("{blockSizeTokens: 64, maxPrefixTokensToMatch: 4096}").unwrap();
+        let ok: serde_norway::Value =
+            serde_norway::from_str("{blockSizeTokens: 64, maxPrefixTokensToMatch: 4096}").unwrap();
         let p = from_yaml(&ok).unwrap();
         assert_eq!(p.max_blocks(64), 64);
         for bad in [
@@ -243,7 +244,7 @@ mod tests {
             "{tokenizer: gpt2}",
             "{matchLengthScaleTokens: 0}",
         ] {
-            let v: serde_yaml::Value = serde_yaml::from_str(bad).unwrap();
+            let v: serde_norway::Value = serde_norway::from_str(bad).unwrap();
             assert!(from_yaml(&v).is_err(), "{bad}");
         }
     }

@@ -404,7 +404,7 @@ mod tests {
     }
 
     fn try_params(yaml: &str) -> Result<SessionAffinityScorer, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
         crate::config::plugin::params::<SessionAffinityScorer>(&v)
             .map_err(|e| e.to_string())?
             .validate()

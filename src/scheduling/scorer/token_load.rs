@@ -97,13 +97,13 @@ mod tests {
 
     #[test]
     fn parameters_default_strictly_and_replace_non_positive_thresholds() {
-        let s: TokenLoadScorer = params(&serde_yaml::Value::Null).unwrap();
+        let s: TokenLoadScorer = params(&serde_norway::Value::Null).unwrap();
         assert_eq!(s.queue_threshold_tokens, 4_194_304);
-        let v: serde_yaml::Value = serde_yaml::from_str("queueThresholdTokens: -5").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("queueThresholdTokens: -5").unwrap();
         let s = params::<TokenLoadScorer>(&v).unwrap().validate().unwrap();
         assert_eq!(s.queue_threshold_tokens, 4_194_304);
-        let v: serde_yaml::Value =
-            serde_yaml::from_str("{queueThresholdTokens: 64, inFlightLoadProducerName: x}")
+        let v: serde_norway::Value =
+            serde_norway::from_str("{queueThresholdTokens: 64, inFlightLoadProducerName: x}")
                 .unwrap();
         assert_eq!(
             params::<TokenLoadScorer>(&v)
@@ -111,7 +111,7 @@ mod tests {
                 .queue_threshold_tokens,
             64
         );
-        let v: serde_yaml::Value = serde_yaml::from_str("threshold: 5").unwrap();
+        let v: serde_norway::Value = serde_norway::from_str("threshold: 5").unwrap();
         assert!(params::<TokenLoadScorer>(&v).is_err());
     }
 }

@@ -31,7 +31,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     prefill_max_retries: u32,
     /// Delay between prefill retries (Go duration: 100ms, 1s).
-    #[arg(long, default_value = "200ms", value_parser = go_duration)]
+    #[arg(long, default_value = "200ms", value_parser = epp::duration::parse)]
     prefill_retry_backoff: Duration,
     /// TLS is not reproduced: only false is accepted (llm-d's manifests pass
     /// `--secure-proxy=false`; the upstream default is true).
@@ -41,20 +41,6 @@ struct Args {
     /// --model-server-port + r.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     data_parallel_size: u16,
-}
-
-fn go_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((s, "s"), |i| s.split_at(i));
-    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[tokio::main]

@@ -41,7 +41,7 @@ pub async fn apply_yaml(
     text: &str,
 ) -> Result<Vec<DynamicObject>, KubeError> {
     let mut applied = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
+    for doc in serde_norway::Deserializer::from_str(text) {
         let value = <Value as serde::Deserialize>::deserialize(doc)
             .map_err(|e| KubeError::Config(format!("YAML: {e}")))?;
         if value.is_null() {

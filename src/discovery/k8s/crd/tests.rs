@@ -22,7 +22,7 @@ fn committed_crd_yaml_matches_the_types() {
 /// Upstream's documented examples decode into the types (field names and enum spellings agree).
 #[test]
 fn upstream_examples_decode() {
-    let pool: pool::InferencePool = serde_yaml::from_str(
+    let pool: pool::InferencePool = serde_norway::from_str(
         "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata: {name: p, namespace: ns}\nspec:\n  selector: {matchLabels: {app: vllm}}\n  targetPorts: [{number: 8000}, {number: 8001}]\n  appProtocol: kubernetes.io/h2c\n  endpointPickerRef: {group: '', kind: Service, name: p-epp, port: {number: 9002}, failureMode: FailOpen}\nstatus:\n  parents:\n  - parentRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: ns}\n    controllerName: example.net/gw\n    conditions: [{type: Accepted, status: 'True', reason: Accepted, message: '', lastTransitionTime: '2025-01-01T00:00:00Z'}]\n",
     )
     .unwrap();
@@ -31,20 +31,20 @@ fn upstream_examples_decode() {
         pool.spec.endpoint_picker_ref.unwrap().failure_mode,
         pool::FailureMode::FailOpen
     );
-    let old: pool_v1alpha2::InferencePool = serde_yaml::from_str(
+    let old: pool_v1alpha2::InferencePool = serde_norway::from_str(
         "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferencePool\nmetadata: {name: p}\nspec:\n  selector: {app: vllm}\n  targetPortNumber: 8000\n  extensionRef: {name: p-epp, portNumber: 9002, failureMode: FailClose}\n",
     )
     .unwrap();
     assert_eq!(old.spec.target_port_number, 8000);
-    let model: model::InferenceModel = serde_yaml::from_str(
+    let model: model::InferenceModel = serde_norway::from_str(
         "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceModel\nmetadata: {name: m}\nspec:\n  modelName: food-review\n  criticality: Sheddable\n  targetModels: [{name: food-review-lora-1, weight: 50}]\n  poolRef: {group: inference.networking.x-k8s.io, kind: InferencePool, name: pool}\n",
     )
     .unwrap();
     assert_eq!(model.spec.criticality, Some(model::Criticality::Sheddable));
     let obj: objective::InferenceObjective =
-        serde_yaml::from_str("apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceObjective\nmetadata: {name: o}\nspec: {priority: -1, poolRef: {name: pool}}\n").unwrap();
+        serde_norway::from_str("apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceObjective\nmetadata: {name: o}\nspec: {priority: -1, poolRef: {name: pool}}\n").unwrap();
     assert_eq!(obj.spec.priority, Some(-1));
-    let rw: rewrite::InferenceModelRewrite = serde_yaml::from_str(
+    let rw: rewrite::InferenceModelRewrite = serde_norway::from_str(
         "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceModelRewrite\nmetadata: {name: r}\nspec:\n  poolRef: {group: inference.networking.k8s.io, kind: InferencePool, name: pool}\n  rules:\n  - matches: [{model: {type: Exact, value: food-review}}]\n    targets: [{modelRewrite: food-review-v1, weight: 90}, {modelRewrite: food-review-v2, weight: 10}]\n",
     )
     .unwrap();
@@ -60,7 +60,7 @@ fn generated_schemas_carry_the_cel_rules() {
         .map(|(f, c)| (f.clone(), render(c).unwrap()))
         .collect();
     let schema = |file: &str| -> serde_json::Value {
-        let crd: serde_json::Value = serde_yaml::from_str(&yaml[file]).unwrap();
+        let crd: serde_json::Value = serde_norway::from_str(&yaml[file]).unwrap();
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
             .clone()
     };

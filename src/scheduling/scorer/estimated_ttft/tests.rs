@@ -333,7 +333,7 @@ fn a_sheddable_request_no_pod_can_serve_in_time_is_rejected_unless_one_is_idle()
 
 #[test]
 fn parameters_are_strict_and_checked() {
-    let yaml = |s: &str| serde_yaml::from_str::<serde_yaml::Value>(s).unwrap();
+    let yaml = |s: &str| serde_norway::from_str::<serde_norway::Value>(s).unwrap();
     let p: EstimatedTtftScorer =
         crate::config::plugin::params(&yaml("{peakPrefillThroughput: 4000}")).unwrap();
     assert_eq!(p.validate().unwrap().seed().per_token, 1.0 / 4000.0);

@@ -1,0 +1,126 @@
+//! llm-d v1.0's configuration API (`apiVersion: llm-d.ai/v1`) through a real Envoy: the shipped
+//! v1 document (`config/examples/llm-d-v1.yaml`, the shapes llm-d's guides write, endpoints
+//! from llm-d's file-discovery) starts epp and routes to the file's pods; with
+//! `requestHandler.propagatePriority` the pod receives the client's body with only a top-level
+//! `priority` added. A v1 document holding a field v1 removed fails start-up naming the field
+//! and where it moved.
+
+use std::path::PathBuf;
+
+use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
+use epp_e2e::sim_pod::{test_pod_config, SimPod};
+use epp_e2e::stack::{Epp, Stack};
+
+use super::support::{args, post, served_by, traffic, MODEL};
+
+/// The shipped v1 example with its endpoints file at `file`.
+fn v1_config(file: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(repo_root().join("config/examples/llm-d-v1.yaml")).unwrap();
+    let out = text.replace("/etc/epp/endpoints.yaml", &file.display().to_string());
+    assert_ne!(out, text, "the example's endpoints path moved");
+    out
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("epp-e2e-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn endpoints_file(pods: &[SimPod]) -> String {
+    let mut out = String::from("endpoints:\n");
+    for p in pods {
+        let a = p.addr();
+        out.push_str(&format!(
+            "  - name: {}\n    address: \"{}\"\n    port: \"{}\"\n",
+            p.name(),
+            a.ip(),
+            a.port()
+        ));
+    }
+    out
+}
+
+/// A body a re-serialiser would change (key order, spacing, escapes, number spellings).
+fn unusual_body(tag: &str) -> String {
+    format!(
+        "{{ \"temperature\" : 1.50,\n  \"prompt\":\"caf\\u00e9 {tag} \\/ na\u{ef}ve\",\
+         \"model\" :  \"{MODEL}\" ,\"top_p\":1e-1,\n\t\"z\":{{\"priority\":[1.0, -0]}},\"max_tokens\":3 }}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_d_v1_document_serves_and_propagates_the_priority_into_the_body() {
+    let dir = scratch("v1-config");
+    let file = dir.join("endpoints.yaml");
+    let mut pods = Vec::new();
+    for i in 0..2 {
+        let mut cfg = test_pod_config("pod");
+        cfg.pod_name = format!("pod-{i}");
+        cfg.seed = i;
+        pods.push(SimPod::bind(cfg).await.unwrap());
+    }
+    std::fs::write(&file, endpoints_file(&pods)).unwrap();
+    let epp = Epp::start(&args(&[
+        "--config-text",
+        &v1_config(&file),
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        "0.05s",
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .pool(pods.iter().map(SimPod::addr))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stack = Stack { pods, epp, envoy };
+
+    for i in 0..4 {
+        let body = unusual_body(&format!("request {i}"));
+        let response = post(&stack, "/v1/completions", body.clone(), &[]).await;
+        assert_eq!(response.status.as_u16(), 200, "{}", response.text());
+        let pod = &stack.pods[served_by(&stack, &response)];
+        let received = traffic(pod).pop().unwrap();
+        // No InferenceObjective names the request: the resolved priority is the default, 0.
+        let expected = body.replacen("{ ", "{\"priority\":0, ", 1);
+        assert_eq!(std::str::from_utf8(&received.body).unwrap(), expected);
+        assert_eq!(response.json().unwrap()["model"], MODEL);
+    }
+    stack.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_document_with_a_removed_field_fails_start_up_naming_it_and_where_it_moved() {
+    let dir = scratch("v1-removed");
+    let file = dir.join("endpoints.yaml");
+    std::fs::write(&file, "endpoints: []\n").unwrap();
+    let text = format!(
+        "{}saturationDetector:\n  pluginRef: utilization-detector\n",
+        v1_config(&file)
+    );
+    let err = match Epp::start(&args(&[
+        "--config-text",
+        &text,
+        "--secure-serving",
+        "false",
+    ]))
+    .await
+    {
+        Ok(epp) => {
+            epp.stop().await;
+            panic!("epp started with a removed field");
+        }
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("saturationDetector is not a field of llm-d.ai/v1")
+            && err.contains("it moved to flowControl.saturationDetector.pluginRef"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
