@@ -81,7 +81,7 @@ impl SessionStateProducer {
                 "at least one header is needed",
             ));
         }
-        self.idle = crate::plugin::go_duration(&self.idle_timeout)
+        self.idle = crate::duration::parse(&self.idle_timeout)
             .map_err(|e| Invalid::new("idleTimeout", e.to_string()))?;
         if self.idle.is_zero() {
             return Err(Invalid::new("idleTimeout", "must be > 0"));
@@ -210,7 +210,7 @@ mod tests {
     use crate::scheduling::{Candidate, Decision, SchedulingRequest};
 
     fn producer(yaml: &str) -> Result<SessionStateProducer, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let v: serde_norway::Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
         params::<SessionStateProducer>(&v)
             .map_err(|e| e.to_string())?
             .validate()
