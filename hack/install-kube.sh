@@ -6,7 +6,7 @@
 #
 # The wrapper modules hack/kube/apiserver and hack/kube/etcd hold only a go.mod (with a `tool`
 # line naming the upstream command) and a go.sum, so the build is reproducible; see
-# /work/shared/reference/kube-apiserver-build.md for why `go install` alone cannot do it.
+# ../shared/reference/kube-apiserver-build.md (beside the repository) for why `go install` alone cannot do it.
 # Needs Go >= 1.26 and the module proxy (GOPROXY); offline once the module cache is warm.
 # A cold build takes ~20 min on 2 cores (README, "Kubernetes tests").
 set -euo pipefail
