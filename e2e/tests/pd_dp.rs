@@ -8,7 +8,8 @@
 //! binary, else the stand-in, which serves ranks the same way (`epp_e2e::pd_sidecar`).
 //!
 //! Needs Envoy (`hack/install-envoy.sh`); `EPP_PD_SIDECAR=/path/to/pd-sidecar` for the real
-//! sidecar.
+//! sidecar (`hack/install-peers.sh pd-sidecar` builds it; `hack/test.sh` runs these tests with
+//! it). No test here needs the stand-in: each passes with the real sidecar.
 #![allow(clippy::unwrap_used)]
 
 use crate::pd_support;

@@ -4,9 +4,9 @@
 //! as `e2e/loadgen`'s benchmark runs it). Its endpoints file carries each endpoint's labels
 //! (`llm-d.ai/role`), as pod labels do in a cluster.
 //!
-//! The Go module proxy refuses `github.com/llm-d/llm-d-router`, so nothing installs the binary:
-//! `EPP_LLMD_EPP` names one built from the v0.10.0 source. The process is killed by its PID
-//! when the handle is dropped.
+//! The Go module proxy refuses `github.com/llm-d/llm-d-router`, so `hack/install-peers.sh
+//! llm-d-epp` builds the binary from the v0.10.0 source archive and `EPP_LLMD_EPP` names it
+//! (`hack/test.sh` does both). The process is killed by its PID when the handle is dropped.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,16 +62,20 @@ impl LlmdEpp {
         endpoints: &[FileEndpoint<'_>],
         dir: &Path,
     ) -> anyhow::Result<Self> {
-        let endpoints_path = dir.join("llmd-endpoints.yaml");
-        std::fs::write(&endpoints_path, endpoints_file(endpoints))?;
-        let config_path = dir.join("llmd-config.yaml");
-        std::fs::write(&config_path, with_file_discovery(config, &endpoints_path)?)?;
+        let config_path = write_config(config, endpoints, dir)?;
+        Self::start_file(binary, &config_path, dir).await
+    }
+
+    /// Starts `binary` with the configuration file `config_path` as it is (one that names its
+    /// own discovery, such as [`write_config`]'s), its log in `dir`; waits until its
+    /// `/metrics` answers.
+    pub async fn start_file(binary: &Path, config_path: &Path, dir: &Path) -> anyhow::Result<Self> {
         let [grpc, health, metrics] = [(); 3].map(|()| ports::free_port());
         let (grpc, health, metrics) = (grpc?, health?, metrics?);
         let log = dir.join("llm-d-epp.log");
         let out = std::fs::File::create(&log)?;
         let err = out.try_clone()?;
-        let args = flags(grpc, health, metrics, &config_path);
+        let args = flags(grpc, health, metrics, config_path);
         let child = Command::new(binary)
             .args(&args)
             .stdin(Stdio::null())
@@ -153,6 +157,20 @@ fn flags(grpc: u16, health: u16, metrics: u16, config: &Path) -> Vec<String> {
         format!("--config-file={}", config.display()),
     ]);
     v
+}
+
+/// Writes `endpoints` (`dir/llmd-endpoints.yaml`) and `config` with llm-d's file discovery of
+/// them added (`dir/llmd-config.yaml`, returned): a file both llm-d's EPP and epp load as it is.
+pub fn write_config(
+    config: &str,
+    endpoints: &[FileEndpoint<'_>],
+    dir: &Path,
+) -> anyhow::Result<PathBuf> {
+    let endpoints_path = dir.join("llmd-endpoints.yaml");
+    std::fs::write(&endpoints_path, endpoints_file(endpoints))?;
+    let config_path = dir.join("llmd-config.yaml");
+    std::fs::write(&config_path, with_file_discovery(config, &endpoints_path)?)?;
+    Ok(config_path)
 }
 
 /// The `file-discovery` endpoints file.

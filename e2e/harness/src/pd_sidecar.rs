@@ -3,9 +3,12 @@
 //!
 //! # Why a stand-in
 //! The real sidecar is `github.com/llm-d/llm-d-router/cmd/pd-sidecar` v0.10.0. The Go module
-//! proxy refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version), so no script can
-//! install it and CI runs this stand-in; a developer who built the real one points
-//! `EPP_PD_SIDECAR` at it and the same tests run it instead ([`real`], [`DecodeSidecar`]).
+//! proxy refuses `github.com/llm-d/llm-d-router` (HTTP 403 at every version);
+//! `hack/install-peers.sh pd-sidecar` builds it from the v0.10.0 source archive instead, and
+//! `hack/test.sh` points `EPP_PD_SIDECAR` at it, so the P/D tests run the real one
+//! ([`real`], [`DecodeSidecar`]). This stand-in stays for a plain `cargo test` without Go or the
+//! archive (`EPP_PD_SIDECAR` unset) and for the P/D benchmark's runs without it; every P/D test
+//! passes with both.
 //! This module follows its NIXL v2 path as `pkg/sidecar/proxy/proxy_helpers.go`,
 //! `chat_completions.go` and `connector_nixlv2.go` (v0.10.0) implement it; it is not that
 //! program, and a test that passes here says nothing about the Go code's bugs.

@@ -31,13 +31,18 @@ pub const POOL: &str = "bench-pool";
 /// The scrape interval every EPP gets (epp's and both upstream defaults).
 pub const REFRESH_METRICS_INTERVAL: &str = "50ms";
 
-/// Where `hack/install-peers.sh` puts peer `name`.
+/// Where `hack/install-peers.sh` puts peer `name`: `$PEERS_DIR/<name>/bin/<name>`, with
+/// `PEERS_DIR` defaulting to `<repo>/.peers` as in the script.
 pub fn peer_bin(name: &str) -> PathBuf {
-    harness::envoy::repo_root()
-        .join(".peers")
+    peers_dir(std::env::var_os("PEERS_DIR"))
         .join(name)
         .join("bin")
         .join(name)
+}
+
+fn peers_dir(env: Option<std::ffi::OsString>) -> PathBuf {
+    env.filter(|v| !v.is_empty())
+        .map_or_else(|| harness::envoy::repo_root().join(".peers"), PathBuf::from)
 }
 
 /// Flags both upstream EPPs share (same names in both).
@@ -302,6 +307,19 @@ pub async fn llmd(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn peers_are_found_where_install_peers_puts_them() {
+        assert_eq!(
+            peers_dir(Some("/work/peers".into())).join("x"),
+            Path::new("/work/peers/x")
+        );
+        assert_eq!(
+            peers_dir(Some("".into())),
+            harness::envoy::repo_root().join(".peers")
+        );
+        assert_eq!(peers_dir(None), harness::envoy::repo_root().join(".peers"));
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,77 @@
+//! The differential suite (issue 33): for each upstream plugin type both epp and llm-d-router
+//! v0.10.0's EPP implement, one table-driven case ([`cases`]) run against both, the same
+//! configuration file loaded by each, requests through a real Envoy ([`run`]); the outcomes
+//! are compared request by request and the table ([`table`]) is written to
+//! `docs/reference/differential.md`, which this test keeps current (`EPP_BLESS=1` rewrites it).
+//! A difference fails the test unless the case records why it is kept on purpose.
+//!
+//! Needs Envoy (`hack/install-envoy.sh`) and llm-d's EPP: `hack/install-peers.sh llm-d-epp`
+//! builds it from the v0.10.0 source archive, `EPP_LLMD_EPP` names it; `hack/test.sh` does both.
+
+mod cases;
+mod configs;
+mod run;
+mod table;
+
+use std::path::Path;
+
+use run::{Pods, Which};
+use table::Row;
+
+async fn compare(llmd: &Path, case: &cases::Case, dir: &Path) -> anyhow::Result<Row> {
+    let pods = Pods::start(case, dir).await?;
+    let config = pods.config_file(case)?;
+    let epp = run::outcomes(Which::Epp, llmd, &pods, case, &config).await;
+    let llm_d = run::outcomes(Which::Llmd, llmd, &pods, case, &config).await;
+    pods.shutdown().await;
+    let kind = ::epp::plugin::PluginKind::from_name(case.kind)
+        .ok_or_else(|| anyhow::anyhow!("{} is not in epp's plugin registry", case.kind))?;
+    Ok(Row {
+        kind: case.kind,
+        category: category_name(kind.category()),
+        expect: case.expect,
+        epp: epp?,
+        llmd: llm_d?,
+    })
+}
+
+fn category_name(c: ::epp::plugin::Category) -> String {
+    format!("{c:?}").to_lowercase()
+}
+
+/// The types epp accepts: implemented as plugins or built in.
+fn accepted() -> usize {
+    ::epp::plugin::PluginKind::ALL
+        .iter()
+        .filter(|k| !matches!(k.support(), ::epp::plugin::Support::Unsupported(_)))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llm-d-router v0.10's EPP (hack/install-peers.sh llm-d-epp): EPP_LLMD_EPP=/path/to/llm-d-epp cargo test -p epp-e2e --test e2e differential:: -- --ignored (hack/test.sh runs it)"]
+async fn epp_and_llm_d_decide_alike_for_every_plugin_type_both_implement() {
+    let llmd = epp_e2e::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = std::env::temp_dir().join(format!("epp-differential-{}", std::process::id()));
+    let mut rows = Vec::new();
+    for case in cases::all() {
+        let case_dir = dir.join(case.kind);
+        std::fs::create_dir_all(&case_dir).expect("creating the case's directory");
+        let row = compare(&llmd, &case, &case_dir)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:#}", case.kind));
+        eprintln!(
+            "{}: differing {:?}\n  epp:   {:?}\n  llm-d: {:?}",
+            row.kind,
+            row.differing(),
+            row.epp,
+            row.llmd
+        );
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = table::render(&rows, accepted());
+    println!("{text}");
+    let problems: Vec<String> = rows.iter().filter_map(Row::problem).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    table::check_or_bless(&text);
+}

@@ -1,0 +1,253 @@
+//! The configurations of the cases (`plugins:`, `schedulingProfiles:` and, for parsers,
+//! `requestHandler:`), one per type. The runner adds llm-d's `file-discovery` and metrics data
+//! layer; both EPPs load the result as it is.
+
+/// A profile of `filter` then `random-picker`.
+macro_rules! filtered {
+    ($filter:literal) => {
+        concat!(
+            "plugins:\n- ",
+            $filter,
+            "\n- {type: random-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: f}, {pluginRef: random-picker}]\n"
+        )
+    };
+}
+
+pub const FILTER_DECODE: &str = filtered!("{name: f, type: decode-filter}");
+pub const FILTER_PREFILL: &str = filtered!("{name: f, type: prefill-filter}");
+pub const FILTER_BY_LABEL: &str = filtered!(
+    "{name: f, type: by-label, parameters: {label: tier, validValues: [gold], allowsNoLabel: false}}"
+);
+pub const FILTER_SELECTOR: &str = filtered!(
+    "{name: f, type: label-selector-filter, parameters: {matchExpressions: [{key: tier, operator: NotIn, values: [silver]}]}}"
+);
+pub const FILTER_UTILIZATION: &str = filtered!(
+    "{name: f, type: utilization-filter, parameters: {conditions: [{metric: kv-cache-utilization, maxValue: 0.5}]}}"
+);
+pub const FILTER_CONTEXT_LENGTH: &str =
+    filtered!("{name: f, type: context-length-aware, parameters: {enableFiltering: true}}");
+pub const FILTER_ENCODE: &str = filtered!("{name: f, type: encode-filter}");
+pub const FILTER_BY_LABEL_SELECTOR: &str =
+    filtered!("{name: f, type: by-label-selector, parameters: {matchLabels: {tier: gold}}}");
+pub const FILTER_HEADER: &str = filtered!("{name: f, type: header-based-testing-filter}");
+
+/// A profile of `scorer` (weight 1) then `max-score-picker`.
+macro_rules! scored {
+    ($scorer:literal) => {
+        concat!(
+            "plugins:\n- ",
+            $scorer,
+            "\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]\n"
+        )
+    };
+}
+
+pub const SCORER_QUEUE: &str = scored!("{name: s, type: queue-scorer}");
+pub const SCORER_KV: &str = scored!("{name: s, type: kv-cache-utilization-scorer}");
+pub const SCORER_RUNNING: &str = scored!("{name: s, type: running-requests-size-scorer}");
+pub const SCORER_LOAD_AWARE: &str =
+    scored!("{name: s, type: load-aware-scorer, parameters: {threshold: 10}}");
+pub const SCORER_LORA: &str = scored!("{name: s, type: lora-affinity-scorer}");
+
+pub const SCORER_PREFIX: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: prefix-cache-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: max-score-picker}
+";
+
+pub const SCORER_SESSION: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: session-affinity-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: session-affinity-scorer, weight: 10}
+  - {pluginRef: max-score-picker}
+";
+
+pub const PICKER_MAX_SCORE: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: kv-cache-utilization-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: max-score-picker}
+";
+
+pub const PICKER_RANDOM: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: random-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: random-picker}]
+";
+
+pub const PICKER_WEIGHTED_RANDOM: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: weighted-random-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: weighted-random-picker}]
+";
+
+pub const HANDLER_SINGLE: &str = "
+plugins:
+- {type: single-profile-handler}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+pub const PARSER_OPENAI: &str = "
+plugins:
+- {type: openai-parser}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+requestHandler:
+  parsers: [{pluginRef: openai-parser}]
+";
+
+pub const PRODUCER_APPROX_PREFIX: &str = "
+plugins:
+- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
+- {type: queue-scorer}
+- {type: prefix-cache-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: max-score-picker}
+";
+
+pub const PARSER_PASSTHROUGH: &str = "
+plugins:
+- {type: passthrough-parser}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+requestHandler:
+  parsers: [{pluginRef: passthrough-parser}]
+";
+
+/// P/D with `handler` (naming the decider `d`) and the decider: the llm-d P/D guide's
+/// profiles.
+macro_rules! disagg {
+    ($handler:literal, $decider:literal) => {
+        concat!(
+            "
+plugins:
+- {type: prefix-cache-scorer}
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- ",
+            $handler,
+            "
+- ",
+            $decider,
+            "
+schedulingProfiles:
+- name: prefill
+  plugins:
+  - pluginRef: prefill-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: prefix-cache-scorer, weight: 2}
+  - {pluginRef: queue-scorer, weight: 1}
+- name: decode
+  plugins:
+  - pluginRef: decode-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: prefix-cache-scorer, weight: 2}
+  - {pluginRef: queue-scorer, weight: 1}
+"
+        )
+    };
+}
+
+pub const HANDLER_DISAGG: &str = disagg!(
+    "{type: disagg-profile-handler, parameters: {deciders: {prefill: d}}}",
+    "{name: d, type: always-disagg-pd-decider}"
+);
+pub const HANDLER_PD: &str = disagg!(
+    "{type: pd-profile-handler, parameters: {deciderPluginName: d}}",
+    "{name: d, type: always-disagg-pd-decider}"
+);
+pub const HEADERS_DISAGG: &str = disagg!(
+    "{type: pd-profile-handler, parameters: {deciderPluginName: d}}\n- {type: disagg-headers-handler}",
+    "{name: d, type: always-disagg-pd-decider}"
+);
+pub const HEADERS_PREFILL: &str = disagg!(
+    "{type: pd-profile-handler, parameters: {deciderPluginName: d}}\n- {type: prefill-header-handler}",
+    "{name: d, type: always-disagg-pd-decider}"
+);
+pub const DISCOVERY_FILE: &str = "
+plugins:
+- {type: random-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: random-picker}]
+";
+pub const DECIDER_PREFIX: &str = disagg!(
+    "{type: disagg-profile-handler, parameters: {deciders: {prefill: d}}}",
+    "{name: d, type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}"
+);
+
+/// `filter` first, then the queue scorer (weight 1) and `max-score-picker`, with the prefix
+/// producer and the session scorer's sources configured as upstream needs them.
+macro_rules! sticky {
+    ($filter:literal) => {
+        concat!(
+            "plugins:\n- ",
+            $filter,
+            "\n- {type: queue-scorer}\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: f}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]\n"
+        )
+    };
+}
+
+pub const FILTER_SESSION: &str = sticky!("{name: f, type: session-affinity-filter}");
+pub const FILTER_PREFIX_AFFINITY: &str = concat!(
+    "plugins:\n- {type: approx-prefix-cache-producer}\n- {name: f, type: prefix-cache-affinity-filter, parameters: {affinityThreshold: 0.5}}\n",
+    "- {type: queue-scorer}\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: f}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]\n"
+);
+
+/// The queue-scored profile with `parser` as the one request parser.
+macro_rules! parsed {
+    ($parser:literal) => {
+        concat!(
+            "plugins:\n- {type: ",
+            $parser,
+            "}\n- {type: queue-scorer}\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]\nrequestHandler:\n  parsers: [{pluginRef: ",
+            $parser,
+            "}]\n"
+        )
+    };
+}
+
+pub const PARSER_ANTHROPIC: &str = parsed!("anthropic-parser");
+pub const PARSER_VLLMHTTP: &str = parsed!("vllmhttp-parser");

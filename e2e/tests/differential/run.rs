@@ -1,0 +1,356 @@
+//! Running one case: its pods (recording inference-sim pods with the case's forced states and
+//! labels), then each EPP in turn behind its own real Envoy (the `Duplex` template: ext_proc
+//! with the body streamed), loading the same configuration file, and the case's requests sent
+//! through Envoy. epp runs in this process, llm-d's EPP as a child process
+//! ([`epp_e2e::llmd_epp`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use epp_e2e::client;
+use epp_e2e::envoy::{Envoy, EnvoyConfig, Template};
+use epp_e2e::llmd_epp::{self, FileEndpoint, LlmdEpp};
+use epp_e2e::sim_pod::{test_pod_config, with_adapters, SimPod};
+use epp_e2e::stack::Epp;
+use http::Method;
+
+use super::cases::{Case, PodState, Req};
+
+/// What one request (or one repeated request) got.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub status: u16,
+    /// The pods that served (several for a repeated request that ties).
+    pub pods: BTreeSet<String>,
+    /// A refusal's class, `inference error: <Code>`: the start of upstream's message, which
+    /// epp puts in an OpenAI-shaped JSON error (`src/extproc/status.rs`) and llm-d sends as
+    /// the plain body. Compared; the bodies themselves are shown, not compared.
+    pub error: String,
+    /// The start of a refusal's body (not compared).
+    pub body: String,
+    /// The routing headers the serving pod received (`x-gateway-*`, `x-llm-d-*`, the sidecar's
+    /// `x-prefiller-*`), addresses written as pod names; `*` where repeats differed.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl PartialEq for Outcome {
+    fn eq(&self, o: &Self) -> bool {
+        (self.status, &self.pods, &self.error, &self.headers)
+            == (o.status, &o.pods, &o.error, &o.headers)
+    }
+}
+
+/// The `inference error: <Code>` a refusal's body starts with (inside a JSON `error.message`
+/// or as the body itself); the body's start when it has none.
+fn error_class(body: &str) -> String {
+    let message = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.to_owned());
+    message
+        .split(" - ")
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(80)
+        .collect()
+}
+
+/// Which EPP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Epp,
+    Llmd,
+}
+
+enum Picker {
+    Epp(Epp),
+    Llmd(LlmdEpp),
+}
+
+impl Picker {
+    async fn metrics_text(&self) -> anyhow::Result<String> {
+        match self {
+            Self::Epp(e) => e.metrics_text().await,
+            Self::Llmd(l) => l.metrics_text().await,
+        }
+    }
+
+    fn grpc(&self) -> SocketAddr {
+        match self {
+            Self::Epp(e) => e.grpc,
+            Self::Llmd(l) => l.grpc,
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Self::Epp(e) => e.stop().await,
+            Self::Llmd(l) => drop(l),
+        }
+    }
+}
+
+/// The case's pods, with their states forced.
+pub struct Pods {
+    pub pods: Vec<SimPod>,
+    dir: PathBuf,
+}
+
+/// The adapters every pod serves, so a LoRA request is answered wherever it lands.
+const ADAPTERS: &[&str] = &["lora-a", "lora-b"];
+
+impl Pods {
+    pub async fn start(case: &Case, dir: &Path) -> anyhow::Result<Self> {
+        let mut pods = Vec::new();
+        for (i, state) in case.pods.iter().enumerate() {
+            let mut cfg = with_adapters(test_pod_config(&format!("pod-{i}")), ADAPTERS);
+            cfg.seed = i as u64;
+            let pod = SimPod::bind(cfg).await?;
+            force(&pod, state);
+            pods.push(pod);
+        }
+        Ok(Self {
+            pods,
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// The configuration file both EPPs load: `config` with the pods' file discovery.
+    pub fn config_file(&self, case: &Case) -> anyhow::Result<PathBuf> {
+        let names: Vec<String> = self.pods.iter().map(|p| p.name().to_owned()).collect();
+        let endpoints: Vec<FileEndpoint<'_>> = self
+            .pods
+            .iter()
+            .zip(&case.pods)
+            .zip(&names)
+            .map(|((p, s), name)| FileEndpoint {
+                name,
+                addr: p.addr(),
+                labels: &s.labels,
+            })
+            .collect();
+        let config = format!(
+            "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n{}",
+            case.config
+        );
+        llmd_epp::write_config(&config, &endpoints, &self.dir)
+    }
+
+    fn name_of(&self, addr: &str) -> Option<String> {
+        self.pods
+            .iter()
+            .find(|p| p.endpoint() == addr || p.addr().to_string() == addr)
+            .map(|p| p.name().to_owned())
+    }
+
+    pub async fn shutdown(self) {
+        for p in self.pods {
+            p.shutdown().await;
+        }
+    }
+}
+
+fn force(pod: &SimPod, s: &PodState) {
+    pod.hook().force(|f| {
+        f.waiting = s.waiting;
+        f.running = s.running;
+        f.kv_usage = s.kv;
+        f.running_adapters = s.running_loras.clone();
+        f.waiting_adapters = s.running_loras.as_ref().map(|_| Vec::new());
+    });
+}
+
+/// Runs `case`'s requests through `which` (loading `config`), in order.
+pub async fn outcomes(
+    which: Which,
+    llmd: &Path,
+    pods: &Pods,
+    case: &Case,
+    config: &Path,
+) -> anyhow::Result<Vec<Outcome>> {
+    for (p, s) in pods.pods.iter().zip(&case.pods) {
+        force(p, s);
+        p.hook().clear_requests();
+    }
+    let picker = match which {
+        Which::Epp => Picker::Epp(Epp::start(&epp_flags(config)).await?),
+        Which::Llmd => Picker::Llmd(LlmdEpp::start_file(llmd, config, &pods.dir).await?),
+    };
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(picker.grpc())
+        .epp_tls(false)
+        .pool(pods.pods.iter().map(SimPod::addr))
+        .start()
+        .await?;
+    let result = send_all(&picker, &envoy, pods, case).await;
+    drop(envoy);
+    picker.stop().await;
+    result
+}
+
+fn epp_flags(config: &Path) -> Vec<String> {
+    [
+        "--config-file",
+        &config.display().to_string(),
+        "--secure-serving",
+        "false",
+        "--refresh-metrics-interval",
+        "50ms",
+        "--allow-experimental-plugins",
+        "true",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+async fn send_all(
+    picker: &Picker,
+    envoy: &Envoy,
+    pods: &Pods,
+    case: &Case,
+) -> anyhow::Result<Vec<Outcome>> {
+    let waits: Vec<u64> = case.pods.iter().map(|s| s.waiting.unwrap_or(0)).collect();
+    scraped(picker, &waits).await?;
+    let mut out = Vec::new();
+    let mut session: Option<String> = None;
+    for r in &case.requests {
+        if let Some(w) = &r.set_waiting {
+            for (p, v) in pods.pods.iter().zip(w) {
+                p.hook().set_waiting(Some(*v));
+            }
+            scraped(picker, w).await?;
+        }
+        let mut each = Vec::new();
+        for _ in 0..r.repeat.max(1) {
+            let (outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
+            session = token.or(session);
+            each.push(outcome);
+        }
+        out.push(merge(each));
+    }
+    Ok(out)
+}
+
+/// Waits (bounded: 10 s) until `picker` reports each pod's waiting queue as `waits`, then one
+/// more scrape interval's worth, so every forced gauge of the same scrape is in.
+async fn scraped(picker: &Picker, waits: &[u64]) -> anyhow::Result<()> {
+    let mut want: Vec<u64> = waits.to_vec();
+    want.sort_unstable();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = picker.metrics_text().await?;
+        let mut seen: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("inference_pool_per_pod_queue_size{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .collect();
+        seen.sort_unstable();
+        if seen == want {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the picker never reported the queues {want:?} (saw {seen:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The request, with `{pod<i>}` in header values replaced by pod `i`'s address.
+fn build(
+    r: &Req,
+    pods: &Pods,
+    session: Option<&str>,
+) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
+    let mut req = client::request(Method::POST, r.path, r.body.clone())?;
+    for (name, value) in &r.headers {
+        let mut v = value.clone();
+        for (i, p) in pods.pods.iter().enumerate() {
+            v = v.replace(&format!("{{pod{i}}}"), &p.addr().to_string());
+        }
+        req = client::with_header(req, name, &v)?;
+    }
+    if let (true, Some(token)) = (r.echo_session, session) {
+        req = client::with_header(req, "x-session-token", token)?;
+    }
+    Ok(req)
+}
+
+async fn send_one(
+    envoy: &Envoy,
+    pods: &Pods,
+    r: &Req,
+    session: Option<&str>,
+) -> anyhow::Result<(Outcome, Option<String>)> {
+    let before: Vec<usize> = pods.pods.iter().map(|p| p.requests().len()).collect();
+    let resp = client::send(envoy.listener_addr(), build(r, pods, session)?)
+        .await
+        .context("sending through Envoy")?;
+    let mut o = Outcome {
+        status: resp.status.as_u16(),
+        ..Outcome::default()
+    };
+    if let Some(pod) = resp.header("x-inference-pod") {
+        o.pods.insert(pod.to_owned());
+    }
+    if !resp.status.is_success() {
+        let text = resp.text();
+        o.error = error_class(&text);
+        o.body = text.chars().take(120).collect();
+    }
+    for (name, value) in &resp.headers {
+        if name.as_str().starts_with("x-llm-d-") {
+            let v = value.to_str().unwrap_or("<binary>");
+            o.headers.insert(format!("response {name}"), v.to_owned());
+        }
+    }
+    for (p, n) in pods.pods.iter().zip(before) {
+        for rec in p.requests().iter().skip(n) {
+            for (name, value) in &rec.headers {
+                let name = name.as_str();
+                if is_routing_header(name) {
+                    let v = value.to_str().unwrap_or("<binary>");
+                    let v = pods.name_of(v).unwrap_or_else(|| v.to_owned());
+                    o.headers.insert(name.to_owned(), v);
+                }
+            }
+        }
+    }
+    let token = resp.header("x-session-token").map(str::to_owned);
+    Ok((o, token))
+}
+
+fn is_routing_header(name: &str) -> bool {
+    name.starts_with("x-gateway-")
+        || name.starts_with("x-llm-d-")
+        || name.starts_with("x-prefiller")
+}
+
+/// One outcome of repeats: the statuses and bodies must agree, pods are united and header
+/// values that differ become `*`.
+fn merge(each: Vec<Outcome>) -> Outcome {
+    let mut it = each.into_iter();
+    let Some(mut first) = it.next() else {
+        return Outcome::default();
+    };
+    for o in it {
+        if o.status != first.status {
+            first.status = 0;
+        }
+        first.pods.extend(o.pods);
+        for (k, v) in o.headers {
+            let e = first.headers.entry(k).or_insert_with(|| v.clone());
+            if *e != v {
+                *e = "*".into();
+            }
+        }
+    }
+    first
+}
