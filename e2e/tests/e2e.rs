@@ -18,6 +18,7 @@ mod dashboard;
 mod debug_endpoint;
 mod epp_envoy;
 mod epp_sim;
+mod failover;
 mod fuzz_smoke;
 mod harness_envoy;
 mod helm;
