@@ -19,6 +19,7 @@ mod debug_endpoint;
 mod differential;
 mod epp_envoy;
 mod epp_sim;
+mod failover;
 mod fuzz_smoke;
 mod harness_envoy;
 mod helm;

@@ -343,6 +343,76 @@ fn active_active_replicas_share_speculative_entries_through_a_headless_service()
     );
 }
 
+#[test]
+fn active_active_replicas_roll_one_at_a_time_and_are_listed_for_a_health_checking_gateway() {
+    let values = json!({
+        "inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}},
+        "inferenceExtension": {"replicas": 2, "haMode": "active-active"}
+    });
+    let objects = render(&values);
+    check_objects(&objects);
+    let deployment = find(&objects, "Deployment");
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+        "a new replica is ready before an old one drains"
+    );
+    let replicas = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "llama-epp-replicas")
+        .expect("the replicas Service a health-checking gateway resolves");
+    assert_eq!(replicas["spec"]["clusterIP"], "None");
+    assert!(
+        replicas["spec"].get("publishNotReadyAddresses").is_none(),
+        "only ready replicas are listed"
+    );
+    let ports: Vec<(String, u64)> = replicas["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                p["port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let args: Vec<String> = serde_json::from_value(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .unwrap();
+    let opts: epp::app::Options =
+        clap::Parser::try_parse_from(std::iter::once("epp".to_owned()).chain(args)).unwrap();
+    assert_eq!(
+        ports,
+        [
+            ("grpc-ext-proc".to_owned(), 9002),
+            ("grpc-health".to_owned(), u64::from(opts.grpc_health_port))
+        ]
+    );
+    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        grace > opts.drain_timeout.as_secs(),
+        "the kubelet's grace ({grace}s) outlasts epp's drain ({:?})",
+        opts.drain_timeout
+    );
+    let leader = render(
+        &json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "vllm"}}}, "inferenceExtension": {"replicas": 2}}),
+    );
+    assert_eq!(
+        find(&leader, "Deployment")["spec"]["strategy"]["type"],
+        "Recreate"
+    );
+    assert!(
+        !leader
+            .iter()
+            .any(|o| o["metadata"]["name"] == "llama-epp-replicas"),
+        "active-passive replicas are not listed one by one"
+    );
+}
+
 fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     objects
         .iter()

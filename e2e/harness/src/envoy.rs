@@ -19,8 +19,8 @@ use std::time::Duration;
 pub use access_log::{parse_all as parse_access_log, AccessLogEntry};
 pub use process::Envoy;
 pub use template::{
-    envoy_binary, pool_endpoints_yaml, render, repo_root, Template, ENVOY_ENV,
-    EPP_TLS_TRANSPORT_SOCKET,
+    envoy_binary, ha_endpoints_yaml, pool_endpoints_yaml, render, repo_root, Replica, Template,
+    ENVOY_ENV, EPP_TLS_TRANSPORT_SOCKET,
 };
 
 /// What can go wrong when starting or talking to Envoy.

@@ -106,8 +106,9 @@ async fn bind() -> anyhow::Result<TcpListener> {
         .context("binding an epp port")
 }
 
-/// Waits until epp's gRPC health says `readiness` is SERVING (bounded: 10 s).
-async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
+/// Waits until the gRPC health service at `addr` (epp's `--grpc-health-port`, in this process
+/// or not) says `readiness` is SERVING (bounded: 10 s).
+pub async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
     use tonic_health::pb::{
         health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
     };

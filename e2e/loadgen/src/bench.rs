@@ -20,6 +20,7 @@ pub mod compare;
 pub mod compat;
 pub mod cost;
 pub mod crosscheck;
+pub mod failover;
 pub mod overhead;
 pub mod plan;
 pub mod procs;

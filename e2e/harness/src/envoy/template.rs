@@ -121,6 +121,33 @@ pub fn pool_endpoints_yaml(endpoints: &[SocketAddr]) -> String {
     format!("[{}]", items.join(", "))
 }
 
+/// One epp replica in a health-checked ext_proc cluster (`config/envoy/ha-*.yaml`): its ext_proc
+/// address and the port of its gRPC health service (`--grpc-health-port`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub grpc: SocketAddr,
+    pub health_port: u16,
+}
+
+/// The value of `${EPP_HA_ENDPOINTS}` (and of `${EPP_PRIMARY_ENDPOINTS}` /
+/// `${EPP_STANDBY_ENDPOINTS}`): a YAML flow list of `lb_endpoints`, each health-checked on its
+/// replica's health port.
+pub fn ha_endpoints_yaml(replicas: &[Replica]) -> String {
+    let items: Vec<String> = replicas
+        .iter()
+        .map(|r| {
+            format!(
+                "{{endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}, \
+                 health_check_config: {{port_value: {}}}}}}}",
+                r.grpc.ip(),
+                r.grpc.port(),
+                r.health_port
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
 /// Replaces every `${NAME}` in `template` with `vars[NAME]`.
 pub fn render(template: &str, vars: &BTreeMap<String, String>) -> Result<String, EnvoyError> {
     let mut out = String::with_capacity(template.len());
@@ -145,6 +172,26 @@ pub fn render(template: &str, vars: &BTreeMap<String, String>) -> Result<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ha_endpoints_name_each_replica_and_its_health_port() {
+        let replicas = [
+            Replica {
+                grpc: "127.0.0.1:9002".parse().unwrap(),
+                health_port: 9003,
+            },
+            Replica {
+                grpc: "127.0.0.1:9102".parse().unwrap(),
+                health_port: 9103,
+            },
+        ];
+        assert_eq!(
+            ha_endpoints_yaml(&replicas),
+            "[{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 9002}}, \
+             health_check_config: {port_value: 9003}}}, {endpoint: {address: {socket_address: \
+             {address: 127.0.0.1, port_value: 9102}}, health_check_config: {port_value: 9103}}}]"
+        );
+    }
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

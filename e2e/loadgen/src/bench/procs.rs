@@ -72,6 +72,38 @@ impl Proc {
         }
     }
 
+    /// Sends `signal` (`TERM`, `KILL`, ... as `kill -s` names them) to this process alone.
+    pub fn signal(&self, signal: &str) -> Result<(), BenchError> {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .status()
+            .map_err(BenchError::io(format!("kill -s {signal} {}", self.name)))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(BenchError::Setup(format!(
+                "kill -s {signal} {} (pid {}) failed: {status}",
+                self.name,
+                self.pid()
+            )))
+        }
+    }
+
+    /// Waits (polling, bounded by `timeout`) until the process has exited; its exit status, or
+    /// `None` if it is still running when the time is up.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// User + system CPU time used so far.
     pub fn cpu(&self) -> Duration {
         cpu_time(self.pid()).unwrap_or_default()
