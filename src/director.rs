@@ -28,6 +28,7 @@ pub use crate::prefix::source::PlacementSink;
 pub use exchange::{Body, DirectorError, End, Incoming, Lease, ResponseSummary, Routed};
 pub use runtime::{FlowSetup, LiveConfig, Runtime};
 
+use crate::clock::{Clock, SystemClock};
 use crate::datastore::objectives::Priority;
 use crate::datastore::{Datastore, EndpointState};
 use crate::metrics::Metrics;
@@ -55,6 +56,8 @@ pub struct Shared {
     /// Where speculative entries go besides this replica's own index: the other replicas
     /// (`--speculative-peers`, [`crate::kvevents::peers`]).
     pub placements: Option<Arc<dyn PlacementSink>>,
+    /// The time the decision path reads (the system clock, or a simulation's).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Shared {
@@ -78,6 +81,7 @@ impl Shared {
             indexes: Arc::new(Indexes::default()),
             metrics,
             placements: None,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -89,6 +93,7 @@ pub struct Director {
     metrics: Arc<Metrics>,
     opts: DirectorOptions,
     placements: Option<Arc<dyn PlacementSink>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Director {
@@ -100,6 +105,7 @@ impl Director {
             metrics: shared.metrics,
             opts,
             placements: shared.placements,
+            clock: shared.clock,
         }
     }
 
@@ -155,7 +161,8 @@ impl Director {
     /// With a disaggregating handler only the destinations count (the endpoints the decode
     /// profile keeps): a pool saturated in prefill but not in decode is not saturated.
     pub fn pool_saturation(&self) -> f64 {
-        pool_saturation(&self.datastore, &self.config.load(), self.opts.staleness)
+        let (runtime, now) = (self.config.load(), self.clock.now());
+        pool_saturation(&self.datastore, &runtime, self.opts.staleness, now)
     }
 
     /// The configuration's prefix index, bound for one request.
@@ -167,7 +174,12 @@ impl Director {
 
 /// [`Director::pool_saturation`] of `datastore` under `runtime` (flow control's release reads
 /// it too).
-fn pool_saturation(datastore: &Datastore, runtime: &Runtime, staleness: Duration) -> f64 {
+fn pool_saturation(
+    datastore: &Datastore,
+    runtime: &Runtime,
+    staleness: Duration,
+    now: Instant,
+) -> f64 {
     let snapshot = datastore.snapshot();
     let all: Vec<&Arc<EndpointState>> = snapshot.iter().collect();
     let states = disagg::destinations(&runtime.scheduler, &all);
@@ -177,7 +189,7 @@ fn pool_saturation(datastore: &Datastore, runtime: &Runtime, staleness: Duration
     let metrics: Vec<_> = states.iter().map(|s| disagg::adjusted_metrics(s)).collect();
     admission::saturation(
         metrics.iter().map(Option::as_ref),
-        Instant::now(),
+        now,
         &runtime.thresholds,
         staleness,
     )

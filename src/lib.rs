@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod clock;
 pub mod config;
 pub mod datastore;
 pub mod director;

@@ -18,6 +18,7 @@ impl Director {
         &self,
         snapshot: &'s EndpointSet,
         subset: Option<&[String]>,
+        now: Instant,
     ) -> Result<Vec<&'s Arc<EndpointState>>, DirectorError> {
         if snapshot.is_empty() {
             return Err(DirectorError::NoCandidates(
@@ -37,7 +38,7 @@ impl Director {
                 "no endpoint matches the subset hint",
             ));
         }
-        Ok(self.without_ejected(states))
+        Ok(self.without_ejected(states, now))
     }
 
     /// Drops endpoints that outlier detection ejected, unless that would drop them all: then
@@ -45,12 +46,12 @@ impl Director {
     fn without_ejected<'s>(
         &self,
         states: Vec<&'s Arc<EndpointState>>,
+        now: Instant,
     ) -> Vec<&'s Arc<EndpointState>> {
         let policy = self.datastore.health_policy();
         if policy.outlier.is_none() {
             return states;
         }
-        let now = Instant::now();
         let available: Vec<&Arc<EndpointState>> = states
             .iter()
             .copied()
@@ -73,8 +74,7 @@ impl Director {
     pub(super) fn admission(
         &self,
         runtime: &Runtime,
-        inc: &Incoming<'_>,
-        parsed: Option<Priority>,
+        (inc, parsed, now): (&Incoming<'_>, Option<Priority>, Instant),
         states: &[&Arc<EndpointState>],
         rng: &mut impl Rng,
     ) -> Result<(), DirectorError> {
@@ -84,7 +84,7 @@ impl Director {
             (None, _) => return Ok(()),
         };
         let destinations = super::disagg::destinations(&runtime.scheduler, states);
-        self.admit(&runtime.thresholds, priority, &destinations)?;
+        self.admit(&runtime.thresholds, priority, &destinations, now)?;
         for admitter in &runtime.admitters {
             let endpoints = states
                 .iter()
@@ -102,6 +102,7 @@ impl Director {
         thresholds: &admission::Thresholds,
         priority: Priority,
         states: &[&Arc<EndpointState>],
+        now: Instant,
     ) -> Result<(), DirectorError> {
         let saturation = || {
             if let Some(c) = &thresholds.concurrency {
@@ -110,7 +111,7 @@ impl Director {
             let metrics: Vec<_> = states.iter().map(|s| s.metrics()).collect();
             admission::saturation(
                 metrics.iter().map(|m| m.as_deref()),
-                Instant::now(),
+                now,
                 thresholds,
                 self.opts.staleness,
             )
@@ -123,8 +124,8 @@ impl Director {
         &self,
         states: &[&Arc<EndpointState>],
         labels: bool,
+        now: Instant,
     ) -> Vec<Candidate> {
-        let now = Instant::now();
         let policy = self.datastore.health_policy();
         let no_labels = Arc::default();
         states

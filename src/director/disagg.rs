@@ -70,11 +70,11 @@ pub(super) fn saturated(
     runtime: &Runtime,
     states: &[&Arc<EndpointState>],
     staleness: Duration,
+    now: Instant,
 ) -> Vec<EndpointId> {
     if !runtime.scheduler.reads_saturated() {
         return Vec::new();
     }
-    let now = Instant::now();
     states
         .iter()
         .filter(|s| endpoint_saturation(&runtime.thresholds, s, now, staleness) >= 1.0)

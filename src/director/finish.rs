@@ -12,9 +12,12 @@ use std::time::Instant;
 pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary) {
     let labels = &routed.labels;
     let m = &d.metrics;
-    m.request_duration
-        .get_or_create(labels)
-        .observe(routed.started.elapsed().as_secs_f64());
+    m.request_duration.get_or_create(labels).observe(
+        d.clock
+            .now()
+            .saturating_duration_since(routed.started)
+            .as_secs_f64(),
+    );
     m.request_sizes
         .get_or_create(labels)
         .observe(summary.request_bytes as f64);
@@ -58,7 +61,7 @@ fn complete(d: &Director, routed: &Routed, ok: bool) {
         headers: &routed.captured,
         served: routed.lease.inflight.endpoint().id(),
         started: routed.started,
-        now: Instant::now(),
+        now: d.clock.now(),
         ok,
     };
     d.config.load().scheduler.response_complete(&done);
@@ -112,12 +115,12 @@ fn learn_ttft(d: &Director, routed: &Routed, s: &ResponseSummary) {
         .lease
         .inflight
         .endpoint()
-        .observe_ttft(&features, secs, &prior, Instant::now());
+        .observe_ttft(&features, secs, &prior, d.clock.now());
 }
 
 fn record_outcome(d: &Director, routed: &Routed, obs: &Observation) {
     let served = routed.lease.inflight.endpoint();
-    let transition = served.record(obs, &d.datastore.health_policy(), Instant::now());
+    let transition = served.record(obs, &d.datastore.health_policy(), d.clock.now());
     let cause = if obs.failure.is_some() {
         "connection"
     } else {

@@ -44,8 +44,7 @@ impl Director {
     /// a remote prefill the prefill pod's too (it computed the prompt; upstream records both).
     pub(super) fn record_prefix(
         &self,
-        source: &Source<'_>,
-        l: &Lookup,
+        (source, l, now): (&Source<'_>, &Lookup, Instant),
         candidates: &[Candidate],
         primary: &EndpointState,
         prefill: Option<&Arc<EndpointState>>,
@@ -63,10 +62,10 @@ impl Director {
             self.metrics
                 .prefix_hit_bytes
                 .observe((matched * l.block_size * 4) as f64);
-            source.record(l, &as_pod(primary), Instant::now());
+            source.record(l, &as_pod(primary), now);
         }
         if let Some(p) = prefill {
-            source.record(l, &as_pod(p), Instant::now());
+            source.record(l, &as_pod(p), now);
         }
     }
 

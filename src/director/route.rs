@@ -32,18 +32,18 @@ pub(super) fn route(
     inc: &Incoming<'_>,
     rng: &mut impl Rng,
 ) -> Result<Routed, DirectorError> {
-    let now = Instant::now();
+    let now = d.clock.now();
     let runtime = d.config.load();
     let prompted = d.prompted(inc, rng);
     let snapshot = d.datastore.snapshot();
-    let states = d.candidate_states(&snapshot, inc.subset)?;
+    let states = d.candidate_states(&snapshot, inc.subset, now)?;
     let parsed = prompted.as_ref().map(|p| p.priority);
-    d.admission(&runtime, inc, parsed, &states, rng)?;
+    d.admission(&runtime, (inc, parsed, now), &states, rng)?;
     let source = d.source(&runtime);
-    let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels());
+    let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels(), now);
     let p = prompted.as_ref();
     let lookup = d.look_up(&runtime, source.as_ref(), p, &mut candidates);
-    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness);
+    let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness, now);
     let names = Names(&states);
     let facts = Facts {
         inc,
@@ -71,7 +71,7 @@ pub(super) fn route(
     let prefill = decision.disagg.as_ref().and_then(|o| o.prefill);
     let prefill = prefill.and_then(|p| snapshot.get(&p));
     if let (Some(l), Some(source)) = (&lookup, &source) {
-        d.record_prefix(source, l, &candidates, primary, prefill);
+        d.record_prefix((source, l, now), &candidates, primary, prefill);
     }
     let decided = step.commit(decision, (primary, prefill), lookup.as_ref(), p.is_some());
     let for_body = p.filter(|_| runtime.propagate_priority);
@@ -266,6 +266,7 @@ fn lookup(
     source: &Source<'_>,
     p: &Prompted<'_>,
     candidates: &[Candidate],
+    now: Instant,
 ) -> Option<Lookup> {
     let query = Query {
         request: p.request,
@@ -274,7 +275,7 @@ fn lookup(
         tokenizer: runtime.tokenizer.as_ref(),
         pods: &CandidatePods(candidates),
     };
-    source.lookup(&query, Instant::now())
+    source.lookup(&query, now)
 }
 
 /// The candidates as the prefix index walks them, without collecting them.
@@ -411,9 +412,12 @@ impl Director {
         if let Ok(d) = &result {
             crate::telemetry::annotate_decision(&d.endpoints, &d.scores);
         }
-        self.metrics
-            .scheduler_e2e
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.scheduler_e2e.observe(
+            self.clock
+                .now()
+                .saturating_duration_since(started)
+                .as_secs_f64(),
+        );
         self.record_attempt(&result, &labels.target_model_name);
         let decision = decided(result)?;
         drop(span);
@@ -441,7 +445,7 @@ impl Director {
         let (p, source) = prompted.zip(source)?;
         let l = {
             let _span = crate::telemetry::child("tokenize");
-            lookup(runtime, source, p, candidates)?
+            lookup(runtime, source, p, candidates, self.clock.now())?
         };
         let room = match runtime.scheduler.prices_cache_room() {
             true => source.room(&CandidatePods(candidates), l.block_size),

@@ -13,6 +13,7 @@ use crate::request::tokenize::Tokenizer;
 use crate::scheduling::Scheduler;
 use arc_swap::{ArcSwap, Guard};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 /// What a configuration becomes: the scheduler plus the tokenizer its prefix scorer needs.
 pub struct Runtime {
@@ -189,8 +190,9 @@ impl LiveConfig {
             let (me, ds, staleness) = (me.clone(), Arc::clone(&datastore), setup.staleness);
             // Released by the pool's saturation as the configuration in force measures it.
             let saturation = move || {
-                me.upgrade()
-                    .map_or(0.0, |c| super::pool_saturation(&ds, &c.load(), staleness))
+                me.upgrade().map_or(0.0, |c| {
+                    super::pool_saturation(&ds, &c.load(), staleness, Instant::now())
+                })
             };
             Self {
                 current: ArcSwap::from_pointee(runtime),

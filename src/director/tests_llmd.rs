@@ -273,3 +273,48 @@ plugins:
         (Some(3), Some(0))
     );
 }
+
+/// Time is an input: a director on a virtual clock expires a session binding when the clock
+/// is advanced past the plugin's TTL, without sleeping.
+#[test]
+fn a_session_binding_expires_in_virtual_time() {
+    let text = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: session-affinity-filter
+  parameters: {strategy: session_id, sessionIdConfig: {evictionTtlSeconds: 5, evictionSweepSeconds: 1}}
+- type: queue-scorer
+";
+    let (d, ds) = director(&[1, 2, 3], text);
+    let clock = Arc::new(crate::clock::VirtualClock::default());
+    let load = config::LoadOptions {
+        allow_experimental: true,
+    };
+    let runtime = Runtime::build_with(text, None, load).unwrap();
+    let mut shared = Shared::new(ds, runtime, Arc::clone(&d.metrics));
+    shared.clock = clock.clone();
+    let d = Director::new(shared, d.opts.clone());
+    let mut rng = SmallRng::seed_from_u64(31);
+    let body = chat("hello");
+    let headers = crate::scheduling::lifecycle::Headers::of(&[("x-session-id", "s1")]);
+    let mut send = || {
+        let inc = Incoming {
+            body: chat_body(&d, &body),
+            headers: &headers,
+            ..Default::default()
+        };
+        d.route(&inc, &mut rng).unwrap()
+    };
+    // Queue scoring counts each dispatch as queued: only the binding keeps s1 on its pod.
+    let held: Vec<Routed> = (0..3).map(|_| send()).collect();
+    let home = held[0].destinations[0];
+    assert!(held.iter().all(|r| r.destinations[0] == home));
+    clock.advance(Duration::from_secs(4));
+    assert_eq!(send().destinations[0], home, "within the TTL");
+    clock.advance(Duration::from_secs(6));
+    assert_ne!(
+        send().destinations[0],
+        home,
+        "idle past the TTL: placed by load"
+    );
+}

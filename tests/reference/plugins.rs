@@ -11,7 +11,7 @@ use super::{cell, GENERATED};
 use epp::config::plugin::NamedPlugin;
 use epp::config::{LoadOptions, PluginSpec, Problem};
 use epp::plugin::{PluginKind, Stability, Support};
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 use std::fmt::Write;
 
 const PROBE: &str = "__reference_probe__";
