@@ -198,35 +198,7 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
         refs.push((format!("requestHandler.parsers[{i}]"), r, true));
     }
     if let Some(dl) = &doc.data_layer {
-        for (i, src) in dl.sources.iter().enumerate() {
-            refs.push((format!("dataLayer.sources[{i}]"), &src.plugin_ref, false));
-            for (j, e) in src.extractors.iter().enumerate() {
-                let path = format!("dataLayer.sources[{i}].extractors[{j}]");
-                refs.push((path, &e.plugin_ref, false));
-            }
-        }
-        if let Some(d) = &dl.discovery {
-            if let Some(r) = &d.plugin_ref {
-                refs.push(("dataLayer.discovery".to_owned(), r, false));
-            }
-            if let Some(r) = &d.endpoints {
-                let path = "dataLayer.discovery.endpoints".to_owned();
-                refs.push((path, &r.plugin_ref, false));
-            }
-            if let Some(r) = &d.peers {
-                refs.push(("dataLayer.discovery.peers".to_owned(), &r.plugin_ref, false));
-            }
-        }
-        let syncer = (dl.cross_replica.as_ref())
-            .and_then(|c| c.syncer_plugin_ref.as_deref())
-            .map(|r| ("dataLayer.crossReplica.syncerPluginRef", r))
-            .or_else(|| {
-                (dl.cross_replica_syncer_plugin_ref.as_deref())
-                    .map(|r| ("dataLayer.crossReplicaSyncerPluginRef", r))
-            });
-        if let Some((path, r)) = syncer {
-            refs.push((path.to_owned(), r, false));
-        }
+        refs.extend(data_layer_refs(dl));
     }
     for (path, plugin, by_type) in refs {
         let known = names.contains(plugin) || by_type && PluginKind::from_name(plugin).is_some();
@@ -241,6 +213,41 @@ pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
         problems.push(Problem::Kind(doc.kind.clone()));
     }
     problems
+}
+
+/// The plugin references of `dataLayer`: (path, plugin, false: none is instantiated by type).
+fn data_layer_refs(dl: &DataLayer) -> Vec<(String, &str, bool)> {
+    let mut refs: Vec<(String, &str, bool)> = Vec::new();
+    for (i, src) in dl.sources.iter().enumerate() {
+        refs.push((format!("dataLayer.sources[{i}]"), &src.plugin_ref, false));
+        for (j, e) in src.extractors.iter().enumerate() {
+            let path = format!("dataLayer.sources[{i}].extractors[{j}]");
+            refs.push((path, &e.plugin_ref, false));
+        }
+    }
+    if let Some(d) = &dl.discovery {
+        if let Some(r) = &d.plugin_ref {
+            refs.push(("dataLayer.discovery".to_owned(), r, false));
+        }
+        if let Some(r) = &d.endpoints {
+            let path = "dataLayer.discovery.endpoints".to_owned();
+            refs.push((path, &r.plugin_ref, false));
+        }
+        if let Some(r) = &d.peers {
+            refs.push(("dataLayer.discovery.peers".to_owned(), &r.plugin_ref, false));
+        }
+    }
+    let syncer = (dl.cross_replica.as_ref())
+        .and_then(|c| c.syncer_plugin_ref.as_deref())
+        .map(|r| ("dataLayer.crossReplica.syncerPluginRef", r))
+        .or_else(|| {
+            (dl.cross_replica_syncer_plugin_ref.as_deref())
+                .map(|r| ("dataLayer.crossReplicaSyncerPluginRef", r))
+        });
+    if let Some((path, r)) = syncer {
+        refs.push((path.to_owned(), r, false));
+    }
+    refs
 }
 
 /// The plugin's kind, or the problem with its `type:` (unknown, unsupported by epp, or alpha

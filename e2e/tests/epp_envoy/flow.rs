@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::support::{args, completion, sample, traffic, wait_for_metrics};
 
-const NS: &str = "llm";
+pub(super) const NS: &str = "llm";
 const OBJECTIVE: &str = "x-gateway-inference-objective";
 
 async fn create(client: &kube::Client, obj: serde_json::Value) {
@@ -35,7 +35,7 @@ async fn create(client: &kube::Client, obj: serde_json::Value) {
     .unwrap();
 }
 
-async fn cluster(client: &kube::Client, port: u16) {
+pub(super) async fn cluster(client: &kube::Client, port: u16) {
     create(client, json!({
         "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
         "metadata": {"name": "pool", "namespace": NS},

@@ -3,7 +3,8 @@
 //! from llm-d's file-discovery) starts epp and routes to the file's pods; with
 //! `requestHandler.propagatePriority` the pod receives the client's body with only a top-level
 //! `priority` added. A v1 document holding a field v1 removed fails start-up naming the field
-//! and where it moved.
+//! and where it moved. With InferenceObjectives (the fake API server), the objective's priority
+//! is the one written.
 
 use std::path::PathBuf;
 
@@ -122,5 +123,67 @@ async fn a_v1_document_with_a_removed_field_fails_start_up_naming_it_and_where_i
             && err.contains("it moved to flowControl.saturationDetector.pluginRef"),
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The priority an InferenceObjective resolves (Kubernetes mode, the fake API server) is the
+/// one written into the body: `critical` 100, `sheddable` -10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagate_priority_writes_the_objectives_priority() {
+    use epp_e2e::fake_apiserver::FakeApiServer;
+    let api = FakeApiServer::bind().await.unwrap();
+    let client = api.client(super::flow::NS).unwrap();
+    let pod = SimPod::named("pod-0").await.unwrap();
+    super::flow::cluster(&client, pod.addr().port()).await;
+    let dir = scratch("v1-priority");
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, super::flow::NS).unwrap();
+    let config = "apiVersion: llm-d.ai/v1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\nrequestHandler:\n  propagatePriority: true\n";
+    let epp = Epp::start(&args(&[
+        "--pool-name",
+        "pool",
+        "--pool-namespace",
+        super::flow::NS,
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--secure-serving=false",
+        "--config-text",
+        config,
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = EnvoyConfig::new(Template::Duplex)
+        .epp(epp.grpc)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let body = unusual_body("objective");
+    for (objective, priority) in [("critical", 100), ("sheddable", -10)] {
+        let expected = body.replacen("{ ", &format!("{{\"priority\":{priority}, "), 1);
+        // The objectives reach epp's datastore through its watch: bounded retries.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", body.clone())
+                .unwrap();
+            let req = epp_e2e::client::with_header(req, "x-gateway-inference-objective", objective)
+                .unwrap();
+            let r = epp_e2e::client::send(envoy.listener_addr(), req)
+                .await
+                .unwrap();
+            assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+            let received = traffic(&pod).pop().unwrap();
+            if std::str::from_utf8(&received.body).unwrap() == expected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{objective}: {:?}",
+                String::from_utf8_lossy(&received.body)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    drop(envoy);
+    epp.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
