@@ -5,6 +5,7 @@
 //! `EPP_BLESS=1 cargo test -p epp --test reference` rewrites the pages.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod config;
 mod flags;
 mod links;
 mod metrics;
@@ -23,6 +24,7 @@ fn pages() -> Vec<(&'static str, String)> {
         ("docs/reference/plugins.md", plugins::page()),
         ("docs/reference/flags.md", flags::page()),
         ("docs/reference/metrics.md", metrics::page()),
+        ("docs/reference/config.md", config::page()),
     ]
 }
 
@@ -44,7 +46,10 @@ fn references_are_current() {
     for (path, text) in pages() {
         let file = root().join(path);
         if bless {
-            std::fs::write(&file, &text).unwrap();
+            // Written aside, then renamed: the link test, running alongside, reads whole pages.
+            let aside = file.with_extension("md.new");
+            std::fs::write(&aside, &text).unwrap();
+            std::fs::rename(&aside, &file).unwrap();
             continue;
         }
         let current = std::fs::read_to_string(&file).unwrap_or_default();

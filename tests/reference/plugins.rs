@@ -123,7 +123,7 @@ fn names(kind: PluginKind) -> Result<Vec<String>, String> {
 }
 
 /// The names of serde's `one of `a`, `b`` or `` `a` `` at the start of `text`.
-fn listed(text: &str) -> Vec<String> {
+pub fn listed(text: &str) -> Vec<String> {
     let mut rest = text.strip_prefix("one of ").unwrap_or(text);
     let mut out = Vec::new();
     while let Some(item) = rest.strip_prefix('`') {
@@ -168,7 +168,10 @@ fn kind_of(kind: PluginKind, name: &str) -> String {
 fn expected(kind: PluginKind, name: &str, value: Value, marker: &str) -> String {
     match decode(kind, Some(map(name, value))) {
         Err(e) if e.contains(marker) => clause(&e[e.find(marker).unwrap_or(0) + marker.len()..]),
-        _ => "boolean".into(),
+        _ => match decode(kind, Some(map(name, Value::Mapping(Mapping::new())))) {
+            Err(e) if e.contains("invalid type: map") => "boolean".into(),
+            _ => "any value (checked after decoding)".into(),
+        },
     }
 }
 
@@ -180,7 +183,7 @@ fn expected_after(kind: PluginKind, name: &str, marker: &str) -> Option<String> 
 }
 
 /// One clause of an error message: up to `;`, ` (` or serde_yaml's ` at line`.
-fn clause(text: &str) -> String {
+pub fn clause(text: &str) -> String {
     let end = [";", " (", " at line"]
         .iter()
         .filter_map(|m| text.find(m))
