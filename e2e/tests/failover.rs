@@ -66,7 +66,7 @@ fn options(rate: f64) -> FailoverOptions {
         duration: Duration::ZERO,
         fault_at: Duration::from_secs(2),
         settle: Duration::from_secs(1),
-        drain_timeout: Duration::from_secs(2),
+        drain_timeout: Duration::from_secs(3),
         workload: Workload::SharedPrefix {
             groups: 4,
             prompts_per_group: 8,
@@ -92,6 +92,7 @@ async fn a_sigterm_of_one_replica_under_load_drops_no_request() {
     println!("sigterm at {} req/s: {r:?}", opts.rate);
     let planned = (opts.rate * opts.duration.as_secs_f64()) as usize;
     assert!(r.sent + 2 >= planned, "sent {} of {planned}", r.sent);
+    assert_eq!(r.failed, 0, "requests failed: {:?}", r.errors);
     assert!(
         r.victim_streams.unwrap() > 10,
         "the signalled replica served only {:?} streams before its SIGTERM",
@@ -103,7 +104,13 @@ async fn a_sigterm_of_one_replica_under_load_drops_no_request() {
         r.fault_secs,
         opts.drain_timeout
     );
-    assert_eq!(r.failed, 0, "requests failed: {:?}", r.errors);
+    let out = r.out_of_rotation_secs.unwrap();
+    assert!(
+        out < opts.drain_timeout.as_secs_f64(),
+        "Envoy's health check took the replica out of rotation {out:.1}s after SIGTERM, \
+         after its drain ({:?}) had ended",
+        opts.drain_timeout
+    );
 }
 
 fn tempdir() -> PathBuf {

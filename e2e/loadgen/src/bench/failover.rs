@@ -169,6 +169,8 @@ pub struct Injected {
     pub victim_in_flight: Option<u64>,
     /// Streams Envoy had sent the signalled replica before the signal (SIGTERM, SIGKILL).
     pub victim_streams: Option<u64>,
+    /// How long after SIGTERM Envoy's health check took the replica out of rotation.
+    pub out_of_rotation: Option<Duration>,
 }
 
 /// Runs one round: starts the replicas and Envoy, runs the load with `fault` in it, stops
@@ -227,6 +229,7 @@ async fn inject(
     // After its drain epp still finishes the streams it holds (the longest request), then exits.
     let exit_within = opts.drain_timeout + Duration::from_secs(40);
     let mut victim_in_flight = None;
+    let mut out_of_rotation = None;
     let victim_streams = replicas::host_stat(envoy, replicas.replica(0), "rq_total")
         .await
         .and_then(|v| v.parse().ok());
@@ -234,6 +237,8 @@ async fn inject(
         Fault::Steady => {}
         Fault::Sigterm => {
             replicas.signal(0, "TERM")?;
+            replicas::wait_health(envoy, replicas.replica(0), false).await?;
+            out_of_rotation = Some(start.elapsed() - at);
             replicas.wait_exit(0, exit_within).await?;
         }
         Fault::Sigkill => {
@@ -257,6 +262,7 @@ async fn inject(
         done: start.elapsed(),
         victim_in_flight,
         victim_streams,
+        out_of_rotation,
     })
 }
 

@@ -122,13 +122,16 @@ fn options(args: &Args, bins: &Bins) -> anyhow::Result<FailoverOptions> {
 
 fn print_round(r: &Round) {
     println!(
-        "{:>15} {:>5} req/s: {} sent, {} failed{}, fault {:.1}s, prefix hit {} → {}, p50 {:.0} ms, p99 {:.0} ms{}",
+        "{:>15} {:>5} req/s: {} sent, {} failed{}{}, fault {:.1}s, prefix hit {} → {}, p50 {:.0} ms, p99 {:.0} ms{}",
         r.fault.name(),
         r.rate,
         r.sent,
         r.failed,
         r.victim_in_flight
             .map(|v| format!(" ({v} in flight on the killed replica)"))
+            .unwrap_or_default(),
+        r.out_of_rotation_secs
+            .map(|s| format!(", out of Envoy's rotation {s:.1}s after SIGTERM"))
             .unwrap_or_default(),
         r.fault_secs,
         r.hit_steady.map_or("–".into(), |h| format!("{h:.3}")),

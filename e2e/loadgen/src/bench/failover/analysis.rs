@@ -23,6 +23,8 @@ pub struct Round {
     pub victim_in_flight: Option<u64>,
     /// Streams the first replica (the signalled one) had served when the fault began.
     pub victim_streams: Option<u64>,
+    /// Seconds from SIGTERM until Envoy's health check had taken the replica out of rotation.
+    pub out_of_rotation_secs: Option<f64>,
     /// How long the fault took (SIGTERM: until the replica exited; rolling: all of them).
     pub fault_secs: f64,
     /// Prefix-cache hit rate (cached / prompt tokens) of the requests sent in the steady window
@@ -65,6 +67,7 @@ impl Round {
             errors,
             victim_in_flight: injected.victim_in_flight,
             victim_streams: injected.victim_streams,
+            out_of_rotation_secs: injected.out_of_rotation.map(|d| d.as_secs_f64()),
             fault_secs: (injected.done - injected.at).as_secs_f64(),
             hit_steady: hit_rate(records, WARM_UP, at),
             hit_during: hit_rate(records, at, until),
