@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicU64;
 pub use model::{ModelLabel, ModelNames};
 pub mod affinity;
 pub mod disagg;
+pub use affinity::AffinityLabels;
 pub use disagg::DisaggMetrics;
 mod labels;
 pub use labels::*;
@@ -92,6 +93,9 @@ pub struct Metrics {
     pub fairness_keys: ModelNames,
     /// Disaggregated serving: the profile handlers' decisions.
     pub disagg: DisaggMetrics,
+    /// `prefix-cache-affinity-filter`'s decisions (the process-wide family the filter counts
+    /// into: [`affinity::AFFINITY_FILTER_DECISIONS`]).
+    pub affinity_decisions: Family<AffinityLabels, Counter>,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
@@ -147,11 +151,6 @@ impl Metrics {
         m.register_extension(registry);
         m.register_llm_d(registry);
         m.disagg.register(registry);
-        registry.register(
-            affinity::AFFINITY_FILTER_DECISIONS_NAME,
-            affinity::AFFINITY_FILTER_DECISIONS_HELP,
-            affinity::AFFINITY_FILTER_DECISIONS.clone(),
-        );
         m
     }
 
@@ -258,6 +257,11 @@ impl Metrics {
             self.prefix_hit_bytes.clone(),
         );
         r.register("llm_d_epp_info", HELP, self.info.clone());
+        r.register(
+            "llm_d_epp_prefix_cache_affinity_filter_decisions",
+            "Prefix cache affinity filter decisions, by outcome.",
+            self.affinity_decisions.clone(),
+        );
         self.register_llm_d_flow(r);
     }
 
@@ -343,6 +347,7 @@ impl Metrics {
             models: ModelNames::default(),
             fairness_keys: ModelNames::default(),
             disagg: DisaggMetrics::default(),
+            affinity_decisions: affinity::AFFINITY_FILTER_DECISIONS.clone(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),

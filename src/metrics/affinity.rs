@@ -33,10 +33,6 @@ pub struct AffinityLabels {
     pub outcome: AffinityOutcome,
 }
 
-pub const AFFINITY_FILTER_DECISIONS_NAME: &str = "llm_d_epp_prefix_cache_affinity_filter_decisions";
-pub const AFFINITY_FILTER_DECISIONS_HELP: &str =
-    "Prefix cache affinity filter decisions, by outcome.";
-
 /// The process's affinity-filter decisions.
 pub static AFFINITY_FILTER_DECISIONS: LazyLock<Family<AffinityLabels, Counter>> =
     LazyLock::new(Family::default);

@@ -5,11 +5,11 @@
 
 use super::{cell, GENERATED};
 use epp::config::{
-    DataLayer, DataSourceSpec, EndpointPickerConfig, FlowControlSpec, PluginRef, PluginSpec,
-    PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
+    CrossReplica, DataLayer, DataSourceSpec, Discovery, EndpointPickerConfig, FlowControlSpec,
+    PluginRef, PluginSpec, PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
 };
 use serde::de::DeserializeOwned;
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 use std::fmt::Write;
 
 const PROBE: &str = "__reference_probe__";
@@ -24,7 +24,7 @@ struct Section {
 }
 
 fn decoder<T: DeserializeOwned>(value: Value) -> Result<(), String> {
-    serde_yaml::from_value::<T>(value)
+    serde_norway::from_value::<T>(value)
         .map(drop)
         .map_err(|e| e.to_string())
 }
@@ -39,6 +39,8 @@ fn sections() -> Vec<Section> {
         s("PluginRef", "`saturationDetector`, `parser`, `requestHandler.parsers[]`, `flowControl.saturationDetector`, …", decoder::<PluginRef>),
         s("DataLayer", "`dataLayer`", decoder::<DataLayer>),
         s("DataSourceSpec", "`dataLayer.sources[]`", decoder::<DataSourceSpec>),
+        s("Discovery", "`dataLayer.discovery`", decoder::<Discovery>),
+        s("CrossReplica", "`dataLayer.crossReplica` (llm-d.ai/v1)", decoder::<CrossReplica>),
         s("FlowControlSpec", "`flowControl`", decoder::<FlowControlSpec>),
         s("PriorityBandSpec", "`flowControl.priorityBands[]`, `flowControl.defaultPriorityBand`", decoder::<PriorityBandSpec>),
         s("RequestHandler", "`requestHandler`", decoder::<RequestHandler>),

@@ -93,10 +93,7 @@ pub fn anchors(text: &str) -> BTreeSet<String> {
 
 /// Link targets another branch adds (a generated page), each with the reason: a link to one
 /// is accepted while the file is missing. Remove an entry once its file is in the tree.
-const PENDING: &[(&str, &str)] = &[(
-    "docs/reference/differential.md",
-    "written by the differential suite (another branch); the migration guide links it",
-)];
+const PENDING: &[(&str, &str)] = &[];
 
 fn is_external(target: &str) -> bool {
     target.is_empty() || target.contains("://") || target.starts_with("mailto:")
