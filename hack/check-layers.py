@@ -30,7 +30,7 @@ import tempfile
 
 LAYERS = [
     # 0 vocabulary: identities (the plugin registry among them), typed metric families, spans.
-    ("vocabulary", ["endpoint", "metrics", "telemetry", "plugin", "duration"], False),
+    ("vocabulary", ["endpoint", "metrics", "telemetry", "plugin", "duration", "clock"], False),
     # 1 pure core (each may use the ones before it in this list).
     ("core", ["request", "prefix", "scheduling"], True),
     # 2 state (datastore::objectives, the objectives snapshot, is the datastore's), and the two
