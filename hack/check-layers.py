@@ -85,7 +85,8 @@ def module_path(src, path):
 
 def rust_files(src):
     for root, dirs, files in os.walk(src):
-        dirs[:] = sorted(d for d in dirs if d != "tests")
+        # src/bin/ holds binaries, thin mains over the library like main.rs.
+        dirs[:] = sorted(d for d in dirs if d != "tests" and not (root == src and d == "bin"))
         for f in sorted(files):
             if f.endswith(".rs") and not is_test_file(f) and not (
                     root == src and f in ("lib.rs", "main.rs")):

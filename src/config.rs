@@ -18,6 +18,7 @@ mod document;
 mod flow;
 pub mod plugin;
 mod problem;
+pub mod tool;
 mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::{FileDiscovery, MetricsSettings};

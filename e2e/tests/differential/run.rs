@@ -192,6 +192,9 @@ pub async fn outcomes(
     result
 }
 
+/// Three scrape intervals (`--refresh-metrics-interval 50ms`).
+const SCRAPES: Duration = Duration::from_millis(150);
+
 fn epp_flags(config: &Path) -> Vec<String> {
     [
         "--config-file",
@@ -230,6 +233,10 @@ async fn send_all(
             let (outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
             session = token.or(session);
             each.push(outcome);
+            // epp counts what it dispatched since a pod's last scrape as queued there
+            // (scrapes lag; upstream reads the scrape alone): let a scrape (50 ms) pass, so the
+            // next request meets the forced queues in both EPPs, not a tie only epp sees.
+            tokio::time::sleep(SCRAPES).await;
         }
         out.push(merge(each));
     }
