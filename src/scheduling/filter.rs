@@ -106,7 +106,7 @@ impl Filter {
     /// The filter's part in the request lifecycle, if it keeps state or writes headers.
     pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
         match self {
-            Self::SessionAffinity(f) => Some(std::sync::Arc::new(f.clone())),
+            Self::SessionAffinity(f) => Some(std::sync::Arc::new(f.params.clone())),
             _ => None,
         }
     }

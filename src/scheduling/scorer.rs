@@ -131,7 +131,7 @@ impl Scorer {
     /// The scorer's part in the request lifecycle, if it keeps state or writes headers.
     pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
         match self {
-            Self::SessionAffinity(s) => Some(std::sync::Arc::new(s.clone())),
+            Self::SessionAffinity(s) => Some(std::sync::Arc::new(s.params.clone())),
             Self::NoHitLru(s) => Some(std::sync::Arc::new(s.clone())),
             _ => None,
         }

@@ -3,7 +3,6 @@
 //! strategies as `session-affinity-scorer` ([`SessionAffinityParams`]).
 
 use crate::plugin::{Invalid, PluginKind};
-use crate::scheduling::lifecycle::{Lifecycle, Placed};
 use crate::scheduling::scorer::SessionAffinityParams;
 use crate::scheduling::{Candidate, SchedulingRequest};
 
@@ -33,21 +32,6 @@ impl SessionAffinityFilter {
             }
             _ => pool,
         }
-    }
-}
-
-impl Lifecycle for SessionAffinityFilter {
-    fn headers(&self) -> Vec<&str> {
-        self.params.headers()
-    }
-    fn pre_request(&self, placed: &Placed<'_>) {
-        self.params.pre_request(placed);
-    }
-    fn response_headers(&self, placed: &Placed<'_>, out: &mut Vec<(String, String)>) {
-        self.params.response_headers(placed, out);
-    }
-    fn instance(&self) -> usize {
-        self.params.instance()
     }
 }
 

@@ -246,7 +246,9 @@ impl SessionAffinityScorer {
     }
 }
 
-/// Both session-affinity plugins record the same way (upstream's shared `PreRequest`).
+/// Both session-affinity plugins record the same way (upstream's shared `PreRequest`): the
+/// scorer and the filter hand these parameters, state included, to the lifecycle
+/// (`Scorer::lifecycle`, `Filter::lifecycle`).
 impl Lifecycle for SessionAffinityParams {
     fn headers(&self) -> Vec<&str> {
         match (self.session_id(), self.pins) {
@@ -288,21 +290,6 @@ impl Lifecycle for SessionAffinityParams {
 
     fn instance(&self) -> usize {
         self.bindings.instance()
-    }
-}
-
-impl Lifecycle for SessionAffinityScorer {
-    fn headers(&self) -> Vec<&str> {
-        self.params.headers()
-    }
-    fn pre_request(&self, placed: &Placed<'_>) {
-        self.params.pre_request(placed);
-    }
-    fn response_headers(&self, placed: &Placed<'_>, out: &mut Vec<(String, String)>) {
-        self.params.response_headers(placed, out);
-    }
-    fn instance(&self) -> usize {
-        self.params.instance()
     }
 }
 
