@@ -13,9 +13,19 @@ export EPP_KUBE_BIN="$(hack/install-kube.sh)"  # real kube-apiserver + etcd for 
 # After kube's Go build, not beside it (2 cores): llm-d's pd-sidecar, which the P/D tests then
 # run in front of the decode pods instead of the stand-in, and llm-d's EPP, which the
 # differential suite and the P/D side-by-side tests run (cold: ~13 min; warm: instant).
-peers="$(hack/install-peers.sh llm-d-epp pd-sidecar)"
-export EPP_LLMD_EPP="$(awk '$1 == "llm-d-epp" {print $2}' <<<"${peers}")"
-export EPP_PD_SIDECAR="$(awk '$1 == "pd-sidecar" {print $2}' <<<"${peers}")"
+# Without the source archive (a checkout away from ../shared) the P/D tests use the stand-in
+# sidecar and the llm-d tests are skipped, said loudly; a failing build still fails the run.
+archive="${LLMD_ROUTER_ARCHIVE:-$(pwd)/../shared/peers/llm-d-router-v0.10.0.tar.gz}"
+llmd=0
+if [[ -f "${archive}" ]]; then
+  peers="$(hack/install-peers.sh llm-d-epp pd-sidecar)"
+  export EPP_LLMD_EPP="$(awk '$1 == "llm-d-epp" {print $2}' <<<"${peers}")"
+  export EPP_PD_SIDECAR="$(awk '$1 == "pd-sidecar" {print $2}' <<<"${peers}")"
+  llmd=1
+else
+  echo "test.sh: WARNING: ${archive} is missing: llm-d's EPP and pd-sidecar are not built;" \
+    "the P/D tests run against the stand-in sidecar and the differential suite is SKIPPED" >&2
+fi
 
 # A fresh clone gains nothing from incremental artifacts, which would take gigabytes of a CI
 # machine's disk (a caller's own setting wins).
@@ -32,4 +42,6 @@ else
 fi
 # The tests that need llm-d's EPP: the differential suite (e2e/tests/differential.rs) and the
 # P/D side-by-side runs.
-cargo test -p epp-e2e --test e2e --locked -- --ignored differential:: pd::llm_d pd_dp::llm_d
+if ((llmd)); then
+  cargo test -p epp-e2e --test e2e --locked -- --ignored differential:: pd::llm_d pd_dp::llm_d
+fi
