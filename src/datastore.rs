@@ -236,11 +236,12 @@ impl EndpointState {
         self.ttft_learned.store(Some(Arc::new(learned)));
     }
 
-    /// Counts a request routed here until the returned guard drops.
-    pub fn acquire(self: &Arc<Self>) -> InflightGuard {
+    /// Counts a request routed here at `now` (the decision's clock) until the returned guard
+    /// drops.
+    pub fn acquire(self: &Arc<Self>, now: Instant) -> InflightGuard {
         self.inflight.fetch_add(1, Ordering::Relaxed);
         self.dispatched_since_scrape.fetch_add(1, Ordering::Relaxed);
-        self.passive().health.dispatched(Instant::now());
+        self.passive().health.dispatched(now);
         InflightGuard(Arc::clone(self))
     }
 }

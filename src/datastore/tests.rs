@@ -40,8 +40,8 @@ fn guards_count_inflight_and_scrapes_reset_dispatch_count() {
     let ds = Datastore::new();
     ds.set_endpoints(vec![ep(1)]);
     let s = Arc::clone(ds.snapshot().get(&ep(1).id).unwrap());
-    let g1 = s.acquire();
-    let g2 = s.acquire();
+    let g1 = s.acquire(Instant::now());
+    let g2 = s.acquire(Instant::now());
     assert_eq!((s.inflight(), s.dispatched_since_scrape()), (2, 2));
     s.store_metrics(metrics());
     drop(g1);
@@ -129,7 +129,7 @@ fn a_restored_endpoint_ramps_up_again_and_state_survives_a_set_replacement() {
     assert!(s.ejected() && !s.available(&p, t0), "carried over");
     let t1 = t0 + Duration::from_secs(5);
     assert!(s.available(&p, t1));
-    drop(s.acquire());
+    drop(s.acquire(Instant::now()));
     assert!(!s.available(&p, t1), "half-open: the one probe is out");
     assert_eq!(s.record(&status(200), &p, t1), Transition::Restored);
     assert!(

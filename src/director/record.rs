@@ -70,6 +70,7 @@ impl Director {
     }
 
     pub(super) fn lease(&self, primary: &Arc<EndpointState>, model: &ModelLabel) -> Lease {
+        let now = self.clock.now();
         let running = self
             .metrics
             .running_requests
@@ -79,7 +80,7 @@ impl Director {
             .clone();
         running.inc();
         Lease {
-            inflight: primary.acquire(),
+            inflight: primary.acquire(now),
             running,
         }
     }
