@@ -20,6 +20,13 @@ pub struct GridArgs {
     /// Shares of the no-cache capacity, comma-separated.
     #[arg(long, default_value = "0.5,1.0,1.5,2.5", value_delimiter = ',')]
     pub loads: Vec<f64>,
+    /// Absolute request rates (req/s) instead of `--loads` (to match a real-time run).
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<f64>,
+    /// The pods' time scale (the real-time bench runs them at 0.5): figures are then in the
+    /// bench's wall-clock units.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
     /// Pods in the cluster.
     #[arg(long, default_value_t = 8)]
     pub pods: usize,
@@ -31,6 +38,10 @@ pub struct GridArgs {
     pub secs: f64,
     #[arg(long, default_value_t = 10.0)]
     pub warmup: f64,
+    /// Seconds after the last arrival before unanswered requests are cut off (default: half
+    /// of `--secs`, 5 to 30).
+    #[arg(long)]
+    pub drain: Option<f64>,
     /// Workloads to run (default: all standard ones).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
@@ -70,15 +81,29 @@ impl GridArgs {
         if shapes.is_empty() {
             anyhow::bail!("no workload named {:?}", a.workloads);
         }
+        let mut cluster = bench_cluster(a.pods, a.speeds.clone());
+        cluster.time_scale = a.time_scale;
+        let loads = match a.rates.is_empty() {
+            true => a.loads.clone(),
+            // One shape at a time: a rate is a load of that shape's capacity.
+            false => match shapes.as_slice() {
+                [only] => a
+                    .rates
+                    .iter()
+                    .map(|r| r / only.capacity(&cluster))
+                    .collect(),
+                _ => anyhow::bail!("--rates needs exactly one --workloads"),
+            },
+        };
         Ok(Plan {
             shapes,
-            loads: a.loads.clone(),
+            loads,
             routers: a.routers()?,
             seeds: a.seeds.max(1),
-            cluster: bench_cluster(a.pods, a.speeds.clone()),
+            cluster,
             secs: a.secs,
             warmup: a.warmup,
-            drain: (a.secs / 2.0).clamp(5.0, 30.0),
+            drain: a.drain.unwrap_or((a.secs / 2.0).clamp(5.0, 30.0)),
             max_requests: 1_000_000,
         })
     }

@@ -16,10 +16,13 @@ fn small_args() -> GridArgs {
     GridArgs {
         seeds: 2,
         loads: vec![1.0],
+        rates: Vec::new(),
+        time_scale: 1.0,
         pods: 4,
         speeds: Vec::new(),
-        secs: 12.0,
+        secs: 10.0,
         warmup: 2.0,
+        drain: None,
         workloads: vec!["shared-prefix".into(), "agentic".into()],
         routers: Vec::new(),
         only: vec![
