@@ -52,7 +52,9 @@ impl Filter {
                 tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
                 Self::LabelSelector(p.decode::<LabelSelectorFilter>()?.validate()?)
             }
-            K::SessionAffinityFilter => {
+            // The hub's session filter is this one (llm-d: "delegates without translation"): a
+            // hub's candidates are its clusters, so a session pins to its cluster.
+            K::SessionAffinityFilter | K::MulticlusterSessionAffinityFilter => {
                 Self::SessionAffinity(p.decode::<SessionAffinityFilter>()?.validate()?)
             }
             K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),

@@ -8,6 +8,8 @@ mod kv_cache;
 mod latency;
 mod load_aware;
 mod lora_affinity;
+mod multicluster_kv_cache;
+mod multicluster_queue;
 mod no_hit_lru;
 mod precise_prefix;
 mod prefix;
@@ -26,6 +28,8 @@ pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
 pub use load_aware::LoadAwareScorer;
 pub use lora_affinity::LoraAffinityScorer;
+pub use multicluster_kv_cache::MulticlusterKvCacheScorer;
+pub use multicluster_queue::MulticlusterQueueScorer;
 pub use no_hit_lru::{is_cold, LruOrder, NoHitLruScorer};
 pub use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
@@ -57,6 +61,10 @@ pub enum Scorer {
     NoHitLru(NoHitLruScorer),
     /// Also a filter when `enableFiltering` ([`Scorer::as_filter`]).
     ContextLength(ContextLengthAware),
+    /// A hub's clusters by their pool's average queue.
+    MulticlusterQueue(MulticlusterQueueScorer),
+    /// A hub's clusters by their pool's average KV-cache utilization.
+    MulticlusterKvCache(MulticlusterKvCacheScorer),
 }
 
 impl Scorer {
@@ -67,7 +75,11 @@ impl Scorer {
         Ok(Some(match kind {
             K::QueueScorer => Self::Queue(p.decode()?),
             K::KvCacheUtilizationScorer => Self::KvCache(p.decode()?),
-            K::PrefixCacheScorer => Self::Prefix(PrefixScorer::new(prefix_params(p)?)),
+            // The hub's prefix scorer is this one (llm-d: "delegates without change"): a hub's
+            // candidates are its clusters, so the index keys on clusters.
+            K::PrefixCacheScorer | K::MulticlusterPrefixCacheScorer => {
+                Self::Prefix(PrefixScorer::new(prefix_params(p)?))
+            }
             K::PrecisePrefixCacheScorer => {
                 let params = p.decode::<PrecisePrefixParams>()?.validate()?;
                 Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(params)))
@@ -93,6 +105,8 @@ impl Scorer {
             K::ContextLengthAware => {
                 Self::ContextLength(p.decode::<ContextLengthAware>()?.validate()?)
             }
+            K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
+            K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
             _ => return Ok(None),
         }))
     }
@@ -115,6 +129,8 @@ impl Scorer {
             Self::LoadAware(s) => s.score(pool, out),
             Self::NoHitLru(s) => s.score(req, pool, out),
             Self::ContextLength(s) => s.score(req, pool, out),
+            Self::MulticlusterQueue(s) => s.score(pool, out),
+            Self::MulticlusterKvCache(s) => s.score(pool, out),
         }
     }
 
