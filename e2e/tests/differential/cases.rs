@@ -175,7 +175,7 @@ fn hub(kind: &'static str, config: &'static str, pools: Hub, requests: Vec<Req>)
 /// Why `multicluster-file-discovery` differs when a cluster's address is a host name.
 const HUB_HOST_NAME: &str = "llm-d answers the cluster's address as the file writes it \
     (`localhost:<port>`), which Envoy's ORIGINAL_DST cluster cannot route (no IP: 503); epp \
-    resolves the name when it reads the file and answers the IP"; epp     resolves the name when it reads the file and answers the IP";
+    resolves the name when it reads the file and answers the IP";
 
 /// The multi-cluster hub (llm-d v0.10, alpha): clusters are endpoints, each spoke EPP's
 /// pool gauges are scraped over https with its certificate verified.
