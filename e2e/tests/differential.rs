@@ -11,7 +11,6 @@
 mod cases;
 mod configs;
 mod run;
-mod spokes;
 mod table;
 
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! and the requests whose outcomes are compared.
 
 use super::configs::*;
-use super::spokes::Pool;
+use crate::hub_support::Pool;
 
 /// What one pod reports (forced over the simulator's own values; `None` keeps the simulated
 /// one) and the labels its `file-discovery` entry carries.
@@ -54,7 +54,7 @@ pub struct Case {
     pub requests: Vec<Req>,
     pub expect: Expect,
     /// A multi-cluster hub case: the pods stand for the clusters' gateways, and these for
-    /// their spoke EPPs' metrics ([`super::spokes`]).
+    /// their spoke EPPs' metrics ([`crate::hub_support`]).
     pub hub: Option<Hub>,
 }
 

@@ -3,7 +3,7 @@
 //! with the body streamed), loading the same configuration file, and the case's requests sent
 //! through Envoy. epp runs in this process, llm-d's EPP as a child process
 //! ([`epp_e2e::llmd_epp`]). A multi-cluster hub case adds its spokes' stand-ins
-//! ([`super::spokes`]): the pods are then the clusters' gateways.
+//! ([`crate::hub_support`]): the pods are then the clusters' gateways.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -19,7 +19,7 @@ use epp_e2e::stack::Epp;
 use http::Method;
 
 use super::cases::{Case, Hub, PodState, Req};
-use super::spokes::Spokes;
+use crate::hub_support::Spokes;
 
 /// What one request (or one repeated request) got.
 #[derive(Clone, Debug, Default)]

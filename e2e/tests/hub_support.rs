@@ -1,8 +1,9 @@
-//! Stand-ins for the spoke EPPs of a multi-cluster hub case: one loopback HTTPS server per
-//! cluster answering every `GET` with the two pool gauges a spoke EPP publishes
-//! (`llm_d_epp_average_kv_cache_utilization`, `llm_d_epp_average_queue_size`), at values the
-//! case sets. They stand in for a spoke's `/metrics` only: the requests a hub routes go to the
-//! cluster's gateway, here a recording inference-sim pod.
+//! Stand-ins for the spoke EPPs of a multi-cluster hub (the differential suite's hub cases,
+//! `multicluster`): one loopback HTTPS server per cluster answering every `GET` with the two
+//! pool gauges a spoke EPP publishes (`llm_d_epp_average_kv_cache_utilization`,
+//! `llm_d_epp_average_queue_size`), at values the test sets, or, silenced, closing each
+//! connection unanswered. They stand in for a spoke's `/metrics` only: the requests a hub
+//! routes go to the cluster's gateway, a recording inference-sim pod in these tests.
 //!
 //! TLS is what a user sets up: a CA (generated here) signs each server's certificate, for
 //! `localhost` and `127.0.0.1`; both hubs load its PEM file as
@@ -10,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,8 @@ struct Spoke {
     addr: SocketAddr,
     pool: Arc<Mutex<Pool>>,
     answered: Arc<AtomicUsize>,
+    /// Silenced: connections are closed unanswered.
+    silent: Arc<AtomicBool>,
 }
 
 /// The spokes of one case, with the CA file that verifies them.
@@ -56,13 +59,18 @@ impl Spokes {
                 addr: listener.local_addr()?,
                 pool: Arc::new(Mutex::new(*pool)),
                 answered: Arc::new(AtomicUsize::new(0)),
+                silent: Arc::new(AtomicBool::new(false)),
             };
             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&config));
+            let state = Served {
+                pool: Arc::clone(&spoke.pool),
+                answered: Arc::clone(&spoke.answered),
+                silent: Arc::clone(&spoke.silent),
+            };
             tasks.spawn(serve(
                 listener,
                 acceptor,
-                Arc::clone(&spoke.pool),
-                Arc::clone(&spoke.answered),
+                state,
                 stop.clone(),
                 tasks.clone(),
             ));
@@ -86,6 +94,11 @@ impl Spokes {
         for (s, p) in self.spokes.iter().zip(pools) {
             *s.pool.lock().expect("the spoke's pool") = *p;
         }
+    }
+
+    /// Spoke `i` stops answering (`true`) or answers again.
+    pub fn silence(&self, i: usize, silent: bool) {
+        self.spokes[i].silent.store(silent, Ordering::SeqCst);
     }
 
     /// Sets the spokes' queues, keeping their KV utilization.
@@ -141,11 +154,18 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
+/// What one spoke's connections share.
+#[derive(Clone)]
+struct Served {
+    pool: Arc<Mutex<Pool>>,
+    answered: Arc<AtomicUsize>,
+    silent: Arc<AtomicBool>,
+}
+
 async fn serve(
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
-    pool: Arc<Mutex<Pool>>,
-    answered: Arc<AtomicUsize>,
+    state: Served,
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
@@ -157,28 +177,21 @@ async fn serve(
                 Err(_) => return,
             },
         };
-        let (acceptor, pool, answered, stop) = (
-            acceptor.clone(),
-            Arc::clone(&pool),
-            Arc::clone(&answered),
-            stop.clone(),
-        );
+        let (acceptor, state, stop) = (acceptor.clone(), state.clone(), stop.clone());
         tasks.spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = answer(sock, acceptor, pool, answered) => {}
+                _ = answer(sock, acceptor, state) => {}
             }
         });
     }
 }
 
 /// Answers each request of one connection with the pool's page.
-async fn answer(
-    sock: tokio::net::TcpStream,
-    acceptor: tokio_rustls::TlsAcceptor,
-    pool: Arc<Mutex<Pool>>,
-    answered: Arc<AtomicUsize>,
-) {
+async fn answer(sock: tokio::net::TcpStream, acceptor: tokio_rustls::TlsAcceptor, state: Served) {
+    if state.silent.load(Ordering::SeqCst) {
+        return;
+    }
     let Ok(mut tls) = acceptor.accept(sock).await else {
         return;
     };
@@ -192,7 +205,10 @@ async fn answer(
             }
         }
         buf.clear();
-        let p = *pool.lock().expect("the spoke's pool");
+        if state.silent.load(Ordering::SeqCst) {
+            return;
+        }
+        let p = *state.pool.lock().expect("the spoke's pool");
         let page = format!(
             "# TYPE llm_d_epp_average_kv_cache_utilization gauge\n\
              llm_d_epp_average_kv_cache_utilization{{name=\"spoke\"}} {}\n\
@@ -207,6 +223,6 @@ async fn answer(
         if tls.write_all(resp.as_bytes()).await.is_err() {
             return;
         }
-        answered.fetch_add(1, Ordering::SeqCst);
+        state.answered.fetch_add(1, Ordering::SeqCst);
     }
 }
