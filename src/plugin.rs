@@ -99,7 +99,6 @@ const HEADERS: Support =
 const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
 const LATENCY_PREDICTOR: Support =
     Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
-const TOPOLOGY: Support = Unsupported("topology affinity is not implemented in epp");
 const PROFILE: Support =
     BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
 const METRICS: Support =
@@ -123,7 +122,7 @@ kinds! {
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
-    TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
+    TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, Plugin;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
     ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, Plugin;
@@ -147,7 +146,7 @@ kinds! {
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
     EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
-    TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, TOPOLOGY;
+    TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, Plugin;
     MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, Plugin;
     MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, Plugin;
     MulticlusterPrefixCacheScorer = "multicluster-prefix-cache-scorer", Scorer, Alpha, Plugin;
@@ -209,7 +208,7 @@ kinds! {
     K8sNotificationSource = "k8s-notification-source", DataLayer, Beta, DISCOVERY;
     EndpointNotificationSource = "endpoint-notification-source", DataLayer, Beta, DISCOVERY;
     FileDiscovery = "file-discovery", DataLayer, Beta, Plugin;
-    TopologyExtractor = "topology-extractor", DataLayer, Alpha, TOPOLOGY;
+    TopologyExtractor = "topology-extractor", DataLayer, Alpha, Plugin;
     DcgmDataSource = "dcgm-data-source", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
     DcgmExtractor = "dcgm-extractor", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
     MulticlusterMetricsDataSource = "multicluster-metrics-data-source", DataLayer, Alpha, Plugin;

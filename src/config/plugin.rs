@@ -334,6 +334,8 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
                 Sched::Picker(p)
             } else if let Some(p) = crate::scheduling::producer::from_plugin(kind, &Yaml(v))? {
                 Sched::Producer(p)
+            } else if let Some(t) = crate::scheduling::topology::from_plugin(kind, &Yaml(v))? {
+                Sched::Topology(t)
             } else {
                 return Ok(None);
             }
@@ -396,6 +398,7 @@ mod tests {
                         Category::RequestControl
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
+                    | (Plugin::Scheduling(Sched::Topology(_)), Category::DataLayer)
                     | (
                         Plugin::FileDiscovery(_)
                             | Plugin::ClusterMetricsSource(_)

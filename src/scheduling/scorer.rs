@@ -17,6 +17,7 @@ mod queue;
 mod running_requests;
 mod session_affinity;
 mod token_load;
+mod topology_affinity;
 
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
@@ -40,6 +41,7 @@ pub use session_affinity::{
     SessionIdConfig, SESSION_HEADER,
 };
 pub use token_load::TokenLoadScorer;
+pub use topology_affinity::{TopologyAffinityScorer, TopologyAffinityScorerParams};
 
 /// Every scorer epp knows; [`Scorer::from_plugin`] builds each from its plugin's parameters.
 #[derive(Clone, Debug)]
@@ -65,6 +67,7 @@ pub enum Scorer {
     MulticlusterQueue(MulticlusterQueueScorer),
     /// A hub's clusters by their pool's average KV-cache utilization.
     MulticlusterKvCache(MulticlusterKvCacheScorer),
+    TopologyAffinity(TopologyAffinityScorer),
 }
 
 impl Scorer {
@@ -105,6 +108,9 @@ impl Scorer {
             K::ContextLengthAware => {
                 Self::ContextLength(p.decode::<ContextLengthAware>()?.validate()?)
             }
+            K::TopologyAffinityScorer => {
+                Self::TopologyAffinity(p.decode::<TopologyAffinityScorerParams>()?.into())
+            }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
             _ => return Ok(None),
@@ -131,6 +137,7 @@ impl Scorer {
             Self::ContextLength(s) => s.score(req, pool, out),
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
+            Self::TopologyAffinity(s) => s.score(req, pool, out),
         }
     }
 
@@ -155,7 +162,7 @@ impl Scorer {
 
     /// Whether this scorer reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        matches!(self, Self::ContextLength(_))
+        matches!(self, Self::ContextLength(_) | Self::TopologyAffinity(_))
     }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {
