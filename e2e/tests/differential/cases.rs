@@ -149,7 +149,53 @@ pub fn all() -> Vec<Case> {
     v.extend(parsers());
     v.extend(other_parsers());
     v.extend(hubs());
+    v.extend(topology());
     v
+}
+
+/// P/D pods on two hosts: decode 0 (queue 3, host n2), decode 1 (n1), prefill 2 (n2) and
+/// prefill 3 (queue 2, n1). The decode pick is pod 1; by queue alone the prefill would be pod 2,
+/// by topology it is pod 3, on pod 1's host. `key` is the host label.
+fn hosts(key: &'static str) -> Vec<PodState> {
+    let at = [
+        ("decode", "n2", 3),
+        ("decode", "n1", 0),
+        ("prefill", "n2", 0),
+        ("prefill", "n1", 2),
+    ];
+    at.iter()
+        .map(|&(role, host, w)| PodState {
+            waiting: Some(w),
+            labels: vec![(ROLE, role), (key, host)],
+            ..PodState::default()
+        })
+        .collect()
+}
+
+/// Topology affinity (llm-d v0.10, alpha) in a P/D prefill stage.
+fn topology() -> Vec<Case> {
+    let host = "kubernetes.io/hostname";
+    let long = || vec![req(completion(&prompt(12, 400)))];
+    vec![
+        case(
+            "topology-affinity-filter",
+            TOPOLOGY_FILTER,
+            hosts(host),
+            long(),
+        ),
+        case(
+            "topology-affinity-scorer",
+            TOPOLOGY_SCORER,
+            hosts(host),
+            long(),
+        ),
+        case(
+            "topology-extractor",
+            TOPOLOGY_EXTRACTOR,
+            hosts("node"),
+            long(),
+        ),
+    ]
 }
 
 /// The clusters of a hub case: idle pods (their own gauges are not what a hub reads).

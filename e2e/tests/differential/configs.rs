@@ -311,3 +311,50 @@ pub const HUB_SESSION: &str = hub!(
     "- {name: f, type: multicluster-session-affinity-filter}\n- {name: q, type: multicluster-queue-scorer}\n",
     "{pluginRef: f}, {pluginRef: q}"
 );
+
+/// P/D decode-first (always disaggregate) whose prefill profile adds `$prefill` (its plugins
+/// listed in `$plugins`): the topology plugins compare the prefill pods with the decode pick.
+macro_rules! topology {
+    ($plugins:literal, $prefill:literal) => {
+        concat!(
+            "
+plugins:
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: disagg-profile-handler, parameters: {deciders: {prefill: d}}}
+- {name: d, type: always-disagg-pd-decider}
+",
+            $plugins,
+            "schedulingProfiles:
+- name: prefill
+  plugins:
+  - pluginRef: prefill-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: queue-scorer, weight: 1}
+",
+            $prefill,
+            "- name: decode
+  plugins:
+  - pluginRef: decode-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: queue-scorer, weight: 1}
+"
+        )
+    };
+}
+
+pub const TOPOLOGY_FILTER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-filter}\n",
+    "  - pluginRef: t\n"
+);
+pub const TOPOLOGY_SCORER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-scorer}\n",
+    "  - {pluginRef: t, weight: 3}\n"
+);
+/// The extractor told to read the host from a label of the site's own (`node`).
+pub const TOPOLOGY_EXTRACTOR: &str = topology!(
+    "- {name: where, type: topology-extractor, parameters: {hostname: node}}\n- {name: t, type: topology-affinity-filter, parameters: {topologyProducerName: where, minAffinity: host}}\n",
+    "  - pluginRef: t\n"
+);
