@@ -6,7 +6,8 @@
 //!   is older than `--metrics-staleness-threshold`, and comes back with its next answer (the
 //!   spokes are [`crate::hub_support`]'s stand-ins, over https with their CA verified).
 //! - epp is a spoke epp's hub reads: the spokes here are epp itself, each over one pod, and
-//!   the hub reads their `llm_d_epp_average_queue_size`.
+//!   the hub reads their `llm_d_epp_average_queue_size`; and llm-d-router v0.10's EPP is one
+//!   too (ignored without `EPP_LLMD_EPP`, as the differential suite).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -236,6 +237,53 @@ async fn an_epp_hub_reads_epp_spokes_pool_gauges() {
     for e in [hub_epp, spoke_a, spoke_b] {
         e.stop().await;
     }
+    for p in gateways {
+        p.shutdown().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/llm-d-epp cargo test -p epp-e2e --test e2e multicluster:: -- --ignored"]
+async fn an_epp_hub_reads_llm_d_spokes_pool_gauges() {
+    let llmd = epp_e2e::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = scratch("hub-llmd-spokes");
+    let gateways = pods(2).await.unwrap();
+    gateways[0].hook().set_waiting(Some(8));
+    gateways[1].hook().set_waiting(Some(0));
+    let spoke_config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
+    let mut spokes = Vec::new();
+    for (i, pod) in gateways.iter().enumerate() {
+        let spoke_dir = dir.join(format!("spoke-{i}"));
+        std::fs::create_dir_all(&spoke_dir).unwrap();
+        let endpoint = epp_e2e::llmd_epp::FileEndpoint {
+            name: pod.name(),
+            addr: pod.addr(),
+            labels: &[],
+        };
+        let spoke = epp_e2e::llmd_epp::LlmdEpp::start(&llmd, spoke_config, &[endpoint], &spoke_dir)
+            .await
+            .unwrap();
+        spokes.push(spoke);
+    }
+    let metrics: Vec<SocketAddr> = spokes.iter().map(|s| s.metrics_addr()).collect();
+    let clusters = dir.join("clusters.yaml");
+    std::fs::write(&clusters, clusters_file(&gateways, &metrics)).unwrap();
+    let (hub_epp, envoy) = hub(&dir, &hub_config(&clusters, "{scheme: http}"), &gateways)
+        .await
+        .unwrap();
+    // llm-d refreshes its pool gauges every 5 s (--refresh-prometheus-metrics-interval).
+    until_served_by(&envoy, "cluster-1", Duration::from_secs(20))
+        .await
+        .unwrap();
+    gateways[0].hook().set_waiting(Some(0));
+    gateways[1].hook().set_waiting(Some(8));
+    until_served_by(&envoy, "cluster-0", Duration::from_secs(20))
+        .await
+        .unwrap();
+    drop(envoy);
+    hub_epp.stop().await;
+    drop(spokes);
     for p in gateways {
         p.shutdown().await;
     }
