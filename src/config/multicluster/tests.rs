@@ -17,15 +17,16 @@ dataLayer:
   sources: [{pluginRef: spokes, extractors: [{pluginRef: pool}]}]
 ";
 
-fn hub(source: &str, extractor: &str) -> Result<Config, String> {
+/// The hub configuration with these parameters, decoded; every problem in one text.
+fn hub(source: &str, extractor: &str) -> Result<Config, crate::config::ConfigError> {
     let text = HUB
         .replace("SOURCE", source)
         .replace("EXTRACTOR", extractor);
-    let doc = parse(&text).map_err(|e| e.to_string())?;
+    let doc = parse(&text).expect("the hub configuration parses");
     let load = LoadOptions {
         allow_experimental: true,
     };
-    Config::decode(&doc, load).map_err(|e| e.to_string())
+    Config::decode(&doc, load)
 }
 
 #[test]
@@ -84,7 +85,8 @@ fn every_bad_parameter_is_named() {
         "{scheme: ftp, interval: soon, clientCertPath: /c.pem}",
         "{queueSizeMetric: 'a b'}",
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     for says in [
         "unsupported scheme: ftp",
         "invalid interval \"soon\"",
@@ -93,7 +95,7 @@ fn every_bad_parameter_is_named() {
     ] {
         assert!(e.contains(says), "{says:?} not in {e}");
     }
-    let typo = hub("{cacertPath: /ca.pem}", "{}").unwrap_err();
+    let typo = hub("{cacertPath: /ca.pem}", "{}").unwrap_err().to_string();
     assert!(typo.contains("cacertPath"), "{typo}");
 }
 
