@@ -196,6 +196,7 @@ async fn parse_off_thread(format: FileFormat, text: String) -> Result<Vec<Endpoi
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the test's own discovery task
 mod tests {
     use super::*;
 
@@ -219,5 +220,64 @@ mod tests {
             .to_string()
             .contains("colour"));
         assert!(parse_file("- {address: 10.0.0.1, port: 8000, weight: 0}").is_err());
+    }
+
+    /// A followed clusters file is re-read when it changes, its host names resolved off the
+    /// runtime's threads (`localhost` here, which every resolver answers).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clusters_file_is_followed_and_its_host_names_resolved() {
+        let dir = std::env::temp_dir().join(format!("epp-clusters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("clusters.yaml");
+        let one = "endpoints:\n- {name: a, address: 127.0.0.1, port: '9001'}\n";
+        std::fs::write(&path, one).unwrap();
+        let datastore = Arc::new(Datastore::new());
+        let file = EndpointsFile {
+            path: path.clone(),
+            format: FileFormat::Clusters,
+            watch: true,
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(
+            Arc::clone(&datastore),
+            Vec::new(),
+            Some(file),
+            Duration::from_millis(10),
+            shutdown.clone(),
+        ));
+        let ids = || -> Vec<String> {
+            let snap = datastore.snapshot();
+            let mut v: Vec<String> = snap.iter().map(|s| s.id().to_string()).collect();
+            v.sort();
+            v
+        };
+        let wait_for = |want: Vec<&str>| {
+            let want: Vec<String> = want.into_iter().map(str::to_owned).collect();
+            async move {
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while ids() != want {
+                    assert!(std::time::Instant::now() < deadline, "{:?}", ids());
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        wait_for(vec!["127.0.0.1:9001"]).await;
+        let two = format!("{one}- {{name: b, address: localhost, port: '9002'}}\n");
+        std::fs::write(&path, two).unwrap();
+        wait_for(vec!["127.0.0.1:9001", "127.0.0.1:9002"]).await;
+        let host = datastore.snapshot().iter().find_map(|s| {
+            s.endpoint
+                .metrics_host
+                .clone()
+                .filter(|h| h.starts_with("localhost"))
+        });
+        assert_eq!(
+            host.as_deref(),
+            Some("localhost:9002"),
+            "the name kept for metrics"
+        );
+        shutdown.cancel();
+        task.await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

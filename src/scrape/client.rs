@@ -156,11 +156,17 @@ impl Conn {
         }
     }
 
-    /// A connection to an https target (`authority` names the port: there is no default).
+    /// A connection to an https target (port 443 when `authority` names none).
     pub fn with_tls(authority: &str, tls: Tls) -> Self {
+        let addr = match authority.parse::<http::uri::Authority>() {
+            Ok(a) if a.port().is_none() => format!("{authority}:443"),
+            _ => authority.to_owned(),
+        };
         Self {
+            authority: authority.to_owned(),
+            addr,
             tls: Some(tls),
-            ..Self::new(authority)
+            stream: None,
         }
     }
 
