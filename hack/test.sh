@@ -40,8 +40,8 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
-# The tests that need llm-d's EPP: the differential suite (e2e/tests/differential.rs) and the
-# P/D side-by-side runs.
+# The tests that need llm-d's EPP: the differential suite (e2e/tests/differential.rs), the
+# P/D side-by-side runs and an epp hub over llm-d spokes (e2e/tests/multicluster.rs).
 if ((llmd)); then
-  cargo test -p epp-e2e --test e2e --locked -- --ignored differential:: pd::llm_d pd_dp::llm_d
+  cargo test -p epp-e2e --test e2e --locked -- --ignored differential:: pd::llm_d pd_dp::llm_d multicluster::
 fi

@@ -433,7 +433,10 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
         }),
         (None, Some(f)) => Some(EndpointsFile {
             path: f.path.clone(),
-            format: FileFormat::LlmD,
+            format: match f.clusters {
+                true => FileFormat::Clusters,
+                false => FileFormat::LlmD,
+            },
             watch: f.watch_file,
         }),
         (None, None) => None,
@@ -442,6 +445,7 @@ fn initial_endpoints(opts: &Options, datastore: &Datastore) -> anyhow::Result<En
         let what = match f.format {
             FileFormat::Epp => "--static-endpoints-file",
             FileFormat::LlmD => "the file-discovery plugin's path",
+            FileFormat::Clusters => "the multicluster-file-discovery plugin's path",
         };
         let text = std::fs::read_to_string(&f.path)
             .with_context(|| format!("reading {what} {}", f.path.display()))?;
@@ -500,8 +504,20 @@ fn flow_setup(opts: &Options) -> FlowSetup {
 
 /// The endpoint pollers' options: the flags, and the data-layer plugins' parameters where
 /// the (deprecated) flags leave them unset.
-fn scrape_options(opts: &Options, settings: &config::MetricsSettings) -> scrape::ScrapeOptions {
-    scrape::ScrapeOptions {
+/// A hub's TLS files (`multicluster-metrics-data-source`) are read here: one that is missing
+/// or not PEM fails start-up.
+fn scrape_options(
+    opts: &Options,
+    settings: &config::MetricsSettings,
+) -> anyhow::Result<scrape::ScrapeOptions> {
+    let clusters = match &settings.clusters {
+        None => None,
+        Some(c) => Some(Arc::new(
+            scrape::cluster::ClusterScrape::new(c.clone())
+                .context("multicluster-metrics-data-source")?,
+        )),
+    };
+    Ok(scrape::ScrapeOptions {
         interval: opts.refresh_metrics_interval,
         timeout: opts.metrics_scrape_timeout,
         filter: opts.model_server_metrics_filter,
@@ -527,7 +543,8 @@ fn scrape_options(opts: &Options, settings: &config::MetricsSettings) -> scrape:
                 timeout: opts.health_check_timeout,
                 path: opts.health_check_path.clone(),
             }),
-    }
+        clusters,
+    })
 }
 
 fn spawn_background(
@@ -549,7 +566,7 @@ fn spawn_background(
         ));
     }
     let runtime = shared.config.load_full();
-    let sopts = scrape_options(opts, &runtime.metrics_settings);
+    let sopts = scrape_options(opts, &runtime.metrics_settings)?;
     scrape::spawn(
         Arc::clone(datastore),
         Arc::clone(metrics),

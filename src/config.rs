@@ -16,6 +16,7 @@ mod datalayer;
 mod decoded;
 mod document;
 mod flow;
+mod multicluster;
 pub mod plugin;
 mod problem;
 pub mod tool;
@@ -28,6 +29,9 @@ pub use document::{
     PluginRef, PluginSpec, PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
 };
 pub use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
+pub use multicluster::{
+    ClusterExtractor, ClusterMetrics, ClusterSource, MetricSpec, Scheme, MAX_ANSWER_BYTES,
+};
 pub use problem::{ConfigError, Problem};
 
 /// llm-d v1.0's configuration API (`apix/config/v1`).

@@ -1,5 +1,6 @@
 //! Static discovery: endpoints from `--static-endpoints` and `--static-endpoints-file`, or from
-//! the file of llm-d-router's `file-discovery` plugin ([`file`]).
+//! the file of llm-d-router's `file-discovery` plugin ([`file`]), or a hub's clusters from the
+//! file of its `multicluster-file-discovery` ([`multicluster`]).
 //!
 //! epp's file is a YAML list of endpoints (`address`, `port`, optional `name`, `engineType`,
 //! `labels`, `weight`, `rank`: the data-parallel rank of a pod's port, as its position in an
@@ -8,6 +9,7 @@
 
 pub mod file;
 pub mod k8s;
+pub mod multicluster;
 
 use crate::datastore::Datastore;
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
@@ -85,9 +87,21 @@ pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
                 labels: e.labels,
                 weight: e.weight,
                 rank: e.rank,
+                metrics_host: None,
             })
         })
         .collect()
+}
+
+/// Why an endpoints file gave no endpoints (the last good set stays).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Epp(#[from] DiscoveryError),
+    #[error(transparent)]
+    LlmD(#[from] file::FileError),
+    #[error("reading the clusters file stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
 }
 
 /// The format of an endpoints file.
@@ -97,6 +111,9 @@ pub enum FileFormat {
     Epp,
     /// llm-d-router's `file-discovery` ([`file::parse`]).
     LlmD,
+    /// llm-d-router's `multicluster-file-discovery` ([`multicluster::parse`]): host names are
+    /// resolved, so reading it may block on the resolver.
+    Clusters,
 }
 
 /// An endpoints file, its format, and whether it is followed after start-up.
@@ -110,11 +127,14 @@ pub struct EndpointsFile {
 impl FileFormat {
     /// The endpoints of `text`; an llm-d file's skipped entries are logged (every time the
     /// file is read, so an edit that breaks one entry shows).
-    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, String> {
+    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, ReadError> {
         match self {
-            Self::Epp => parse_file(text).map_err(|e| e.to_string()),
-            Self::LlmD => {
-                let parsed = file::parse(text).map_err(|e| e.to_string())?;
+            Self::Epp => Ok(parse_file(text)?),
+            Self::LlmD | Self::Clusters => {
+                let parsed = match self {
+                    Self::Clusters => multicluster::parse(text, &multicluster::system_resolver),
+                    _ => file::parse(text),
+                }?;
                 for why in &parsed.skipped {
                     tracing::warn!(entry = %why, "endpoints file entry skipped");
                 }
@@ -150,7 +170,7 @@ pub async fn run(
         }
         match watch.changed() {
             Ok(None) => {}
-            Ok(Some(text)) => match format.parse(&text) {
+            Ok(Some(text)) => match parse_off_thread(format, text).await {
                 Ok(eps) => {
                     tracing::info!(count = eps.len(), path = %watch.path().display(), "endpoints file loaded");
                     datastore.set_endpoints(fixed.iter().cloned().chain(eps).collect());
@@ -166,7 +186,17 @@ pub async fn run(
     }
 }
 
+/// [`FileFormat::parse`] on a blocking thread: a clusters file's host names are resolved by
+/// the system's resolver, which may wait on the network.
+async fn parse_off_thread(format: FileFormat, text: String) -> Result<Vec<Endpoint>, ReadError> {
+    match format {
+        FileFormat::Clusters => tokio::task::spawn_blocking(move || format.parse(&text)).await?,
+        _ => format.parse(&text),
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the test's own discovery task
 mod tests {
     use super::*;
 
@@ -190,5 +220,64 @@ mod tests {
             .to_string()
             .contains("colour"));
         assert!(parse_file("- {address: 10.0.0.1, port: 8000, weight: 0}").is_err());
+    }
+
+    /// A followed clusters file is re-read when it changes, its host names resolved off the
+    /// runtime's threads (`localhost` here, which every resolver answers).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clusters_file_is_followed_and_its_host_names_resolved() {
+        let dir = std::env::temp_dir().join(format!("epp-clusters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("clusters.yaml");
+        let one = "endpoints:\n- {name: a, address: 127.0.0.1, port: '9001'}\n";
+        std::fs::write(&path, one).unwrap();
+        let datastore = Arc::new(Datastore::new());
+        let file = EndpointsFile {
+            path: path.clone(),
+            format: FileFormat::Clusters,
+            watch: true,
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(
+            Arc::clone(&datastore),
+            Vec::new(),
+            Some(file),
+            Duration::from_millis(10),
+            shutdown.clone(),
+        ));
+        let ids = || -> Vec<String> {
+            let snap = datastore.snapshot();
+            let mut v: Vec<String> = snap.iter().map(|s| s.id().to_string()).collect();
+            v.sort();
+            v
+        };
+        let wait_for = |want: Vec<&str>| {
+            let want: Vec<String> = want.into_iter().map(str::to_owned).collect();
+            async move {
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while ids() != want {
+                    assert!(std::time::Instant::now() < deadline, "{:?}", ids());
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        wait_for(vec!["127.0.0.1:9001"]).await;
+        let two = format!("{one}- {{name: b, address: localhost, port: '9002'}}\n");
+        std::fs::write(&path, two).unwrap();
+        wait_for(vec!["127.0.0.1:9001", "127.0.0.1:9002"]).await;
+        let host = datastore.snapshot().iter().find_map(|s| {
+            s.endpoint
+                .metrics_host
+                .clone()
+                .filter(|h| h.starts_with("localhost"))
+        });
+        assert_eq!(
+            host.as_deref(),
+            Some("localhost:9002"),
+            "the name kept for metrics"
+        );
+        shutdown.cancel();
+        task.await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

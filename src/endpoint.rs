@@ -79,6 +79,10 @@ pub struct Endpoint {
     /// (upstream's `RankIndex`), 0 for a single-port pod or a static endpoint unless its file
     /// entry says `rank:`. vLLM offsets each rank's KV-event sockets by it, so subscribers do.
     pub rank: u16,
+    /// Where this endpoint's metrics are, `host:port`, when not at its own address: a cluster
+    /// of a multi-cluster hub (`multicluster-file-discovery`) publishes its EPP's metrics apart
+    /// from its gateway, and keeps the host name it was given, which its certificate names.
+    pub metrics_host: Option<String>,
 }
 
 impl Endpoint {
@@ -91,6 +95,7 @@ impl Endpoint {
             labels: BTreeMap::new(),
             weight: 1,
             rank: 0,
+            metrics_host: None,
         }
     }
 }
@@ -133,6 +138,18 @@ pub struct GpuMetrics {
     pub devices: u32,
 }
 
+/// What a spoke EPP publishes about its whole pool (`llm_d_epp_average_kv_cache_utilization`,
+/// `llm_d_epp_average_queue_size`), which a hub reads in place of a pod's gauges. Each is
+/// `None` when the scrape did not carry it (upstream's multicluster scorers leave such a
+/// cluster unscored).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolMetrics {
+    /// The pool's average KV-cache utilization, a fraction in 0..=1.
+    pub kv_usage: Option<f64>,
+    /// The pool's average waiting-queue size.
+    pub queue: Option<f64>,
+}
+
 /// One successful scrape of an endpoint's metrics.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndpointMetrics {
@@ -144,6 +161,9 @@ pub struct EndpointMetrics {
     pub cache: Option<CacheInfo>,
     /// NVIDIA DCGM exporter readings, when the scrape carried them.
     pub gpu: Option<GpuMetrics>,
+    /// A cluster's pool aggregates, when the endpoint is a cluster of a multi-cluster hub
+    /// (`multicluster-metrics-extractor`); `None` for a model-server pod.
+    pub pool: Option<PoolMetrics>,
     /// When the scrape completed; staleness is measured from here.
     pub updated: Instant,
 }

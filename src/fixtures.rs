@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::endpoint::{CacheInfo, EndpointMetrics, GpuMetrics, LoraState};
+use crate::endpoint::{CacheInfo, EndpointMetrics, GpuMetrics, LoraState, PoolMetrics};
 
 /// A scrape to build: idle (nothing waiting or running, KV cache empty), no LoRA, cache
 /// geometry or GPU readings, taken when [`build`](Self::build) runs unless told otherwise.
@@ -22,6 +22,7 @@ pub struct MetricsBuilder {
     lora: Option<LoraState>,
     cache: Option<CacheInfo>,
     gpu: Option<GpuMetrics>,
+    pool: Option<PoolMetrics>,
     updated: Option<Updated>,
 }
 
@@ -72,6 +73,12 @@ impl MetricsBuilder {
         self
     }
 
+    /// A cluster's pool aggregates (a multi-cluster hub's endpoint).
+    pub fn pool(mut self, kv_usage: Option<f64>, queue: Option<f64>) -> Self {
+        self.pool = Some(PoolMetrics { kv_usage, queue });
+        self
+    }
+
     /// The scrape completed at `at` (in the future keeps it fresh through a long benchmark).
     pub fn updated(mut self, at: Instant) -> Self {
         self.updated = Some(Updated::At(at));
@@ -97,6 +104,7 @@ impl MetricsBuilder {
             lora: self.lora,
             cache: self.cache,
             gpu: self.gpu,
+            pool: self.pool,
             updated,
         }
     }
@@ -151,6 +159,7 @@ mod tests {
                 num_blocks: 1024,
             }),
             gpu: Some(gpu),
+            pool: None,
             updated: at,
         };
         assert_eq!(m, expected);

@@ -96,11 +96,9 @@ use Support::{BuiltIn, Plugin, Unsupported};
 
 const HEADERS: Support =
     BuiltIn("epp's disaggregating profile handlers set the sidecar headers themselves");
-const MULTICLUSTER: Support = Unsupported("multi-cluster routing is not implemented in epp");
 const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
 const LATENCY_PREDICTOR: Support =
     Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
-const TOPOLOGY: Support = Unsupported("topology affinity is not implemented in epp");
 const PROFILE: Support =
     BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
 const METRICS: Support =
@@ -124,10 +122,10 @@ kinds! {
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
-    TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
+    TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, Plugin;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
     ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
-    MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, MULTICLUSTER;
+    MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, Plugin;
     HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Beta, Plugin;
     GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
 
@@ -148,10 +146,10 @@ kinds! {
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
     EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
-    TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, TOPOLOGY;
-    MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, MULTICLUSTER;
-    MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, MULTICLUSTER;
-    MulticlusterPrefixCacheScorer = "multicluster-prefix-cache-scorer", Scorer, Alpha, MULTICLUSTER;
+    TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, Plugin;
+    MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, Plugin;
+    MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, Plugin;
+    MulticlusterPrefixCacheScorer = "multicluster-prefix-cache-scorer", Scorer, Alpha, Plugin;
     GpuUtilizationScorer = "gpu-utilization-scorer", Scorer, Stable, Plugin;
     EstimatedTtftScorer = "estimated-ttft-scorer", Scorer, Stable, Plugin;
 
@@ -191,7 +189,7 @@ kinds! {
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
-    MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
+    MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, Plugin;
 
     // Request parsers.
     OpenaiParser = "openai-parser", Parser, Beta, BuiltIn("epp parses OpenAI requests by path");
@@ -210,12 +208,12 @@ kinds! {
     K8sNotificationSource = "k8s-notification-source", DataLayer, Beta, DISCOVERY;
     EndpointNotificationSource = "endpoint-notification-source", DataLayer, Beta, DISCOVERY;
     FileDiscovery = "file-discovery", DataLayer, Beta, Plugin;
-    TopologyExtractor = "topology-extractor", DataLayer, Alpha, TOPOLOGY;
+    TopologyExtractor = "topology-extractor", DataLayer, Alpha, Plugin;
     DcgmDataSource = "dcgm-data-source", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
     DcgmExtractor = "dcgm-extractor", DataLayer, Alpha, BuiltIn("epp reads DCGM series from --gpu-metrics-url or the pods' /metrics");
-    MulticlusterMetricsDataSource = "multicluster-metrics-data-source", DataLayer, Alpha, MULTICLUSTER;
-    MulticlusterMetricsExtractor = "multicluster-metrics-extractor", DataLayer, Alpha, MULTICLUSTER;
-    MulticlusterFileDiscovery = "multicluster-file-discovery", DataLayer, Alpha, MULTICLUSTER;
+    MulticlusterMetricsDataSource = "multicluster-metrics-data-source", DataLayer, Alpha, Plugin;
+    MulticlusterMetricsExtractor = "multicluster-metrics-extractor", DataLayer, Alpha, Plugin;
+    MulticlusterFileDiscovery = "multicluster-file-discovery", DataLayer, Alpha, Plugin;
 
     // Flow control.
     GlobalStrictFairnessPolicy = "global-strict-fairness-policy", FlowControl, Beta, BuiltIn("a band's fairnessPolicyRef naming it serves the band's oldest request first, whatever its fairness key (upstream's default)");

@@ -25,6 +25,7 @@ pub mod picker;
 pub mod producer;
 mod profile;
 pub mod scorer;
+pub mod topology;
 
 use crate::endpoint::{EndpointId, EndpointMetrics};
 use filter::Filter;
@@ -106,6 +107,10 @@ pub struct SchedulingRequest<'a> {
     pub names: &'a dyn lifecycle::EndpointNames,
     /// When the decision is taken (the clock the director was given).
     pub now: Instant,
+    /// The endpoint an earlier stage of this request picked (upstream's `peer-endpoint`): the
+    /// decode pick while a decode-first handler's prefill stage runs, the prefill pick while
+    /// the decode stage runs after it; `None` otherwise. The topology plugins compare with it.
+    pub peer: Option<&'a Candidate>,
 }
 
 impl Default for SchedulingRequest<'_> {
@@ -126,6 +131,7 @@ impl Default for SchedulingRequest<'_> {
             headers: &lifecycle::NO_HEADERS,
             names: &lifecycle::Addresses,
             now: Instant::now(),
+            peer: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! Scrape and probe failures both feed passive health, each as its own prober.
 
 pub mod client;
+pub mod cluster;
 pub mod dcgm;
 pub mod parse;
 pub mod probe;
@@ -47,6 +48,9 @@ pub struct ScrapeOptions {
     pub engine_label_key: Option<String>,
     /// The active health probes (`--health-check-interval` above zero), run by the same poller.
     pub probe: Option<probe::ProbeOptions>,
+    /// A multi-cluster hub's scrape: every endpoint is a cluster, scraped for its spoke EPP's
+    /// pool aggregates ([`cluster`]) instead of a model server's gauges.
+    pub clusters: Option<Arc<cluster::ClusterScrape>>,
 }
 
 /// The engine label keys, llm-d-router's first (GIE's is its fallback).
@@ -85,6 +89,7 @@ impl Default for ScrapeOptions {
             default_engine: None,
             engine_label_key: None,
             probe: None,
+            clusters: None,
         }
     }
 }
@@ -104,6 +109,9 @@ pub enum ScrapeError {
     /// The configured path makes no URL.
     #[error("{0}")]
     BadUrl(String),
+    /// A spoke EPP's page without the pool series a hub reads.
+    #[error("neither {kv} nor {queue} is in the exposition")]
+    NoPoolSeries { kv: String, queue: String },
 }
 
 /// Everything a poller needs, shared by all of them.
@@ -178,12 +186,21 @@ async fn poll(state: Arc<EndpointState>, shared: Arc<Shared>, cancel: Cancellati
 
 /// Scrapes every interval, on the schedule all endpoints share, until `cancel`.
 async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &CancellationToken) {
-    let mut target = Target::new(&state.endpoint, &shared.opts);
+    let (mut target, period) = match &shared.opts.clusters {
+        None => (
+            Poller::Pod(Target::new(&state.endpoint, &shared.opts)),
+            shared.opts.interval,
+        ),
+        Some(c) => (
+            Poller::Cluster(cluster::Target::new(&state.endpoint, c)),
+            c.period(shared.opts.interval),
+        ),
+    };
     // Every poller ticks on one shared schedule: the runtime wakes once per interval for all
     // endpoints (and their answers arrive together) instead of once per endpoint at scattered
     // times, which at 100 pods × 20 Hz cost more in thread wake-ups than the scrapes did.
     // `Skip` keeps a late poller on that schedule.
-    let mut tick = tokio::time::interval_at(shared.epoch, shared.opts.interval);
+    let mut tick = tokio::time::interval_at(shared.epoch, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut failing = false;
     loop {
@@ -191,9 +208,18 @@ async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &Cancellati
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let result = target.scrape(shared, state).await;
+        let result = match &mut target {
+            Poller::Pod(t) => t.scrape(shared, state).await,
+            Poller::Cluster(t) => t.scrape(shared.opts.timeout).await,
+        };
         record(state, shared, result, &mut failing);
     }
+}
+
+/// What one poller scrapes: a model-server pod, or a hub's cluster.
+enum Poller {
+    Pod(Target),
+    Cluster(cluster::Target),
 }
 
 /// Where one endpoint's metrics are, whether it is still asked for the filtered page, and the

@@ -35,6 +35,7 @@ mod kube_pods;
 mod kube_scale;
 mod kvevents;
 mod kvevents_compare;
+mod multicluster;
 mod noop_extproc;
 mod pd;
 mod pd_dp;
@@ -42,6 +43,7 @@ mod sim_hook;
 mod sim_http;
 mod sim_python;
 
+mod hub_support;
 mod k8s_support;
 mod kube_support;
 mod kvevents_support;

@@ -27,6 +27,9 @@ pub struct MetricsSettings {
     /// `core-metrics-extractor` `engineLabelKey` (otherwise `llm-d.ai/engine-type`, then the GIE
     /// key).
     pub engine_label_key: Option<String>,
+    /// A hub's scrape of its spokes (`multicluster-metrics-data-source` and its extractor):
+    /// every endpoint is then a cluster, scraped for its pool aggregates.
+    pub clusters: Option<super::multicluster::ClusterMetrics>,
 }
 
 /// `metrics-data-source` parameters.
@@ -127,6 +130,9 @@ pub struct FileDiscovery {
     pub path: PathBuf,
     /// `watchFile`: re-read the file when it changes (otherwise it is read once, at start-up).
     pub watch_file: bool,
+    /// `multicluster-file-discovery`: the entries are clusters (an address may be a host
+    /// name; `metricsAddress`/`metricsPort` labels say where the spoke EPP's metrics are).
+    pub clusters: bool,
 }
 
 /// `file-discovery` parameters, decoded strictly like upstream's.
@@ -151,6 +157,7 @@ impl FileDiscoveryParams {
         Ok(FileDiscovery {
             path: PathBuf::from(self.path),
             watch_file: self.watch_file,
+            clusters: false,
         })
     }
 }
@@ -172,7 +179,10 @@ impl MetricsSettings {
     /// Reads every `metrics-data-source` and `core-metrics-extractor` plugin (the last one of a
     /// kind wins, as one instance of each is all upstream's charts configure).
     pub fn from_plugins(plugins: &[NamedPlugin]) -> Self {
-        let mut out = Self::default();
+        let mut out = Self {
+            clusters: super::multicluster::cluster_metrics(plugins),
+            ..Self::default()
+        };
         for p in plugins {
             match &p.plugin {
                 Plugin::MetricsDataSource(s) => {
@@ -246,7 +256,8 @@ mod tests {
             )),
             Ok(Some(FileDiscovery {
                 path: "/etc/epp/endpoints.yaml".into(),
-                watch_file: true
+                watch_file: true,
+                clusters: false
             }))
         );
         assert_eq!(discovery(plugins), Ok(None), "declared, not named: unused");
@@ -255,7 +266,8 @@ mod tests {
             discovery(unnamed),
             Ok(Some(FileDiscovery {
                 path: "/e.json".into(),
-                watch_file: false
+                watch_file: false,
+                clusters: false
             })),
             "named by its type; watchFile defaults to false"
         );

@@ -26,6 +26,9 @@ use crate::scheduling::Plugin as Sched;
 use serde_norway::Value;
 
 pub use super::datalayer::{ExtractorParams, FileDiscovery, FileDiscoveryParams, SourceParams};
+use super::multicluster::{
+    ClusterExtractor, ClusterExtractorParams, ClusterSource, ClusterSourceParams,
+};
 
 /// One configured plugin: its instance name, its kind and what it decoded to.
 #[derive(Clone, Debug)]
@@ -53,8 +56,13 @@ pub enum Plugin {
     MetricsDataSource(SourceParams),
     /// `core-metrics-extractor`: which engine's metric names apply.
     CoreMetricsExtractor(ExtractorParams),
-    /// `file-discovery`: endpoints from a file (used when `dataLayer.discovery` names it).
+    /// `file-discovery` or `multicluster-file-discovery`: endpoints (or a hub's clusters) from
+    /// a file (used when `dataLayer.discovery` names it).
     FileDiscovery(FileDiscovery),
+    /// `multicluster-metrics-data-source`: how a hub scrapes its spokes' EPPs.
+    ClusterMetricsSource(ClusterSource),
+    /// `multicluster-metrics-extractor`: which series carry a spoke's pool aggregates.
+    ClusterMetricsExtractor(ClusterExtractor),
     /// A request parser (`requestHandler.parsers` names it).
     Parser(ParserKind),
     /// `destination-endpoint-served-verifier`: the conformance echo of the served endpoint.
@@ -235,6 +243,16 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
             Plugin::CoreMetricsExtractor(params::<ExtractorParams>(v)?.validate()?)
         }
         K::FileDiscovery => Plugin::FileDiscovery(params::<FileDiscoveryParams>(v)?.validate()?),
+        K::MulticlusterFileDiscovery => Plugin::FileDiscovery(FileDiscovery {
+            clusters: true,
+            ..params::<FileDiscoveryParams>(v)?.validate()?
+        }),
+        K::MulticlusterMetricsDataSource => {
+            Plugin::ClusterMetricsSource(params::<ClusterSourceParams>(v)?.validate()?)
+        }
+        K::MulticlusterMetricsExtractor => {
+            Plugin::ClusterMetricsExtractor(params::<ClusterExtractorParams>(v)?.validate()?)
+        }
         K::DestinationEndpointServedVerifier => Plugin::ServedVerifier,
         K::ProgramAwareFairness => {
             Plugin::ProgramAware(params::<super::flow::ProgramAwareParams>(v)?.validate()?)
@@ -287,7 +305,11 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
 fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refused> {
     use PluginKind as K;
     Ok(Some(match kind {
-        K::ApproxPrefixCacheProducer => Sched::Prefix(scorer::prefix_params(&Yaml(v))?),
+        // The hub's producer is this one (llm-d: "delegates without change"): a hub's candidates
+        // are its clusters, so the index records (cluster, block).
+        K::ApproxPrefixCacheProducer | K::MulticlusterApproxPrefixCacheProducer => {
+            Sched::Prefix(scorer::prefix_params(&Yaml(v))?)
+        }
         K::PrecisePrefixCacheProducer => Sched::PreciseProducer(Box::new(
             params::<scorer::PrecisePrefixParams>(v)?.validate()?,
         )),
@@ -312,6 +334,8 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
                 Sched::Picker(p)
             } else if let Some(p) = crate::scheduling::producer::from_plugin(kind, &Yaml(v))? {
                 Sched::Producer(p)
+            } else if let Some(t) = crate::scheduling::topology::from_plugin(kind, &Yaml(v))? {
+                Sched::Topology(t)
             } else {
                 return Ok(None);
             }
@@ -330,7 +354,7 @@ mod tests {
         let required = |k: PluginKind| match k {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
-            K::FileDiscovery => "{path: /etc/epp/endpoints.yaml}",
+            K::FileDiscovery | K::MulticlusterFileDiscovery => "{path: /etc/epp/endpoints.yaml}",
             _ => "",
         };
         use PluginKind as K;
@@ -374,7 +398,13 @@ mod tests {
                         Category::RequestControl
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
-                    | (Plugin::FileDiscovery(_), Category::DataLayer)
+                    | (Plugin::Scheduling(Sched::Topology(_)), Category::DataLayer)
+                    | (
+                        Plugin::FileDiscovery(_)
+                            | Plugin::ClusterMetricsSource(_)
+                            | Plugin::ClusterMetricsExtractor(_),
+                        Category::DataLayer
+                    )
                     | (Plugin::ProgramAware(_), Category::FlowControl)
             );
             assert!(used, "{k} decoded to {plugin:?}");

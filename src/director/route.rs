@@ -189,6 +189,8 @@ impl<'a> Facts<'a> {
             headers: inc.headers,
             names,
             now,
+            // Set by a disaggregating handler for its later stage.
+            peer: None,
         }
     }
 }

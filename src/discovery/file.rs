@@ -24,6 +24,29 @@ use std::net::{IpAddr, SocketAddr};
 /// Upstream's size cap.
 pub const MAX_BYTES: usize = 1 << 20;
 
+/// Why one entry is skipped (the rest of the file still counts).
+#[derive(Debug, thiserror::Error)]
+pub enum Skip {
+    #[error("name is required")]
+    NoName,
+    #[error("address {0:?} is not an IP address")]
+    NotIp(String),
+    #[error("port is required")]
+    NoPort,
+    #[error("port must be an integer in 1-65535, got {0}")]
+    BadPort(String),
+    /// A cluster's address that is neither an IP nor a DNS-1123 subdomain (upstream's words).
+    #[error("invalid host {0:?}")]
+    BadHost(String),
+    /// A cluster's host name that has no address.
+    #[error("host {host:?} does not resolve: {source}")]
+    Unresolved {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     #[error("endpoints file is {0} bytes, over the 1 MiB limit")]
@@ -38,23 +61,25 @@ struct Document {
     endpoints: Option<Vec<serde_norway::Value>>,
 }
 
+/// One entry of the file, as written (shared with `multicluster-file-discovery`, whose
+/// entries are clusters).
 #[derive(Deserialize)]
-struct Entry {
+pub(super) struct Entry {
     #[serde(default)]
-    name: String,
+    pub name: String,
     #[serde(default)]
     namespace: String,
     #[serde(default)]
-    address: String,
+    pub address: String,
     #[serde(default)]
     port: Option<Port>,
     #[serde(default)]
-    labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Port {
+pub(super) enum Port {
     Text(String),
     Number(i64),
 }
@@ -68,6 +93,14 @@ pub struct Parsed {
 
 /// Parses the file's text.
 pub fn parse(text: &str) -> Result<Parsed, FileError> {
+    parse_with(text, &endpoint)
+}
+
+/// Parses the file's text, each entry made an endpoint by `build` (or skipped with its reason).
+pub(super) fn parse_with(
+    text: &str,
+    build: &dyn Fn(&Entry) -> Result<Endpoint, Skip>,
+) -> Result<Parsed, FileError> {
     if text.len() > MAX_BYTES {
         return Err(FileError::TooLarge(text.len()));
     }
@@ -85,7 +118,7 @@ pub fn parse(text: &str) -> Result<Parsed, FileError> {
                 continue;
             }
         };
-        match endpoint(&entry) {
+        match build(&entry) {
             Ok(ep) => {
                 let namespace = match entry.namespace.trim() {
                     "" => "default".to_owned(),
@@ -118,39 +151,46 @@ pub fn parse(text: &str) -> Result<Parsed, FileError> {
 }
 
 /// One entry as an endpoint, or why it is skipped.
-fn endpoint(e: &Entry) -> Result<Endpoint, String> {
-    let name = e.name.trim();
-    if name.is_empty() {
-        return Err("name is required".to_owned());
-    }
+fn endpoint(e: &Entry) -> Result<Endpoint, Skip> {
+    let name = name(e)?;
     let address: IpAddr = e
         .address
         .trim()
         .parse()
-        .map_err(|_| format!("address {:?} is not an IP address", e.address))?;
+        .map_err(|_| Skip::NotIp(e.address.clone()))?;
+    let id = EndpointId(SocketAddr::new(address, port(e)?));
+    Ok(Endpoint {
+        name: name.to_owned(),
+        labels: e.labels.clone(),
+        ..Endpoint::from_id(id)
+    })
+}
+
+/// The entry's name (required).
+pub(super) fn name(e: &Entry) -> Result<&str, Skip> {
+    match e.name.trim() {
+        "" => Err(Skip::NoName),
+        name => Ok(name),
+    }
+}
+
+/// The entry's port (required, 1-65535, a string or a number).
+pub(super) fn port(e: &Entry) -> Result<u16, Skip> {
     let port = match &e.port {
-        None => return Err("port is required".to_owned()),
+        None => return Err(Skip::NoPort),
         Some(Port::Text(t)) => t.trim().parse::<i64>().ok(),
         Some(Port::Number(n)) => Some(*n),
     }
     .and_then(|p| u16::try_from(p).ok())
     .filter(|p| *p != 0);
     let Some(port) = port else {
-        return Err(format!(
-            "port must be an integer in 1-65535, got {}",
-            match &e.port {
-                Some(Port::Text(t)) => format!("{t:?}"),
-                Some(Port::Number(n)) => n.to_string(),
-                None => String::new(),
-            }
-        ));
+        return Err(Skip::BadPort(match &e.port {
+            Some(Port::Text(t)) => format!("{t:?}"),
+            Some(Port::Number(n)) => n.to_string(),
+            None => String::new(),
+        }));
     };
-    let id = EndpointId(SocketAddr::new(address, port));
-    Ok(Endpoint {
-        name: name.to_owned(),
-        labels: e.labels.clone(),
-        ..Endpoint::from_id(id)
-    })
+    Ok(port)
 }
 
 #[cfg(test)]

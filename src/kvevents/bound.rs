@@ -182,6 +182,7 @@ mod tests {
             labels: Default::default(),
             weight: 1,
             rank: 0,
+            metrics_host: None,
         };
         if let Some(p) = kv_port {
             e.labels

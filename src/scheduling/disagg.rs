@@ -218,6 +218,8 @@ impl Disagg {
                     .find(|c| Some(&c.id) == d.endpoints.first());
                 self.run_encode(req, pick, candidates, rng, &mut out);
                 if let Some(stage) = &self.prefill {
+                    // The prefill stage sees the decode pick as its peer (topology affinity).
+                    let req = &SchedulingRequest { peer: pick, ..*req };
                     let pool = stage.profile.filter_pool(req, candidates, rng);
                     let approved = stage
                         .decider
@@ -236,7 +238,11 @@ impl Disagg {
                     self.run_prefill(stage, req, pool, rng, &mut out);
                 }
                 self.run_encode(req, None, candidates, rng, &mut out);
-                decode.schedule_profile(req, candidates, rng)?
+                // The decode stage sees the prefill pick as its peer (topology affinity).
+                let peer = out
+                    .prefill
+                    .and_then(|p| candidates.iter().find(|c| c.id == p));
+                decode.schedule_profile(&SchedulingRequest { peer, ..*req }, candidates, rng)?
             }
         };
         out.decision = DisaggDecision::new(!out.encode.is_empty(), out.prefill.is_some());

@@ -6,6 +6,7 @@ mod header_based_testing;
 mod label_selector;
 mod prefix_cache_affinity;
 mod session_affinity;
+mod topology_affinity;
 mod utilization;
 
 use super::{Candidate, SchedulingRequest};
@@ -17,6 +18,7 @@ pub use label_selector::LabelSelectorFilter;
 pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
 pub use session_affinity::SessionAffinityFilter;
+pub use topology_affinity::{TopologyAffinityFilter, TopologyAffinityFilterParams};
 pub use utilization::UtilizationFilter;
 
 /// Every filter epp knows; [`Filter::from_plugin`] builds each from its plugin's parameters.
@@ -32,6 +34,7 @@ pub enum Filter {
     SessionAffinity(SessionAffinityFilter),
     /// `context-length-aware` with `enableFiltering` (built as a scorer).
     ContextLength(super::scorer::ContextLengthAware),
+    TopologyAffinity(TopologyAffinityFilter),
 }
 
 impl Filter {
@@ -52,8 +55,13 @@ impl Filter {
                 tracing::info!("Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead");
                 Self::LabelSelector(p.decode::<LabelSelectorFilter>()?.validate()?)
             }
-            K::SessionAffinityFilter => {
+            // The hub's session filter is this one (llm-d: "delegates without translation"): a
+            // hub's candidates are its clusters, so a session pins to its cluster.
+            K::SessionAffinityFilter | K::MulticlusterSessionAffinityFilter => {
                 Self::SessionAffinity(p.decode::<SessionAffinityFilter>()?.validate()?)
+            }
+            K::TopologyAffinityFilter => {
+                Self::TopologyAffinity(p.decode::<TopologyAffinityFilterParams>()?.validate()?)
             }
             K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),
             K::ByLabel => Self::ByLabel(p.decode::<ByLabelFilter>()?.validate()?),
@@ -87,6 +95,7 @@ impl Filter {
             Self::Utilization(f) => f.filter(pool),
             Self::SessionAffinity(f) => f.filter(req, pool),
             Self::ContextLength(f) => f.filter(req, pool),
+            Self::TopologyAffinity(f) => f.filter(req, pool),
         }
     }
 
@@ -115,7 +124,10 @@ impl Filter {
     pub fn reads_labels(&self) -> bool {
         matches!(
             self,
-            Self::LabelSelector(_) | Self::ByLabel(_) | Self::ContextLength(_)
+            Self::LabelSelector(_)
+                | Self::ByLabel(_)
+                | Self::ContextLength(_)
+                | Self::TopologyAffinity(_)
         )
     }
 }

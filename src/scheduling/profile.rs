@@ -25,6 +25,9 @@ pub enum Plugin {
     P2p(disagg::p2p::P2pSourceProducer),
     /// A data producer taking part in the request lifecycle ([`super::producer`]).
     Producer(std::sync::Arc<dyn super::lifecycle::Lifecycle>),
+    /// `topology-extractor`: the labels the topology-affinity filter and scorer naming this
+    /// instance read ([`super::topology`]).
+    Topology(super::topology::TopologyExtractor),
 }
 
 /// One `schedulingProfiles` entry: its name and its plugin references with their weights
@@ -149,6 +152,9 @@ fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> V
     plugins
         .iter()
         .map(|&(name, plugin)| {
+            if let Some(resolved) = with_topology(plugins, plugin) {
+                return Some(resolved);
+            }
             let Plugin::Scorer(Scorer::Prefix(scorer)) = plugin else {
                 return None;
             };
@@ -171,6 +177,37 @@ fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> V
             }
         })
         .collect()
+}
+
+/// A topology-affinity filter or scorer with the `topology-extractor` its
+/// `topologyProducerName` names (left without one, and logged, when none has that name).
+fn with_topology(plugins: &Plugins<'_>, plugin: &Plugin) -> Option<Plugin> {
+    let find = |r: &super::topology::ExtractorRef| {
+        let found = plugins.iter().find_map(|(n, p)| match p {
+            Plugin::Topology(t) if *n == r.name => Some(t.clone()),
+            _ => None,
+        });
+        if found.is_none() {
+            tracing::warn!(producer = %r.name, "no topology-extractor of this name: the topology-affinity plugin reads no topology");
+        }
+        super::topology::ExtractorRef {
+            name: r.name.clone(),
+            extractor: found,
+        }
+    };
+    match plugin {
+        Plugin::Filter(Filter::TopologyAffinity(f)) => {
+            let mut f = f.clone();
+            f.extractor = find(&f.extractor);
+            Some(Plugin::Filter(Filter::TopologyAffinity(f)))
+        }
+        Plugin::Scorer(Scorer::TopologyAffinity(s)) => {
+            let mut s = s.clone();
+            s.extractor = find(&s.extractor);
+            Some(Plugin::Scorer(Scorer::TopologyAffinity(s)))
+        }
+        _ => None,
+    }
 }
 
 impl Scheduler {

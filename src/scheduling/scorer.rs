@@ -8,6 +8,8 @@ mod kv_cache;
 mod latency;
 mod load_aware;
 mod lora_affinity;
+mod multicluster_kv_cache;
+mod multicluster_queue;
 mod no_hit_lru;
 mod precise_prefix;
 mod prefix;
@@ -15,6 +17,7 @@ mod queue;
 mod running_requests;
 mod session_affinity;
 mod token_load;
+mod topology_affinity;
 
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
@@ -26,6 +29,8 @@ pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
 pub use load_aware::LoadAwareScorer;
 pub use lora_affinity::LoraAffinityScorer;
+pub use multicluster_kv_cache::MulticlusterKvCacheScorer;
+pub use multicluster_queue::MulticlusterQueueScorer;
 pub use no_hit_lru::{is_cold, LruOrder, NoHitLruScorer};
 pub use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
 pub use prefix::{PrefixParams, PrefixScorer};
@@ -36,6 +41,7 @@ pub use session_affinity::{
     SessionIdConfig, SESSION_HEADER,
 };
 pub use token_load::TokenLoadScorer;
+pub use topology_affinity::{TopologyAffinityScorer, TopologyAffinityScorerParams};
 
 /// Every scorer epp knows; [`Scorer::from_plugin`] builds each from its plugin's parameters.
 #[derive(Clone, Debug)]
@@ -57,6 +63,11 @@ pub enum Scorer {
     NoHitLru(NoHitLruScorer),
     /// Also a filter when `enableFiltering` ([`Scorer::as_filter`]).
     ContextLength(ContextLengthAware),
+    /// A hub's clusters by their pool's average queue.
+    MulticlusterQueue(MulticlusterQueueScorer),
+    /// A hub's clusters by their pool's average KV-cache utilization.
+    MulticlusterKvCache(MulticlusterKvCacheScorer),
+    TopologyAffinity(TopologyAffinityScorer),
 }
 
 impl Scorer {
@@ -67,7 +78,11 @@ impl Scorer {
         Ok(Some(match kind {
             K::QueueScorer => Self::Queue(p.decode()?),
             K::KvCacheUtilizationScorer => Self::KvCache(p.decode()?),
-            K::PrefixCacheScorer => Self::Prefix(PrefixScorer::new(prefix_params(p)?)),
+            // The hub's prefix scorer is this one (llm-d: "delegates without change"): a hub's
+            // candidates are its clusters, so the index keys on clusters.
+            K::PrefixCacheScorer | K::MulticlusterPrefixCacheScorer => {
+                Self::Prefix(PrefixScorer::new(prefix_params(p)?))
+            }
             K::PrecisePrefixCacheScorer => {
                 let params = p.decode::<PrecisePrefixParams>()?.validate()?;
                 Self::PrecisePrefix(Box::new(PrecisePrefixScorer::new(params)))
@@ -93,6 +108,11 @@ impl Scorer {
             K::ContextLengthAware => {
                 Self::ContextLength(p.decode::<ContextLengthAware>()?.validate()?)
             }
+            K::TopologyAffinityScorer => {
+                Self::TopologyAffinity(p.decode::<TopologyAffinityScorerParams>()?.into())
+            }
+            K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
+            K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
             _ => return Ok(None),
         }))
     }
@@ -115,6 +135,9 @@ impl Scorer {
             Self::LoadAware(s) => s.score(pool, out),
             Self::NoHitLru(s) => s.score(req, pool, out),
             Self::ContextLength(s) => s.score(req, pool, out),
+            Self::MulticlusterQueue(s) => s.score(pool, out),
+            Self::MulticlusterKvCache(s) => s.score(pool, out),
+            Self::TopologyAffinity(s) => s.score(req, pool, out),
         }
     }
 
@@ -139,7 +162,7 @@ impl Scorer {
 
     /// Whether this scorer reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        matches!(self, Self::ContextLength(_))
+        matches!(self, Self::ContextLength(_) | Self::TopologyAffinity(_))
     }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {

@@ -16,10 +16,15 @@
 //! once on a new connection if no byte of an answer had arrived. The caller bounds each call
 //! in time; a call dropped midway drops its connection with it (it is out of [`Conn`] while in
 //! use), so no later call reads a stale answer.
+//!
+//! A connection may be TLS ([`Tls`]: a multi-cluster hub scrapes its spokes over https, the
+//! peer's certificate verified); the exchange is the same over either stream.
 
 use std::io;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// The largest header section read (status line and headers).
 const MAX_HEAD: usize = 64 << 10;
@@ -86,7 +91,48 @@ pub struct Conn {
     authority: String,
     /// `authority` with the default port when it names none (what `connect` resolves).
     addr: String,
-    stream: Option<TcpStream>,
+    /// How the connection is secured, for an https target.
+    tls: Option<Tls>,
+    stream: Option<Stream>,
+}
+
+/// An https target's TLS: the client configuration (roots, client certificate) and the name
+/// the peer's certificate must carry (the URL's host, a name or an IP).
+#[derive(Clone)]
+pub struct Tls {
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("name", &self.name).finish()
+    }
+}
+
+impl Tls {
+    /// TLS to `authority`'s host (`host:port`, an IPv6 host bracketed) with `config`.
+    pub fn new(config: Arc<rustls::ClientConfig>, authority: &str) -> Result<Self, HttpError> {
+        let bad = |why| HttpError::BadUrl {
+            url: authority.to_owned(),
+            why,
+        };
+        let parsed: http::uri::Authority = authority.parse().map_err(|_| bad("not a host"))?;
+        let host = parsed.host().trim_start_matches('[').trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|_| bad("not a name a certificate can carry"))?;
+        Ok(Self {
+            connector: tokio_rustls::TlsConnector::from(config),
+            name,
+        })
+    }
+}
+
+/// A kept connection, plain or TLS.
+#[derive(Debug)]
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// An answer's status and, when read, its body.
@@ -105,6 +151,21 @@ impl Conn {
         Self {
             authority: authority.to_owned(),
             addr,
+            tls: None,
+            stream: None,
+        }
+    }
+
+    /// A connection to an https target (port 443 when `authority` names none).
+    pub fn with_tls(authority: &str, tls: Tls) -> Self {
+        let addr = match authority.parse::<http::uri::Authority>() {
+            Ok(a) if a.port().is_none() => format!("{authority}:443"),
+            _ => authority.to_owned(),
+        };
+        Self {
+            authority: authority.to_owned(),
+            addr,
+            tls: Some(tls),
             stream: None,
         }
     }
@@ -131,7 +192,7 @@ impl Conn {
             self.authority
         );
         if let Some(stream) = self.stream.take() {
-            match exchange(stream, head.as_bytes(), limit).await {
+            match exchange_on(stream, head.as_bytes(), limit).await {
                 Ok((resp, kept)) => {
                     self.stream = kept;
                     return Ok(resp);
@@ -144,24 +205,54 @@ impl Conn {
             }
         }
         let stream = self.connect().await?;
-        let (resp, kept) = exchange(stream, head.as_bytes(), limit)
+        let (resp, kept) = exchange_on(stream, head.as_bytes(), limit)
             .await
             .map_err(|f| f.error)?;
         self.stream = kept;
         Ok(resp)
     }
 
-    async fn connect(&self) -> Result<TcpStream, HttpError> {
-        let connected = TcpStream::connect(self.addr.as_str()).await;
-        let stream = connected.map_err(|source| HttpError::Connect {
+    async fn connect(&self) -> Result<Stream, HttpError> {
+        let failed = |source| HttpError::Connect {
             authority: self.authority.clone(),
             source,
-        })?;
+        };
+        let stream = TcpStream::connect(self.addr.as_str())
+            .await
+            .map_err(failed)?;
         // Small requests and answers: no Nagle delay.
         stream.set_nodelay(true)?;
-        Ok(stream)
+        match &self.tls {
+            None => Ok(Stream::Plain(stream)),
+            Some(tls) => {
+                let shaken = tls.connector.connect(tls.name.clone(), stream).await;
+                Ok(Stream::Tls(Box::new(shaken.map_err(failed)?)))
+            }
+        }
     }
 }
+
+/// [`exchange`] over whichever stream the connection is.
+async fn exchange_on(
+    stream: Stream,
+    head: &[u8],
+    limit: Option<usize>,
+) -> Result<(Response, Option<Stream>), Failure> {
+    match stream {
+        Stream::Plain(s) => {
+            let (resp, kept) = exchange(s, head, limit).await?;
+            Ok((resp, kept.map(Stream::Plain)))
+        }
+        Stream::Tls(s) => {
+            let (resp, kept) = exchange(s, head, limit).await?;
+            Ok((resp, kept.map(Stream::Tls)))
+        }
+    }
+}
+
+/// What an exchange reads and writes: a socket, or TLS over one.
+trait Io: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
 
 /// A failed exchange, and whether any byte of an answer had arrived (if not, a kept
 /// connection may just have been closed by the server, and a new one is tried).
@@ -180,11 +271,11 @@ impl From<HttpError> for Failure {
 }
 
 /// Sends `head`, reads the answer; gives the stream back when it may carry the next request.
-async fn exchange(
-    mut stream: TcpStream,
+async fn exchange<S: Io>(
+    mut stream: S,
     head: &[u8],
     limit: Option<usize>,
-) -> Result<(Response, Option<TcpStream>), Failure> {
+) -> Result<(Response, Option<S>), Failure> {
     let unanswered = |error: io::Error| Failure {
         error: HttpError::Io(error),
         answered: false,
@@ -223,7 +314,7 @@ async fn exchange(
 
 /// Reads until a final answer's status line and headers are in `buf` (interim `1xx` answers
 /// are dropped from it).
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Failure> {
+async fn read_head(stream: &mut impl Io, buf: &mut Vec<u8>) -> Result<Head, Failure> {
     loop {
         match parse_head(buf)? {
             Some(h) if (100..200).contains(&h.status) && h.status != 101 => {
@@ -328,14 +419,14 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, HttpError> {
 }
 
 /// Reads more of the answer into `buf`; 0 at the connection's end.
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+async fn fill(stream: &mut impl Io, buf: &mut Vec<u8>) -> io::Result<usize> {
     buf.reserve(READ_CHUNK);
     stream.read_buf(buf).await
 }
 
 /// A body of `n` bytes (`buf` holds its start); clean when nothing followed it.
 async fn read_length(
-    stream: &mut TcpStream,
+    stream: &mut impl Io,
     mut buf: Vec<u8>,
     n: usize,
     limit: usize,
@@ -358,7 +449,7 @@ async fn read_length(
 
 /// A body read until the connection ends.
 async fn read_to_end(
-    stream: &mut TcpStream,
+    stream: &mut impl Io,
     mut buf: Vec<u8>,
     limit: usize,
 ) -> Result<Vec<u8>, HttpError> {
@@ -375,7 +466,7 @@ async fn read_to_end(
 
 /// A chunked body (`raw` holds its start), decoded; clean when nothing followed it.
 async fn read_chunked(
-    stream: &mut TcpStream,
+    stream: &mut impl Io,
     mut raw: Vec<u8>,
     limit: usize,
 ) -> Result<(Vec<u8>, bool), HttpError> {

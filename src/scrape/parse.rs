@@ -399,6 +399,7 @@ pub fn extract_with(
         lora: lora.map(|(_, l)| l),
         cache,
         gpu: gpu.finish(),
+        pool: None,
         updated: now,
     })
 }

@@ -118,6 +118,11 @@ impl LlmdEpp {
         Ok(r.text())
     }
 
+    /// Where it serves `/metrics` (plain http, no auth): a multi-cluster hub's spoke.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics
+    }
+
     /// Its log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

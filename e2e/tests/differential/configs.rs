@@ -251,3 +251,110 @@ macro_rules! parsed {
 
 pub const PARSER_ANTHROPIC: &str = parsed!("anthropic-parser");
 pub const PARSER_VLLMHTTP: &str = parsed!("vllmhttp-parser");
+
+/// A hub's data layer: its clusters from `CLUSTERS`, each spoke EPP's metrics over https
+/// verified by `SPOKES_CA` (the runner writes both files), read by the extractor `EXTRACTOR`
+/// names (its parameters).
+macro_rules! hub {
+    ($extractor:literal, $plugins:literal, $profile:literal) => {
+        concat!(
+            "plugins:
+- {name: clusters, type: multicluster-file-discovery, parameters: {path: CLUSTERS}}
+- {name: spokes, type: multicluster-metrics-data-source, parameters: {caCertPath: SPOKES_CA}}
+- {name: pool, type: multicluster-metrics-extractor, parameters: ",
+            $extractor,
+            "}
+",
+            $plugins,
+            "- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [",
+            $profile,
+            ", {pluginRef: max-score-picker}]
+dataLayer:
+  discovery: {pluginRef: clusters}
+  sources: [{pluginRef: spokes, extractors: [{pluginRef: pool}]}]
+"
+        )
+    };
+}
+
+pub const HUB_QUEUE: &str = hub!(
+    "{}",
+    "- {name: s, type: multicluster-queue-scorer}\n",
+    "{pluginRef: s}"
+);
+pub const HUB_KV: &str = hub!(
+    "{}",
+    "- {name: s, type: multicluster-kv-cache-utilization-scorer}\n",
+    "{pluginRef: s}"
+);
+/// The extractor told the spokes' series by name and label (the defaults, spelled out).
+pub const HUB_EXTRACTOR: &str = hub!(
+    "{kvCacheUtilizationMetric: 'llm_d_epp_average_kv_cache_utilization{name=spoke}', queueSizeMetric: 'llm_d_epp_average_queue_size{name=\"spoke\"}'}",
+    "- {name: s, type: multicluster-queue-scorer}\n",
+    "{pluginRef: s}"
+);
+pub const HUB_PREFIX: &str = hub!(
+    "{}",
+    "- {name: q, type: multicluster-queue-scorer}\n- {name: p, type: multicluster-prefix-cache-scorer}\n",
+    "{pluginRef: q, weight: 1}, {pluginRef: p, weight: 3}"
+);
+pub const HUB_PRODUCER: &str = hub!(
+    "{}",
+    "- {type: multicluster-approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}\n- {name: q, type: multicluster-queue-scorer}\n- {name: p, type: multicluster-prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: multicluster-approx-prefix-cache-producer}}\n",
+    "{pluginRef: q, weight: 1}, {pluginRef: p, weight: 3}"
+);
+pub const HUB_SESSION: &str = hub!(
+    "{}",
+    "- {name: f, type: multicluster-session-affinity-filter}\n- {name: q, type: multicluster-queue-scorer}\n",
+    "{pluginRef: f}, {pluginRef: q}"
+);
+
+/// P/D decode-first (always disaggregate) whose prefill profile adds `$prefill` (its plugins
+/// listed in `$plugins`): the topology plugins compare the prefill pods with the decode pick.
+macro_rules! topology {
+    ($plugins:literal, $prefill:literal) => {
+        concat!(
+            "
+plugins:
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: disagg-profile-handler, parameters: {deciders: {prefill: d}}}
+- {name: d, type: always-disagg-pd-decider}
+",
+            $plugins,
+            "schedulingProfiles:
+- name: prefill
+  plugins:
+  - pluginRef: prefill-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: queue-scorer, weight: 1}
+",
+            $prefill,
+            "- name: decode
+  plugins:
+  - pluginRef: decode-filter
+  - pluginRef: max-score-picker
+  - {pluginRef: queue-scorer, weight: 1}
+"
+        )
+    };
+}
+
+pub const TOPOLOGY_FILTER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-filter}\n",
+    "  - pluginRef: t\n"
+);
+pub const TOPOLOGY_SCORER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-scorer}\n",
+    "  - {pluginRef: t, weight: 3}\n"
+);
+/// The extractor told to read the host from a label of the site's own (`node`).
+pub const TOPOLOGY_EXTRACTOR: &str = topology!(
+    "- {name: where, type: topology-extractor, parameters: {hostname: node}}\n- {name: t, type: topology-affinity-filter, parameters: {topologyProducerName: where, minAffinity: host}}\n",
+    "  - pluginRef: t\n"
+);

@@ -2,7 +2,8 @@
 //! labels), then each EPP in turn behind its own real Envoy (the `Duplex` template: ext_proc
 //! with the body streamed), loading the same configuration file, and the case's requests sent
 //! through Envoy. epp runs in this process, llm-d's EPP as a child process
-//! ([`epp_e2e::llmd_epp`]).
+//! ([`epp_e2e::llmd_epp`]). A multi-cluster hub case adds its spokes' stand-ins
+//! ([`crate::hub_support`]): the pods are then the clusters' gateways.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -17,7 +18,8 @@ use epp_e2e::sim_pod::{test_pod_config, with_adapters, SimPod};
 use epp_e2e::stack::Epp;
 use http::Method;
 
-use super::cases::{Case, PodState, Req};
+use super::cases::{Case, Hub, PodState, Req};
+use crate::hub_support::Spokes;
 
 /// What one request (or one repeated request) got.
 #[derive(Clone, Debug, Default)]
@@ -94,9 +96,10 @@ impl Picker {
     }
 }
 
-/// The case's pods, with their states forced.
+/// The case's pods, with their states forced (and a hub case's spokes).
 pub struct Pods {
     pub pods: Vec<SimPod>,
+    spokes: Option<Spokes>,
     dir: PathBuf,
 }
 
@@ -113,14 +116,23 @@ impl Pods {
             force(&pod, state);
             pods.push(pod);
         }
+        let spokes = match &case.hub {
+            Some(hub) => Some(Spokes::start(&hub.pools, dir).await?),
+            None => None,
+        };
         Ok(Self {
             pods,
+            spokes,
             dir: dir.to_owned(),
         })
     }
 
-    /// The configuration file both EPPs load: `config` with the pods' file discovery.
+    /// The configuration file both EPPs load: `config` with the pods' file discovery (a hub
+    /// case's names its own clusters file, written here).
     pub fn config_file(&self, case: &Case) -> anyhow::Result<PathBuf> {
+        if let (Some(hub), Some(spokes)) = (&case.hub, &self.spokes) {
+            return self.hub_config(case, hub, spokes);
+        }
         let names: Vec<String> = self.pods.iter().map(|p| p.name().to_owned()).collect();
         let endpoints: Vec<FileEndpoint<'_>> = self
             .pods
@@ -140,6 +152,36 @@ impl Pods {
         llmd_epp::write_config(&config, &endpoints, &self.dir)
     }
 
+    /// A hub case's clusters file (each pod a cluster's gateway, its spoke's metrics on the
+    /// stand-in's port) and its configuration, the two files' paths filled in.
+    fn hub_config(&self, case: &Case, hub: &Hub, spokes: &Spokes) -> anyhow::Result<PathBuf> {
+        let mut file = String::from("endpoints:\n");
+        for (i, p) in self.pods.iter().enumerate() {
+            file += &format!(
+                "- name: {}\n  address: {}\n  port: \"{}\"\n  labels: {{metricsAddress: {}, metricsPort: \"{}\"}}\n",
+                p.name(),
+                hub.address,
+                p.addr().port(),
+                hub.metrics_address,
+                spokes.port(i)
+            );
+        }
+        let clusters = self.dir.join("clusters.yaml");
+        std::fs::write(&clusters, file)?;
+        let config = format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n{}",
+            case.config
+                .replace("CLUSTERS", &format!("{:?}", clusters.display().to_string()))
+                .replace(
+                    "SPOKES_CA",
+                    &format!("{:?}", spokes.ca.display().to_string())
+                )
+        );
+        let path = self.dir.join("hub-config.yaml");
+        std::fs::write(&path, config)?;
+        Ok(path)
+    }
+
     fn name_of(&self, addr: &str) -> Option<String> {
         self.pods
             .iter()
@@ -150,6 +192,9 @@ impl Pods {
     pub async fn shutdown(self) {
         for p in self.pods {
             p.shutdown().await;
+        }
+        if let Some(s) = self.spokes {
+            s.shutdown().await;
         }
     }
 }
@@ -175,6 +220,9 @@ pub async fn outcomes(
     for (p, s) in pods.pods.iter().zip(&case.pods) {
         force(p, s);
         p.hook().clear_requests();
+    }
+    if let (Some(spokes), Some(hub)) = (&pods.spokes, &case.hub) {
+        spokes.set(&hub.pools);
     }
     let picker = match which {
         Which::Epp => Picker::Epp(Epp::start(&epp_flags(config)).await?),
@@ -218,15 +266,25 @@ async fn send_all(
     case: &Case,
 ) -> anyhow::Result<Vec<Outcome>> {
     let waits: Vec<u64> = case.pods.iter().map(|s| s.waiting.unwrap_or(0)).collect();
-    scraped(picker, &waits).await?;
+    match &pods.spokes {
+        Some(spokes) => spokes.scraped().await?,
+        None => scraped(picker, &waits).await?,
+    }
     let mut out = Vec::new();
     let mut session: Option<String> = None;
     for r in &case.requests {
-        if let Some(w) = &r.set_waiting {
-            for (p, v) in pods.pods.iter().zip(w) {
-                p.hook().set_waiting(Some(*v));
+        match (&r.set_waiting, &pods.spokes) {
+            (Some(w), Some(spokes)) => {
+                spokes.set_queues(w);
+                spokes.scraped().await?;
             }
-            scraped(picker, w).await?;
+            (Some(w), None) => {
+                for (p, v) in pods.pods.iter().zip(w) {
+                    p.hook().set_waiting(Some(*v));
+                }
+                scraped(picker, w).await?;
+            }
+            (None, _) => {}
         }
         let mut each = Vec::new();
         for _ in 0..r.repeat.max(1) {

@@ -72,7 +72,11 @@ pub fn render(rows: &[Row], accepted: usize) -> String {
          queue, running, KV-cache and LoRA gauges, labels), and the same requests sent \
          through a real Envoy to each. Compared per request: the HTTP status, the pods that \
          served (the set over repeats, where the plugin ties or is random), the start of a \
-         refusal's body, and the routing headers the pod received.\n\n\
+         refusal's body, and the routing headers the pod received. A multi-cluster hub case \
+         (`multicluster-*`) loads its own `multicluster-file-discovery`: the pods stand for the \
+         clusters' gateways, and loopback HTTPS servers stand in for their spoke EPPs' \
+         `/metrics` (the two pool gauges, at values the case sets), their certificates signed \
+         by a CA both hubs load as `caCertPath`.\n\n\
          Read a cell as one entry per case (request, or request repeated), `;` between: \
          status, the pods that served (`+` between the pods a repeated request reached), \
          the routing headers other than `x-gateway-destination-endpoint` (compared, not \

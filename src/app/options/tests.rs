@@ -74,6 +74,7 @@ fn a_configurations_file_discovery_gives_the_endpoints() {
     let discovery = Some(crate::config::FileDiscovery {
         path: "/etc/epp/endpoints.yaml".into(),
         watch_file: true,
+        clusters: false,
     });
     let mut o = parse(&["--config-file", "/c.yaml"]);
     o.validate().unwrap();

@@ -97,6 +97,7 @@ fn pod_endpoints(target: &PoolTarget, pod: &Pod) -> Vec<Endpoint> {
             weight,
             // A pool has at most 8 target ports (CRD validation).
             rank: u16::try_from(rank).unwrap_or(u16::MAX),
+            metrics_host: None,
         })
         .collect()
 }

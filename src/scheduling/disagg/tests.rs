@@ -426,3 +426,56 @@ fn p2p_source_names_a_richer_peer_for_the_prefill_pod_and_needs_the_experimental
         .headers
         .contains(&(PREFILLER_HEADER, out.prefill.map(|p| p.to_string()))));
 }
+
+/// Decode pods on hosts n1 (port 1) and n2 (2), prefill pods on n2 (3) and n1 (4).
+fn hosts() -> Vec<Candidate> {
+    let at = [
+        ("decode", "n1"),
+        ("decode", "n2"),
+        ("prefill", "n2"),
+        ("prefill", "n1"),
+    ];
+    (0..4)
+        .map(|i| {
+            let (role, host) = at[i];
+            labelled(
+                i as u16 + 1,
+                &[(ROLE_LABEL, role), ("kubernetes.io/hostname", host)],
+            )
+        })
+        .collect()
+}
+
+/// The topology plugins see the earlier stage's pick as the peer: decode-first, the prefill
+/// stage keeps the prefill pods on the decode pick's host; prefill-first, the decode stage
+/// prefers the decode pods on the prefill pick's host.
+#[test]
+fn the_topology_plugins_compare_with_the_other_stages_pick() {
+    let decode_first = format!(
+        "{PD_HEAD}- type: random-picker\n- type: always-disagg-pd-decider\n- type: topology-extractor\n- type: topology-affinity-filter\n- type: disagg-profile-handler\n  parameters: {{deciders: {{prefill: always-disagg-pd-decider}}}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{{pluginRef: prefill-filter}}, {{pluginRef: topology-affinity-filter}}, {{pluginRef: random-picker}}]\n- name: decode\n  plugins: [{{pluginRef: decode-filter}}, {{pluginRef: random-picker}}]\n"
+    );
+    let alpha = |text: &str| {
+        let load = config::LoadOptions {
+            allow_experimental: true,
+        };
+        build_with(&config::parse(text).unwrap(), load).unwrap_or_else(|e| panic!("{e:?}"))
+    };
+    let s = alpha(&decode_first);
+    assert!(s.reads_labels());
+    let mut rng = SmallRng::seed_from_u64(3);
+    for _ in 0..20 {
+        let d = s.schedule(&req(100), &hosts(), &mut rng).unwrap();
+        let prefill = port(d.disagg.unwrap().prefill.unwrap());
+        let decode = port(d.endpoints[0]);
+        assert_eq!(prefill, if decode == 1 { 4 } else { 3 }, "same host");
+    }
+    let prefill_first = format!(
+        "{PD_HEAD}- type: random-picker\n- {{name: topo, type: topology-extractor}}\n- {{type: topology-affinity-scorer, parameters: {{topologyProducerName: topo}}}}\n- type: disagg-profile-handler\n  parameters: {{stageOrder: prefill-first}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{{pluginRef: prefill-filter}}, {{pluginRef: random-picker}}]\n- name: decode\n  plugins: [{{pluginRef: decode-filter}}, {{pluginRef: topology-affinity-scorer}}, {{pluginRef: max-score-picker}}]\n"
+    );
+    let s = alpha(&prefill_first);
+    for _ in 0..20 {
+        let d = s.schedule(&req(100), &hosts(), &mut rng).unwrap();
+        let prefill = port(d.disagg.unwrap().prefill.unwrap());
+        assert_eq!(port(d.endpoints[0]), if prefill == 4 { 1 } else { 2 });
+    }
+}

@@ -1,6 +1,11 @@
 //! `session-affinity-filter` (llm-d, alpha): when the request's session names an endpoint
 //! that is a candidate, keep only that endpoint; otherwise keep everyone. Same parameters and
 //! strategies as `session-affinity-scorer` ([`SessionAffinityParams`]).
+//!
+//! `multicluster-session-affinity-filter` (llm-d v0.10, alpha) is this filter on a hub: its
+//! candidates are clusters, so a session pins to the cluster that served it, and upstream's
+//! type delegates to this one without change (its parameters, its errors naming
+//! `session-affinity-filter`).
 
 use crate::plugin::{Invalid, PluginKind};
 use crate::scheduling::scorer::SessionAffinityParams;

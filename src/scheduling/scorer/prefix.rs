@@ -12,6 +12,11 @@
 //! `approx-prefix-cache-producer` (epp's routing history, the default) or a
 //! `precise-prefix-cache-producer` (the pods' KV events), in which case the scheduler is built
 //! with the precise scorer in this one's place (`crate::scheduling::profile`).
+//!
+//! On a multi-cluster hub, `multicluster-prefix-cache-scorer` and
+//! `multicluster-approx-prefix-cache-producer` (llm-d v0.10, alpha) are this scorer and the
+//! approximate producer: the candidates are clusters, so the index records which cluster
+//! served a prefix, and upstream's types delegate to the pod ones without change.
 
 use crate::plugin::Invalid;
 use crate::request::tokenize::Vocabulary;
