@@ -19,6 +19,7 @@ mod flow;
 pub mod plugin;
 mod problem;
 pub mod tool;
+pub(crate) mod usage_limit;
 mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::{FileDiscovery, MetricsSettings};
@@ -29,6 +30,7 @@ pub use document::{
 };
 pub use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
 pub use problem::{ConfigError, Problem};
+pub use usage_limit::UsageLimit;
 
 /// llm-d v1.0's configuration API (`apix/config/v1`).
 pub const API_VERSION_V1: &str = "llm-d.ai/v1";

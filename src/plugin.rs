@@ -109,6 +109,10 @@ const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kube
 /// What `models-data-source` and `models-data-extractor` collect, nothing in llm-d-router v0.10
 /// reads.
 const MODELS: &str = "accepted: no filter or scorer of llm-d-router v0.10 reads the models it collects from /v1/models, so epp does not poll it";
+/// The in-flight eviction policies: configurable, and read by nothing in llm-d-router v0.10.
+const EVICTION: Support = BuiltIn("accepted, as llm-d-router v0.10 accepts it (no parameters): its in-flight evictor (flowControl.enableEviction) builds its own sheddable-eviction-filter and priority-then-time-eviction-order-policy, so nothing reads a configured instance; epp does not evict in-flight requests (enableEviction is accepted and not read)");
+/// The GIE v1.5 names of the eviction policies.
+const EVICTION_RENAMED: Support = BuiltIn("the GIE v1.5 name of an eviction policy llm-d-router v0.10 renamed (sheddable-eviction-filter, priority-then-time-eviction-order-policy) and no longer registers; epp accepts it as the new name, which nothing reads either (epp does not evict in-flight requests)");
 const FLOW: Support =
     BuiltIn("epp's flow control serves each fairness key first come, first served");
 
@@ -146,7 +150,7 @@ kinds! {
     PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Beta, Plugin;
     MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
-    HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
+    HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Plugin;
     EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
     TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, TOPOLOGY;
     MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, MULTICLUSTER;
@@ -169,7 +173,7 @@ kinds! {
     // Profile handlers and P/D deciders.
     SingleProfileHandler = "single-profile-handler", ProfileHandler, Beta, PROFILE;
     DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, Plugin;
-    HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Unsupported("epp runs one scheduling profile");
+    HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Plugin;
     DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
     PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, Plugin;
     DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, HEADERS;
@@ -225,12 +229,12 @@ kinds! {
     EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it orders by arrival plus TTL, which is arrival order here: epp gives every request the same TTL");
     SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it serves each key's earliest arrival plus x-llm-d-slo-ttft-ms first");
     StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Beta, BuiltIn("epp's flow control limits requests and bytes per band statically (maxRequests, maxBytes)");
-    PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
-    SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
-    SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
-    PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
-    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
-    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
+    PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Plugin;
+    SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Plugin;
+    SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, EVICTION;
+    PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, EVICTION;
+    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Beta, EVICTION_RENAMED;
+    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Beta, EVICTION_RENAMED;
 
     // Saturation detectors.
     UtilizationDetector = "utilization-detector", Saturation, Beta, Plugin;

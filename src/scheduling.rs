@@ -18,6 +18,7 @@
 
 pub mod disagg;
 pub mod filter;
+pub mod header_profile;
 mod index;
 pub mod inflight_load;
 pub mod lifecycle;
@@ -160,6 +161,9 @@ pub enum ScheduleError {
     /// A sheddable request's TTFT SLO no candidate can meet (upstream's `latency-slo-admitter`).
     #[error("no endpoint can meet the request's TTFT SLO")]
     SloUnattainable,
+    /// `header-profile-handler` found no profile to run (the reason: [`header_profile`]).
+    #[error("failed to run any scheduler profile: {0}")]
+    NoProfile(String),
 }
 
 /// One scheduling profile, built from configuration.
@@ -176,6 +180,9 @@ pub struct Scheduler {
     disagg: Option<Box<disagg::Disagg>>,
     /// `p2p-source-producer`: names a peer to pull the cached prefix from.
     p2p: Option<disagg::p2p::P2pSourceProducer>,
+    /// `header-profile-handler` with several profiles: each request runs the one its header
+    /// names, and this profile (the default one) only answers the configuration's questions.
+    by_header: Option<Box<header_profile::HeaderProfiles>>,
     /// The plugins taking part in the request lifecycle, once per configured instance
     /// (filled when the scheduler is assembled: [`Scheduler::attach_hooks`]).
     hooks: Vec<Arc<dyn lifecycle::Lifecycle>>,
@@ -191,9 +198,10 @@ impl Scheduler {
         candidates: &[Candidate],
         rng: &mut impl Rng,
     ) -> Result<Decision, ScheduleError> {
-        let mut d = match &self.disagg {
-            Some(d) => d.schedule(self, req, candidates, rng)?,
-            None => self.schedule_profile(req, candidates, rng)?,
+        let mut d = match (&self.disagg, &self.by_header) {
+            (Some(d), _) => d.schedule(self, req, candidates, rng)?,
+            (None, Some(h)) => h.schedule(req, candidates, rng)?,
+            (None, None) => self.schedule_profile(req, candidates, rng)?,
         };
         d.headers = d.disagg.as_ref().map(|o| o.headers()).unwrap_or_default();
         let computing = d.disagg.as_ref().and_then(|o| o.prefill);
@@ -268,6 +276,13 @@ impl Scheduler {
         self.disagg.as_deref()
     }
 
+    /// The other profiles a request may run: the disaggregating handler's stages, or the
+    /// profiles `header-profile-handler` chooses from.
+    fn stages(&self) -> impl Iterator<Item = &Scheduler> {
+        let disagg = self.disagg.iter().flat_map(|d| d.profiles());
+        disagg.chain(self.by_header.iter().flat_map(|h| h.schedulers()))
+    }
+
     fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> Vec<f64> {
         let mut totals = vec![0.0; pool.len()];
         let mut buf = vec![0.0; pool.len()];
@@ -290,8 +305,10 @@ impl Scheduler {
     /// Parameters of the precise prefix scorer, when one is configured: the director then fills
     /// the candidates' prefix matches from the KV-event index instead of the approximate one.
     pub fn precise_params(&self) -> Option<&scorer::PrecisePrefixParams> {
-        self.scorers
-            .iter()
+        let by_header = self.by_header.iter().flat_map(|h| h.schedulers());
+        std::iter::once(self)
+            .chain(by_header)
+            .flat_map(|p| p.scorers.iter())
             .find_map(|(s, _)| s.precise_params())
             .or(self.precise.as_deref())
     }
@@ -424,8 +441,7 @@ impl Scheduler {
     /// assembled and pinned.
     fn attach_hooks(&mut self, producers: Vec<Arc<dyn lifecycle::Lifecycle>>) {
         let mut hooks = producers;
-        let stages = self.disagg.iter().flat_map(|d| d.profiles());
-        for profile in std::iter::once(&*self).chain(stages) {
+        for profile in std::iter::once(&*self).chain(self.stages()) {
             let filters = profile.filters.iter().filter_map(Filter::lifecycle);
             let scorers = profile.scorers.iter().filter_map(|(s, _)| s.lifecycle());
             for hook in filters.chain(scorers) {
@@ -435,7 +451,8 @@ impl Scheduler {
             }
         }
         let mut headers: Vec<Arc<str>> = Vec::new();
-        for h in hooks.iter().flat_map(|h| h.headers()) {
+        let handler = self.by_header.iter().map(|h| h.params.header_name.as_str());
+        for h in hooks.iter().flat_map(|h| h.headers()).chain(handler) {
             if !headers.iter().any(|k| &**k == h) {
                 headers.push(Arc::from(h));
             }
@@ -456,6 +473,11 @@ impl Scheduler {
             .disagg
             .as_ref()
             .is_some_and(|d| d.reads_prompt_length())
+            || self
+                .by_header
+                .iter()
+                .flat_map(|h| h.schedulers())
+                .any(Scheduler::reads_prompt_length)
     }
 
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
@@ -463,10 +485,7 @@ impl Scheduler {
     pub fn reads_labels(&self) -> bool {
         self.filters.iter().any(Filter::reads_labels)
             || self.scorers.iter().any(|(s, _)| s.reads_labels())
-            || self
-                .disagg
-                .as_ref()
-                .is_some_and(|d| d.profiles().any(Scheduler::reads_labels))
+            || self.stages().any(Scheduler::reads_labels)
     }
 
     /// Whether an endpoint with `labels` passes this profile's label filters (`decode-filter`

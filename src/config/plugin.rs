@@ -62,6 +62,9 @@ pub enum Plugin {
     /// `program-aware-fairness`: its least-attained-service strategy (a band's
     /// `fairnessPolicyRef` names it).
     ProgramAware(super::flow::Las),
+    /// `priority-holdback-policy` or `soft-reflective-ceiling-policy`
+    /// (`flowControl.usageLimitPolicyPluginRef` names it).
+    UsageLimit(super::UsageLimit),
     /// `agent-identity`: the session headers (`additionalSessionHeaders` first, then
     /// upstream's four) whose first non-empty value is the fairness key of a request that
     /// names none.
@@ -239,6 +242,13 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         K::ProgramAwareFairness => {
             Plugin::ProgramAware(params::<super::flow::ProgramAwareParams>(v)?.validate()?)
         }
+        K::PriorityHoldbackPolicy => Plugin::UsageLimit(super::UsageLimit::Holdback(
+            params::<super::usage_limit::HoldbackParams>(v)?.validate()?,
+        )),
+        K::SoftReflectiveCeilingPolicy => {
+            params::<super::usage_limit::NoParams>(v)?;
+            Plugin::UsageLimit(super::UsageLimit::SoftReflective)
+        }
         K::AgentIdentity => {
             let p = params::<AgentIdentityParams>(v)?;
             let headers = p
@@ -294,6 +304,9 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
         K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
         K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
         K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
+        K::HeaderProfileHandler => Sched::HeaderHandler(
+            params::<crate::scheduling::header_profile::HeaderProfileParams>(v)?.validate()?,
+        ),
         K::PrefixBasedPdDecider => Sched::Decider(Decider::PrefixBased(
             params::<disagg::PrefixBasedPdDecider>(v)?.validate()?,
         )),
@@ -331,6 +344,8 @@ mod tests {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
             K::FileDiscovery => "{path: /etc/epp/endpoints.yaml}",
+            K::HeaderLabelAffinityScorer => "{headerName: x-zone, labelKey: zone}",
+            K::PriorityHoldbackPolicy => "{minCeiling: 0.5}",
             _ => "",
         };
         use PluginKind as K;
@@ -346,7 +361,7 @@ mod tests {
                     | (Plugin::Scheduling(Sched::Scorer(_)), Category::Scorer)
                     | (Plugin::Scheduling(Sched::Picker(_)), Category::Picker)
                     | (
-                        Plugin::Scheduling(Sched::Handler(..)),
+                        Plugin::Scheduling(Sched::Handler(..) | Sched::HeaderHandler(_)),
                         Category::ProfileHandler
                     )
                     | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)
@@ -375,7 +390,10 @@ mod tests {
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
                     | (Plugin::FileDiscovery(_), Category::DataLayer)
-                    | (Plugin::ProgramAware(_), Category::FlowControl)
+                    | (
+                        Plugin::ProgramAware(_) | Plugin::UsageLimit(_),
+                        Category::FlowControl
+                    )
             );
             assert!(used, "{k} decoded to {plugin:?}");
         }

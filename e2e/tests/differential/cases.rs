@@ -130,6 +130,7 @@ pub fn all() -> Vec<Case> {
     v.extend(handlers());
     v.extend(parsers());
     v.extend(other_parsers());
+    v.extend(once_refused());
     v
 }
 
@@ -454,4 +455,89 @@ fn other_parsers() -> Vec<Case> {
             vec![req(completion("hello")), bad("{not json")],
         ),
     ]
+}
+
+fn with_header(name: &'static str, value: &str, r: Req) -> Req {
+    Req {
+        headers: vec![(name, value.to_owned())],
+        ..r
+    }
+}
+
+/// The types epp refused before issue 33 (item 3) and implements now.
+fn once_refused() -> Vec<Case> {
+    // Pod 0 has the shortest queue; pod 1 is in zone b, pod 0 in zone a, pod 2 in none.
+    let mut zones = labelled(&[&[("zone", "a")], &[("zone", "b")], &[]]);
+    for (p, w) in zones.iter_mut().zip([0, 5, 3]) {
+        p.waiting = Some(w);
+    }
+    let hello = || req(completion("hello"));
+    // Pod 0 decodes (longer queue), pod 1 prefills, pod 2 has no role (decodes).
+    let mut stages = labelled(&[&[(ROLE, "decode")], &[(ROLE, "prefill")], &[]]);
+    for (p, w) in stages.iter_mut().zip([3, 1, 0]) {
+        p.waiting = Some(w);
+    }
+    vec![
+        case(
+            "header-label-affinity-scorer",
+            SCORER_HEADER_LABEL,
+            zones,
+            vec![
+                times(3, with_header("x-preferred-zone", "b", hello())),
+                with_header("x-preferred-zone", "c", hello()),
+                with_header("x-preferred-zone", "", hello()),
+                hello(),
+            ],
+        ),
+        case(
+            "header-profile-handler",
+            HANDLER_HEADER,
+            stages,
+            vec![
+                times(2, with_header("x-stage", "prefill", hello())),
+                hello(),
+                with_header("x-stage", " decode ", hello()),
+                with_header("x-stage", "encode", hello()),
+            ],
+        ),
+        case(
+            "priority-holdback-policy",
+            LIMIT_HOLDBACK,
+            idle_kv(&[5, 4, 6]),
+            vec![hello(), relieved(hello())],
+        ),
+        case(
+            "soft-reflective-ceiling-policy",
+            LIMIT_SOFT_REFLECTIVE,
+            idle_kv(&[12, 10, 14]),
+            vec![hello(), relieved(hello())],
+        ),
+        best(
+            "sheddable-eviction-filter",
+            EVICTION_POLICIES,
+            waiting(&[4, 1, 2]),
+        ),
+        best(
+            "priority-then-time-eviction-order-policy",
+            EVICTION_POLICIES,
+            waiting(&[4, 1, 2]),
+        ),
+    ]
+}
+
+/// Pods with these queues and an empty KV cache (the utilization detector reads both).
+fn idle_kv(values: &[u64]) -> Vec<PodState> {
+    let mut pods = waiting(values);
+    for p in &mut pods {
+        p.kv = Some(0.0);
+    }
+    pods
+}
+
+/// `r` sent once the queues are down to 2, 1, 3 (saturation 0.2 at threshold 10).
+fn relieved(r: Req) -> Req {
+    Req {
+        set_waiting: Some(vec![2, 1, 3]),
+        ..r
+    }
 }

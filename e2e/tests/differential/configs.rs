@@ -251,3 +251,79 @@ macro_rules! parsed {
 
 pub const PARSER_ANTHROPIC: &str = parsed!("anthropic-parser");
 pub const PARSER_VLLMHTTP: &str = parsed!("vllmhttp-parser");
+
+/// Queue-scored (weight 1), with a header-to-label preference (weight 2) over it.
+pub const SCORER_HEADER_LABEL: &str = "
+plugins:
+- {type: queue-scorer}
+- {name: zone, type: header-label-affinity-scorer, parameters: {headerName: X-Preferred-Zone, labelKey: zone}}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: zone, weight: 2}
+  - {pluginRef: max-score-picker}
+";
+
+/// Two profiles, the request's `x-stage` header naming the one that runs (`decode` without).
+pub const HANDLER_HEADER: &str = "
+plugins:
+- {type: header-profile-handler, parameters: {headerName: X-Stage}}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// The eviction policies configured (nothing reads them in either EPP) beside a queue-scored
+/// profile, under flow control with eviction on.
+pub const EVICTION_POLICIES: &str = "
+featureGates: [flowControl]
+flowControl: {enableEviction: true}
+plugins:
+- {type: sheddable-eviction-filter}
+- {type: priority-then-time-eviction-order-policy}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control with `policy` named by `usageLimitPolicyPluginRef`, saturation from the
+/// utilization detector (queue threshold 10), a short queue TTL, a queue-scored profile.
+macro_rules! usage_limited {
+    ($policy:literal) => {
+        concat!(
+            "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  usageLimitPolicyPluginRef: limit
+  saturationDetector: {pluginRef: utilization-detector}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- ",
+            $policy,
+            "
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+"
+        )
+    };
+}
+
+pub const LIMIT_HOLDBACK: &str = usage_limited!(
+    "{name: limit, type: priority-holdback-policy, parameters: {minCeiling: 0.1, maxCeiling: 0.4}}"
+);
+pub const LIMIT_SOFT_REFLECTIVE: &str =
+    usage_limited!("{name: limit, type: soft-reflective-ceiling-policy}");
