@@ -174,7 +174,7 @@ kinds! {
     SingleProfileHandler = "single-profile-handler", ProfileHandler, Beta, PROFILE;
     DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, Plugin;
     HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Plugin;
-    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
+    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Plugin;
     PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, Plugin;
     DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, HEADERS;
     PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Beta, HEADERS;

@@ -16,6 +16,7 @@
 //! here mutates shared state or knows about tokio: randomness comes in as an `Rng`, the prefix
 //! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
 
+pub mod data_parallel;
 pub mod disagg;
 pub mod filter;
 pub mod header_profile;
@@ -150,6 +151,9 @@ pub struct Decision {
     pub disagg: Option<disagg::DisaggOutcome>,
     /// Request headers for the destination's sidecar: set to the value, or removed (`None`).
     pub headers: Vec<(&'static str, Option<String>)>,
+    /// The port the request is sent to on the picked endpoints' address, when a profile
+    /// handler says (`data-parallel-profile-handler`); `None`: the endpoints' own.
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -183,6 +187,8 @@ pub struct Scheduler {
     /// `header-profile-handler` with several profiles: each request runs the one its header
     /// names, and this profile (the default one) only answers the configuration's questions.
     by_header: Option<Box<header_profile::HeaderProfiles>>,
+    /// `data-parallel-profile-handler`: the pick sent to the primary port.
+    data_parallel: Option<data_parallel::DataParallel>,
     /// The plugins taking part in the request lifecycle, once per configured instance
     /// (filled when the scheduler is assembled: [`Scheduler::attach_hooks`]).
     hooks: Vec<Arc<dyn lifecycle::Lifecycle>>,
@@ -198,6 +204,9 @@ impl Scheduler {
         candidates: &[Candidate],
         rng: &mut impl Rng,
     ) -> Result<Decision, ScheduleError> {
+        if let Some(dp) = &self.data_parallel {
+            dp.admits()?;
+        }
         let mut d = match (&self.disagg, &self.by_header) {
             (Some(d), _) => d.schedule(self, req, candidates, rng)?,
             (None, Some(h)) => h.schedule(req, candidates, rng)?,
@@ -207,6 +216,9 @@ impl Scheduler {
         let computing = d.disagg.as_ref().and_then(|o| o.prefill);
         if let (Some(p), Some(c)) = (&self.p2p, computing.or(d.endpoints.first().copied())) {
             d.headers.push(p.header(req, candidates, c, rng));
+        }
+        if let Some(dp) = &self.data_parallel {
+            dp.redirect(&mut d);
         }
         Ok(d)
     }
@@ -268,6 +280,7 @@ impl Scheduler {
             scores,
             disagg: None,
             headers: Vec::new(),
+            port: None,
         })
     }
 

@@ -304,6 +304,9 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
         K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
         K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
         K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
+        K::DataParallelProfileHandler => Sched::DataParallel(
+            params::<crate::scheduling::data_parallel::DataParallel>(v)?.validate()?,
+        ),
         K::HeaderProfileHandler => Sched::HeaderHandler(
             params::<crate::scheduling::header_profile::HeaderProfileParams>(v)?.validate()?,
         ),
@@ -361,7 +364,9 @@ mod tests {
                     | (Plugin::Scheduling(Sched::Scorer(_)), Category::Scorer)
                     | (Plugin::Scheduling(Sched::Picker(_)), Category::Picker)
                     | (
-                        Plugin::Scheduling(Sched::Handler(..) | Sched::HeaderHandler(_)),
+                        Plugin::Scheduling(
+                            Sched::Handler(..) | Sched::HeaderHandler(_) | Sched::DataParallel(_)
+                        ),
                         Category::ProfileHandler
                     )
                     | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)

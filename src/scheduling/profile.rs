@@ -27,6 +27,8 @@ pub enum Plugin {
     Producer(std::sync::Arc<dyn super::lifecycle::Lifecycle>),
     /// `header-profile-handler`: a request header names the one profile it runs.
     HeaderHandler(super::header_profile::HeaderProfileParams),
+    /// `data-parallel-profile-handler`: the one profile's pick sent to the primary port.
+    DataParallel(super::data_parallel::DataParallel),
 }
 
 /// One `schedulingProfiles` entry: its name and its plugin references with their weights
@@ -107,7 +109,12 @@ pub fn assemble(
         Plugin::HeaderHandler(p) => Some(p),
         _ => None,
     });
-    if handlers.len() + usize::from(by_header.is_some()) > 1 {
+    let data_parallel = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::DataParallel(p) => Some(*p),
+        _ => None,
+    });
+    let others = usize::from(by_header.is_some()) + usize::from(data_parallel.is_some());
+    if handlers.len() + others > 1 {
         problems.push(BuildError::SeveralHandlers);
     }
     let mut sched = match (handlers.first(), by_header) {
@@ -116,12 +123,16 @@ pub fn assemble(
         }
         (None, Some(params)) if profiles.len() > 1 => build_by_header(plugins, profiles, params),
         (None, _) => {
-            if profiles.len() > 1 {
+            if profiles.len() > 1 && data_parallel.is_none() {
                 problems.push(BuildError::SeveralProfiles);
             }
             build_profile(plugins, profiles.first())
         }
     };
+    sched.data_parallel = data_parallel.map(|dp| super::data_parallel::DataParallel {
+        several_profiles: profiles.len() > 1,
+        ..dp
+    });
     disagg::session::pin(&mut sched, &mut problems);
     sched.p2p = plugins.iter().find_map(|(_, b)| match b {
         Plugin::P2p(p) => Some(p.clone()),
@@ -222,6 +233,7 @@ fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Schedu
         disagg: None,
         p2p: None,
         by_header: None,
+        data_parallel: None,
         hooks: Vec::new(),
         headers: Vec::new(),
     };

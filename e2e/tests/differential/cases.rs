@@ -513,6 +513,11 @@ fn once_refused() -> Vec<Case> {
             vec![hello(), relieved(hello())],
         ),
         best(
+            "data-parallel-profile-handler",
+            HANDLER_DATA_PARALLEL,
+            waiting(&[4, 1, 2]),
+        ),
+        best(
             "sheddable-eviction-filter",
             EVICTION_POLICIES,
             waiting(&[4, 1, 2]),

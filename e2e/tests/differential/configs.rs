@@ -327,3 +327,15 @@ pub const LIMIT_HOLDBACK: &str = usage_limited!(
 );
 pub const LIMIT_SOFT_REFLECTIVE: &str =
     usage_limited!("{name: limit, type: soft-reflective-ceiling-policy}");
+
+/// `data-parallel-profile-handler` sending every pick to pod 0's port (`{port0}`), the rank
+/// picked by queue in `x-data-parallel-host-port`.
+pub const HANDLER_DATA_PARALLEL: &str = "
+plugins:
+- {type: data-parallel-profile-handler, parameters: {primaryPort: {port0}}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";

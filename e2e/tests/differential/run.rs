@@ -32,7 +32,7 @@ pub struct Outcome {
     /// The start of a refusal's body (not compared).
     pub body: String,
     /// The routing headers the serving pod received (`x-gateway-*`, `x-llm-d-*`, the sidecar's
-    /// `x-prefiller-*`), addresses written as pod names; `*` where repeats differed.
+    /// `x-prefiller-*` and `x-data-parallel-*`), addresses written as pod names; `*` where repeats differed.
     pub headers: BTreeMap<String, String>,
 }
 
@@ -133,9 +133,12 @@ impl Pods {
                 labels: &s.labels,
             })
             .collect();
+        // `{port0}` in a configuration is pod 0's port (`data-parallel-profile-handler`).
+        let port0 = self.pods.first().map(|p| p.addr().port().to_string());
         let config = format!(
             "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n{}",
             case.config
+                .replace("{port0}", port0.as_deref().unwrap_or("0"))
         );
         llmd_epp::write_config(&config, &endpoints, &self.dir)
     }
@@ -338,6 +341,7 @@ fn is_routing_header(name: &str) -> bool {
     name.starts_with("x-gateway-")
         || name.starts_with("x-llm-d-")
         || name.starts_with("x-prefiller")
+        || name.starts_with("x-data-parallel")
 }
 
 /// One outcome of repeats: the statuses and bodies must agree, pods are united and header
