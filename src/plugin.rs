@@ -204,7 +204,7 @@ kinds! {
     AnthropicParser = "anthropic-parser", Parser, Beta, BuiltIn("epp parses Anthropic Messages requests by path");
     VllmhttpParser = "vllmhttp-parser", Parser, Beta, BuiltIn("epp parses vLLM token-in requests by path");
     SglanghttpParser = "sglanghttp-parser", Parser, Beta, BuiltIn("epp parses SGLang /generate requests by path");
-    VertexaiParser = "vertexai-parser", Parser, Beta, Unsupported("epp does not parse Vertex AI requests");
+    VertexaiParser = "vertexai-parser", Parser, Beta, Plugin;
 
     // Data layer.
     MetricsDataSource = "metrics-data-source", DataLayer, Beta, METRICS;

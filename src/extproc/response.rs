@@ -104,6 +104,9 @@ pub struct ResponseTracker {
     /// never held or read for usage, and not timed (a session is long and its frames are not
     /// an answer: passive health learns the handshake's latency, not the session's length).
     opaque: bool,
+    /// A gRPC response (`application/grpc`): its usage is read from the JSON of the `HttpBody`
+    /// in its first frame (Vertex AI, `vertexai-parser`).
+    grpc: bool,
 }
 
 impl ResponseTracker {
@@ -122,6 +125,7 @@ impl ResponseTracker {
         };
         Self {
             restore: rewrite.map(|(t, i)| Restore::new(t, i)),
+            grpc: content_type.is_some_and(|c| c.starts_with("application/grpc")),
             streaming: sse || request_stream,
             status,
             summary,
@@ -205,7 +209,13 @@ impl ResponseTracker {
             }
             if end_of_stream {
                 let window = std::mem::take(&mut self.window);
-                self.take_usage(&window);
+                let json = match self.grpc {
+                    true => crate::request::vertex::response_json(&window),
+                    false => Some(&window[..]),
+                };
+                if let Some(json) = json {
+                    self.take_usage(json);
+                }
             }
         }
     }

@@ -31,15 +31,19 @@ pub enum ParserKind {
     SglangHttp,
     /// `passthrough-parser`: routes without reading the body; claims no path (the fallback).
     Passthrough,
+    /// `vertexai-parser`: Vertex AI's gRPC prediction service (an OpenAI body in an
+    /// `HttpBody`, [`super::vertex`]).
+    VertexAi,
 }
 
 impl ParserKind {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::OpenAi,
         Self::Anthropic,
         Self::VllmHttp,
         Self::SglangHttp,
         Self::Passthrough,
+        Self::VertexAi,
     ];
 
     /// The parser a plugin kind is, `None` for a kind that is not a parser epp implements.
@@ -50,6 +54,7 @@ impl ParserKind {
             PluginKind::VllmhttpParser => Some(Self::VllmHttp),
             PluginKind::SglanghttpParser => Some(Self::SglangHttp),
             PluginKind::PassthroughParser => Some(Self::Passthrough),
+            PluginKind::VertexaiParser => Some(Self::VertexAi),
             _ => None,
         }
     }
@@ -70,6 +75,11 @@ impl ParserKind {
             Self::Anthropic => &["messages", "messages/count_tokens"],
             Self::VllmHttp => &["inference/v1/generate"],
             Self::SglangHttp => &["generate"],
+            Self::VertexAi => &[
+                "PredictionService/ChatCompletions",
+                "PredictionService/StreamRawPredict",
+                "PredictionService/RawPredict",
+            ],
             Self::Passthrough => &[],
         }
     }
@@ -95,6 +105,10 @@ impl ParserKind {
                 Ok(Handling::Parse(ApiKind::SglangGenerate))
             }
             Self::Passthrough => Ok(Handling::Passthrough),
+            Self::VertexAi if path.ends_with("PredictionService/ChatCompletions") => {
+                Ok(Handling::Parse(ApiKind::VertexChatCompletions))
+            }
+            Self::VertexAi => Ok(Handling::Parse(ApiKind::VertexRawPredict)),
             Self::Anthropic | Self::VllmHttp | Self::SglangHttp => Err(unsupported()),
         }
     }

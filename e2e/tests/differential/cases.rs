@@ -449,6 +449,33 @@ fn other_parsers() -> Vec<Case> {
             }],
         ),
         case(
+            "vertexai-parser",
+            PARSER_VERTEXAI,
+            waiting(&[4, 1, 2]),
+            vec![
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
+                    ..req(
+                        serde_json::json!({"model": harness_model(), "max_tokens": 1,
+                        "messages": [{"role": "user", "content": "hi"}]})
+                        .to_string(),
+                    )
+                },
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/RawPredict",
+                    ..req(serde_json::json!({"model": harness_model(), "input": "hi"}).to_string())
+                },
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
+                    ..bad(r#"{"messages":[{"role":"user","content":"hi"}]}"#)
+                },
+                Req {
+                    path: "/v1/completions",
+                    ..req(completion("no parser claims this path"))
+                },
+            ],
+        ),
+        case(
             "passthrough-parser",
             PARSER_PASSTHROUGH,
             waiting(&[4, 1, 2]),

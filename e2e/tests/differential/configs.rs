@@ -339,3 +339,5 @@ schedulingProfiles:
 - name: default
   plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
 ";
+
+pub const PARSER_VERTEXAI: &str = parsed!("vertexai-parser");

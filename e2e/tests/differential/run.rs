@@ -273,13 +273,18 @@ async fn scraped(picker: &Picker, waits: &[u64]) -> anyhow::Result<()> {
     }
 }
 
-/// The request, with `{pod<i>}` in header values replaced by pod `i`'s address.
+/// The request, with `{pod<i>}` in header values replaced by pod `i`'s address; on a Vertex AI
+/// gRPC path the body is the JSON in an `HttpBody` in a request message, in one gRPC frame.
 fn build(
     r: &Req,
     pods: &Pods,
     session: Option<&str>,
 ) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
-    let mut req = client::request(Method::POST, r.path, r.body.clone())?;
+    let body = match r.path.contains("PredictionService/") {
+        true => ::epp::request::vertex::frame(r.body.as_bytes()),
+        false => r.body.clone().into_bytes(),
+    };
+    let mut req = client::request(Method::POST, r.path, body)?;
     for (name, value) in &r.headers {
         let mut v = value.clone();
         for (i, p) in pods.pods.iter().enumerate() {
