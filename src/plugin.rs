@@ -199,7 +199,7 @@ kinds! {
 
     // Request parsers.
     OpenaiParser = "openai-parser", Parser, Beta, BuiltIn("epp parses OpenAI requests by path");
-    VllmgrpcParser = "vllmgrpc-parser", Parser, Beta, Unsupported("epp does not parse vLLM gRPC requests");
+    VllmgrpcParser = "vllmgrpc-parser", Parser, Beta, Plugin;
     PassthroughParser = "passthrough-parser", Parser, Beta, BuiltIn("epp routes bodies it cannot parse by load");
     AnthropicParser = "anthropic-parser", Parser, Beta, BuiltIn("epp parses Anthropic Messages requests by path");
     VllmhttpParser = "vllmhttp-parser", Parser, Beta, BuiltIn("epp parses vLLM token-in requests by path");

@@ -12,6 +12,7 @@
 
 pub mod bpe;
 pub mod chat;
+pub mod grpc;
 pub mod headers;
 pub mod hf;
 pub mod native;
@@ -22,6 +23,7 @@ pub mod scan;
 pub mod tokenize;
 pub mod unescape;
 pub mod vertex;
+pub mod vllm_grpc;
 
 pub use parsers::{Handling, ParserKind, ParserSet};
 
@@ -49,6 +51,10 @@ pub enum ApiKind {
     /// Vertex AI's gRPC `RawPredict` / `StreamRawPredict`: a Responses request in an
     /// `HttpBody`, no model rewrite.
     VertexRawPredict,
+    /// vLLM's gRPC `VllmEngine/Generate` (`vllmgrpc-parser`): token ids or text, no model.
+    VllmGrpcGenerate,
+    /// vLLM's gRPC `VllmEngine/Embed`: token ids, no model.
+    VllmGrpcEmbed,
 }
 
 impl ApiKind {
@@ -88,6 +94,7 @@ impl ApiKind {
             Self::SglangGenerate => "input_ids",
             Self::VertexChatCompletions => "messages",
             Self::VertexRawPredict => "input",
+            Self::VllmGrpcGenerate | Self::VllmGrpcEmbed => "tokenized",
         }
     }
 
@@ -96,7 +103,11 @@ impl ApiKind {
     pub fn rewrites_model(self) -> bool {
         !matches!(
             self,
-            Self::SglangGenerate | Self::VertexChatCompletions | Self::VertexRawPredict
+            Self::SglangGenerate
+                | Self::VertexChatCompletions
+                | Self::VertexRawPredict
+                | Self::VllmGrpcGenerate
+                | Self::VllmGrpcEmbed
         )
     }
 
@@ -109,6 +120,8 @@ impl ApiKind {
                 | Self::SglangGenerate
                 | Self::VertexChatCompletions
                 | Self::VertexRawPredict
+                | Self::VllmGrpcGenerate
+                | Self::VllmGrpcEmbed
         )
     }
 }
@@ -170,6 +183,9 @@ pub enum RequestError {
     Proto(&'static str),
     #[error("{0} has no HttpBody")]
     NoHttpBody(&'static str),
+    /// A vLLM gRPC request without the input its method takes (upstream's message).
+    #[error("{0}")]
+    NoInput(&'static str),
     /// The JSON inside a Vertex AI message, refused as the OpenAI parser refuses it.
     #[error("parsing {message}: {source}")]
     Vertex {
@@ -214,6 +230,9 @@ pub fn parse(
         ApiKind::SglangGenerate => return native::sglang_generate(body),
         ApiKind::VertexChatCompletions | ApiKind::VertexRawPredict => {
             return vertex::request(api, body, max_prompt_bytes)
+        }
+        ApiKind::VllmGrpcGenerate | ApiKind::VllmGrpcEmbed => {
+            return vllm_grpc::request(api, body, max_prompt_bytes)
         }
         _ => {}
     }
@@ -301,7 +320,9 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         | ApiKind::VllmGenerate
         | ApiKind::SglangGenerate
         | ApiKind::VertexChatCompletions
-        | ApiKind::VertexRawPredict => None,
+        | ApiKind::VertexRawPredict
+        | ApiKind::VllmGrpcGenerate
+        | ApiKind::VllmGrpcEmbed => None,
     }
     .filter(|v| v.get() != "null")
     .ok_or(RequestError::MissingField(field))?;
@@ -332,7 +353,9 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         | ApiKind::VllmGenerate
         | ApiKind::SglangGenerate
         | ApiKind::VertexChatCompletions
-        | ApiKind::VertexRawPredict => Err(RequestError::MissingField(field)),
+        | ApiKind::VertexRawPredict
+        | ApiKind::VllmGrpcGenerate
+        | ApiKind::VllmGrpcEmbed => Err(RequestError::MissingField(field)),
     }
 }
 

@@ -34,16 +34,19 @@ pub enum ParserKind {
     /// `vertexai-parser`: Vertex AI's gRPC prediction service (an OpenAI body in an
     /// `HttpBody`, [`super::vertex`]).
     VertexAi,
+    /// `vllmgrpc-parser`: vLLM's gRPC engine API ([`super::vllm_grpc`]).
+    VllmGrpc,
 }
 
 impl ParserKind {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::OpenAi,
         Self::Anthropic,
         Self::VllmHttp,
         Self::SglangHttp,
         Self::Passthrough,
         Self::VertexAi,
+        Self::VllmGrpc,
     ];
 
     /// The parser a plugin kind is, `None` for a kind that is not a parser epp implements.
@@ -55,6 +58,7 @@ impl ParserKind {
             PluginKind::SglanghttpParser => Some(Self::SglangHttp),
             PluginKind::PassthroughParser => Some(Self::Passthrough),
             PluginKind::VertexaiParser => Some(Self::VertexAi),
+            PluginKind::VllmgrpcParser => Some(Self::VllmGrpc),
             _ => None,
         }
     }
@@ -79,6 +83,10 @@ impl ParserKind {
                 "PredictionService/ChatCompletions",
                 "PredictionService/StreamRawPredict",
                 "PredictionService/RawPredict",
+            ],
+            Self::VllmGrpc => &[
+                "vllm.grpc.engine.VllmEngine/Generate",
+                "vllm.grpc.engine.VllmEngine/Embed",
             ],
             Self::Passthrough => &[],
         }
@@ -109,6 +117,10 @@ impl ParserKind {
                 Ok(Handling::Parse(ApiKind::VertexChatCompletions))
             }
             Self::VertexAi => Ok(Handling::Parse(ApiKind::VertexRawPredict)),
+            Self::VllmGrpc if path.ends_with("VllmEngine/Embed") => {
+                Ok(Handling::Parse(ApiKind::VllmGrpcEmbed))
+            }
+            Self::VllmGrpc => Ok(Handling::Parse(ApiKind::VllmGrpcGenerate)),
             Self::Anthropic | Self::VllmHttp | Self::SglangHttp => Err(unsupported()),
         }
     }

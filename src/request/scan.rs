@@ -384,7 +384,9 @@ impl Scanner {
             | ApiKind::VllmGenerate
             | ApiKind::SglangGenerate
             | ApiKind::VertexChatCompletions
-            | ApiKind::VertexRawPredict => None,
+            | ApiKind::VertexRawPredict
+            | ApiKind::VllmGrpcGenerate
+            | ApiKind::VllmGrpcEmbed => None,
         }
     }
 

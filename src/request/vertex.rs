@@ -6,15 +6,9 @@
 //! (the raw predictions). The body is forwarded as it came: the model is read, never
 //! rewritten (a rewrite would change the lengths the frame and messages declare), so as
 //! upstream a body without a string `model` is routed with none.
-//!
-//! Only the few protobuf wire rules these messages need are read here (varints and
-//! length-delimited fields; fixed-width fields are skipped); a malformed message is refused.
 
+use super::grpc::{last_field, unframe};
 use super::{openai, ApiKind, LlmRequest, RequestError};
-use std::ops::Range;
-
-/// The gRPC message header: a compression flag and a big-endian length.
-const FRAME_HEADER: usize = 5;
 
 /// Which Vertex AI request a body is, by the OpenAI API its JSON follows.
 fn message_name(api: ApiKind) -> &'static str {
@@ -44,88 +38,6 @@ pub fn request(api: ApiKind, body: &[u8], cap: usize) -> Result<LlmRequest, Requ
     })?;
     parsed.api = api;
     Ok(parsed)
-}
-
-/// The JSON a Vertex AI response carries (an `HttpBody` in the first gRPC frame), for its
-/// usage; `None` when the bytes are not that.
-pub fn response_json(body: &[u8]) -> Option<&[u8]> {
-    let message = unframe(body).ok()?;
-    last_field(message, 2).ok().flatten()
-}
-
-/// The first gRPC message of `body` (upstream's `ParseGrpcPayload`).
-fn unframe(body: &[u8]) -> Result<&[u8], RequestError> {
-    let header = body
-        .get(..FRAME_HEADER)
-        .ok_or(RequestError::GrpcFrame("shorter than the 5-byte header"))?;
-    if header[0] == 1 {
-        return Err(RequestError::GrpcFrame(
-            "compressed gRPC payload is not supported",
-        ));
-    }
-    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    body.get(FRAME_HEADER..FRAME_HEADER.saturating_add(len))
-        .ok_or(RequestError::GrpcFrame("incomplete gRPC payload"))
-}
-
-/// A protobuf message that does not follow the wire format.
-#[derive(Debug)]
-struct Malformed;
-
-/// The last occurrence of length-delimited field `number` in `message` (protobuf: the last
-/// value of a non-repeated field wins).
-fn last_field(message: &[u8], number: u64) -> Result<Option<&[u8]>, Malformed> {
-    let mut at = 0;
-    let mut found = None;
-    while at < message.len() {
-        let key = varint(message, &mut at)?;
-        let value = skip(message, &mut at, key & 7)?;
-        if key >> 3 == number && key & 7 == 2 {
-            found = Some(&message[value]);
-        }
-    }
-    Ok(found)
-}
-
-/// Moves past one field's value of wire type `wire`; the range of a length-delimited one.
-fn skip(message: &[u8], at: &mut usize, wire: u64) -> Result<Range<usize>, Malformed> {
-    let start = *at;
-    let end = match wire {
-        0 => {
-            varint(message, at)?;
-            *at
-        }
-        1 => start + 8,
-        2 => {
-            let len = usize::try_from(varint(message, at)?).map_err(|_| Malformed)?;
-            let from = *at;
-            *at = from.checked_add(len).ok_or(Malformed)?;
-            if *at > message.len() {
-                return Err(Malformed);
-            }
-            return Ok(from..*at);
-        }
-        5 => start + 4,
-        _ => return Err(Malformed),
-    };
-    if end > message.len() {
-        return Err(Malformed);
-    }
-    *at = end;
-    Ok(start..end)
-}
-
-fn varint(message: &[u8], at: &mut usize) -> Result<u64, Malformed> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *message.get(*at).ok_or(Malformed)?;
-        *at += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(Malformed)
 }
 
 /// A Vertex AI request body: `json` in an `HttpBody` in a request message (with an `endpoint`
@@ -173,9 +85,6 @@ mod tests {
         let raw = frame(br#"{"model":"m","input":"hello"}"#);
         let r = request(ApiKind::VertexRawPredict, &raw, 1 << 20).unwrap();
         assert_eq!(r.model, "m");
-        let mut response = vec![0, 0, 0, 0, 2 + CHAT.len() as u8, 0x12, CHAT.len() as u8];
-        response.extend_from_slice(CHAT);
-        assert_eq!(response_json(&response), Some(CHAT));
     }
 
     #[test]

@@ -476,6 +476,25 @@ fn other_parsers() -> Vec<Case> {
             ],
         ),
         case(
+            "vllmgrpc-parser",
+            PARSER_VLLMGRPC,
+            waiting(&[4, 1, 2]),
+            vec![
+                Req {
+                    path: "/vllm.grpc.engine.VllmEngine/Generate",
+                    ..req("hello from a gRPC client".to_owned())
+                },
+                Req {
+                    path: "/vllm.grpc.engine.VllmEngine/Generate",
+                    ..bad("")
+                },
+                Req {
+                    path: "/v1/completions",
+                    ..req(completion("no parser claims this path"))
+                },
+            ],
+        ),
+        case(
             "passthrough-parser",
             PARSER_PASSTHROUGH,
             waiting(&[4, 1, 2]),

@@ -341,3 +341,4 @@ schedulingProfiles:
 ";
 
 pub const PARSER_VERTEXAI: &str = parsed!("vertexai-parser");
+pub const PARSER_VLLMGRPC: &str = parsed!("vllmgrpc-parser");

@@ -274,15 +274,19 @@ async fn scraped(picker: &Picker, waits: &[u64]) -> anyhow::Result<()> {
 }
 
 /// The request, with `{pod<i>}` in header values replaced by pod `i`'s address; on a Vertex AI
-/// gRPC path the body is the JSON in an `HttpBody` in a request message, in one gRPC frame.
+/// gRPC path the body is the JSON in an `HttpBody` in a request message, in one gRPC frame,
+/// and on a vLLM gRPC path a `GenerateRequest` whose `text` it is (none when empty).
 fn build(
     r: &Req,
     pods: &Pods,
     session: Option<&str>,
 ) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
-    let body = match r.path.contains("PredictionService/") {
-        true => ::epp::request::vertex::frame(r.body.as_bytes()),
-        false => r.body.clone().into_bytes(),
+    let body = if r.path.contains("PredictionService/") {
+        ::epp::request::vertex::frame(r.body.as_bytes())
+    } else if r.path.contains("VllmEngine/") {
+        vllm_generate(&r.body)
+    } else {
+        r.body.clone().into_bytes()
     };
     let mut req = client::request(Method::POST, r.path, body)?;
     for (name, value) in &r.headers {
@@ -296,6 +300,25 @@ fn build(
         req = client::with_header(req, "x-session-token", token)?;
     }
     Ok(req)
+}
+
+/// A gRPC frame holding a vLLM `GenerateRequest` with `text` (field 3), or no input.
+fn vllm_generate(text: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !text.is_empty() {
+        message.push(0x1a);
+        let mut len = text.len();
+        while len >= 0x80 {
+            message.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        message.push(len as u8);
+        message.extend_from_slice(text.as_bytes());
+    }
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&message);
+    out
 }
 
 async fn send_one(
