@@ -131,6 +131,7 @@ pub fn all() -> Vec<Case> {
     v.extend(parsers());
     v.extend(other_parsers());
     v.extend(once_refused());
+    v.extend(flow());
     v
 }
 
@@ -591,4 +592,61 @@ fn relieved(r: Req) -> Req {
         set_waiting: Some(vec![2, 1, 3]),
         ..r
     }
+}
+
+/// Flow control's parts and the load scorers: each case saturates the pool (utilization
+/// detector, queue threshold 10) so the first request waits out its TTL, then relieves it.
+fn flow() -> Vec<Case> {
+    let hello = || req(completion("hello"));
+    let saturated_then_relieved = || vec![hello(), relieved(hello())];
+    vec![
+        case(
+            "static-usage-limit-policy",
+            LIMIT_STATIC,
+            idle_kv(&[5, 4, 6]),
+            vec![hello()],
+        ),
+        case(
+            "utilization-detector",
+            DETECTOR_UTILIZATION,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "concurrency-detector",
+            DETECTOR_CONCURRENCY,
+            idle_kv(&[12, 10, 14]),
+            vec![times(3, hello())],
+        ),
+        case(
+            "global-strict-fairness-policy",
+            FLOW_STRICT_FCFS,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "fcfs-ordering-policy",
+            FLOW_STRICT_FCFS,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "round-robin-fairness-policy",
+            FLOW_ROUND_ROBIN_EDF,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "edf-ordering-policy",
+            FLOW_ROUND_ROBIN_EDF,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        best(
+            "active-request-scorer",
+            SCORER_ACTIVE_REQUEST,
+            waiting(&[4, 1, 2]),
+        ),
+        best("token-load-scorer", SCORER_TOKEN_LOAD, waiting(&[4, 1, 2])),
+    ]
 }

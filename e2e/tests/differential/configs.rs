@@ -342,3 +342,94 @@ schedulingProfiles:
 
 pub const PARSER_VERTEXAI: &str = parsed!("vertexai-parser");
 pub const PARSER_VLLMGRPC: &str = parsed!("vllmgrpc-parser");
+
+pub const LIMIT_STATIC: &str = usage_limited!("{name: limit, type: static-usage-limit-policy}");
+
+/// Flow control with the utilization detector (queue threshold 10) and upstream's default
+/// usage limit.
+pub const DETECTOR_UTILIZATION: &str = "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: utilization-detector}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control with the concurrency detector: one request at a time never saturates it.
+pub const DETECTOR_CONCURRENCY: &str = "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: concurrency-detector}
+plugins:
+- {type: concurrency-detector, parameters: {maxConcurrency: 2}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control whose default band names `fairness` and `ordering` (declared as `fair` and
+/// `order`), the utilization detector deciding.
+macro_rules! band_policies {
+    ($fairness:literal, $ordering:literal) => {
+        concat!(
+            "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: utilization-detector}
+  defaultPriorityBand: {fairnessPolicyRef: fair, orderingPolicyRef: order}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- {name: fair, type: ",
+            $fairness,
+            "}
+- {name: order, type: ",
+            $ordering,
+            "}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+"
+        )
+    };
+}
+
+pub const FLOW_STRICT_FCFS: &str =
+    band_policies!("global-strict-fairness-policy", "fcfs-ordering-policy");
+pub const FLOW_ROUND_ROBIN_EDF: &str =
+    band_policies!("round-robin-fairness-policy", "edf-ordering-policy");
+
+/// `scorer` (weight 1) beside the queue scorer (weight 2), `max-score-picker`.
+macro_rules! beside_queue {
+    ($scorer:literal) => {
+        concat!(
+            "plugins:\n- {type: queue-scorer}\n- {name: s, type: ",
+            $scorer,
+            "}\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: s}, {pluginRef: max-score-picker}]\n"
+        )
+    };
+}
+
+pub const SCORER_ACTIVE_REQUEST: &str = beside_queue!("active-request-scorer");
+/// llm-d's token-load scorer reads the in-flight load producer's data (refused without it).
+pub const SCORER_TOKEN_LOAD: &str = "
+plugins:
+- {type: inflight-load-producer}
+- {type: queue-scorer}
+- {name: s, type: token-load-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: s}, {pluginRef: max-score-picker}]
+";
