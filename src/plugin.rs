@@ -97,9 +97,8 @@ use Support::{BuiltIn, Plugin, Unsupported};
 const HEADERS: Support =
     BuiltIn("epp's disaggregating profile handlers set the sidecar headers themselves");
 const MULTICLUSTER: Support = Unsupported("multi-cluster routing is not implemented in epp");
-const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
-const LATENCY_PREDICTOR: Support =
-    Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
+const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp: it matches the multimodal item hashes of a tokenized prompt (vLLM's render endpoint, a gRPC request's mm_hashes), which epp's token producer and parsers do not extract");
+const LATENCY_PREDICTOR: Support = Unsupported("needs upstream's latency predictor: predicted-latency-producer sends every request's features to its Python training and prediction servers (TRAINING_SERVER_URL, PREDICTION_SERVER_URL: separate containers retraining models online), whose predicted TTFT/TPOT this plugin reads; epp runs no such server and speaks no client of it");
 const TOPOLOGY: Support = Unsupported("topology affinity is not implemented in epp");
 const PROFILE: Support =
     BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
@@ -113,6 +112,8 @@ const MODELS: &str = "accepted: no filter or scorer of llm-d-router v0.10 reads 
 const EVICTION: Support = BuiltIn("accepted, as llm-d-router v0.10 accepts it (no parameters): its in-flight evictor (flowControl.enableEviction) builds its own sheddable-eviction-filter and priority-then-time-eviction-order-policy, so nothing reads a configured instance; epp does not evict in-flight requests (enableEviction is accepted and not read)");
 /// The GIE v1.5 names of the eviction policies.
 const EVICTION_RENAMED: Support = BuiltIn("the GIE v1.5 name of an eviction policy llm-d-router v0.10 renamed (sheddable-eviction-filter, priority-then-time-eviction-order-policy) and no longer registers; epp accepts it as the new name, which nothing reads either (epp does not evict in-flight requests)");
+/// What the endpoint-attribute plugins read.
+const ATTRIBUTES: Support = Unsupported("reads numeric endpoint attributes, which in llm-d-router v0.10 come from core-metrics-extractor's engineConfigs customMetrics; epp refuses engineConfigs (its scraper reads each engine's fixed series), so no attribute would ever be set");
 const FLOW: Support =
     BuiltIn("epp's flow control serves each fairness key first come, first served");
 
@@ -127,10 +128,10 @@ kinds! {
     PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Beta, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
-    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
+    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, ATTRIBUTES;
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, TOPOLOGY;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
-    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
+    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter; llm-d-router v0.10 no longer registers it and refuses it too");
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, MULTICLUSTER;
     HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Beta, Plugin;
     GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
@@ -151,7 +152,7 @@ kinds! {
     MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Plugin;
-    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
+    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, ATTRIBUTES;
     TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, TOPOLOGY;
     MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, MULTICLUSTER;
     MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, MULTICLUSTER;
@@ -193,7 +194,7 @@ kinds! {
     SessionStateProducer = "session-state-producer", DataProducer, Alpha, Plugin;
     SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
-    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
+    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp: it holds each request up to windowDurationMs and places a window's same-prompt bursts jointly; epp decides each request alone");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, MULTICLUSTER;
 
@@ -243,10 +244,10 @@ kinds! {
     // Request control.
     LatencySloAdmitter = "latency-slo-admitter", RequestControl, Beta, LATENCY_PREDICTOR;
     ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Plugin;
-    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
+    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp: it evaluates CEL expressions over the response's usage into response dynamic metadata; epp has no CEL evaluator");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
-    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("DisaggregatedSet revisions are not implemented in epp");
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("not implemented in epp: it watches Pods for DisaggregatedSet revisions and screens each profile's candidates to one revision");
 
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;

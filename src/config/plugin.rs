@@ -394,6 +394,7 @@ mod tests {
                         Category::RequestControl
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
+                    | (Plugin::Parser(_), Category::Parser)
                     | (Plugin::FileDiscovery(_), Category::DataLayer)
                     | (
                         Plugin::ProgramAware(_) | Plugin::UsageLimit(_),
