@@ -84,9 +84,12 @@ fn varint(message: &[u8], at: &mut usize) -> Result<u64, Malformed> {
     Err(Malformed)
 }
 
+/// One field: (number, wire type, value).
+pub type Field<'a> = (u64, u64, &'a [u8]);
+
 /// Every field of `message`: (number, wire type, value), where the value of a varint field is
 /// its own bytes and that of a length-delimited one its contents.
-pub fn fields(message: &[u8]) -> Result<Vec<(u64, u64, &[u8])>, Malformed> {
+pub fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, Malformed> {
     let mut at = 0;
     let mut out = Vec::new();
     while at < message.len() {

@@ -125,7 +125,6 @@ schedulingProfiles:
         let cfg = crate::config::parse(config).unwrap();
         let load = crate::config::LoadOptions {
             allow_experimental: true,
-            ..Default::default()
         };
         crate::scheduling::build_with(&cfg, load).unwrap()
     }
