@@ -225,11 +225,7 @@ impl FlowSettings {
                 let p = policy(&format!("flowControl.priorityBands[{i}]"), Some(b));
                 out.bands.push((b.priority.unwrap_or(0), p));
             }
-            if let Some(r) = spec.usage_limit_policy_plugin_ref.as_deref() {
-                let limit = limit_named(r, plugins);
-                let path = "flowControl.usageLimitPolicyPluginRef".to_owned();
-                out.usage_limit = reported(&mut problems, path, limit).unwrap_or_default();
-            }
+            out.usage_limit = usage_limit(spec, plugins, &mut problems);
         }
         if problems.is_empty() {
             Ok(out)
@@ -292,6 +288,19 @@ fn fairness_named(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, Strin
             )),
         },
     }
+}
+
+/// The usage limit policy `usageLimitPolicyPluginRef` names (upstream's static one without).
+fn usage_limit(
+    spec: &FlowControlSpec,
+    plugins: &[NamedPlugin],
+    problems: &mut Vec<Problem>,
+) -> super::UsageLimit {
+    let Some(r) = spec.usage_limit_policy_plugin_ref.as_deref() else {
+        return super::UsageLimit::Static;
+    };
+    let path = "flowControl.usageLimitPolicyPluginRef".to_owned();
+    reported(problems, path, limit_named(r, plugins)).unwrap_or_default()
 }
 
 /// The usage limit policy `name` refers to, found as [`fairness_named`] finds a fairness policy

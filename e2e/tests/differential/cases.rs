@@ -642,6 +642,33 @@ fn flow() -> Vec<Case> {
             idle_kv(&[12, 10, 14]),
             saturated_then_relieved(),
         ),
+        case(
+            "slo-deadline-ordering-policy",
+            FLOW_STRICT_SLO_DEADLINE,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "program-aware-fairness",
+            FLOW_PROGRAM_AWARE,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        // The data layer every case runs on (the runner declares both), and the producer the
+        // token-load scorer reads.
+        best("metrics-data-source", SCORER_QUEUE, waiting(&[4, 1, 2])),
+        best("core-metrics-extractor", SCORER_QUEUE, waiting(&[4, 1, 2])),
+        best(
+            "inflight-load-producer",
+            SCORER_TOKEN_LOAD,
+            waiting(&[4, 1, 2]),
+        ),
+        case(
+            "session-id-producer",
+            PRODUCER_SESSION_ID,
+            waiting(&[4, 1, 2]),
+            vec![with_header("x-session-id", "s-1", hello())],
+        ),
         best(
             "active-request-scorer",
             SCORER_ACTIVE_REQUEST,

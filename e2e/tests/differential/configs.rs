@@ -433,3 +433,12 @@ schedulingProfiles:
 - name: default
   plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: s}, {pluginRef: max-score-picker}]
 ";
+
+pub const FLOW_STRICT_SLO_DEADLINE: &str = band_policies!(
+    "global-strict-fairness-policy",
+    "slo-deadline-ordering-policy"
+);
+pub const FLOW_PROGRAM_AWARE: &str =
+    band_policies!("program-aware-fairness", "fcfs-ordering-policy");
+pub const PRODUCER_SESSION_ID: &str =
+    beside_queue!("session-id-producer, parameters: {headerName: x-session-id}");
