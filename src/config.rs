@@ -20,6 +20,7 @@ mod multicluster;
 pub mod plugin;
 mod problem;
 pub mod tool;
+pub(crate) mod usage_limit;
 mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::{FileDiscovery, MetricsSettings};
@@ -33,6 +34,7 @@ pub use multicluster::{
     ClusterExtractor, ClusterMetrics, ClusterSource, MetricSpec, Scheme, MAX_ANSWER_BYTES,
 };
 pub use problem::{ConfigError, Problem};
+pub use usage_limit::UsageLimit;
 
 /// llm-d v1.0's configuration API (`apix/config/v1`).
 pub const API_VERSION_V1: &str = "llm-d.ai/v1";

@@ -81,6 +81,10 @@ pub fn request_parser(data: &[u8]) {
         ApiKind::Messages,
         ApiKind::VllmGenerate,
         ApiKind::SglangGenerate,
+        ApiKind::VertexChatCompletions,
+        ApiKind::VertexRawPredict,
+        ApiKind::VllmGrpcGenerate,
+        ApiKind::VllmGrpcEmbed,
     ] {
         match request::parse(native, body, cap) {
             Ok(req) if native.rewrites_model() => {
@@ -88,7 +92,7 @@ pub fn request_parser(data: &[u8]) {
             }
             Ok(req) => assert!(
                 req.model_span.is_empty(),
-                "SGLang's model is never rewritten"
+                "SGLang's and the gRPC parsers' models are never rewritten"
             ),
             Err(_) => {}
         }

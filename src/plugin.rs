@@ -96,9 +96,8 @@ use Support::{BuiltIn, Plugin, Unsupported};
 
 const HEADERS: Support =
     BuiltIn("epp's disaggregating profile handlers set the sidecar headers themselves");
-const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp");
-const LATENCY_PREDICTOR: Support =
-    Unsupported("upstream's latency-predictor sidecar stack is not implemented in epp");
+const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp: it matches the multimodal item hashes of a tokenized prompt (vLLM's render endpoint, a gRPC request's mm_hashes), which epp's token producer and parsers do not extract");
+const LATENCY_PREDICTOR: Support = Unsupported("needs upstream's latency predictor: predicted-latency-producer sends every request's features to its Python training and prediction servers (TRAINING_SERVER_URL, PREDICTION_SERVER_URL: separate containers retraining models online), whose predicted TTFT/TPOT this plugin reads; epp runs no such server and speaks no client of it");
 const PROFILE: Support =
     BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
 const METRICS: Support =
@@ -107,6 +106,12 @@ const DISCOVERY: Support = BuiltIn("epp discovers endpoints from its flags (Kube
 /// What `models-data-source` and `models-data-extractor` collect, nothing in llm-d-router v0.10
 /// reads.
 const MODELS: &str = "accepted: no filter or scorer of llm-d-router v0.10 reads the models it collects from /v1/models, so epp does not poll it";
+/// The in-flight eviction policies: configurable, and read by nothing in llm-d-router v0.10.
+const EVICTION: Support = BuiltIn("accepted, as llm-d-router v0.10 accepts it (no parameters): its in-flight evictor (flowControl.enableEviction) builds its own sheddable-eviction-filter and priority-then-time-eviction-order-policy, so nothing reads a configured instance; epp does not evict in-flight requests (enableEviction is accepted and not read)");
+/// The GIE v1.5 names of the eviction policies.
+const EVICTION_RENAMED: Support = BuiltIn("the GIE v1.5 name of an eviction policy llm-d-router v0.10 renamed (sheddable-eviction-filter, priority-then-time-eviction-order-policy) and no longer registers; epp accepts it as the new name, which nothing reads either (epp does not evict in-flight requests)");
+/// What the endpoint-attribute plugins read.
+const ATTRIBUTES: Support = Unsupported("reads numeric endpoint attributes, which in llm-d-router v0.10 come from core-metrics-extractor's engineConfigs customMetrics; epp refuses engineConfigs (its scraper reads each engine's fixed series), so no attribute would ever be set");
 const FLOW: Support =
     BuiltIn("epp's flow control serves each fairness key first come, first served");
 
@@ -121,10 +126,10 @@ kinds! {
     PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Beta, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
-    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Unsupported("not implemented in epp");
+    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, ATTRIBUTES;
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, Plugin;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
-    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter");
+    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter; llm-d-router v0.10 no longer registers it and refuses it too");
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, Plugin;
     HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Beta, Plugin;
     GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
@@ -144,8 +149,8 @@ kinds! {
     PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Beta, Plugin;
     MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
-    HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
-    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Unsupported("not implemented in epp");
+    HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Plugin;
+    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, ATTRIBUTES;
     TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, Plugin;
     MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, Plugin;
     MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, Plugin;
@@ -167,8 +172,8 @@ kinds! {
     // Profile handlers and P/D deciders.
     SingleProfileHandler = "single-profile-handler", ProfileHandler, Beta, PROFILE;
     DisaggProfileHandler = "disagg-profile-handler", ProfileHandler, Beta, Plugin;
-    HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Unsupported("epp runs one scheduling profile");
-    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Unsupported("deprecated upstream: use single-profile-handler with one InferencePool targetPort per rank (epp supports targetPorts)");
+    HeaderProfileHandler = "header-profile-handler", ProfileHandler, Alpha, Plugin;
+    DataParallelProfileHandler = "data-parallel-profile-handler", ProfileHandler, Beta, Plugin;
     PdProfileHandler = "pd-profile-handler", ProfileHandler, Beta, Plugin;
     DisaggHeadersHandler = "disagg-headers-handler", ProfileHandler, Beta, HEADERS;
     PrefillHeaderHandler = "prefill-header-handler", ProfileHandler, Beta, HEADERS;
@@ -187,18 +192,18 @@ kinds! {
     SessionStateProducer = "session-state-producer", DataProducer, Alpha, Plugin;
     SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
-    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp yet");
+    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp: it holds each request up to windowDurationMs and places a window's same-prompt bursts jointly; epp decides each request alone");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, Plugin;
 
     // Request parsers.
     OpenaiParser = "openai-parser", Parser, Beta, BuiltIn("epp parses OpenAI requests by path");
-    VllmgrpcParser = "vllmgrpc-parser", Parser, Beta, Unsupported("epp does not parse vLLM gRPC requests");
+    VllmgrpcParser = "vllmgrpc-parser", Parser, Beta, Plugin;
     PassthroughParser = "passthrough-parser", Parser, Beta, BuiltIn("epp routes bodies it cannot parse by load");
     AnthropicParser = "anthropic-parser", Parser, Beta, BuiltIn("epp parses Anthropic Messages requests by path");
     VllmhttpParser = "vllmhttp-parser", Parser, Beta, BuiltIn("epp parses vLLM token-in requests by path");
     SglanghttpParser = "sglanghttp-parser", Parser, Beta, BuiltIn("epp parses SGLang /generate requests by path");
-    VertexaiParser = "vertexai-parser", Parser, Beta, Unsupported("epp does not parse Vertex AI requests");
+    VertexaiParser = "vertexai-parser", Parser, Beta, Plugin;
 
     // Data layer.
     MetricsDataSource = "metrics-data-source", DataLayer, Beta, METRICS;
@@ -223,12 +228,12 @@ kinds! {
     EdfOrderingPolicy = "edf-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it orders by arrival plus TTL, which is arrival order here: epp gives every request the same TTL");
     SloDeadlineOrderingPolicy = "slo-deadline-ordering-policy", FlowControl, Beta, BuiltIn("a band's orderingPolicyRef naming it serves each key's earliest arrival plus x-llm-d-slo-ttft-ms first");
     StaticUsageLimitPolicy = "static-usage-limit-policy", FlowControl, Beta, BuiltIn("epp's flow control limits requests and bytes per band statically (maxRequests, maxBytes)");
-    PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
-    SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Unsupported("not implemented in epp");
-    SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
-    PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, Unsupported("epp does not evict in-flight requests");
-    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
-    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Beta, Unsupported("epp does not evict in-flight requests");
+    PriorityHoldbackPolicy = "priority-holdback-policy", FlowControl, Alpha, Plugin;
+    SoftReflectiveCeilingPolicy = "soft-reflective-ceiling-policy", FlowControl, Alpha, Plugin;
+    SheddableEvictionFilter = "sheddable-eviction-filter", FlowControl, Alpha, EVICTION;
+    PriorityThenTimeEvictionOrderPolicy = "priority-then-time-eviction-order-policy", FlowControl, Alpha, EVICTION;
+    EvictionSheddableFilter = "eviction-sheddable-filter", FlowControl, Beta, EVICTION_RENAMED;
+    EvictionPriorityThenTimeOrdering = "eviction-priority-then-time-ordering", FlowControl, Beta, EVICTION_RENAMED;
 
     // Saturation detectors.
     UtilizationDetector = "utilization-detector", Saturation, Beta, Plugin;
@@ -237,10 +242,10 @@ kinds! {
     // Request control.
     LatencySloAdmitter = "latency-slo-admitter", RequestControl, Beta, LATENCY_PREDICTOR;
     ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Plugin;
-    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp");
+    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp: it evaluates CEL expressions over the response's usage into response dynamic metadata; epp has no CEL evaluator");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
-    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("DisaggregatedSet revisions are not implemented in epp");
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("not implemented in epp: it watches Pods for DisaggregatedSet revisions and screens each profile's candidates to one revision");
 
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;

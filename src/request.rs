@@ -12,6 +12,7 @@
 
 pub mod bpe;
 pub mod chat;
+pub mod grpc;
 pub mod headers;
 pub mod hf;
 pub mod native;
@@ -21,6 +22,8 @@ pub mod render;
 pub mod scan;
 pub mod tokenize;
 pub mod unescape;
+pub mod vertex;
+pub mod vllm_grpc;
 
 pub use parsers::{Handling, ParserKind, ParserSet};
 
@@ -42,6 +45,16 @@ pub enum ApiKind {
     VllmGenerate,
     /// SGLang's native `/generate` (`sglanghttp-parser`): `input_ids`, no model rewrite.
     SglangGenerate,
+    /// Vertex AI's gRPC `PredictionService/ChatCompletions` (`vertexai-parser`): a chat
+    /// completion in an `HttpBody`, no model rewrite.
+    VertexChatCompletions,
+    /// Vertex AI's gRPC `RawPredict` / `StreamRawPredict`: a Responses request in an
+    /// `HttpBody`, no model rewrite.
+    VertexRawPredict,
+    /// vLLM's gRPC `VllmEngine/Generate` (`vllmgrpc-parser`): token ids or text, no model.
+    VllmGrpcGenerate,
+    /// vLLM's gRPC `VllmEngine/Embed`: token ids, no model.
+    VllmGrpcEmbed,
 }
 
 impl ApiKind {
@@ -79,20 +92,36 @@ impl ApiKind {
             Self::Messages => "messages",
             Self::VllmGenerate => "token_ids",
             Self::SglangGenerate => "input_ids",
+            Self::VertexChatCompletions => "messages",
+            Self::VertexRawPredict => "input",
+            Self::VllmGrpcGenerate | Self::VllmGrpcEmbed => "tokenized",
         }
     }
 
     /// Whether the body's `model` can be rewritten (SGLang's body is forwarded as raw bytes
     /// upstream, so neither a header nor an objective rewrites it).
     pub fn rewrites_model(self) -> bool {
-        self != Self::SglangGenerate
+        !matches!(
+            self,
+            Self::SglangGenerate
+                | Self::VertexChatCompletions
+                | Self::VertexRawPredict
+                | Self::VllmGrpcGenerate
+                | Self::VllmGrpcEmbed
+        )
     }
 
     /// Whether the incremental scan can decide before the whole body (the OpenAI APIs).
     pub fn scans_early(self) -> bool {
         !matches!(
             self,
-            Self::Messages | Self::VllmGenerate | Self::SglangGenerate
+            Self::Messages
+                | Self::VllmGenerate
+                | Self::SglangGenerate
+                | Self::VertexChatCompletions
+                | Self::VertexRawPredict
+                | Self::VllmGrpcGenerate
+                | Self::VllmGrpcEmbed
         )
     }
 }
@@ -146,6 +175,24 @@ pub enum RequestError {
     NoParser { path: String },
     #[error("unsupported path: {path}")]
     UnsupportedPath { path: String },
+    /// A gRPC body that is not one uncompressed message (`vertexai-parser`).
+    #[error("invalid or unsupported gRPC payload: {0}")]
+    GrpcFrame(&'static str),
+    /// The gRPC message is not the protobuf it should be.
+    #[error("unmarshaling {0}: malformed protobuf")]
+    Proto(&'static str),
+    #[error("{0} has no HttpBody")]
+    NoHttpBody(&'static str),
+    /// A vLLM gRPC request without the input its method takes (upstream's message).
+    #[error("{0}")]
+    NoInput(&'static str),
+    /// The JSON inside a Vertex AI message, refused as the OpenAI parser refuses it.
+    #[error("parsing {message}: {source}")]
+    Vertex {
+        message: &'static str,
+        #[source]
+        source: Box<RequestError>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -181,8 +228,25 @@ pub fn parse(
         ApiKind::Messages => return native::messages(body, max_prompt_bytes),
         ApiKind::VllmGenerate => return native::vllm_generate(body),
         ApiKind::SglangGenerate => return native::sglang_generate(body),
+        ApiKind::VertexChatCompletions | ApiKind::VertexRawPredict => {
+            return vertex::request(api, body, max_prompt_bytes)
+        }
+        ApiKind::VllmGrpcGenerate | ApiKind::VllmGrpcEmbed => {
+            return vllm_grpc::request(api, body, max_prompt_bytes)
+        }
         _ => {}
     }
+    openai(api, body, max_prompt_bytes, true)
+}
+
+/// An OpenAI body. Without `model_required` (a body the model is not rewritten in: Vertex AI,
+/// whose upstream parser reads a string `model` if there is one) a missing model is empty.
+fn openai(
+    api: ApiKind,
+    body: &[u8],
+    max_prompt_bytes: usize,
+    model_required: bool,
+) -> Result<LlmRequest, RequestError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
@@ -191,10 +255,17 @@ pub fn parse(
         };
     }
     let wire: Wire<'_> = serde_json::from_slice(body).map_err(|e| json_error(body, e))?;
-    let raw_model = wire.model.ok_or(RequestError::MissingModel)?;
-    let model: String =
-        serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
-    let model_span = span_of(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
+    let (model, model_span) = match wire.model {
+        Some(raw) if model_required => (
+            serde_json::from_str(raw.get()).map_err(|_| RequestError::ModelNotString)?,
+            span_of(body, raw.get()).ok_or(RequestError::ModelNotString)?,
+        ),
+        None if model_required => return Err(RequestError::MissingModel),
+        raw => {
+            let model = raw.and_then(|m| serde_json::from_str::<String>(m.get()).ok());
+            (model.unwrap_or_default(), 0..0)
+        }
+    };
     let stream = wire.stream.is_some_and(|s| s.get() == "true");
     let prompt = prompt_of(api, &wire, max_prompt_bytes)?;
     Ok(LlmRequest {
@@ -245,7 +316,13 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         ApiKind::ChatCompletions => w.messages,
         ApiKind::Responses | ApiKind::Embeddings => w.input,
         ApiKind::Conversations => w.items,
-        ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => None,
+        ApiKind::Messages
+        | ApiKind::VllmGenerate
+        | ApiKind::SglangGenerate
+        | ApiKind::VertexChatCompletions
+        | ApiKind::VertexRawPredict
+        | ApiKind::VllmGrpcGenerate
+        | ApiKind::VllmGrpcEmbed => None,
     }
     .filter(|v| v.get() != "null")
     .ok_or(RequestError::MissingField(field))?;
@@ -272,9 +349,13 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         ))),
         ApiKind::Embeddings => completion_prompt(required.get(), cap),
         ApiKind::Conversations => Ok(Prompt::Text(concat_raw(&[Some(required)], cap))),
-        ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => {
-            Err(RequestError::MissingField(field))
-        }
+        ApiKind::Messages
+        | ApiKind::VllmGenerate
+        | ApiKind::SglangGenerate
+        | ApiKind::VertexChatCompletions
+        | ApiKind::VertexRawPredict
+        | ApiKind::VllmGrpcGenerate
+        | ApiKind::VllmGrpcEmbed => Err(RequestError::MissingField(field)),
     }
 }
 

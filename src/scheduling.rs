@@ -16,8 +16,10 @@
 //! here mutates shared state or knows about tokio: randomness comes in as an `Rng`, the prefix
 //! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
 
+pub mod data_parallel;
 pub mod disagg;
 pub mod filter;
+pub mod header_profile;
 mod index;
 pub mod inflight_load;
 pub mod lifecycle;
@@ -155,6 +157,9 @@ pub struct Decision {
     pub disagg: Option<disagg::DisaggOutcome>,
     /// Request headers for the destination's sidecar: set to the value, or removed (`None`).
     pub headers: Vec<(&'static str, Option<String>)>,
+    /// The port the request is sent to on the picked endpoints' address, when a profile
+    /// handler says (`data-parallel-profile-handler`); `None`: the endpoints' own.
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -166,6 +171,9 @@ pub enum ScheduleError {
     /// A sheddable request's TTFT SLO no candidate can meet (upstream's `latency-slo-admitter`).
     #[error("no endpoint can meet the request's TTFT SLO")]
     SloUnattainable,
+    /// `header-profile-handler` found no profile to run (the reason: [`header_profile`]).
+    #[error("failed to run any scheduler profile: {0}")]
+    NoProfile(String),
 }
 
 /// One scheduling profile, built from configuration.
@@ -182,6 +190,11 @@ pub struct Scheduler {
     disagg: Option<Box<disagg::Disagg>>,
     /// `p2p-source-producer`: names a peer to pull the cached prefix from.
     p2p: Option<disagg::p2p::P2pSourceProducer>,
+    /// `header-profile-handler` with several profiles: each request runs the one its header
+    /// names, and this profile (the default one) only answers the configuration's questions.
+    by_header: Option<Box<header_profile::HeaderProfiles>>,
+    /// `data-parallel-profile-handler`: the pick sent to the primary port.
+    data_parallel: Option<data_parallel::DataParallel>,
     /// The plugins taking part in the request lifecycle, once per configured instance
     /// (filled when the scheduler is assembled: [`Scheduler::attach_hooks`]).
     hooks: Vec<Arc<dyn lifecycle::Lifecycle>>,
@@ -197,14 +210,21 @@ impl Scheduler {
         candidates: &[Candidate],
         rng: &mut impl Rng,
     ) -> Result<Decision, ScheduleError> {
-        let mut d = match &self.disagg {
-            Some(d) => d.schedule(self, req, candidates, rng)?,
-            None => self.schedule_profile(req, candidates, rng)?,
+        if let Some(dp) = &self.data_parallel {
+            dp.admits()?;
+        }
+        let mut d = match (&self.disagg, &self.by_header) {
+            (Some(d), _) => d.schedule(self, req, candidates, rng)?,
+            (None, Some(h)) => h.schedule(req, candidates, rng)?,
+            (None, None) => self.schedule_profile(req, candidates, rng)?,
         };
         d.headers = d.disagg.as_ref().map(|o| o.headers()).unwrap_or_default();
         let computing = d.disagg.as_ref().and_then(|o| o.prefill);
         if let (Some(p), Some(c)) = (&self.p2p, computing.or(d.endpoints.first().copied())) {
             d.headers.push(p.header(req, candidates, c, rng));
+        }
+        if let Some(dp) = &self.data_parallel {
+            dp.redirect(&mut d);
         }
         Ok(d)
     }
@@ -266,12 +286,20 @@ impl Scheduler {
             scores,
             disagg: None,
             headers: Vec::new(),
+            port: None,
         })
     }
 
     /// The disaggregating handler, when one is configured.
     pub fn disagg(&self) -> Option<&disagg::Disagg> {
         self.disagg.as_deref()
+    }
+
+    /// The other profiles a request may run: the disaggregating handler's stages, or the
+    /// profiles `header-profile-handler` chooses from.
+    fn stages(&self) -> impl Iterator<Item = &Scheduler> {
+        let disagg = self.disagg.iter().flat_map(|d| d.profiles());
+        disagg.chain(self.by_header.iter().flat_map(|h| h.schedulers()))
     }
 
     fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> Vec<f64> {
@@ -296,8 +324,10 @@ impl Scheduler {
     /// Parameters of the precise prefix scorer, when one is configured: the director then fills
     /// the candidates' prefix matches from the KV-event index instead of the approximate one.
     pub fn precise_params(&self) -> Option<&scorer::PrecisePrefixParams> {
-        self.scorers
-            .iter()
+        let by_header = self.by_header.iter().flat_map(|h| h.schedulers());
+        std::iter::once(self)
+            .chain(by_header)
+            .flat_map(|p| p.scorers.iter())
             .find_map(|(s, _)| s.precise_params())
             .or(self.precise.as_deref())
     }
@@ -430,8 +460,7 @@ impl Scheduler {
     /// assembled and pinned.
     fn attach_hooks(&mut self, producers: Vec<Arc<dyn lifecycle::Lifecycle>>) {
         let mut hooks = producers;
-        let stages = self.disagg.iter().flat_map(|d| d.profiles());
-        for profile in std::iter::once(&*self).chain(stages) {
+        for profile in std::iter::once(&*self).chain(self.stages()) {
             let filters = profile.filters.iter().filter_map(Filter::lifecycle);
             let scorers = profile.scorers.iter().filter_map(|(s, _)| s.lifecycle());
             for hook in filters.chain(scorers) {
@@ -441,7 +470,8 @@ impl Scheduler {
             }
         }
         let mut headers: Vec<Arc<str>> = Vec::new();
-        for h in hooks.iter().flat_map(|h| h.headers()) {
+        let handler = self.by_header.iter().map(|h| h.params.header_name.as_str());
+        for h in hooks.iter().flat_map(|h| h.headers()).chain(handler) {
             if !headers.iter().any(|k| &**k == h) {
                 headers.push(Arc::from(h));
             }
@@ -462,6 +492,11 @@ impl Scheduler {
             .disagg
             .as_ref()
             .is_some_and(|d| d.reads_prompt_length())
+            || self
+                .by_header
+                .iter()
+                .flat_map(|h| h.schedulers())
+                .any(Scheduler::reads_prompt_length)
     }
 
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
@@ -469,10 +504,7 @@ impl Scheduler {
     pub fn reads_labels(&self) -> bool {
         self.filters.iter().any(Filter::reads_labels)
             || self.scorers.iter().any(|(s, _)| s.reads_labels())
-            || self
-                .disagg
-                .as_ref()
-                .is_some_and(|d| d.profiles().any(Scheduler::reads_labels))
+            || self.stages().any(Scheduler::reads_labels)
     }
 
     /// Whether an endpoint with `labels` passes this profile's label filters (`decode-filter`

@@ -53,11 +53,12 @@ async fn epp_and_llm_d_decide_alike_for_every_plugin_type_both_implement() {
     let llmd = epp_e2e::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
     let dir = std::env::temp_dir().join(format!("epp-differential-{}", std::process::id()));
     let mut rows = Vec::new();
-    // `EPP_DIFFERENTIAL_ONLY=multicluster` runs the cases whose type contains it, and leaves
-    // the table alone (it is checked only over every case).
-    let only = std::env::var("EPP_DIFFERENTIAL_ONLY").ok();
-    let chosen = |c: &cases::Case| only.as_deref().is_none_or(|o| c.kind.contains(o));
-    for case in cases::all().into_iter().filter(chosen) {
+    // EPP_DIFFERENTIAL_ONLY=type,type runs those cases alone (no table check): for a developer.
+    let only: Option<Vec<String>> = std::env::var("EPP_DIFFERENTIAL_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_owned).collect());
+    let wanted = |c: &cases::Case| only.as_ref().is_none_or(|o| o.iter().any(|k| k == c.kind));
+    for case in cases::all().into_iter().filter(wanted) {
         let case_dir = dir.join(case.kind);
         std::fs::create_dir_all(&case_dir).expect("creating the case's directory");
         let row = compare(&llmd, &case, &case_dir)

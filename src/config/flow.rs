@@ -151,6 +151,8 @@ pub struct FlowSettings {
     pub default_band: BandPolicy,
     /// The policies of the bands `priorityBands` lists, by priority.
     pub bands: Vec<(i64, BandPolicy)>,
+    /// The usage limit policy `usageLimitPolicyPluginRef` names.
+    pub usage_limit: super::UsageLimit,
 }
 
 impl FlowSettings {
@@ -223,6 +225,7 @@ impl FlowSettings {
                 let p = policy(&format!("flowControl.priorityBands[{i}]"), Some(b));
                 out.bands.push((b.priority.unwrap_or(0), p));
             }
+            out.usage_limit = usage_limit(spec, plugins, &mut problems);
         }
         if problems.is_empty() {
             Ok(out)
@@ -282,6 +285,38 @@ fn fairness_named(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, Strin
             (_, super::plugin::Plugin::ProgramAware(las)) => Ok(Fairness::ProgramAware(*las)),
             (other, _) => Err(format!(
                 "plugin {name:?} is not a fairness policy (type: {other})"
+            )),
+        },
+    }
+}
+
+/// The usage limit policy `usageLimitPolicyPluginRef` names (upstream's static one without).
+fn usage_limit(
+    spec: &FlowControlSpec,
+    plugins: &[NamedPlugin],
+    problems: &mut Vec<Problem>,
+) -> super::UsageLimit {
+    let Some(r) = spec.usage_limit_policy_plugin_ref.as_deref() else {
+        return super::UsageLimit::Static;
+    };
+    let path = "flowControl.usageLimitPolicyPluginRef".to_owned();
+    reported(problems, path, limit_named(r, plugins)).unwrap_or_default()
+}
+
+/// The usage limit policy `name` refers to, found as [`fairness_named`] finds a fairness policy
+/// (`static-usage-limit-policy` is upstream's default, registered whether declared or not).
+fn limit_named(name: &str, plugins: &[NamedPlugin]) -> Result<super::UsageLimit, String> {
+    use PluginKind as K;
+    match plugins.iter().find(|p| p.name == name) {
+        None if name == K::StaticUsageLimitPolicy.name() => Ok(super::UsageLimit::Static),
+        None => Err(format!(
+            "no usage limit policy registered for name {name:?}"
+        )),
+        Some(p) => match (p.kind, &p.plugin) {
+            (K::StaticUsageLimitPolicy, _) => Ok(super::UsageLimit::Static),
+            (_, super::plugin::Plugin::UsageLimit(limit)) => Ok(*limit),
+            (other, _) => Err(format!(
+                "plugin {name:?} is not a usage limit policy (type: {other})"
             )),
         },
     }

@@ -70,6 +70,9 @@ pub enum Plugin {
     /// `program-aware-fairness`: its least-attained-service strategy (a band's
     /// `fairnessPolicyRef` names it).
     ProgramAware(super::flow::Las),
+    /// `priority-holdback-policy` or `soft-reflective-ceiling-policy`
+    /// (`flowControl.usageLimitPolicyPluginRef` names it).
+    UsageLimit(super::UsageLimit),
     /// `agent-identity`: the session headers (`additionalSessionHeaders` first, then
     /// upstream's four) whose first non-empty value is the fairness key of a request that
     /// names none.
@@ -257,6 +260,13 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
         K::ProgramAwareFairness => {
             Plugin::ProgramAware(params::<super::flow::ProgramAwareParams>(v)?.validate()?)
         }
+        K::PriorityHoldbackPolicy => Plugin::UsageLimit(super::UsageLimit::Holdback(
+            params::<super::usage_limit::HoldbackParams>(v)?.validate()?,
+        )),
+        K::SoftReflectiveCeilingPolicy => {
+            params::<super::usage_limit::NoParams>(v)?;
+            Plugin::UsageLimit(super::UsageLimit::SoftReflective)
+        }
         K::AgentIdentity => {
             let p = params::<AgentIdentityParams>(v)?;
             let headers = p
@@ -316,6 +326,12 @@ fn scheduling_plugin(kind: PluginKind, v: &Value) -> Result<Option<Sched>, Refus
         K::P2pSourceProducer => Sched::P2p(params::<P2pSourceProducer>(v)?.validate()?),
         K::DisaggProfileHandler => Sched::Handler(kind, disagg::HandlerParams::disagg(v)?),
         K::PdProfileHandler => Sched::Handler(kind, disagg::HandlerParams::pd(v)?),
+        K::DataParallelProfileHandler => Sched::DataParallel(
+            params::<crate::scheduling::data_parallel::DataParallel>(v)?.validate()?,
+        ),
+        K::HeaderProfileHandler => Sched::HeaderHandler(
+            params::<crate::scheduling::header_profile::HeaderProfileParams>(v)?.validate()?,
+        ),
         K::PrefixBasedPdDecider => Sched::Decider(Decider::PrefixBased(
             params::<disagg::PrefixBasedPdDecider>(v)?.validate()?,
         )),
@@ -355,6 +371,8 @@ mod tests {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
             K::FileDiscovery | K::MulticlusterFileDiscovery => "{path: /etc/epp/endpoints.yaml}",
+            K::HeaderLabelAffinityScorer => "{headerName: x-zone, labelKey: zone}",
+            K::PriorityHoldbackPolicy => "{minCeiling: 0.5}",
             _ => "",
         };
         use PluginKind as K;
@@ -370,7 +388,9 @@ mod tests {
                     | (Plugin::Scheduling(Sched::Scorer(_)), Category::Scorer)
                     | (Plugin::Scheduling(Sched::Picker(_)), Category::Picker)
                     | (
-                        Plugin::Scheduling(Sched::Handler(..)),
+                        Plugin::Scheduling(
+                            Sched::Handler(..) | Sched::HeaderHandler(_) | Sched::DataParallel(_)
+                        ),
                         Category::ProfileHandler
                     )
                     | (Plugin::Scheduling(Sched::Decider(_)), Category::Decider)
@@ -399,13 +419,17 @@ mod tests {
                     )
                     | (Plugin::TokenProducer(_), Category::DataProducer)
                     | (Plugin::Scheduling(Sched::Topology(_)), Category::DataLayer)
+                    | (Plugin::Parser(_), Category::Parser)
                     | (
                         Plugin::FileDiscovery(_)
                             | Plugin::ClusterMetricsSource(_)
                             | Plugin::ClusterMetricsExtractor(_),
                         Category::DataLayer
                     )
-                    | (Plugin::ProgramAware(_), Category::FlowControl)
+                    | (
+                        Plugin::ProgramAware(_) | Plugin::UsageLimit(_),
+                        Category::FlowControl
+                    )
             );
             assert!(used, "{k} decoded to {plugin:?}");
         }

@@ -27,7 +27,7 @@
 //! each dispatcher tick). The model is the requested one: a rewrite is decided after admission,
 //! so `target_model_name` repeats `model_name`.
 
-use crate::config::{BandPolicy, Fairness, FlowSettings, Las};
+use crate::config::{BandPolicy, Fairness, FlowSettings, Las, UsageLimit};
 
 mod queues;
 use crate::datastore::objectives::Priority;
@@ -61,6 +61,8 @@ pub struct FlowConfig {
     pub default_band: BandPolicy,
     /// The policies of the configured bands (`priorityBands`), by priority.
     pub bands: Vec<(Priority, BandPolicy)>,
+    /// Each priority level's saturation ceiling (`usageLimitPolicyPluginRef`).
+    pub usage_limit: UsageLimit,
 }
 
 impl Default for FlowConfig {
@@ -73,6 +75,7 @@ impl Default for FlowConfig {
             tick: Duration::from_millis(2),
             default_band: BandPolicy::default(),
             bands: Vec::new(),
+            usage_limit: UsageLimit::Static,
         }
     }
 }
@@ -94,6 +97,7 @@ impl FlowConfig {
                 .iter()
                 .filter_map(|&(p, b)| Some((Priority::try_from(p).ok()?, b)))
                 .collect(),
+            usage_limit: s.usage_limit,
         }
     }
 
@@ -150,6 +154,8 @@ pub struct FlowControl {
     program_aware: std::sync::atomic::AtomicBool,
     wake: Notify,
     saturation: Saturation,
+    /// The soft-reflective usage limit's looks in its alternating regime.
+    looks: std::sync::atomic::AtomicI64,
     metrics: Arc<Metrics>,
     pool: String,
 }
@@ -169,6 +175,7 @@ impl FlowControl {
             program_aware,
             wake: Notify::new(),
             saturation: Box::new(saturation),
+            looks: std::sync::atomic::AtomicI64::new(0),
             metrics,
             pool,
         })
@@ -268,7 +275,7 @@ impl FlowControl {
         let (tx, rx) = oneshot::channel();
         let ttl = {
             let mut q = self.queues();
-            if q.is_empty() && self.saturation() < 1.0 {
+            if q.is_empty() && self.open_for(&q, ticket.priority, self.saturation()) {
                 guard.outcome = FlowOutcome::Dispatched;
                 return Ok(());
             }
@@ -360,7 +367,12 @@ impl FlowControl {
                     () = shutdown.cancelled() => return,
                 }
             }
-            if self.saturation() < 1.0 {
+            let saturation = self.saturation();
+            let open = {
+                let q = self.queues();
+                q.head().is_some_and(|p| self.open_for(&q, p, saturation))
+            };
+            if open {
                 self.release_one();
             }
             let tick = self.queues().config().tick;
@@ -369,6 +381,22 @@ impl FlowControl {
                 () = shutdown.cancelled() => return,
             }
         }
+    }
+
+    /// Whether a request of `priority` may be dispatched at `saturation`: the usage limit's
+    /// ceiling of every level from the highest down to it is above the saturation (upstream's
+    /// dispatch cycle stops at the first level it reaches: head-of-line blocking).
+    fn open_for(&self, q: &Queues<Waiter>, priority: Priority, saturation: f64) -> bool {
+        let levels = q.levels(priority);
+        let ceilings = q
+            .config()
+            .usage_limit
+            .ceilings(saturation, &levels, &self.looks);
+        levels
+            .iter()
+            .zip(&ceilings)
+            .take_while(|(p, _)| **p >= priority)
+            .all(|(_, ceiling)| saturation < *ceiling)
     }
 
     fn release_one(&self) {

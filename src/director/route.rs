@@ -246,8 +246,17 @@ impl Decided {
             .as_ref()
             .filter(|o| o.prefill.is_some())
             .map(|o| Arc::clone(&o.handler));
+        // `data-parallel-profile-handler`: each pick's address on the primary port.
+        let destinations = match decision.port {
+            Some(port) => decision
+                .endpoints
+                .iter()
+                .map(|e| EndpointId(std::net::SocketAddr::new(e.0.ip(), port)))
+                .collect(),
+            None => decision.endpoints,
+        };
         Self {
-            destinations: decision.endpoints,
+            destinations,
             scores: decision.scores,
             client_headers,
             remote_prefill,

@@ -104,6 +104,11 @@ pub struct ResponseTracker {
     /// never held or read for usage, and not timed (a session is long and its frames are not
     /// an answer: passive health learns the handshake's latency, not the session's length).
     opaque: bool,
+    /// A gRPC response (`application/grpc`): each message is read for usage (Vertex AI's
+    /// `HttpBody` JSON, vLLM's `GenerateResponse` / `EmbedResponse`).
+    grpc: bool,
+    /// Bytes left of a gRPC message too long to read for usage.
+    grpc_skip: usize,
 }
 
 impl ResponseTracker {
@@ -122,6 +127,7 @@ impl ResponseTracker {
         };
         Self {
             restore: rewrite.map(|(t, i)| Restore::new(t, i)),
+            grpc: content_type.is_some_and(|c| c.starts_with("application/grpc")),
             streaming: sse || request_stream,
             status,
             summary,
@@ -197,6 +203,9 @@ impl ResponseTracker {
         if self.opaque {
             return;
         }
+        if self.grpc {
+            return self.observe_grpc(chunk);
+        }
         if self.streaming {
             self.observe_sse(chunk);
         } else {
@@ -235,6 +244,51 @@ impl ResponseTracker {
         }
         if rest.len() <= USAGE_WINDOW {
             self.window.extend_from_slice(rest);
+        }
+    }
+
+    /// gRPC messages, which may span chunks: each complete one is read for usage; one longer
+    /// than the usage window is skipped.
+    fn observe_grpc(&mut self, mut chunk: &[u8]) {
+        use crate::request::grpc::FRAME_HEADER;
+        let frame_len = |w: &[u8]| u32::from_be_bytes([w[1], w[2], w[3], w[4]]) as usize;
+        while !chunk.is_empty() {
+            if self.grpc_skip > 0 {
+                let n = self.grpc_skip.min(chunk.len());
+                self.grpc_skip -= n;
+                chunk = &chunk[n..];
+                continue;
+            }
+            let len = self.window.get(..FRAME_HEADER).map(frame_len);
+            if let Some(len) = len.filter(|l| *l > USAGE_WINDOW) {
+                self.grpc_skip = FRAME_HEADER + len - self.window.len();
+                self.window.clear();
+                continue;
+            }
+            let want = FRAME_HEADER + len.unwrap_or(0) - self.window.len();
+            let n = want.min(chunk.len());
+            self.window.extend_from_slice(&chunk[..n]);
+            chunk = &chunk[n..];
+            let whole = self.window.len() >= FRAME_HEADER
+                && self.window.len() == FRAME_HEADER + frame_len(&self.window);
+            if whole {
+                let frame = std::mem::take(&mut self.window);
+                self.grpc_usage(&frame[FRAME_HEADER..]);
+            }
+        }
+    }
+
+    /// One gRPC response message's usage: Vertex AI's `HttpBody` JSON, else vLLM's counts.
+    fn grpc_usage(&mut self, message: &[u8]) {
+        let json = crate::request::grpc::last_field(message, 2).ok().flatten();
+        if let Some(json) = json.filter(|j| j.first() == Some(&b'{')) {
+            return self.take_usage(json);
+        }
+        if let Some(u) = crate::request::vllm_grpc::response_usage(message) {
+            let s = &mut self.summary;
+            s.prompt_tokens = Some(u.prompt);
+            s.completion_tokens = Some(u.completion);
+            s.cached_tokens = Some(u.cached);
         }
     }
 
@@ -316,6 +370,30 @@ mod tests {
             (s.prompt_tokens, s.completion_tokens, s.cached_tokens),
             (Some(5), Some(2), Some(4))
         );
+    }
+
+    #[test]
+    fn reads_usage_from_grpc_messages_split_across_chunks() {
+        // Vertex AI: an HttpBody whose data is the JSON.
+        let json = br#"{"usage":{"prompt_tokens":6,"completion_tokens":2}}"#;
+        let mut vertex = vec![0, 0, 0, 0, 2 + json.len() as u8, 0x12, json.len() as u8];
+        vertex.extend_from_slice(json);
+        // vLLM: a stream chunk, then the final message {prompt 7, completion 3, cached 4}.
+        let vllm = [
+            0, 0, 0, 0, 6, 0x0a, 0x04, 0x10, 7, 0x18, 1, 0, 0, 0, 0, 8, 0x12, 0x06, 0x18, 7, 0x20,
+            3, 0x28, 4,
+        ];
+        for (body, want) in [(&vertex[..], (6, 2, None)), (&vllm[..], (7, 3, Some(4)))] {
+            let mut t = ResponseTracker::new(Some(200), Some("application/grpc"), true, None);
+            let mut out = Vec::new();
+            for piece in body.chunks(3) {
+                t.on_chunk(piece, false, &mut out);
+            }
+            t.on_chunk(b"", true, &mut out);
+            let s = t.summary(0);
+            let got = (s.prompt_tokens, s.completion_tokens, s.cached_tokens);
+            assert_eq!(got, (Some(want.0), Some(want.1), want.2));
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use crate::director::DirectorError;
 use crate::metrics::ErrorCode;
 use crate::request::RequestError;
+use crate::scheduling::ScheduleError;
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -183,6 +184,8 @@ impl StreamError {
         use crate::director::flowcontrol::FlowError;
         match self {
             Self::Director(DirectorError::NoCandidates(_)) => Some(DroppedReason::NoEndpoints),
+            // As llm-d: no profile ran is no saturation (`header-profile-handler`).
+            Self::Director(DirectorError::Schedule(ScheduleError::NoProfile(_))) => None,
             Self::Director(DirectorError::Schedule(_) | DirectorError::Shed(_)) => {
                 Some(DroppedReason::Saturated)
             }
@@ -199,6 +202,7 @@ impl StreamError {
     pub fn backpressure(&self) -> Option<Backpressure> {
         match self {
             Self::Director(DirectorError::NoCandidates(_)) => Some(Backpressure::NoReadyEndpoints),
+            Self::Director(DirectorError::Schedule(ScheduleError::NoProfile(_))) => None,
             Self::Director(DirectorError::Schedule(_)) => Some(Backpressure::PoolSaturated),
             Self::Director(DirectorError::Shed(_)) => Some(Backpressure::ShedByPriority),
             // Flow control: the queue is full (429) or the request waited out its TTL (503);

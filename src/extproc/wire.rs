@@ -121,7 +121,7 @@ pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
 
 /// Request headers a client could send to steer routing; epp's routing mutation removes them
 /// (the destination header itself is overwritten). `x-data-parallel-host-port` is the deprecated
-/// rank header of llm-d's sidecar (epp never sets it: one endpoint per rank instead); on a
+/// rank header of llm-d's sidecar (epp sets it only with `data-parallel-profile-handler`); on a
 /// rank-0 port it would move the decode to another rank than the one epp chose.
 pub const FORGEABLE_HEADERS: [&str; 3] = [
     "x-gateway-destination-endpoint-served",
@@ -129,11 +129,22 @@ pub const FORGEABLE_HEADERS: [&str; 3] = [
     "x-data-parallel-host-port",
 ];
 
-/// The request routing mutation: [`routing_common`] that also strips [`FORGEABLE_HEADERS`].
+/// The request routing mutation: [`routing_common`] that also strips the
+/// [`FORGEABLE_HEADERS`] epp does not set itself (`data-parallel-profile-handler` sets
+/// `x-data-parallel-host-port`).
 pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
+    let own = |h: &str| {
+        set.iter()
+            .any(|o| o.header.as_ref().is_some_and(|v| v.key == h))
+    };
+    let remove: Vec<String> = FORGEABLE_HEADERS
+        .iter()
+        .filter(|h| !own(h))
+        .map(|h| (*h).to_owned())
+        .collect();
     let mut common = routing_common(set);
     if let Some(m) = common.header_mutation.as_mut() {
-        m.remove_headers = FORGEABLE_HEADERS.iter().map(|h| (*h).to_owned()).collect();
+        m.remove_headers = remove;
     }
     common
 }

@@ -31,15 +31,22 @@ pub enum ParserKind {
     SglangHttp,
     /// `passthrough-parser`: routes without reading the body; claims no path (the fallback).
     Passthrough,
+    /// `vertexai-parser`: Vertex AI's gRPC prediction service (an OpenAI body in an
+    /// `HttpBody`, [`super::vertex`]).
+    VertexAi,
+    /// `vllmgrpc-parser`: vLLM's gRPC engine API ([`super::vllm_grpc`]).
+    VllmGrpc,
 }
 
 impl ParserKind {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::OpenAi,
         Self::Anthropic,
         Self::VllmHttp,
         Self::SglangHttp,
         Self::Passthrough,
+        Self::VertexAi,
+        Self::VllmGrpc,
     ];
 
     /// The parser a plugin kind is, `None` for a kind that is not a parser epp implements.
@@ -50,6 +57,8 @@ impl ParserKind {
             PluginKind::VllmhttpParser => Some(Self::VllmHttp),
             PluginKind::SglanghttpParser => Some(Self::SglangHttp),
             PluginKind::PassthroughParser => Some(Self::Passthrough),
+            PluginKind::VertexaiParser => Some(Self::VertexAi),
+            PluginKind::VllmgrpcParser => Some(Self::VllmGrpc),
             _ => None,
         }
     }
@@ -70,6 +79,15 @@ impl ParserKind {
             Self::Anthropic => &["messages", "messages/count_tokens"],
             Self::VllmHttp => &["inference/v1/generate"],
             Self::SglangHttp => &["generate"],
+            Self::VertexAi => &[
+                "PredictionService/ChatCompletions",
+                "PredictionService/StreamRawPredict",
+                "PredictionService/RawPredict",
+            ],
+            Self::VllmGrpc => &[
+                "vllm.grpc.engine.VllmEngine/Generate",
+                "vllm.grpc.engine.VllmEngine/Embed",
+            ],
             Self::Passthrough => &[],
         }
     }
@@ -95,6 +113,14 @@ impl ParserKind {
                 Ok(Handling::Parse(ApiKind::SglangGenerate))
             }
             Self::Passthrough => Ok(Handling::Passthrough),
+            Self::VertexAi if path.ends_with("PredictionService/ChatCompletions") => {
+                Ok(Handling::Parse(ApiKind::VertexChatCompletions))
+            }
+            Self::VertexAi => Ok(Handling::Parse(ApiKind::VertexRawPredict)),
+            Self::VllmGrpc if path.ends_with("VllmEngine/Embed") => {
+                Ok(Handling::Parse(ApiKind::VllmGrpcEmbed))
+            }
+            Self::VllmGrpc => Ok(Handling::Parse(ApiKind::VllmGrpcGenerate)),
             Self::Anthropic | Self::VllmHttp | Self::SglangHttp => Err(unsupported()),
         }
     }

@@ -380,7 +380,13 @@ impl Scanner {
             ),
             ApiKind::Conversations => self.raw_concat(&[Field::Items], body, cap),
             // Only the whole body decides these (see `ApiKind::scans_early`).
-            ApiKind::Messages | ApiKind::VllmGenerate | ApiKind::SglangGenerate => None,
+            ApiKind::Messages
+            | ApiKind::VllmGenerate
+            | ApiKind::SglangGenerate
+            | ApiKind::VertexChatCompletions
+            | ApiKind::VertexRawPredict
+            | ApiKind::VllmGrpcGenerate
+            | ApiKind::VllmGrpcEmbed => None,
         }
     }
 

@@ -28,6 +28,10 @@ pub enum Plugin {
     /// `topology-extractor`: the labels the topology-affinity filter and scorer naming this
     /// instance read ([`super::topology`]).
     Topology(super::topology::TopologyExtractor),
+    /// `header-profile-handler`: a request header names the one profile it runs.
+    HeaderHandler(super::header_profile::HeaderProfileParams),
+    /// `data-parallel-profile-handler`: the one profile's pick sent to the primary port.
+    DataParallel(super::data_parallel::DataParallel),
 }
 
 /// One `schedulingProfiles` entry: its name and its plugin references with their weights
@@ -104,20 +108,34 @@ pub fn assemble(
             _ => None,
         })
         .collect();
-    if handlers.len() > 1 {
+    let by_header = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::HeaderHandler(p) => Some(p),
+        _ => None,
+    });
+    let data_parallel = plugins.iter().find_map(|(_, b)| match b {
+        Plugin::DataParallel(p) => Some(*p),
+        _ => None,
+    });
+    let others = usize::from(by_header.is_some()) + usize::from(data_parallel.is_some());
+    if handlers.len() + others > 1 {
         problems.push(BuildError::SeveralHandlers);
     }
-    let mut sched = match handlers.first() {
-        Some(&(name, kind, params)) => {
+    let mut sched = match (handlers.first(), by_header) {
+        (Some(&(name, kind, params)), _) => {
             build_disagg(plugins, profiles, (name, kind, params), &mut problems)
         }
-        None => {
-            if profiles.len() > 1 {
+        (None, Some(params)) if profiles.len() > 1 => build_by_header(plugins, profiles, params),
+        (None, _) => {
+            if profiles.len() > 1 && data_parallel.is_none() {
                 problems.push(BuildError::SeveralProfiles);
             }
             build_profile(plugins, profiles.first())
         }
     };
+    sched.data_parallel = data_parallel.map(|dp| super::data_parallel::DataParallel {
+        several_profiles: profiles.len() > 1,
+        ..dp
+    });
     disagg::session::pin(&mut sched, &mut problems);
     sched.p2p = plugins.iter().find_map(|(_, b)| match b {
         Plugin::P2p(p) => Some(p.clone()),
@@ -226,7 +244,7 @@ impl Scheduler {
                 .as_ref()
                 .and_then(|d| d.prefill.as_ref())
                 .is_some_and(|s| s.decider.is_some());
-        let stages = self.disagg.iter().flat_map(|d| d.profiles());
+        let stages = self.stages();
         let from_scorers = std::iter::once(self)
             .chain(stages)
             .flat_map(|s| s.scorers.iter())
@@ -251,6 +269,8 @@ fn build_profile(plugins: &Plugins<'_>, profile: Option<&Profile<'_>>) -> Schedu
         precise: None,
         disagg: None,
         p2p: None,
+        by_header: None,
+        data_parallel: None,
         hooks: Vec::new(),
         headers: Vec::new(),
     };
@@ -335,5 +355,28 @@ fn build_disagg(
             decider: encode_decider,
         });
     sched.disagg = Some(Box::new(d));
+    sched
+}
+
+/// `header-profile-handler` over several profiles: each built on its own; the default one
+/// (else the first) answers the configuration's questions as the primary profile.
+fn build_by_header(
+    plugins: &Plugins<'_>,
+    profiles: &[Profile<'_>],
+    params: &super::header_profile::HeaderProfileParams,
+) -> Scheduler {
+    let built: Vec<(String, Scheduler)> = profiles
+        .iter()
+        .map(|p| (p.name.to_owned(), build_profile(plugins, Some(p))))
+        .collect();
+    let primary = profiles
+        .iter()
+        .find(|p| p.name == params.default_profile)
+        .or(profiles.first());
+    let mut sched = build_profile(plugins, primary);
+    sched.by_header = Some(Box::new(super::header_profile::HeaderProfiles {
+        params: params.clone(),
+        profiles: built,
+    }));
     sched
 }

@@ -4,6 +4,7 @@ mod active_request;
 mod context_length_aware;
 mod estimated_ttft;
 mod gpu_utilization;
+mod header_label_affinity;
 mod kv_cache;
 mod latency;
 mod load_aware;
@@ -25,6 +26,7 @@ pub use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
 pub use gpu_utilization::GpuUtilizationScorer;
+pub use header_label_affinity::HeaderLabelAffinityScorer;
 pub use kv_cache::KvCacheScorer;
 pub use latency::{LatencyEstimate, LatencyScorer};
 pub use load_aware::LoadAwareScorer;
@@ -61,6 +63,7 @@ pub enum Scorer {
     ActiveRequest(ActiveRequestScorer),
     LoadAware(LoadAwareScorer),
     NoHitLru(NoHitLruScorer),
+    HeaderLabelAffinity(HeaderLabelAffinityScorer),
     /// Also a filter when `enableFiltering` ([`Scorer::as_filter`]).
     ContextLength(ContextLengthAware),
     /// A hub's clusters by their pool's average queue.
@@ -105,6 +108,9 @@ impl Scorer {
             }
             K::LoadAwareScorer => Self::LoadAware(p.decode::<LoadAwareScorer>()?.validate()?),
             K::NoHitLruScorer => Self::NoHitLru(p.decode::<NoHitLruScorer>()?.validate()?),
+            K::HeaderLabelAffinityScorer => {
+                Self::HeaderLabelAffinity(p.decode::<HeaderLabelAffinityScorer>()?.validate()?)
+            }
             K::ContextLengthAware => {
                 Self::ContextLength(p.decode::<ContextLengthAware>()?.validate()?)
             }
@@ -134,6 +140,7 @@ impl Scorer {
             Self::ActiveRequest(s) => s.score(pool, out),
             Self::LoadAware(s) => s.score(pool, out),
             Self::NoHitLru(s) => s.score(req, pool, out),
+            Self::HeaderLabelAffinity(s) => s.score(req, pool, out),
             Self::ContextLength(s) => s.score(req, pool, out),
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
@@ -156,13 +163,17 @@ impl Scorer {
         match self {
             Self::SessionAffinity(s) => Some(std::sync::Arc::new(s.params.clone())),
             Self::NoHitLru(s) => Some(std::sync::Arc::new(s.clone())),
+            Self::HeaderLabelAffinity(s) => Some(std::sync::Arc::new(s.clone())),
             _ => None,
         }
     }
 
     /// Whether this scorer reads the candidates' labels.
     pub fn reads_labels(&self) -> bool {
-        matches!(self, Self::ContextLength(_) | Self::TopologyAffinity(_))
+        matches!(
+            self,
+            Self::ContextLength(_) | Self::TopologyAffinity(_) | Self::HeaderLabelAffinity(_)
+        )
     }
 
     pub fn prefix_params(&self) -> Option<&PrefixParams> {

@@ -123,6 +123,9 @@ fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
     // Parameters a plugin cannot go without; every other one builds from its defaults.
     let required = |k: PluginKind| match k {
         PluginKind::ByLabel => "\n  parameters: {label: tier, validValues: [a]}",
+        PluginKind::HeaderLabelAffinityScorer => {
+            "\n  parameters: {headerName: x-zone, labelKey: zone}"
+        }
         PluginKind::UtilizationFilter => {
             "\n  parameters: {conditions: [{metric: waiting-queue, maxValue: 4}]}"
         }

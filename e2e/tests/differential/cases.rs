@@ -150,6 +150,8 @@ pub fn all() -> Vec<Case> {
     v.extend(other_parsers());
     v.extend(hubs());
     v.extend(topology());
+    v.extend(once_refused());
+    v.extend(flow());
     v
 }
 
@@ -607,10 +609,230 @@ fn other_parsers() -> Vec<Case> {
             }],
         ),
         case(
+            "vertexai-parser",
+            PARSER_VERTEXAI,
+            waiting(&[4, 1, 2]),
+            vec![
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
+                    ..req(
+                        serde_json::json!({"model": harness_model(), "max_tokens": 1,
+                        "messages": [{"role": "user", "content": "hi"}]})
+                        .to_string(),
+                    )
+                },
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/RawPredict",
+                    ..req(serde_json::json!({"model": harness_model(), "input": "hi"}).to_string())
+                },
+                Req {
+                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
+                    ..bad(r#"{"messages":[{"role":"user","content":"hi"}]}"#)
+                },
+                Req {
+                    path: "/v1/completions",
+                    ..req(completion("no parser claims this path"))
+                },
+            ],
+        ),
+        case(
+            "vllmgrpc-parser",
+            PARSER_VLLMGRPC,
+            waiting(&[4, 1, 2]),
+            vec![
+                Req {
+                    path: "/vllm.grpc.engine.VllmEngine/Generate",
+                    ..req("hello from a gRPC client".to_owned())
+                },
+                Req {
+                    path: "/vllm.grpc.engine.VllmEngine/Generate",
+                    ..bad("")
+                },
+                Req {
+                    path: "/v1/completions",
+                    ..req(completion("no parser claims this path"))
+                },
+            ],
+        ),
+        case(
             "passthrough-parser",
             PARSER_PASSTHROUGH,
             waiting(&[4, 1, 2]),
             vec![req(completion("hello")), bad("{not json")],
         ),
+    ]
+}
+
+fn with_header(name: &'static str, value: &str, r: Req) -> Req {
+    Req {
+        headers: vec![(name, value.to_owned())],
+        ..r
+    }
+}
+
+/// The types epp refused before issue 33 (item 3) and implements now.
+fn once_refused() -> Vec<Case> {
+    // Pod 0 has the shortest queue; pod 1 is in zone b, pod 0 in zone a, pod 2 in none.
+    let mut zones = labelled(&[&[("zone", "a")], &[("zone", "b")], &[]]);
+    for (p, w) in zones.iter_mut().zip([0, 5, 3]) {
+        p.waiting = Some(w);
+    }
+    let hello = || req(completion("hello"));
+    // Pod 0 decodes (longer queue), pod 1 prefills, pod 2 has no role (decodes).
+    let mut stages = labelled(&[&[(ROLE, "decode")], &[(ROLE, "prefill")], &[]]);
+    for (p, w) in stages.iter_mut().zip([3, 1, 0]) {
+        p.waiting = Some(w);
+    }
+    vec![
+        case(
+            "header-label-affinity-scorer",
+            SCORER_HEADER_LABEL,
+            zones,
+            vec![
+                times(3, with_header("x-preferred-zone", "b", hello())),
+                with_header("x-preferred-zone", "c", hello()),
+                with_header("x-preferred-zone", "", hello()),
+                hello(),
+            ],
+        ),
+        case(
+            "header-profile-handler",
+            HANDLER_HEADER,
+            stages,
+            vec![
+                times(2, with_header("x-stage", "prefill", hello())),
+                hello(),
+                with_header("x-stage", " decode ", hello()),
+                with_header("x-stage", "encode", hello()),
+            ],
+        ),
+        case(
+            "priority-holdback-policy",
+            LIMIT_HOLDBACK,
+            idle_kv(&[5, 4, 6]),
+            vec![hello(), relieved(hello())],
+        ),
+        case(
+            "soft-reflective-ceiling-policy",
+            LIMIT_SOFT_REFLECTIVE,
+            idle_kv(&[12, 10, 14]),
+            vec![hello(), relieved(hello())],
+        ),
+        best(
+            "data-parallel-profile-handler",
+            HANDLER_DATA_PARALLEL,
+            waiting(&[4, 1, 2]),
+        ),
+        best(
+            "sheddable-eviction-filter",
+            EVICTION_POLICIES,
+            waiting(&[4, 1, 2]),
+        ),
+        best(
+            "priority-then-time-eviction-order-policy",
+            EVICTION_POLICIES,
+            waiting(&[4, 1, 2]),
+        ),
+    ]
+}
+
+/// Pods with these queues and an empty KV cache (the utilization detector reads both).
+fn idle_kv(values: &[u64]) -> Vec<PodState> {
+    let mut pods = waiting(values);
+    for p in &mut pods {
+        p.kv = Some(0.0);
+    }
+    pods
+}
+
+/// `r` sent once the queues are down to 2, 1, 3 (saturation 0.2 at threshold 10).
+fn relieved(r: Req) -> Req {
+    Req {
+        set_waiting: Some(vec![2, 1, 3]),
+        ..r
+    }
+}
+
+/// Flow control's parts and the load scorers: each case saturates the pool (utilization
+/// detector, queue threshold 10) so the first request waits out its TTL, then relieves it.
+fn flow() -> Vec<Case> {
+    let hello = || req(completion("hello"));
+    let saturated_then_relieved = || vec![hello(), relieved(hello())];
+    vec![
+        case(
+            "static-usage-limit-policy",
+            LIMIT_STATIC,
+            idle_kv(&[5, 4, 6]),
+            vec![hello()],
+        ),
+        case(
+            "utilization-detector",
+            DETECTOR_UTILIZATION,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "concurrency-detector",
+            DETECTOR_CONCURRENCY,
+            idle_kv(&[12, 10, 14]),
+            vec![times(3, hello())],
+        ),
+        case(
+            "global-strict-fairness-policy",
+            FLOW_STRICT_FCFS,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "fcfs-ordering-policy",
+            FLOW_STRICT_FCFS,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "round-robin-fairness-policy",
+            FLOW_ROUND_ROBIN_EDF,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "edf-ordering-policy",
+            FLOW_ROUND_ROBIN_EDF,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "slo-deadline-ordering-policy",
+            FLOW_STRICT_SLO_DEADLINE,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        case(
+            "program-aware-fairness",
+            FLOW_PROGRAM_AWARE,
+            idle_kv(&[12, 10, 14]),
+            saturated_then_relieved(),
+        ),
+        // The data layer every case runs on (the runner declares both), and the producer the
+        // token-load scorer reads.
+        best("metrics-data-source", SCORER_QUEUE, waiting(&[4, 1, 2])),
+        best("core-metrics-extractor", SCORER_QUEUE, waiting(&[4, 1, 2])),
+        best(
+            "inflight-load-producer",
+            SCORER_TOKEN_LOAD,
+            waiting(&[4, 1, 2]),
+        ),
+        case(
+            "session-id-producer",
+            PRODUCER_SESSION_ID,
+            waiting(&[4, 1, 2]),
+            vec![with_header("x-session-id", "s-1", hello())],
+        ),
+        best(
+            "active-request-scorer",
+            SCORER_ACTIVE_REQUEST,
+            waiting(&[4, 1, 2]),
+        ),
+        best("token-load-scorer", SCORER_TOKEN_LOAD, waiting(&[4, 1, 2])),
     ]
 }

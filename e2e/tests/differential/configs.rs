@@ -340,6 +340,71 @@ plugins:
   - pluginRef: decode-filter
   - pluginRef: max-score-picker
   - {pluginRef: queue-scorer, weight: 1}
+/// Queue-scored (weight 1), with a header-to-label preference (weight 2) over it.
+pub const SCORER_HEADER_LABEL: &str = "
+plugins:
+- {type: queue-scorer}
+- {name: zone, type: header-label-affinity-scorer, parameters: {headerName: X-Preferred-Zone, labelKey: zone}}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: zone, weight: 2}
+  - {pluginRef: max-score-picker}
+";
+
+/// Two profiles, the request's `x-stage` header naming the one that runs (`decode` without).
+pub const HANDLER_HEADER: &str = "
+plugins:
+- {type: header-profile-handler, parameters: {headerName: X-Stage}}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// The eviction policies configured (nothing reads them in either EPP) beside a queue-scored
+/// profile, under flow control with eviction on.
+pub const EVICTION_POLICIES: &str = "
+featureGates: [flowControl]
+flowControl: {enableEviction: true}
+plugins:
+- {type: sheddable-eviction-filter}
+- {type: priority-then-time-eviction-order-policy}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control with `policy` named by `usageLimitPolicyPluginRef`, saturation from the
+/// utilization detector (queue threshold 10), a short queue TTL, a queue-scored profile.
+macro_rules! usage_limited {
+    ($policy:literal) => {
+        concat!(
+            "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  usageLimitPolicyPluginRef: limit
+  saturationDetector: {pluginRef: utilization-detector}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- ",
+            $policy,
+            "
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
 "
         )
     };
@@ -358,3 +423,123 @@ pub const TOPOLOGY_EXTRACTOR: &str = topology!(
     "- {name: where, type: topology-extractor, parameters: {hostname: node}}\n- {name: t, type: topology-affinity-filter, parameters: {topologyProducerName: where, minAffinity: host}}\n",
     "  - pluginRef: t\n"
 );
+pub const LIMIT_HOLDBACK: &str = usage_limited!(
+    "{name: limit, type: priority-holdback-policy, parameters: {minCeiling: 0.1, maxCeiling: 0.4}}"
+);
+pub const LIMIT_SOFT_REFLECTIVE: &str =
+    usage_limited!("{name: limit, type: soft-reflective-ceiling-policy}");
+
+/// `data-parallel-profile-handler` sending every pick to pod 0's port (`{port0}`), the rank
+/// picked by queue in `x-data-parallel-host-port`.
+pub const HANDLER_DATA_PARALLEL: &str = "
+plugins:
+- {type: data-parallel-profile-handler, parameters: {primaryPort: {port0}}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+pub const PARSER_VERTEXAI: &str = parsed!("vertexai-parser");
+pub const PARSER_VLLMGRPC: &str = parsed!("vllmgrpc-parser");
+
+pub const LIMIT_STATIC: &str = usage_limited!("{name: limit, type: static-usage-limit-policy}");
+
+/// Flow control with the utilization detector (queue threshold 10) and upstream's default
+/// usage limit.
+pub const DETECTOR_UTILIZATION: &str = "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: utilization-detector}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control with the concurrency detector: one request at a time never saturates it.
+pub const DETECTOR_CONCURRENCY: &str = "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: concurrency-detector}
+plugins:
+- {type: concurrency-detector, parameters: {maxConcurrency: 2}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// Flow control whose default band names `fairness` and `ordering` (declared as `fair` and
+/// `order`), the utilization detector deciding.
+macro_rules! band_policies {
+    ($fairness:literal, $ordering:literal) => {
+        concat!(
+            "
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 1s
+  saturationDetector: {pluginRef: utilization-detector}
+  defaultPriorityBand: {fairnessPolicyRef: fair, orderingPolicyRef: order}
+plugins:
+- {type: utilization-detector, parameters: {queueDepthThreshold: 10}}
+- {name: fair, type: ",
+            $fairness,
+            "}
+- {name: order, type: ",
+            $ordering,
+            "}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+"
+        )
+    };
+}
+
+pub const FLOW_STRICT_FCFS: &str =
+    band_policies!("global-strict-fairness-policy", "fcfs-ordering-policy");
+pub const FLOW_ROUND_ROBIN_EDF: &str =
+    band_policies!("round-robin-fairness-policy", "edf-ordering-policy");
+
+/// `scorer` (weight 1) beside the queue scorer (weight 2), `max-score-picker`.
+macro_rules! beside_queue {
+    ($scorer:literal) => {
+        concat!(
+            "plugins:\n- {type: queue-scorer}\n- {name: s, type: ",
+            $scorer,
+            "}\n- {type: max-score-picker}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: s}, {pluginRef: max-score-picker}]\n"
+        )
+    };
+}
+
+pub const SCORER_ACTIVE_REQUEST: &str = beside_queue!("active-request-scorer");
+/// llm-d's token-load scorer reads the in-flight load producer's data (refused without it).
+pub const SCORER_TOKEN_LOAD: &str = "
+plugins:
+- {type: inflight-load-producer}
+- {type: queue-scorer}
+- {name: s, type: token-load-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: s}, {pluginRef: max-score-picker}]
+";
+
+pub const FLOW_STRICT_SLO_DEADLINE: &str = band_policies!(
+    "global-strict-fairness-policy",
+    "slo-deadline-ordering-policy"
+);
+pub const FLOW_PROGRAM_AWARE: &str =
+    band_policies!("program-aware-fairness", "fcfs-ordering-policy");
+pub const PRODUCER_SESSION_ID: &str =
+    beside_queue!("session-id-producer, parameters: {headerName: x-session-id}");

@@ -34,7 +34,7 @@ pub struct Outcome {
     /// The start of a refusal's body (not compared).
     pub body: String,
     /// The routing headers the serving pod received (`x-gateway-*`, `x-llm-d-*`, the sidecar's
-    /// `x-prefiller-*`), addresses written as pod names; `*` where repeats differed.
+    /// `x-prefiller-*` and `x-data-parallel-*`), addresses written as pod names; `*` where repeats differed.
     pub headers: BTreeMap<String, String>,
 }
 
@@ -145,9 +145,12 @@ impl Pods {
                 labels: &s.labels,
             })
             .collect();
+        // `{port0}` in a configuration is pod 0's port (`data-parallel-profile-handler`).
+        let port0 = self.pods.first().map(|p| p.addr().port().to_string());
         let config = format!(
             "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n{}",
             case.config
+                .replace("{port0}", port0.as_deref().unwrap_or("0"))
         );
         llmd_epp::write_config(&config, &endpoints, &self.dir)
     }
@@ -328,13 +331,22 @@ async fn scraped(picker: &Picker, waits: &[u64]) -> anyhow::Result<()> {
     }
 }
 
-/// The request, with `{pod<i>}` in header values replaced by pod `i`'s address.
+/// The request, with `{pod<i>}` in header values replaced by pod `i`'s address; on a Vertex AI
+/// gRPC path the body is the JSON in an `HttpBody` in a request message, in one gRPC frame,
+/// and on a vLLM gRPC path a `GenerateRequest` whose `text` it is (none when empty).
 fn build(
     r: &Req,
     pods: &Pods,
     session: Option<&str>,
 ) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
-    let mut req = client::request(Method::POST, r.path, r.body.clone())?;
+    let body = if r.path.contains("PredictionService/") {
+        ::epp::request::vertex::frame(r.body.as_bytes())
+    } else if r.path.contains("VllmEngine/") {
+        vllm_generate(&r.body)
+    } else {
+        r.body.clone().into_bytes()
+    };
+    let mut req = client::request(Method::POST, r.path, body)?;
     for (name, value) in &r.headers {
         let mut v = value.clone();
         for (i, p) in pods.pods.iter().enumerate() {
@@ -346,6 +358,25 @@ fn build(
         req = client::with_header(req, "x-session-token", token)?;
     }
     Ok(req)
+}
+
+/// A gRPC frame holding a vLLM `GenerateRequest` with `text` (field 3), or no input.
+fn vllm_generate(text: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !text.is_empty() {
+        message.push(0x1a);
+        let mut len = text.len();
+        while len >= 0x80 {
+            message.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        message.push(len as u8);
+        message.extend_from_slice(text.as_bytes());
+    }
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&message);
+    out
 }
 
 async fn send_one(
@@ -396,6 +427,7 @@ fn is_routing_header(name: &str) -> bool {
     name.starts_with("x-gateway-")
         || name.starts_with("x-llm-d-")
         || name.starts_with("x-prefiller")
+        || name.starts_with("x-data-parallel")
 }
 
 /// One outcome of repeats: the statuses and bodies must agree, pods are united and header

@@ -204,6 +204,23 @@ impl<T> Queues<T> {
         self.bytes
     }
 
+    /// The priority of the highest band with a request waiting.
+    pub fn head(&self) -> Option<Priority> {
+        self.bands.keys().next().map(|k| k.0)
+    }
+
+    /// The active priority levels, highest first: the configured bands, the bands with requests
+    /// waiting, and `arriving` (upstream's registry provisions a band on a priority's first
+    /// request).
+    pub fn levels(&self, arriving: Priority) -> Vec<Priority> {
+        let configured = self.config.bands.iter().map(|(p, _)| *p);
+        let waiting = self.bands.keys().map(|k| k.0);
+        let mut levels: Vec<Priority> = configured.chain(waiting).chain([arriving]).collect();
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        levels.dedup();
+        levels
+    }
+
     /// The limits in force.
     pub fn config(&self) -> &FlowConfig {
         &self.config

@@ -463,3 +463,33 @@ fn program_waits_are_running_means_and_jains_index_rates_them() {
     }
     assert!(jain > 0.99 && jain <= 1.0 + 1e-9, "{jain}");
 }
+
+/// `priority-holdback-policy` (ceilings 1.0 for band 10, 0.4 for band 0): at saturation 0.5
+/// band 0 waits while band 10 passes at once; below 0.4 band 0 is released too.
+#[tokio::test(start_paused = true)]
+async fn a_holdback_policy_holds_lower_bands_back_below_saturation() {
+    let config = FlowConfig {
+        usage_limit: UsageLimit::Holdback(crate::config::usage_limit::Holdback {
+            min_ceiling: 0.4,
+            max_ceiling: 1.0,
+            by_value: false,
+        }),
+        bands: vec![(10, BandPolicy::default()), (0, BandPolicy::default())],
+        ..FlowConfig::default()
+    };
+    let (fc, level) = flow(config);
+    level.store(500, Ordering::SeqCst);
+    fc.admit(ticket(10, "a", 1)).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(Arc::clone(&fc).run(shutdown.clone()));
+    let mut waiter = tokio::task::JoinSet::new();
+    let fc2 = Arc::clone(&fc);
+    waiter.spawn(async move { fc2.admit(ticket(0, "a", 1)).await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(fc.len(), 1, "band 0 is held back at saturation 0.5");
+    level.store(300, Ordering::SeqCst);
+    waiter.join_next().await.unwrap().unwrap().unwrap();
+    assert!(fc.is_empty());
+    shutdown.cancel();
+}

@@ -230,6 +230,7 @@ mod tests {
             scores: Vec::new(),
             disagg: None,
             headers: Vec::new(),
+            port: None,
         };
         p.pre_request(&Placed {
             request: &req,
