@@ -168,6 +168,7 @@ impl Pod {
                 num_blocks: self.cfg.num_gpu_blocks as u64,
             }),
             gpu: None,
+            pool: None,
             updated: now,
         }
     }

@@ -340,6 +340,25 @@ plugins:
   - pluginRef: decode-filter
   - pluginRef: max-score-picker
   - {pluginRef: queue-scorer, weight: 1}
+"
+        )
+    };
+}
+
+pub const TOPOLOGY_FILTER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-filter}\n",
+    "  - pluginRef: t\n"
+);
+pub const TOPOLOGY_SCORER: &str = topology!(
+    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-scorer}\n",
+    "  - {pluginRef: t, weight: 3}\n"
+);
+/// The extractor told to read the host from a label of the site's own (`node`).
+pub const TOPOLOGY_EXTRACTOR: &str = topology!(
+    "- {name: where, type: topology-extractor, parameters: {hostname: node}}\n- {name: t, type: topology-affinity-filter, parameters: {topologyProducerName: where, minAffinity: host}}\n",
+    "  - pluginRef: t\n"
+);
+
 /// Queue-scored (weight 1), with a header-to-label preference (weight 2) over it.
 pub const SCORER_HEADER_LABEL: &str = "
 plugins:
@@ -410,19 +429,6 @@ schedulingProfiles:
     };
 }
 
-pub const TOPOLOGY_FILTER: &str = topology!(
-    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-filter}\n",
-    "  - pluginRef: t\n"
-);
-pub const TOPOLOGY_SCORER: &str = topology!(
-    "- {type: topology-extractor}\n- {name: t, type: topology-affinity-scorer}\n",
-    "  - {pluginRef: t, weight: 3}\n"
-);
-/// The extractor told to read the host from a label of the site's own (`node`).
-pub const TOPOLOGY_EXTRACTOR: &str = topology!(
-    "- {name: where, type: topology-extractor, parameters: {hostname: node}}\n- {name: t, type: topology-affinity-filter, parameters: {topologyProducerName: where, minAffinity: host}}\n",
-    "  - pluginRef: t\n"
-);
 pub const LIMIT_HOLDBACK: &str = usage_limited!(
     "{name: limit, type: priority-holdback-policy, parameters: {minCeiling: 0.1, maxCeiling: 0.4}}"
 );
