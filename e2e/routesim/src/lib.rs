@@ -61,9 +61,7 @@ impl Record {
             id: f.request,
             sent: f.sent.as_secs_f64(),
             pod: Some(pod),
-            ttft: f
-                .first_token
-                .map(|t| t.saturating_sub(f.sent).as_secs_f64()),
+            ttft: ttft(f),
             e2e: now.saturating_sub(f.sent).as_secs_f64(),
             prompt_tokens: usage.prompt_tokens,
             cached_tokens: usage.cached_tokens,
@@ -88,9 +86,7 @@ impl Record {
             id: f.request,
             sent: f.sent.as_secs_f64(),
             pod: Some(pod),
-            ttft: f
-                .first_token
-                .map(|t| t.saturating_sub(f.sent).as_secs_f64()),
+            ttft: ttft(f),
             e2e: end.saturating_sub(f.sent).as_secs_f64(),
             error: Some("cut off".into()),
             cut_off: true,
@@ -101,4 +97,10 @@ impl Record {
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }
+}
+
+/// Seconds from sending `f` to its first token, if it had one.
+fn ttft(f: &InFlight) -> Option<f64> {
+    f.first_token
+        .map(|t| t.saturating_sub(f.sent).as_secs_f64())
 }

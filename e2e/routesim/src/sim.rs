@@ -427,13 +427,6 @@ impl Sim {
     pub fn end(&self) -> Duration {
         self.end
     }
-
-    /// Prefix-cache hits and queries (tokens) over all pods so far.
-    pub fn prefix_counters(&self) -> (u64, u64) {
-        self.pods.iter().fold((0, 0), |(h, q), p| {
-            (h + p.prefix_hits, q + p.prefix_queries)
-        })
-    }
 }
 
 /// Pod `i`'s address: loopback-style, never dialled.

@@ -93,14 +93,6 @@ impl Interval {
             n,
         }
     }
-
-    /// Half the interval's width relative to its mean (0.05 = ±5%).
-    pub fn relative_half_width(&self) -> f64 {
-        if self.mean == 0.0 {
-            return 0.0;
-        }
-        (self.hi - self.lo) / 2.0 / self.mean.abs()
-    }
 }
 
 /// The 97.5% quantile of Student's t with `df` degrees of freedom.
