@@ -28,6 +28,9 @@ pub enum DiscoveryError {
     File(#[from] serde_norway::Error),
     #[error("endpoints file entry {index}: weight must be >= 1")]
     Weight { index: usize },
+    /// llm-d's `file-discovery` file.
+    #[error(transparent)]
+    LlmD(#[from] file::FileError),
 }
 
 #[derive(Deserialize)]
@@ -110,11 +113,11 @@ pub struct EndpointsFile {
 impl FileFormat {
     /// The endpoints of `text`; an llm-d file's skipped entries are logged (every time the
     /// file is read, so an edit that breaks one entry shows).
-    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, String> {
+    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
         match self {
-            Self::Epp => parse_file(text).map_err(|e| e.to_string()),
+            Self::Epp => parse_file(text),
             Self::LlmD => {
-                let parsed = file::parse(text).map_err(|e| e.to_string())?;
+                let parsed = file::parse(text)?;
                 for why in &parsed.skipped {
                     tracing::warn!(entry = %why, "endpoints file entry skipped");
                 }

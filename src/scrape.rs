@@ -102,8 +102,8 @@ pub enum ScrapeError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The configured path makes no URL.
-    #[error("{0}")]
-    BadUrl(String),
+    #[error(transparent)]
+    BadUrl(client::BadUrl),
 }
 
 /// Everything a poller needs, shared by all of them.
@@ -201,7 +201,7 @@ async fn scrape_loop(state: &EndpointState, shared: &Shared, cancel: &Cancellati
 struct Target {
     engine: EngineType,
     /// The whole page: `GET` target, or why the configured path makes no URL.
-    page: Result<String, String>,
+    page: Result<String, client::BadUrl>,
     /// The page with only the series epp reads, while the server serves it.
     filtered: Option<String>,
     conn: Conn,
@@ -240,7 +240,7 @@ impl Target {
         Self {
             engine,
             conn: Conn::new(&authority),
-            page: url.map(|u| u.target).map_err(|e| e.to_string()),
+            page: url.map(|u| u.target),
             filtered,
             gpu,
         }

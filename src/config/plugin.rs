@@ -254,9 +254,7 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
             params::<admission::probabilistic::ProbabilisticParams>(v)?.validate()?,
         ),
         K::TokenProducer | K::Tokenizer => Plugin::TokenProducer(
-            params::<crate::request::render::TokenProducerParams>(v)?
-                .render()
-                .map_err(|m| Invalid::new("parameters", m))?,
+            params::<crate::request::render::TokenProducerParams>(v)?.render()?,
         ),
         K::SessionIdProducer => {
             params::<SessionIdProducerParams>(v)?.validate()?;

@@ -117,33 +117,43 @@ pub fn parse(text: &str) -> Result<Parsed, FileError> {
     Ok(out)
 }
 
+/// Why an entry of the file is skipped.
+#[derive(Debug, thiserror::Error)]
+enum Skipped {
+    #[error("name is required")]
+    NoName,
+    #[error("address {0:?} is not an IP address")]
+    Address(String),
+    #[error("port is required")]
+    NoPort,
+    #[error("port must be an integer in 1-65535, got {0}")]
+    Port(String),
+}
+
 /// One entry as an endpoint, or why it is skipped.
-fn endpoint(e: &Entry) -> Result<Endpoint, String> {
+fn endpoint(e: &Entry) -> Result<Endpoint, Skipped> {
     let name = e.name.trim();
     if name.is_empty() {
-        return Err("name is required".to_owned());
+        return Err(Skipped::NoName);
     }
     let address: IpAddr = e
         .address
         .trim()
         .parse()
-        .map_err(|_| format!("address {:?} is not an IP address", e.address))?;
+        .map_err(|_| Skipped::Address(e.address.clone()))?;
     let port = match &e.port {
-        None => return Err("port is required".to_owned()),
+        None => return Err(Skipped::NoPort),
         Some(Port::Text(t)) => t.trim().parse::<i64>().ok(),
         Some(Port::Number(n)) => Some(*n),
     }
     .and_then(|p| u16::try_from(p).ok())
     .filter(|p| *p != 0);
     let Some(port) = port else {
-        return Err(format!(
-            "port must be an integer in 1-65535, got {}",
-            match &e.port {
-                Some(Port::Text(t)) => format!("{t:?}"),
-                Some(Port::Number(n)) => n.to_string(),
-                None => String::new(),
-            }
-        ));
+        return Err(Skipped::Port(match &e.port {
+            Some(Port::Text(t)) => format!("{t:?}"),
+            Some(Port::Number(n)) => n.to_string(),
+            None => String::new(),
+        }));
     };
     let id = EndpointId(SocketAddr::new(address, port));
     Ok(Endpoint {

@@ -30,8 +30,6 @@ const READ_CHUNK: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("bad url {url:?}: {why}")]
-    BadUrl { url: String, why: &'static str },
     #[error("connecting to {authority} failed: {source}")]
     Connect {
         authority: String,
@@ -57,9 +55,17 @@ pub struct Url {
     pub target: String,
 }
 
+/// A URL the client cannot ask: not one, not `http://`, no host, or with credentials.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("bad url {url:?}: {why}")]
+pub struct BadUrl {
+    pub url: String,
+    pub why: &'static str,
+}
+
 impl Url {
-    pub fn parse(url: &str) -> Result<Self, HttpError> {
-        let bad = |why| HttpError::BadUrl {
+    pub fn parse(url: &str) -> Result<Self, BadUrl> {
+        let bad = |why| BadUrl {
             url: url.to_owned(),
             why,
         };
