@@ -311,7 +311,7 @@ fn record(
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
     let health = state.record_probe(
-        crate::datastore::health::Prober::Scrape,
+        crate::datastore::ejection::Prober::Scrape,
         outcome == Outcome::success,
         &shared.datastore.health_policy(),
         Instant::now(),

@@ -159,7 +159,7 @@ pub struct Options {
     #[arg(long)]
     pub kv_events_bind: Option<String>,
     /// Active-active with the precise prefix scorer: the gRPC port (mutual TLS) on which this
-    /// replica receives the other replicas' speculative entries ([`crate::kvevents::peers`]).
+    /// replica receives the other replicas' speculative entries ([`crate::replicas`]).
     /// Off when unset.
     #[arg(long)]
     pub speculative_peer_port: Option<u16>,
@@ -489,7 +489,7 @@ impl Options {
             }
         }
         for entry in &self.speculative_peers {
-            if let Err(e) = crate::kvevents::peers::PeerName::parse(entry) {
+            if let Err(e) = crate::replicas::PeerName::parse(entry) {
                 out.push(e.to_string());
             }
         }

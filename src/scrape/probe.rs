@@ -80,7 +80,7 @@ impl Probes {
                 .get_or_create(&OutcomeLabels { outcome })
                 .inc();
             let transition = state.record_probe(
-                datastore::health::Prober::Health,
+                datastore::ejection::Prober::Health,
                 ok,
                 &datastore.health_policy(),
                 Instant::now(),
@@ -129,7 +129,7 @@ async fn probe_once(conn: &mut Conn, target: &str) -> Result<(), ProbeError> {
 mod tests {
     use super::super::{run, ScrapeOptions};
     use super::*;
-    use crate::datastore::health::{HealthPolicy, OutlierParams};
+    use crate::datastore::ejection::{HealthPolicy, OutlierParams};
     use crate::endpoint::{Endpoint, EndpointId};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -2,7 +2,7 @@
 //! labels), then each EPP in turn behind its own real Envoy (the `Duplex` template: ext_proc
 //! with the body streamed), loading the same configuration file, and the case's requests sent
 //! through Envoy. epp runs in this process, llm-d's EPP as a child process
-//! ([`epp_e2e::llmd_epp`]).
+//! ([`harness::llmd_epp`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use epp_e2e::client;
-use epp_e2e::envoy::{Envoy, EnvoyConfig, Template};
-use epp_e2e::llmd_epp::{self, FileEndpoint, LlmdEpp};
-use epp_e2e::sim_pod::{test_pod_config, with_adapters, SimPod};
-use epp_e2e::stack::Epp;
+use harness::client;
+use harness::envoy::{Envoy, EnvoyConfig, Template};
+use harness::llmd_epp::{self, FileEndpoint, LlmdEpp};
+use harness::sim_pod::{test_pod_config, with_adapters, SimPod};
+use harness::stack::Epp;
 use http::Method;
 
 use super::cases::{Case, PodState, Req};
