@@ -2,10 +2,10 @@
 """Fails when an import in src/ breaks the layer table of ARCHITECTURE.md (repo root).
 
 Rows name module paths: every top-level module of the epp crate, and a nested module that sits
-in another layer than its parent (`director::admission`: nested under its owner, imported by
-`config`). A file belongs to the longest row its module path starts with, and so does an
-import: `crate::director::admission::Shed` is an import of `director::admission`, not of
-`director`. Imports are read from every `crate::` and `super::` path, `use` groups
+in another layer than its parent (none today; a module nested under its owner but imported by a
+layer below it would be one). A file belongs to the longest row its module path starts with, and
+so does an import: were `director::x` a row, `crate::director::x::Y` would be an import of
+`director::x`, not of `director`. Imports are read from every `crate::` and `super::` path, `use` groups
 (`use crate::{a, b::{c, d}}`) included.
 
 A module may import a lower layer, or an earlier row of its own layer when that layer is
@@ -31,26 +31,27 @@ import tempfile
 LAYERS = [
     # 0 vocabulary: identities (the plugin registry among them), typed metric families, spans.
     ("vocabulary", ["endpoint", "metrics", "telemetry", "plugin", "duration", "clock"], False),
-    # 1 pure core (each may use the ones before it in this list).
-    ("core", ["request", "prefix", "scheduling"], True),
+    # 1 pure core (each may use the ones before it in this list): admission is the saturation
+    # detectors, the admitter and the shed decision, plugins the configuration decodes.
+    ("core", ["request", "prefix", "scheduling", "admission"], True),
     # 2 state (datastore::objectives, the objectives snapshot, is the datastore's), and the two
     # I/O helpers adapters and the root share: following a file, handshaking TLS for tonic.
     ("state", ["datastore", "watch", "handshake"], False),
-    # 3 orchestration (each may use the ones before it): admission is the director's, nested
-    # under it, but the configuration decodes its thresholds, so it comes first; the
-    # configuration decoder sits above every module whose typed parameters it decodes, and
-    # below the director that reads it (flow control included).
-    ("orchestration", ["director::admission", "config", "director"], True),
+    # 3 orchestration (each may use the ones before it): the configuration decoder sits above
+    # every module whose typed parameters it decodes, and below the director that reads it
+    # (flow control included).
+    ("orchestration", ["config", "director"], True),
     # 4 adapters: the outside world (discovery::k8s holds the CRD types and leader election;
-    # scrape, the endpoint poller, holds the health probes).
-    ("adapters", ["extproc", "discovery", "scrape", "kvevents", "admin", "health",
-                  "reload"], False),
-    # 5 root: wiring (and the fuzz harness and the test fixtures, which reach the whole crate).
-    ("root", ["app", "fuzzing", "fixtures"], False),
+    # scrape, the endpoint poller, holds the health probes; replicas is replica sharing).
+    ("adapters", ["extproc", "discovery", "scrape", "kvevents", "replicas", "admin",
+                  "health", "reload"], False),
+    # 5 root: the test fixtures, the fuzz harness (its director built through the fixtures) and
+    # the wiring; each may use the ones before it, and all reach the whole crate.
+    ("root", ["fixtures", "fuzzing", "app"], True),
 ]
 
-# Modules that know no runtime, transport or Kubernetes client: the pure core, and admission.
-PURE = {"request", "prefix", "scheduling", "director::admission"}
+# Modules that know no runtime, transport or Kubernetes client: the pure core.
+PURE = {"request", "prefix", "scheduling", "admission"}
 PURE_FORBIDDEN = re.compile(r"\b(tokio|tonic|kube|hyper|hyper_util)::")
 
 KNOWN = {
@@ -78,7 +79,7 @@ def is_test_file(name):
 
 
 def module_path(src, path):
-    """src/director/admission/params.rs → ["director", "admission", "params"]."""
+    """src/director/flowcontrol/queues.rs → ["director", "flowcontrol", "queues"]."""
     rel = os.path.relpath(path, src)[:-3]
     return rel.split(os.sep)
 
@@ -200,12 +201,13 @@ def check(src):
 # (file, line inserted after its first line, what the report must contain)
 BREAKS = [
     ("config/flow.rs", "use crate::director::Runtime;", "config (orchestration) imports director"),
-    ("director/admission.rs", "use super::Shared;", "director::admission (orchestration) imports director"),
-    ("datastore/ttft.rs", "use crate::director::admission::Shed;", "datastore (state) imports director::admission"),
+    ("admission.rs", "use crate::director::Shared;", "admission (core) imports director"),
+    ("admission/params.rs", "use super::super::datastore::Datastore;", "admission (core) imports datastore"),
+    ("datastore/ttft.rs", "use crate::config::Config;", "datastore (state) imports config"),
     ("extproc/wire.rs", "use crate::{endpoint,\n    admin::{self, x}};", "extproc (adapters) imports admin"),
     ("discovery/k8s/leader.rs", "use super::super::super::app::Options;", "discovery (adapters) imports app"),
     ("scheduling/profile.rs", "use tokio::sync::Mutex;", "the pure module scheduling uses tokio"),
-    ("director/admission/concurrency.rs", "use kube::Api;", "the pure module director::admission uses kube"),
+    ("admission/concurrency.rs", "use kube::Api;", "the pure module admission uses kube"),
     ("scrape.rs", "use crate::kvevents::Sink;", "scrape (adapters) imports kvevents"),
 ]
 
@@ -233,8 +235,8 @@ def self_test(src):
         if not any("'newmodule' is not in the layer table" in p for p in check(copy)):
             failures.append("a module without a row passes")
         os.remove(os.path.join(copy, "newmodule.rs"))
-        os.rename(os.path.join(copy, "director", "admission.rs"), os.path.join(tmp, "a.rs"))
-        if not any("row 'director::admission' names no module" in p for p in check(copy)):
+        os.rename(os.path.join(copy, "admission.rs"), os.path.join(tmp, "a.rs"))
+        if not any("row 'admission' names no module" in p for p in check(copy)):
             failures.append("a row without a module passes")
     return failures
 

@@ -145,7 +145,11 @@ pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
             "precise_entries": precise.entries(),
             "precise_heap_bytes": precise.heap_bytes(),
         },
-        "config": { "origin": state.config_origin, "text": runtime.source },
+        "config": {
+            "origin": state.config_origin,
+            "text": runtime.source,
+            "restart_needed": *state.config.restart_needed(),
+        },
         "plugins": runtime.scheduler.plugin_state(),
         "metrics_staleness_ms": millis(state.staleness),
     })

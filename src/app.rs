@@ -9,12 +9,14 @@ mod prefix_gc;
 mod tls;
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, FlowSetup, PlacementSink, Runtime, Shared};
+use crate::director::{
+    Configured, Director, DirectorOptions, FlowSetup, PlacementSink, Runtime, Shared,
+};
 use crate::discovery::k8s::leader;
 use crate::extproc::{stream::Limits, stream::Services, ExtProc};
 use crate::health::Health;
-use crate::kvevents::peers;
 use crate::metrics::{InfoLabels, Metrics};
+use crate::replicas;
 use crate::{admin, config, discovery, kvevents, reload, scrape};
 use anyhow::Context;
 pub use options::Options;
@@ -32,7 +34,7 @@ use tokio_util::task::TaskTracker;
 /// `replaySocketPort`). Read at start-up; a reload does not move the sockets.
 fn kv_events_options(
     opts: &Options,
-    scheduler: &crate::scheduling::Scheduler,
+    configured: Option<crate::scheduling::scorer::KvEventSockets>,
 ) -> kvevents::KvEventsOptions {
     let flags = kvevents::KvEventsOptions {
         port: opts.kv_events_port,
@@ -42,7 +44,7 @@ fn kv_events_options(
     if flags.port.is_some() || flags.bind.is_some() {
         return flags;
     }
-    match scheduler.kv_event_sockets() {
+    match configured {
         Some(sockets) => {
             tracing::info!(bind = ?sockets.bind, port = ?sockets.port, replay_port = ?sockets.replay_port, "KV events: sockets from the precise index's kvEventsConfig");
             kvevents::KvEventsOptions {
@@ -121,7 +123,7 @@ pub struct App {
     shared: Shared,
     dopts: DirectorOptions,
     endpoints: EndpointSources,
-    peers: Option<peers::Sharing>,
+    peers: Option<replicas::Sharing>,
     certs: Option<Arc<tls::Reloading>>,
 }
 
@@ -129,8 +131,8 @@ impl App {
     /// Decodes and checks the flags and the configuration, and builds what epp is made of.
     pub fn build(mut opts: Options, mut listeners: Listeners) -> anyhow::Result<Self> {
         opts.validate()?;
-        let runtime = initial_runtime(&opts)?;
-        opts.config_discovery = runtime.file_discovery.clone();
+        let configured = initial_config(&opts)?;
+        opts.config_discovery = configured.startup.file_discovery.clone();
         opts.check_discovery()?;
         if let Some(f) = &opts.config_discovery {
             tracing::info!(
@@ -154,7 +156,7 @@ impl App {
         let endpoints = initial_endpoints(&opts, &datastore)?;
         // What the director reads and records into is owned here and handed to each adapter.
         let flow = flow_setup(&opts);
-        let shared = Shared::with_flow(datastore, runtime, metrics, flow);
+        let shared = Shared::build(datastore, configured, metrics, flow);
         let dopts = DirectorOptions {
             staleness: opts.metrics_staleness_threshold,
             subset_filter: !opts.disable_endpoint_subset_filter,
@@ -183,12 +185,12 @@ impl App {
     ) -> anyhow::Result<()> {
         let tracker = TaskTracker::new();
         self.shared.placements = self.peers.take().and_then(|sharing| {
-            let to_index = peers::Shared {
+            let to_index = replicas::Shared {
                 datastore: Arc::clone(&self.shared.datastore),
                 index: Arc::clone(&self.shared.indexes.precise),
                 metrics: Arc::clone(&self.shared.metrics),
             };
-            peers::share(sharing, to_index, &tracker, &shutdown)
+            replicas::share(sharing, to_index, &tracker, &shutdown)
                 .map(|outbox| Arc::new(outbox) as Arc<dyn PlacementSink>)
         });
         let director = Arc::new(Director::new(self.shared.clone(), self.dopts.clone()));
@@ -321,12 +323,7 @@ impl<H: tonic_health::pb::health_server::Health> Servers<H> {
                 }
             }
         };
-        let services = Services {
-            config: Arc::clone(&shared.config),
-            metrics: Arc::clone(&shared.metrics),
-            director,
-            render: Default::default(),
-        };
+        let services = Services::new(shared, director);
         let grpc = ExtProc::new(services, limits(opts))
             .with_endpoint_scores(opts.emit_endpoint_scores)
             .with_flow_control_forced(opts.flow_control);
@@ -369,7 +366,7 @@ impl<H: tonic_health::pb::health_server::Health> Servers<H> {
     }
 }
 
-fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
+fn initial_config(opts: &Options) -> anyhow::Result<Configured> {
     let text = match (&opts.config_file, &opts.config_text) {
         (Some(path), None) => std::fs::read_to_string(path)
             .with_context(|| format!("reading --config-file {}", path.display()))?,
@@ -379,7 +376,7 @@ fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     let load = config::LoadOptions {
         allow_experimental: opts.allow_experimental_plugins,
     };
-    Ok(Runtime::build_with(&text, None, load)?)
+    Ok(Runtime::configure(&text, None, load)?)
 }
 
 /// Replica sharing from the flags (validated): `None` when neither a peer port nor peers are
@@ -387,7 +384,7 @@ fn initial_runtime(opts: &Options) -> anyhow::Result<Runtime> {
 fn peer_sharing(
     opts: &Options,
     listener: Option<TcpListener>,
-) -> anyhow::Result<Option<peers::Sharing>> {
+) -> anyhow::Result<Option<replicas::Sharing>> {
     let Some(dir) = &opts.speculative_peer_cert_dir else {
         return Ok(None);
     };
@@ -397,12 +394,12 @@ fn peer_sharing(
     let names = opts
         .speculative_peers
         .iter()
-        .map(|p| peers::PeerName::parse(p))
+        .map(|p| replicas::PeerName::parse(p))
         .collect::<Result<_, _>>()?;
-    Ok(Some(peers::Sharing {
+    Ok(Some(replicas::Sharing {
         listener,
         peers: names,
-        tls: peers::PeerTls::load(dir)?,
+        tls: replicas::PeerTls::load(dir)?,
     }))
 }
 
@@ -565,8 +562,8 @@ fn spawn_background(
             shutdown.clone(),
         ));
     }
-    let runtime = shared.config.load_full();
-    let sopts = scrape_options(opts, &runtime.metrics_settings)?;
+    let startup = shared.config.startup();
+    let sopts = scrape_options(opts, &startup.metrics_settings)?;
     scrape::spawn(
         Arc::clone(datastore),
         Arc::clone(metrics),
@@ -575,7 +572,7 @@ fn spawn_background(
         shutdown.clone(),
     )
     .context("starting the endpoint pollers' thread")?;
-    let kv = kv_events_options(opts, &runtime.scheduler);
+    let kv = kv_events_options(opts, startup.kv_event_sockets.clone());
     let sink = kvevents::Sink::new(Arc::clone(&shared.indexes.precise), Arc::clone(metrics));
     tracker.spawn(kvevents::run(
         Arc::clone(datastore),

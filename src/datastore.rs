@@ -7,10 +7,10 @@
 //!
 //! The response phase reports each request's outcome ([`Observation`]: status, connection
 //! failure, TTFT, TPOT) into the served endpoint's passive state: a peak-EWMA of its latency
-//! (`latency`) and its outlier-detection / slow-start state (`health`), one small mutex per
+//! (`latency`) and its outlier-detection / slow-start state (`ejection`), one small mutex per
 //! endpoint and no allocation per request.
 
-pub mod health;
+pub mod ejection;
 pub mod latency;
 pub mod objectives;
 pub mod ttft;
@@ -18,7 +18,7 @@ pub mod ttft;
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
 use crate::metrics::{EndpointLabels, Metrics};
 use arc_swap::{ArcSwap, ArcSwapOption};
-use health::{Health, HealthPolicy, Mode, Signal, Transition};
+use ejection::{Health, HealthPolicy, Mode, Signal, Transition};
 use latency::Latency;
 use objectives::Objectives;
 use std::collections::HashMap;
@@ -162,7 +162,7 @@ impl EndpointState {
     /// Records an active health probe or metrics scrape.
     pub fn record_probe(
         &self,
-        who: health::Prober,
+        who: ejection::Prober,
         ok: bool,
         policy: &HealthPolicy,
         now: Instant,

@@ -14,7 +14,6 @@
 //! - [`exchange`]: the types crossing the boundary;
 //! - `route`: the routing steps; `finish`: what a finished response teaches.
 
-pub mod admission;
 mod candidates;
 mod disagg;
 mod exchange;
@@ -26,8 +25,9 @@ mod runtime;
 
 pub use crate::prefix::source::PlacementSink;
 pub use exchange::{Body, DirectorError, End, Incoming, Lease, ResponseSummary, Routed};
-pub use runtime::{FlowSetup, LiveConfig, Runtime};
+pub use runtime::{Configured, FlowSetup, LiveConfig, Runtime, Startup};
 
+use crate::admission;
 use crate::clock::{Clock, SystemClock};
 use crate::datastore::objectives::Priority;
 use crate::datastore::{Datastore, EndpointState};
@@ -54,27 +54,28 @@ pub struct Shared {
     pub indexes: Arc<Indexes>,
     pub metrics: Arc<Metrics>,
     /// Where speculative entries go besides this replica's own index: the other replicas
-    /// (`--speculative-peers`, [`crate::kvevents::peers`]).
+    /// (`--speculative-peers`, [`crate::replicas`]).
     pub placements: Option<Arc<dyn PlacementSink>>,
     /// The time the decision path reads (the system clock, or a simulation's).
     pub clock: Arc<dyn Clock>,
 }
 
 impl Shared {
-    /// Fresh prefix indexes and a live configuration of `runtime` over `datastore`, with a
-    /// flow-control queue of default limits.
-    pub fn new(datastore: Arc<Datastore>, runtime: Runtime, metrics: Arc<Metrics>) -> Self {
-        Self::with_flow(datastore, runtime, metrics, FlowSetup::default())
-    }
-
-    /// [`Shared::new`] with the flow-control queue's limits, pool name and staleness.
-    pub fn with_flow(
+    /// Fresh prefix indexes and a live configuration of `configured` over `datastore`, with the
+    /// flow-control queue's limits, pool name and staleness. The one constructor: `app` builds
+    /// through it, and so do the tests and benches (`crate::fixtures::graph`).
+    pub fn build(
         datastore: Arc<Datastore>,
-        runtime: Runtime,
+        configured: Configured,
         metrics: Arc<Metrics>,
         flow: FlowSetup,
     ) -> Self {
-        let config = LiveConfig::new(runtime, Arc::clone(&datastore), Arc::clone(&metrics), flow);
+        let config = LiveConfig::new(
+            configured,
+            Arc::clone(&datastore),
+            Arc::clone(&metrics),
+            flow,
+        );
         Self {
             config,
             datastore,

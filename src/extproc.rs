@@ -12,7 +12,6 @@
 
 pub mod grpc;
 pub mod render;
-pub mod response;
 pub mod status;
 pub mod stream;
 pub mod wire;

@@ -8,7 +8,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::endpoint::{CacheInfo, EndpointMetrics, GpuMetrics, LoraState, PoolMetrics};
+use crate::clock::Clock;
+use crate::config::{ConfigError, LoadOptions};
+use crate::datastore::Datastore;
+use crate::director::{Director, DirectorOptions, FlowSetup, PlacementSink, Runtime, Shared};
+use crate::endpoint::{
+    CacheInfo, Endpoint, EndpointId, EndpointMetrics, GpuMetrics, LoraState, PoolMetrics,
+};
+use crate::extproc::stream::Services;
+use crate::metrics::Metrics;
+use prometheus_client::registry::Registry;
 
 /// A scrape to build: idle (nothing waiting or running, KV cache empty), no LoRA, cache
 /// geometry or GPU readings, taken when [`build`](Self::build) runs unless told otherwise.
@@ -112,6 +121,133 @@ impl MetricsBuilder {
     /// [`build`](Self::build), shared as candidates and snapshots hold it.
     pub fn arc(self) -> Arc<EndpointMetrics> {
         Arc::new(self.build())
+    }
+}
+
+/// A director graph to build the way `app` builds it (`Runtime::configure`, `Shared::build`,
+/// `Director::new`, `Services::new`): the one place the tests and the benches wire epp's
+/// decision path. `fixtures::graph(config).ports(&[1, 2]).build()`.
+#[must_use]
+pub struct GraphBuilder {
+    config: String,
+    endpoints: Vec<Endpoint>,
+    staleness: Duration,
+    load: LoadOptions,
+    clock: Option<Arc<dyn Clock>>,
+    placements: Option<Placements>,
+}
+
+/// Builds the replica-sharing sink from the graph's indexes, as `app` does when it serves.
+type Placements = Box<dyn FnOnce(&Shared) -> Option<Arc<dyn PlacementSink>>>;
+
+/// What [`GraphBuilder::build`] wired.
+pub struct Graph {
+    pub director: Arc<Director>,
+    /// What the director was built from (configuration, indexes, datastore, metrics).
+    pub shared: Shared,
+    pub datastore: Arc<Datastore>,
+    pub metrics: Arc<Metrics>,
+    /// Where `metrics` are registered (what `/metrics` would serve).
+    pub registry: Registry,
+}
+
+/// A graph of `config` (an EndpointPickerConfig), with no endpoints, metrics counted stale
+/// after 2 s and no experimental plugins until told otherwise.
+pub fn graph(config: &str) -> GraphBuilder {
+    GraphBuilder {
+        config: config.to_owned(),
+        endpoints: Vec::new(),
+        staleness: Duration::from_secs(2),
+        load: LoadOptions::default(),
+        clock: None,
+        placements: None,
+    }
+}
+
+impl GraphBuilder {
+    /// One endpoint per port, at `127.0.0.1:<port>`.
+    pub fn ports(mut self, ports: &[u16]) -> Self {
+        let at = |p: &u16| EndpointId(std::net::SocketAddr::from(([127, 0, 0, 1], *p)));
+        self.endpoints = ports.iter().map(|p| Endpoint::from_id(at(p))).collect();
+        self
+    }
+
+    pub fn endpoints(mut self, endpoints: Vec<Endpoint>) -> Self {
+        self.endpoints = endpoints;
+        self
+    }
+
+    /// `--metrics-staleness-threshold`.
+    pub fn staleness(mut self, staleness: Duration) -> Self {
+        self.staleness = staleness;
+        self
+    }
+
+    /// `--allow-experimental-plugins` (alpha plugins such as `session-affinity-scorer`).
+    pub fn experimental(mut self) -> Self {
+        self.load.allow_experimental = true;
+        self
+    }
+
+    /// The time the decision path reads (a simulation's, a test's virtual clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Where speculative entries go besides this replica's index (replica sharing), made from
+    /// what the graph holds (its precise index) once that is built.
+    pub fn placements(
+        mut self,
+        sink: impl FnOnce(&Shared) -> Option<Arc<dyn PlacementSink>> + 'static,
+    ) -> Self {
+        self.placements = Some(Box::new(sink));
+        self
+    }
+
+    /// The graph, or why its configuration is refused.
+    pub fn try_build(self) -> Result<Graph, ConfigError> {
+        let configured = Runtime::configure(&self.config, None, self.load)?;
+        let datastore = Arc::new(Datastore::new());
+        datastore.set_endpoints(self.endpoints);
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        // The flow-control queue with default limits (its gate is the configuration's).
+        let flow = FlowSetup::default();
+        let mut shared = Shared::build(
+            Arc::clone(&datastore),
+            configured,
+            Arc::clone(&metrics),
+            flow,
+        );
+        if let Some(clock) = self.clock {
+            shared.clock = clock;
+        }
+        shared.placements = self.placements.and_then(|sink| sink(&shared));
+        let opts = DirectorOptions {
+            staleness: self.staleness,
+            subset_filter: true,
+        };
+        Ok(Graph {
+            director: Arc::new(Director::new(shared.clone(), opts)),
+            shared,
+            datastore,
+            metrics,
+            registry,
+        })
+    }
+
+    /// The graph; panics when the configuration is refused (a test's own mistake).
+    pub fn build(self) -> Graph {
+        self.try_build()
+            .unwrap_or_else(|e| panic!("the fixture's configuration is refused: {e}"))
+    }
+}
+
+impl Graph {
+    /// The ext_proc streams' services over this graph, as `app` hands them to its server.
+    pub fn services(&self) -> Arc<Services> {
+        Arc::new(Services::new(&self.shared, Arc::clone(&self.director)))
     }
 }
 

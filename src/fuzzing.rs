@@ -7,11 +7,9 @@
 //! libFuzzer for millions of executions. Not an API: hidden from the docs.
 
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, Runtime, Shared};
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
 use crate::extproc::stream::{Limits, Services, StreamMachine};
 use crate::kvevents::decode::{decode_batch, KvEvent};
-use crate::metrics::Metrics;
 use crate::prefix::precise::{PreciseIndex, Stored};
 use crate::request::tokenize::{Tokenizer, Vocabulary};
 use crate::request::{self, scan::Scanner, ApiKind};
@@ -280,30 +278,15 @@ pub const FUZZ_ENDPOINTS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "[fd00:
 fn director() -> &'static (Arc<Services>, Arc<Datastore>) {
     static DIRECTOR: OnceLock<(Arc<Services>, Arc<Datastore>)> = OnceLock::new();
     DIRECTOR.get_or_init(|| {
-        let datastore = Arc::new(Datastore::new());
         let endpoints = FUZZ_ENDPOINTS
             .iter()
             .filter_map(|e| e.parse().ok())
             .map(|a| Endpoint::from_id(EndpointId(a)))
             .collect();
-        datastore.set_endpoints(endpoints);
-        let runtime = Runtime::build(crate::config::DEFAULT_CONFIG, None)
-            .unwrap_or_else(|e| panic!("default config: {e}"));
-        let metrics = Arc::new(Metrics::register(
-            &mut prometheus_client::registry::Registry::default(),
-        ));
-        let opts = DirectorOptions {
-            staleness: Duration::from_secs(2),
-            subset_filter: true,
-        };
-        let shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
-        let services = Services {
-            director: Arc::new(Director::new(shared.clone(), opts)),
-            config: shared.config,
-            metrics,
-            render: Default::default(),
-        };
-        (Arc::new(services), datastore)
+        let graph = crate::fixtures::graph(crate::config::DEFAULT_CONFIG)
+            .endpoints(endpoints)
+            .build();
+        (graph.services(), graph.datastore)
     })
 }
 

@@ -1,7 +1,7 @@
 //! TLS connections of a listener, handshaken by epp and handed to tonic's `serve_with_incoming`
 //! (tonic's `tls-connect-info` feature serves tokio-rustls streams). Used for ext_proc
 //! (`app::tls`: a certificate that can be reloaded, the minimum version) and for replica
-//! sharing (`kvevents::peers::server`: mutual TLS, refusals counted).
+//! sharing (`replicas::server`: mutual TLS, refusals counted).
 //!
 //! Handshakes run concurrently, at most [`HANDSHAKES`] at once (the accept loop waits beyond
 //! that), so a slow client does not hold the others back; each is bounded by a timeout. A

@@ -5,7 +5,7 @@
 //! evicts, restarts, or is sent traffic by another epp replica. vLLM publishes every cache
 //! change (`--kv-events-config`), so every epp replica that subscribes to every pod builds the
 //! same index of what the pods hold (active-active). What a replica routed but no pod has
-//! stored yet (its speculative entries) only it knows; [`peers`] sends those to the others.
+//! stored yet (its speculative entries) only it knows; replica sharing ([`crate::replicas`]) sends those to the others.
 //!
 //! A supervisor follows the datastore's endpoint set like the metric scrapers do. An endpoint's
 //! event port is its `kv-events-port` label (pod label or static-file label) or
@@ -25,7 +25,6 @@
 
 pub mod bound;
 pub mod decode;
-pub mod peers;
 mod subscriber;
 
 use crate::datastore::Datastore;

@@ -18,14 +18,15 @@
 //!
 //! Background tasks, owned by [`app`], feed the datastore: [`discovery`] (static endpoints),
 //! [`scrape`] (one poller per endpoint: metric scrapes and health probes), [`kvevents`] (one
-//! KV-cache event subscriber per endpoint, feeding the precise prefix index, and with
-//! `--speculative-peers` the exchange of speculative entries with the other epp replicas) and
-//! [`reload`] (the config file watcher).
+//! KV-cache event subscriber per endpoint, feeding the precise prefix index), [`replicas`]
+//! (with `--speculative-peers`, the exchange of speculative entries with the other epp
+//! replicas) and [`reload`] (the config file watcher).
 //! `app` also owns what the director reads and records into (the live configuration, both
 //! prefix indexes, the metrics), hands each adapter the parts it uses, and runs the prefix
 //! indexes' garbage collection.
 
 pub mod admin;
+pub mod admission;
 pub mod app;
 pub mod clock;
 pub mod config;
@@ -47,6 +48,7 @@ pub mod metrics;
 pub mod plugin;
 pub mod prefix;
 pub mod reload;
+pub mod replicas;
 pub mod request;
 pub mod scheduling;
 pub mod scrape;

@@ -43,15 +43,79 @@ pub async fn run(
 
 fn apply(config: &LiveConfig, text: &str) -> Outcome {
     let current = config.load_full();
-    match Runtime::build(text, Some(&current)) {
-        Ok(runtime) => {
-            config.store(runtime);
+    match Runtime::configure(text, Some(&current), current.load) {
+        Ok(configured) => {
+            let restart_needed = config.reload(configured);
             tracing::info!("configuration reloaded");
+            if !restart_needed.is_empty() {
+                tracing::warn!(settings = ?restart_needed, "the reloaded configuration changes start-up-only settings; they keep their start-up values until epp restarts");
+            }
             Outcome::success
         }
         Err(e) => {
             tracing::error!(error = %e, "new configuration rejected; keeping the last good configuration");
             Outcome::failure
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::UPSTREAM_DEFAULT_CONFIG;
+
+    /// Upstream's default with the metrics scraped from another port: a start-up-only setting
+    /// (the pollers are started once).
+    fn other_metrics_port() -> String {
+        let source = "- type: metrics-data-source\n  parameters: {port: 9400}\n";
+        UPSTREAM_DEFAULT_CONFIG.replacen("plugins:\n", &format!("plugins:\n{source}"), 1)
+    }
+
+    fn snapshot_restart_needed(graph: &crate::fixtures::Graph) -> serde_json::Value {
+        let state = crate::admin::AdminState {
+            registry: Default::default(),
+            datastore: Arc::clone(&graph.datastore),
+            config: Arc::clone(&graph.shared.config),
+            indexes: Arc::clone(&graph.shared.indexes),
+            pool_name: "pool".to_owned(),
+            config_origin: "--config-file".to_owned(),
+            staleness: Duration::from_secs(2),
+            auth: None,
+        };
+        let snapshot = crate::admin::debug_snapshot(&state, std::time::Instant::now());
+        snapshot["config"]["restart_needed"].clone()
+    }
+
+    #[test]
+    fn a_reload_that_changes_a_start_up_only_setting_says_so_until_it_is_undone() {
+        let graph = crate::fixtures::graph(UPSTREAM_DEFAULT_CONFIG).build();
+        let config = &graph.shared.config;
+        assert_eq!(snapshot_restart_needed(&graph), serde_json::json!([]));
+
+        assert_eq!(apply(config, &other_metrics_port()), Outcome::success);
+        assert_eq!(
+            *config.restart_needed(),
+            ["dataLayer metrics source (metrics-data-source, core-metrics-extractor)"]
+        );
+        assert_eq!(
+            snapshot_restart_needed(&graph),
+            serde_json::json!([
+                "dataLayer metrics source (metrics-data-source, core-metrics-extractor)"
+            ])
+        );
+        assert_eq!(
+            config.startup().metrics_settings.port,
+            None,
+            "the pollers keep what they started with"
+        );
+        assert!(
+            config.load().source.contains("port: 9400"),
+            "the rest applies"
+        );
+
+        let weights = UPSTREAM_DEFAULT_CONFIG.replace("weight: 3", "weight: 4");
+        assert_eq!(apply(config, &weights), Outcome::success);
+        assert!(config.restart_needed().is_empty());
+        assert_eq!(snapshot_restart_needed(&graph), serde_json::json!([]));
     }
 }

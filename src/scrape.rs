@@ -107,8 +107,8 @@ pub enum ScrapeError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The configured path makes no URL.
-    #[error("{0}")]
-    BadUrl(String),
+    #[error(transparent)]
+    BadUrl(client::BadUrl),
     /// A spoke EPP's page without the pool series a hub reads.
     #[error("neither {kv} nor {queue} is in the exposition")]
     NoPoolSeries { kv: String, queue: String },
@@ -227,7 +227,7 @@ enum Poller {
 struct Target {
     engine: EngineType,
     /// The whole page: `GET` target, or why the configured path makes no URL.
-    page: Result<String, String>,
+    page: Result<String, client::BadUrl>,
     /// The page with only the series epp reads, while the server serves it.
     filtered: Option<String>,
     conn: Conn,
@@ -266,7 +266,7 @@ impl Target {
         Self {
             engine,
             conn: Conn::new(&authority),
-            page: url.map(|u| u.target).map_err(|e| e.to_string()),
+            page: url.map(|u| u.target),
             filtered,
             gpu,
         }
@@ -337,7 +337,7 @@ fn record(
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
     let health = state.record_probe(
-        crate::datastore::health::Prober::Scrape,
+        crate::datastore::ejection::Prober::Scrape,
         outcome == Outcome::success,
         &shared.datastore.health_policy(),
         Instant::now(),

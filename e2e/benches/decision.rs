@@ -17,7 +17,7 @@ mod support;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use epp::director::Runtime;
 use epp::scheduling::{Candidate, SchedulingRequest};
-use epp_e2e::fixtures::route as route_body;
+use harness::fixtures::route as route_body;
 use rand::{rngs::SmallRng, SeedableRng};
 use std::hint::black_box;
 use std::time::Duration;

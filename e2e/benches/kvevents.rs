@@ -20,9 +20,9 @@ use epp::endpoint::EndpointId;
 use epp::kvevents::decode::{decode_batch, KvEvent as Decoded};
 use epp::prefix::precise::home::{self, HomeCandidate};
 use epp::prefix::precise::{PreciseIndex, Stored};
-use epp_e2e::sim::kv_cache::KvEvent;
-use epp_e2e::sim::kv_events::encode_batch;
-use epp_e2e::sim::EventEncoding;
+use inference_sim::kv_cache::KvEvent;
+use inference_sim::kv_events::encode_batch;
+use inference_sim::EventEncoding;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use epp::director::Director;
-use epp_e2e::loadgen::workload::words;
+use loadgen::workload::words;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -47,7 +47,7 @@ fn measure(d: &Director, tokens: usize, n: usize) -> (f64, f64) {
     for i in 0..n + 32 {
         let b = body(&systems[i % systems.len()], &words(&mut rng, 64));
         let start = Instant::now();
-        let r = epp_e2e::fixtures::route(d, "/v1/completions", &b, &mut rng);
+        let r = harness::fixtures::route(d, "/v1/completions", &b, &mut rng);
         let t = start.elapsed();
         black_box(r.map(|r| r.destinations.len()).ok());
         if i >= 32 {

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use epp_e2e::envoy::Template;
-use epp_e2e::loadgen::pods::{delta, scrape_all};
-use epp_e2e::loadgen::summary::Context;
-use epp_e2e::loadgen::{run, summarize, Load, Report, RunConfig, Stage, Workload};
-use epp_e2e::sim::EngineConfig;
-use epp_e2e::stack::SimStack;
+use harness::envoy::Template;
+use harness::stack::SimStack;
+use inference_sim::EngineConfig;
+use loadgen::pods::{delta, scrape_all};
+use loadgen::summary::Context;
+use loadgen::{run, summarize, Load, Report, RunConfig, Stage, Workload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_through_epp_writes_a_well_formed_summary() {

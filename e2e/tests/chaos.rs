@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::prometheus::sum as metric;
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
-use epp_e2e::stack::{Epp, SimStack, WaitFor};
+use harness::client;
+use harness::envoy::{EnvoyConfig, Template};
+use harness::prometheus::sum as metric;
+use harness::stack::{Epp, SimStack, WaitFor};
+use inference_sim::{Cluster, EngineConfig, PodConfig};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -520,7 +520,7 @@ async fn restart_under_load(template: Template) -> (usize, usize, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn epp_restarted_under_load_with_envoy_failing_open_keeps_serving() {
     let failopen = Template::File(
-        epp_e2e::envoy::repo_root().join("config/envoy/buffered-override-host-failopen.yaml"),
+        harness::envoy::repo_root().join("config/envoy/buffered-override-host-failopen.yaml"),
     );
     let (during, failed, _) = restart_under_load(failopen).await;
     assert!(during > 0, "load continued through the outage");

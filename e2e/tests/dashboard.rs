@@ -3,9 +3,9 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::envoy::repo_root;
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::client;
+use harness::envoy::repo_root;
+use harness::stack::{Stack, StackOptions};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 

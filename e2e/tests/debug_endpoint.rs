@@ -3,9 +3,9 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::sim_pod::test_pod_config;
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::client;
+use harness::sim_pod::test_pod_config;
+use harness::stack::{Stack, StackOptions};
 use std::time::{Duration, Instant};
 
 const CONFIG: &str = r#"apiVersion: inference.networking.x-k8s.io/v1alpha1

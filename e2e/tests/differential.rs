@@ -50,7 +50,7 @@ fn accepted() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs llm-d-router v0.10's EPP (hack/install-peers.sh llm-d-epp): EPP_LLMD_EPP=/path/to/llm-d-epp cargo test -p epp-e2e --test e2e differential:: -- --ignored (hack/test.sh runs it)"]
 async fn epp_and_llm_d_decide_alike_for_every_plugin_type_both_implement() {
-    let llmd = epp_e2e::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
+    let llmd = harness::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
     let dir = std::env::temp_dir().join(format!("epp-differential-{}", std::process::id()));
     let mut rows = Vec::new();
     // EPP_DIFFERENTIAL_ONLY=type,type runs those cases alone (no table check): for a developer.

@@ -4,10 +4,10 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
-use epp_e2e::stack::SimStack;
+use harness::client;
+use harness::envoy::{EnvoyConfig, Template};
+use harness::stack::SimStack;
+use inference_sim::{Cluster, EngineConfig, PodConfig};
 use std::net::SocketAddr;
 
 const GROUPS: usize = 3; // not a multiple of the pod count, so round robin cannot align groups to pods

@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use epp_e2e::bench::failover::{self, FailoverOptions, Fault, Layout};
-use epp_e2e::loadgen::workload::Workload;
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
+use inference_sim::{Cluster, EngineConfig, PodConfig};
+use loadgen::bench::failover::{self, FailoverOptions, Fault, Layout};
+use loadgen::workload::Workload;
 use tokio::net::TcpListener;
 
 fn epp_binary() -> PathBuf {

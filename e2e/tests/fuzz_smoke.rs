@@ -8,7 +8,7 @@
 //! `regressions` below (and the corpus).
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
-use epp_e2e::envoy::repo_root;
+use harness::envoy::repo_root;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};

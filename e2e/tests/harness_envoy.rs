@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::envoy::{AccessLogEntry, Envoy, EnvoyConfig, Template};
-use epp_e2e::noop_extproc::{self_signed_identity, NoopExtProc};
-use epp_e2e::server::ServerHandle;
-use epp_e2e::sim::{PodConfig, Tokenizer, TokenizerKind};
-use epp_e2e::sim_pod::{test_pod_config, with_long_context, SimPod};
+use harness::client;
+use harness::envoy::{AccessLogEntry, Envoy, EnvoyConfig, Template};
+use harness::noop_extproc::{self_signed_identity, NoopExtProc};
+use harness::server::ServerHandle;
+use harness::sim_pod::{test_pod_config, with_long_context, SimPod};
 use http::{Method, StatusCode};
+use inference_sim::{PodConfig, Tokenizer, TokenizerKind};
 use tokio::net::TcpListener;
 
 const LOG_WAIT: Duration = Duration::from_secs(5);

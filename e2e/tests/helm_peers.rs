@@ -3,7 +3,7 @@
 //! of a mutual-TLS handshake; a Secret of one's own replaces it.
 #![allow(clippy::unwrap_used)]
 
-use epp::kvevents::peers::{Credentials, PeerTls};
+use epp::replicas::{Credentials, PeerTls};
 use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
 use std::path::Path;

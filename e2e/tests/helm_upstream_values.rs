@@ -103,8 +103,9 @@ fn env_value<'a>(env: &'a [(String, String)], name: &str) -> &'a str {
 }
 
 /// Every file of the ConfigMap must build (alpha plugins allowed, except in `file` when not
-/// `experimental`, the --allow-experimental-plugins epp runs with); returns the runtime of `file`.
-fn config(objects: &[Value], file: &str, experimental: bool) -> epp::director::Runtime {
+/// `experimental`, the --allow-experimental-plugins epp runs with); returns what `file` sets
+/// for start-up (the metrics source).
+fn config(objects: &[Value], file: &str, experimental: bool) -> epp::director::Startup {
     let cm = find(objects, "ConfigMap");
     let data = cm["data"].as_object().unwrap();
     let mut chosen = None;
@@ -112,10 +113,10 @@ fn config(objects: &[Value], file: &str, experimental: bool) -> epp::director::R
         let load = epp::config::LoadOptions {
             allow_experimental: name != file || experimental,
         };
-        let runtime = epp::director::Runtime::build_with(text.as_str().unwrap(), None, load)
+        let configured = epp::director::Runtime::configure(text.as_str().unwrap(), None, load)
             .unwrap_or_else(|e| panic!("ConfigMap file {name} does not build: {e}"));
         if name == file {
-            chosen = Some(runtime);
+            chosen = Some(configured.startup);
         }
     }
     chosen.unwrap_or_else(|| panic!("no {file} in the ConfigMap: {:?}", data.keys()))

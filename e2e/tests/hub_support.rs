@@ -47,7 +47,7 @@ pub struct Spokes {
 impl Spokes {
     /// One server per entry of `pools`; the CA is written to `dir/spokes-ca.pem`.
     pub async fn start(pools: &[Pool], dir: &Path) -> anyhow::Result<Self> {
-        let creds = epp::kvevents::peers::tls::Credentials::generate(&["localhost", "127.0.0.1"])?;
+        let creds = epp::replicas::Credentials::generate(&["localhost", "127.0.0.1"])?;
         let ca = dir.join("spokes-ca.pem");
         std::fs::write(&ca, &creds.ca)?;
         let config = server_config(&creds)?;
@@ -141,9 +141,7 @@ impl Spoke {
     }
 }
 
-fn server_config(
-    creds: &epp::kvevents::peers::tls::Credentials,
-) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+fn server_config(creds: &epp::replicas::Credentials) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let chain = vec![CertificateDer::from_pem_slice(creds.cert.as_bytes())?];
     let key = PrivateKeyDer::from_pem_slice(creds.key.as_bytes())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -8,7 +8,7 @@
 
 use crate::k8s_support;
 
-use epp_e2e::fake_apiserver::FakeApiServer;
+use harness::fake_apiserver::FakeApiServer;
 use k8s_support::*;
 use serde_json::json;
 use std::time::Duration;
@@ -103,7 +103,7 @@ async fn epp_recovers_when_the_api_server_restarts_and_history_is_gone() {
     let (addr, store) = api.stop().await;
     // While the server is down: a pod goes away, another arrives, and the history is compacted,
     // so resuming the watch from the old resourceVersion answers 410 Gone and epp must re-list.
-    let key = |name: &str| epp_e2e::fake_apiserver::Key {
+    let key = |name: &str| harness::fake_apiserver::Key {
         collection: "api/v1/pods".into(),
         namespace: NS.into(),
         name: name.into(),

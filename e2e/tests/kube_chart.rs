@@ -8,7 +8,7 @@
 use crate::k8s_support;
 use crate::kube_support;
 
-use epp_e2e::kube_apiserver::KubeApiServer;
+use harness::kube_apiserver::KubeApiServer;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};

@@ -7,7 +7,7 @@
 use crate::kube_support;
 
 use epp::discovery::k8s::crd::{model, objective, pool, pool_v1alpha2, rewrite, validate};
-use epp_e2e::kube_apiserver::TestNamespace;
+use harness::kube_apiserver::TestNamespace;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_support::*;
 use serde_json::{json, Value};

@@ -13,7 +13,7 @@
 
 use crate::k8s_support;
 use crate::kube_support;
-use epp_e2e::kube_apiserver::KubeApiServer;
+use harness::kube_apiserver::KubeApiServer;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -35,7 +35,7 @@ async fn own_setup(
     prefix: &str,
 ) -> (
     &'static KubeApiServer,
-    epp_e2e::kube_apiserver::TestNamespace,
+    harness::kube_apiserver::TestNamespace,
 ) {
     let server = OWN
         .get_or_init(|| async {
@@ -68,7 +68,7 @@ impl Load {
                 if s.load(Ordering::Relaxed) {
                     return;
                 }
-                let r = epp_e2e::client::post_json(envoy, "/v1/completions", COMPLETION).await;
+                let r = harness::client::post_json(envoy, "/v1/completions", COMPLETION).await;
                 let counter = if r.is_ok_and(|r| r.status.is_success()) {
                     &o
                 } else {
@@ -226,9 +226,9 @@ async fn a_standby_takes_over_a_real_lease_within_twice_the_lease_duration() {
     for r in &replicas {
         r.wait_endpoints(2, Duration::from_secs(20)).await;
     }
-    let envoy = epp_e2e::envoy::EnvoyConfig::new(epp_e2e::envoy::Template::Duplex)
+    let envoy = harness::envoy::EnvoyConfig::new(harness::envoy::Template::Duplex)
         .epp_replicas(replicas.iter().map(|r| r.grpc))
-        .pool(pods.iter().map(epp_e2e::sim_pod::SimPod::addr))
+        .pool(pods.iter().map(harness::sim_pod::SimPod::addr))
         .start()
         .await
         .unwrap();

@@ -19,7 +19,7 @@
 use crate::k8s_support;
 use crate::kube_support;
 
-use epp_e2e::kube_apiserver::{KubeApiServer, TestNamespace};
+use harness::kube_apiserver::{KubeApiServer, TestNamespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams};
 use kube_support::*;
@@ -209,12 +209,12 @@ async fn a_forbidden_lease_is_counted_and_logged_not_fatal() {
 
 /// `GET path` on the metrics port with an optional bearer token: (status, body).
 async fn get_as(metrics: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut req = epp_e2e::client::request(http::Method::GET, path, bytes::Bytes::new()).unwrap();
+    let mut req = harness::client::request(http::Method::GET, path, bytes::Bytes::new()).unwrap();
     if let Some(token) = token {
         req =
-            epp_e2e::client::with_header(req, "authorization", &format!("Bearer {token}")).unwrap();
+            harness::client::with_header(req, "authorization", &format!("Bearer {token}")).unwrap();
     }
-    let r = epp_e2e::client::send(metrics, req).await.unwrap();
+    let r = harness::client::send(metrics, req).await.unwrap();
     (r.status.as_u16(), r.text())
 }
 
@@ -272,7 +272,7 @@ async fn metrics_need_a_token_the_api_server_authenticates_and_authorizes() {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let epp = epp_e2e::stack::Epp::start(&args).await.unwrap();
+    let epp = harness::stack::Epp::start(&args).await.unwrap();
     let reader = server.mint_token(&ns.name, "reader").await.unwrap();
     let stranger = server.mint_token(&ns.name, "stranger").await.unwrap();
 

@@ -9,7 +9,7 @@
 use crate::k8s_support;
 use crate::kube_support;
 
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
+use harness::sim_pod::{test_pod_config, SimPod};
 use k8s_support::{send, send_on, Epp, Outcome};
 use kube_support::*;
 use serde_json::json;
@@ -18,8 +18,8 @@ use std::time::Duration;
 const WITHIN: Duration = Duration::from_secs(20);
 
 async fn epp_as_admin(
-    server: &epp_e2e::kube_apiserver::KubeApiServer,
-    ns: &epp_e2e::kube_apiserver::TestNamespace,
+    server: &harness::kube_apiserver::KubeApiServer,
+    ns: &harness::kube_apiserver::TestNamespace,
     args: &[&str],
 ) -> Epp {
     Epp::start_with(
@@ -74,7 +74,7 @@ async fn traffic_follows_pods_becoming_ready_unready_terminating_and_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_target_port_of_a_pod_is_an_endpoint_data_parallel_ranks() {
     let (server, ns) = setup("pods-ranks").await;
-    let base = epp_e2e::ports::free_range(2).unwrap();
+    let base = harness::ports::free_range(2).unwrap();
     let mut ranks = Vec::new();
     for (i, port) in [base, base + 1].into_iter().enumerate() {
         let listener = tokio::net::TcpListener::bind(("127.0.0.2", port))

@@ -44,8 +44,8 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 
 async fn ready_pods(metrics: u16) -> Option<i64> {
     let addr = ([127, 0, 0, 1], metrics).into();
-    let text = epp_e2e::prometheus::scrape(addr, "/metrics").await.ok()?;
-    Some(epp_e2e::prometheus::value(&text, "inference_pool_ready_pods")? as i64)
+    let text = harness::prometheus::scrape(addr, "/metrics").await.ok()?;
+    Some(harness::prometheus::value(&text, "inference_pool_ready_pods")? as i64)
 }
 
 /// Starts the epp binary for `pool` in `namespace`; the child and its first port.
@@ -54,7 +54,7 @@ fn spawn_epp(
     namespace: &str,
     dir: &std::path::Path,
 ) -> (std::process::Child, u16) {
-    let base = epp_e2e::ports::free_range(3).unwrap();
+    let base = harness::ports::free_range(3).unwrap();
     let binary = epp_binary();
     let log = std::fs::File::create(dir.join(format!("epp-{namespace}.log"))).unwrap();
     let child = Command::new(&binary)

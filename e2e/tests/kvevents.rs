@@ -452,11 +452,11 @@ async fn replicas_agree_on_a_cold_prompts_pod_before_any_event() {
 /// (`token-producer`, vllm backend), and a prompt's repeats follow the pod whose events hold it.
 #[tokio::test]
 async fn llm_ds_precise_configuration_runs_unchanged_through_the_gateway() {
-    use epp_e2e::envoy::{EnvoyConfig, Template};
+    use harness::envoy::{EnvoyConfig, Template};
     let bind = format!("tcp://127.0.0.1:{}", free_port());
     let sims = SimPods::start_connecting(3, 400, &bind).await;
     let example = std::fs::read_to_string(
-        epp_e2e::envoy::repo_root().join("config/examples/llm-d-precise.yaml"),
+        harness::envoy::repo_root().join("config/examples/llm-d-precise.yaml"),
     )
     .expect("the example");
     let config = example
@@ -465,7 +465,7 @@ async fn llm_ds_precise_configuration_runs_unchanged_through_the_gateway() {
         .replace("tcp://*:5557", &bind);
     assert!(config.contains(&bind) && config.contains(&sims.addr(0).to_string()));
     let endpoints: Vec<String> = (0..3).map(|i| sims.addr(i).to_string()).collect();
-    let epp = epp_e2e::stack::Epp::start(&[
+    let epp = harness::stack::Epp::start(&[
         "--static-endpoints".into(),
         endpoints.join(","),
         "--secure-serving".into(),
@@ -487,7 +487,7 @@ async fn llm_ds_precise_configuration_runs_unchanged_through_the_gateway() {
             json!({"model": MODEL, "prompt": format!("{system} Question {n}?"), "max_tokens": 2});
         let addr = envoy.listener_addr();
         async move {
-            let r = epp_e2e::client::post_json(addr, "/v1/completions", body.to_string())
+            let r = harness::client::post_json(addr, "/v1/completions", body.to_string())
                 .await
                 .expect("answered");
             assert_eq!(r.status, http::StatusCode::OK, "{}", r.text());

@@ -11,7 +11,7 @@
 
 use crate::kvevents_support;
 
-use epp_e2e::sim::EngineConfig;
+use inference_sim::EngineConfig;
 use kvevents_support::*;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
@@ -149,7 +149,7 @@ async fn run(mode: Mode, replicas: usize, secs: f64, rate: f64) -> String {
                 }
             };
             let t = Instant::now();
-            let r = epp_e2e::client::post_json(sims_addrs[pod], "/v1/completions", body).await;
+            let r = harness::client::post_json(sims_addrs[pod], "/v1/completions", body).await;
             let elapsed = t.elapsed().as_secs_f64();
             drop(lease);
             let mut s = samples.lock().expect("lock");

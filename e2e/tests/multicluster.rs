@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use epp_e2e::client;
-use epp_e2e::envoy::{Envoy, EnvoyConfig, Template};
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
-use epp_e2e::stack::Epp;
+use harness::client;
+use harness::envoy::{Envoy, EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, SimPod};
+use harness::stack::Epp;
 use http::Method;
 
 use crate::hub_support::{Pool, Spokes};
@@ -91,7 +91,7 @@ async fn hub(dir: &Path, config: &str, pods: &[SimPod]) -> anyhow::Result<(Epp, 
 /// The pod that served one completion sent through `envoy`.
 async fn served(envoy: &Envoy) -> anyhow::Result<String> {
     let body = r#"{"model":"test-model","prompt":"hello","max_tokens":1}"#
-        .replace("test-model", epp_e2e::sim_pod::TEST_MODEL);
+        .replace("test-model", harness::sim_pod::TEST_MODEL);
     let resp = client::send(
         envoy.listener_addr(),
         client::request(Method::POST, "/v1/completions", body)?,
@@ -246,7 +246,7 @@ async fn an_epp_hub_reads_epp_spokes_pool_gauges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs llm-d-router v0.10's EPP: EPP_LLMD_EPP=/path/to/llm-d-epp cargo test -p epp-e2e --test e2e multicluster:: -- --ignored"]
 async fn an_epp_hub_reads_llm_d_spokes_pool_gauges() {
-    let llmd = epp_e2e::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
+    let llmd = harness::llmd_epp::binary_from_env().unwrap_or_else(|e| panic!("{e:#}"));
     let dir = scratch("hub-llmd-spokes");
     let gateways = pods(2).await.unwrap();
     gateways[0].hook().set_waiting(Some(8));
@@ -256,12 +256,12 @@ async fn an_epp_hub_reads_llm_d_spokes_pool_gauges() {
     for (i, pod) in gateways.iter().enumerate() {
         let spoke_dir = dir.join(format!("spoke-{i}"));
         std::fs::create_dir_all(&spoke_dir).unwrap();
-        let endpoint = epp_e2e::llmd_epp::FileEndpoint {
+        let endpoint = harness::llmd_epp::FileEndpoint {
             name: pod.name(),
             addr: pod.addr(),
             labels: &[],
         };
-        let spoke = epp_e2e::llmd_epp::LlmdEpp::start(&llmd, spoke_config, &[endpoint], &spoke_dir)
+        let spoke = harness::llmd_epp::LlmdEpp::start(&llmd, spoke_config, &[endpoint], &spoke_dir)
             .await
             .unwrap();
         spokes.push(spoke);

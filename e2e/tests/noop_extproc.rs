@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     CommonResponse, HttpBody, HttpHeaders, HttpTrailers, ProcessingRequest, ProcessingResponse,
     ProtocolConfiguration,
 };
-use epp_e2e::noop_extproc::NoopExtProc;
-use epp_e2e::server::ServerHandle;
+use harness::noop_extproc::NoopExtProc;
+use harness::server::ServerHandle;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

@@ -2,7 +2,7 @@
 //! configuration (`config/examples/llm-d-pd.yaml`, unchanged), inference-sim pods speaking the
 //! vLLM side of the NIXL protocol, and a decode sidecar in front of each decode pod: llm-d's
 //! own `pd-sidecar` when `EPP_PD_SIDECAR` names its binary, else the stand-in
-//! (`epp_e2e::pd_sidecar`). Every test passes with both. The decode endpoints epp knows are the
+//! (`harness::pd_sidecar`). Every test passes with both. The decode endpoints epp knows are the
 //! sidecars' addresses, as in llm-d (the pool's target port is the sidecar's).
 //!
 //! Needs Envoy (`hack/install-envoy.sh`); `EPP_PD_SIDECAR=/path/to/pd-sidecar` for the real
@@ -14,9 +14,9 @@ use crate::pd_support;
 
 use std::time::Duration;
 
-use epp_e2e::client;
-use epp_e2e::pd_sidecar::SidecarConfig;
-use epp_e2e::stack::pd::PdStack;
+use harness::client;
+use harness::pd_sidecar::SidecarConfig;
+use harness::stack::pd::PdStack;
 use pd_support::*;
 
 /// One decode pod behind a sidecar and, with `prefill`, one prefill pod; epp with llm-d's P/D
@@ -443,7 +443,7 @@ async fn a_session_echoing_its_prefill_token_is_prefilled_on_the_same_prefill_po
 async fn llm_d_routers_own_epp_splits_and_keeps_the_same_requests_with_the_guide_config() {
     // The scenario of the first test, with llm-d-router's EPP in epp's place (same config).
     let mut opts = options(1, sidecar(), false, "llm-d-pd.yaml", &[]);
-    opts.llmd_epp = Some(epp_e2e::llmd_epp::binary_from_env().unwrap());
+    opts.llmd_epp = Some(harness::llmd_epp::binary_from_env().unwrap());
     let stack = PdStack::start(opts)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
@@ -489,7 +489,7 @@ async fn llm_d_routers_own_epp_splits_and_keeps_the_same_requests_with_the_guide
     );
     assert_eq!(
         stack.sidecars[0].counts(),
-        epp_e2e::pd_sidecar::SidecarCounts {
+        harness::pd_sidecar::SidecarCounts {
             disaggregated: 1,
             decode_only: 1,
             ..Default::default()

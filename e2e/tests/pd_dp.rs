@@ -5,7 +5,7 @@
 //! prefill pod with two ranks, and epp with llm-d's P/D guide configuration and one endpoint per
 //! rank (`<pod>-rank-<r>`, as its Kubernetes discovery makes them from an InferencePool with two
 //! targetPorts). The sidecar is llm-d's own `pd-sidecar` when `EPP_PD_SIDECAR` names its
-//! binary, else the stand-in, which serves ranks the same way (`epp_e2e::pd_sidecar`).
+//! binary, else the stand-in, which serves ranks the same way (`harness::pd_sidecar`).
 //!
 //! Needs Envoy (`hack/install-envoy.sh`); `EPP_PD_SIDECAR=/path/to/pd-sidecar` for the real
 //! sidecar (`hack/install-peers.sh pd-sidecar` builds it; `hack/test.sh` runs these tests with
@@ -14,9 +14,9 @@
 
 use crate::pd_support;
 
-use epp_e2e::client;
-use epp_e2e::pd_sidecar::{SidecarConfig, DATA_PARALLEL_HEADER};
-use epp_e2e::stack::pd::{PdOptions, PdStack};
+use harness::client;
+use harness::pd_sidecar::{SidecarConfig, DATA_PARALLEL_HEADER};
+use harness::stack::pd::{PdOptions, PdStack};
 use pd_support::*;
 
 /// Cluster pods: decode ranks 0 and 1, then prefill ranks 0 and 1.
@@ -256,7 +256,7 @@ async fn llm_d_routers_own_epp_routes_the_ranks_the_same_way() {
     // The first test's rank-1 request with llm-d-router's EPP in epp's place (same config,
     // its file discovery with the same rank endpoints).
     let mut opts = options();
-    opts.llmd_epp = Some(epp_e2e::llmd_epp::binary_from_env().unwrap());
+    opts.llmd_epp = Some(harness::llmd_epp::binary_from_env().unwrap());
     let stack = PdStack::start(opts)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use epp_e2e::client;
-use epp_e2e::prometheus;
-use epp_e2e::sim::{EngineConfig, FaultSwitch, MetricsMode, Pod, PodConfig, RETURN_ERROR_HEADER};
+use harness::client;
+use harness::prometheus;
 use http::{Method, StatusCode};
+use inference_sim::{EngineConfig, FaultSwitch, MetricsMode, Pod, PodConfig, RETURN_ERROR_HEADER};
 use tokio::net::TcpListener;
 
 /// A recording pod named `name` serving `test-model` (short answers, cached-token details on),

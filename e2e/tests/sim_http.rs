@@ -5,7 +5,7 @@ use crate::sim_support;
 
 use std::time::Duration;
 
-use epp_e2e::client;
+use harness::client;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use sim_support::{metrics, pod_config, post, sample, start, MODEL};

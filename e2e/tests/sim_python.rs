@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use epp_e2e::sim::{EventEncoding, KvEventsConfig, SocketMode};
+use inference_sim::{EventEncoding, KvEventsConfig, SocketMode};
 use serde_json::{json, Value};
 use sim_support::{metrics, pod_config, post, start, MODEL};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -3,9 +3,9 @@
 #![allow(clippy::unwrap_used)] // integration tests: a failed unwrap is a failed test
 
 use bytes::Bytes;
-use epp_e2e::client;
-use epp_e2e::sim_pod::{test_pod_config, with_long_context};
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::client;
+use harness::sim_pod::{test_pod_config, with_long_context};
+use harness::stack::{Stack, StackOptions};
 use http::Method;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,

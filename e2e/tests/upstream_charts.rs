@@ -20,9 +20,9 @@
 
 mod k8s_support;
 
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::fake_apiserver::FakeApiServer;
-use epp_e2e::sim::{Cluster, EngineConfig, EngineNaming, PodConfig};
+use harness::envoy::{EnvoyConfig, Template};
+use harness::fake_apiserver::FakeApiServer;
+use inference_sim::{Cluster, EngineConfig, EngineNaming, PodConfig};
 use k8s_support::{create, create_pod, pool, NS};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -357,7 +357,7 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
     }
     // The shared in-process launcher binds the ports and waits for readiness (the leader's,
     // with leader election); a refused argument or config fails start-up with its message.
-    let epp = epp_e2e::stack::Epp::start(&argv[1..])
+    let epp = harness::stack::Epp::start(&argv[1..])
         .await
         .map_err(|e| format!("epp did not start with {argv:?}: {e:#}"))?;
     let (grpc, metrics) = (epp.grpc, epp.metrics);
@@ -372,7 +372,7 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut last;
     let outcome = loop {
-        match epp_e2e::client::post_json(
+        match harness::client::post_json(
             envoy.listener_addr(),
             "/v1/chat/completions",
             body.to_string(),
@@ -395,13 +395,13 @@ async fn serve(r: &Rendering, dir: &Path) -> Result<(), String> {
     // The engine's metric names are read: scrapes succeed and none fail.
     let scrapes = if outcome.is_ok() {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let text = epp_e2e::client::get(metrics, "/metrics")
+        let text = harness::client::get(metrics, "/metrics")
             .await
             .unwrap()
             .text();
         let count = |outcome: &str| -> f64 {
             let series = format!("epp_metrics_scrapes_total{{outcome=\"{outcome}\"}}");
-            epp_e2e::prometheus::sum(&text, &series)
+            harness::prometheus::sum(&text, &series)
         };
         if count("success") > 0.0 && count("failure") == 0.0 {
             Ok(())

@@ -22,8 +22,8 @@ pub enum OptionsError {
     Unsupported(&'static str),
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
-    #[error("{0}")]
-    MetricName(String),
+    #[error(transparent)]
+    MetricName(#[from] crate::scrape::parse::NameError),
     #[error("{0} requires {1}")]
     Requires(&'static str, &'static str),
     #[error("{0} {1}")]
@@ -159,7 +159,7 @@ pub struct Options {
     #[arg(long)]
     pub kv_events_bind: Option<String>,
     /// Active-active with the precise prefix scorer: the gRPC port (mutual TLS) on which this
-    /// replica receives the other replicas' speculative entries ([`crate::kvevents::peers`]).
+    /// replica receives the other replicas' speculative entries ([`crate::replicas`]).
     /// Off when unset.
     #[arg(long)]
     pub speculative_peer_port: Option<u16>,
@@ -326,26 +326,39 @@ pub enum TlsVersion {
     Tls13,
 }
 
-fn parse_tls_version(s: &str) -> Result<TlsVersion, String> {
+/// A value a flag's parser refuses (clap prints it after the flag's name).
+#[derive(Debug, thiserror::Error)]
+pub enum FlagValueError {
+    #[error("unknown TLS version {0:?}; supported values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13")]
+    TlsVersion(String),
+    #[error("invalid size {0:?}")]
+    Size(String),
+    #[error("invalid size unit in {0:?} (use Ki, Mi, Gi, K, M, G)")]
+    SizeUnit(String),
+    #[error("size {0:?} is too large")]
+    SizeTooLarge(String),
+}
+
+fn parse_tls_version(s: &str) -> Result<TlsVersion, FlagValueError> {
     match s {
         "VersionTLS10" => Ok(TlsVersion::Tls10),
         "VersionTLS11" => Ok(TlsVersion::Tls11),
         "VersionTLS12" => Ok(TlsVersion::Tls12),
         "VersionTLS13" => Ok(TlsVersion::Tls13),
-        _ => Err(format!(
-            "unknown TLS version {s:?}; supported values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"
-        )),
+        _ => Err(FlagValueError::TlsVersion(s.to_owned())),
     }
 }
 
 /// Parses a Kubernetes quantity of bytes as upstream's gRPC size flags do: `25MiB`, `10MB`,
 /// `1Gi`, `1048576` (a trailing `B`/`b` is dropped).
-pub fn parse_size(s: &str) -> Result<usize, String> {
+pub fn parse_size(s: &str) -> Result<usize, FlagValueError> {
     let t = s.trim();
     let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| FlagValueError::Size(s.to_owned()))?;
     let mult: u64 = match unit {
         "" => 1,
         "k" | "K" => 1000,
@@ -354,15 +367,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         "Ki" => 1 << 10,
         "Mi" => 1 << 20,
         "Gi" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "invalid size unit in {s:?} (use Ki, Mi, Gi, K, M, G)"
-            ))
-        }
+        _ => return Err(FlagValueError::SizeUnit(s.to_owned())),
     };
     n.checked_mul(mult)
         .and_then(|v| usize::try_from(v).ok())
-        .ok_or_else(|| format!("size {s:?} is too large"))
+        .ok_or_else(|| FlagValueError::SizeTooLarge(s.to_owned()))
 }
 
 impl Options {
@@ -416,7 +425,7 @@ impl Options {
                 "--model-server-metrics-scheme=https (epp scrapes over http)",
             ));
         }
-        self.metric_names().map_err(OptionsError::MetricName)?;
+        self.metric_names()?;
         self.check_urls()?;
         if self.refresh_metrics_interval.is_zero() {
             return Err(OptionsError::Zero("--refresh-metrics-interval"));
@@ -432,9 +441,8 @@ impl Options {
     /// that makes no URL would otherwise fail every scrape or probe).
     fn check_urls(&self) -> Result<(), OptionsError> {
         use crate::scrape::client::Url;
-        let bad = |flag| {
-            move |e: crate::scrape::client::HttpError| OptionsError::Url(flag, e.to_string())
-        };
+        let bad =
+            |flag| move |e: crate::scrape::client::BadUrl| OptionsError::Url(flag, e.to_string());
         if let Some(url) = &self.gpu_metrics_url {
             Url::parse(url).map_err(bad("--gpu-metrics-url"))?;
         }
@@ -481,7 +489,7 @@ impl Options {
             }
         }
         for entry in &self.speculative_peers {
-            if let Err(e) = crate::kvevents::peers::PeerName::parse(entry) {
+            if let Err(e) = crate::replicas::PeerName::parse(entry) {
                 out.push(e.to_string());
             }
         }
@@ -568,7 +576,9 @@ impl Options {
     }
 
     /// The metric names of the per-engine flags.
-    pub fn metric_names(&self) -> Result<crate::scrape::parse::NameOverrides, String> {
+    pub fn metric_names(
+        &self,
+    ) -> Result<crate::scrape::parse::NameOverrides, crate::scrape::parse::NameError> {
         crate::scrape::parse::NameOverrides::parse(crate::scrape::parse::NameFlags {
             waiting: self.total_queued_requests_metric.as_deref(),
             running: self.total_running_requests_metric.as_deref(),

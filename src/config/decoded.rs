@@ -9,8 +9,8 @@ use super::{
     check, ConfigError, EndpointPickerConfig, FeatureGates, FlowSettings, LoadOptions,
     MetricsSettings, PluginKind, Problem, Support,
 };
-use crate::datastore::health::HealthPolicy;
-use crate::director::admission;
+use crate::admission;
+use crate::datastore::ejection::HealthPolicy;
 use crate::request::{ParserKind, ParserSet};
 use crate::scheduling::{self, BuildError, Profile, Scheduler};
 

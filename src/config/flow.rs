@@ -174,10 +174,10 @@ impl FlowSettings {
         let mut read = |path: &str, v: Option<&serde_norway::Value>| -> Option<u64> {
             let v = v?;
             quantity(v)
-                .map_err(|message| {
+                .map_err(|e| {
                     problems.push(Problem::Field {
                         path: format!("flowControl.{path}"),
-                        message,
+                        message: e.to_string(),
                     })
                 })
                 .ok()
@@ -267,25 +267,57 @@ fn unread_ttls(spec: &FlowControlSpec) -> Vec<Problem> {
 }
 
 /// `r`'s value, or `None` with its message recorded as the problem of `path`.
-fn reported<T>(problems: &mut Vec<Problem>, path: String, r: Result<T, String>) -> Option<T> {
-    r.map_err(|message| problems.push(Problem::Field { path, message }))
-        .ok()
+fn reported<T>(problems: &mut Vec<Problem>, path: String, r: Result<T, PolicyError>) -> Option<T> {
+    r.map_err(|e| {
+        problems.push(Problem::Field {
+            path,
+            message: e.to_string(),
+        })
+    })
+    .ok()
+}
+
+/// Why a band's policy reference names no policy of its kind (upstream's messages).
+#[derive(Debug, thiserror::Error)]
+enum PolicyError {
+    #[error("no fairness policy registered for name {0:?}")]
+    NoFairness(String),
+    #[error("plugin {name:?} is not a fairness policy (type: {kind})")]
+    NotFairness { name: String, kind: PluginKind },
+    #[error("no ordering policy registered for name {0:?}")]
+    NoOrdering(String),
+    #[error("plugin {name:?} is not an ordering policy (type: {kind})")]
+    NotOrdering { name: String, kind: PluginKind },
+    #[error("no usage limit policy registered for name {0:?}")]
+    NoUsageLimit(String),
+    #[error("plugin {name:?} is not a usage limit policy (type: {kind})")]
+    NotUsageLimit { name: String, kind: PluginKind },
+}
+
+/// Why a `flowControl` limit is not a quantity.
+#[derive(Debug, thiserror::Error)]
+enum QuantityError {
+    #[error("expected a quantity such as 500 or 10Gi, got {0}")]
+    NotText(String),
+    #[error("invalid quantity {0:?} (expected e.g. 500, 512Mi, 10Gi, 1G)")]
+    Invalid(String),
 }
 
 /// The fairness policy `name` refers to: a plugin of the document by that name, else upstream's
 /// default by its type name (registered whether declared or not); upstream's message otherwise.
-fn fairness_named(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, String> {
+fn fairness_named(name: &str, plugins: &[NamedPlugin]) -> Result<Fairness, PolicyError> {
     use PluginKind as K;
     match plugins.iter().find(|p| p.name == name) {
         None if name == K::GlobalStrictFairnessPolicy.name() => Ok(Fairness::GlobalStrict),
-        None => Err(format!("no fairness policy registered for name {name:?}")),
+        None => Err(PolicyError::NoFairness(name.to_owned())),
         Some(p) => match (p.kind, &p.plugin) {
             (K::GlobalStrictFairnessPolicy, _) => Ok(Fairness::GlobalStrict),
             (K::RoundRobinFairnessPolicy, _) => Ok(Fairness::RoundRobin),
             (_, super::plugin::Plugin::ProgramAware(las)) => Ok(Fairness::ProgramAware(*las)),
-            (other, _) => Err(format!(
-                "plugin {name:?} is not a fairness policy (type: {other})"
-            )),
+            (kind, _) => Err(PolicyError::NotFairness {
+                name: name.to_owned(),
+                kind,
+            }),
         },
     }
 }
@@ -305,52 +337,48 @@ fn usage_limit(
 
 /// The usage limit policy `name` refers to, found as [`fairness_named`] finds a fairness policy
 /// (`static-usage-limit-policy` is upstream's default, registered whether declared or not).
-fn limit_named(name: &str, plugins: &[NamedPlugin]) -> Result<super::UsageLimit, String> {
+fn limit_named(name: &str, plugins: &[NamedPlugin]) -> Result<super::UsageLimit, PolicyError> {
     use PluginKind as K;
     match plugins.iter().find(|p| p.name == name) {
         None if name == K::StaticUsageLimitPolicy.name() => Ok(super::UsageLimit::Static),
-        None => Err(format!(
-            "no usage limit policy registered for name {name:?}"
-        )),
+        None => Err(PolicyError::NoUsageLimit(name.to_owned())),
         Some(p) => match (p.kind, &p.plugin) {
             (K::StaticUsageLimitPolicy, _) => Ok(super::UsageLimit::Static),
             (_, super::plugin::Plugin::UsageLimit(limit)) => Ok(*limit),
-            (other, _) => Err(format!(
-                "plugin {name:?} is not a usage limit policy (type: {other})"
-            )),
+            (kind, _) => Err(PolicyError::NotUsageLimit {
+                name: name.to_owned(),
+                kind,
+            }),
         },
     }
 }
 
 /// The ordering policy `name` refers to, found as [`fairness_named`] finds a fairness policy.
-fn order_named(name: &str, plugins: &[NamedPlugin]) -> Result<QueueOrder, String> {
+fn order_named(name: &str, plugins: &[NamedPlugin]) -> Result<QueueOrder, PolicyError> {
     use PluginKind as K;
     match plugins.iter().find(|p| p.name == name).map(|p| p.kind) {
         None if name == K::FcfsOrderingPolicy.name() => Ok(QueueOrder::Fcfs),
-        None => Err(format!("no ordering policy registered for name {name:?}")),
+        None => Err(PolicyError::NoOrdering(name.to_owned())),
         Some(K::FcfsOrderingPolicy | K::EdfOrderingPolicy) => Ok(QueueOrder::Fcfs),
         Some(K::SloDeadlineOrderingPolicy) => Ok(QueueOrder::SloDeadline),
-        Some(other) => Err(format!(
-            "plugin {name:?} is not an ordering policy (type: {other})"
-        )),
+        Some(kind) => Err(PolicyError::NotOrdering {
+            name: name.to_owned(),
+            kind,
+        }),
     }
 }
 
 /// A non-negative Kubernetes quantity without fractions: an integer, optionally with a binary
 /// (`Ki` … `Ei`) or decimal (`k` … `E`) suffix.
-fn quantity(v: &serde_norway::Value) -> Result<u64, String> {
+fn quantity(v: &serde_norway::Value) -> Result<u64, QuantityError> {
     if let Some(n) = v.as_u64() {
         return Ok(n);
     }
     let text = match v {
         serde_norway::Value::String(s) => s.trim(),
-        other => {
-            return Err(format!(
-                "expected a quantity such as 500 or 10Gi, got {other:?}"
-            ))
-        }
+        other => return Err(QuantityError::NotText(format!("{other:?}"))),
     };
-    let invalid = || format!("invalid quantity {text:?} (expected e.g. 500, 512Mi, 10Gi, 1G)");
+    let invalid = || QuantityError::Invalid(text.to_owned());
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());

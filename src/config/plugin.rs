@@ -13,8 +13,8 @@
 //! (`deny_unknown_fields`, as upstream's strict decoder).
 
 use super::{check_type, LoadOptions, PluginSpec, Problem};
-use crate::datastore::health::{OutlierParams, SlowStartParams};
-use crate::director::admission::{self, concurrency::Concurrency};
+use crate::admission::{self, concurrency::Concurrency};
+use crate::datastore::ejection::{OutlierParams, SlowStartParams};
 use crate::plugin::{Invalid, Parameters, PluginKind, Support};
 use crate::request::ParserKind;
 use crate::scheduling::disagg::{self, cost::CostBasedPdDecider, p2p::P2pSourceProducer, Decider};
@@ -282,9 +282,7 @@ fn typed(kind: PluginKind, v: &Value) -> Result<Plugin, Refused> {
             params::<admission::probabilistic::ProbabilisticParams>(v)?.validate()?,
         ),
         K::TokenProducer | K::Tokenizer => Plugin::TokenProducer(
-            params::<crate::request::render::TokenProducerParams>(v)?
-                .render()
-                .map_err(|m| Invalid::new("parameters", m))?,
+            params::<crate::request::render::TokenProducerParams>(v)?.render()?,
         ),
         K::SessionIdProducer => {
             params::<SessionIdProducerParams>(v)?.validate()?;

@@ -65,13 +65,13 @@ fn prefill_guards_count_pending_tokens_until_released() {
 }
 
 fn policy() -> HealthPolicy {
-    let outlier = health::OutlierParams {
+    let outlier = ejection::OutlierParams {
         consecutive_5xx: 2,
         consecutive_local_origin_failure: 2,
         base_ejection_time: Duration::from_secs(5),
         max_ejection_time: Duration::from_secs(60),
     };
-    let slow_start = health::SlowStartParams {
+    let slow_start = ejection::SlowStartParams {
         slow_start_window: Duration::from_secs(10),
         aggression: 1.0,
         min_weight_percent: 10.0,

@@ -2,9 +2,9 @@
 //! outlier ejection, admitted by the saturation detector, and each made into the value the
 //! scheduler reads (metrics, in-flight load, latency, slow-start ramp).
 
-use super::admission;
 use super::exchange::{Body, DirectorError, Incoming};
 use super::{Director, Runtime};
+use crate::admission;
 use crate::datastore::objectives::Priority;
 use crate::datastore::{EndpointSet, EndpointState};
 use crate::endpoint::EndpointId;

@@ -2,8 +2,8 @@
 //! ([`DisaggMetrics`]), and saturation per stage: which endpoints a prefill must not use, and
 //! which endpoints' saturation admission and flow control weigh (the destinations).
 
-use super::admission;
 use super::Runtime;
+use crate::admission;
 use crate::config::PluginKind;
 use crate::datastore::EndpointState;
 use crate::endpoint::{EndpointId, EndpointMetrics};

@@ -2,7 +2,7 @@
 //! its [`Body`]), the decision it gets back ([`Routed`], holding the endpoint's [`Lease`]), and
 //! how the exchange ended ([`End`]).
 
-use super::admission;
+use crate::admission;
 use crate::datastore::{InflightGuard, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::request::{LlmRequest, RequestError};

@@ -2,10 +2,10 @@
 //! ([`LiveConfig`]): `app` owns it, config reload swaps it, requests in progress finish with the
 //! one they started with.
 
-use super::admission;
 use super::flowcontrol::{FlowConfig, FlowControl};
+use crate::admission;
 use crate::config::{self, ConfigError, Problem};
-use crate::datastore::health::HealthPolicy;
+use crate::datastore::ejection::HealthPolicy;
 use crate::datastore::Datastore;
 use crate::prefix::source::Config as PrefixConfig;
 use crate::request;
@@ -48,15 +48,48 @@ pub struct Runtime {
     pub flow: config::FlowSettings,
     /// The load options it was built with (a reload keeps them).
     pub load: config::LoadOptions,
-    /// What the data-layer plugins say about scraping (read at start-up).
-    pub metrics_settings: config::MetricsSettings,
-    /// The `file-discovery` plugin `dataLayer.discovery` names (read at start-up).
-    pub file_discovery: Option<config::FileDiscovery>,
     /// `requestHandler.propagatePriority` (llm-d v1.0): the resolved priority is written into
     /// the forwarded body's top-level `priority`.
     pub propagate_priority: bool,
     /// The text it was built from (shown by `/debug/snapshot`).
     pub source: String,
+}
+
+/// What a configuration says that only start-up reads: the endpoint pollers, the KV-event
+/// sockets and the endpoint source are started once, so a reload cannot apply these. They are
+/// kept apart from [`Runtime`] (the value a reload swaps), and a reload that changes one says
+/// so ([`LiveConfig::restart_needed`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Startup {
+    /// What the data-layer plugins say about scraping.
+    pub metrics_settings: config::MetricsSettings,
+    /// The `file-discovery` plugin `dataLayer.discovery` names.
+    pub file_discovery: Option<config::FileDiscovery>,
+    /// Where the precise index's KV events come from (its `kvEventsConfig`).
+    pub kv_event_sockets: Option<crate::scheduling::scorer::KvEventSockets>,
+}
+
+/// A configuration built: what a reload swaps, and what only start-up reads.
+pub struct Configured {
+    pub runtime: Runtime,
+    pub startup: Startup,
+}
+
+impl Startup {
+    /// The settings `new` changes from `self`, named as the configuration names them.
+    pub fn changed_by(&self, new: &Startup) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        if self.metrics_settings != new.metrics_settings {
+            changed.push("dataLayer metrics source (metrics-data-source, core-metrics-extractor)");
+        }
+        if self.file_discovery != new.file_discovery {
+            changed.push("dataLayer.discovery (file-discovery)");
+        }
+        if self.kv_event_sockets != new.kv_event_sockets {
+            changed.push("kvEventsConfig (the precise prefix scorer's KV-event sockets)");
+        }
+        changed
+    }
 }
 
 impl Runtime {
@@ -73,6 +106,15 @@ impl Runtime {
         previous: Option<&Runtime>,
         load: config::LoadOptions,
     ) -> Result<Self, ConfigError> {
+        Ok(Self::configure(text, previous, load)?.runtime)
+    }
+
+    /// [`Runtime::build_with`], with the start-up-only settings the configuration gives.
+    pub fn configure(
+        text: &str,
+        previous: Option<&Runtime>,
+        load: config::LoadOptions,
+    ) -> Result<Configured, ConfigError> {
         let doc = config::parse_document(text)?;
         for note in doc.deprecations() {
             tracing::warn!("{note}");
@@ -81,7 +123,12 @@ impl Runtime {
         let tokenizer = tokenizer(&decoded.scheduler, previous)?;
         let (prefix, prompt_text_floor) = decoded.scheduler.prefix_index();
         let render = render(&decoded, prefix.is_some());
-        Ok(Self {
+        let startup = Startup {
+            metrics_settings: decoded.metrics_settings.clone(),
+            file_discovery: decoded.file_discovery.clone(),
+            kv_event_sockets: decoded.scheduler.kv_event_sockets(),
+        };
+        let runtime = Self {
             tokenizer,
             render,
             prefix,
@@ -95,12 +142,11 @@ impl Runtime {
             gates: decoded.gates,
             flow: decoded.flow,
             load,
-            metrics_settings: decoded.metrics_settings,
-            file_discovery: decoded.file_discovery,
             propagate_priority: decoded.propagate_priority,
             scheduler: decoded.scheduler,
             source: text.to_owned(),
-        })
+        };
+        Ok(Configured { runtime, startup })
     }
 
     /// With `agent-identity` configured, the first of its session headers with a non-empty
@@ -160,6 +206,10 @@ fn render(decoded: &config::Config, prefix: bool) -> Option<Arc<request::render:
 /// configuration's saturation detector), so nothing is attached after construction.
 pub struct LiveConfig {
     current: ArcSwap<Runtime>,
+    /// The start-up-only settings epp started with, and those the configuration in force
+    /// changes from them (applied at the next start).
+    startup: Startup,
+    restart_needed: ArcSwap<Vec<&'static str>>,
     datastore: Arc<Datastore>,
     /// The flow-control queue and the command line's limits, which the configuration's
     /// `flowControl` section overrides.
@@ -177,13 +227,14 @@ pub struct FlowSetup {
 }
 
 impl LiveConfig {
-    /// The configuration `runtime` over `datastore`, with its flow-control queue.
+    /// The configuration `configured` over `datastore`, with its flow-control queue.
     pub fn new(
-        runtime: Runtime,
+        configured: Configured,
         datastore: Arc<Datastore>,
         metrics: Arc<crate::metrics::Metrics>,
         setup: FlowSetup,
     ) -> Arc<Self> {
+        let Configured { runtime, startup } = configured;
         datastore.set_health_policy(runtime.health.clone());
         let limits = setup.base.clone().with_settings(&runtime.flow);
         Arc::new_cyclic(|me: &Weak<LiveConfig>| {
@@ -196,6 +247,8 @@ impl LiveConfig {
             };
             Self {
                 current: ArcSwap::from_pointee(runtime),
+                startup,
+                restart_needed: ArcSwap::default(),
                 flow: FlowControl::new(limits, saturation, metrics, setup.pool),
                 flow_base: setup.base,
                 datastore,
@@ -217,6 +270,27 @@ impl LiveConfig {
     /// The configuration now, to keep.
     pub fn load_full(&self) -> Arc<Runtime> {
         self.current.load_full()
+    }
+
+    /// The start-up-only settings epp started with (what the pollers, the KV-event sockets and
+    /// the endpoint source read).
+    pub fn startup(&self) -> &Startup {
+        &self.startup
+    }
+
+    /// The start-up-only settings the configuration in force changes, which apply only after a
+    /// restart (empty when it changes none).
+    pub fn restart_needed(&self) -> Arc<Vec<&'static str>> {
+        self.restart_needed.load_full()
+    }
+
+    /// Swaps in a reloaded configuration; returns the start-up-only settings it changes from
+    /// those epp started with, which it cannot apply (and which `/debug/snapshot` shows).
+    pub fn reload(&self, configured: Configured) -> Arc<Vec<&'static str>> {
+        let changed = Arc::new(self.startup.changed_by(&configured.startup));
+        self.store(configured.runtime);
+        self.restart_needed.store(Arc::clone(&changed));
+        changed
     }
 
     /// Swaps in a new configuration; requests in progress finish with the old one.

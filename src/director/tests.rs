@@ -1,29 +1,17 @@
 use super::*;
 use crate::config;
 use crate::datastore::Datastore;
-use crate::endpoint::{Endpoint, EndpointId};
+use crate::endpoint::EndpointId;
 use crate::request::{self, ApiKind, LlmRequest};
 use crate::scheduling::{ScheduleError, SchedulingRequest};
-use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 use std::collections::HashSet;
 
-fn director(ports: &[u16]) -> (Director, Arc<Datastore>) {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(
-        ports
-            .iter()
-            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
-            .collect(),
-    );
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(2),
-        subset_filter: true,
-    };
-    let runtime = Runtime::build(config::UPSTREAM_DEFAULT_CONFIG, None).unwrap();
-    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
-    (Director::new(shared, opts), ds)
+fn director(ports: &[u16]) -> (Arc<Director>, Arc<Datastore>) {
+    let graph = crate::fixtures::graph(config::UPSTREAM_DEFAULT_CONFIG)
+        .ports(ports)
+        .build();
+    (graph.director, graph.datastore)
 }
 
 /// The adapter's part: `bytes` parsed once by `request`, as the `path`'s API. Leaked so the
@@ -308,7 +296,7 @@ fn inference_model_targets_rewrite_the_body() {
         .contains(r#""model":"m-canary""#));
 }
 
-fn director_with(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
+fn director_with(ports: &[u16], config_text: &str) -> (Arc<Director>, Arc<Datastore>) {
     let (d, ds) = director(ports);
     // Test configurations may use alpha plugins (session-affinity-scorer).
     let load = config::LoadOptions {

@@ -10,46 +10,39 @@ use crate::scheduling::disagg::PREFILLER_HEADER;
 use crate::scheduling::filter::ROLE_LABEL;
 use crate::scheduling::lifecycle::Headers;
 use crate::scheduling::scorer::{decode_token, encode_token, SESSION_HEADER};
-use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 
 const PD: &str = include_str!("../../config/examples/llm-d-pd.yaml");
 
 /// Ports 1 and 2 decode, 3 and 4 prefill; every pod idle.
-fn director() -> (Director, Arc<Datastore>) {
+fn director() -> (Arc<Director>, Arc<Datastore>) {
     director_with(PD)
 }
 
-fn director_with(config: &str) -> (Director, Arc<Datastore>) {
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    director_with_metrics(config, metrics)
+fn director_with(config: &str) -> (Arc<Director>, Arc<Datastore>) {
+    let graph = graph_of(config);
+    (graph.director, graph.datastore)
 }
 
-fn director_with_metrics(config: &str, metrics: Arc<Metrics>) -> (Director, Arc<Datastore>) {
-    let ds = Arc::new(Datastore::new());
+/// [`director_with`]'s whole graph (its metrics' registry too).
+fn graph_of(config: &str) -> crate::fixtures::Graph {
     let roles = [(1, "decode"), (2, "decode"), (3, "prefill"), (4, "prefill")];
-    ds.set_endpoints(
-        roles
-            .iter()
-            .map(|(p, role)| Endpoint {
-                labels: [(ROLE_LABEL.to_owned(), (*role).to_owned())].into(),
-                ..Endpoint::from_id(id(*p))
-            })
-            .collect(),
-    );
+    let endpoints = roles
+        .iter()
+        .map(|(p, role)| Endpoint {
+            labels: [(ROLE_LABEL.to_owned(), (*role).to_owned())].into(),
+            ..Endpoint::from_id(id(*p))
+        })
+        .collect();
+    let graph = crate::fixtures::graph(config)
+        .endpoints(endpoints)
+        .staleness(Duration::from_secs(60))
+        .experimental()
+        .build();
     for p in 1..=4 {
-        set_waiting(&ds, p, 0.0);
+        set_waiting(&graph.datastore, p, 0.0);
     }
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(60),
-        subset_filter: true,
-    };
-    let load = crate::config::LoadOptions {
-        allow_experimental: true,
-    };
-    let runtime = Runtime::build_with(config, None, load).unwrap();
-    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
-    (Director::new(shared, opts), ds)
+    graph
 }
 
 fn id(port: u16) -> EndpointId {
@@ -305,9 +298,8 @@ fn responses_to_remotely_prefilled_requests_are_counted_by_outcome() {
 /// the cap are counted under `other`.
 #[test]
 fn thousands_of_client_model_names_stay_within_the_label_cap() {
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::register(&mut registry));
-    let (d, _ds) = director_with_metrics(PD, metrics);
+    let graph = graph_of(PD);
+    let (d, registry) = (graph.director, graph.registry);
     let mut rng = SmallRng::seed_from_u64(7);
     let names = crate::metrics::model::MODEL_LABEL_CAP + 1_500;
     for k in 0..names {

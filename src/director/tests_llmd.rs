@@ -2,38 +2,33 @@
 //! (in-flight load, prefix index, LRU and session bindings) recorded between requests.
 
 use super::*;
-use crate::config;
 use crate::datastore::Datastore;
-use crate::endpoint::Endpoint;
 use crate::request::{self, LlmRequest};
-use prometheus_client::registry::Registry;
 use rand::{rngs::SmallRng, SeedableRng};
 use std::collections::HashSet;
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples");
 
-fn director(ports: &[u16], config_text: &str) -> (Director, Arc<Datastore>) {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(
-        ports
-            .iter()
-            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
-            .collect(),
-    );
-    for s in ds.snapshot().iter() {
+fn director(ports: &[u16], config_text: &str) -> (Arc<Director>, Arc<Datastore>) {
+    graph(ports, config_text, |g| g)
+}
+
+/// A director over `ports` (each scraped at 10% KV usage) under `config_text`, alpha plugins
+/// allowed; `more` adds to the fixture (a clock).
+fn graph(
+    ports: &[u16],
+    config_text: &str,
+    more: impl FnOnce(crate::fixtures::GraphBuilder) -> crate::fixtures::GraphBuilder,
+) -> (Arc<Director>, Arc<Datastore>) {
+    let builder = crate::fixtures::graph(config_text)
+        .ports(ports)
+        .staleness(Duration::from_secs(60))
+        .experimental();
+    let graph = more(builder).build();
+    for s in graph.datastore.snapshot().iter() {
         s.store_metrics(crate::fixtures::metrics().kv_usage(0.1).build());
     }
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(60),
-        subset_filter: true,
-    };
-    let load = config::LoadOptions {
-        allow_experimental: true,
-    };
-    let runtime = Runtime::build_with(config_text, None, load).unwrap();
-    let shared = Shared::new(Arc::clone(&ds), runtime, metrics);
-    (Director::new(shared, opts), ds)
+    (graph.director, graph.datastore)
 }
 
 fn chat(content: &str) -> Vec<u8> {
@@ -285,15 +280,9 @@ plugins:
   parameters: {strategy: session_id, sessionIdConfig: {evictionTtlSeconds: 5, evictionSweepSeconds: 1}}
 - type: queue-scorer
 ";
-    let (d, ds) = director(&[1, 2, 3], text);
     let clock = Arc::new(crate::clock::VirtualClock::default());
-    let load = config::LoadOptions {
-        allow_experimental: true,
-    };
-    let runtime = Runtime::build_with(text, None, load).unwrap();
-    let mut shared = Shared::new(ds, runtime, Arc::clone(&d.metrics));
-    shared.clock = clock.clone();
-    let d = Director::new(shared, d.opts.clone());
+    let on = Arc::clone(&clock);
+    let (d, _) = graph(&[1, 2, 3], text, move |g| g.clock(on));
     let mut rng = SmallRng::seed_from_u64(31);
     let body = chat("hello");
     let headers = crate::scheduling::lifecycle::Headers::of(&[("x-session-id", "s1")]);

@@ -276,7 +276,7 @@ mod tests {
             ),
             (StreamError::BodyTooLarge { limit: 1 }, 413),
             (
-                DirectorError::Shed(crate::director::admission::Shed {
+                DirectorError::Shed(crate::admission::Shed {
                     priority: -1,
                     saturation: 1.0,
                 })
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn drop_reasons_and_statuses_are_upstreams() {
         use crate::director::flowcontrol::FlowError;
-        let shed = crate::director::admission::Shed {
+        let shed = crate::admission::Shed {
             priority: -1,
             saturation: 1.0,
         };
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn backpressure_answers_say_why_and_when_to_retry() {
-        let shed = crate::director::admission::Shed {
+        let shed = crate::admission::Shed {
             priority: -1,
             saturation: 1.2,
         };

@@ -34,7 +34,6 @@
 //! `x-gateway-destination-endpoint` and removes the other routing headers a client could
 //! forge ([`wire::routing_common`]).
 
-use super::response::ResponseTracker;
 use super::status::{self, StreamError};
 use super::wire;
 use crate::director::{Body, Director, End, Incoming, LiveConfig, Routed};
@@ -47,6 +46,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
+use respond::ResponseTracker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,18 @@ pub struct Services {
     pub metrics: Arc<Metrics>,
     /// The render calls of `token-producer`'s `vllm` backend.
     pub render: super::render::RenderClient,
+}
+
+impl Services {
+    /// The director and what its streams read beside it, from what `app` built.
+    pub fn new(shared: &crate::director::Shared, director: Arc<Director>) -> Self {
+        Self {
+            director,
+            config: Arc::clone(&shared.config),
+            metrics: Arc::clone(&shared.metrics),
+            render: Default::default(),
+        }
+    }
 }
 
 /// Where one stream's exchange is.

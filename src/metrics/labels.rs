@@ -222,7 +222,7 @@ pub enum KvEventKind {
     ignored,
 }
 
-/// What became of a placement shared with other epp replicas ([`crate::kvevents::peers`]).
+/// What became of a placement shared with other epp replicas ([`crate::replicas`]).
 #[derive(
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]

@@ -16,6 +16,7 @@
 //! prompt to epp's in-process tokenizer, and is counted and logged.
 
 use super::ApiKind;
+use crate::plugin::Invalid;
 use std::time::Duration;
 
 /// Upstream's defaults.
@@ -59,9 +60,9 @@ pub struct RenderParams {
 
 impl TokenProducerParams {
     /// The render backend, `None` for upstream's `estimate` backend; every problem named.
-    pub fn render(&self) -> Result<Option<RenderParams>, String> {
+    pub fn render(&self) -> Result<Option<RenderParams>, Invalid> {
         if self.uds_tokenizer_config.is_some() {
-            return Err("udsTokenizerConfig (the deprecated gRPC-over-UDS tokenizer sidecar) is not supported by epp: use vllm.url (a vLLM render endpoint), or no backend for epp's in-process tokenizer".into());
+            return Err(Invalid::new("udsTokenizerConfig", "udsTokenizerConfig (the deprecated gRPC-over-UDS tokenizer sidecar) is not supported by epp: use vllm.url (a vLLM render endpoint), or no backend for epp's in-process tokenizer"));
         }
         if self.vllm.is_none() && self.model_name.is_none() {
             return Ok(None);
@@ -70,7 +71,9 @@ impl TokenProducerParams {
             .model_name
             .clone()
             .filter(|m| !m.is_empty())
-            .ok_or("modelName is required with the vllm backend")?;
+            .ok_or_else(|| {
+                Invalid::new("modelName", "modelName is required with the vllm backend")
+            })?;
         let vllm = self.vllm.clone().unwrap_or_default();
         let url = vllm
             .url
@@ -79,11 +82,11 @@ impl TokenProducerParams {
             .trim_end_matches('/');
         let uri: http::Uri = url
             .parse()
-            .map_err(|e| format!("vllm.url {url:?} is not a URL: {e}"))?;
+            .map_err(|e| Invalid::new("vllm.url", format!("vllm.url {url:?} is not a URL: {e}")))?;
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(format!(
+            return Err(Invalid::new("vllm.url", format!(
                 "vllm.url {url:?} must be an http:// URL with a host (TLS is not supported, as upstream)"
-            ));
+            )));
         }
         let timeout = match vllm.timeout.as_deref() {
             None | Some("") => DEFAULT_TIMEOUT,
@@ -91,11 +94,15 @@ impl TokenProducerParams {
                 .ok()
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| {
-                    format!("vllm.timeout {t:?} is not a positive duration (e.g. 5s, 500ms)")
+                    Invalid::new(
+                        "vllm.timeout",
+                        format!("vllm.timeout {t:?} is not a positive duration (e.g. 5s, 500ms)"),
+                    )
                 })?,
         };
         if let Some(t) = vllm.mm_timeout.as_deref().filter(|t| !t.is_empty()) {
-            crate::duration::parse(t).map_err(|e| format!("vllm.mmTimeout: {e}"))?;
+            crate::duration::parse(t)
+                .map_err(|e| Invalid::new("vllm.mmTimeout", format!("vllm.mmTimeout: {e}")))?;
         }
         Ok(Some(RenderParams {
             url: url.to_owned(),

@@ -35,8 +35,6 @@ const READ_CHUNK: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("bad url {url:?}: {why}")]
-    BadUrl { url: String, why: &'static str },
     #[error("connecting to {authority} failed: {source}")]
     Connect {
         authority: String,
@@ -62,9 +60,17 @@ pub struct Url {
     pub target: String,
 }
 
+/// A URL the client cannot ask: not one, not `http://`, no host, or with credentials.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("bad url {url:?}: {why}")]
+pub struct BadUrl {
+    pub url: String,
+    pub why: &'static str,
+}
+
 impl Url {
-    pub fn parse(url: &str) -> Result<Self, HttpError> {
-        let bad = |why| HttpError::BadUrl {
+    pub fn parse(url: &str) -> Result<Self, BadUrl> {
+        let bad = |why| BadUrl {
             url: url.to_owned(),
             why,
         };
@@ -112,8 +118,8 @@ impl std::fmt::Debug for Tls {
 
 impl Tls {
     /// TLS to `authority`'s host (`host:port`, an IPv6 host bracketed) with `config`.
-    pub fn new(config: Arc<rustls::ClientConfig>, authority: &str) -> Result<Self, HttpError> {
-        let bad = |why| HttpError::BadUrl {
+    pub fn new(config: Arc<rustls::ClientConfig>, authority: &str) -> Result<Self, BadUrl> {
+        let bad = |why| BadUrl {
             url: authority.to_owned(),
             why,
         };

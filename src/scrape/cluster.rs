@@ -14,7 +14,7 @@
 
 pub mod tls;
 
-use super::client::{Conn, Tls};
+use super::client::{BadUrl, Conn, Tls};
 use super::parse::samples_named;
 use super::ScrapeError;
 use crate::config::{ClusterExtractor, ClusterMetrics, MetricSpec, Scheme, MAX_ANSWER_BYTES};
@@ -50,7 +50,7 @@ impl ClusterScrape {
 /// Where a cluster's metrics page is, or why its metrics host makes no target.
 enum Page {
     Path(String),
-    Unusable(String),
+    Unusable(BadUrl),
 }
 
 /// One cluster's metrics page and connection.
@@ -69,14 +69,17 @@ impl Target {
         let path = &scrape.settings.source.path;
         let mut page = match path.starts_with('/') {
             true => Page::Path(path.clone()),
-            false => Page::Unusable(format!("metrics path {path:?} does not start with '/'")),
+            false => Page::Unusable(BadUrl {
+                url: path.clone(),
+                why: "the metrics path does not start with '/'",
+            }),
         };
         let conn = match &scrape.tls {
             None => Conn::new(&authority),
             Some(config) => match Tls::new(Arc::clone(config), &authority) {
                 Ok(tls) => Conn::with_tls(&authority, tls),
                 Err(e) => {
-                    page = Page::Unusable(e.to_string());
+                    page = Page::Unusable(e);
                     Conn::new(&authority)
                 }
             },

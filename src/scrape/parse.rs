@@ -247,25 +247,35 @@ pub struct NameFlags<'a> {
     pub cache: Option<&'a str>,
 }
 
+/// Why a metric-name flag is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum NameError {
+    #[error("--{flag} {value:?}: expected NAME or NAME{{LABEL=\"VALUE\"}}")]
+    Selector { flag: String, value: String },
+    #[error("--{0}: a label matcher is not allowed here")]
+    LabelMatcher(String),
+}
+
 impl NameOverrides {
     /// Parses the flags; the names live for the process (they are set once, at start-up).
     /// A value is unquoted first (the GIE chart renders `--flag="name"` as one argument, and
     /// no shell removes the quotes); an empty value (`--lora-info-metric ''`) means unset.
-    pub fn parse(flags: NameFlags<'_>) -> Result<Self, String> {
-        let sel = |flag: &str, v: Option<&str>| -> Result<Option<Selector>, String> {
+    pub fn parse(flags: NameFlags<'_>) -> Result<Self, NameError> {
+        let sel = |flag: &str, v: Option<&str>| -> Result<Option<Selector>, NameError> {
             v.map(unquote)
                 .filter(|v| !v.is_empty())
                 .map(|v| {
-                    Selector::parse(v).ok_or_else(|| {
-                        format!("--{flag} {v:?}: expected NAME or NAME{{LABEL=\"VALUE\"}}")
+                    Selector::parse(v).ok_or_else(|| NameError::Selector {
+                        flag: flag.to_owned(),
+                        value: v.to_owned(),
                     })
                 })
                 .transpose()
         };
-        let plain = |flag: &str, v: Option<&str>| -> Result<Option<&'static str>, String> {
+        let plain = |flag: &str, v: Option<&str>| -> Result<Option<&'static str>, NameError> {
             match sel(flag, v)? {
                 Some(Selector(name, None)) => Ok(Some(name)),
-                Some(_) => Err(format!("--{flag}: a label matcher is not allowed here")),
+                Some(_) => Err(NameError::LabelMatcher(flag.to_owned())),
                 None => Ok(None),
             }
         };

@@ -12,7 +12,7 @@
 //! `outlier-detection` plugin, probes are counted in `epp_health_probes` and logged, nothing
 //! more. Metric scrape failures feed the same state (as their own prober).
 
-use super::client::{Conn, HttpError, Url};
+use super::client::{BadUrl, Conn, HttpError, Url};
 use crate::datastore::{self, Datastore, EndpointState};
 use crate::metrics::{Metrics, Outcome, OutcomeLabels};
 use std::time::{Duration, Instant};
@@ -35,8 +35,8 @@ pub enum ProbeError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The configured path makes no URL.
-    #[error("{0}")]
-    BadUrl(String),
+    #[error(transparent)]
+    BadUrl(BadUrl),
 }
 
 /// The probe options, shared by every endpoint's poller (each keeps its own connection).
@@ -80,7 +80,7 @@ impl Probes {
                 .get_or_create(&OutcomeLabels { outcome })
                 .inc();
             let transition = state.record_probe(
-                datastore::health::Prober::Health,
+                datastore::ejection::Prober::Health,
                 ok,
                 &datastore.health_policy(),
                 Instant::now(),
@@ -93,7 +93,7 @@ impl Probes {
     async fn probe(
         &self,
         conn: &mut Conn,
-        url: &Result<Url, HttpError>,
+        url: &Result<Url, BadUrl>,
         state: &EndpointState,
         failing: &mut bool,
     ) -> bool {
@@ -103,7 +103,7 @@ impl Probes {
                 Ok(r) => r,
                 Err(_) => Err(ProbeError::Timeout(timeout)),
             },
-            Err(e) => Err(ProbeError::BadUrl(e.to_string())),
+            Err(e) => Err(ProbeError::BadUrl(e.clone())),
         };
         match &result {
             Ok(()) if std::mem::take(failing) => {
@@ -129,7 +129,7 @@ async fn probe_once(conn: &mut Conn, target: &str) -> Result<(), ProbeError> {
 mod tests {
     use super::super::{run, ScrapeOptions};
     use super::*;
-    use crate::datastore::health::{HealthPolicy, OutlierParams};
+    use crate::datastore::ejection::{HealthPolicy, OutlierParams};
     use crate::endpoint::{Endpoint, EndpointId};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,27 +3,27 @@
 //! configuration.
 
 use anyhow::Context;
-use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Runtime, Shared};
+use epp::director::Director;
 use epp::endpoint::Endpoint;
 use epp::fixtures;
-use epp::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The director; metrics stay fresh for an hour so long benchmark runs do not turn stale.
-pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> {
-    let ds = Arc::new(Datastore::new());
+pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Arc<Director>> {
     let ids = (0..endpoints).map(|i| {
         format!("10.{}.{}.{}:8000", i / 62_500, (i / 250) % 250, i % 250 + 1)
             .parse()
             .map(Endpoint::from_id)
     });
-    ds.set_endpoints(
-        ids.collect::<Result<Vec<_>, _>>()
-            .context("endpoint address")?,
-    );
-    for (i, s) in ds.snapshot().iter().enumerate() {
+    let endpoints = ids
+        .collect::<Result<Vec<_>, _>>()
+        .context("endpoint address")?;
+    let graph = fixtures::graph(config)
+        .endpoints(endpoints)
+        .staleness(Duration::from_secs(7200))
+        .try_build()?;
+    for (i, s) in graph.datastore.snapshot().iter().enumerate() {
         let updated = Instant::now() + Duration::from_secs(3600);
         let metrics = fixtures::metrics()
             .waiting((i % 7) as f64)
@@ -33,13 +33,5 @@ pub fn bench_director(endpoints: u32, config: &str) -> anyhow::Result<Director> 
             .updated(updated);
         s.store_metrics(metrics.build());
     }
-    let metrics = Arc::new(Metrics::register(
-        &mut prometheus_client::registry::Registry::default(),
-    ));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(7200),
-        subset_filter: true,
-    };
-    let shared = Shared::new(ds, Runtime::build(config, None)?, metrics);
-    Ok(Director::new(shared, opts))
+    Ok(graph.director)
 }

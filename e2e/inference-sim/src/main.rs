@@ -226,7 +226,7 @@ struct KvArgs {
     kv_events_buffer_steps: usize,
 }
 
-/// Prefill/decode disaggregation: the simulated NIXL connector (see `epp_e2e::sim` and
+/// Prefill/decode disaggregation: the simulated NIXL connector (see `inference_sim` and
 /// `http::inference`). A pod's role in the split is its `kv_role`; which pods prefill and
 /// which decode is the endpoint picker's choice (llm-d's `llm-d.ai/role` pod label).
 #[derive(Debug, clap::Args)]

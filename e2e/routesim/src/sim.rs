@@ -8,11 +8,8 @@ use crate::pod::{At, InFlight, Pod, Progress};
 use crate::traffic::{Encoder, Traffic, Wire};
 use crate::Record;
 use epp::clock::VirtualClock;
-use epp::datastore::Datastore;
-use epp::director::{Body, Director, DirectorOptions, End, Incoming, ResponseSummary, Runtime};
-use epp::director::{Routed, Shared};
+use epp::director::{Body, Director, End, Incoming, ResponseSummary, Routed};
 use epp::endpoint::{Endpoint, EndpointId};
-use epp::metrics::Metrics;
 use epp::request::ApiKind;
 use inference_sim::engine::Usage;
 use inference_sim::EngineConfig;
@@ -83,7 +80,7 @@ struct Session {
 pub struct Sim {
     clock: Arc<VirtualClock>,
     base: Instant,
-    director: Option<Director>,
+    director: Option<Arc<Director>>,
     next_pod: usize,
     pods: Vec<Pod>,
     by_id: HashMap<EndpointId, usize>,
@@ -148,25 +145,19 @@ impl Sim {
     }
 
     /// epp's director over the pods, on this run's virtual clock.
-    fn epp(&mut self, config: &str) -> anyhow::Result<Director> {
-        let ds = Arc::new(Datastore::new());
+    fn epp(&mut self, config: &str) -> anyhow::Result<Arc<Director>> {
         let ids: Vec<EndpointId> = (0..self.pods.len()).map(pod_address).collect();
-        ds.set_endpoints(ids.iter().copied().map(Endpoint::from_id).collect());
-        let set = ds.snapshot();
+        let graph = epp::fixtures::graph(config)
+            .endpoints(ids.iter().copied().map(Endpoint::from_id).collect())
+            .staleness(self.cluster.staleness)
+            .clock(self.clock.clone())
+            .try_build()?;
+        let set = graph.datastore.snapshot();
         for (i, id) in ids.iter().enumerate() {
             self.by_id.insert(*id, i);
             self.pods[i].state = set.get(id).cloned();
         }
-        let metrics = Arc::new(Metrics::register(
-            &mut prometheus_client::registry::Registry::default(),
-        ));
-        let mut shared = Shared::new(ds, Runtime::build(config, None)?, metrics);
-        shared.clock = self.clock.clone();
-        let opts = DirectorOptions {
-            staleness: self.cluster.staleness,
-            subset_filter: true,
-        };
-        Ok(Director::new(shared, opts))
+        Ok(graph.director)
     }
 
     fn push(&mut self, at: Duration, e: Event) {

@@ -82,7 +82,7 @@ pub fn completion_for(model: &str, prompt: &str) -> String {
 }
 
 fn harness_model() -> &'static str {
-    epp_e2e::sim_pod::TEST_MODEL
+    harness::sim_pod::TEST_MODEL
 }
 
 /// A prompt of about `words` words, distinct per `seed`.

@@ -2,7 +2,7 @@
 //! labels), then each EPP in turn behind its own real Envoy (the `Duplex` template: ext_proc
 //! with the body streamed), loading the same configuration file, and the case's requests sent
 //! through Envoy. epp runs in this process, llm-d's EPP as a child process
-//! ([`epp_e2e::llmd_epp`]). A multi-cluster hub case adds its spokes' stand-ins
+//! ([`harness::llmd_epp`]). A multi-cluster hub case adds its spokes' stand-ins
 //! ([`crate::hub_support`]): the pods are then the clusters' gateways.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use epp_e2e::client;
-use epp_e2e::envoy::{Envoy, EnvoyConfig, Template};
-use epp_e2e::llmd_epp::{self, FileEndpoint, LlmdEpp};
-use epp_e2e::sim_pod::{test_pod_config, with_adapters, SimPod};
-use epp_e2e::stack::Epp;
+use harness::client;
+use harness::envoy::{Envoy, EnvoyConfig, Template};
+use harness::llmd_epp::{self, FileEndpoint, LlmdEpp};
+use harness::sim_pod::{test_pod_config, with_adapters, SimPod};
+use harness::stack::Epp;
 use http::Method;
 
 use super::cases::{Case, Hub, PodState, Req};
@@ -43,6 +43,27 @@ impl PartialEq for Outcome {
         (self.status, &self.pods, &self.error, &self.headers)
             == (o.status, &o.pods, &o.error, &o.headers)
     }
+}
+
+/// `text` with each request ID llm-d's messages carry (`for request 670b…`) replaced by
+/// `<id>`: the IDs are random, and the table must be the same from run to run.
+fn without_request_ids(text: &str) -> String {
+    const MARK: &str = "for request ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(MARK) {
+        out.push_str(&rest[..i + MARK.len()]);
+        rest = &rest[i + MARK.len()..];
+        let id_len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(rest.len());
+        if id_len > 0 {
+            out.push_str("<id>");
+        }
+        rest = &rest[id_len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The `inference error: <Code>` a refusal's body starts with (inside a JSON `error.message`
@@ -399,7 +420,7 @@ async fn send_one(
     if !resp.status.is_success() {
         let text = resp.text();
         o.error = error_class(&text);
-        o.body = text.chars().take(120).collect();
+        o.body = without_request_ids(&text).chars().take(120).collect();
     }
     for (name, value) in &resp.headers {
         if name.as_str().starts_with("x-llm-d-") {
@@ -450,4 +471,13 @@ fn merge(each: Vec<Outcome>) -> Outcome {
         }
     }
     first
+}
+
+#[test]
+fn request_ids_are_masked_and_the_rest_kept() {
+    let body = "failed to run any scheduler profile for request 670b-9c1 (x); for request ";
+    assert_eq!(
+        without_request_ids(body),
+        "failed to run any scheduler profile for request <id> (x); for request "
+    );
 }

@@ -117,7 +117,7 @@ pub fn render(rows: &[Row], accepted: usize) -> String {
 }
 
 fn page() -> PathBuf {
-    epp_e2e::envoy::repo_root().join("docs/reference/differential.md")
+    harness::envoy::repo_root().join("docs/reference/differential.md")
 }
 
 /// Fails when the checked-in page is not `text`; `EPP_BLESS=1` writes it instead.

@@ -4,7 +4,7 @@
 //! served it (`sticky`), each counted under the filter's instance name.
 
 use super::support::{args, completion, post, sample, served_by, start, wait_for_metrics, words};
-use epp_e2e::stack::StackOptions;
+use harness::stack::StackOptions;
 
 const CONFIG: &str = "apiVersion: llm-d.ai/v1
 kind: EndpointPickerConfig

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use epp_e2e::client;
-use epp_e2e::envoy::Template;
-use epp_e2e::sim_pod::{test_pod_config, with_adapters};
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::client;
+use harness::envoy::Template;
+use harness::sim_pod::{test_pod_config, with_adapters};
+use harness::stack::{Stack, StackOptions};
 use http::{Method, StatusCode};
 
 use super::support::{

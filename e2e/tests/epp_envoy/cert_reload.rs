@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
-use epp_e2e::stack::{Epp, Stack};
+use harness::envoy::{EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, SimPod};
+use harness::stack::{Epp, Stack};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};

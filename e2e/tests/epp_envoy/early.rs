@@ -13,12 +13,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::stack::{Stack, StackOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::support::{access_log, long_context, start, traffic, MODEL};
-use epp_e2e::envoy::repo_root;
+use harness::envoy::repo_root;
 
 /// epp's flags: upstream's default configuration (see the module docs), then `extra`.
 fn upstream_default(extra: &[&str]) -> Vec<String> {

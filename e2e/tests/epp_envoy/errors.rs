@@ -2,9 +2,9 @@
 //! naming the problem, `details` in the access log, no pod reached), and the request metrics epp
 //! exposes after traffic.
 
-use epp_e2e::client::HttpResponse;
-use epp_e2e::envoy::Template;
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::client::HttpResponse;
+use harness::envoy::Template;
+use harness::stack::{Stack, StackOptions};
 use http::StatusCode;
 
 use super::support::{
@@ -243,7 +243,7 @@ async fn request_metrics_count_traffic_errors_latency_and_usage_by_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_server_error_reaches_the_client_unchanged() {
     let stack = start(StackOptions::default()).await;
-    let headers = [(epp_e2e::sim::RETURN_ERROR_HEADER, "503")];
+    let headers = [(inference_sim::RETURN_ERROR_HEADER, "503")];
     let response = post(&stack, "/v1/completions", completion("fail"), &headers).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     let pod = stack

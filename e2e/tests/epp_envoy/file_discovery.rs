@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
-use epp_e2e::stack::{Epp, Stack};
+use harness::envoy::{repo_root, EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, SimPod};
+use harness::stack::{Epp, Stack};
 
 use super::support::{args, completion, post, served_by};
 

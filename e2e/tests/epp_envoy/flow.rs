@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use epp_e2e::envoy::{EnvoyConfig, Template};
-use epp_e2e::fake_apiserver::FakeApiServer;
-use epp_e2e::sim_pod::SimPod;
-use epp_e2e::stack::Epp;
+use harness::envoy::{EnvoyConfig, Template};
+use harness::fake_apiserver::FakeApiServer;
+use harness::sim_pod::SimPod;
+use harness::stack::Epp;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
@@ -60,16 +60,16 @@ pub(super) async fn cluster(client: &kube::Client, port: u16) {
 
 async fn send(envoy: std::net::SocketAddr, objective: &'static str) -> (u16, String, &'static str) {
     let req =
-        epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(objective))
+        harness::client::request(http::Method::POST, "/v1/completions", completion(objective))
             .unwrap();
-    let req = epp_e2e::client::with_header(req, OBJECTIVE, objective).unwrap();
-    let r = epp_e2e::client::send(envoy, req).await.unwrap();
+    let req = harness::client::with_header(req, OBJECTIVE, objective).unwrap();
+    let r = harness::client::send(envoy, req).await.unwrap();
     (r.status.as_u16(), r.text(), objective)
 }
 
 /// Requests waiting in epp's flow-control queue, summed over its series (one per priority here).
 fn queued(text: &str) -> f64 {
-    epp_e2e::prometheus::sum(text, "inference_extension_flow_control_queue_size")
+    harness::prometheus::sum(text, "inference_extension_flow_control_queue_size")
 }
 
 /// Waits until `n` requests wait in epp's queue (the 429 below depends on the three being queued).
@@ -224,11 +224,11 @@ fn tenant_request(
     tenant: &str,
     slo_ms: Option<u32>,
 ) -> http::Request<http_body_util::Full<bytes::Bytes>> {
-    let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", completion(prompt))
+    let req = harness::client::request(http::Method::POST, "/v1/completions", completion(prompt))
         .unwrap();
-    let mut req = epp_e2e::client::with_header(req, tenant_header, tenant).unwrap();
+    let mut req = harness::client::with_header(req, tenant_header, tenant).unwrap();
     if let Some(ms) = slo_ms {
-        req = epp_e2e::client::with_header(req, "x-llm-d-slo-ttft-ms", &ms.to_string()).unwrap();
+        req = harness::client::with_header(req, "x-llm-d-slo-ttft-ms", &ms.to_string()).unwrap();
     }
     req
 }
@@ -267,7 +267,7 @@ async fn release_order_by(
             tenant,
             None,
         );
-        let r = epp_e2e::client::send(addr, req).await.unwrap();
+        let r = harness::client::send(addr, req).await.unwrap();
         assert_eq!(r.status.as_u16(), 200, "{}", r.text());
     }
     if let Some(last) = served_first.last() {
@@ -289,8 +289,8 @@ async fn release_order_by(
     for (n, (tenant, slo)) in requests.iter().enumerate() {
         let tag = slo.map_or_else(|| (*tenant).to_owned(), |ms| format!("{tenant}{ms}"));
         let req = tenant_request(&format!("request {n}"), tenant_header, tenant, *slo);
-        let req = epp_e2e::client::with_header(req, "x-test-tag", &tag).unwrap();
-        waiting.spawn(async move { epp_e2e::client::send(addr, req).await.unwrap() });
+        let req = harness::client::with_header(req, "x-test-tag", &tag).unwrap();
+        waiting.spawn(async move { harness::client::send(addr, req).await.unwrap() });
         wait_queued(&epp, n + 1).await;
     }
     assert_eq!(traffic(&pod).len(), served, "all wait in epp");

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use epp_e2e::stack::StackOptions;
+use harness::stack::StackOptions;
 use http::StatusCode;
 use serde_json::json;
 
@@ -16,7 +16,7 @@ use super::support::{
     access_log, answered_by, args, assert_routed_to, completion, post, served_by, start, traffic,
     words, MODEL,
 };
-use epp_e2e::sim_pod::{test_pod_config, with_adapters};
+use harness::sim_pod::{test_pod_config, with_adapters};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_messages_stick_to_the_pod_caching_their_system_prompt() {

@@ -2,8 +2,8 @@
 //! naming the limit, and no pod is reached (body size, ext_proc messages per stream, header
 //! bytes, JSON nesting, invalid UTF-8, chat `messages` count).
 
-use epp_e2e::client::HttpResponse;
-use epp_e2e::stack::StackOptions;
+use harness::client::HttpResponse;
+use harness::stack::StackOptions;
 use http::StatusCode;
 
 use super::early::{long_completion, HeldRequest};

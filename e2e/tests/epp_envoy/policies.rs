@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use epp_e2e::client::{self, HttpResponse};
-use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig};
-use epp_e2e::stack::{Epp, StackOptions};
+use harness::client::{self, HttpResponse};
+use harness::envoy::{repo_root, EnvoyConfig, Template};
+use harness::stack::{Epp, StackOptions};
 use http::{Method, StatusCode};
+use inference_sim::{Cluster, EngineConfig, PodConfig};
 use tokio::net::TcpListener;
 
 use super::support::{access_log, args, completion, post, sample, start, wait_for_metrics, MODEL};
@@ -18,7 +18,7 @@ use super::support::{access_log, args, completion, post, sample, start, wait_for
 struct GpuStack {
     cluster: Cluster,
     epp: Epp,
-    envoy: epp_e2e::envoy::Envoy,
+    envoy: harness::envoy::Envoy,
 }
 
 impl GpuStack {
@@ -119,7 +119,7 @@ async fn a_pod_with_exhausted_gpu_memory_gets_no_traffic_while_healthy() {
     );
     let stack = GpuStack::start(3, &cfg).await;
     let faults = stack.cluster.faults(0).await.unwrap();
-    faults.set(epp_e2e::sim::Faults {
+    faults.set(inference_sim::Faults {
         gpu_memory_exhausted: true,
         ..Default::default()
     });
@@ -139,7 +139,7 @@ async fn a_pod_with_exhausted_gpu_memory_gets_no_traffic_while_healthy() {
     assert_eq!(served[0], 0, "the exhausted pod was chosen: {served:?}");
     assert!(served[1] > 0 && served[2] > 0, "{served:?}");
     // Memory freed: the pod serves again once a scrape shows it (bounded wait).
-    faults.set(epp_e2e::sim::Faults::default());
+    faults.set(inference_sim::Faults::default());
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut back = false;
     for i in 0.. {

@@ -1,9 +1,9 @@
 //! Where requests go: the pod epp names is the pod Envoy connects to, for bodyless requests,
 //! over TLS, with override_host fallback lists, and within a gateway's subset hint.
 
-use epp_e2e::client;
-use epp_e2e::envoy::{repo_root, Template};
-use epp_e2e::stack::StackOptions;
+use harness::client;
+use harness::envoy::{repo_root, Template};
+use harness::stack::StackOptions;
 use http::StatusCode;
 
 use super::support::{

@@ -2,9 +2,9 @@
 //! repels traffic, long repeated prompts stick to the pod that has their prefix, and a pod whose
 //! metrics stopped arriving is a last resort.
 
-use epp_e2e::sim::MetricsMode;
-use epp_e2e::sim_pod::test_pod_config;
-use epp_e2e::stack::StackOptions;
+use harness::sim_pod::test_pod_config;
+use harness::stack::StackOptions;
+use inference_sim::MetricsMode;
 
 use super::support::{
     access_log, args, completion, post, received_counts, sample, served_by, start, traffic,

@@ -8,9 +8,9 @@
 
 use std::net::SocketAddr;
 
-use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
-use epp_e2e::sim_pod::SimPod;
-use epp_e2e::stack::{Epp, StackOptions};
+use harness::envoy::{repo_root, EnvoyConfig, Template};
+use harness::sim_pod::SimPod;
+use harness::stack::{Epp, StackOptions};
 use http::StatusCode;
 
 use super::support::{args, completion, post, served_by, start, traffic, wait_for_scraped_queue};
@@ -67,7 +67,7 @@ async fn a_forged_destination_header_is_overwritten() {
 }
 
 /// Envoy fail-open in front of an epp that is down; `strip` adds the header_mutation filter.
-async fn fail_open_envoy(pool: SocketAddr, strip: bool) -> (epp_e2e::envoy::Envoy, Epp) {
+async fn fail_open_envoy(pool: SocketAddr, strip: bool) -> (harness::envoy::Envoy, Epp) {
     let epp = Epp::start(&args(&[
         "--static-endpoints",
         &pool.to_string(),
@@ -96,14 +96,14 @@ async fn fail_open_without_stripping_lets_the_client_choose_and_stripping_stops_
     for strip in [false, true] {
         let (envoy, epp) = fail_open_envoy(pod.addr(), strip).await;
         epp.stop().await;
-        let req = epp_e2e::client::request(
+        let req = harness::client::request(
             http::Method::POST,
             "/v1/completions",
             completion("fail open"),
         )
         .unwrap();
-        let req = epp_e2e::client::with_header(req, DESTINATION, &attacker.endpoint()).unwrap();
-        let r = epp_e2e::client::send(envoy.listener_addr(), req)
+        let req = harness::client::with_header(req, DESTINATION, &attacker.endpoint()).unwrap();
+        let r = harness::client::send(envoy.listener_addr(), req)
             .await
             .unwrap();
         if strip {

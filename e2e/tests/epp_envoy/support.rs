@@ -6,17 +6,16 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use epp_e2e::client::{self, HttpResponse};
-use epp_e2e::envoy::{repo_root, AccessLogEntry, EnvoyConfig, Template};
-use epp_e2e::sim as inference_sim;
-use epp_e2e::sim::RecordedRequest;
-use epp_e2e::sim_pod::{test_pod_config, with_adapters, with_long_context, SimPod};
-use epp_e2e::stack::{Epp, Stack, StackOptions};
+use harness::client::{self, HttpResponse};
+use harness::envoy::{repo_root, AccessLogEntry, EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, with_adapters, with_long_context, SimPod};
+use harness::stack::{Epp, Stack, StackOptions};
 use http::{Method, StatusCode};
+use inference_sim::RecordedRequest;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-pub use epp_e2e::sim_pod::TEST_MODEL as MODEL;
+pub use harness::sim_pod::TEST_MODEL as MODEL;
 const LOG_WAIT: Duration = Duration::from_secs(5);
 const METRICS_WAIT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
@@ -153,7 +152,7 @@ pub fn received_counts(stack: &Stack) -> Vec<usize> {
 
 /// The value of the first sample of `name` whose labels include every `key="value"` in
 /// `labels`, from Prometheus text (epp's parser).
-pub use epp_e2e::prometheus::labelled as sample;
+pub use harness::prometheus::labelled as sample;
 
 /// Polls epp's `/metrics` until `ready` accepts the text (bounded); returns that text.
 pub async fn wait_for_metrics(epp: &Epp, what: &str, ready: impl Fn(&str) -> bool) -> String {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use epp_e2e::stack::{Stack, StackOptions};
+use harness::stack::{Stack, StackOptions};
 
 use super::support::{args, example_config, post, served_by, start, wait_for_scraped_queue, MODEL};
 

@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use epp_e2e::envoy::{repo_root, EnvoyConfig, Template};
-use epp_e2e::sim_pod::{test_pod_config, SimPod};
-use epp_e2e::stack::{Epp, Stack};
+use harness::envoy::{repo_root, EnvoyConfig, Template};
+use harness::sim_pod::{test_pod_config, SimPod};
+use harness::stack::{Epp, Stack};
 
 use super::support::{args, post, served_by, traffic, MODEL};
 
@@ -130,7 +130,7 @@ async fn a_v1_document_with_a_removed_field_fails_start_up_naming_it_and_where_i
 /// one written into the body: `critical` 100, `sheddable` -10.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagate_priority_writes_the_objectives_priority() {
-    use epp_e2e::fake_apiserver::FakeApiServer;
+    use harness::fake_apiserver::FakeApiServer;
     let api = FakeApiServer::bind().await.unwrap();
     let client = api.client(super::flow::NS).unwrap();
     let pod = SimPod::named("pod-0").await.unwrap();
@@ -163,11 +163,11 @@ async fn propagate_priority_writes_the_objectives_priority() {
         // The objectives reach epp's datastore through its watch: bounded retries.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let req = epp_e2e::client::request(http::Method::POST, "/v1/completions", body.clone())
+            let req = harness::client::request(http::Method::POST, "/v1/completions", body.clone())
                 .unwrap();
-            let req = epp_e2e::client::with_header(req, "x-gateway-inference-objective", objective)
+            let req = harness::client::with_header(req, "x-gateway-inference-objective", objective)
                 .unwrap();
-            let r = epp_e2e::client::send(envoy.listener_addr(), req)
+            let r = harness::client::send(envoy.listener_addr(), req)
                 .await
                 .unwrap();
             assert_eq!(r.status.as_u16(), 200, "{}", r.text());

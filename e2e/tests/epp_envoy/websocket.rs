@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use epp_e2e::envoy::{repo_root, Template};
-use epp_e2e::stack::{Epp, Stack, StackOptions};
 use futures::{SinkExt, StreamExt};
+use harness::envoy::{repo_root, Template};
+use harness::stack::{Epp, Stack, StackOptions};
 use http::StatusCode;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;

@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration,
 };
-use epp_e2e::fake_apiserver::FakeApiServer;
-use epp_e2e::stack::WaitFor;
+use harness::fake_apiserver::FakeApiServer;
+use harness::stack::WaitFor;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -23,15 +23,15 @@ use tokio::net::TcpListener;
 
 pub const NS: &str = "llm";
 
-/// epp running in-process ([`epp_e2e::stack::Epp`]) against a fake or real API server, with the
+/// epp running in-process ([`harness::stack::Epp`]) against a fake or real API server, with the
 /// directory of its kubeconfig.
 pub struct Epp {
-    epp: epp_e2e::stack::Epp,
+    epp: harness::stack::Epp,
     _dir: TempDir,
 }
 
 impl std::ops::Deref for Epp {
-    type Target = epp_e2e::stack::Epp;
+    type Target = harness::stack::Epp;
     fn deref(&self) -> &Self::Target {
         &self.epp
     }
@@ -79,7 +79,7 @@ impl Epp {
         ];
         full.extend(args.iter().map(|s| (*s).to_owned()));
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let epp = epp_e2e::stack::Epp::launch(grpc, &full, WaitFor::Started)
+        let epp = harness::stack::Epp::launch(grpc, &full, WaitFor::Started)
             .await
             .unwrap_or_else(|e| panic!("epp failed: {e:#}"));
         Self {

@@ -3,7 +3,7 @@
 //! through `pods/status` (no kubelet runs), and epp started with a kubeconfig.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use epp_e2e::kube_apiserver::{apply, KubeApiServer, TestNamespace};
+use harness::kube_apiserver::{apply, KubeApiServer, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -153,9 +153,9 @@ pub fn rejection<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String)
 
 /// Recording inference-sim pods `pod-<i>` on distinct loopback addresses `127.0.0.<2+i>`, all
 /// on one port (like pods of a Deployment), so the pool's single target port fits them all.
-pub async fn sim_pods(n: usize) -> (u16, Vec<epp_e2e::sim_pod::SimPod>) {
-    use epp_e2e::sim_pod::{test_pod_config, SimPod};
-    let port = epp_e2e::ports::free_port().unwrap();
+pub async fn sim_pods(n: usize) -> (u16, Vec<harness::sim_pod::SimPod>) {
+    use harness::sim_pod::{test_pod_config, SimPod};
+    let port = harness::ports::free_port().unwrap();
     let mut pods = Vec::new();
     for i in 0..n {
         let listener = tokio::net::TcpListener::bind(format!("127.0.0.{}:{port}", 2 + i))
@@ -170,12 +170,12 @@ pub async fn sim_pods(n: usize) -> (u16, Vec<epp_e2e::sim_pod::SimPod>) {
 /// A real Envoy routing through epp at `grpc` to `pods`.
 pub async fn envoy(
     grpc: std::net::SocketAddr,
-    pods: &[epp_e2e::sim_pod::SimPod],
-) -> epp_e2e::envoy::Envoy {
-    use epp_e2e::envoy::{EnvoyConfig, Template};
+    pods: &[harness::sim_pod::SimPod],
+) -> harness::envoy::Envoy {
+    use harness::envoy::{EnvoyConfig, Template};
     EnvoyConfig::new(Template::Duplex)
         .epp(grpc)
-        .pool(pods.iter().map(epp_e2e::sim_pod::SimPod::addr))
+        .pool(pods.iter().map(harness::sim_pod::SimPod::addr))
         .start()
         .await
         .unwrap()
@@ -185,8 +185,8 @@ pub const COMPLETION: &str =
     r#"{"model":"test-model","prompt":"Say hello to the pool","max_tokens":3}"#;
 
 /// One completion through Envoy: `Ok(pod name)` or `Err(status)`.
-pub async fn send_through(envoy: &epp_e2e::envoy::Envoy) -> Result<String, u16> {
-    let r = epp_e2e::client::post_json(envoy.listener_addr(), "/v1/completions", COMPLETION)
+pub async fn send_through(envoy: &harness::envoy::Envoy) -> Result<String, u16> {
+    let r = harness::client::post_json(envoy.listener_addr(), "/v1/completions", COMPLETION)
         .await
         .map_err(|_| 0u16)?;
     if !r.status.is_success() {
@@ -197,7 +197,7 @@ pub async fn send_through(envoy: &epp_e2e::envoy::Envoy) -> Result<String, u16> 
 
 /// Sends `n` completions; the set of pods that served them. Panics on a failed request.
 pub async fn served_by(
-    envoy: &epp_e2e::envoy::Envoy,
+    envoy: &harness::envoy::Envoy,
     n: usize,
 ) -> std::collections::BTreeSet<String> {
     let mut pods = std::collections::BTreeSet::new();
@@ -211,7 +211,7 @@ pub async fn served_by(
 }
 
 /// Waits (bounded) until `n` requests are served by exactly `want`.
-pub async fn wait_served(envoy: &epp_e2e::envoy::Envoy, want: &[&str]) {
+pub async fn wait_served(envoy: &harness::envoy::Envoy, want: &[&str]) {
     let want: std::collections::BTreeSet<String> = want.iter().map(|s| (*s).to_owned()).collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {

@@ -6,14 +6,15 @@
 
 use bytes::Bytes;
 use epp::datastore::Datastore;
-use epp::director::{Director, DirectorOptions, Runtime, Shared};
+use epp::director::Director;
 use epp::endpoint::{Endpoint, EndpointId};
-use epp::kvevents::{self, peers, KvEventsOptions};
+use epp::kvevents::{self, KvEventsOptions};
 use epp::prefix::source::Indexes;
+use epp::replicas;
 use epp::request::tokenize::{Tokenizer, Vocabulary};
-use epp_e2e::sim::kv_cache::KvEvent;
-use epp_e2e::sim::kv_events::encode_batch;
-use epp_e2e::sim::{
+use inference_sim::kv_cache::KvEvent;
+use inference_sim::kv_events::encode_batch;
+use inference_sim::{
     Cluster, ClusterError, EngineConfig, EventEncoding, KvEventsConfig, PodConfig, SocketMode,
 };
 use rand::{rngs::SmallRng, SeedableRng};
@@ -86,9 +87,9 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
 }
 
 /// A port that was free a moment ago, for a simulator's ZMQ socket to bind later
-/// ([`epp_e2e::ports`]: below the kernel's ephemeral range, never handed out twice).
+/// ([`harness::ports`]: below the kernel's ephemeral range, never handed out twice).
 pub fn free_port() -> u16 {
-    epp_e2e::ports::free_port().expect("a free port")
+    harness::ports::free_port().expect("a free port")
 }
 
 fn labelled(id: EndpointId, port: u16, replay: Option<u16>) -> Endpoint {
@@ -373,7 +374,7 @@ impl SimPods {
     }
 
     async fn try_start_ranks(ranks: usize, num_gpu_blocks: usize) -> Result<Self, ClusterError> {
-        let range = |n| epp_e2e::ports::free_range(n).expect("free ports");
+        let range = |n| harness::ports::free_range(n).expect("free ports");
         let (http, publish, replay) = (range(ranks), range(ranks), range(ranks));
         let engine = EngineConfig {
             model: MODEL.into(),
@@ -494,14 +495,14 @@ impl SimPods {
 
     pub async fn complete(&self, pod: usize, prompt: &str) {
         let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
-        let r = epp_e2e::client::post_json(self.cluster.addrs()[pod], "/v1/completions", body)
+        let r = harness::client::post_json(self.cluster.addrs()[pod], "/v1/completions", body)
             .await
             .expect("request");
         assert!(r.status.is_success(), "{}", r.text());
     }
 
     pub async fn chat(&self, pod: usize, text: &str) {
-        let r = epp_e2e::client::post_json(
+        let r = harness::client::post_json(
             self.cluster.addrs()[pod],
             "/v1/chat/completions",
             chat_body(text),
@@ -588,17 +589,17 @@ impl Replica {
                     .expect("bind"),
             );
         }
-        let peers: Vec<peers::PeerName> = listeners
+        let peers: Vec<replicas::PeerName> = listeners
             .iter()
-            .map(|s| peers::PeerName::parse(&s.local_addr().expect("addr").to_string()))
+            .map(|s| replicas::PeerName::parse(&s.local_addr().expect("addr").to_string()))
             .collect::<Result<_, _>>()
             .expect("peer names");
-        let creds = peers::Credentials::generate(&["127.0.0.1"]).expect("credentials");
-        let tls = peers::PeerTls::new(&creds).expect("TLS");
+        let creds = replicas::Credentials::generate(&["127.0.0.1"]).expect("credentials");
+        let tls = replicas::PeerTls::new(&creds).expect("TLS");
         listeners
             .into_iter()
             .map(|listener| {
-                let sharing = peers::Sharing {
+                let sharing = replicas::Sharing {
                     listener: Some(listener),
                     peers: peers.clone(),
                     tls: tls.clone(),
@@ -619,37 +620,30 @@ impl Replica {
     }
 
     /// As [`Self::build_with`]; `share`: send speculative entries to these peers and apply
-    /// theirs ([`peers::share`], as `--speculative-peers` wires it).
+    /// theirs ([`replicas::share`], as `--speculative-peers` wires it).
     fn build_full(
         endpoints: &[Endpoint],
         config: &str,
         events: Option<KvEventsOptions>,
         scrape: bool,
-        share: Option<peers::Sharing>,
+        share: Option<replicas::Sharing>,
     ) -> Self {
-        let datastore = Arc::new(Datastore::new());
-        datastore.set_endpoints(endpoints.to_vec());
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = Arc::new(epp::metrics::Metrics::register(&mut registry));
-        let runtime = Runtime::build(config, None).expect("config");
-        let opts = DirectorOptions {
-            staleness: Duration::from_secs(2),
-            subset_filter: true,
-        };
-        let mut shared = Shared::new(Arc::clone(&datastore), runtime, Arc::clone(&metrics));
-        let indexes = Arc::clone(&shared.indexes);
         let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
-        let placements = share.and_then(|sharing| {
-            let to_index = peers::Shared {
-                datastore: Arc::clone(&datastore),
-                index: Arc::clone(&indexes.precise),
-                metrics: Arc::clone(&metrics),
-            };
-            peers::share(sharing, to_index, &tracker, &stop)
-                .map(|outbox| Arc::new(outbox) as Arc<dyn epp::director::PlacementSink>)
-        });
-        shared.placements = placements;
-        let director = Arc::new(Director::new(shared, opts));
+        let (tasks, stopping) = (tracker.clone(), stop.clone());
+        let graph = epp::fixtures::graph(config)
+            .endpoints(endpoints.to_vec())
+            .placements(move |shared| {
+                let to_index = replicas::Shared {
+                    datastore: Arc::clone(&shared.datastore),
+                    index: Arc::clone(&shared.indexes.precise),
+                    metrics: Arc::clone(&shared.metrics),
+                };
+                let sink = replicas::share(share?, to_index, &tasks, &stopping)?;
+                Some(Arc::new(sink) as Arc<dyn epp::director::PlacementSink>)
+            })
+            .build();
+        let (datastore, metrics) = (graph.datastore, graph.metrics);
+        let (director, indexes) = (graph.director, graph.shared.indexes);
         if let Some(kv) = events {
             let sink = kvevents::Sink::new(Arc::clone(&indexes.precise), Arc::clone(&metrics));
             tracker.spawn(kvevents::run(
@@ -717,7 +711,7 @@ impl Replica {
     /// Routes and keeps the decision (its in-flight count lasts until the `Routed` drops).
     pub fn route_held(&self, path: &str, body: &str) -> (usize, epp::director::Routed) {
         let mut rng = self.rng.lock().expect("lock");
-        let routed = epp_e2e::fixtures::route(&self.director, path, body.as_bytes(), &mut *rng)
+        let routed = harness::fixtures::route(&self.director, path, body.as_bytes(), &mut *rng)
             .expect("routed");
         (
             self.ids

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use epp_e2e::client;
-use epp_e2e::pd_sidecar::SidecarConfig;
-use epp_e2e::sim::EngineConfig;
-use epp_e2e::stack::pd::{PdOptions, PdStack};
+use harness::client;
+use harness::pd_sidecar::SidecarConfig;
+use harness::stack::pd::{PdOptions, PdStack};
+use inference_sim::EngineConfig;
 
 /// The model every P/D test pod serves.
 pub const MODEL: &str = "m";
@@ -133,7 +133,7 @@ pub fn options(
     example: &str,
     flags: &[&str],
 ) -> PdOptions {
-    let path = epp_e2e::envoy::repo_root()
+    let path = harness::envoy::repo_root()
         .join("config/examples")
         .join(example);
     let config = std::fs::read_to_string(path).unwrap();

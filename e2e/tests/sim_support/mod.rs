@@ -7,8 +7,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use epp_e2e::client;
-use epp_e2e::sim::{Cluster, EngineConfig, PodConfig, TimingProfile};
+use harness::client;
+use inference_sim::{Cluster, EngineConfig, PodConfig, TimingProfile};
 use serde_json::Value;
 
 pub const MODEL: &str = "sim-model";
@@ -57,10 +57,10 @@ pub async fn post(addr: SocketAddr, path: &str, body: Value) -> client::HttpResp
 
 /// The first sample of a series (`name` or `name{labels}`), with epp's parser.
 #[allow(unused_imports)] // sim_python reads no samples
-pub use epp_e2e::prometheus::value as sample;
+pub use harness::prometheus::value as sample;
 
 pub async fn metrics(addr: SocketAddr) -> String {
-    epp_e2e::prometheus::scrape(addr, "/metrics")
+    harness::prometheus::scrape(addr, "/metrics")
         .await
         .expect("metrics")
 }

@@ -1,16 +1,13 @@
 use super::*;
 use crate::config;
 use crate::datastore::Datastore;
-use crate::director::{Director, DirectorOptions, Runtime, Shared};
-use crate::endpoint::Endpoint;
-use crate::metrics::Metrics;
+use crate::director::Runtime;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProtocolConfiguration};
 use envoy_types::pb::google::protobuf::value::Kind;
-use prometheus_client::registry::Registry;
 
 mod early;
 mod parsers;
@@ -43,27 +40,10 @@ fn services(
     Arc<crate::prefix::source::Indexes>,
     Arc<Datastore>,
 ) {
-    let ds = Arc::new(Datastore::new());
-    ds.set_endpoints(
-        ports
-            .iter()
-            .map(|p| Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap()))
-            .collect(),
-    );
-    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-    let opts = DirectorOptions {
-        staleness: Duration::from_secs(2),
-        subset_filter: true,
-    };
-    let runtime = Runtime::build(config, None).unwrap();
-    let shared = Shared::new(Arc::clone(&ds), runtime, Arc::clone(&metrics));
-    let indexes = Arc::clone(&shared.indexes);
-    let services = Arc::new(Services {
-        director: Arc::new(Director::new(shared.clone(), opts)),
-        config: shared.config,
-        metrics,
-        render: Default::default(),
-    });
+    let graph = crate::fixtures::graph(config).ports(ports).build();
+    let services = graph.services();
+    let indexes = Arc::clone(&graph.shared.indexes);
+    let ds = graph.datastore;
     (services, indexes, ds)
 }
 

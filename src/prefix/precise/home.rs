@@ -20,7 +20,7 @@
 //!
 //! The home agrees across replicas only while its inputs stay put, and they move while the first
 //! request waits for its prefill (its own load, other prompts' events). Replicas that share their
-//! speculative entries (`crate::kvevents::peers`) do not depend on it after the first request.
+//! speculative entries (`crate::replicas`) do not depend on it after the first request.
 
 use super::CacheShape;
 use crate::endpoint::EndpointId;

@@ -4,7 +4,7 @@ use super::*;
 
 fn params(yaml: &str) -> Result<Option<RenderParams>, String> {
     let p: TokenProducerParams = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    p.render()
+    p.render().map_err(|e| e.to_string())
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::config::{ClusterSource, MetricSpec};
-use crate::kvevents::peers::tls::Credentials;
+use crate::replicas::tls::Credentials;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -559,7 +559,7 @@ pub async fn wait_routable(
 
 /// The sharing CA and one certificate for 127.0.0.1, written as the chart's Secret mounts them.
 fn peer_credentials(dir: &Path) -> Result<(), BenchError> {
-    let creds = ::epp::kvevents::peers::Credentials::generate(&["127.0.0.1"])
+    let creds = ::epp::replicas::Credentials::generate(&["127.0.0.1"])
         .map_err(|e| BenchError::Setup(format!("replica-sharing credentials: {e}")))?;
     std::fs::create_dir_all(dir)
         .and_then(|()| creds.write(dir))

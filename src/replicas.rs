@@ -1,4 +1,6 @@
-//! Speculative entries shared between epp replicas (active-active, precise prefix).
+//! Replica sharing: speculative entries shared between epp replicas (active-active, precise
+//! prefix). An adapter of its own: it writes what peers send into the precise index, as
+//! `kvevents` writes what pods publish, but its transport, trust and peers are its own.
 //!
 //! Why: the KV events make every replica's index agree on what the pods hold, but only once a
 //! pod has stored the blocks, which is after the request's prefill (and its wait in the pod's

@@ -16,7 +16,6 @@ mod params;
 pub mod probabilistic;
 pub use params::UtilizationParams;
 
-use crate::datastore::objectives::Priority;
 use crate::endpoint::EndpointMetrics;
 use std::time::{Duration, Instant};
 
@@ -54,7 +53,8 @@ impl Default for Thresholds {
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("the pool is saturated (saturation {saturation:.2}) and the request's priority {priority} is sheddable")]
 pub struct Shed {
-    pub priority: Priority,
+    /// The request's priority (`datastore::objectives::Priority`): below zero is sheddable.
+    pub priority: i32,
     pub saturation: f64,
 }
 
@@ -91,7 +91,7 @@ pub fn saturation<'a>(
 }
 
 /// Admits or sheds a request; `saturation` is evaluated only for sheddable requests.
-pub fn admit(priority: Priority, saturation: impl FnOnce() -> f64) -> Result<(), Shed> {
+pub fn admit(priority: i32, saturation: impl FnOnce() -> f64) -> Result<(), Shed> {
     if priority >= 0 {
         return Ok(());
     }

@@ -1,7 +1,7 @@
 use super::*;
 use std::collections::BTreeMap;
 
-const PROTO: &str = include_str!("../../../../proto/epp/peers/v1/replica_sharing.proto");
+const PROTO: &str = include_str!("../../../proto/epp/peers/v1/replica_sharing.proto");
 
 /// One field as the `.proto` declares it.
 #[derive(Debug)]
