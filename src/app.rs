@@ -644,6 +644,7 @@ async fn spawn_kubernetes(
         datastore: Arc::clone(datastore),
         metrics: Arc::clone(metrics),
         sync,
+        pool_labels: k8s::PoolLabels::default(),
     };
     tracker.spawn(k8s::run_endpoints(
         watching.clone(),

@@ -6,7 +6,9 @@
 
 use crate::kube_support;
 
-use epp::discovery::k8s::crd::{model, objective, pool, pool_v1alpha2, rewrite, validate};
+use epp::discovery::k8s::crd::{
+    model, objective, objective_v1, pool, pool_v1alpha2, rewrite, validate,
+};
 use harness::kube_apiserver::TestNamespace;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_support::*;
@@ -158,4 +160,105 @@ async fn an_inference_model_breaking_upstreams_rules_is_rejected_with_upstreams_
         message.contains(validate::MODEL_NAME_IMMUTABLE.message),
         "{message}"
     );
+}
+
+fn objective_obj(version: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": format!("inference.networking.x-k8s.io/{version}"), "kind": "InferenceObjective",
+        "metadata": {"name": name}, "spec": spec
+    })
+}
+
+/// InferenceObjective's v1 and v1alpha2 are both served, and an object written through either
+/// carries its `poolRefs` and `poolSelector` through the other (the storage version holds them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_pool_objective_is_stored_through_either_version_and_reads_back_through_both() {
+    let (_, ns) = setup("crds-objective").await;
+    let multi = json!({"priority": 4, "poolRefs": [{"name": "a"}, {"name": "b"}],
+                       "poolSelector": {"matchLabels": {"tier": "gold"}}});
+    try_create(&ns, &objective_obj("v1", "multi", multi))
+        .await
+        .unwrap();
+    let refs = json!({"poolRefs": [{"name": "c"}]});
+    try_create(&ns, &objective_obj("v1alpha2", "alpha-refs", refs))
+        .await
+        .unwrap();
+    let single = json!({"priority": 1, "poolRef": {"name": "a"}});
+    try_create(&ns, &objective_obj("v1alpha2", "single", single))
+        .await
+        .unwrap();
+
+    let alpha: Api<objective::InferenceObjective> = Api::namespaced(ns.client.clone(), &ns.name);
+    let v1: Api<objective_v1::InferenceObjective> = Api::namespaced(ns.client.clone(), &ns.name);
+    let names = |refs: &[epp::discovery::k8s::crd::common::PoolRef]| -> Vec<String> {
+        refs.iter().map(|r| r.name.clone()).collect()
+    };
+    let m = alpha.get("multi").await.unwrap();
+    assert_eq!(names(&m.spec.pool_refs), ["a", "b"]);
+    assert_eq!(m.spec.pool_selector.unwrap().match_labels["tier"], "gold");
+    let m = v1.get("multi").await.unwrap();
+    assert_eq!(
+        (m.spec.priority, names(&m.spec.pool_refs)),
+        (Some(4), vec!["a".to_owned(), "b".to_owned()])
+    );
+    assert_eq!(
+        names(&v1.get("alpha-refs").await.unwrap().spec.pool_refs),
+        ["c"]
+    );
+    let s = alpha.get("single").await.unwrap();
+    assert_eq!(s.spec.pool_ref.unwrap().name, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objective_breaking_upstreams_rules_is_rejected_with_upstreams_message() {
+    let (_, ns) = setup("crds-objective-bad").await;
+    let rejected = |version: &'static str, spec: Value| {
+        let obj = objective_obj(version, "bad", spec);
+        let ns = &ns;
+        async move { rejection(try_create(ns, &obj).await) }
+    };
+    for (version, spec, expected) in [
+        (
+            "v1",
+            json!({"priority": 1}),
+            validate::OBJECTIVE_REFS_OR_SELECTOR.message,
+        ),
+        (
+            "v1alpha2",
+            json!({"priority": 1}),
+            validate::OBJECTIVE_POOL_REQUIRED.message,
+        ),
+        (
+            "v1alpha2",
+            json!({"poolRef": {"name": "a"}, "poolRefs": [{"name": "b"}]}),
+            validate::OBJECTIVE_POOL_REF_ALONE.message,
+        ),
+        (
+            "v1alpha2",
+            json!({"poolRef": {"name": "a"}, "poolSelector": {"matchLabels": {"t": "g"}}}),
+            validate::OBJECTIVE_POOL_REF_ALONE.message,
+        ),
+        (
+            "v1",
+            json!({"poolSelector": {}}),
+            validate::POOL_SELECTOR_NOT_EMPTY.message,
+        ),
+        (
+            "v1",
+            json!({"poolRefs": [{"name": "a"}, {"name": "a"}]}),
+            "Duplicate value",
+        ),
+        (
+            "v1",
+            json!({"poolRefs": []}),
+            "should have at least 1 items",
+        ),
+    ] {
+        let (code, message) = rejected(version, spec.clone()).await;
+        assert_eq!(code, 422, "{version} {spec}: {message}");
+        assert!(message.contains(expected), "{version} {spec}: {message}");
+    }
+    let seventeen: Vec<_> = (0..17).map(|i| json!({"name": format!("p{i}")})).collect();
+    let (_, message) = rejected("v1", json!({"poolRefs": seventeen})).await;
+    assert!(message.contains("must have at most 16 items"), "{message}");
 }

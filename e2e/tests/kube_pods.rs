@@ -203,3 +203,104 @@ async fn sheddable_objectives_on_real_objects_are_shed_under_saturation() {
     epp.stop().await;
     pod.shutdown().await;
 }
+
+/// An llm-d v1.0 configuration that writes the resolved priority into the forwarded body.
+const PROPAGATE_PRIORITY: &str = "apiVersion: llm-d.ai/v1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\nrequestHandler:\n  propagatePriority: true\n";
+
+/// An InferencePool v1 `name` labelled `labels`, selecting the `app=vllm` pods on port 8000.
+fn labelled_pool(name: &str, labels: serde_json::Value) -> serde_json::Value {
+    let mut p = pool(&[8000]);
+    p["metadata"] = json!({"name": name, "labels": labels});
+    p
+}
+
+/// The priority epp at `grpc` gives a request naming `objective`, read from the body it forwards.
+async fn priority_of(grpc: std::net::SocketAddr, objective: &str) -> Option<i64> {
+    let header = [("x-gateway-inference-objective", objective)];
+    match send(grpc, "chat", &header).await {
+        Outcome::Routed { body, .. } => {
+            serde_json::from_slice::<serde_json::Value>(&body).ok()?["priority"].as_i64()
+        }
+        Outcome::Rejected { status } => panic!("{objective}: rejected with {status}"),
+    }
+}
+
+/// Waits (bounded) until epp gives each objective its expected priority.
+async fn wait_priorities(epp: &Epp, pool: &str, want: &[(&str, i64)]) {
+    let want: Vec<_> = want
+        .iter()
+        .map(|(o, p)| ((*o).to_owned(), Some(*p)))
+        .collect();
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let mut got = Vec::new();
+        for (objective, _) in &want {
+            got.push((objective.clone(), priority_of(epp.grpc, objective).await));
+        }
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pool}: priorities {got:?}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One objective naming two pools in `poolRefs` and one selecting both by label set the
+/// priority of requests at each pool's epp; objectives for other pools or labels do not, and a
+/// pool relabelled out of a selector loses that objective.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_pool_objectives_set_the_priority_of_requests_for_two_pools() {
+    let (server, ns) = setup("pods-multi-pool").await;
+    create(
+        &ns,
+        labelled_pool("pool-a", json!({"tier": "gold", "zone": "east"})),
+    )
+    .await;
+    create(
+        &ns,
+        labelled_pool("pool-b", json!({"tier": "gold", "zone": "west"})),
+    )
+    .await;
+    ready_pod(&ns, "a", "10.0.0.1").await;
+    let objective = |version: &str, name: &str, mut spec: serde_json::Value, priority: i64| {
+        spec["priority"] = json!(priority);
+        json!({
+            "apiVersion": format!("inference.networking.x-k8s.io/{version}"), "kind": "InferenceObjective",
+            "metadata": {"name": name}, "spec": spec
+        })
+    };
+    let both = json!({"poolRefs": [{"name": "pool-a"}, {"name": "pool-b"}]});
+    create(&ns, objective("v1", "shared", both, 7)).await;
+    let gold = json!({"poolSelector": {"matchLabels": {"tier": "gold"}}});
+    // Positive priorities: the pod reports no metrics, so the pool counts as saturated and a
+    // negative priority would be shed.
+    create(&ns, objective("v1", "gold", gold, 3)).await;
+    let east = json!({"poolSelector": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["east"]}]}});
+    create(&ns, objective("v1alpha2", "east", east, 5)).await;
+    let elsewhere = json!({"poolRefs": [{"name": "pool-c"}]});
+    create(&ns, objective("v1", "elsewhere", elsewhere, 9)).await;
+
+    let args = |pool| ["--pool-name", pool, "--config-text", PROPAGATE_PRIORITY];
+    let a = epp_as_admin(server, &ns, &args("pool-a")).await;
+    let b = epp_as_admin(server, &ns, &args("pool-b")).await;
+    a.wait_endpoints(1, WITHIN).await;
+    b.wait_endpoints(1, WITHIN).await;
+    let at_a = [("shared", 7), ("gold", 3), ("east", 5), ("elsewhere", 0)];
+    wait_priorities(&a, "pool-a", &at_a).await;
+    let at_b = [("shared", 7), ("gold", 3), ("east", 0), ("elsewhere", 0)];
+    wait_priorities(&b, "pool-b", &at_b).await;
+
+    create(
+        &ns,
+        labelled_pool("pool-b", json!({"tier": "silver", "zone": "west"})),
+    )
+    .await;
+    let at_b = [("shared", 7), ("gold", 0), ("east", 0), ("elsewhere", 0)];
+    wait_priorities(&b, "pool-b", &at_b).await;
+    wait_priorities(&a, "pool-a", &at_a).await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -6,7 +6,8 @@
 //!   change (standalone mode takes the selector and ports from `--endpoint-selector` and
 //!   `--endpoint-target-ports` and watches only pods);
 //! - [`run_objectives`] watches InferenceObjectives, InferenceModels and InferenceModelRewrites
-//!   of the namespace and republishes the objective policies.
+//!   of the namespace and republishes the objective policies; it follows the pool's labels,
+//!   which `run_endpoints` publishes ([`PoolLabels`]), for objectives' `poolSelector`.
 //!
 //! kube's `watcher` lists, then watches from the list's resourceVersion, resumes after a broken
 //! connection, and re-lists after `410 Gone`; its `Init … InitDone` sequence is applied
@@ -44,6 +45,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 pub use sync::{SyncInputs, Synced};
+use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 
 pub const GROUP_V1: &str = "inference.networking.k8s.io";
@@ -243,26 +245,34 @@ fn map_event<K: Resource, V>(e: Event<K>, f: fn(K) -> V) -> Event<(String, V)> {
     }
 }
 
-fn v1_target(p: pool::InferencePool) -> PoolTarget {
+/// The pool as the watchers use it: its endpoints' selector and ports, and its own labels.
+type PoolSeen = (PoolTarget, Labels);
+
+type Labels = BTreeMap<String, String>;
+
+fn v1_target(p: pool::InferencePool) -> PoolSeen {
+    let labels = p.metadata.labels.unwrap_or_default();
     let ports = p
         .spec
         .target_ports
         .iter()
         .filter_map(|p| u16::try_from(p.number).ok())
         .collect();
-    PoolTarget {
+    let target = PoolTarget {
         selector: p.spec.selector.match_labels,
         ports,
-    }
+    };
+    (target, labels)
 }
 
-fn v1alpha2_target(p: pool_v1alpha2::InferencePool) -> PoolTarget {
-    PoolTarget {
+fn v1alpha2_target(p: pool_v1alpha2::InferencePool) -> PoolSeen {
+    let target = PoolTarget {
         selector: p.spec.selector,
         ports: u16::try_from(p.spec.target_port_number)
             .into_iter()
             .collect(),
-    }
+    };
+    (target, p.metadata.labels.unwrap_or_default())
 }
 
 fn pool_stream(
@@ -270,7 +280,7 @@ fn pool_stream(
     namespace: &str,
     source: &PoolSource,
     metrics: &Arc<Metrics>,
-) -> Named<PoolTarget> {
+) -> Named<PoolSeen> {
     match source {
         PoolSource::Pool { name, group } => {
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -302,6 +312,35 @@ pub struct Watching {
     pub datastore: Arc<Datastore>,
     pub metrics: Arc<Metrics>,
     pub sync: SyncInputs,
+    pub pool_labels: PoolLabels,
+}
+
+/// The InferencePool's labels as `run_endpoints` last saw them: `None` before the pool is
+/// listed, after it is deleted, and in standalone mode. `run_objectives` follows them.
+#[derive(Clone)]
+pub struct PoolLabels(Arc<channel::Sender<Option<Labels>>>);
+
+impl Default for PoolLabels {
+    fn default() -> Self {
+        Self(Arc::new(channel::Sender::new(None)))
+    }
+}
+
+impl PoolLabels {
+    /// Publishes `labels`; followers wake only when they differ from the last.
+    fn publish(&self, labels: Option<&Labels>) {
+        self.0.send_if_modified(|last| {
+            let changed = last.as_ref() != labels;
+            if changed {
+                *last = labels.cloned();
+            }
+            changed
+        });
+    }
+
+    fn follow(&self) -> channel::Receiver<Option<Labels>> {
+        self.0.subscribe()
+    }
 }
 
 /// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change
@@ -313,6 +352,7 @@ pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: Cancellati
         datastore,
         metrics,
         sync,
+        pool_labels,
     } = w;
     let pod_config = match &source {
         PoolSource::Selector(t) => watcher::Config::default().labels(
@@ -331,7 +371,7 @@ pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: Cancellati
     );
     let mut pools = pool_stream(&client, &namespace, &source, &metrics);
     let (mut pod_mirror, mut pool_mirror) =
-        (Mirror::<Pod>::default(), Mirror::<PoolTarget>::default());
+        (Mirror::<Pod>::default(), Mirror::<PoolSeen>::default());
     let mut report = Reporter::new(Arc::clone(&metrics), Some(sync.clone()));
     loop {
         let changed = tokio::select! {
@@ -342,10 +382,14 @@ pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: Cancellati
         if !changed {
             continue;
         }
-        let target = match &source {
-            PoolSource::Selector(t) => Some(t),
-            PoolSource::Pool { name, .. } => pool_mirror.items.get(name),
+        let (target, labels) = match &source {
+            PoolSource::Selector(t) => (Some(t), None),
+            PoolSource::Pool { name, .. } => {
+                let seen = pool_mirror.items.get(name);
+                (seen.map(|(t, _)| t), seen.map(|(_, l)| l))
+            }
         };
+        pool_labels.publish(labels);
         let endpoints = target
             .map(|t| pods::endpoints(t, pod_mirror.items.values()))
             .unwrap_or_default();
@@ -356,7 +400,7 @@ pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: Cancellati
 }
 
 /// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
-/// restricts them to those referencing the pool.
+/// restricts them to those targeting the pool (by name, or by its labels).
 pub async fn run_objectives(w: Watching, pool: Option<String>, shutdown: CancellationToken) {
     let Watching {
         client,
@@ -364,7 +408,10 @@ pub async fn run_objectives(w: Watching, pool: Option<String>, shutdown: Cancell
         datastore,
         metrics,
         sync,
+        pool_labels,
     } = w;
+    let mut labels = pool_labels.follow();
+    let mut ours = pool.map(|name| objectives::OurPool { name, labels: None });
     let cfg = watcher::Config::default;
     let mut objectives = watch_checked(
         Api::<InferenceObjective>::namespaced(client.clone(), &namespace),
@@ -392,14 +439,38 @@ pub async fn run_objectives(w: Watching, pool: Option<String>, shutdown: Cancell
             Some(e) = objectives.next() => e.map(|e| om.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferenceobjectives, &e); false }),
             Some(e) = models.next() => e.map(|e| mm.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferencemodels, &e); false }),
             Some(e) = rewrites.next() => e.map(|e| rm.apply(e)).unwrap_or_else(|e| { report.watch_failed(KubeResource::inferencemodelrewrites, &e); false }),
+            Ok(()) = labels.changed() => ours.as_mut().is_some_and(|p| {
+                p.labels = labels.borrow_and_update().clone();
+                true
+            }),
         };
         if changed {
             datastore.set_objectives(objectives::build(
-                pool.as_deref(),
+                ours.as_ref(),
                 om.items.values(),
                 mm.items.values(),
                 rm.items.values(),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_labels_wake_followers_only_when_they_change() {
+        let labels = PoolLabels::default();
+        let mut follower = labels.follow();
+        let gold: Labels = [("tier".to_owned(), "gold".to_owned())].into();
+        labels.publish(Some(&gold));
+        assert!(follower.has_changed().unwrap());
+        assert_eq!(*follower.borrow_and_update(), Some(gold.clone()));
+        labels.publish(Some(&gold));
+        assert!(!follower.has_changed().unwrap(), "the same labels again");
+        labels.publish(None);
+        assert!(follower.has_changed().unwrap(), "the pool is gone");
+        assert_eq!(*follower.borrow_and_update(), None);
     }
 }

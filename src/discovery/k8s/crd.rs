@@ -3,11 +3,12 @@
 //! Kubernetes discovery reads these objects; `config/crd/*.yaml` is generated from these types
 //! by `hack/gen-crds.sh`, and a test fails when the committed YAML and the types disagree, so
 //! the schema users install is the one epp decodes. Field names, enums and ranges follow upstream
-//! (`api/v1/inferencepool_types.go`, `apix/v1alpha2/*`).
+//! (`api/v1/inferencepool_types.go`, `apix/v1alpha2/*`, llm-d-router's `apix/v1/*`).
 
 pub mod common;
 pub mod model;
 pub mod objective;
+pub mod objective_v1;
 pub mod pool;
 pub mod pool_v1alpha2;
 pub mod rewrite;
@@ -22,7 +23,7 @@ pub fn definitions() -> Vec<(String, CustomResourceDefinition)> {
         pool::InferencePool::crd(),
         pool_v1alpha2::InferencePool::crd(),
         model::InferenceModel::crd(),
-        objective::InferenceObjective::crd(),
+        objectives(),
         rewrite::InferenceModelRewrite::crd(),
     ];
     crds.into_iter()
@@ -32,6 +33,19 @@ pub fn definitions() -> Vec<(String, CustomResourceDefinition)> {
             (file, crd)
         })
         .collect()
+}
+
+/// InferenceObjective's CRD: v1alpha2 (storage) and v1, served together. Their schemas hold the
+/// same targeting fields, so the API server's default `None` conversion (a relabelling) loses
+/// nothing either way.
+fn objectives() -> CustomResourceDefinition {
+    let mut crd = objective::InferenceObjective::crd();
+    let v1 = objective_v1::InferenceObjective::crd().spec.versions;
+    crd.spec.versions.extend(v1.into_iter().map(|mut v| {
+        v.storage = false;
+        v
+    }));
+    crd
 }
 
 /// The annotation a real API server requires of CRDs in protected groups (`*.k8s.io`, but not

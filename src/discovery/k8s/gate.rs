@@ -80,7 +80,7 @@ impl<K: Validate + Resource + Clone> Gate<K> {
 
     fn reject(&self, obj: &K, rule: &Rule) {
         let ns = obj.namespace().unwrap_or_default();
-        tracing::warn!(kind = ?self.kind, namespace = %ns, name = %obj.name_any(), rule = rule.rule, "ignoring an object that breaks its CRD's validation rule: {}", rule.message);
+        tracing::warn!(kind = ?self.kind, namespace = %ns, name = %obj.name_any(), field = rule.field, rule = rule.rule, "ignoring an object that breaks its CRD's validation rule: {}: {}", rule.field, rule.message);
         self.metrics
             .crd_validation_failures
             .get_or_create(&CrdRuleLabels {

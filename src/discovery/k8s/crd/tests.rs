@@ -44,6 +44,13 @@ fn upstream_examples_decode() {
     let obj: objective::InferenceObjective =
         serde_norway::from_str("apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceObjective\nmetadata: {name: o}\nspec: {priority: -1, poolRef: {name: pool}}\n").unwrap();
     assert_eq!(obj.spec.priority, Some(-1));
+    let multi: objective_v1::InferenceObjective = serde_norway::from_str(
+        "apiVersion: inference.networking.x-k8s.io/v1\nkind: InferenceObjective\nmetadata: {name: o}\nspec:\n  priority: 10\n  poolRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: a}, {name: b}]\n  poolSelector:\n    matchLabels: {tier: gold}\n    matchExpressions: [{key: zone, operator: In, values: [x, y]}]\n",
+    )
+    .unwrap();
+    assert_eq!(multi.spec.pool_refs.len(), 2);
+    let selector = multi.spec.pool_selector.unwrap();
+    assert_eq!(selector.match_expressions[0].values, ["x", "y"]);
     let rw: rewrite::InferenceModelRewrite = serde_norway::from_str(
         "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceModelRewrite\nmetadata: {name: r}\nspec:\n  poolRef: {group: inference.networking.k8s.io, kind: InferencePool, name: pool}\n  rules:\n  - matches: [{model: {type: Exact, value: food-review}}]\n    targets: [{modelRewrite: food-review-v1, weight: 90}, {modelRewrite: food-review-v2, weight: 10}]\n",
     )
@@ -93,4 +100,61 @@ fn generated_schemas_carry_the_cel_rules() {
     );
     assert!(yaml["inference.networking.k8s.io_inferencepools.yaml"]
         .contains("x-kubernetes-validations:\n"));
+}
+
+/// InferenceObjective serves v1alpha2 (stored) and v1, both with the multi-pool fields and
+/// upstream's rules: one targeting per object, at most 16 pool references unique by name, and a
+/// selector replaced whole and never empty.
+#[test]
+fn the_objective_crd_serves_v1alpha2_and_v1_with_the_multi_pool_fields() {
+    use validate::*;
+    let (_, crd) = definitions()
+        .into_iter()
+        .find(|(f, _)| f == "inference.networking.x-k8s.io_inferenceobjectives.yaml")
+        .unwrap();
+    let crd = serde_json::to_value(&crd).unwrap();
+    let versions = crd["spec"]["versions"].as_array().unwrap();
+    let names: Vec<_> = versions
+        .iter()
+        .map(|v| (v["name"].clone(), v["served"].clone(), v["storage"].clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("v1alpha2".into(), true.into(), true.into()),
+            ("v1".into(), true.into(), false.into())
+        ]
+    );
+    let rules = |v: &serde_json::Value| -> Vec<String> {
+        v["x-kubernetes-validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["rule"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let spec = |v: &serde_json::Value| v["schema"]["openAPIV3Schema"]["properties"]["spec"].clone();
+    let (alpha, v1) = (spec(&versions[0]), spec(&versions[1]));
+    assert_eq!(
+        rules(&alpha),
+        [OBJECTIVE_POOL_REQUIRED.rule, OBJECTIVE_POOL_REF_ALONE.rule]
+    );
+    assert_eq!(rules(&v1), [OBJECTIVE_REFS_OR_SELECTOR.rule]);
+    assert!(alpha.get("required").is_none(), "poolRef is optional now");
+    assert!(v1["properties"].get("poolRef").is_none());
+    for s in [&alpha, &v1] {
+        let refs = &s["properties"]["poolRefs"];
+        assert_eq!(
+            (refs["minItems"].as_u64(), refs["maxItems"].as_u64()),
+            (Some(1), Some(16))
+        );
+        assert_eq!(refs["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            refs["x-kubernetes-list-map-keys"],
+            serde_json::json!(["name"])
+        );
+        let selector = &s["properties"]["poolSelector"];
+        assert_eq!(rules(selector), [POOL_SELECTOR_NOT_EMPTY.rule]);
+        assert_eq!(selector["x-kubernetes-map-type"], "atomic");
+    }
 }
