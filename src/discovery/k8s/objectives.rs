@@ -10,7 +10,7 @@ use crate::datastore::objectives::{ModelPolicy, Objectives, RewriteRule, Weighte
 use kube::ResourceExt;
 
 /// The pool objects must reference; `None` (standalone mode) accepts every object.
-pub type PoolName<'a> = Option<&'a str>;
+pub(crate) type PoolName<'a> = Option<&'a str>;
 
 fn ours(pool: PoolName<'_>, r: &PoolRef) -> bool {
     pool.is_none_or(|p| p == r.name)
@@ -31,7 +31,7 @@ fn by_age<K: kube::Resource>(items: &mut [&K]) {
 }
 
 /// Criticality as a priority: Sheddable is below zero (shed under saturation), Critical above.
-pub fn criticality_priority(c: Option<Criticality>) -> i32 {
+pub(crate) fn criticality_priority(c: Option<Criticality>) -> i32 {
     match c.unwrap_or_default() {
         Criticality::Critical => 1,
         Criticality::Standard => 0,
@@ -43,7 +43,7 @@ fn weight(w: Option<i32>) -> u32 {
     w.map_or(0, |w| u32::try_from(w).unwrap_or(0))
 }
 
-pub fn build<'a>(
+pub(crate) fn build<'a>(
     pool: PoolName<'_>,
     objectives: impl IntoIterator<Item = &'a InferenceObjective>,
     models: impl IntoIterator<Item = &'a InferenceModel>,
