@@ -4,7 +4,7 @@
 //! `--metrics-endpoint-auth` every path is served only to callers the API server authenticates
 //! and authorizes ([`auth`]).
 
-pub mod auth;
+pub(crate) mod auth;
 
 use crate::datastore::Datastore;
 use crate::director::LiveConfig;
@@ -23,26 +23,26 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// What the metrics port serves.
-pub struct AdminState {
-    pub registry: Registry,
-    pub datastore: Arc<Datastore>,
+pub(crate) struct AdminState {
+    pub(crate) registry: Registry,
+    pub(crate) datastore: Arc<Datastore>,
     /// The configuration in force (its text is shown).
-    pub config: Arc<LiveConfig>,
+    pub(crate) config: Arc<LiveConfig>,
     /// The prefix indexes (their sizes are shown).
-    pub indexes: Arc<Indexes>,
+    pub(crate) indexes: Arc<Indexes>,
     /// The pool's name, as the metrics label it.
-    pub pool_name: String,
+    pub(crate) pool_name: String,
     /// Where the active configuration came from (`--config-file <path>`, `--config-text`, or
     /// the built-in default).
-    pub config_origin: String,
+    pub(crate) config_origin: String,
     /// Metrics older than this are reported stale (`--metrics-staleness-threshold`).
-    pub staleness: Duration,
+    pub(crate) staleness: Duration,
     /// TokenReview + SubjectAccessReview in front of every path (`--metrics-endpoint-auth`).
-    pub auth: Option<auth::MetricsAuth>,
+    pub(crate) auth: Option<auth::MetricsAuth>,
 }
 
 /// Serves the metrics port on `listener` until `shutdown`; connections run on `tracker`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
     tracker: TaskTracker,
@@ -128,7 +128,7 @@ fn handle(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> 
 
 /// The picker's current view, for operators: every endpoint with its scraped metrics and their
 /// age, in-flight counts, the prefix index sizes and the active configuration.
-pub fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
+pub(crate) fn debug_snapshot(state: &AdminState, now: Instant) -> serde_json::Value {
     let snapshot = state.datastore.snapshot();
     let endpoints: Vec<serde_json::Value> = snapshot
         .iter()
@@ -190,19 +190,19 @@ fn endpoint_json(
 }
 
 /// The pool gauges and what they are computed from.
-pub struct PoolGauges {
-    pub metrics: Arc<Metrics>,
-    pub datastore: Arc<Datastore>,
+pub(crate) struct PoolGauges {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) datastore: Arc<Datastore>,
     /// The approximate index's size is a gauge.
-    pub indexes: Arc<Indexes>,
-    pub pool: String,
+    pub(crate) indexes: Arc<Indexes>,
+    pub(crate) pool: String,
     /// Endpoints whose metrics are older count as stale.
-    pub staleness: Duration,
+    pub(crate) staleness: Duration,
 }
 
 impl PoolGauges {
     /// Refreshes the pool gauges every `every` until `shutdown`.
-    pub async fn run(self, every: Duration, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, every: Duration, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {

@@ -11,9 +11,9 @@
 //! ([`Thresholds::from_params`], decoded by `crate::config`), with upstream's names, defaults
 //! and checks.
 
-pub mod concurrency;
+pub(crate) mod concurrency;
 mod params;
-pub mod probabilistic;
+pub(crate) mod probabilistic;
 pub use params::UtilizationParams;
 
 use crate::endpoint::EndpointMetrics;
@@ -23,19 +23,19 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {
     /// `queueDepthThreshold`.
-    pub queue_depth: f64,
+    pub(crate) queue_depth: f64,
     /// `kvCacheUtilThreshold`, in (0, 1].
-    pub kv_cache_util: f64,
+    pub(crate) kv_cache_util: f64,
     /// `metricsStalenessThreshold`: metrics older than this count as saturated. Unset, epp uses
     /// `--metrics-staleness-threshold` (one staleness for the scheduler, the gauges and
     /// admission) where upstream's detector uses 200 ms.
-    pub staleness: Option<Duration>,
+    pub(crate) staleness: Option<Duration>,
     /// `headroom`: upstream applies it only when the detector also runs as a filter, which
     /// epp does not; accepted and checked so upstream configurations load unchanged.
-    pub headroom: f64,
+    pub(crate) headroom: f64,
     /// The `concurrency-detector`, when `saturationDetector.pluginRef` names one: saturation is
     /// then epp's own in-flight load ([`concurrency::Concurrency::saturation`]).
-    pub concurrency: Option<concurrency::Concurrency>,
+    pub(crate) concurrency: Option<concurrency::Concurrency>,
 }
 
 impl Default for Thresholds {
@@ -54,12 +54,12 @@ impl Default for Thresholds {
 #[error("the pool is saturated (saturation {saturation:.2}) and the request's priority {priority} is sheddable")]
 pub struct Shed {
     /// The request's priority (`datastore::objectives::Priority`): below zero is sheddable.
-    pub priority: i32,
-    pub saturation: f64,
+    pub(crate) priority: i32,
+    pub(crate) saturation: f64,
 }
 
 /// One endpoint's saturation; `staleness` applies when the thresholds set none.
-pub fn endpoint_saturation(
+pub(crate) fn endpoint_saturation(
     metrics: Option<&EndpointMetrics>,
     now: Instant,
     t: &Thresholds,
@@ -74,7 +74,7 @@ pub fn endpoint_saturation(
 }
 
 /// The pool's saturation over `endpoints`.
-pub fn saturation<'a>(
+pub(crate) fn saturation<'a>(
     endpoints: impl ExactSizeIterator<Item = Option<&'a EndpointMetrics>>,
     now: Instant,
     t: &Thresholds,
@@ -91,7 +91,7 @@ pub fn saturation<'a>(
 }
 
 /// Admits or sheds a request; `saturation` is evaluated only for sheddable requests.
-pub fn admit(priority: i32, saturation: impl FnOnce() -> f64) -> Result<(), Shed> {
+pub(crate) fn admit(priority: i32, saturation: impl FnOnce() -> f64) -> Result<(), Shed> {
     if priority >= 0 {
         return Ok(());
     }

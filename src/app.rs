@@ -115,7 +115,7 @@ pub async fn run_with_drain(
 /// epp wired: everything a start-up can refuse is built and checked here (flags, the
 /// configuration, endpoint sources, certificates, peer credentials, telemetry), so `serve`
 /// only starts what was built. No part is attached after construction.
-pub struct App {
+pub(crate) struct App {
     opts: Options,
     listeners: Listeners,
     telemetry: crate::telemetry::Telemetry,
@@ -129,7 +129,7 @@ pub struct App {
 
 impl App {
     /// Decodes and checks the flags and the configuration, and builds what epp is made of.
-    pub fn build(mut opts: Options, mut listeners: Listeners) -> anyhow::Result<Self> {
+    pub(crate) fn build(mut opts: Options, mut listeners: Listeners) -> anyhow::Result<Self> {
         opts.validate()?;
         let configured = initial_config(&opts)?;
         opts.config_discovery = configured.startup.file_discovery.clone();
@@ -178,7 +178,7 @@ impl App {
 
     /// Starts every task and server and runs until `shutdown` is cancelled (or `drain` and its
     /// timeout have passed) or a server fails; then stops them all.
-    pub async fn serve(
+    pub(crate) async fn serve(
         mut self,
         drain: CancellationToken,
         shutdown: CancellationToken,

@@ -13,7 +13,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 
 /// The system's monotonic clock.
 #[derive(Debug, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {

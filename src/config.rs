@@ -20,7 +20,7 @@ mod multicluster;
 pub mod plugin;
 mod problem;
 pub mod tool;
-pub(crate) mod usage_limit;
+pub mod usage_limit;
 mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
 pub use datalayer::{FileDiscovery, MetricsSettings};
@@ -29,20 +29,20 @@ pub use document::{
     CrossReplica, DataLayer, DataSourceSpec, Discovery, EndpointPickerConfig, FlowControlSpec,
     PluginRef, PluginSpec, PriorityBandSpec, ProfilePluginRef, ProfileSpec, RequestHandler,
 };
-pub use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
-pub use multicluster::{
+pub(crate) use flow::{BandPolicy, Fairness, FlowSettings, Las, QueueOrder};
+pub(crate) use multicluster::{
     ClusterExtractor, ClusterMetrics, ClusterSource, MetricSpec, Scheme, MAX_ANSWER_BYTES,
 };
 pub use problem::{ConfigError, Problem};
-pub use usage_limit::UsageLimit;
+pub(crate) use usage_limit::UsageLimit;
 
 /// llm-d v1.0's configuration API (`apix/config/v1`).
-pub const API_VERSION_V1: &str = "llm-d.ai/v1";
+pub(crate) const API_VERSION_V1: &str = "llm-d.ai/v1";
 /// llm-d-router v0.10's API group (the one its charts render).
-pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
+pub(crate) const API_VERSION: &str = "llm-d.ai/v1alpha1";
 /// GIE v1.5's API group, still accepted by llm-d-router v0.10 (deprecated there).
-pub const API_VERSION_GIE: &str = "inference.networking.x-k8s.io/v1alpha1";
-pub const KIND: &str = "EndpointPickerConfig";
+pub(crate) const API_VERSION_GIE: &str = "inference.networking.x-k8s.io/v1alpha1";
+pub(crate) const KIND: &str = "EndpointPickerConfig";
 
 /// How a configuration is loaded: what the command line allows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,11 +53,11 @@ pub struct LoadOptions {
 
 /// The feature gates of `featureGates` (`name` or `name=true|false`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FeatureGates {
+pub(crate) struct FeatureGates {
     /// `flowControl` (default off): requests wait in epp while the pool is saturated.
-    pub flow_control: bool,
+    pub(crate) flow_control: bool,
     /// `haPopulateNonLeaderDatastore` (default on upstream): epp's replicas always watch.
-    pub ha_populate_non_leader_datastore: bool,
+    pub(crate) ha_populate_non_leader_datastore: bool,
 }
 
 impl Default for FeatureGates {
@@ -73,7 +73,7 @@ impl FeatureGates {
     /// Parses the `featureGates` list. GIE v1.5's gates that llm-d-router removed
     /// (`dataLayer`, `enableLegacyMetrics`, `prepareDataPlugins`) are accepted and change
     /// nothing: epp always has a data layer and emits both metric name sets.
-    pub fn parse(list: &[String]) -> Result<Self, Vec<Problem>> {
+    pub(crate) fn parse(list: &[String]) -> Result<Self, Vec<Problem>> {
         let mut gates = Self::default();
         let mut problems = Vec::new();
         for (i, entry) in list.iter().enumerate() {
@@ -146,7 +146,8 @@ schedulingProfiles:
 ";
 
 /// Parses the YAML text and checks the structure that needs no plugin knowledge.
-pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
+#[cfg(test)]
+pub(crate) fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
     let doc = parse_document(text)?;
     let problems = check(&doc);
     if problems.is_empty() {
@@ -157,14 +158,14 @@ pub fn parse(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
 }
 
 /// Decodes the YAML strictly, without the structural checks.
-pub fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
+pub(crate) fn parse_document(text: &str) -> Result<EndpointPickerConfig, ConfigError> {
     serde_norway::from_str(text)
         .map_err(|e| ConfigError::from(vec![Problem::Syntax(e.to_string())]))
 }
 
 /// The structural problems of a decoded document (apiVersion, kind, names, references, feature
 /// gates). Plugin types and parameters are checked where plugins are decoded ([`plugin`]).
-pub fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
+pub(crate) fn check(doc: &EndpointPickerConfig) -> Vec<Problem> {
     let mut problems = Vec::new();
     if ![API_VERSION_V1, API_VERSION, API_VERSION_GIE].contains(&doc.api_version.as_str()) {
         problems.push(Problem::ApiVersion(doc.api_version.clone()));
@@ -259,7 +260,7 @@ fn data_layer_refs(dl: &DataLayer) -> Vec<(String, &str, bool)> {
 
 /// The plugin's kind, or the problem with its `type:` (unknown, unsupported by epp, or alpha
 /// without `--allow-experimental-plugins`).
-pub fn check_type(spec: &PluginSpec, load: LoadOptions) -> Result<PluginKind, Problem> {
+pub(crate) fn check_type(spec: &PluginSpec, load: LoadOptions) -> Result<PluginKind, Problem> {
     let plugin = spec.name().to_owned();
     let Some(kind) = PluginKind::from_name(&spec.plugin_type) else {
         return Err(Problem::UnknownPluginType {

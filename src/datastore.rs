@@ -10,15 +10,17 @@
 //! (`latency`) and its outlier-detection / slow-start state (`ejection`), one small mutex per
 //! endpoint and no allocation per request.
 
-pub mod ejection;
-pub mod latency;
-pub mod objectives;
-pub mod ttft;
+pub(crate) mod ejection;
+pub(crate) mod latency;
+pub(crate) mod objectives;
+pub(crate) mod ttft;
 
 use crate::endpoint::{Endpoint, EndpointId, EndpointMetrics};
 use crate::metrics::{EndpointLabels, Metrics};
 use arc_swap::{ArcSwap, ArcSwapOption};
-use ejection::{Health, HealthPolicy, Mode, Signal, Transition};
+#[cfg(test)]
+use ejection::Mode;
+use ejection::{Health, HealthPolicy, Signal, Transition};
 use latency::Latency;
 use objectives::Objectives;
 use std::collections::HashMap;
@@ -32,7 +34,7 @@ use ttft::{Coefficients, Features, Learned, TtftModel};
 
 /// How a request reached (or failed to reach) its endpoint, as the gateway reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The gateway could not connect (Envoy's `upstream connect error ...` local reply, `UF`).
     Connect,
     /// The stream was reset after dispatch and before any response header.
@@ -41,21 +43,21 @@ pub enum Failure {
 
 /// What the response phase saw of one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// `:status` of the response headers, when they came.
-    pub status: Option<u16>,
-    pub failure: Option<Failure>,
+    pub(crate) status: Option<u16>,
+    pub(crate) failure: Option<Failure>,
     /// Dispatch to the first response body chunk.
-    pub ttft: Option<Duration>,
+    pub(crate) ttft: Option<Duration>,
     /// Time per output token after the first, when the token count is known.
-    pub tpot: Option<Duration>,
+    pub(crate) tpot: Option<Duration>,
 }
 
 impl Observation {
     /// How the outcome counts for passive health. A 4xx is the client's fault and counts as the
     /// endpoint working; so do 501 and 505, which say the request asked for something the
     /// server does not do. Every other 5xx counts against the endpoint.
-    pub fn signal(&self) -> Option<Signal> {
+    pub(crate) fn signal(&self) -> Option<Signal> {
         if self.failure.is_some() {
             return Some(Signal::RequestLocal);
         }
@@ -77,7 +79,7 @@ struct Passive {
 /// Live state of one endpoint.
 #[derive(Debug)]
 pub struct EndpointState {
-    pub endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     metrics: ArcSwapOption<EndpointMetrics>,
     inflight: AtomicU32,
     dispatched_since_scrape: AtomicU32,
@@ -118,7 +120,7 @@ impl EndpointState {
 
     /// Whether outlier detection lets this endpoint be picked now (always, without it). An
     /// expired ejection becomes half-open here: one request at a time until one succeeds.
-    pub fn available(&self, policy: &HealthPolicy, now: Instant) -> bool {
+    pub(crate) fn available(&self, policy: &HealthPolicy, now: Instant) -> bool {
         policy
             .outlier
             .as_ref()
@@ -126,25 +128,31 @@ impl EndpointState {
     }
 
     /// Whether the endpoint is ejected or half-open (for gauges and logs).
-    pub fn ejected(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn ejected(&self) -> bool {
         self.passive().health.mode != Mode::Healthy
     }
 
     /// The slow-start share multiplier in `[min, 1]` (1 without slow start).
-    pub fn ramp(&self, policy: &HealthPolicy, now: Instant) -> f64 {
+    pub(crate) fn ramp(&self, policy: &HealthPolicy, now: Instant) -> f64 {
         policy.slow_start.as_ref().map_or(1.0, |s| {
             s.ramp(now.saturating_duration_since(self.passive().health.warm_since))
         })
     }
 
     /// Peak-EWMA TTFT and TPOT in seconds at `now`; `None` for what was never observed.
-    pub fn latency(&self, now: Instant) -> (Option<f64>, Option<f64>) {
+    pub(crate) fn latency(&self, now: Instant) -> (Option<f64>, Option<f64>) {
         let l = self.passive().latency;
         (l.ttft.value(now), l.tpot.value(now))
     }
 
     /// Records a finished (or failed) request.
-    pub fn record(&self, obs: &Observation, policy: &HealthPolicy, now: Instant) -> Transition {
+    pub(crate) fn record(
+        &self,
+        obs: &Observation,
+        policy: &HealthPolicy,
+        now: Instant,
+    ) -> Transition {
         let Some(signal) = obs.signal() else {
             return Transition::None;
         };
@@ -160,7 +168,7 @@ impl EndpointState {
     }
 
     /// Records an active health probe or metrics scrape.
-    pub fn record_probe(
+    pub(crate) fn record_probe(
         &self,
         who: ejection::Prober,
         ok: bool,
@@ -177,7 +185,7 @@ impl EndpointState {
         })
     }
 
-    pub fn id(&self) -> EndpointId {
+    pub(crate) fn id(&self) -> EndpointId {
         self.endpoint.id
     }
 
@@ -194,17 +202,17 @@ impl EndpointState {
     }
 
     /// Requests epp routed here that have not finished.
-    pub fn inflight(&self) -> u32 {
+    pub(crate) fn inflight(&self) -> u32 {
         self.inflight.load(Ordering::Relaxed)
     }
 
     /// Requests epp routed here since the last scrape.
-    pub fn dispatched_since_scrape(&self) -> u32 {
+    pub(crate) fn dispatched_since_scrape(&self) -> u32 {
         self.dispatched_since_scrape.load(Ordering::Relaxed)
     }
 
     /// Uncached prompt tokens and requests epp sent here that have no first token yet.
-    pub fn prefill_pending(&self) -> (u64, u32) {
+    pub(crate) fn prefill_pending(&self) -> (u64, u32) {
         (
             self.prefill_tokens.load(Ordering::Relaxed),
             self.prefill_requests.load(Ordering::Relaxed),
@@ -212,7 +220,7 @@ impl EndpointState {
     }
 
     /// Counts `tokens` of prefill work here until the guard is released (first token) or dropped.
-    pub fn start_prefill(self: &Arc<Self>, tokens: u64) -> PrefillGuard {
+    pub(crate) fn start_prefill(self: &Arc<Self>, tokens: u64) -> PrefillGuard {
         self.prefill_tokens.fetch_add(tokens, Ordering::Relaxed);
         self.prefill_requests.fetch_add(1, Ordering::Relaxed);
         PrefillGuard {
@@ -222,12 +230,18 @@ impl EndpointState {
     }
 
     /// The TTFT model learned so far (`None` before the first observation).
-    pub fn ttft_learned(&self) -> Option<Learned> {
+    pub(crate) fn ttft_learned(&self) -> Option<Learned> {
         self.ttft_learned.load().as_deref().copied()
     }
 
     /// Records a measured TTFT (seconds) of a request dispatched with `features`.
-    pub fn observe_ttft(&self, features: &Features, ttft: f64, prior: &Coefficients, now: Instant) {
+    pub(crate) fn observe_ttft(
+        &self,
+        features: &Features,
+        ttft: f64,
+        prior: &Coefficients,
+        now: Instant,
+    ) {
         let learned = self
             .ttft
             .lock()
@@ -238,7 +252,7 @@ impl EndpointState {
 
     /// Counts a request routed here at `now` (the decision's clock) until the returned guard
     /// drops.
-    pub fn acquire(self: &Arc<Self>, now: Instant) -> InflightGuard {
+    pub(crate) fn acquire(self: &Arc<Self>, now: Instant) -> InflightGuard {
         self.inflight.fetch_add(1, Ordering::Relaxed);
         self.dispatched_since_scrape.fetch_add(1, Ordering::Relaxed);
         self.passive().health.dispatched(now);
@@ -249,10 +263,10 @@ impl EndpointState {
 /// Holds one in-flight request against an endpoint; releases it on drop, whatever ends the
 /// stream (response complete, client gone, gateway reset).
 #[derive(Debug)]
-pub struct InflightGuard(Arc<EndpointState>);
+pub(crate) struct InflightGuard(Arc<EndpointState>);
 
 impl InflightGuard {
-    pub fn endpoint(&self) -> &EndpointState {
+    pub(crate) fn endpoint(&self) -> &EndpointState {
         &self.0
     }
 }
@@ -269,7 +283,7 @@ impl Drop for InflightGuard {
 /// One request's prefill work counted against its endpoint; released at its first token (or
 /// when the request ends without one).
 #[derive(Debug)]
-pub struct PrefillGuard {
+pub(crate) struct PrefillGuard {
     state: Arc<EndpointState>,
     tokens: u64,
 }
@@ -302,7 +316,7 @@ impl EndpointSet {
     pub fn get(&self, id: &EndpointId) -> Option<&Arc<EndpointState>> {
         self.by_id.get(id).map(|i| &self.list[*i])
     }
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
     pub fn is_empty(&self) -> bool {
@@ -328,7 +342,7 @@ impl Default for Datastore {
 }
 
 impl Datastore {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             set: ArcSwap::from_pointee(EndpointSet::default()),
             changed: watch::channel(0).0,
@@ -343,7 +357,7 @@ impl Datastore {
 
     /// Replaces the endpoint set (discovery is the only caller). Unchanged endpoints keep their
     /// state; an endpoint whose labels or weight changed keeps its metrics and counters too.
-    pub fn set_endpoints(&self, endpoints: Vec<Endpoint>) {
+    pub(crate) fn set_endpoints(&self, endpoints: Vec<Endpoint>) {
         let old = self.set.load();
         let mut list = Vec::with_capacity(endpoints.len());
         let mut by_id = HashMap::with_capacity(endpoints.len());
@@ -371,35 +385,35 @@ impl Datastore {
     }
 
     /// The objective policies requests are matched against.
-    pub fn objectives(&self) -> Arc<Objectives> {
+    pub(crate) fn objectives(&self) -> Arc<Objectives> {
         self.objectives.load_full()
     }
 
     /// Replaces the objective policies (Kubernetes discovery's objective watcher is the only
     /// caller).
-    pub fn set_objectives(&self, objectives: Objectives) {
+    pub(crate) fn set_objectives(&self, objectives: Objectives) {
         self.objectives.store(Arc::new(objectives));
     }
 
     /// The passive-health policy in force.
-    pub fn health_policy(&self) -> Arc<HealthPolicy> {
+    pub(crate) fn health_policy(&self) -> Arc<HealthPolicy> {
         self.health.load_full()
     }
 
     /// Replaces the passive-health policy (the director, on every configuration).
-    pub fn set_health_policy(&self, policy: HealthPolicy) {
+    pub(crate) fn set_health_policy(&self, policy: HealthPolicy) {
         self.health.store(Arc::new(policy));
     }
 
     /// A receiver that wakes whenever the endpoint set changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     /// Keeps one task per endpoint until `shutdown`: `start` is called for each endpoint that
     /// appears and spawns its task on `tracker`; the token it receives is cancelled when the
     /// endpoint leaves the set. Shared by the metric scrapers and the health probers.
-    pub async fn per_endpoint<F>(
+    pub(crate) async fn per_endpoint<F>(
         &self,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
@@ -449,7 +463,7 @@ fn carry_over(old: &EndpointState, endpoint: Endpoint) -> EndpointState {
 }
 
 /// Logs and counts a passive-health transition of `endpoint`.
-pub fn report(metrics: &Metrics, endpoint: &Endpoint, transition: Transition, cause: &str) {
+pub(crate) fn report(metrics: &Metrics, endpoint: &Endpoint, transition: Transition, cause: &str) {
     let labels = || EndpointLabels {
         endpoint: endpoint.id.to_string(),
     };

@@ -39,9 +39,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
-pub struct DirectorOptions {
+pub(crate) struct DirectorOptions {
     /// Metrics older than this make an endpoint a last resort.
-    pub staleness: Duration,
+    pub(crate) staleness: Duration,
     /// Honour the gateway's subset hint (`--disable-endpoint-subset-filter` turns it off).
     pub subset_filter: bool,
 }
@@ -50,21 +50,21 @@ pub struct DirectorOptions {
 #[derive(Clone)]
 pub struct Shared {
     pub datastore: Arc<Datastore>,
-    pub config: Arc<LiveConfig>,
+    pub(crate) config: Arc<LiveConfig>,
     pub indexes: Arc<Indexes>,
     pub metrics: Arc<Metrics>,
     /// Where speculative entries go besides this replica's own index: the other replicas
     /// (`--speculative-peers`, [`crate::replicas`]).
-    pub placements: Option<Arc<dyn PlacementSink>>,
+    pub(crate) placements: Option<Arc<dyn PlacementSink>>,
     /// The time the decision path reads (the system clock, or a simulation's).
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Shared {
     /// Fresh prefix indexes and a live configuration of `configured` over `datastore`, with the
     /// flow-control queue's limits, pool name and staleness. The one constructor: `app` builds
     /// through it, and so do the tests and benches (`crate::fixtures::graph`).
-    pub fn build(
+    pub(crate) fn build(
         datastore: Arc<Datastore>,
         configured: Configured,
         metrics: Arc<Metrics>,
@@ -98,7 +98,7 @@ pub struct Director {
 }
 
 impl Director {
-    pub fn new(shared: Shared, opts: DirectorOptions) -> Self {
+    pub(crate) fn new(shared: Shared, opts: DirectorOptions) -> Self {
         Self {
             datastore: shared.datastore,
             config: shared.config,
@@ -135,7 +135,7 @@ impl Director {
     /// whole chat template; `token-load-scorer` and `context-length-aware` count the whole
     /// prompt, as upstream, which always reads the whole body; `token-producer`'s render
     /// endpoint tokenizes the whole prompt).
-    pub fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
+    pub(crate) fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
         let runtime = self.config.load();
         if runtime.scheduler.reads_prompt_length() {
             return None;
@@ -152,7 +152,7 @@ impl Director {
     }
 
     /// The priority of a request for `model` under the named objective.
-    pub fn priority(&self, objective: Option<&str>, model: &str) -> Priority {
+    pub(crate) fn priority(&self, objective: Option<&str>, model: &str) -> Priority {
         self.datastore.objectives().priority(objective, model)
     }
 
@@ -161,7 +161,8 @@ impl Director {
     /// there (scrapes lag, and a queue released on stale figures would herd).
     /// With a disaggregating handler only the destinations count (the endpoints the decode
     /// profile keeps): a pool saturated in prefill but not in decode is not saturated.
-    pub fn pool_saturation(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn pool_saturation(&self) -> f64 {
         let (runtime, now) = (self.config.load(), self.clock.now());
         pool_saturation(&self.datastore, &runtime, self.opts.staleness, now)
     }

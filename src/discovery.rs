@@ -9,7 +9,7 @@
 
 pub mod file;
 pub mod k8s;
-pub mod multicluster;
+pub(crate) mod multicluster;
 
 use crate::datastore::Datastore;
 use crate::endpoint::{Endpoint, EndpointId, EngineType};
@@ -54,7 +54,7 @@ fn one() -> u32 {
 }
 
 /// Parses `ip:port,ip:port`.
-pub fn parse_flag(value: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
+pub(crate) fn parse_flag(value: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
     value
         .split(',')
         .map(str::trim)
@@ -95,7 +95,7 @@ pub fn parse_file(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
 
 /// Why an endpoints file gave no endpoints (the last good set stays).
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error(transparent)]
     Epp(#[from] DiscoveryError),
     #[error(transparent)]
@@ -106,7 +106,7 @@ pub enum ReadError {
 
 /// The format of an endpoints file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileFormat {
+pub(crate) enum FileFormat {
     /// `--static-endpoints-file`: epp's list ([`parse_file`]).
     Epp,
     /// llm-d-router's `file-discovery` ([`file::parse`]).
@@ -118,16 +118,16 @@ pub enum FileFormat {
 
 /// An endpoints file, its format, and whether it is followed after start-up.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EndpointsFile {
-    pub path: PathBuf,
-    pub format: FileFormat,
-    pub watch: bool,
+pub(crate) struct EndpointsFile {
+    pub(crate) path: PathBuf,
+    pub(crate) format: FileFormat,
+    pub(crate) watch: bool,
 }
 
 impl FileFormat {
     /// The endpoints of `text`; an llm-d file's skipped entries are logged (every time the
     /// file is read, so an edit that breaks one entry shows).
-    pub fn parse(self, text: &str) -> Result<Vec<Endpoint>, ReadError> {
+    pub(crate) fn parse(self, text: &str) -> Result<Vec<Endpoint>, ReadError> {
         match self {
             Self::Epp => Ok(parse_file(text)?),
             Self::LlmD | Self::Clusters => {
@@ -146,7 +146,7 @@ impl FileFormat {
 
 /// Publishes the flag endpoints, then follows the file (if any, and if followed) until
 /// `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     datastore: Arc<Datastore>,
     fixed: Vec<Endpoint>,
     file: Option<EndpointsFile>,

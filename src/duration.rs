@@ -11,12 +11,12 @@ use std::time::Duration;
 /// Why a duration text was refused; shown with the text itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DurationError {
-    pub text: String,
-    pub kind: DurationErrorKind,
+    pub(crate) text: String,
+    pub(crate) kind: DurationErrorKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DurationErrorKind {
+pub(crate) enum DurationErrorKind {
     Empty,
     Negative,
     /// A number without a unit (Go accepts a bare `0` only).
@@ -102,7 +102,7 @@ fn term(text: &str) -> Result<(f64, &str), DurationErrorKind> {
 }
 
 /// [`parse`], and a bare number (`5`, `0.25`) is seconds.
-pub fn parse_or_seconds(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_or_seconds(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
     match t.parse::<f64>() {
         Ok(secs) if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') => {
@@ -117,7 +117,7 @@ pub fn parse_or_seconds(text: &str) -> Result<Duration, DurationError> {
 
 /// Seconds given as a YAML/JSON number (upstream's number fields), refused when negative or not
 /// finite.
-pub fn from_seconds(secs: f64) -> Result<Duration, DurationError> {
+pub(crate) fn from_seconds(secs: f64) -> Result<Duration, DurationError> {
     Duration::try_from_secs_f64(secs).map_err(|_| DurationError {
         text: secs.to_string(),
         kind: if secs < 0.0 {
@@ -129,7 +129,7 @@ pub fn from_seconds(secs: f64) -> Result<Duration, DurationError> {
 }
 
 /// A serde field holding a Go duration text or a number of seconds.
-pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum Raw {

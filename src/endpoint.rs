@@ -45,7 +45,7 @@ pub enum EngineType {
 
 impl EngineType {
     /// Parses the value of the `inference.networking.k8s.io/engine-type` label.
-    pub fn from_label(value: &str) -> Option<Self> {
+    pub(crate) fn from_label(value: &str) -> Option<Self> {
         match value {
             "vllm" => Some(Self::Vllm),
             "sglang" => Some(Self::Sglang),
@@ -56,7 +56,7 @@ impl EngineType {
     }
 
     /// Path of the Prometheus endpoint; trtllm-serve mounts it under `/prometheus`.
-    pub fn metrics_path(self) -> &'static str {
+    pub(crate) fn metrics_path(self) -> &'static str {
         match self {
             Self::TrtllmServe => "/prometheus/metrics",
             _ => "/metrics",
@@ -71,10 +71,10 @@ pub struct Endpoint {
     /// Human name for logs and metric labels: the pod name (with `-rank-N` for data-parallel
     /// ranks) or the address for static endpoints.
     pub name: String,
-    pub engine: EngineType,
+    pub(crate) engine: EngineType,
     pub labels: BTreeMap<String, String>,
     /// Relative capacity for weighted pickers; 1 unless configured.
-    pub weight: u32,
+    pub(crate) weight: u32,
     /// The pod-local data-parallel rank: the endpoint's position in the pool's `targetPorts`
     /// (upstream's `RankIndex`), 0 for a single-port pod or a static endpoint unless its file
     /// entry says `rank:`. vLLM offsets each rank's KV-event sockets by it, so subscribers do.
@@ -82,7 +82,7 @@ pub struct Endpoint {
     /// Where this endpoint's metrics are, `host:port`, when not at its own address: a cluster
     /// of a multi-cluster hub (`multicluster-file-discovery`) publishes its EPP's metrics apart
     /// from its gateway, and keeps the host name it was given, which its certificate names.
-    pub metrics_host: Option<String>,
+    pub(crate) metrics_host: Option<String>,
 }
 
 impl Endpoint {
@@ -103,16 +103,16 @@ impl Endpoint {
 /// LoRA adapter state from `vllm:lora_requests_info`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoraState {
-    pub running: Vec<String>,
-    pub waiting: Vec<String>,
-    pub max_loras: u32,
+    pub(crate) running: Vec<String>,
+    pub(crate) waiting: Vec<String>,
+    pub(crate) max_loras: u32,
 }
 
 impl LoraState {
-    pub fn is_active(&self, adapter: &str) -> bool {
+    pub(crate) fn is_active(&self, adapter: &str) -> bool {
         self.running.iter().any(|a| a == adapter)
     }
-    pub fn is_waiting(&self, adapter: &str) -> bool {
+    pub(crate) fn is_waiting(&self, adapter: &str) -> bool {
         self.waiting.iter().any(|a| a == adapter)
     }
 }
@@ -129,11 +129,11 @@ pub struct CacheInfo {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GpuMetrics {
     /// Mean `DCGM_FI_DEV_GPU_UTIL` as a fraction in 0..=1 (the exporter reports percent).
-    pub utilization: Option<f64>,
+    pub(crate) utilization: Option<f64>,
     /// Sum of `DCGM_FI_DEV_FB_USED` over the GPUs, MiB.
-    pub fb_used_mib: Option<f64>,
+    pub(crate) fb_used_mib: Option<f64>,
     /// Smallest `DCGM_FI_DEV_FB_FREE` over the GPUs, MiB: the headroom of the fullest GPU.
-    pub fb_free_mib: Option<f64>,
+    pub(crate) fb_free_mib: Option<f64>,
     /// How many GPUs reported.
     pub devices: u32,
 }
@@ -145,9 +145,9 @@ pub struct GpuMetrics {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PoolMetrics {
     /// The pool's average KV-cache utilization, a fraction in 0..=1.
-    pub kv_usage: Option<f64>,
+    pub(crate) kv_usage: Option<f64>,
     /// The pool's average waiting-queue size.
-    pub queue: Option<f64>,
+    pub(crate) queue: Option<f64>,
 }
 
 /// One successful scrape of an endpoint's metrics.
@@ -169,7 +169,7 @@ pub struct EndpointMetrics {
 }
 
 impl EndpointMetrics {
-    pub fn age(&self, now: Instant) -> Duration {
+    pub(crate) fn age(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.updated)
     }
 }

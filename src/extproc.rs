@@ -10,10 +10,10 @@
 //! With flow control, a stream whose decision is parked awaits its turn here before reading
 //! on; if the gateway drops the stream meanwhile, the wait is dropped and leaves the queue.
 
-pub mod grpc;
-pub mod render;
-pub mod status;
-pub mod stream;
+pub(crate) mod grpc;
+pub(crate) mod render;
+pub(crate) mod status;
+pub(crate) mod stream;
 pub mod wire;
 
 use crate::director::flowcontrol::FlowControl;
@@ -24,9 +24,9 @@ use stream::{Limits, Services, StreamMachine};
 use tonic::Status;
 
 /// The gRPC service name, also served by the health service.
-pub const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
+pub(crate) const SERVICE_NAME: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
 
-pub struct ExtProc {
+pub(crate) struct ExtProc {
     services: Arc<Services>,
     limits: Limits,
     /// `--flow-control`: every stream waits in the flow-control queue, whatever the
@@ -37,7 +37,7 @@ pub struct ExtProc {
 }
 
 impl ExtProc {
-    pub fn new(services: Services, limits: Limits) -> Self {
+    pub(crate) fn new(services: Services, limits: Limits) -> Self {
         Self {
             services: Arc::new(services),
             limits,
@@ -48,7 +48,7 @@ impl ExtProc {
 
     /// Sends the scheduler's score of every candidate in the routing metadata
     /// (`envoy.lb/x-gateway-destination-endpoint-scores`, upstream's `--emit-endpoint-scores`).
-    pub fn with_endpoint_scores(mut self, emit: bool) -> Self {
+    pub(crate) fn with_endpoint_scores(mut self, emit: bool) -> Self {
         self.emit_endpoint_scores = emit;
         self
     }
@@ -56,7 +56,7 @@ impl ExtProc {
     /// Routing decisions wait for their turn in the live configuration's flow-control queue
     /// always (`--flow-control`), not only while its `flowControl` gate is on (read per
     /// stream, so a reload turns it on or off).
-    pub fn with_flow_control_forced(mut self, forced: bool) -> Self {
+    pub(crate) fn with_flow_control_forced(mut self, forced: bool) -> Self {
         self.flow_forced = forced;
         self
     }
@@ -69,7 +69,7 @@ impl ExtProc {
     }
 
     /// The gRPC service, accepting buffered bodies up to the body limit.
-    pub fn into_server(self) -> grpc::ExtProcServer {
+    pub(crate) fn into_server(self) -> grpc::ExtProcServer {
         let max = self.limits.max_body_bytes.saturating_add(1 << 20);
         grpc::ExtProcServer::new(self, max)
     }

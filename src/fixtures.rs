@@ -4,6 +4,10 @@
 //! Compiled for this crate's own tests and, for other crates, behind the `test-util` feature
 //! (a dev-dependency: `epp = { path = "..", features = ["test-util"] }`); never part of the
 //! production library.
+#![allow(
+    dead_code,
+    reason = "fixtures this crate's own tests use and the crates testing it from outside do not"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +67,7 @@ impl MetricsBuilder {
         self
     }
 
-    pub fn lora(mut self, lora: LoraState) -> Self {
+    pub(crate) fn lora(mut self, lora: LoraState) -> Self {
         self.lora = Some(lora);
         self
     }
@@ -77,13 +81,13 @@ impl MetricsBuilder {
         self
     }
 
-    pub fn gpu(mut self, gpu: GpuMetrics) -> Self {
+    pub(crate) fn gpu(mut self, gpu: GpuMetrics) -> Self {
         self.gpu = Some(gpu);
         self
     }
 
     /// A cluster's pool aggregates (a multi-cluster hub's endpoint).
-    pub fn pool(mut self, kv_usage: Option<f64>, queue: Option<f64>) -> Self {
+    pub(crate) fn pool(mut self, kv_usage: Option<f64>, queue: Option<f64>) -> Self {
         self.pool = Some(PoolMetrics { kv_usage, queue });
         self
     }
@@ -95,7 +99,7 @@ impl MetricsBuilder {
     }
 
     /// The scrape completed `age` before [`build`](Self::build) runs.
-    pub fn age(mut self, age: Duration) -> Self {
+    pub(crate) fn age(mut self, age: Duration) -> Self {
         self.updated = Some(Updated::Ago(age));
         self
     }
@@ -148,7 +152,7 @@ pub struct Graph {
     pub datastore: Arc<Datastore>,
     pub metrics: Arc<Metrics>,
     /// Where `metrics` are registered (what `/metrics` would serve).
-    pub registry: Registry,
+    pub(crate) registry: Registry,
 }
 
 /// A graph of `config` (an EndpointPickerConfig), with no endpoints, metrics counted stale
@@ -166,7 +170,7 @@ pub fn graph(config: &str) -> GraphBuilder {
 
 impl GraphBuilder {
     /// One endpoint per port, at `127.0.0.1:<port>`.
-    pub fn ports(mut self, ports: &[u16]) -> Self {
+    pub(crate) fn ports(mut self, ports: &[u16]) -> Self {
         let at = |p: &u16| EndpointId(std::net::SocketAddr::from(([127, 0, 0, 1], *p)));
         self.endpoints = ports.iter().map(|p| Endpoint::from_id(at(p))).collect();
         self
@@ -184,7 +188,7 @@ impl GraphBuilder {
     }
 
     /// `--allow-experimental-plugins` (alpha plugins such as `session-affinity-scorer`).
-    pub fn experimental(mut self) -> Self {
+    pub(crate) fn experimental(mut self) -> Self {
         self.load.allow_experimental = true;
         self
     }
@@ -246,7 +250,7 @@ impl GraphBuilder {
 
 impl Graph {
     /// The ext_proc streams' services over this graph, as `app` hands them to its server.
-    pub fn services(&self) -> Arc<Services> {
+    pub(crate) fn services(&self) -> Arc<Services> {
         Arc::new(Services::new(&self.shared, Arc::clone(&self.director)))
     }
 }

@@ -16,7 +16,7 @@ use crate::request::{self, scan::Scanner, ApiKind};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-pub mod extproc_input;
+pub(crate) mod extproc_input;
 
 /// A target: the name of its cargo-fuzz binary and corpus directory, and its body.
 pub type Target = (&'static str, fn(&[u8]));

@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Handshakes in progress at once.
-pub const HANDSHAKES: usize = 64;
+pub(crate) const HANDSHAKES: usize = 64;
 
 /// The connections of `listener` that finish a handshake with `acceptor` within `timeout`
 /// (TCP_NODELAY set), until `shutdown`; `refused(peer, why)` hears of every other one.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     timeout: Duration,

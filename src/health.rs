@@ -18,13 +18,13 @@ const READINESS_NAMES: &[&str] = &[
 
 /// The write side of the health service.
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     reporter: HealthReporter,
 }
 
 impl Health {
     /// Creates the reporter and the service to mount. Starts live and not ready.
-    pub async fn new() -> (
+    pub(crate) async fn new() -> (
         Self,
         tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
     ) {
@@ -37,7 +37,7 @@ impl Health {
         (health, service)
     }
 
-    pub async fn set_ready(&self, ready: bool) {
+    pub(crate) async fn set_ready(&self, ready: bool) {
         let status = if ready {
             ServingStatus::Serving
         } else {
@@ -50,7 +50,7 @@ impl Health {
 
     /// Readiness follows `signals`: SERVING while all of them are true (at once without any),
     /// until `stop` or `drain` (whose task turns NOT_SERVING itself).
-    pub async fn follow(
+    pub(crate) async fn follow(
         self,
         mut signals: Vec<watch::Receiver<bool>>,
         drain: CancellationToken,

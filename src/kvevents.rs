@@ -43,12 +43,12 @@ pub const PORT_LABEL: &str = "kv-events-port";
 pub const REPLAY_PORT_LABEL: &str = "kv-events-replay-port";
 
 /// How often the index-size gauge is refreshed.
-pub const INDEX_GAUGE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const INDEX_GAUGE_EVERY: Duration = Duration::from_secs(1);
 
 /// Where subscribers put what they receive: the index, and the counts of it.
 #[derive(Clone)]
 pub struct Sink {
-    pub index: Arc<PreciseIndex>,
+    pub(crate) index: Arc<PreciseIndex>,
     metrics: Arc<Metrics>,
 }
 
@@ -74,7 +74,7 @@ pub struct KvEventsOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum KvEventsError {
+pub(crate) enum KvEventsError {
     #[error("connecting to {addr}: {source}")]
     Connect {
         addr: String,
@@ -95,15 +95,15 @@ pub enum KvEventsError {
 
 /// Where one endpoint publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Source {
-    pub endpoint: EndpointId,
-    pub publish: String,
-    pub replay: Option<String>,
+pub(crate) struct Source {
+    pub(crate) endpoint: EndpointId,
+    pub(crate) publish: String,
+    pub(crate) replay: Option<String>,
 }
 
 impl KvEventsOptions {
     /// The endpoint's sockets, or `None` when it has no event port.
-    pub fn source(&self, e: &Endpoint) -> Option<Source> {
+    pub(crate) fn source(&self, e: &Endpoint) -> Option<Source> {
         let port = rank_port(e, label_port(e, PORT_LABEL).or(self.port)?)?;
         Some(Source {
             endpoint: e.id,
@@ -113,7 +113,7 @@ impl KvEventsOptions {
     }
 
     /// The endpoint's replay ROUTER address, if it has one.
-    pub fn replay(&self, e: &Endpoint) -> Option<String> {
+    pub(crate) fn replay(&self, e: &Endpoint) -> Option<String> {
         let port = label_port(e, REPLAY_PORT_LABEL).or(self.replay_port)?;
         rank_port(e, port).map(|p| tcp(e, p))
     }

@@ -5,7 +5,7 @@
 //! Label values are typed structs; nothing formats a metric name at request time. Closed sets
 //! (outcomes, error codes, resources, kinds) are enums; model names are capped ([`model`]).
 
-pub mod model;
+pub(crate) mod model;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,77 +42,77 @@ type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric epp exports. Cheap to share behind an `Arc`.
 pub struct Metrics {
-    pub request_total: Family<RequestLabels, Counter>,
-    pub request_error_total: Family<ErrorLabels, Counter>,
-    pub request_duration: HistFamily<ModelLabels>,
-    pub request_sizes: HistFamily<ModelLabels>,
-    pub response_sizes: HistFamily<ModelLabels>,
-    pub input_tokens: HistFamily<ModelLabels>,
-    pub output_tokens: HistFamily<ModelLabels>,
-    pub prompt_cached_tokens: HistFamily<ModelLabels>,
-    pub running_requests: Family<RunningLabels, Gauge>,
-    pub pool_avg_kv: Family<PoolLabels, GaugeF>,
-    pub pool_avg_queue: Family<PoolLabels, GaugeF>,
-    pub pool_avg_running: Family<PoolLabels, GaugeF>,
-    pub pool_ready_pods: Family<PoolLabels, Gauge>,
-    pub pool_per_pod_queue: Family<PodLabels, GaugeF>,
-    pub scheduler_e2e: Histogram,
-    pub scheduler_attempts: Family<AttemptLabels, Counter>,
-    pub prefix_indexer_size: Gauge,
+    pub(crate) request_total: Family<RequestLabels, Counter>,
+    pub(crate) request_error_total: Family<ErrorLabels, Counter>,
+    pub(crate) request_duration: HistFamily<ModelLabels>,
+    pub(crate) request_sizes: HistFamily<ModelLabels>,
+    pub(crate) response_sizes: HistFamily<ModelLabels>,
+    pub(crate) input_tokens: HistFamily<ModelLabels>,
+    pub(crate) output_tokens: HistFamily<ModelLabels>,
+    pub(crate) prompt_cached_tokens: HistFamily<ModelLabels>,
+    pub(crate) running_requests: Family<RunningLabels, Gauge>,
+    pub(crate) pool_avg_kv: Family<PoolLabels, GaugeF>,
+    pub(crate) pool_avg_queue: Family<PoolLabels, GaugeF>,
+    pub(crate) pool_avg_running: Family<PoolLabels, GaugeF>,
+    pub(crate) pool_ready_pods: Family<PoolLabels, Gauge>,
+    pub(crate) pool_per_pod_queue: Family<PodLabels, GaugeF>,
+    pub(crate) scheduler_e2e: Histogram,
+    pub(crate) scheduler_attempts: Family<AttemptLabels, Counter>,
+    pub(crate) prefix_indexer_size: Gauge,
     /// Pseudo-tokens per model-server token the approximate index learned (`tokenizer:
     /// characters`; 1 until a response teaches it).
-    pub prefix_token_scale: GaugeF,
-    pub prefix_hit_ratio: Histogram,
-    pub prefix_hit_bytes: Histogram,
-    pub info: Family<InfoLabels, Gauge>,
-    pub scrapes: Family<OutcomeLabels, Counter>,
-    pub stale_endpoints: Gauge,
-    pub config_reloads: Family<OutcomeLabels, Counter>,
-    pub stream_resets: Counter,
-    pub served_fallbacks: Counter,
+    pub(crate) prefix_token_scale: GaugeF,
+    pub(crate) prefix_hit_ratio: Histogram,
+    pub(crate) prefix_hit_bytes: Histogram,
+    pub(crate) info: Family<InfoLabels, Gauge>,
+    pub(crate) scrapes: Family<OutcomeLabels, Counter>,
+    pub(crate) stale_endpoints: Gauge,
+    pub(crate) config_reloads: Family<OutcomeLabels, Counter>,
+    pub(crate) stream_resets: Counter,
+    pub(crate) served_fallbacks: Counter,
     /// `token-producer` render calls (`vllm` backend), by outcome.
-    pub renders: Family<OutcomeLabels, Counter>,
+    pub(crate) renders: Family<OutcomeLabels, Counter>,
     /// Passive health (#7): ejections, restorations, whether an endpoint is out now, probes.
-    pub outlier_ejections: Family<EndpointLabels, Counter>,
-    pub outlier_restores: Family<EndpointLabels, Counter>,
-    pub endpoint_ejected: Family<EndpointLabels, Gauge>,
-    pub health_probes: Family<OutcomeLabels, Counter>,
-    pub crd_validation_failures: Family<CrdRuleLabels, Counter>,
+    pub(crate) outlier_ejections: Family<EndpointLabels, Counter>,
+    pub(crate) outlier_restores: Family<EndpointLabels, Counter>,
+    pub(crate) endpoint_ejected: Family<EndpointLabels, Gauge>,
+    pub(crate) health_probes: Family<OutcomeLabels, Counter>,
+    pub(crate) crd_validation_failures: Family<CrdRuleLabels, Counter>,
     /// API requests refused with 403 (RBAC), by resource and verb.
-    pub kubernetes_forbidden: Family<ForbiddenLabels, Counter>,
+    pub(crate) kubernetes_forbidden: Family<ForbiddenLabels, Counter>,
     pub kv: KvEventMetrics,
     /// Placements shared with other replicas, by outcome.
     pub peer_messages: Family<PeerLabels, Counter>,
-    pub flow: FlowControlMetrics,
+    pub(crate) flow: FlowControlMetrics,
     /// `/metrics` requests refused or failed by the endpoint's authentication, by outcome.
-    pub metrics_auth: Family<MetricsAuthLabels, Counter>,
+    pub(crate) metrics_auth: Family<MetricsAuthLabels, Counter>,
     /// The model names given label values so far (capped).
-    pub models: ModelNames,
+    pub(crate) models: ModelNames,
     /// The fairness keys (flow-control `fairness_id`, program-aware `program_id`) given label
     /// values so far: client-chosen like model names, capped the same way.
-    pub fairness_keys: ModelNames,
+    pub(crate) fairness_keys: ModelNames,
     /// Disaggregated serving: the profile handlers' decisions.
-    pub disagg: DisaggMetrics,
+    pub(crate) disagg: DisaggMetrics,
     /// `prefix-cache-affinity-filter`'s decisions (the process-wide family the filter counts
     /// into: [`affinity::AFFINITY_FILTER_DECISIONS`]).
-    pub affinity_decisions: Family<AffinityLabels, Counter>,
+    pub(crate) affinity_decisions: Family<AffinityLabels, Counter>,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
-pub struct FlowControlMetrics {
+pub(crate) struct FlowControlMetrics {
     /// Requests waiting now.
-    pub queue_size: Family<FlowQueueLabels, Gauge>,
+    pub(crate) queue_size: Family<FlowQueueLabels, Gauge>,
     /// Bytes of the requests waiting now.
-    pub queue_bytes: Family<FlowQueueLabels, Gauge>,
+    pub(crate) queue_bytes: Family<FlowQueueLabels, Gauge>,
     /// Time from arrival to the outcome, every request through flow control.
-    pub queue_duration: HistFamily<FlowDurationLabels>,
+    pub(crate) queue_duration: HistFamily<FlowDurationLabels>,
     /// The saturation flow control last read (≥ 1.0: requests wait).
-    pub pool_saturation: Family<FlowPoolLabels, GaugeF>,
+    pub(crate) pool_saturation: Family<FlowPoolLabels, GaugeF>,
     /// `program-aware-fairness`: each program's decayed attained service, weighted tokens, as
     /// of its last completion (llm-d's `llm_d_epp_program_aware_attained_service_tokens`).
-    pub attained_service: Family<ProgramLabels, GaugeF>,
+    pub(crate) attained_service: Family<ProgramLabels, GaugeF>,
     /// `program-aware-fairness`: each program's mean wait in the queue, ms.
-    pub avg_wait: Family<ProgramLabels, GaugeF>,
+    pub(crate) avg_wait: Family<ProgramLabels, GaugeF>,
     /// `program-aware-fairness`: Jain's fairness index over the programs' mean waits.
     pub jains_index: GaugeF,
 }
@@ -134,7 +134,7 @@ pub struct KvEventMetrics {
 
 impl Metrics {
     /// The label value for model `name`, capped at [`model::MODEL_LABEL_CAP`] distinct names.
-    pub fn model(&self, name: &str) -> ModelLabel {
+    pub(crate) fn model(&self, name: &str) -> ModelLabel {
         self.models.label(name)
     }
 

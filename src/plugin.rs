@@ -258,16 +258,16 @@ kinds! {
 /// `plugin "x" parameters: blockSizeTokens must be > 0`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct Invalid {
+pub(crate) struct Invalid {
     /// The parameter as the configuration spells it (`blockSizeTokens`, `sessionIdConfig`),
     /// or several of them when only their combination is wrong.
-    pub parameter: &'static str,
+    pub(crate) parameter: &'static str,
     /// What is wrong, naming the parameter.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Invalid {
-    pub fn new(parameter: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(parameter: &'static str, message: impl Into<String>) -> Self {
         Self {
             parameter,
             message: message.into(),
@@ -280,7 +280,7 @@ impl Invalid {
 /// the document format and its errors. So a module decodes its own plugins (the scorers in
 /// `scheduling::scorer`) without knowing the configuration file, and the decoder needs no arm
 /// per plugin.
-pub trait Parameters {
+pub(crate) trait Parameters {
     /// The decoder's error: a decoding failure, or the [`Invalid`] values a check returned.
     type Error: From<Invalid> + From<Vec<Invalid>>;
 
@@ -301,7 +301,7 @@ impl fmt::Display for PluginKind {
 impl PluginKind {
     /// Plugins llm-d-router removed that epp still loads: the configuration that replaces the
     /// instance `name` (one line, for its deprecation notice).
-    pub fn replacement(self, name: &str) -> Option<String> {
+    pub(crate) fn replacement(self, name: &str) -> Option<String> {
         match self {
             // llm-d-router v0.11 (#2844) split it into a data producer and the prefix scorer.
             Self::PrecisePrefixCacheScorer => Some(format!(

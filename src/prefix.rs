@@ -52,7 +52,7 @@ pub fn block_hashes(
 }
 
 /// The parent of a chain's first block: `xxh64(model ‖ 0x00 ‖ cache_salt)`.
-pub fn chain_seed(model: &str, cache_salt: Option<&str>) -> u64 {
+pub(crate) fn chain_seed(model: &str, cache_salt: Option<&str>) -> u64 {
     let mut seed = Xxh64::new(0);
     seed.write(model.as_bytes());
     if let Some(salt) = cache_salt {
@@ -64,7 +64,7 @@ pub fn chain_seed(model: &str, cache_salt: Option<&str>) -> u64 {
 
 /// The key of one block: `xxh64(LE32 tokens ‖ LE64 parent)`. Also used by the precise index
 /// to key the token ids carried in vLLM's BlockStored events, so both sides agree.
-pub fn chain_block(parent: u64, block: &[u32]) -> u64 {
+pub(crate) fn chain_block(parent: u64, block: &[u32]) -> u64 {
     let mut buf = [0u8; 4 * 64 + 8];
     if block.len() <= 64 {
         let n = block.len() * 4;

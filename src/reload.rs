@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Watches `path` until `shutdown`. The first read is skipped: start-up already loaded it.
-pub async fn run(
+pub(crate) async fn run(
     config: Arc<LiveConfig>,
     metrics: Arc<Metrics>,
     path: PathBuf,

@@ -31,10 +31,10 @@
 //!
 //! Counted in `epp_speculative_peer_messages_total{outcome}` ([`PeerOutcome`]).
 
-pub mod client;
-pub mod server;
-pub mod tls;
-pub mod wire;
+pub(crate) mod client;
+pub(crate) mod server;
+pub(crate) mod tls;
+pub(crate) mod wire;
 
 use crate::datastore::Datastore;
 use crate::director::PlacementSink;
@@ -50,12 +50,12 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-pub use wire::MAX_KEYS;
+pub(crate) use wire::MAX_KEYS;
 
 /// The longest TTL a received placement is given, whatever the sender says.
-pub const MAX_TTL: Duration = Duration::from_secs(60);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(60);
 /// How often peer names are resolved again (replicas come and go).
-pub const RESOLVE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(5);
 /// At most one warning per kind of trouble (refused, malformed, unreachable) in this period.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Placements waiting to be sent; beyond this they are dropped.
@@ -64,8 +64,8 @@ const QUEUE: usize = 1024;
 /// One recorded placement: `endpoint` is counted as holding `keys` for `ttl`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
-    pub endpoint: EndpointId,
-    pub keys: Vec<u64>,
+    pub(crate) endpoint: EndpointId,
+    pub(crate) keys: Vec<u64>,
     pub ttl: Duration,
 }
 

@@ -10,22 +10,22 @@
 //! end of the body, so with the conversation first the prefix the index hashes is known as soon
 //! as enough of it has arrived (the early decision, [`scan`]).
 
-pub mod bpe;
+pub(crate) mod bpe;
 pub mod chat;
-pub mod grpc;
-pub mod headers;
+pub(crate) mod grpc;
+pub(crate) mod headers;
 pub mod hf;
-pub mod native;
-pub mod parsers;
-pub mod priority;
-pub mod render;
+pub(crate) mod native;
+pub(crate) mod parsers;
+pub(crate) mod priority;
+pub(crate) mod render;
 pub mod scan;
 pub mod tokenize;
-pub mod unescape;
+pub(crate) mod unescape;
 pub mod vertex;
-pub mod vllm_grpc;
+pub(crate) mod vllm_grpc;
 
-pub use parsers::{Handling, ParserKind, ParserSet};
+pub(crate) use parsers::{Handling, ParserKind, ParserSet};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -83,7 +83,7 @@ impl ApiKind {
     }
 
     /// The body field this API cannot do without.
-    pub fn required_field(self) -> &'static str {
+    pub(crate) fn required_field(self) -> &'static str {
         match self {
             Self::Completions => "prompt",
             Self::ChatCompletions => "messages",
@@ -100,7 +100,7 @@ impl ApiKind {
 
     /// Whether the body's `model` can be rewritten (SGLang's body is forwarded as raw bytes
     /// upstream, so neither a header nor an objective rewrites it).
-    pub fn rewrites_model(self) -> bool {
+    pub(crate) fn rewrites_model(self) -> bool {
         !matches!(
             self,
             Self::SglangGenerate
@@ -112,7 +112,7 @@ impl ApiKind {
     }
 
     /// Whether the incremental scan can decide before the whole body (the OpenAI APIs).
-    pub fn scans_early(self) -> bool {
+    pub(crate) fn scans_early(self) -> bool {
         !matches!(
             self,
             Self::Messages
@@ -136,11 +136,11 @@ pub enum Prompt {
 /// A parsed request body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LlmRequest {
-    pub api: ApiKind,
+    pub(crate) api: ApiKind,
     /// The `model` the client asked for.
     pub model: String,
     /// Byte range of the `model` JSON string (quotes included) in the body.
-    pub model_span: Range<usize>,
+    pub(crate) model_span: Range<usize>,
     pub stream: bool,
     pub prompt: Prompt,
     /// `cache_salt` (vLLM): requests with different salts must not share cached prefixes.
@@ -294,11 +294,11 @@ fn json_error(body: &[u8], e: serde_json::Error) -> RequestError {
 }
 
 /// serde_json's nesting limit: deeper bodies are refused (400), never recursed into.
-pub const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// A prompt's length in tokens estimated from its size in bytes, where it was not tokenized
 /// (4 bytes a token): the director's prompt size and the prefix index's part past its cap.
-pub const fn estimated_tokens(bytes: usize) -> usize {
+pub(crate) const fn estimated_tokens(bytes: usize) -> usize {
     bytes.div_ceil(4)
 }
 
@@ -448,7 +448,7 @@ fn truncate(mut s: String, cap: usize) -> String {
 
 /// Returns `body` with the `model` value at `span` replaced by `new_model` (JSON-escaped).
 /// Every other byte is the client's.
-pub fn rewrite_model(body: &[u8], span: &Range<usize>, new_model: &str) -> Vec<u8> {
+pub(crate) fn rewrite_model(body: &[u8], span: &Range<usize>, new_model: &str) -> Vec<u8> {
     let quoted = serde_json::Value::String(new_model.to_owned()).to_string();
     let mut out = Vec::with_capacity(body.len() + quoted.len());
     out.extend_from_slice(&body[..span.start]);

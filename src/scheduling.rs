@@ -16,18 +16,18 @@
 //! here mutates shared state or knows about tokio: randomness comes in as an `Rng`, the prefix
 //! match lengths come in on each [`Candidate`], and the director records the decision afterwards.
 
-pub mod data_parallel;
-pub mod disagg;
-pub mod filter;
-pub mod header_profile;
+pub(crate) mod data_parallel;
+pub(crate) mod disagg;
+pub(crate) mod filter;
+pub(crate) mod header_profile;
 mod index;
-pub mod inflight_load;
-pub mod lifecycle;
-pub mod picker;
-pub mod producer;
+pub(crate) mod inflight_load;
+pub(crate) mod lifecycle;
+pub(crate) mod picker;
+pub(crate) mod producer;
 mod profile;
 pub mod scorer;
-pub mod topology;
+pub(crate) mod topology;
 
 use crate::endpoint::{EndpointId, EndpointMetrics};
 use filter::Filter;
@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use profile::{assemble, BuildError, Plugin, Profile};
+pub(crate) use profile::{assemble, BuildError, Plugin, Profile};
 
 /// One endpoint as the scheduler sees it for one request: a value snapshot.
 #[derive(Clone, Debug)]
@@ -152,11 +152,11 @@ impl SchedulingRequest<'_> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub endpoints: Vec<EndpointId>,
-    pub scores: Vec<(EndpointId, f64)>,
+    pub(crate) scores: Vec<(EndpointId, f64)>,
     /// What a disaggregating profile handler did (`None` with a single profile).
-    pub disagg: Option<disagg::DisaggOutcome>,
+    pub(crate) disagg: Option<disagg::DisaggOutcome>,
     /// Request headers for the destination's sidecar: set to the value, or removed (`None`).
-    pub headers: Vec<(&'static str, Option<String>)>,
+    pub(crate) headers: Vec<(&'static str, Option<String>)>,
     /// The port the request is sent to on the picked endpoints' address, when a profile
     /// handler says (`data-parallel-profile-handler`); `None`: the endpoints' own.
     pub port: Option<u16>,
@@ -291,7 +291,7 @@ impl Scheduler {
     }
 
     /// The disaggregating handler, when one is configured.
-    pub fn disagg(&self) -> Option<&disagg::Disagg> {
+    pub(crate) fn disagg(&self) -> Option<&disagg::Disagg> {
         self.disagg.as_deref()
     }
 
@@ -317,7 +317,7 @@ impl Scheduler {
 
     /// Prefix-hashing parameters, when a prefix scorer (or the approximate prefix producer) is
     /// configured; without one the director skips tokenization entirely.
-    pub fn prefix_params(&self) -> Option<&PrefixParams> {
+    pub(crate) fn prefix_params(&self) -> Option<&PrefixParams> {
         self.prefix.as_ref()
     }
 
@@ -334,7 +334,11 @@ impl Scheduler {
 
     /// What a request faced on candidate `c` at dispatch (its own prefill, the work ahead),
     /// as the configured TTFT model counts it (upstream's defaults without one).
-    pub fn ttft_inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> scorer::TtftInputs {
+    pub(crate) fn ttft_inputs(
+        &self,
+        req: &SchedulingRequest<'_>,
+        c: &Candidate,
+    ) -> scorer::TtftInputs {
         match self.estimated_ttft() {
             Some(s) => s.inputs(req, c),
             None => scorer::EstimatedTtftScorer::default().inputs(req, c),
@@ -342,7 +346,7 @@ impl Scheduler {
     }
 
     /// The TTFT rates learning starts from: the configured TTFT model's seed, or the defaults.
-    pub fn ttft_seed(&self) -> scorer::TtftRates {
+    pub(crate) fn ttft_seed(&self) -> scorer::TtftRates {
         match self.estimated_ttft() {
             Some(s) => s.seed(),
             None => scorer::EstimatedTtftScorer::default().seed(),
@@ -351,12 +355,12 @@ impl Scheduler {
 
     /// Whether a scorer prices the room left in each pod's cache (eviction): the director
     /// then asks the prefix index for it.
-    pub fn prices_cache_room(&self) -> bool {
+    pub(crate) fn prices_cache_room(&self) -> bool {
         self.estimated_ttft().is_some()
     }
 
     /// Whether a decider reads whether the body carries multimodal content.
-    pub fn reads_multimodal(&self) -> bool {
+    pub(crate) fn reads_multimodal(&self) -> bool {
         self.disagg().is_some_and(|d| d.reads_multimodal())
     }
 
@@ -405,14 +409,14 @@ impl Scheduler {
     /// Whether a session-affinity plugin with the `encoded_endpoint_header` strategy is
     /// configured: responses then carry the token.
     #[cfg(test)]
-    pub fn session_affinity(&self) -> bool {
+    pub(crate) fn session_affinity(&self) -> bool {
         self.primary_session_params()
             .any(|p| p.session_id().is_none())
     }
 
     /// The `session_id` strategy's configuration, when a session-affinity plugin uses it.
     #[cfg(test)]
-    pub fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
+    pub(crate) fn session_id(&self) -> Option<&scorer::SessionIdConfig> {
         self.primary_session_params().find_map(|p| p.session_id())
     }
 
@@ -424,13 +428,13 @@ impl Scheduler {
     }
 
     /// The request headers the lifecycle plugins read: the adapter captures these.
-    pub fn request_headers(&self) -> &[Arc<str>] {
+    pub(crate) fn request_headers(&self) -> &[Arc<str>] {
         &self.headers
     }
 
     /// Runs `pre_request` of every lifecycle plugin, then collects the headers the response
     /// carries for this decision (one per name, the first plugin's).
-    pub fn pre_request(&self, placed: &lifecycle::Placed<'_>) -> Vec<(String, String)> {
+    pub(crate) fn pre_request(&self, placed: &lifecycle::Placed<'_>) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for hook in &self.hooks {
             hook.pre_request(placed);
@@ -444,14 +448,14 @@ impl Scheduler {
     }
 
     /// Runs `response_complete` of every lifecycle plugin.
-    pub fn response_complete(&self, done: &lifecycle::Completed<'_>) {
+    pub(crate) fn response_complete(&self, done: &lifecycle::Completed<'_>) {
         for hook in &self.hooks {
             hook.response_complete(done);
         }
     }
 
     /// What the lifecycle plugins hold, for `/debug/snapshot`.
-    pub fn plugin_state(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn plugin_state(&self) -> Vec<serde_json::Value> {
         self.hooks.iter().filter_map(|h| h.snapshot()).collect()
     }
 
@@ -482,7 +486,7 @@ impl Scheduler {
 
     /// Whether a plugin reads the prompt's length (`token-load-scorer`, `context-length-aware`):
     /// the decision then waits for the whole body, whose length upstream counts.
-    pub fn reads_prompt_length(&self) -> bool {
+    pub(crate) fn reads_prompt_length(&self) -> bool {
         self.scorers.iter().any(|(s, _)| {
             matches!(
                 s,
@@ -501,7 +505,7 @@ impl Scheduler {
 
     /// Whether a filter or scorer reads the endpoints' labels (the director then copies them
     /// onto the candidates).
-    pub fn reads_labels(&self) -> bool {
+    pub(crate) fn reads_labels(&self) -> bool {
         self.filters.iter().any(Filter::reads_labels)
             || self.scorers.iter().any(|(s, _)| s.reads_labels())
             || self.stages().any(Scheduler::reads_labels)
@@ -511,7 +515,7 @@ impl Scheduler {
     /// and the other role filters, `by-label`, `label-selector-filter`). With a disaggregating
     /// handler this profile is the decode profile, and these are the endpoints a request can be
     /// routed to: the ones whose saturation admission and flow control weigh.
-    pub fn keeps_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn keeps_labels(&self, labels: &BTreeMap<String, String>) -> bool {
         self.filters
             .iter()
             .all(|f| f.keeps_labels(labels).unwrap_or(true))
@@ -520,18 +524,19 @@ impl Scheduler {
     /// Whether a request can be routed to an endpoint with `labels`: with a disaggregating
     /// handler, those its decode profile's label filters keep (a prefill or encode pod is never
     /// the destination); with one profile, every endpoint (upstream).
-    pub fn is_destination(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn is_destination(&self, labels: &BTreeMap<String, String>) -> bool {
         self.disagg.is_none() || self.keeps_labels(labels)
     }
 
     /// Whether a stage reads which endpoints are saturated ([`SchedulingRequest::saturated`]):
     /// a prefill stage never sends a prefill to one.
-    pub fn reads_saturated(&self) -> bool {
+    pub(crate) fn reads_saturated(&self) -> bool {
         self.disagg().is_some_and(|d| d.prefill.is_some())
     }
 
     /// Number of endpoints the picker returns (`maxNumOfEndpoints`).
-    pub fn max_endpoints(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn max_endpoints(&self) -> usize {
         self.picker.max_endpoints()
     }
 }
@@ -577,7 +582,7 @@ pub(crate) mod testing {
     use super::*;
 
     /// A fresh candidate on port `port` with the given queue, KV usage and prefix match.
-    pub fn cand(port: u16, waiting: f64, kv: f64, prefix_blocks: usize) -> Candidate {
+    pub(crate) fn cand(port: u16, waiting: f64, kv: f64, prefix_blocks: usize) -> Candidate {
         Candidate {
             id: format!("10.0.0.1:{port}").parse().unwrap(),
             weight: 1,
@@ -596,7 +601,7 @@ pub(crate) mod testing {
     }
 
     /// A candidate on `port` with the given labels.
-    pub fn labelled(port: u16, labels: &[(&str, &str)]) -> Candidate {
+    pub(crate) fn labelled(port: u16, labels: &[(&str, &str)]) -> Candidate {
         Candidate {
             labels: Arc::new(
                 labels
@@ -609,7 +614,7 @@ pub(crate) mod testing {
     }
 
     /// A fresh scrape with the given queue, running count and KV usage.
-    pub fn metrics(waiting: f64, running: f64, kv_usage: f64) -> Arc<EndpointMetrics> {
+    pub(crate) fn metrics(waiting: f64, running: f64, kv_usage: f64) -> Arc<EndpointMetrics> {
         crate::fixtures::metrics()
             .waiting(waiting)
             .running(running)

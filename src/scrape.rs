@@ -8,11 +8,11 @@
 //! resort. Failures are logged once per failing streak and counted in `epp_metrics_scrapes`.
 //! Scrape and probe failures both feed passive health, each as its own prober.
 
-pub mod client;
-pub mod cluster;
-pub mod dcgm;
+pub(crate) mod client;
+pub(crate) mod cluster;
+pub(crate) mod dcgm;
 pub mod parse;
-pub mod probe;
+pub(crate) mod probe;
 
 use crate::datastore::{Datastore, EndpointState};
 use crate::endpoint::EngineType;
@@ -54,7 +54,7 @@ pub struct ScrapeOptions {
 }
 
 /// The engine label keys, llm-d-router's first (GIE's is its fallback).
-pub const ENGINE_LABELS: [&str; 2] = [
+pub(crate) const ENGINE_LABELS: [&str; 2] = [
     "llm-d.ai/engine-type",
     "inference.networking.k8s.io/engine-type",
 ];
@@ -63,7 +63,7 @@ impl ScrapeOptions {
     /// The engine whose metric names an endpoint's exposition uses: its engine label, else the
     /// engine discovery gave it (a static endpoint's `engineType`), else the configured
     /// default.
-    pub fn engine_of(&self, endpoint: &crate::endpoint::Endpoint) -> EngineType {
+    pub(crate) fn engine_of(&self, endpoint: &crate::endpoint::Endpoint) -> EngineType {
         let labelled = match &self.engine_label_key {
             Some(key) => endpoint.labels.get(key),
             None => ENGINE_LABELS.iter().find_map(|k| endpoint.labels.get(*k)),
@@ -95,7 +95,7 @@ impl Default for ScrapeOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ScrapeError {
+pub(crate) enum ScrapeError {
     #[error("request failed: {0}")]
     Request(#[from] HttpError),
     #[error("status {0}")]
@@ -131,7 +131,7 @@ struct Shared {
 /// request path's workers (and each other) for every answer: at 100 pods every 50 ms this
 /// halved the CPU per scrape, and a burst of answers no longer queues ahead of ext_proc
 /// streams. The thread ends when `shutdown` fires; `tracker` waits for it.
-pub fn spawn(
+pub(crate) fn spawn(
     datastore: Arc<Datastore>,
     metrics: Arc<Metrics>,
     opts: ScrapeOptions,

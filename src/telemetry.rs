@@ -40,13 +40,13 @@ const ENDPOINT_VARS: [&str; 2] = [
 ];
 
 #[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
+pub(crate) enum TelemetryError {
     #[error("building the OTLP span exporter (check OTEL_EXPORTER_OTLP_ENDPOINT): {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
 /// Owns the tracer provider; [`Telemetry::shutdown`] flushes the spans not yet exported.
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
 }
 
@@ -59,7 +59,7 @@ fn env_is(key: &str, value: &str) -> bool {
 }
 
 /// Whether the environment asks for traces to be exported.
-pub fn configured() -> bool {
+pub(crate) fn configured() -> bool {
     !env_is("OTEL_SDK_DISABLED", "true")
         && !env_is("OTEL_TRACES_EXPORTER", "none")
         && ENDPOINT_VARS.iter().any(|k| env_set(k))
@@ -68,7 +68,7 @@ pub fn configured() -> bool {
 impl Telemetry {
     /// Tracing as the `OTEL_*` environment configures it. Call inside the tokio runtime (the
     /// gRPC channel's worker is spawned on it).
-    pub fn from_env() -> Result<Self, TelemetryError> {
+    pub(crate) fn from_env() -> Result<Self, TelemetryError> {
         if !configured() {
             return Ok(Self { provider: None });
         }
@@ -93,16 +93,12 @@ impl Telemetry {
     }
 
     /// No tracing (`--tracing=false`), whatever the environment says.
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         Self { provider: None }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Stops recording and exports what is still buffered (bounded by the exporter timeout).
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         let Some(provider) = self.provider else {
             return;
         };
@@ -139,7 +135,7 @@ impl Extractor for TraceHeaders<'_> {
 
 /// One request's spans: `epp.request` and, once the response starts, `response`. Dropping it
 /// ends them.
-pub struct RequestTrace {
+pub(crate) struct RequestTrace {
     /// Declared first so it ends before its parent.
     response: Option<Context>,
     cx: Context,
@@ -148,7 +144,7 @@ pub struct RequestTrace {
 impl RequestTrace {
     /// Opens `epp.request` under the gateway's span named by `traceparent` (a new trace when it
     /// is absent or malformed). `None` when tracing is off.
-    pub fn start(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+    pub(crate) fn start(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
         let tracer = TRACER.load_full()?;
         let parent = match traceparent {
             Some(_) => TraceContextPropagator::new().extract(&TraceHeaders {
@@ -168,12 +164,12 @@ impl RequestTrace {
     }
 
     /// Makes the request span current on this thread until the guard drops.
-    pub fn enter(&self) -> ContextGuard {
+    pub(crate) fn enter(&self) -> ContextGuard {
         self.cx.clone().attach()
     }
 
     /// Opens the `response` span (once).
-    pub fn response_started(&mut self, status: Option<u16>) {
+    pub(crate) fn response_started(&mut self, status: Option<u16>) {
         if self.response.is_some() {
             return;
         }
@@ -188,13 +184,13 @@ impl RequestTrace {
     }
 
     /// Marks the request span failed (epp answered the request itself).
-    pub fn fail(&self, message: String) {
+    pub(crate) fn fail(&self, message: String) {
         self.cx.span().set_status(Status::error(message));
     }
 }
 
 /// Runs `f` with the request's span current (or as is, without a trace).
-pub fn in_scope<R>(trace: Option<&RequestTrace>, f: impl FnOnce() -> R) -> R {
+pub(crate) fn in_scope<R>(trace: Option<&RequestTrace>, f: impl FnOnce() -> R) -> R {
     let _entered = trace.map(RequestTrace::enter);
     f()
 }
@@ -202,7 +198,7 @@ pub fn in_scope<R>(trace: Option<&RequestTrace>, f: impl FnOnce() -> R) -> R {
 /// A child span of the current span, current itself until the guard drops; `None` (free) when
 /// tracing is off or no request span is current.
 #[must_use = "the span ends when the guard drops"]
-pub fn child(name: &'static str) -> Option<ContextGuard> {
+pub(crate) fn child(name: &'static str) -> Option<ContextGuard> {
     let tracer = TRACER.load();
     let tracer = tracer.as_ref()?;
     let parent = Context::current();
@@ -216,7 +212,7 @@ pub fn child(name: &'static str) -> Option<ContextGuard> {
 /// The `parse` span of an early decision: the body was scanned incrementally as its chunks
 /// arrived, so this span marks the scan's result (the model, the stream flag and how much of
 /// the body it had read) at the moment of the decision rather than timing one parse.
-pub fn parsed_early(model: &str, stream: bool, body_bytes_seen: usize) {
+pub(crate) fn parsed_early(model: &str, stream: bool, body_bytes_seen: usize) {
     let Some(_span) = child("parse") else { return };
     annotate(|| {
         vec![
@@ -232,7 +228,7 @@ pub fn parsed_early(model: &str, stream: bool, body_bytes_seen: usize) {
 }
 
 /// Adds attributes to the current span; `attrs` runs only when that span records.
-pub fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
+pub(crate) fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
     if TRACER.load().is_none() {
         return;
     }
@@ -245,7 +241,7 @@ pub fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
 
 /// The scheduling decision as span attributes: the chosen endpoint, the ranked destinations
 /// and every candidate's final score.
-pub fn annotate_decision<E: std::fmt::Display>(destinations: &[E], scores: &[(E, f64)]) {
+pub(crate) fn annotate_decision<E: std::fmt::Display>(destinations: &[E], scores: &[(E, f64)]) {
     annotate(|| {
         let primary = destinations
             .first()
@@ -271,7 +267,7 @@ pub struct LogLimit {
 }
 
 impl LogLimit {
-    pub fn new(every: std::time::Duration) -> Self {
+    pub(crate) fn new(every: std::time::Duration) -> Self {
         Self {
             every,
             state: std::sync::Mutex::new((None, 0)),
@@ -279,7 +275,7 @@ impl LogLimit {
     }
 
     /// `Some(lines held back since the last one)` when a line may go out now.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         self.allow_at(std::time::Instant::now())
     }
 

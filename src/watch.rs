@@ -8,26 +8,26 @@ use std::path::{Path, PathBuf};
 
 /// Remembers the last content seen at a path.
 #[derive(Debug)]
-pub struct FileWatch {
+pub(crate) struct FileWatch {
     path: PathBuf,
     last: Option<u64>,
 }
 
 impl FileWatch {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
             last: None,
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Reads the file; returns its text when it differs from the last call (always the first
     /// time). A read error is returned every time so the caller can report it.
-    pub fn changed(&mut self) -> std::io::Result<Option<String>> {
+    pub(crate) fn changed(&mut self) -> std::io::Result<Option<String>> {
         let text = std::fs::read_to_string(&self.path)?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);

@@ -33,17 +33,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a TokenReview answer is reused (controller-runtime's `CacheTTL`).
-pub const AUTHN_TTL: Duration = Duration::from_secs(60);
+pub(crate) const AUTHN_TTL: Duration = Duration::from_secs(60);
 /// How long an allowing SubjectAccessReview is reused (`AllowCacheTTL`).
-pub const ALLOW_TTL: Duration = Duration::from_secs(300);
+pub(crate) const ALLOW_TTL: Duration = Duration::from_secs(300);
 /// How long a denying SubjectAccessReview is reused (`DenyCacheTTL`).
-pub const DENY_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DENY_TTL: Duration = Duration::from_secs(30);
 /// Most entries per cache.
-pub const CACHE_ENTRIES: usize = 1024;
+pub(crate) const CACHE_ENTRIES: usize = 1024;
 
 /// Why a request to the metrics port is not served; each maps to upstream's status and text.
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("Unauthorized")]
     Unauthenticated,
     #[error("Authorization denied for user {0}")]
@@ -59,7 +59,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Denied(_) => StatusCode::FORBIDDEN,
@@ -122,7 +122,7 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
 type Identity = Option<UserInfo>;
 
 /// The metrics port's gate.
-pub struct MetricsAuth {
+pub(crate) struct MetricsAuth {
     client: Client,
     metrics: Arc<Metrics>,
     tokens: Mutex<Cache<String, Identity>>,
@@ -145,7 +145,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 impl MetricsAuth {
-    pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(client: Client, metrics: Arc<Metrics>) -> Self {
         Self {
             client,
             metrics,
@@ -156,7 +156,7 @@ impl MetricsAuth {
     }
 
     /// Whether the request may be served; counted by outcome.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         method: &http::Method,
         path: &str,

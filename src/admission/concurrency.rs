@@ -19,10 +19,10 @@ pub enum Mode {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Concurrency {
-    pub max_requests: f64,
-    pub max_tokens: f64,
-    pub mode: Mode,
-    pub headroom: f64,
+    pub(crate) max_requests: f64,
+    pub(crate) max_tokens: f64,
+    pub(crate) mode: Mode,
+    pub(crate) headroom: f64,
 }
 
 /// Upstream's defaults: 100 requests, a million tokens, `requests` mode, no headroom.
@@ -40,7 +40,7 @@ impl Default for Concurrency {
 /// The `concurrency-detector` plugin's parameters, as configured.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ConcurrencyParams {
+pub(crate) struct ConcurrencyParams {
     max_concurrency: Option<i64>,
     headroom: Option<f64>,
     concurrency_mode: Option<String>,
@@ -53,7 +53,7 @@ pub struct ConcurrencyParams {
 impl Concurrency {
     /// The detector these parameters configure, checked with upstream's messages: one error
     /// listing every problem, as upstream reports it.
-    pub fn from_params(p: ConcurrencyParams) -> Result<Self, Invalid> {
+    pub(crate) fn from_params(p: ConcurrencyParams) -> Result<Self, Invalid> {
         let d = Self::default();
         let max_requests = p.max_concurrency.unwrap_or(d.max_requests as i64);
         let max_tokens = p.max_token_concurrency.unwrap_or(d.max_tokens as i64);
@@ -109,7 +109,7 @@ impl Concurrency {
     }
 
     /// The pool's saturation over `(in-flight requests, in-flight tokens)` per endpoint.
-    pub fn saturation(&self, loads: impl Iterator<Item = (f64, f64)>) -> f64 {
+    pub(crate) fn saturation(&self, loads: impl Iterator<Item = (f64, f64)>) -> f64 {
         let (mut n, mut requests, mut tokens, mut hybrid) = (0.0, 0.0, 0.0, 0.0);
         for (r, t) in loads {
             n += 1.0;

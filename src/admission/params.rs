@@ -21,7 +21,7 @@ pub struct UtilizationParams {
 impl Thresholds {
     /// The thresholds a `utilization-detector` with these parameters applies; every invalid
     /// parameter is reported.
-    pub fn from_params(params: UtilizationParams) -> Result<Self, Vec<Invalid>> {
+    pub(crate) fn from_params(params: UtilizationParams) -> Result<Self, Vec<Invalid>> {
         let mut problems = Vec::new();
         let mut t = Thresholds::default();
         match params.queue_depth_threshold {

@@ -16,7 +16,7 @@ use serde::Deserialize;
 /// The parameters as configured (upstream's names and defaults).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ProbabilisticParams {
+pub(crate) struct ProbabilisticParams {
     queue_depth_threshold: i64,
     kv_cache_util_threshold: f64,
     power: f64,
@@ -45,7 +45,7 @@ pub struct Probabilistic {
 
 impl ProbabilisticParams {
     /// Upstream's checks (each value above 0), every failing one reported.
-    pub fn validate(self) -> Result<Probabilistic, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Probabilistic, Vec<Invalid>> {
         let mut problems = Vec::new();
         let mut positive = |name: &'static str, ok: bool, shown: String| {
             if !ok {
@@ -87,7 +87,10 @@ impl ProbabilisticParams {
 impl Probabilistic {
     /// The mean over `endpoints` of each one's `(waiting, kv usage)` saturation; `None` (no
     /// metrics) counts 1.
-    pub fn saturation(&self, endpoints: impl ExactSizeIterator<Item = Option<(f64, f64)>>) -> f64 {
+    pub(crate) fn saturation(
+        &self,
+        endpoints: impl ExactSizeIterator<Item = Option<(f64, f64)>>,
+    ) -> f64 {
         let n = endpoints.len();
         if n == 0 {
             return 0.0;
@@ -103,7 +106,7 @@ impl Probabilistic {
 
     /// Why a request of `priority` is refused, given the candidates' saturation and a uniform
     /// draw in [0, 1); `None` admits it.
-    pub fn refuses(
+    pub(crate) fn refuses(
         &self,
         priority: i32,
         endpoints: impl ExactSizeIterator<Item = Option<(f64, f64)>>,

@@ -36,7 +36,7 @@ pub enum OptionsError {
 
 /// A duration flag: Go's grammar as upstream's flags (`50ms`, `1m30s`, `1.5s`, `300us`), and a
 /// bare number of seconds, which epp's flags have always taken.
-pub fn parse_duration(s: &str) -> Result<Duration, crate::duration::DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, crate::duration::DurationError> {
     crate::duration::parse_or_seconds(s)
 }
 
@@ -49,25 +49,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, crate::duration::DurationErro
 pub struct Options {
     /// ext_proc gRPC port.
     #[arg(long, default_value_t = 9002)]
-    pub grpc_port: u16,
+    pub(crate) grpc_port: u16,
     /// gRPC health port.
     #[arg(long, default_value_t = 9003)]
     pub grpc_health_port: u16,
     /// Prometheus metrics port.
     #[arg(long, default_value_t = 9090)]
-    pub metrics_port: u16,
+    pub(crate) metrics_port: u16,
     /// Serve ext_proc over TLS (self-signed unless --cert-path is given).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub secure_serving: bool,
     /// Directory holding tls.crt and tls.key.
     #[arg(long)]
-    pub cert_path: Option<PathBuf>,
+    pub(crate) cert_path: Option<PathBuf>,
     /// Reload --cert-path's certificate when its files change (new connections present it).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub enable_cert_reload: bool,
+    pub(crate) enable_cert_reload: bool,
     /// Also serve gRPC health on the ext_proc port.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub health_checking: bool,
+    pub(crate) health_checking: bool,
     /// InferencePool to serve (Kubernetes discovery); also the pool metric label.
     #[arg(long)]
     pub pool_name: Option<String>,
@@ -77,7 +77,7 @@ pub struct Options {
     /// API group of the InferencePool: inference.networking.k8s.io (v1) or
     /// inference.networking.x-k8s.io (v1alpha2).
     #[arg(long, default_value = "inference.networking.k8s.io")]
-    pub pool_group: String,
+    pub(crate) pool_group: String,
     /// Standalone mode: pods matching `key=value,...` are the pool (no InferencePool).
     #[arg(long)]
     pub endpoint_selector: Option<String>,
@@ -86,78 +86,78 @@ pub struct Options {
     pub endpoint_target_ports: Vec<u16>,
     /// Kubeconfig file (otherwise in-cluster config or `$KUBECONFIG`).
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Active-passive HA: only the holder of a coordination.k8s.io Lease reports ready.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub ha_enable_leader_election: bool,
     /// Leader election lease duration (epp; controller-runtime's 15s).
     #[arg(long, default_value = "15s", value_parser = parse_duration, hide = true)]
-    pub ha_lease_duration: Duration,
+    pub(crate) ha_lease_duration: Duration,
     /// Leader election renew deadline (epp; controller-runtime's 10s).
     #[arg(long, default_value = "10s", value_parser = parse_duration, hide = true)]
-    pub ha_renew_deadline: Duration,
+    pub(crate) ha_renew_deadline: Duration,
     /// Leader election retry period (epp; controller-runtime's 2s).
     #[arg(long, default_value = "2s", value_parser = parse_duration, hide = true)]
-    pub ha_retry_period: Duration,
+    pub(crate) ha_retry_period: Duration,
     /// Static endpoints, `ip:port,ip:port`.
     #[arg(long)]
-    pub static_endpoints: Option<String>,
+    pub(crate) static_endpoints: Option<String>,
     /// YAML list of endpoints (address, port, name, engineType, labels, weight), re-read on change.
     #[arg(long)]
-    pub static_endpoints_file: Option<PathBuf>,
+    pub(crate) static_endpoints_file: Option<PathBuf>,
     /// The configuration's `file-discovery` plugin, when `dataLayer.discovery` names one: set
     /// once the configuration is loaded ([`Options::check_discovery`]), not a flag.
     #[arg(skip)]
-    pub config_discovery: Option<crate::config::FileDiscovery>,
+    pub(crate) config_discovery: Option<crate::config::FileDiscovery>,
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub disable_endpoint_subset_filter: bool,
+    pub(crate) disable_endpoint_subset_filter: bool,
     /// How often each endpoint's /metrics is scraped.
     #[arg(long, default_value = "50ms", value_parser = parse_duration)]
     pub refresh_metrics_interval: Duration,
     /// Per-scrape timeout.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub metrics_scrape_timeout: Duration,
+    pub(crate) metrics_scrape_timeout: Duration,
     /// Ask each model server for only the series epp reads (`?name[]=...`, which vLLM and
     /// SGLang serve through prometheus_client): a ~1 KB page instead of ~50 KB, less CPU on
     /// both sides. A server that ignores or refuses the filter is scraped whole (logged once).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub model_server_metrics_filter: bool,
+    pub(crate) model_server_metrics_filter: bool,
     /// NVIDIA DCGM exporter to read GPU series from (per node, or a Prometheus `/federate`
     /// URL); series are matched to endpoints by their `pod` label. Without it, DCGM series in
     /// a pod's own /metrics (a sidecar exporter) are used.
     #[arg(long)]
-    pub gpu_metrics_url: Option<String>,
+    pub(crate) gpu_metrics_url: Option<String>,
     /// Active health: probe every endpoint's --health-check-path this often (off by default;
     /// upstream's GKE chart uses 2s). Failures feed the `outlier-detection` plugin.
     #[arg(long, value_parser = parse_duration)]
-    pub health_check_interval: Option<Duration>,
+    pub(crate) health_check_interval: Option<Duration>,
     /// Timeout of one active health probe.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    pub health_check_timeout: Duration,
+    pub(crate) health_check_timeout: Duration,
     /// Path of the active health probe on each endpoint's serving port.
     #[arg(long, default_value = "/health")]
-    pub health_check_path: String,
+    pub(crate) health_check_path: String,
     /// How often the pool gauges are refreshed.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub refresh_prometheus_metrics_interval: Duration,
+    pub(crate) refresh_prometheus_metrics_interval: Duration,
     /// Metrics older than this make an endpoint a last resort.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    pub metrics_staleness_threshold: Duration,
+    pub(crate) metrics_staleness_threshold: Duration,
     /// KV-cache events (precise prefix index): the ZMQ PUB port every endpoint publishes on
     /// (vLLM `--kv-events-config` `endpoint: tcp://*:<port>`); an endpoint's `kv-events-port`
     /// label overrides it. Without either, the endpoint is not subscribed.
     #[arg(long)]
-    pub kv_events_port: Option<u16>,
+    pub(crate) kv_events_port: Option<u16>,
     /// The endpoints' KV-event replay ROUTER port (vLLM `replay_endpoint`), used to repair
     /// sequence gaps; label `kv-events-replay-port` overrides it.
     #[arg(long)]
-    pub kv_events_replay_port: Option<u16>,
+    pub(crate) kv_events_replay_port: Option<u16>,
     /// KV-event bind mode: bind one SUB socket here (e.g. `tcp://*:5557`, llm-d's
     /// `zmqEndpoint`) and let every pod's PUB connect to it (vLLM `--kv-events-config` with
     /// `endpoint: tcp://<epp>:5557`); the topic `kv@<ip>:<port>@<model>` names the pod. Replaces
     /// the per-endpoint connections of `--kv-events-port`.
     #[arg(long)]
-    pub kv_events_bind: Option<String>,
+    pub(crate) kv_events_bind: Option<String>,
     /// Active-active with the precise prefix scorer: the gRPC port (mutual TLS) on which this
     /// replica receives the other replicas' speculative entries ([`crate::replicas`]).
     /// Off when unset.
@@ -173,64 +173,64 @@ pub struct Options {
     /// `tls.key` (a certificate it signed, presented to peers both ways). Required with
     /// `--speculative-peer-port` or `--speculative-peers`.
     #[arg(long)]
-    pub speculative_peer_cert_dir: Option<PathBuf>,
+    pub(crate) speculative_peer_cert_dir: Option<PathBuf>,
     /// EndpointPickerConfig file, reloaded on change.
     #[arg(long)]
     pub config_file: Option<PathBuf>,
     /// EndpointPickerConfig as text.
     #[arg(long)]
-    pub config_text: Option<String>,
+    pub(crate) config_text: Option<String>,
     /// Largest request body accepted (413 beyond).
     #[arg(long, default_value_t = 64 << 20)]
-    pub max_request_body_bytes: usize,
+    pub(crate) max_request_body_bytes: usize,
     /// Time allowed from a stream's start to the end of its request body (408 beyond).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    pub request_body_timeout: Duration,
+    pub(crate) request_body_timeout: Duration,
     /// Duplex mode: route as soon as the model and the prompt prefix the scorers read have
     /// arrived, and stream the rest of the body through (`false`: decide on the whole body).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub early_decision: bool,
+    pub(crate) early_decision: bool,
     /// Most ext_proc messages on the request side of one stream (413 beyond).
     #[arg(long, default_value_t = 100_000)]
-    pub max_request_messages: usize,
+    pub(crate) max_request_messages: usize,
     /// Largest request headers, names and values (431 beyond).
     #[arg(long, default_value_t = 64 << 10)]
-    pub max_request_header_bytes: usize,
+    pub(crate) max_request_header_bytes: usize,
     /// Most elements in a chat `messages` array (400 beyond).
     #[arg(long, default_value_t = 100_000)]
-    pub max_chat_messages: usize,
+    pub(crate) max_chat_messages: usize,
     /// Flow control (upstream's `flowControl` feature gate): requests wait in epp while the
     /// pool is saturated, by priority and fairness key.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub flow_control: bool,
+    pub(crate) flow_control: bool,
     /// Flow control: most requests waiting (`maxRequests`; 0 = unlimited; 429 beyond).
     #[arg(long, default_value_t = 0)]
-    pub flow_control_max_requests: usize,
+    pub(crate) flow_control_max_requests: usize,
     /// Flow control: most bytes waiting (`maxBytes`; 0 = unlimited; 429 beyond).
     #[arg(long, default_value_t = 10 << 30)]
-    pub flow_control_max_bytes: u64,
+    pub(crate) flow_control_max_bytes: u64,
     /// Flow control: most bytes waiting per priority band (`defaultPriorityBand.maxBytes`).
     #[arg(long, default_value_t = 1_000_000_000)]
-    pub flow_control_band_max_bytes: u64,
+    pub(crate) flow_control_band_max_bytes: u64,
     /// Flow control: how long a request may wait (`defaultRequestTTL`; 503 beyond).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    pub flow_control_default_request_ttl: Duration,
+    pub(crate) flow_control_default_request_ttl: Duration,
     /// Metrics endpoint authentication and authorization, as upstream: a bearer token checked
     /// with TokenReview, then SubjectAccessReview for `get` on the path. Default: on in
     /// Kubernetes mode (upstream's default), off without an API server to ask; `true` without
     /// Kubernetes discovery fails start-up.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub metrics_endpoint_auth: Option<bool>,
+    pub(crate) metrics_endpoint_auth: Option<bool>,
     /// How long the Kubernetes API server may stay unreachable before readiness turns
     /// NOT_SERVING (epp; routing continues from the last known state meanwhile).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub kube_api_unreachable_grace: Duration,
+    pub(crate) kube_api_unreachable_grace: Duration,
     /// Log format: `json` or `console`.
     #[arg(long, default_value = "console")]
     pub zap_encoder: String,
     /// Log level: error, warn, info, debug, trace (or upstream's -v verbosity).
     #[arg(long, default_value = "info")]
-    pub zap_log_level: String,
+    pub(crate) zap_log_level: String,
     /// Verbosity as upstream's `-v`: 0–3 = `--zap-log-level`, 4 = debug, 5+ = trace.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
@@ -244,46 +244,46 @@ pub struct Options {
     pub tracing: bool,
     /// Deprecated upstream (GIE): scheme of the model servers' metrics endpoint.
     #[arg(long, default_value = "http")]
-    pub model_server_metrics_scheme: String,
+    pub(crate) model_server_metrics_scheme: String,
     /// Deprecated upstream (GIE): path of the model servers' metrics endpoint (overrides the
     /// engine's path).
     #[arg(long)]
-    pub model_server_metrics_path: Option<String>,
+    pub(crate) model_server_metrics_path: Option<String>,
     /// Deprecated upstream (GIE): port of the model servers' metrics endpoint (0 = the serving
     /// port).
     #[arg(long, default_value_t = 0)]
-    pub model_server_metrics_port: u16,
+    pub(crate) model_server_metrics_port: u16,
     /// Deprecated upstream (GIE): skip TLS verification when scraping over https.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub model_server_metrics_https_insecure_skip_verify: bool,
+    pub(crate) model_server_metrics_https_insecure_skip_verify: bool,
     /// Overrides the engine's queue-length series (`name` or `name{label=value}`).
     #[arg(long)]
-    pub total_queued_requests_metric: Option<String>,
+    pub(crate) total_queued_requests_metric: Option<String>,
     /// Overrides the engine's running-requests series.
     #[arg(long)]
-    pub total_running_requests_metric: Option<String>,
+    pub(crate) total_running_requests_metric: Option<String>,
     /// Overrides the engine's KV-cache usage series.
     #[arg(long)]
-    pub kv_cache_usage_percentage_metric: Option<String>,
+    pub(crate) kv_cache_usage_percentage_metric: Option<String>,
     /// Overrides the engine's LoRA info series.
     #[arg(long)]
-    pub lora_info_metric: Option<String>,
+    pub(crate) lora_info_metric: Option<String>,
     /// Overrides the engine's cache-config info series.
     #[arg(long)]
-    pub cache_info_metric: Option<String>,
+    pub(crate) cache_info_metric: Option<String>,
     /// zap development mode (upstream default true, and a no-op there: its logger is fixed).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub zap_devel: Option<bool>,
+    pub(crate) zap_devel: Option<bool>,
     /// zap stack-trace level (accepted; a no-op upstream too).
     #[arg(long)]
-    pub zap_stacktrace_level: Option<String>,
+    pub(crate) zap_stacktrace_level: Option<String>,
     /// zap time encoding: epoch, millis, nano, iso8601, rfc3339, rfc3339nano (accepted; epp
     /// logs RFC 3339 timestamps).
     #[arg(long)]
-    pub zap_time_encoding: Option<String>,
+    pub(crate) zap_time_encoding: Option<String>,
     /// Go pprof handlers on the metrics port (upstream default true; epp has no Go runtime).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub enable_pprof: Option<bool>,
+    pub(crate) enable_pprof: Option<bool>,
     /// Allow alpha (experimental) plugins in the configuration.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub allow_experimental_plugins: bool,
@@ -293,33 +293,33 @@ pub struct Options {
     /// Put every candidate's score in the dynamic metadata
     /// (`envoy.lb` `x-gateway-destination-endpoint-scores`).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub emit_endpoint_scores: bool,
+    pub(crate) emit_endpoint_scores: bool,
     /// ext_proc stream metrics (epp always counts streams; accepted).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub enable_grpc_stream_metrics: bool,
+    pub(crate) enable_grpc_stream_metrics: bool,
     /// Largest gRPC message epp accepts (`25MiB`, `10MB`, bytes).
     #[arg(long, value_parser = parse_size)]
-    pub grpc_max_recv_msg_size: Option<usize>,
+    pub(crate) grpc_max_recv_msg_size: Option<usize>,
     /// Largest gRPC message epp sends.
     #[arg(long, value_parser = parse_size)]
-    pub grpc_max_send_msg_size: Option<usize>,
+    pub(crate) grpc_max_send_msg_size: Option<usize>,
     /// Lowest TLS version of the ext_proc server: VersionTLS10 … VersionTLS13.
     #[arg(long, value_parser = parse_tls_version)]
-    pub tls_min_version: Option<TlsVersion>,
+    pub(crate) tls_min_version: Option<TlsVersion>,
     /// TLS cipher suites of the ext_proc server (Go crypto/tls names).
     #[arg(long, value_delimiter = ',')]
-    pub tls_cipher_suites: Vec<String>,
+    pub(crate) tls_cipher_suites: Vec<String>,
     /// TLS on the metrics port: a directory with tls.crt and tls.key.
     #[arg(long)]
-    pub metrics_cert_dir: Option<PathBuf>,
+    pub(crate) metrics_cert_dir: Option<PathBuf>,
     /// mTLS on the metrics port: the CA that client certificates must chain to.
     #[arg(long)]
-    pub metrics_client_ca_file: Option<PathBuf>,
+    pub(crate) metrics_client_ca_file: Option<PathBuf>,
 }
 
 /// `--tls-min-version`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum TlsVersion {
+pub(crate) enum TlsVersion {
     Tls10,
     Tls11,
     Tls12,
@@ -328,7 +328,7 @@ pub enum TlsVersion {
 
 /// A value a flag's parser refuses (clap prints it after the flag's name).
 #[derive(Debug, thiserror::Error)]
-pub enum FlagValueError {
+pub(crate) enum FlagValueError {
     #[error("unknown TLS version {0:?}; supported values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13")]
     TlsVersion(String),
     #[error("invalid size {0:?}")]
@@ -351,7 +351,7 @@ fn parse_tls_version(s: &str) -> Result<TlsVersion, FlagValueError> {
 
 /// Parses a Kubernetes quantity of bytes as upstream's gRPC size flags do: `25MiB`, `10MB`,
 /// `1Gi`, `1048576` (a trailing `B`/`b` is dropped).
-pub fn parse_size(s: &str) -> Result<usize, FlagValueError> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, FlagValueError> {
     let t = s.trim();
     let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -469,7 +469,7 @@ impl Options {
     }
 
     /// Every problem with the replica-sharing flags, so one start-up error names them all.
-    pub fn peer_problems(&self) -> Vec<String> {
+    pub(crate) fn peer_problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         let sharing = self.speculative_peer_port.is_some() || !self.speculative_peers.is_empty();
         match (sharing, &self.speculative_peer_cert_dir) {
@@ -498,7 +498,7 @@ impl Options {
 
     /// That endpoints come from somewhere, and from one static source at most: the flags or
     /// the configuration's `file-discovery` ([`Self::config_discovery`], set by then).
-    pub fn check_discovery(&self) -> Result<(), OptionsError> {
+    pub(crate) fn check_discovery(&self) -> Result<(), OptionsError> {
         let flags = self.static_endpoints.is_some() || self.static_endpoints_file.is_some();
         let from_config = self.config_discovery.is_some();
         if flags && from_config {
@@ -524,12 +524,12 @@ impl Options {
     }
 
     /// Whether the metrics port checks bearer tokens with the API server.
-    pub fn metrics_auth(&self) -> bool {
+    pub(crate) fn metrics_auth(&self) -> bool {
         self.metrics_endpoint_auth.unwrap_or(true) && self.uses_kubernetes()
     }
 
     /// `--pool-namespace`, then `$NAMESPACE`, then `default`.
-    pub fn namespace(&self) -> String {
+    pub(crate) fn namespace(&self) -> String {
         if !self.pool_namespace.is_empty() {
             return self.pool_namespace.clone();
         }
@@ -540,7 +540,7 @@ impl Options {
     }
 
     /// The pool name used in metric labels.
-    pub fn pool_label(&self) -> String {
+    pub(crate) fn pool_label(&self) -> String {
         self.pool_name
             .clone()
             .unwrap_or_else(|| "static".to_owned())
@@ -576,7 +576,7 @@ impl Options {
     }
 
     /// The metric names of the per-engine flags.
-    pub fn metric_names(
+    pub(crate) fn metric_names(
         &self,
     ) -> Result<crate::scrape::parse::NameOverrides, crate::scrape::parse::NameError> {
         crate::scrape::parse::NameOverrides::parse(crate::scrape::parse::NameFlags {

@@ -33,7 +33,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The certificate new handshakes present, swapped whole on reload.
 #[derive(Debug)]
-pub struct Reloading {
+pub(crate) struct Reloading {
     current: ArcSwap<CertifiedKey>,
 }
 
@@ -45,7 +45,7 @@ impl ResolvesServerCert for Reloading {
 
 impl Reloading {
     /// The certificate of `dir`, or why it does not load.
-    pub fn load(dir: &Path) -> anyhow::Result<Arc<Self>> {
+    pub(crate) fn load(dir: &Path) -> anyhow::Result<Arc<Self>> {
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(certified(dir)?),
         }))
@@ -53,7 +53,7 @@ impl Reloading {
 
     /// A fresh self-signed certificate (names `localhost` and `epp`), as upstream makes when no
     /// `--cert-path` is given.
-    pub fn self_signed() -> anyhow::Result<Arc<Self>> {
+    pub(crate) fn self_signed() -> anyhow::Result<Arc<Self>> {
         let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "epp".to_owned()])
             .context("generating a self-signed certificate")?;
         let key = PrivateKeyDer::try_from(ck.signing_key.serialize_der())
@@ -71,7 +71,7 @@ impl Reloading {
 
     /// The TLS configuration serving it (HTTP/2 only, as gRPC needs); TLS 1.3 only when
     /// `tls13_only` (`--tls-min-version=VersionTLS13`), else 1.2 and 1.3.
-    pub fn server_config(
+    pub(crate) fn server_config(
         self: &Arc<Self>,
         tls13_only: bool,
     ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
@@ -92,7 +92,7 @@ impl Reloading {
 
     /// Reads `dir` again every `poll` until `shutdown`, swapping in each pair that loads after
     /// a change.
-    pub async fn follow(
+    pub(crate) async fn follow(
         self: Arc<Self>,
         dir: PathBuf,
         poll: Duration,
@@ -157,7 +157,7 @@ fn certified(dir: &Path) -> anyhow::Result<CertifiedKey> {
 
 /// The TLS connections of `listener`, handshaken with `config` ([`crate::handshake`]), for
 /// tonic's `serve_with_incoming`; a failed handshake is logged at debug level.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     tracker: &TaskTracker,

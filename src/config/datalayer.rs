@@ -19,17 +19,17 @@ use std::path::PathBuf;
 pub struct MetricsSettings {
     /// `metrics-data-source` `path`, when it is not the default `/metrics` (the engine's own
     /// path applies then: trtllm-serve serves `/prometheus/metrics`).
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// `metrics-data-source` `port` (otherwise the serving port).
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `core-metrics-extractor` `defaultEngine`: the engine of endpoints without an engine label.
     pub default_engine: Option<EngineType>,
     /// `core-metrics-extractor` `engineLabelKey` (otherwise `llm-d.ai/engine-type`, then the GIE
     /// key).
-    pub engine_label_key: Option<String>,
+    pub(crate) engine_label_key: Option<String>,
     /// A hub's scrape of its spokes (`multicluster-metrics-data-source` and its extractor):
     /// every endpoint is then a cluster, scraped for its pool aggregates.
-    pub clusters: Option<super::multicluster::ClusterMetrics>,
+    pub(crate) clusters: Option<super::multicluster::ClusterMetrics>,
 }
 
 /// `metrics-data-source` parameters.
@@ -57,7 +57,7 @@ pub struct ExtractorParams {
 
 impl SourceParams {
     /// Every value epp cannot honour.
-    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut problems = Vec::new();
         match self.scheme.as_deref() {
             None | Some("http") => {}
@@ -98,7 +98,7 @@ impl SourceParams {
 
 impl ExtractorParams {
     /// Every value epp cannot honour.
-    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut problems = Vec::new();
         if let Some(engine) = self.default_engine.as_deref() {
             if EngineType::from_label(engine).is_none() {
@@ -127,12 +127,12 @@ impl ExtractorParams {
 pub struct FileDiscovery {
     /// `path`: the endpoints file (llm-d's format: `endpoints:` with `name`, `namespace`,
     /// `address`, `port`, `labels`).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// `watchFile`: re-read the file when it changes (otherwise it is read once, at start-up).
-    pub watch_file: bool,
+    pub(crate) watch_file: bool,
     /// `multicluster-file-discovery`: the entries are clusters (an address may be a host
     /// name; `metricsAddress`/`metricsPort` labels say where the spoke EPP's metrics are).
-    pub clusters: bool,
+    pub(crate) clusters: bool,
 }
 
 /// `file-discovery` parameters, decoded strictly like upstream's.
@@ -147,7 +147,7 @@ pub struct FileDiscoveryParams {
 
 impl FileDiscoveryParams {
     /// The path is required.
-    pub fn validate(self) -> Result<FileDiscovery, Invalid> {
+    pub(crate) fn validate(self) -> Result<FileDiscovery, Invalid> {
         if self.path.trim().is_empty() {
             return Err(Invalid::new(
                 "path",
@@ -164,7 +164,7 @@ impl FileDiscoveryParams {
 
 /// The `file-discovery` plugin `dataLayer.discovery` names, if it names one (another discovery
 /// plugin, or none, means Kubernetes or the static-endpoint flags).
-pub fn file_discovery(
+pub(crate) fn file_discovery(
     data_layer: Option<&super::DataLayer>,
     plugins: &[NamedPlugin],
 ) -> Option<FileDiscovery> {
@@ -178,7 +178,7 @@ pub fn file_discovery(
 impl MetricsSettings {
     /// Reads every `metrics-data-source` and `core-metrics-extractor` plugin (the last one of a
     /// kind wins, as one instance of each is all upstream's charts configure).
-    pub fn from_plugins(plugins: &[NamedPlugin]) -> Self {
+    pub(crate) fn from_plugins(plugins: &[NamedPlugin]) -> Self {
         let mut out = Self {
             clusters: super::multicluster::cluster_metrics(plugins),
             ..Self::default()

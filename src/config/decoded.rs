@@ -18,38 +18,40 @@ use crate::scheduling::{self, BuildError, Profile, Scheduler};
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Every configured plugin, typed, in configuration order.
-    pub plugins: Vec<NamedPlugin>,
-    pub scheduler: Scheduler,
+    pub(crate) plugins: Vec<NamedPlugin>,
+    pub(crate) scheduler: Scheduler,
     /// Outlier detection and slow start (`outlier-detection`, `slow-start` plugins).
-    pub health: HealthPolicy,
+    pub(crate) health: HealthPolicy,
     /// The saturation detector's thresholds (`saturationDetector`, else the first
     /// `utilization-detector`, else upstream's defaults).
-    pub thresholds: admission::Thresholds,
+    pub(crate) thresholds: admission::Thresholds,
     /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
-    pub parsers: ParserSet,
+    pub(crate) parsers: ParserSet,
     /// `destination-endpoint-served-verifier` is configured.
-    pub served_verifier: bool,
+    pub(crate) served_verifier: bool,
     /// `agent-identity`'s session headers, in the order they are read, when configured.
-    pub agent_identity: Option<Vec<String>>,
+    pub(crate) agent_identity: Option<Vec<String>>,
     /// The `probabilistic-admitter`s, in configuration order (each may refuse a sheddable
     /// request before scheduling).
-    pub admitters: Vec<admission::probabilistic::Probabilistic>,
-    pub gates: FeatureGates,
+    pub(crate) admitters: Vec<admission::probabilistic::Probabilistic>,
     /// Flow control: the `flowControl` gate and the limits of the `flowControl` section.
-    pub flow: FlowSettings,
+    pub(crate) flow: FlowSettings,
     /// What the data-layer plugins say about scraping.
-    pub metrics_settings: MetricsSettings,
+    pub(crate) metrics_settings: MetricsSettings,
     /// The `file-discovery` plugin `dataLayer.discovery` names: endpoints from its file, not
     /// from Kubernetes.
-    pub file_discovery: Option<FileDiscovery>,
+    pub(crate) file_discovery: Option<FileDiscovery>,
     /// `requestHandler.propagatePriority` (llm-d.ai/v1): the resolved priority is written into
     /// the forwarded body's top-level `priority`.
-    pub propagate_priority: bool,
+    pub(crate) propagate_priority: bool,
 }
 
 impl Config {
     /// Decodes a parsed document: the structural checks, every plugin, then the profiles.
-    pub fn decode(doc: &EndpointPickerConfig, load: LoadOptions) -> Result<Self, ConfigError> {
+    pub(crate) fn decode(
+        doc: &EndpointPickerConfig,
+        load: LoadOptions,
+    ) -> Result<Self, ConfigError> {
         let mut problems = check(doc);
         let gates = FeatureGates::parse(&doc.feature_gates).unwrap_or_default();
         let plugins = decode_plugins(doc, load, &mut problems);
@@ -80,7 +82,6 @@ impl Config {
                         _ => None,
                     })
                     .collect(),
-                gates,
                 flow,
                 metrics_settings: MetricsSettings::from_plugins(&plugins),
                 file_discovery: file_discovery(doc.data_layer.as_ref(), &plugins),

@@ -10,28 +10,28 @@ use serde::Deserialize;
 pub struct EndpointPickerConfig {
     /// Omitted: defaulted to [`API_VERSION`], as upstream's decoder does.
     #[serde(default = "default_api_version")]
-    pub api_version: String,
+    pub(crate) api_version: String,
     #[serde(default = "default_kind")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub feature_gates: Vec<String>,
+    pub(crate) feature_gates: Vec<String>,
     #[serde(default)]
-    pub plugins: Vec<PluginSpec>,
+    pub(crate) plugins: Vec<PluginSpec>,
     #[serde(default)]
-    pub scheduling_profiles: Vec<ProfileSpec>,
+    pub(crate) scheduling_profiles: Vec<ProfileSpec>,
     /// Deprecated in llm-d-router v0.10 (moved to `flowControl.saturationDetector`; the new
     /// field wins when both are set).
     #[serde(default)]
-    pub saturation_detector: Option<PluginRef>,
+    pub(crate) saturation_detector: Option<PluginRef>,
     #[serde(default)]
-    pub data_layer: Option<DataLayer>,
+    pub(crate) data_layer: Option<DataLayer>,
     #[serde(default)]
-    pub flow_control: Option<FlowControlSpec>,
+    pub(crate) flow_control: Option<FlowControlSpec>,
     /// Deprecated in llm-d-router v0.10 (moved to `requestHandler.parsers`).
     #[serde(default)]
-    pub parser: Option<PluginRef>,
+    pub(crate) parser: Option<PluginRef>,
     #[serde(default)]
-    pub request_handler: Option<RequestHandler>,
+    pub(crate) request_handler: Option<RequestHandler>,
 }
 
 fn default_api_version() -> String {
@@ -48,20 +48,24 @@ fn default_kind() -> String {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DataLayer {
     #[serde(default)]
-    pub inject_defaults: Option<bool>,
+    #[allow(
+        dead_code,
+        reason = "v1's dataLayer.injectDefaults: decoded so that upstream documents load; epp always scrapes every endpoint itself"
+    )]
+    pub(crate) inject_defaults: Option<bool>,
     #[serde(default)]
-    pub sources: Vec<DataSourceSpec>,
+    pub(crate) sources: Vec<DataSourceSpec>,
     #[serde(default)]
-    pub discovery: Option<Discovery>,
+    pub(crate) discovery: Option<Discovery>,
     /// v1alpha1's cross-replica syncer (v1: `crossReplica.syncerPluginRef`).
     #[serde(default)]
-    pub cross_replica_syncer_plugin_ref: Option<String>,
+    pub(crate) cross_replica_syncer_plugin_ref: Option<String>,
     /// v1alpha1's sync interval (v1: `crossReplica.syncInterval`).
     #[serde(default)]
-    pub cross_replica_sync_interval: Option<String>,
+    pub(crate) cross_replica_sync_interval: Option<String>,
     /// `crossReplica` (llm-d.ai/v1).
     #[serde(default)]
-    pub cross_replica: Option<CrossReplica>,
+    pub(crate) cross_replica: Option<CrossReplica>,
 }
 
 /// `dataLayer.discovery`: v1alpha1's `{pluginRef}` (the endpoint discovery), v1's
@@ -70,16 +74,16 @@ pub struct DataLayer {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Discovery {
     #[serde(default)]
-    pub plugin_ref: Option<String>,
+    pub(crate) plugin_ref: Option<String>,
     #[serde(default)]
-    pub endpoints: Option<PluginRef>,
+    pub(crate) endpoints: Option<PluginRef>,
     #[serde(default)]
-    pub peers: Option<PluginRef>,
+    pub(crate) peers: Option<PluginRef>,
 }
 
 impl Discovery {
     /// The endpoint-discovery plugin: v1's `endpoints.pluginRef`, else v1alpha1's `pluginRef`.
-    pub fn endpoints_ref(&self) -> Option<&str> {
+    pub(crate) fn endpoints_ref(&self) -> Option<&str> {
         (self.endpoints.as_ref())
             .map(|r| r.plugin_ref.as_str())
             .or(self.plugin_ref.as_deref())
@@ -92,19 +96,19 @@ impl Discovery {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CrossReplica {
     #[serde(default)]
-    pub syncer_plugin_ref: Option<String>,
+    pub(crate) syncer_plugin_ref: Option<String>,
     #[serde(default)]
-    pub sync_interval: Option<String>,
+    pub(crate) sync_interval: Option<String>,
     #[serde(default)]
-    pub publish_timeout: Option<String>,
+    pub(crate) publish_timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DataSourceSpec {
-    pub plugin_ref: String,
+    pub(crate) plugin_ref: String,
     #[serde(default)]
-    pub extractors: Vec<PluginRef>,
+    pub(crate) extractors: Vec<PluginRef>,
 }
 
 /// `flowControl` (GIE v1.5 and llm-d-router v0.10). Quantities are kept as YAML values
@@ -113,45 +117,53 @@ pub struct DataSourceSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FlowControlSpec {
     #[serde(default)]
-    pub max_bytes: Option<serde_norway::Value>,
+    pub(crate) max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_norway::Value>,
+    pub(crate) max_requests: Option<serde_norway::Value>,
     #[serde(default, rename = "defaultRequestTTL")]
-    pub default_request_ttl: Option<String>,
+    pub(crate) default_request_ttl: Option<String>,
     /// How long a request may wait while the pool has no endpoint (follows
     /// `defaultRequestTTL` when omitted).
     #[serde(default, rename = "noEndpointRequestTTL")]
-    pub no_endpoint_request_ttl: Option<String>,
+    pub(crate) no_endpoint_request_ttl: Option<String>,
     #[serde(default)]
-    pub default_priority_band: Option<PriorityBandSpec>,
+    pub(crate) default_priority_band: Option<PriorityBandSpec>,
     #[serde(default)]
-    pub default_negative_priority_band: Option<PriorityBandSpec>,
+    pub(crate) default_negative_priority_band: Option<PriorityBandSpec>,
     #[serde(default)]
-    pub priority_bands: Vec<PriorityBandSpec>,
+    pub(crate) priority_bands: Vec<PriorityBandSpec>,
     #[serde(default)]
-    pub usage_limit_policy_plugin_ref: Option<String>,
+    pub(crate) usage_limit_policy_plugin_ref: Option<String>,
     #[serde(default)]
-    pub saturation_detector: Option<PluginRef>,
+    pub(crate) saturation_detector: Option<PluginRef>,
     #[serde(default)]
-    pub enable_eviction: bool,
+    #[allow(
+        dead_code,
+        reason = "decoded so that upstream documents load; epp does not evict in-flight requests (docs/migration/llm-d-v1.md)"
+    )]
+    pub(crate) enable_eviction: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PriorityBandSpec {
     #[serde(default)]
-    pub priority: Option<i64>,
+    pub(crate) priority: Option<i64>,
     #[serde(default)]
-    pub max_bytes: Option<serde_norway::Value>,
+    pub(crate) max_bytes: Option<serde_norway::Value>,
     #[serde(default)]
-    pub max_requests: Option<serde_norway::Value>,
+    #[allow(
+        dead_code,
+        reason = "a band's maxRequests: decoded so that upstream documents load; epp limits a band by maxBytes"
+    )]
+    pub(crate) max_requests: Option<serde_norway::Value>,
     #[serde(default)]
-    pub fairness_policy_ref: Option<String>,
+    pub(crate) fairness_policy_ref: Option<String>,
     #[serde(default)]
-    pub ordering_policy_ref: Option<String>,
+    pub(crate) ordering_policy_ref: Option<String>,
     /// The band's own queue-wait budget (overrides `flowControl.defaultRequestTTL`).
     #[serde(default, rename = "defaultRequestTTL")]
-    pub default_request_ttl: Option<String>,
+    pub(crate) default_request_ttl: Option<String>,
 }
 
 /// `requestHandler` (llm-d-router v0.10): the parsers, chosen by request path.
@@ -159,17 +171,17 @@ pub struct PriorityBandSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RequestHandler {
     #[serde(default)]
-    pub parsers: Vec<PluginRef>,
+    pub(crate) parsers: Vec<PluginRef>,
     /// llm-d.ai/v1: write the resolved priority into the forwarded body's top-level
     /// `priority` (off by default: the body is forwarded unchanged).
     #[serde(default)]
-    pub propagate_priority: bool,
+    pub(crate) propagate_priority: bool,
 }
 
 impl EndpointPickerConfig {
     /// The saturation detector reference: `flowControl.saturationDetector`, else the
     /// deprecated top-level one.
-    pub fn saturation_detector_ref(&self) -> Option<&str> {
+    pub(crate) fn saturation_detector_ref(&self) -> Option<&str> {
         self.flow_control
             .as_ref()
             .and_then(|f| f.saturation_detector.as_ref())
@@ -178,7 +190,7 @@ impl EndpointPickerConfig {
     }
 
     /// The parser references: `requestHandler.parsers`, else the deprecated `parser`.
-    pub fn parser_refs(&self) -> Vec<&str> {
+    pub(crate) fn parser_refs(&self) -> Vec<&str> {
         match &self.request_handler {
             Some(h) if !h.parsers.is_empty() => {
                 h.parsers.iter().map(|r| r.plugin_ref.as_str()).collect()
@@ -188,7 +200,7 @@ impl EndpointPickerConfig {
     }
 
     /// Deprecations upstream logs at load (one line each).
-    pub fn deprecations(&self) -> Vec<String> {
+    pub(crate) fn deprecations(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.api_version == API_VERSION_GIE {
             out.push(format!(
@@ -222,7 +234,7 @@ pub struct PluginSpec {
 }
 
 impl PluginSpec {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.plugin_type)
     }
 }
@@ -230,27 +242,31 @@ impl PluginSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileSpec {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default)]
-    pub plugins: Vec<ProfilePluginRef>,
+    pub(crate) plugins: Vec<ProfilePluginRef>,
     /// llm-d.ai/v1 (default true): upstream adds its saturation detector to the profile as a
     /// filter when the detector is one. epp's detectors gate admission (shed or queue) and are
     /// never filters, so epp keeps every profile as written either way.
     #[serde(default, rename = "injectSaturationFilter")]
-    pub inject_saturation_filter: Option<bool>,
+    #[allow(
+        dead_code,
+        reason = "decoded so that upstream documents load; epp's saturation detectors are never profile filters, so every profile stays as written (docs/migration/llm-d-v1.md)"
+    )]
+    pub(crate) inject_saturation_filter: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProfilePluginRef {
-    pub plugin_ref: String,
+    pub(crate) plugin_ref: String,
     /// Scorer weight; upstream defaults a missing weight to 1.
     #[serde(default)]
-    pub weight: Option<f64>,
+    pub(crate) weight: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginRef {
-    pub plugin_ref: String,
+    pub(crate) plugin_ref: String,
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// How a priority band chooses the next request among its fairness keys
 /// (`x-gateway-inference-fairness-id`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum Fairness {
+pub(crate) enum Fairness {
     /// `global-strict-fairness-policy`, upstream's default: the band's first request by its
     /// ordering, whatever its key (one queue; a burst from one key delays the others).
     #[default]
@@ -35,21 +35,21 @@ pub enum Fairness {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Las {
     /// `lasWeightService` (0.8): weight of the inverted attained service.
-    pub weight_service: f64,
+    pub(crate) weight_service: f64,
     /// `lasWeightHeadWait` (0.2): weight of the first request's wait.
-    pub weight_head_wait: f64,
+    pub(crate) weight_head_wait: f64,
     /// `lasHalfLifeSeconds` (60; 0: no decay).
-    pub half_life_s: f64,
+    pub(crate) half_life_s: f64,
     /// `evictionTtlSeconds` (3600): a program with no completion for this long is forgotten.
-    pub eviction_ttl: Duration,
+    pub(crate) eviction_ttl: Duration,
     /// `evictionSweepSeconds` (300): how often forgotten programs are looked for.
-    pub eviction_sweep: Duration,
+    pub(crate) eviction_sweep: Duration,
 }
 
 /// `program-aware-fairness` parameters, as configured.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ProgramAwareParams {
+pub(crate) struct ProgramAwareParams {
     strategy: String,
     eviction_ttl_seconds: f64,
     eviction_sweep_seconds: f64,
@@ -73,7 +73,7 @@ impl Default for ProgramAwareParams {
 
 impl ProgramAwareParams {
     /// Upstream's checks and messages, every failing one reported.
-    pub fn validate(self) -> Result<Las, Vec<crate::plugin::Invalid>> {
+    pub(crate) fn validate(self) -> Result<Las, Vec<crate::plugin::Invalid>> {
         use crate::plugin::Invalid;
         let mut problems = Vec::new();
         let mut check = |name: &'static str, v: f64, strict: bool| {
@@ -115,7 +115,7 @@ impl ProgramAwareParams {
 
 /// How the requests of one fairness key are ordered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum QueueOrder {
+pub(crate) enum QueueOrder {
     /// `fcfs-ordering-policy`, upstream's default, and `edf-ordering-policy`: upstream's
     /// deadline is a request's arrival plus its TTL, and epp gives every request the same TTL,
     /// so the earliest deadline is the earliest arrival.
@@ -128,37 +128,37 @@ pub enum QueueOrder {
 
 /// A priority band's policies.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct BandPolicy {
-    pub fairness: Fairness,
-    pub order: QueueOrder,
+pub(crate) struct BandPolicy {
+    pub(crate) fairness: Fairness,
+    pub(crate) order: QueueOrder,
 }
 
 /// Whether requests wait in epp while the pool is saturated, and the limits the document sets
 /// (`None`: the command line's value applies).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct FlowSettings {
+pub(crate) struct FlowSettings {
     /// The `flowControl` feature gate.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// `flowControl.maxRequests`.
-    pub max_requests: Option<u64>,
+    pub(crate) max_requests: Option<u64>,
     /// `flowControl.maxBytes`.
-    pub max_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
     /// `flowControl.defaultPriorityBand.maxBytes`.
-    pub band_max_bytes: Option<u64>,
+    pub(crate) band_max_bytes: Option<u64>,
     /// `flowControl.defaultRequestTTL`.
-    pub ttl: Option<Duration>,
+    pub(crate) ttl: Option<Duration>,
     /// The policies of bands `priorityBands` does not list (`defaultPriorityBand`).
-    pub default_band: BandPolicy,
+    pub(crate) default_band: BandPolicy,
     /// The policies of the bands `priorityBands` lists, by priority.
-    pub bands: Vec<(i64, BandPolicy)>,
+    pub(crate) bands: Vec<(i64, BandPolicy)>,
     /// The usage limit policy `usageLimitPolicyPluginRef` names.
-    pub usage_limit: super::UsageLimit,
+    pub(crate) usage_limit: super::UsageLimit,
 }
 
 impl FlowSettings {
     /// The settings of a document's gates and `flowControl` section; every bad value reported.
     /// `plugins` are the document's, which a `fairnessPolicyRef` names.
-    pub fn decode(
+    pub(crate) fn decode(
         gates: FeatureGates,
         spec: Option<&FlowControlSpec>,
         plugins: &[NamedPlugin],

@@ -21,10 +21,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Upstream's cap on a peer's answer (`maxResponseBytes`).
-pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 8 << 20;
 /// The series a spoke EPP publishes (llm-d-router's and epp's name of the GIE pool gauges).
-pub const DEFAULT_KV_METRIC: &str = "llm_d_epp_average_kv_cache_utilization";
-pub const DEFAULT_QUEUE_METRIC: &str = "llm_d_epp_average_queue_size";
+pub(crate) const DEFAULT_KV_METRIC: &str = "llm_d_epp_average_kv_cache_utilization";
+pub(crate) const DEFAULT_QUEUE_METRIC: &str = "llm_d_epp_average_queue_size";
 
 /// How the hub reaches a spoke's metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,44 +36,44 @@ pub enum Scheme {
 /// `multicluster-metrics-data-source`, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSource {
-    pub scheme: Scheme,
-    pub path: String,
+    pub(crate) scheme: Scheme,
+    pub(crate) path: String,
     /// `insecureSkipVerify`: the peer's certificate is not checked (off by default).
-    pub insecure_skip_verify: bool,
+    pub(crate) insecure_skip_verify: bool,
     /// `caCertPath`: the PEM bundle a spoke's certificate must chain to; otherwise the
     /// system's roots.
-    pub ca_cert: Option<PathBuf>,
+    pub(crate) ca_cert: Option<PathBuf>,
     /// `clientCertPath` + `clientKeyPath`: the hub's certificate, for spokes that ask for one.
-    pub client_identity: Option<(PathBuf, PathBuf)>,
+    pub(crate) client_identity: Option<(PathBuf, PathBuf)>,
     /// `interval`: the scrape period, when longer than `--refresh-metrics-interval`.
-    pub interval: Option<Duration>,
+    pub(crate) interval: Option<Duration>,
 }
 
 /// A series and the labels it must carry (`name{label="value"}`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetricSpec {
-    pub name: String,
+pub(crate) struct MetricSpec {
+    pub(crate) name: String,
     pub labels: Vec<(String, String)>,
 }
 
 /// `multicluster-metrics-extractor`, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterExtractor {
-    pub kv_usage: MetricSpec,
-    pub queue: MetricSpec,
+    pub(crate) kv_usage: MetricSpec,
+    pub(crate) queue: MetricSpec,
 }
 
 /// What a hub scrapes: set when the configuration has a `multicluster-metrics-data-source`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterMetrics {
-    pub source: ClusterSource,
-    pub extractor: ClusterExtractor,
+pub(crate) struct ClusterMetrics {
+    pub(crate) source: ClusterSource,
+    pub(crate) extractor: ClusterExtractor,
 }
 
 /// `multicluster-metrics-data-source` parameters, decoded strictly.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ClusterSourceParams {
+pub(crate) struct ClusterSourceParams {
     scheme: Option<String>,
     path: Option<String>,
     #[allow(dead_code)] // decoded, not used: upstream's hub source ignores it too
@@ -87,7 +87,7 @@ pub struct ClusterSourceParams {
 
 impl ClusterSourceParams {
     /// Upstream's checks: the scheme, the interval, a client certificate with its key.
-    pub fn validate(self) -> Result<ClusterSource, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<ClusterSource, Vec<Invalid>> {
         let mut problems = Vec::new();
         let scheme = match self.scheme.as_deref().unwrap_or("https") {
             "https" => Scheme::Https,
@@ -149,14 +149,14 @@ impl ClusterSourceParams {
 /// `multicluster-metrics-extractor` parameters, decoded strictly.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ClusterExtractorParams {
+pub(crate) struct ClusterExtractorParams {
     kv_cache_utilization_metric: String,
     queue_size_metric: String,
 }
 
 impl ClusterExtractorParams {
     /// Each name parsed (empty means the spoke EPP's own series), every bad one reported.
-    pub fn validate(self) -> Result<ClusterExtractor, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<ClusterExtractor, Vec<Invalid>> {
         let spec = |parameter: &'static str, what: &str, text: &str, default: &str| {
             let text = if text.is_empty() { default } else { text };
             MetricSpec::parse(text).ok_or_else(|| {
@@ -202,7 +202,7 @@ impl Default for ClusterExtractor {
 impl MetricSpec {
     /// `name`, or `name{label="value",...}` (a value's quotes may be left out), as upstream's
     /// `parseStringToSpec`; `None` when it is not one.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         let text = text.trim();
         let (name, block) = match text.split_once('{') {
             None => (text, ""),
@@ -231,7 +231,7 @@ impl MetricSpec {
     }
 
     /// Whether a sample called `name`, whose labels `label` looks up, is this series.
-    pub fn matches<'a>(&self, name: &str, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+    pub(crate) fn matches<'a>(&self, name: &str, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.name == name
             && self
                 .labels
@@ -249,7 +249,7 @@ fn valid_name(s: &str, metric: bool) -> bool {
 
 /// The hub's scrape settings, when the configuration has a `multicluster-metrics-data-source`
 /// (the last one wins; its extractor, or the default series when none is configured).
-pub fn cluster_metrics(plugins: &[NamedPlugin]) -> Option<ClusterMetrics> {
+pub(crate) fn cluster_metrics(plugins: &[NamedPlugin]) -> Option<ClusterMetrics> {
     let source = plugins.iter().rev().find_map(|p| match &p.plugin {
         Plugin::ClusterMetricsSource(s) => Some(s.clone()),
         _ => None,

@@ -33,7 +33,7 @@ use super::multicluster::{
 /// One configured plugin: its instance name, its kind and what it decoded to.
 #[derive(Clone, Debug)]
 pub struct NamedPlugin {
-    pub name: String,
+    pub(crate) name: String,
     pub kind: PluginKind,
     pub plugin: Plugin,
 }
@@ -105,7 +105,7 @@ impl NamedPlugin {
     }
 
     /// The scheduling plugin, if this is one.
-    pub fn scheduling(&self) -> Option<&Sched> {
+    pub(crate) fn scheduling(&self) -> Option<&Sched> {
         match &self.plugin {
             Plugin::Scheduling(s) => Some(s),
             _ => None,
@@ -154,7 +154,7 @@ impl From<Vec<Invalid>> for Refused {
 }
 
 /// Decodes parameters strictly; absent (null) parameters mean the type's defaults.
-pub fn params<T: serde::de::DeserializeOwned + Default>(
+pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
     v: &Value,
 ) -> Result<T, serde_norway::Error> {
     if v.is_null() {
@@ -186,7 +186,7 @@ struct AgentIdentityParams {
     additional_session_headers: Vec<String>,
 }
 
-pub use crate::request::headers::AGENT_SESSION_HEADERS;
+pub(crate) use crate::request::headers::AGENT_SESSION_HEADERS;
 
 /// `models-data-source` (llm-d v0.10) parameters, checked strictly as upstream decodes them;
 /// nothing reads them (no v0.10 plugin consumes the models it collects).

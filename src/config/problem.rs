@@ -114,7 +114,7 @@ impl fmt::Display for Problem {
 /// Every problem found in one configuration.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct ConfigError {
-    pub problems: Vec<Problem>,
+    pub(crate) problems: Vec<Problem>,
 }
 
 impl fmt::Display for ConfigError {

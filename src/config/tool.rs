@@ -20,7 +20,7 @@ pub struct Checked {
 }
 
 /// The upstream shape an `apiVersion` names.
-pub fn shape(api_version: &str) -> &'static str {
+pub(crate) fn shape(api_version: &str) -> &'static str {
     match api_version {
         API_VERSION_V1 => "llm-d.ai/v1 (llm-d v1.0)",
         API_VERSION => "llm-d.ai/v1alpha1 (llm-d-router v0.10 and v0.11)",

@@ -29,26 +29,26 @@ pub enum UsageLimit {
 /// `priority-holdback-policy`'s validated parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Holdback {
-    pub min_ceiling: f64,
-    pub max_ceiling: f64,
+    pub(crate) min_ceiling: f64,
+    pub(crate) max_ceiling: f64,
     /// `domain: value` (else `rank`).
-    pub by_value: bool,
+    pub(crate) by_value: bool,
 }
 
 /// `priority-holdback-policy`'s parameters as written.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct HoldbackParams {
-    pub shape: Option<String>,
-    pub domain: Option<String>,
-    pub min_ceiling: Option<f64>,
-    pub max_ceiling: Option<f64>,
+pub(crate) struct HoldbackParams {
+    pub(crate) shape: Option<String>,
+    pub(crate) domain: Option<String>,
+    pub(crate) min_ceiling: Option<f64>,
+    pub(crate) max_ceiling: Option<f64>,
 }
 
 impl HoldbackParams {
     /// Upstream's checks (every one reported) and defaults: `shape: linear`, `domain: rank`,
     /// `maxCeiling: 1.0`; `minCeiling` is required.
-    pub fn validate(self) -> Result<Holdback, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Holdback, Vec<Invalid>> {
         const PREFIX: &str = "invalid priority holdback policy configuration";
         let Some(min) = self.min_ceiling else {
             return Err(vec![Invalid::new(
@@ -104,12 +104,17 @@ impl HoldbackParams {
 /// `soft-reflective-ceiling-policy` takes no parameters.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoParams {}
+pub(crate) struct NoParams {}
 
 impl UsageLimit {
     /// The ceiling of each of `priorities` (highest first) at `saturation`. `looks` counts the
     /// soft-reflective policy's looks in its alternating regime (one counter per flow control).
-    pub fn ceilings(self, saturation: f64, priorities: &[i32], looks: &AtomicI64) -> Vec<f64> {
+    pub(crate) fn ceilings(
+        self,
+        saturation: f64,
+        priorities: &[i32],
+        looks: &AtomicI64,
+    ) -> Vec<f64> {
         let n = priorities.len();
         match self {
             Self::Static => vec![1.0; n],

@@ -7,7 +7,7 @@
 use super::{EndpointPickerConfig, Problem, API_VERSION_V1};
 
 /// The problems of `doc` that depend on its apiVersion, and of v1's own fields.
-pub fn problems(doc: &EndpointPickerConfig) -> Vec<Problem> {
+pub(crate) fn problems(doc: &EndpointPickerConfig) -> Vec<Problem> {
     let mut out = Vec::new();
     if doc.api_version == API_VERSION_V1 {
         out.extend(removed_in_v1(doc));

@@ -37,16 +37,16 @@ use std::time::{Duration, Instant};
 pub struct OutlierParams {
     /// Consecutive 5xx (or local-origin failures) that eject; 0 disables this trigger.
     #[serde(rename = "consecutive5xx")]
-    pub consecutive_5xx: u32,
+    pub(crate) consecutive_5xx: u32,
     /// Consecutive local-origin failures (of requests, or of one prober) that eject; 0 disables
     /// this trigger.
-    pub consecutive_local_origin_failure: u32,
+    pub(crate) consecutive_local_origin_failure: u32,
     /// First ejection period; the k-th consecutive ejection lasts `base · 2^(k−1)`.
     #[serde(deserialize_with = "crate::duration::deserialize")]
-    pub base_ejection_time: Duration,
+    pub(crate) base_ejection_time: Duration,
     /// Cap of the ejection period.
     #[serde(deserialize_with = "crate::duration::deserialize")]
-    pub max_ejection_time: Duration,
+    pub(crate) max_ejection_time: Duration,
 }
 
 impl Default for OutlierParams {
@@ -62,7 +62,7 @@ impl Default for OutlierParams {
 
 impl OutlierParams {
     /// Every value the policy cannot take.
-    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut out = Vec::new();
         if self.base_ejection_time.is_zero() {
             out.push(Invalid::new(
@@ -84,7 +84,7 @@ impl OutlierParams {
     }
 
     /// How long the `k`-th consecutive ejection lasts (k ≥ 1).
-    pub fn ejection_time(&self, k: u32) -> Duration {
+    pub(crate) fn ejection_time(&self, k: u32) -> Duration {
         let factor = 1u32
             .checked_shl(k.saturating_sub(1).min(30))
             .unwrap_or(u32::MAX);
@@ -100,11 +100,11 @@ impl OutlierParams {
 pub struct SlowStartParams {
     /// Time for a new or restored endpoint to reach its full share.
     #[serde(deserialize_with = "crate::duration::deserialize")]
-    pub slow_start_window: Duration,
+    pub(crate) slow_start_window: Duration,
     /// Shape of the ramp: 1 is linear, larger ramps faster at first.
-    pub aggression: f64,
+    pub(crate) aggression: f64,
     /// Share at the start of the window, in percent of full.
-    pub min_weight_percent: f64,
+    pub(crate) min_weight_percent: f64,
 }
 
 impl Default for SlowStartParams {
@@ -119,7 +119,7 @@ impl Default for SlowStartParams {
 
 impl SlowStartParams {
     /// Every value the ramp cannot take.
-    pub fn validate(self) -> Result<Self, Vec<Invalid>> {
+    pub(crate) fn validate(self) -> Result<Self, Vec<Invalid>> {
         let mut out = Vec::new();
         if !(self.aggression.is_finite() && self.aggression > 0.0) {
             out.push(Invalid::new(
@@ -141,7 +141,7 @@ impl SlowStartParams {
     }
 
     /// The share multiplier, in `[minWeightPercent/100, 1]`, `elapsed` after the ramp began.
-    pub fn ramp(&self, elapsed: Duration) -> f64 {
+    pub(crate) fn ramp(&self, elapsed: Duration) -> f64 {
         let min = self.min_weight_percent / 100.0;
         if self.slow_start_window.is_zero() || elapsed >= self.slow_start_window {
             return 1.0;
@@ -154,14 +154,14 @@ impl SlowStartParams {
 /// The health policy in force: from the configuration (`crate::config` decodes the
 /// `outlier-detection` and `slow-start` plugins; listing one turns it on), swapped on reload.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct HealthPolicy {
-    pub outlier: Option<OutlierParams>,
-    pub slow_start: Option<SlowStartParams>,
+pub(crate) struct HealthPolicy {
+    pub(crate) outlier: Option<OutlierParams>,
+    pub(crate) slow_start: Option<SlowStartParams>,
 }
 
 /// What one observation did to an endpoint's state, for logs and metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     None,
     Ejected { period: Duration, ejections: u32 },
     Restored,
@@ -169,7 +169,7 @@ pub enum Transition {
 
 /// Where an endpoint is in the state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Healthy,
     Ejected {
         until: Instant,
@@ -182,8 +182,8 @@ pub enum Mode {
 
 /// One endpoint's passive-health state (kept behind a small mutex in `EndpointState`).
 #[derive(Clone, Copy, Debug)]
-pub struct Health {
-    pub mode: Mode,
+pub(crate) struct Health {
+    pub(crate) mode: Mode,
     fails_5xx: u32,
     fails_local: u32,
     /// Failure streak of each prober ([`Prober`] as index).
@@ -191,12 +191,12 @@ pub struct Health {
     /// Consecutive ejections (the backoff exponent).
     ejections: u32,
     /// When the endpoint last appeared or was restored: the slow-start ramp begins here.
-    pub warm_since: Instant,
+    pub(crate) warm_since: Instant,
 }
 
 /// Who probes an endpoint besides its traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prober {
+pub(crate) enum Prober {
     /// The active `/health` probe (`--health-check-interval`).
     Health = 0,
     /// The metrics scraper.
@@ -205,7 +205,7 @@ pub enum Prober {
 
 /// How an observation is classified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// A request succeeded (any answer other than a counted 5xx).
     RequestOk,
     /// The model server answered 5xx.
@@ -219,7 +219,7 @@ pub enum Signal {
 }
 
 impl Health {
-    pub fn new(now: Instant) -> Self {
+    pub(crate) fn new(now: Instant) -> Self {
         Self {
             mode: Mode::Healthy,
             fails_5xx: 0,
@@ -231,7 +231,7 @@ impl Health {
     }
 
     /// Whether the endpoint may be picked now; moves an expired ejection to half-open.
-    pub fn available(&mut self, now: Instant, p: &OutlierParams) -> bool {
+    pub(crate) fn available(&mut self, now: Instant, p: &OutlierParams) -> bool {
         match self.mode {
             Mode::Healthy => true,
             Mode::Ejected { until } if now >= until => {
@@ -248,14 +248,19 @@ impl Health {
     }
 
     /// A request was dispatched here: in half-open it is the probe.
-    pub fn dispatched(&mut self, now: Instant) {
+    pub(crate) fn dispatched(&mut self, now: Instant) {
         if let Mode::HalfOpen { .. } = self.mode {
             self.mode = Mode::HalfOpen { probe: Some(now) };
         }
     }
 
     /// Feeds one observation.
-    pub fn observe(&mut self, signal: Signal, now: Instant, p: &OutlierParams) -> Transition {
+    pub(crate) fn observe(
+        &mut self,
+        signal: Signal,
+        now: Instant,
+        p: &OutlierParams,
+    ) -> Transition {
         match signal {
             Signal::RequestOk => {
                 self.reset();

@@ -12,31 +12,31 @@
 use std::time::{Duration, Instant};
 
 /// Decay time constant τ: an observation's weight falls to 1/e after τ (Finagle's default).
-pub const DECAY: Duration = Duration::from_secs(10);
+pub(crate) const DECAY: Duration = Duration::from_secs(10);
 /// Smallest penalty recorded for a failed request, for time to first token.
-pub const TTFT_PENALTY_FLOOR: Duration = Duration::from_secs(1);
+pub(crate) const TTFT_PENALTY_FLOOR: Duration = Duration::from_secs(1);
 /// Smallest penalty recorded for a failed request, for time per output token.
-pub const TPOT_PENALTY_FLOOR: Duration = Duration::from_millis(50);
+pub(crate) const TPOT_PENALTY_FLOOR: Duration = Duration::from_millis(50);
 /// The largest estimate a run of failures can push an endpoint to.
-pub const PENALTY_CEILING: Duration = Duration::from_secs(60);
+pub(crate) const PENALTY_CEILING: Duration = Duration::from_secs(60);
 
 /// One peak-EWMA, in seconds.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct PeakEwma {
+pub(crate) struct PeakEwma {
     cost: f64,
     stamp: Option<Instant>,
 }
 
 impl PeakEwma {
     /// The estimate at `now` (decayed since the last observation); `None` if never observed.
-    pub fn value(&self, now: Instant) -> Option<f64> {
+    pub(crate) fn value(&self, now: Instant) -> Option<f64> {
         let stamp = self.stamp?;
         let td = now.saturating_duration_since(stamp).as_secs_f64();
         Some(self.cost * (-td / DECAY.as_secs_f64()).exp())
     }
 
     /// Records one observation.
-    pub fn observe(&mut self, sample: Duration, now: Instant) {
+    pub(crate) fn observe(&mut self, sample: Duration, now: Instant) {
         let rtt = sample.as_secs_f64();
         let decayed = self.value(now).unwrap_or(0.0);
         self.cost = if rtt > decayed {
@@ -54,7 +54,7 @@ impl PeakEwma {
     /// Records a failure as a slow observation: twice the current estimate, at least `floor`,
     /// at most [`PENALTY_CEILING`] (doubling without a bound overflowed `Duration` after a
     /// hundred failures in a row: a fuzz finding; a minute already ranks a pod last).
-    pub fn penalize(&mut self, floor: Duration, now: Instant) {
+    pub(crate) fn penalize(&mut self, floor: Duration, now: Instant) {
         let current = self.value(now).unwrap_or(0.0);
         let doubled = (current * 2.0).min(PENALTY_CEILING.as_secs_f64());
         self.observe(
@@ -68,14 +68,14 @@ impl PeakEwma {
 
 /// TTFT and TPOT estimates of one endpoint.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Latency {
-    pub ttft: PeakEwma,
-    pub tpot: PeakEwma,
+pub(crate) struct Latency {
+    pub(crate) ttft: PeakEwma,
+    pub(crate) tpot: PeakEwma,
 }
 
 impl Latency {
     /// A finished request: what was measured of it.
-    pub fn observe(&mut self, ttft: Option<Duration>, tpot: Option<Duration>, now: Instant) {
+    pub(crate) fn observe(&mut self, ttft: Option<Duration>, tpot: Option<Duration>, now: Instant) {
         if let Some(t) = ttft {
             self.ttft.observe(t, now);
         }
@@ -85,7 +85,7 @@ impl Latency {
     }
 
     /// A failed request (5xx, connection failure, reset before headers): slow on both counts.
-    pub fn penalize(&mut self, now: Instant) {
+    pub(crate) fn penalize(&mut self, now: Instant) {
         self.ttft.penalize(TTFT_PENALTY_FLOOR, now);
         self.tpot.penalize(TPOT_PENALTY_FLOOR, now);
     }

@@ -7,21 +7,21 @@ use rand::Rng;
 use std::collections::HashMap;
 
 /// Request priority: higher is more important; below zero the request may be shed.
-pub type Priority = i32;
+pub(crate) type Priority = i32;
 
 /// A weighted choice of model names (canary splits, rewrites).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WeightedTargets(Vec<(String, u32)>);
+pub(crate) struct WeightedTargets(Vec<(String, u32)>);
 
 impl WeightedTargets {
     /// Targets with their weights; all-zero weights draw uniformly (as upstream's
     /// `applyWeightedModelRewrite`). `None` when empty.
-    pub fn new(targets: Vec<(String, u32)>) -> Option<Self> {
+    pub(crate) fn new(targets: Vec<(String, u32)>) -> Option<Self> {
         (!targets.is_empty()).then_some(Self(targets))
     }
 
     /// One draw, proportional to weight.
-    pub fn draw(&self, rng: &mut impl Rng) -> &str {
+    pub(crate) fn draw(&self, rng: &mut impl Rng) -> &str {
         let total: u64 = self.0.iter().map(|(_, w)| u64::from(*w)).sum();
         if total == 0 {
             return &self.0[rng.random_range(0..self.0.len())].0;
@@ -39,33 +39,33 @@ impl WeightedTargets {
 
 /// An InferenceModel, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelPolicy {
-    pub priority: Priority,
+pub(crate) struct ModelPolicy {
+    pub(crate) priority: Priority,
     /// `None` keeps the requested model.
-    pub targets: Option<WeightedTargets>,
+    pub(crate) targets: Option<WeightedTargets>,
 }
 
 /// A rewrite rule; `model: None` matches every model (a generic rule).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RewriteRule {
-    pub model: Option<String>,
-    pub targets: WeightedTargets,
+pub(crate) struct RewriteRule {
+    pub(crate) model: Option<String>,
+    pub(crate) targets: WeightedTargets,
 }
 
 /// Everything the director needs from the objective CRDs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Objectives {
+pub(crate) struct Objectives {
     /// InferenceObjective name → priority.
-    pub objectives: HashMap<String, Priority>,
+    pub(crate) objectives: HashMap<String, Priority>,
     /// InferenceModel `modelName` → policy (the oldest object wins a name).
-    pub models: HashMap<String, ModelPolicy>,
+    pub(crate) models: HashMap<String, ModelPolicy>,
     /// Rewrite rules, oldest resource first, then list order.
-    pub rewrites: Vec<RewriteRule>,
+    pub(crate) rewrites: Vec<RewriteRule>,
 }
 
 impl Objectives {
     /// The request's priority: the named objective's, else its InferenceModel's, else 0.
-    pub fn priority(&self, objective: Option<&str>, model: &str) -> Priority {
+    pub(crate) fn priority(&self, objective: Option<&str>, model: &str) -> Priority {
         if let Some(p) = objective.and_then(|o| self.objectives.get(o)) {
             return *p;
         }
@@ -75,14 +75,15 @@ impl Objectives {
     /// The model a request for `model` goes to. As upstream's `mutateModel`: the
     /// `x-gateway-model-name-rewrite` header (`header`, ignored when empty) replaces the body's
     /// model, and a rewrite matching the body's model (not the header's) replaces that in turn.
-    pub fn target(&self, model: &str, header: Option<&str>, rng: &mut impl Rng) -> String {
+    #[cfg(test)]
+    pub(crate) fn target(&self, model: &str, header: Option<&str>, rng: &mut impl Rng) -> String {
         self.rewrite_or_header(model, header, rng)
             .unwrap_or_else(|| model.to_owned())
     }
 
     /// [`Self::target`] when something names another model: a rewrite, else the non-empty
     /// rewrite header; `None` (no copy of the name) when the request keeps its model.
-    pub fn rewrite_or_header(
+    pub(crate) fn rewrite_or_header(
         &self,
         model: &str,
         header: Option<&str>,
@@ -95,7 +96,7 @@ impl Objectives {
 
     /// The model to send `model` to, if something rewrites it: an exact rewrite rule, else a
     /// generic one, else the InferenceModel's weighted targets.
-    pub fn rewrite(&self, model: &str, rng: &mut impl Rng) -> Option<String> {
+    pub(crate) fn rewrite(&self, model: &str, rng: &mut impl Rng) -> Option<String> {
         let rule = self
             .rewrites
             .iter()

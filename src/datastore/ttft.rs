@@ -51,7 +51,7 @@
 use std::time::{Duration, Instant};
 
 /// Time constant of the decay of old observations.
-pub const DECAY: Duration = Duration::from_secs(30);
+pub(crate) const DECAY: Duration = Duration::from_secs(30);
 
 /// At most this many observations weigh in (older ones are discounted to make room), so a pod
 /// whose speed changed is repriced within about this many responses however busy it was.
@@ -72,20 +72,21 @@ const RIDGE: f64 = 0.1;
 
 /// Seconds: what each part of a request's wait costs on one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Coefficients {
+pub(crate) struct Coefficients {
     /// Fixed part: one engine step, the network, the response path.
-    pub base: f64,
+    pub(crate) base: f64,
     /// Per prompt token to prefill (ahead of the request, and its own).
-    pub per_token: f64,
+    pub(crate) per_token: f64,
     /// Per sequence the pod is decoding.
-    pub per_running: f64,
+    pub(crate) per_running: f64,
     /// Per request waiting in the pod's queue.
-    pub per_waiting: f64,
+    pub(crate) per_waiting: f64,
 }
 
 impl Coefficients {
     /// The predicted TTFT (seconds) for `f`.
-    pub fn predict(&self, f: &Features) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn predict(&self, f: &Features) -> f64 {
         self.base
             + self.per_token * (f.ahead_tokens + f.own_tokens)
             + self.per_running * f.running
@@ -119,32 +120,32 @@ impl Coefficients {
 
 /// What the pod faced when a request was dispatched to it (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Features {
-    pub ahead_tokens: f64,
-    pub own_tokens: f64,
-    pub running: f64,
-    pub waiting: f64,
+pub(crate) struct Features {
+    pub(crate) ahead_tokens: f64,
+    pub(crate) own_tokens: f64,
+    pub(crate) running: f64,
+    pub(crate) waiting: f64,
 }
 
 /// The published state of one endpoint's model, read by every decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Learned {
-    pub coefficients: Coefficients,
+pub(crate) struct Learned {
+    pub(crate) coefficients: Coefficients,
     /// The pod's prefill slowness relative to the seed (2 = each token takes twice as long).
-    pub factor: f64,
+    pub(crate) factor: f64,
     /// The pod's per-step slowness relative to the seed.
-    pub step_factor: f64,
+    pub(crate) step_factor: f64,
     /// Decayed number of observations behind them.
-    pub samples: f64,
+    pub(crate) samples: f64,
     /// Mean uncached prompt tokens per request (the size of a queued request epp did not send).
-    pub mean_tokens: f64,
+    pub(crate) mean_tokens: f64,
 }
 
 /// The fit's state (one per endpoint, behind its mutex): decayed sums of `y·ŷ` and `ŷ²`, `ŷ`
 /// being the seed's prediction and `y` the measured TTFT, and the same of the prediction's two
 /// halves (`s` per step, `t` per token).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TtftModel {
+pub(crate) struct TtftModel {
     yp: f64,
     pp: f64,
     ys: f64,
@@ -162,7 +163,7 @@ pub struct TtftModel {
 impl TtftModel {
     /// Adds one observation (`ttft` seconds for a request dispatched with `f`) and returns the
     /// refitted model; `prior` is the seed it scales.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         f: &Features,
         ttft: f64,
@@ -212,7 +213,7 @@ impl TtftModel {
     }
 
     /// The fit for the observations so far.
-    pub fn learned(&self, prior: &Coefficients) -> Learned {
+    pub(crate) fn learned(&self, prior: &Coefficients) -> Learned {
         let one = self.one_factor();
         let (step, token) = self.two_factors(one);
         Learned {

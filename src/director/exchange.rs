@@ -100,41 +100,42 @@ pub struct Routed {
     /// Destinations in rank order; the first is the primary.
     pub destinations: Vec<EndpointId>,
     /// The body to forward when it changed (model rewrite); `None` forwards the original.
-    pub body: Option<Vec<u8>>,
+    pub(crate) body: Option<Vec<u8>>,
     /// The model the client asked for.
-    pub model: String,
+    pub(crate) model: String,
     /// The model the request was sent to when a rewrite changed it (`None`: [`Self::model`]).
-    pub rewritten_model: Option<String>,
-    pub stream: bool,
-    pub started: Instant,
-    pub lease: Lease,
+    pub(crate) rewritten_model: Option<String>,
+    pub(crate) stream: bool,
+    pub(crate) started: Instant,
+    pub(crate) lease: Lease,
     /// Headers the lifecycle plugins add to the response to the client (session tokens).
-    pub client_headers: Vec<(String, String)>,
+    pub(crate) client_headers: Vec<(String, String)>,
     /// The request headers the plugins read, for their response hooks.
-    pub captured: Headers,
+    pub(crate) captured: Headers,
     /// The request's fairness key, when it named one (flow control's accounting).
-    pub fairness_id: Option<String>,
+    pub(crate) fairness_id: Option<String>,
     /// The disaggregating handler's name when the request was sent for a remote prefill
     /// (`epp_disagg_remote_prefill_responses_total`).
-    pub remote_prefill: Option<std::sync::Arc<str>>,
+    pub(crate) remote_prefill: Option<std::sync::Arc<str>>,
     /// Every scored candidate's final score (`--emit-endpoint-scores`).
-    pub scores: Vec<(EndpointId, f64)>,
+    pub(crate) scores: Vec<(EndpointId, f64)>,
     /// The request's prefill counted against the primary until its first token.
-    pub prefill: Option<PrefillGuard>,
+    pub(crate) prefill: Option<PrefillGuard>,
     /// What the primary faced at dispatch, for learning its TTFT rates from the response.
-    pub dispatched: Option<scheduling::scorer::TtftInputs>,
+    pub(crate) dispatched: Option<scheduling::scorer::TtftInputs>,
     /// Request headers for the decode pod's sidecar (P/D): set to the value, or removed.
-    pub headers: Vec<(&'static str, Option<String>)>,
+    pub(crate) headers: Vec<(&'static str, Option<String>)>,
     /// The model and target label values, looked up once when the request was routed.
-    pub labels: crate::metrics::ModelLabels,
+    pub(crate) labels: crate::metrics::ModelLabels,
     /// The whole prompt counted in the approximate index's pseudo-tokens (`tokenizer:
     /// characters`): with the response's `usage.prompt_tokens`, teaches the index their ratio.
-    pub pseudo_prompt_tokens: Option<u32>,
+    pub(crate) pseudo_prompt_tokens: Option<u32>,
 }
 
 impl Routed {
     /// The model the request went to, after rewrites.
-    pub fn target_model(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn target_model(&self) -> &str {
         self.rewritten_model.as_deref().unwrap_or(&self.model)
     }
 

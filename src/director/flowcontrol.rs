@@ -34,7 +34,7 @@ use crate::datastore::objectives::Priority;
 use crate::metrics::{
     FlowDurationLabels, FlowOutcome, FlowPoolLabels, FlowQueueLabels, Metrics, ProgramLabels,
 };
-pub use queues::{Queues, Ticket};
+pub(crate) use queues::{Queues, Ticket};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
@@ -42,27 +42,27 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The fairness key of a request that names none (upstream's default flow).
-pub const DEFAULT_FLOW: &str = "default-flow";
+pub(crate) const DEFAULT_FLOW: &str = "default-flow";
 
 /// Capacities, timing and fairness; names follow upstream's `flowControl` config.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlowConfig {
+pub(crate) struct FlowConfig {
     /// Requests queued in all (`maxRequests`; 0 = unlimited).
-    pub max_requests: usize,
+    pub(crate) max_requests: usize,
     /// Bytes queued in all (`maxBytes`; 0 = unlimited).
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Bytes queued per priority band (`defaultPriorityBand.maxBytes`; 0 = unlimited).
-    pub band_max_bytes: u64,
+    pub(crate) band_max_bytes: u64,
     /// Time a request may wait (`defaultRequestTTL`).
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Dispatcher tick while requests wait.
-    pub tick: Duration,
+    pub(crate) tick: Duration,
     /// The policies of bands not in `bands` (`defaultPriorityBand`).
-    pub default_band: BandPolicy,
+    pub(crate) default_band: BandPolicy,
     /// The policies of the configured bands (`priorityBands`), by priority.
-    pub bands: Vec<(Priority, BandPolicy)>,
+    pub(crate) bands: Vec<(Priority, BandPolicy)>,
     /// Each priority level's saturation ceiling (`usageLimitPolicyPluginRef`).
-    pub usage_limit: UsageLimit,
+    pub(crate) usage_limit: UsageLimit,
 }
 
 impl Default for FlowConfig {
@@ -82,7 +82,7 @@ impl Default for FlowConfig {
 
 impl FlowConfig {
     /// These limits (the command line's) with the ones a configuration document sets.
-    pub fn with_settings(self, s: &FlowSettings) -> Self {
+    pub(crate) fn with_settings(self, s: &FlowSettings) -> Self {
         Self {
             max_requests: s.max_requests.map_or(self.max_requests, |n| {
                 usize::try_from(n).unwrap_or(usize::MAX)
@@ -102,7 +102,7 @@ impl FlowConfig {
     }
 
     /// The first `program-aware-fairness` strategy, if a band has one.
-    pub fn las(&self) -> Option<Las> {
+    pub(crate) fn las(&self) -> Option<Las> {
         std::iter::once(&self.default_band)
             .chain(self.bands.iter().map(|(_, b)| b))
             .find_map(|b| match b.fairness {
@@ -112,7 +112,7 @@ impl FlowConfig {
     }
 
     /// The policies of the band of `priority`.
-    pub fn policy_of(&self, priority: Priority) -> BandPolicy {
+    pub(crate) fn policy_of(&self, priority: Priority) -> BandPolicy {
         self.bands
             .iter()
             .find(|(p, _)| *p == priority)
@@ -121,7 +121,7 @@ impl FlowConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FlowError {
+pub(crate) enum FlowError {
     #[error("flow control queue is full: {limit} {value} reached")]
     Full { limit: &'static str, value: u64 },
     #[error("request timed out in queue after {0:?}")]
@@ -132,7 +132,7 @@ pub enum FlowError {
 
 impl FlowError {
     /// A capacity refusal (a full queue) rather than an expiry or a shutdown.
-    pub fn is_capacity(&self) -> bool {
+    pub(crate) fn is_capacity(&self) -> bool {
         matches!(self, Self::Full { .. })
     }
 }
@@ -147,7 +147,7 @@ struct Waiter {
 }
 
 /// The queue shared by every stream, and its dispatcher.
-pub struct FlowControl {
+pub(crate) struct FlowControl {
     queues: Mutex<Queues<Waiter>>,
     /// A band is program-aware: finished requests' tokens are counted (read without the lock
     /// on every response end).
@@ -163,7 +163,7 @@ pub struct FlowControl {
 impl FlowControl {
     /// `saturation` is the pool's (≥ 1.0: saturated); requests wait while it is. `pool` labels
     /// the metrics.
-    pub fn new(
+    pub(crate) fn new(
         config: FlowConfig,
         saturation: impl Fn() -> f64 + Send + Sync + 'static,
         metrics: Arc<Metrics>,
@@ -241,29 +241,24 @@ impl FlowControl {
 
     /// New limits (a configuration reload): the next request queued and the next TTL started
     /// use them; requests already waiting keep their place and their TTL.
-    pub fn reconfigure(&self, config: FlowConfig) {
+    pub(crate) fn reconfigure(&self, config: FlowConfig) {
         self.program_aware
             .store(config.las().is_some(), std::sync::atomic::Ordering::Relaxed);
         self.queues().set_config(config);
     }
 
-    /// The limits in force.
-    pub fn config(&self) -> FlowConfig {
-        self.queues().config().clone()
-    }
-
     /// Requests waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queues().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Waits for the request's turn. Passes at once when nothing waits and the pool is not
     /// saturated. Dropping the future (the stream ended) takes the request out of the queue.
-    pub async fn admit(&self, ticket: Ticket) -> Result<(), FlowError> {
+    pub(crate) async fn admit(&self, ticket: Ticket) -> Result<(), FlowError> {
         let labels = self.labels(&ticket);
         let mut guard = Dequeue {
             flow: self,
@@ -316,7 +311,7 @@ impl FlowControl {
     /// is not saturated. Requests whose stream is gone are skipped without costing a tick.
     /// A finished request of fairness key `program` used these tokens: its attained service
     /// grows by prompt + 2 × completion (upstream's weights) when a band is program-aware.
-    pub fn completed(&self, program: &str, prompt: Option<u64>, completion: Option<u64>) {
+    pub(crate) fn completed(&self, program: &str, prompt: Option<u64>, completion: Option<u64>) {
         if !self
             .program_aware
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -357,7 +352,7 @@ impl FlowControl {
         }
     }
 
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut swept = Instant::now();
         loop {
             self.sweep(&mut swept);

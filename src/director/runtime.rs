@@ -21,38 +21,36 @@ pub struct Runtime {
     pub tokenizer: Option<Tokenizer>,
     /// `token-producer` with the `vllm` backend: prompts' token ids from the model server's
     /// render endpoint ([`request::render`]), when a prefix index reads them.
-    pub render: Option<Arc<request::render::RenderParams>>,
+    pub(crate) render: Option<Arc<request::render::RenderParams>>,
     /// The prefix index the scorers read, with its parameters (`None`: no prefix scorer, and
     /// the director skips tokenization entirely). The precise scorer's wins when both are
     /// configured.
-    pub prefix: Option<PrefixConfig>,
+    pub(crate) prefix: Option<PrefixConfig>,
     /// Bytes of prompt text the approximate scorer reads even when the precise index is the
     /// one looked up (both configured): parsing keeps at least this much.
-    pub prompt_text_floor: usize,
+    pub(crate) prompt_text_floor: usize,
     /// The conformance hook `destination-endpoint-served-verifier` is configured: echo the
     /// endpoint the gateway reports as served into `x-conformance-test-served-endpoint`.
-    pub served_verifier: bool,
+    pub(crate) served_verifier: bool,
     /// Outlier detection and slow start (`outlier-detection`, `slow-start` plugins).
-    pub health: HealthPolicy,
+    pub(crate) health: HealthPolicy,
     /// The saturation detector's thresholds (`utilization-detector` parameters).
-    pub thresholds: admission::Thresholds,
+    pub(crate) thresholds: admission::Thresholds,
     /// `agent-identity`'s session headers, in the order they are read, when configured.
-    pub agent_identity: Option<Vec<String>>,
+    pub(crate) agent_identity: Option<Vec<String>>,
     /// The `probabilistic-admitter`s, in configuration order.
-    pub admitters: Vec<admission::probabilistic::Probabilistic>,
+    pub(crate) admitters: Vec<admission::probabilistic::Probabilistic>,
     /// Which parser reads a request, by path (`requestHandler.parsers`; upstream's default).
-    pub parsers: request::ParserSet,
-    /// The configuration's `featureGates`.
-    pub gates: config::FeatureGates,
+    pub(crate) parsers: request::ParserSet,
     /// Flow control: on with the `flowControl` gate; the `flowControl` section's limits.
-    pub flow: config::FlowSettings,
+    pub(crate) flow: config::FlowSettings,
     /// The load options it was built with (a reload keeps them).
-    pub load: config::LoadOptions,
+    pub(crate) load: config::LoadOptions,
     /// `requestHandler.propagatePriority` (llm-d v1.0): the resolved priority is written into
     /// the forwarded body's top-level `priority`.
-    pub propagate_priority: bool,
+    pub(crate) propagate_priority: bool,
     /// The text it was built from (shown by `/debug/snapshot`).
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// What a configuration says that only start-up reads: the endpoint pollers, the KV-event
@@ -64,20 +62,20 @@ pub struct Startup {
     /// What the data-layer plugins say about scraping.
     pub metrics_settings: config::MetricsSettings,
     /// The `file-discovery` plugin `dataLayer.discovery` names.
-    pub file_discovery: Option<config::FileDiscovery>,
+    pub(crate) file_discovery: Option<config::FileDiscovery>,
     /// Where the precise index's KV events come from (its `kvEventsConfig`).
-    pub kv_event_sockets: Option<crate::scheduling::scorer::KvEventSockets>,
+    pub(crate) kv_event_sockets: Option<crate::scheduling::scorer::KvEventSockets>,
 }
 
 /// A configuration built: what a reload swaps, and what only start-up reads.
 pub struct Configured {
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
     pub startup: Startup,
 }
 
 impl Startup {
     /// The settings `new` changes from `self`, named as the configuration names them.
-    pub fn changed_by(&self, new: &Startup) -> Vec<&'static str> {
+    pub(crate) fn changed_by(&self, new: &Startup) -> Vec<&'static str> {
         let mut changed = Vec::new();
         if self.metrics_settings != new.metrics_settings {
             changed.push("dataLayer metrics source (metrics-data-source, core-metrics-extractor)");
@@ -139,7 +137,6 @@ impl Runtime {
             agent_identity: decoded.agent_identity,
             admitters: decoded.admitters,
             parsers: decoded.parsers,
-            gates: decoded.gates,
             flow: decoded.flow,
             load,
             propagate_priority: decoded.propagate_priority,
@@ -151,7 +148,10 @@ impl Runtime {
 
     /// With `agent-identity` configured, the first of its session headers with a non-empty
     /// (trimmed) value: the fairness key of a request that names none (llm-d v0.10).
-    pub fn agent_identity<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Option<String> {
+    pub(crate) fn agent_identity<'h>(
+        &self,
+        header: impl Fn(&str) -> Option<&'h str>,
+    ) -> Option<String> {
         self.agent_identity.as_ref()?.iter().find_map(|h| {
             header(h)
                 .map(str::trim)
@@ -221,14 +221,14 @@ pub struct LiveConfig {
 /// its metrics, and the metrics age beyond which saturation counts an endpoint as stale.
 #[derive(Clone, Debug, Default)]
 pub struct FlowSetup {
-    pub base: FlowConfig,
-    pub pool: String,
-    pub staleness: std::time::Duration,
+    pub(crate) base: FlowConfig,
+    pub(crate) pool: String,
+    pub(crate) staleness: std::time::Duration,
 }
 
 impl LiveConfig {
     /// The configuration `configured` over `datastore`, with its flow-control queue.
-    pub fn new(
+    pub(crate) fn new(
         configured: Configured,
         datastore: Arc<Datastore>,
         metrics: Arc<crate::metrics::Metrics>,
@@ -258,35 +258,35 @@ impl LiveConfig {
 
     /// The flow-control queue (it always exists; the `flowControl` gate decides whether
     /// decisions wait in it).
-    pub fn flow_control(&self) -> &Arc<FlowControl> {
+    pub(crate) fn flow_control(&self) -> &Arc<FlowControl> {
         &self.flow
     }
 
     /// The configuration now (cheap; hold it no longer than one request).
-    pub fn load(&self) -> Guard<Arc<Runtime>> {
+    pub(crate) fn load(&self) -> Guard<Arc<Runtime>> {
         self.current.load()
     }
 
     /// The configuration now, to keep.
-    pub fn load_full(&self) -> Arc<Runtime> {
+    pub(crate) fn load_full(&self) -> Arc<Runtime> {
         self.current.load_full()
     }
 
     /// The start-up-only settings epp started with (what the pollers, the KV-event sockets and
     /// the endpoint source read).
-    pub fn startup(&self) -> &Startup {
+    pub(crate) fn startup(&self) -> &Startup {
         &self.startup
     }
 
     /// The start-up-only settings the configuration in force changes, which apply only after a
     /// restart (empty when it changes none).
-    pub fn restart_needed(&self) -> Arc<Vec<&'static str>> {
+    pub(crate) fn restart_needed(&self) -> Arc<Vec<&'static str>> {
         self.restart_needed.load_full()
     }
 
     /// Swaps in a reloaded configuration; returns the start-up-only settings it changes from
     /// those epp started with, which it cannot apply (and which `/debug/snapshot` shows).
-    pub fn reload(&self, configured: Configured) -> Arc<Vec<&'static str>> {
+    pub(crate) fn reload(&self, configured: Configured) -> Arc<Vec<&'static str>> {
         let changed = Arc::new(self.startup.changed_by(&configured.startup));
         self.store(configured.runtime);
         self.restart_needed.store(Arc::clone(&changed));
@@ -294,7 +294,7 @@ impl LiveConfig {
     }
 
     /// Swaps in a new configuration; requests in progress finish with the old one.
-    pub fn store(&self, runtime: Runtime) {
+    pub(crate) fn store(&self, runtime: Runtime) {
         self.datastore.set_health_policy(runtime.health.clone());
         let limits = self.flow_base.clone().with_settings(&runtime.flow);
         self.flow.reconfigure(limits);

@@ -22,11 +22,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
 /// Upstream's size cap.
-pub const MAX_BYTES: usize = 1 << 20;
+pub(crate) const MAX_BYTES: usize = 1 << 20;
 
 /// Why one entry is skipped (the rest of the file still counts).
 #[derive(Debug, thiserror::Error)]
-pub enum Skip {
+pub(crate) enum Skip {
     #[error("name is required")]
     NoName,
     #[error("address {0:?} is not an IP address")]
@@ -66,15 +66,15 @@ struct Document {
 #[derive(Deserialize)]
 pub(super) struct Entry {
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default)]
     namespace: String,
     #[serde(default)]
-    pub address: String,
+    pub(crate) address: String,
     #[serde(default)]
     port: Option<Port>,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -88,7 +88,7 @@ pub(super) enum Port {
 #[derive(Debug, Default)]
 pub struct Parsed {
     pub endpoints: Vec<Endpoint>,
-    pub skipped: Vec<String>,
+    pub(crate) skipped: Vec<String>,
 }
 
 /// Parses the file's text.

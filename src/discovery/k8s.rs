@@ -18,12 +18,12 @@
 //! server still answers.
 
 pub mod crd;
-pub mod gate;
-pub mod leader;
-pub mod objectives;
-pub mod pods;
-pub mod report;
-pub mod sync;
+pub(crate) mod gate;
+pub(crate) mod leader;
+pub(crate) mod objectives;
+pub(crate) mod pods;
+pub(crate) mod report;
+pub(crate) mod sync;
 
 use crate::datastore::Datastore;
 use crate::metrics::{CrdKind, KubeResource, Metrics};
@@ -44,15 +44,15 @@ use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
-pub use sync::{SyncInputs, Synced};
+pub(crate) use sync::SyncInputs;
 use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 
-pub const GROUP_V1: &str = "inference.networking.k8s.io";
-pub const GROUP_V1ALPHA2: &str = "inference.networking.x-k8s.io";
+pub(crate) const GROUP_V1: &str = "inference.networking.k8s.io";
+pub(crate) const GROUP_V1ALPHA2: &str = "inference.networking.x-k8s.io";
 
 #[derive(Debug, thiserror::Error)]
-pub enum K8sError {
+pub(crate) enum K8sError {
     #[error("--pool-group {0:?} is not supported (use {GROUP_V1} or {GROUP_V1ALPHA2})")]
     PoolGroup(String),
     #[error("invalid --endpoint-selector {0:?}: expected key=value[,key=value]")]
@@ -65,7 +65,7 @@ pub enum K8sError {
 
 /// Where the pool's membership comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PoolSource {
+pub(crate) enum PoolSource {
     /// An InferencePool object, by name and API group.
     Pool { name: String, group: String },
     /// Standalone mode: a fixed selector and ports.
@@ -74,7 +74,7 @@ pub enum PoolSource {
 
 impl PoolSource {
     /// Checks the group (the pool's API version follows from it).
-    pub fn pool(name: String, group: String) -> Result<Self, K8sError> {
+    pub(crate) fn pool(name: String, group: String) -> Result<Self, K8sError> {
         if group != GROUP_V1 && group != GROUP_V1ALPHA2 {
             return Err(K8sError::PoolGroup(group));
         }
@@ -82,7 +82,7 @@ impl PoolSource {
     }
 
     /// Parses `k=v,k2=v2` and takes the ports as given.
-    pub fn selector(selector: &str, ports: Vec<u16>) -> Result<Self, K8sError> {
+    pub(crate) fn selector(selector: &str, ports: Vec<u16>) -> Result<Self, K8sError> {
         let pairs = selector
             .split(',')
             .filter(|s| !s.trim().is_empty())
@@ -106,7 +106,7 @@ fn selector_text(s: Option<BTreeMap<String, String>>) -> String {
 /// and logs which server it talks to with which credentials. A configuration that cannot be
 /// read fails start-up with an error naming the credential source; an unreachable server does
 /// not (the watchers retry with backoff), but is logged at once, naming the server.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, K8sError> {
+pub(crate) async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, K8sError> {
     let source = credential_source(kubeconfig);
     let config_err = |e: &dyn std::fmt::Display| K8sError::Config(format!("{source}: {e}"));
     let config = match kubeconfig {
@@ -306,19 +306,19 @@ fn pool_stream(
 
 /// What both watch tasks share: where they watch, what they write and whom they tell.
 #[derive(Clone)]
-pub struct Watching {
-    pub client: Client,
-    pub namespace: String,
-    pub datastore: Arc<Datastore>,
-    pub metrics: Arc<Metrics>,
-    pub sync: SyncInputs,
-    pub pool_labels: PoolLabels,
+pub(crate) struct Watching {
+    pub(crate) client: Client,
+    pub(crate) namespace: String,
+    pub(crate) datastore: Arc<Datastore>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) sync: SyncInputs,
+    pub(crate) pool_labels: PoolLabels,
 }
 
 /// The InferencePool's labels as `run_endpoints` last saw them: `None` before the pool is
 /// listed, after it is deleted, and in standalone mode. `run_objectives` follows them.
 #[derive(Clone)]
-pub struct PoolLabels(Arc<channel::Sender<Option<Labels>>>);
+pub(crate) struct PoolLabels(Arc<channel::Sender<Option<Labels>>>);
 
 impl Default for PoolLabels {
     fn default() -> Self {
@@ -345,7 +345,7 @@ impl PoolLabels {
 
 /// Follows the pool and its pods until `shutdown`, publishing the endpoint set on every change
 /// and whether it is synced (pods listed, the pool present) to readiness.
-pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: CancellationToken) {
+pub(crate) async fn run_endpoints(w: Watching, source: PoolSource, shutdown: CancellationToken) {
     let Watching {
         client,
         namespace,
@@ -401,7 +401,7 @@ pub async fn run_endpoints(w: Watching, source: PoolSource, shutdown: Cancellati
 
 /// Follows the objective CRDs of `namespace` until `shutdown`; `pool` (None in standalone mode)
 /// restricts them to those targeting the pool (by name, or by its labels).
-pub async fn run_objectives(w: Watching, pool: Option<String>, shutdown: CancellationToken) {
+pub(crate) async fn run_objectives(w: Watching, pool: Option<String>, shutdown: CancellationToken) {
     let Watching {
         client,
         namespace,

@@ -26,21 +26,21 @@ use crate::endpoint::{Endpoint, EndpointId};
 use std::net::{IpAddr, SocketAddr};
 
 /// The label naming where a cluster's EPP serves its metrics (upstream's name).
-pub const METRICS_ADDRESS: &str = "metricsAddress";
+pub(crate) const METRICS_ADDRESS: &str = "metricsAddress";
 /// The label naming that port (default: the cluster's port).
-pub const METRICS_PORT: &str = "metricsPort";
+pub(crate) const METRICS_PORT: &str = "metricsPort";
 
 /// Resolves a host name to its addresses (the system's resolver; a table in tests).
-pub type Resolve<'a> = &'a dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+pub(crate) type Resolve<'a> = &'a dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
 
 /// The system's resolver (blocking: the caller runs it off the request path).
-pub fn system_resolver(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+pub(crate) fn system_resolver(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     use std::net::ToSocketAddrs;
     Ok((host, port).to_socket_addrs()?.collect())
 }
 
 /// Parses the clusters file's text, resolving host names with `resolve`.
-pub fn parse(text: &str, resolve: Resolve<'_>) -> Result<Parsed, FileError> {
+pub(crate) fn parse(text: &str, resolve: Resolve<'_>) -> Result<Parsed, FileError> {
     file::parse_with(text, &|e| cluster(e, resolve))
 }
 

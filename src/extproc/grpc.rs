@@ -31,14 +31,14 @@ use tonic::body::Body;
 use tonic::Status;
 
 /// The one method served.
-pub const PROCESS_PATH: &str = "/envoy.service.ext_proc.v3.ExternalProcessor/Process";
+pub(crate) const PROCESS_PATH: &str = "/envoy.service.ext_proc.v3.ExternalProcessor/Process";
 /// tonic's defaults, kept.
 const DEFAULT_MAX_SEND: usize = usize::MAX;
 const PREFIX: usize = 5;
 
 /// The ext_proc gRPC service, as tonic's router serves it.
 #[derive(Clone)]
-pub struct ExtProcServer {
+pub(crate) struct ExtProcServer {
     ext: Arc<ExtProc>,
     max_recv: usize,
     max_send: usize,
@@ -54,13 +54,13 @@ impl ExtProcServer {
     }
 
     /// The largest message accepted (`--grpc-max-recv-msg-size`).
-    pub fn max_decoding_message_size(mut self, n: usize) -> Self {
+    pub(crate) fn max_decoding_message_size(mut self, n: usize) -> Self {
         self.max_recv = n;
         self
     }
 
     /// The largest message sent (`--grpc-max-send-msg-size`).
-    pub fn max_encoding_message_size(mut self, n: usize) -> Self {
+    pub(crate) fn max_encoding_message_size(mut self, n: usize) -> Self {
         self.max_send = n;
         self
     }
@@ -150,7 +150,7 @@ fn encode(msg: &impl Message, max: usize) -> Result<Bytes, Status> {
 }
 
 /// The incoming messages of one stream, read from its HTTP/2 data frames.
-pub struct Inbound {
+pub(crate) struct Inbound {
     body: Body,
     /// Data frames not yet decoded, oldest first.
     chunks: VecDeque<Bytes>,
@@ -160,7 +160,7 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub fn new(body: Body, max: usize) -> Self {
+    pub(crate) fn new(body: Body, max: usize) -> Self {
         Self {
             body,
             chunks: VecDeque::new(),
@@ -171,7 +171,7 @@ impl Inbound {
     }
 
     /// The next message; `None` at the stream's clean end.
-    pub async fn message(&mut self) -> Result<Option<ProcessingRequest>, Status> {
+    pub(crate) async fn message(&mut self) -> Result<Option<ProcessingRequest>, Status> {
         loop {
             if let Some(bytes) = self.take_message()? {
                 return ProcessingRequest::decode(bytes)

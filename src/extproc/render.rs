@@ -21,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client every stream's render calls share (connections pooled per render server).
 #[derive(Clone)]
-pub struct RenderClient {
+pub(crate) struct RenderClient {
     client: Client<HttpConnector, Full<Bytes>>,
     /// Failures are logged at most once a second (with the count held back): a render server
     /// that is down must not turn every request into a log line.
@@ -52,14 +52,15 @@ impl Default for RenderClient {
 
 impl RenderClient {
     /// Logs a failed render call, at most once a second.
-    pub fn log_failure(&self, e: &RenderError) {
+    pub(crate) fn log_failure(&self, e: &RenderError) {
         if let Some(held_back) = self.log.allow() {
             tracing::warn!(error = %e, kind = e.kind(), held_back, "token-producer: render failed; the prompt is tokenized in-process");
         }
     }
 
     /// The token ids of the prompt of `body`, a request of `api`.
-    pub async fn render(
+    #[cfg(test)]
+    pub(crate) async fn render(
         &self,
         params: &RenderParams,
         api: ApiKind,
@@ -69,7 +70,7 @@ impl RenderClient {
     }
 
     /// Sends a [`RenderParams::payload`]; the token ids answered.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         params: &RenderParams,
         api: ApiKind,
@@ -109,15 +110,15 @@ impl RenderClient {
 }
 
 /// One render call a parked decision waits for (the stream hands it to its driver).
-pub struct RenderJob {
-    pub client: RenderClient,
-    pub params: Arc<RenderParams>,
-    pub api: ApiKind,
-    pub payload: Result<Vec<u8>, RenderError>,
+pub(crate) struct RenderJob {
+    pub(crate) client: RenderClient,
+    pub(crate) params: Arc<RenderParams>,
+    pub(crate) api: ApiKind,
+    pub(crate) payload: Result<Vec<u8>, RenderError>,
 }
 
 impl RenderJob {
-    pub async fn run(self) -> Result<Vec<u32>, RenderError> {
+    pub(crate) async fn run(self) -> Result<Vec<u32>, RenderError> {
         self.client
             .send(&self.params, self.api, self.payload?)
             .await

@@ -30,7 +30,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 
 /// Upstream's error codes (`pkg/common/error/error.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     BadRequest,
     PreconditionFailed,
     ResourceExhausted,
@@ -42,7 +42,7 @@ pub enum Code {
 }
 
 impl Code {
-    pub fn http_status(self) -> u16 {
+    pub(crate) fn http_status(self) -> u16 {
         match self {
             Self::BadRequest => 400,
             Self::PreconditionFailed => 412,
@@ -56,7 +56,7 @@ impl Code {
     }
 
     /// The `error_code` metric label.
-    pub fn label(self) -> ErrorCode {
+    pub(crate) fn label(self) -> ErrorCode {
         match self {
             Self::BadRequest => ErrorCode::BadRequest,
             Self::PreconditionFailed => ErrorCode::PreconditionFailed,
@@ -69,7 +69,7 @@ impl Code {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::BadRequest => "BadRequest",
             Self::PreconditionFailed => "PreconditionFailed",
@@ -86,7 +86,7 @@ impl Code {
 /// Why a request was turned away for lack of capacity: what a client should do differs (retry
 /// soon, retry later, lower its priority or back off harder).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backpressure {
+pub(crate) enum Backpressure {
     /// Every candidate was filtered out as busy (or otherwise unsuitable): retry shortly.
     PoolSaturated,
     /// The pool has no endpoint to route to (none discovered, none in the subset): pods take
@@ -97,7 +97,7 @@ pub enum Backpressure {
 }
 
 impl Backpressure {
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Self::PoolSaturated => "pool_saturated",
             Self::NoReadyEndpoints => "no_ready_endpoints",
@@ -106,7 +106,7 @@ impl Backpressure {
     }
 
     /// The `Retry-After` value, in seconds.
-    pub fn retry_after_secs(self) -> u32 {
+    pub(crate) fn retry_after_secs(self) -> u32 {
         match self {
             Self::PoolSaturated => 1,
             Self::NoReadyEndpoints => 5,
@@ -116,11 +116,11 @@ impl Backpressure {
 }
 
 /// The `x-llm-d-request-dropped-reason` response header.
-pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
+pub(crate) const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
 
 /// Why a request never reached a model server, by upstream's `RequestDroppedReason` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DroppedReason {
+pub(crate) enum DroppedReason {
     Saturated,
     NoEndpoints,
     TtlExpired,
@@ -128,7 +128,7 @@ pub enum DroppedReason {
 }
 
 impl DroppedReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Saturated => "rejected-saturated",
             Self::NoEndpoints => "rejected-no-endpoints",
@@ -140,7 +140,7 @@ impl DroppedReason {
 
 /// Errors that end a stream before routing, besides the director's.
 #[derive(Debug, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     #[error(transparent)]
     Director(#[from] DirectorError),
     #[error("request body exceeds {limit} bytes")]
@@ -156,7 +156,7 @@ pub enum StreamError {
 }
 
 impl StreamError {
-    pub fn code(&self) -> Code {
+    pub(crate) fn code(&self) -> Code {
         match self {
             Self::Director(DirectorError::BadRequest(_)) => Code::BadRequest,
             Self::Director(DirectorError::NoCandidates(_)) => Code::ServiceUnavailable,
@@ -180,7 +180,7 @@ impl StreamError {
     }
 
     /// Upstream's drop reason for a 429 or 503, `None` for every other error.
-    pub fn dropped_reason(&self) -> Option<DroppedReason> {
+    pub(crate) fn dropped_reason(&self) -> Option<DroppedReason> {
         use crate::director::flowcontrol::FlowError;
         match self {
             Self::Director(DirectorError::NoCandidates(_)) => Some(DroppedReason::NoEndpoints),
@@ -199,7 +199,7 @@ impl StreamError {
 
 impl StreamError {
     /// The backpressure class of a 429/503, `None` for every other error.
-    pub fn backpressure(&self) -> Option<Backpressure> {
+    pub(crate) fn backpressure(&self) -> Option<Backpressure> {
         match self {
             Self::Director(DirectorError::NoCandidates(_)) => Some(Backpressure::NoReadyEndpoints),
             Self::Director(DirectorError::Schedule(ScheduleError::NoProfile(_))) => None,
@@ -220,7 +220,7 @@ impl From<RequestError> for StreamError {
 }
 
 /// The ImmediateResponse for `err`.
-pub fn immediate(err: &StreamError) -> ProcessingResponse {
+pub(crate) fn immediate(err: &StreamError) -> ProcessingResponse {
     let code = err.code();
     let message = format!("inference error: {} - {}", code.name(), err);
     let mut error =

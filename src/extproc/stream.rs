@@ -50,29 +50,28 @@ use respond::ResponseTracker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub mod early;
+pub(crate) mod early;
 mod mode;
 mod respond;
 
-pub use mode::BodyMode;
 use mode::Modes;
 
 /// Response header the conformance verifier writes.
-pub const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
+pub(crate) const SERVED_VERIFIER_HEADER: &str = "x-conformance-test-served-endpoint";
 
 /// Per-stream limits.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub max_body_bytes: usize,
-    pub body_timeout: Duration,
+pub(crate) struct Limits {
+    pub(crate) max_body_bytes: usize,
+    pub(crate) body_timeout: Duration,
     /// Duplex mode: route once the model and the scored prompt prefix are known.
-    pub early_decision: bool,
+    pub(crate) early_decision: bool,
     /// ext_proc messages on the request side of one stream (headers, body chunks, trailers).
-    pub max_request_messages: usize,
+    pub(crate) max_request_messages: usize,
     /// Bytes of request header names and values.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// Elements of a chat `messages` array.
-    pub max_chat_messages: usize,
+    pub(crate) max_chat_messages: usize,
 }
 
 impl Default for Limits {
@@ -89,20 +88,20 @@ impl Default for Limits {
 }
 
 /// What every stream of one server uses, handed over by `app`.
-pub struct Services {
+pub(crate) struct Services {
     /// Routes each request and records how it ended.
-    pub director: Arc<Director>,
+    pub(crate) director: Arc<Director>,
     /// The configuration in force: parsers by path, session-id headers, the served verifier.
-    pub config: Arc<LiveConfig>,
+    pub(crate) config: Arc<LiveConfig>,
     /// Stream resets, served fallbacks and errors are counted here.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// The render calls of `token-producer`'s `vllm` backend.
-    pub render: super::render::RenderClient,
+    pub(crate) render: super::render::RenderClient,
 }
 
 impl Services {
     /// The director and what its streams read beside it, from what `app` built.
-    pub fn new(shared: &crate::director::Shared, director: Arc<Director>) -> Self {
+    pub(crate) fn new(shared: &crate::director::Shared, director: Arc<Director>) -> Self {
         Self {
             director,
             config: Arc::clone(&shared.config),
@@ -183,7 +182,7 @@ struct RequestMeta {
     slo_ttft_ms: Option<f64>,
 }
 
-pub struct StreamMachine {
+pub(crate) struct StreamMachine {
     services: Arc<Services>,
     limits: Limits,
     modes: Modes,
@@ -206,7 +205,7 @@ pub struct StreamMachine {
 }
 
 impl StreamMachine {
-    pub fn new(services: Arc<Services>, limits: Limits) -> Self {
+    pub(crate) fn new(services: Arc<Services>, limits: Limits) -> Self {
         Self {
             services,
             limits,
@@ -225,24 +224,24 @@ impl StreamMachine {
 
     /// Adds `x-gateway-destination-endpoint-scores` to the routing metadata (upstream's
     /// `--emit-endpoint-scores`).
-    pub fn emit_endpoint_scores(&mut self) {
+    pub(crate) fn emit_endpoint_scores(&mut self) {
         self.emit_scores = true;
     }
 
     /// Makes routing decisions wait for a flow-control turn ([`Self::take_flow_ticket`]).
-    pub fn use_flow_control(&mut self) {
+    pub(crate) fn use_flow_control(&mut self) {
         self.flow = true;
     }
 
     /// Whether the routing decision is still pending (the body deadline applies).
-    pub fn awaiting_decision(&self) -> bool {
+    pub(crate) fn awaiting_decision(&self) -> bool {
         matches!(
             self.state,
             State::Start | State::Reading(_) | State::Parked(_)
         )
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
     }
 
@@ -250,7 +249,7 @@ impl StreamMachine {
     /// after it while a response was still due (started, or announced by a response body mode
     /// other than NONE). A gateway configured to send no response phases ends every stream
     /// after routing; that is not an interruption.
-    pub fn interrupted(&self) -> bool {
+    pub(crate) fn interrupted(&self) -> bool {
         match self.state {
             State::Start | State::Done => false,
             State::Reading(_) | State::Parked(_) => true,
@@ -269,14 +268,14 @@ impl StreamMachine {
 
     /// The ext_proc stream is over without an interruption: an open WebSocket session ends
     /// here (recorded as a response, the endpoint released).
-    pub fn closed(&mut self) {
+    pub(crate) fn closed(&mut self) {
         if matches!(self.state, State::Routed(_)) && self.upgraded() {
             self.finish();
         }
     }
 
     /// The gateway reset the stream before the exchange completed (client gone, gateway error).
-    pub fn note_reset(&self) {
+    pub(crate) fn note_reset(&self) {
         self.services.metrics.stream_resets.inc();
         if let (State::Routed(ex), None) = (&self.state, &self.response) {
             self.services.director.finish(&ex.routed, End::Abandoned);
@@ -284,7 +283,7 @@ impl StreamMachine {
     }
 
     /// The request body did not arrive in time.
-    pub fn on_body_timeout(&mut self, out: &mut Vec<ProcessingResponse>) {
+    pub(crate) fn on_body_timeout(&mut self, out: &mut Vec<ProcessingResponse>) {
         self.fail(
             StreamError::BodyTimeout(self.limits.body_timeout),
             None,
@@ -293,7 +292,7 @@ impl StreamMachine {
     }
 
     /// Handles one message from Envoy, appending the responses to send.
-    pub fn handle(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+    pub(crate) fn handle(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
         if let Some(pc) = &msg.protocol_config {
             self.modes = Modes::from(pc);
         }

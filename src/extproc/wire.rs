@@ -14,18 +14,18 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
-pub const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
-pub const LB_NAMESPACE: &str = "envoy.lb";
-pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
-pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
-pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+pub(crate) const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+pub(crate) const LB_NAMESPACE: &str = "envoy.lb";
+pub(crate) const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
+pub(crate) const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
+pub(crate) const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
 /// `envoy.lb` key of the candidates' scores (upstream `DestinationEndpointScoresKey`).
-pub const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
+pub(crate) const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
 /// Largest body chunk sent back to Envoy (upstream's `BodyByteLimit`; some builds cap at 64 KiB).
-pub const BODY_CHUNK: usize = 62_000;
+pub(crate) const BODY_CHUNK: usize = 62_000;
 
 /// A header value: Envoy 1.40 sends `raw_value`, older builds `value`.
-pub fn header_value(h: &HeaderValue) -> &[u8] {
+pub(crate) fn header_value(h: &HeaderValue) -> &[u8] {
     if h.raw_value.is_empty() {
         h.value.as_bytes()
     } else {
@@ -34,12 +34,12 @@ pub fn header_value(h: &HeaderValue) -> &[u8] {
 }
 
 /// The value of header `key` (lower case) in `map`, if it is valid UTF-8.
-pub fn find_header<'m>(map: Option<&'m HeaderMap>, key: &str) -> Option<&'m str> {
+pub(crate) fn find_header<'m>(map: Option<&'m HeaderMap>, key: &str) -> Option<&'m str> {
     let h = map?.headers.iter().find(|h| h.key == key)?;
     std::str::from_utf8(header_value(h)).ok()
 }
 
-pub fn set_header(key: &str, value: &str) -> HeaderValueOption {
+pub(crate) fn set_header(key: &str, value: &str) -> HeaderValueOption {
     HeaderValueOption {
         header: Some(HeaderValue {
             key: key.to_owned(),
@@ -52,13 +52,13 @@ pub fn set_header(key: &str, value: &str) -> HeaderValueOption {
 }
 
 /// `ip:port[,ip:port…]`, IPv6 bracketed.
-pub fn destination_value(endpoints: &[EndpointId]) -> String {
+pub(crate) fn destination_value(endpoints: &[EndpointId]) -> String {
     let list: Vec<String> = endpoints.iter().map(ToString::to_string).collect();
     list.join(",")
 }
 
 /// `dynamic_metadata = {"envoy.lb": {"x-gateway-destination-endpoint": value}}`.
-pub fn destination_metadata(value: &str) -> Struct {
+pub(crate) fn destination_metadata(value: &str) -> Struct {
     let mut inner = Struct::default();
     inner.fields.insert(
         DESTINATION_HEADER.to_owned(),
@@ -79,7 +79,10 @@ pub fn destination_metadata(value: &str) -> Struct {
 /// [`destination_metadata`] plus, when there are any, the scheduler's score of every scored
 /// candidate as upstream's `--emit-endpoint-scores` sends them: a struct under
 /// [`SCORES_KEY`] mapping `ip:port` (IPv6 bracketed) to a number.
-pub fn destination_metadata_with_scores(value: &str, scores: &[(EndpointId, f64)]) -> Struct {
+pub(crate) fn destination_metadata_with_scores(
+    value: &str,
+    scores: &[(EndpointId, f64)],
+) -> Struct {
     let mut md = destination_metadata(value);
     if scores.is_empty() {
         return md;
@@ -108,7 +111,7 @@ pub fn destination_metadata_with_scores(value: &str, scores: &[(EndpointId, f64)
 }
 
 /// The routing mutation: destination header (+ any extra headers) and `clear_route_cache`.
-pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
+pub(crate) fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
     CommonResponse {
         header_mutation: Some(HeaderMutation {
             set_headers: set,
@@ -123,7 +126,7 @@ pub fn routing_common(set: Vec<HeaderValueOption>) -> CommonResponse {
 /// (the destination header itself is overwritten). `x-data-parallel-host-port` is the deprecated
 /// rank header of llm-d's sidecar (epp sets it only with `data-parallel-profile-handler`); on a
 /// rank-0 port it would move the decode to another rank than the one epp chose.
-pub const FORGEABLE_HEADERS: [&str; 3] = [
+pub(crate) const FORGEABLE_HEADERS: [&str; 3] = [
     "x-gateway-destination-endpoint-served",
     "x-gateway-destination-endpoint-subset",
     "x-data-parallel-host-port",
@@ -132,7 +135,7 @@ pub const FORGEABLE_HEADERS: [&str; 3] = [
 /// The request routing mutation: [`routing_common`] that also strips the
 /// [`FORGEABLE_HEADERS`] epp does not set itself (`data-parallel-profile-handler` sets
 /// `x-data-parallel-host-port`).
-pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
+pub(crate) fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
     let own = |h: &str| {
         set.iter()
             .any(|o| o.header.as_ref().is_some_and(|v| v.key == h))
@@ -149,7 +152,7 @@ pub fn request_routing(set: Vec<HeaderValueOption>) -> CommonResponse {
     common
 }
 
-pub fn request_headers(
+pub(crate) fn request_headers(
     common: Option<CommonResponse>,
     metadata: Option<Struct>,
 ) -> ProcessingResponse {
@@ -162,7 +165,7 @@ pub fn request_headers(
     }
 }
 
-pub fn request_body(
+pub(crate) fn request_body(
     common: Option<CommonResponse>,
     metadata: Option<Struct>,
 ) -> ProcessingResponse {
@@ -173,7 +176,7 @@ pub fn request_body(
     }
 }
 
-pub fn response_headers(common: Option<CommonResponse>) -> ProcessingResponse {
+pub(crate) fn response_headers(common: Option<CommonResponse>) -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::ResponseHeaders(HeadersResponse {
             response: common,
@@ -183,21 +186,21 @@ pub fn response_headers(common: Option<CommonResponse>) -> ProcessingResponse {
 }
 
 /// An empty buffered-mode response-body answer (continue unchanged).
-pub fn response_body_continue() -> ProcessingResponse {
+pub(crate) fn response_body_continue() -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::ResponseBody(BodyResponse { response: None })),
         ..Default::default()
     }
 }
 
-pub fn request_trailers() -> ProcessingResponse {
+pub(crate) fn request_trailers() -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::RequestTrailers(TrailersResponse::default())),
         ..Default::default()
     }
 }
 
-pub fn response_trailers() -> ProcessingResponse {
+pub(crate) fn response_trailers() -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::ResponseTrailers(TrailersResponse::default())),
         ..Default::default()
@@ -224,7 +227,7 @@ fn streamed_vec(body: Vec<u8>, end_of_stream: bool) -> Option<CommonResponse> {
 
 /// [`streamed_body`] of a request chunk epp owns: one that fits a chunk is moved into the
 /// answer, not copied (the chunks that pass through after a decision).
-pub fn streamed_request_chunk(
+pub(crate) fn streamed_request_chunk(
     body: Vec<u8>,
     end_of_stream: bool,
     out: &mut Vec<ProcessingResponse>,
@@ -242,7 +245,7 @@ pub fn streamed_request_chunk(
 
 /// A body as duplex `streamed_response` chunks of at most [`BODY_CHUNK`] bytes. With
 /// `end_of_stream`, the last chunk carries it; an empty body is one empty chunk.
-pub fn streamed_body(
+pub(crate) fn streamed_body(
     body: &[u8],
     end_of_stream: bool,
     response: bool,
@@ -270,7 +273,7 @@ pub fn streamed_body(
 }
 
 /// A buffered-mode body response replacing the whole body.
-pub fn replaced_body(
+pub(crate) fn replaced_body(
     body: Vec<u8>,
     mut common: CommonResponse,
     response: bool,
@@ -294,7 +297,7 @@ pub fn replaced_body(
 }
 
 /// A string value at `namespace/key` of Envoy's filter metadata.
-pub fn metadata_string<'m>(
+pub(crate) fn metadata_string<'m>(
     md: Option<&'m Metadata>,
     namespace: &str,
     key: &str,
@@ -313,7 +316,7 @@ pub fn metadata_string<'m>(
 }
 
 /// The subset hint: a list of strings, or one comma-separated string. `None` when absent.
-pub fn subset_hint(md: Option<&Metadata>) -> Option<Vec<String>> {
+pub(crate) fn subset_hint(md: Option<&Metadata>) -> Option<Vec<String>> {
     let value = md?
         .filter_metadata
         .get(SUBSET_NAMESPACE)?

@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
-pub const MAX_STEPS: usize = 64;
+pub(crate) const MAX_STEPS: usize = 64;
 
 const HEADER_NAMES: [&str; 12] = [
     ":path",
@@ -50,7 +50,7 @@ const PATHS: [&str; 8] = [
     "/v1/completions?x=/chat/completions",
 ];
 
-pub enum Step {
+pub(crate) enum Step {
     Message(Box<ProcessingRequest>),
     BodyTimeout,
 }
@@ -76,7 +76,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// The steps `data` encodes (at most [`MAX_STEPS`]).
-pub fn decode(data: &[u8]) -> Vec<Step> {
+pub(crate) fn decode(data: &[u8]) -> Vec<Step> {
     let mut c = Cursor(data);
     let mut steps = Vec::new();
     while steps.len() < MAX_STEPS {
@@ -180,7 +180,7 @@ fn subset_metadata(csv: &str) -> Metadata {
 
 /// Every destination a response names: the destination header it sets and the `envoy.lb`
 /// metadata it attaches.
-pub fn destinations(r: &ProcessingResponse) -> Vec<String> {
+pub(crate) fn destinations(r: &ProcessingResponse) -> Vec<String> {
     let common: Option<&CommonResponse> = match &r.response {
         Some(Response::RequestHeaders(h) | Response::ResponseHeaders(h)) => h.response.as_ref(),
         Some(Response::RequestBody(b) | Response::ResponseBody(b)) => b.response.as_ref(),
@@ -219,22 +219,4 @@ pub fn destinations(r: &ProcessingResponse) -> Vec<String> {
         }
     }
     found
-}
-
-/// Encodes one request-headers step (for seeds): `headers` as (selector, value) pairs.
-pub fn encode_headers(out: &mut Vec<u8>, flags: u8, headers: &[(u8, &[u8])]) {
-    out.extend([0, flags, u8::try_from(headers.len()).unwrap_or(0) % 8]);
-    for (sel, value) in headers {
-        out.push(*sel);
-        out.push(u8::try_from(value.len()).unwrap_or(63) % 64);
-        out.extend_from_slice(&value[..value.len().min(63)]);
-    }
-}
-
-/// Encodes one body step (for seeds).
-pub fn encode_body(out: &mut Vec<u8>, response: bool, eos: bool, body: &[u8]) {
-    let len = body.len().min(4095);
-    out.extend([if response { 4 } else { 1 }, u8::from(eos)]);
-    out.extend((len as u16).to_le_bytes());
-    out.extend_from_slice(&body[..len]);
 }

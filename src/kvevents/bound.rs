@@ -22,11 +22,11 @@ use std::sync::Arc;
 use zeromq::{Socket, SocketRecv, SubSocket};
 
 /// The topic prefix subscribed to (llm-d's `topicFilter` default).
-pub const TOPIC_FILTER: &str = "kv@";
+pub(crate) const TOPIC_FILTER: &str = "kv@";
 
 /// The endpoint a topic's publisher part names: the endpoint at that address; else the endpoint
 /// on that IP whose KV-event port (label or flag) is that port; else the only endpoint on that IP.
-pub fn resolve<'a>(
+pub(crate) fn resolve<'a>(
     publisher: &str,
     endpoints: impl IntoIterator<Item = &'a Endpoint>,
     opts: &KvEventsOptions,

@@ -30,7 +30,7 @@ pub enum KvEvent {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventBatch {
-    pub ts: f64,
+    pub(crate) ts: f64,
     pub events: Vec<KvEvent>,
     pub dp_rank: Option<u64>,
 }

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 /// What the filter did with one request (upstream's outcome names).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum AffinityOutcome {
+pub(crate) enum AffinityOutcome {
     /// Only the endpoints at or above the affinity threshold were kept.
     sticky,
     /// No endpoint met the threshold: all kept.
@@ -29,16 +29,16 @@ pub enum AffinityOutcome {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AffinityLabels {
-    pub plugin_name: String,
-    pub outcome: AffinityOutcome,
+    pub(crate) plugin_name: String,
+    pub(crate) outcome: AffinityOutcome,
 }
 
 /// The process's affinity-filter decisions.
-pub static AFFINITY_FILTER_DECISIONS: LazyLock<Family<AffinityLabels, Counter>> =
+pub(crate) static AFFINITY_FILTER_DECISIONS: LazyLock<Family<AffinityLabels, Counter>> =
     LazyLock::new(Family::default);
 
 /// Counts one decision of the filter instance `plugin_name`.
-pub fn record_affinity(plugin_name: &str, outcome: AffinityOutcome) {
+pub(crate) fn record_affinity(plugin_name: &str, outcome: AffinityOutcome) {
     let labels = AffinityLabels {
         plugin_name: plugin_name.to_owned(),
         outcome,

@@ -13,48 +13,48 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub plugin_name: String,
-    pub plugin_type: String,
-    pub model_name: ModelLabel,
-    pub decision_type: String,
+pub(crate) struct DecisionLabels {
+    pub(crate) plugin_name: String,
+    pub(crate) plugin_type: String,
+    pub(crate) model_name: ModelLabel,
+    pub(crate) decision_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LegacyDecisionLabels {
-    pub model_name: ModelLabel,
-    pub decision_type: String,
+pub(crate) struct LegacyDecisionLabels {
+    pub(crate) model_name: ModelLabel,
+    pub(crate) decision_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SkipLabels {
-    pub plugin_name: String,
-    pub reason: String,
+pub(crate) struct SkipLabels {
+    pub(crate) plugin_name: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RemotePrefillLabels {
-    pub plugin_name: String,
+pub(crate) struct RemotePrefillLabels {
+    pub(crate) plugin_name: String,
     /// `success` (2xx), `error` (any other status, or the gateway could not connect),
     /// `abandoned` (the exchange ended before response headers).
-    pub outcome: String,
+    pub(crate) outcome: String,
 }
 
 #[derive(Default)]
 pub struct DisaggMetrics {
-    pub disagg: Family<DecisionLabels, Counter>,
-    pub disagg_legacy: Family<LegacyDecisionLabels, Counter>,
-    pub pd: Family<DecisionLabels, Counter>,
-    pub pd_legacy: Family<LegacyDecisionLabels, Counter>,
+    pub(crate) disagg: Family<DecisionLabels, Counter>,
+    pub(crate) disagg_legacy: Family<LegacyDecisionLabels, Counter>,
+    pub(crate) pd: Family<DecisionLabels, Counter>,
+    pub(crate) pd_legacy: Family<LegacyDecisionLabels, Counter>,
     /// Prefill stages that should have run and did not (no endpoint, all stale).
-    pub prefill_skipped: Family<SkipLabels, Counter>,
+    pub(crate) prefill_skipped: Family<SkipLabels, Counter>,
     /// Responses to requests epp sent for remote prefill, by outcome: a sidecar that cannot
     /// reach the prefill pod answers with the prefill's error once its retries are spent.
-    pub remote_prefill_responses: Family<RemotePrefillLabels, Counter>,
+    pub(crate) remote_prefill_responses: Family<RemotePrefillLabels, Counter>,
 }
 
 impl DisaggMetrics {
-    pub fn register(&self, r: &mut Registry) {
+    pub(crate) fn register(&self, r: &mut Registry) {
         let help = "Total number of disaggregation routing decisions made";
         r.register("llm_d_epp_disagg_decision", help, self.disagg.clone());
         r.register(

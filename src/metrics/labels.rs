@@ -5,30 +5,30 @@ use super::ModelLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModelLabels {
-    pub model_name: ModelLabel,
-    pub target_model_name: ModelLabel,
+pub(crate) struct ModelLabels {
+    pub(crate) model_name: ModelLabel,
+    pub(crate) target_model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub model_name: ModelLabel,
-    pub target_model_name: ModelLabel,
-    pub priority: String,
+pub(crate) struct RequestLabels {
+    pub(crate) model_name: ModelLabel,
+    pub(crate) target_model_name: ModelLabel,
+    pub(crate) priority: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub model_name: ModelLabel,
-    pub target_model_name: ModelLabel,
-    pub error_code: ErrorCode,
+pub(crate) struct ErrorLabels {
+    pub(crate) model_name: ModelLabel,
+    pub(crate) target_model_name: ModelLabel,
+    pub(crate) error_code: ErrorCode,
 }
 
 /// Upstream's error codes (`pkg/common/error/error.go`), the `error_code` label value.
 #[derive(
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
-pub enum ErrorCode {
+pub(crate) enum ErrorCode {
     BadRequest,
     PreconditionFailed,
     RequestTimeout,
@@ -40,27 +40,27 @@ pub enum ErrorCode {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RunningLabels {
-    pub model_name: ModelLabel,
+pub(crate) struct RunningLabels {
+    pub(crate) model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PoolLabels {
-    pub name: String,
+pub(crate) struct PoolLabels {
+    pub(crate) name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PodLabels {
-    pub name: String,
-    pub model_server_pod: String,
+pub(crate) struct PodLabels {
+    pub(crate) name: String,
+    pub(crate) model_server_pod: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AttemptLabels {
-    pub status: Outcome,
-    pub target_model_name: ModelLabel,
-    pub pod_name: String,
-    pub namespace: String,
+pub(crate) struct AttemptLabels {
+    pub(crate) status: Outcome,
+    pub(crate) target_model_name: ModelLabel,
+    pub(crate) pod_name: String,
+    pub(crate) namespace: String,
     pub port: String,
 }
 
@@ -75,23 +75,27 @@ pub struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InfoLabels {
-    pub commit: String,
-    pub build_ref: String,
+pub(crate) struct InfoLabels {
+    pub(crate) commit: String,
+    pub(crate) build_ref: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CrdRuleLabels {
-    pub kind: CrdKind,
+pub(crate) struct CrdRuleLabels {
+    pub(crate) kind: CrdKind,
     /// The rule's id ([`crate::discovery::k8s::crd::validate::Rule`]): a closed set defined in code.
-    pub rule: &'static str,
+    pub(crate) rule: &'static str,
 }
 
 /// A CRD kind whose objects pass the admission gate (label value of `epp_crd_validation_failures`).
 #[derive(
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
-pub enum CrdKind {
+#[allow(
+    clippy::enum_variant_names,
+    reason = "the variants are the kinds' own names, exposed as label values"
+)]
+pub(crate) enum CrdKind {
     InferencePool,
     InferenceObjective,
     InferenceModel,
@@ -103,7 +107,7 @@ pub enum CrdKind {
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
 #[allow(non_camel_case_types)]
-pub enum KubeResource {
+pub(crate) enum KubeResource {
     pods,
     inferencepools,
     inferenceobjectives,
@@ -120,7 +124,7 @@ pub enum KubeResource {
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
 #[allow(non_camel_case_types)]
-pub enum KubeVerb {
+pub(crate) enum KubeVerb {
     get,
     list,
     watch,
@@ -129,9 +133,9 @@ pub enum KubeVerb {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ForbiddenLabels {
-    pub resource: KubeResource,
-    pub verb: KubeVerb,
+pub(crate) struct ForbiddenLabels {
+    pub(crate) resource: KubeResource,
+    pub(crate) verb: KubeVerb,
 }
 
 /// How `/metrics` authentication (`--metrics-endpoint-auth`) answered a request.
@@ -139,7 +143,7 @@ pub struct ForbiddenLabels {
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
 #[allow(non_camel_case_types)]
-pub enum MetricsAuthOutcome {
+pub(crate) enum MetricsAuthOutcome {
     /// Authenticated and authorized (200).
     allowed,
     /// No bearer token, or TokenReview did not authenticate it (401).
@@ -151,7 +155,7 @@ pub enum MetricsAuthOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MetricsAuthLabels {
+pub(crate) struct MetricsAuthLabels {
     pub outcome: MetricsAuthOutcome,
 }
 
@@ -167,41 +171,41 @@ pub struct KvGapLabels {
 
 /// A flow-control queue's series (upstream's labels; model names as requested, see `flowcontrol`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FlowQueueLabels {
-    pub fairness_id: ModelLabel,
-    pub priority: String,
-    pub inference_pool: String,
-    pub model_name: ModelLabel,
-    pub target_model_name: ModelLabel,
+pub(crate) struct FlowQueueLabels {
+    pub(crate) fairness_id: ModelLabel,
+    pub(crate) priority: String,
+    pub(crate) inference_pool: String,
+    pub(crate) model_name: ModelLabel,
+    pub(crate) target_model_name: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FlowDurationLabels {
-    pub fairness_id: ModelLabel,
-    pub priority: String,
-    pub outcome: FlowOutcome,
-    pub inference_pool: String,
-    pub model_name: ModelLabel,
-    pub target_model_name: ModelLabel,
+pub(crate) struct FlowDurationLabels {
+    pub(crate) fairness_id: ModelLabel,
+    pub(crate) priority: String,
+    pub(crate) outcome: FlowOutcome,
+    pub(crate) inference_pool: String,
+    pub(crate) model_name: ModelLabel,
+    pub(crate) target_model_name: ModelLabel,
 }
 
 /// A `program-aware-fairness` program: its fairness key (capped, and swept by the policy's
 /// eviction).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProgramLabels {
-    pub program_id: ModelLabel,
+pub(crate) struct ProgramLabels {
+    pub(crate) program_id: ModelLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FlowPoolLabels {
-    pub inference_pool: String,
+pub(crate) struct FlowPoolLabels {
+    pub(crate) inference_pool: String,
 }
 
 /// How a request's time in flow control ended (upstream's `QueueOutcome` names).
 #[derive(
     Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
 )]
-pub enum FlowOutcome {
+pub(crate) enum FlowOutcome {
     Dispatched,
     RejectedCapacity,
     RejectedOther,

@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::sync::{Arc, RwLock};
 
 /// Distinct model names that get their own label value.
-pub const MODEL_LABEL_CAP: usize = 1000;
+pub(crate) const MODEL_LABEL_CAP: usize = 1000;
 
 /// The label value of every model name beyond the cap.
 pub const OTHER: &str = "other";
@@ -23,7 +23,8 @@ pub const OTHER: &str = "other";
 pub struct ModelLabel(Arc<str>);
 
 impl ModelLabel {
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -48,7 +49,7 @@ impl Default for ModelNames {
 }
 
 impl ModelNames {
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         Self {
             seen: RwLock::new(HashSet::new()),
             cap,
@@ -58,7 +59,7 @@ impl ModelNames {
 
     /// The label value for `name`: itself while fewer than the cap have been seen (or when it
     /// was seen before), else [`OTHER`].
-    pub fn label(&self, name: &str) -> ModelLabel {
+    pub(crate) fn label(&self, name: &str) -> ModelLabel {
         if let Some(known) = self.read().get(name) {
             return ModelLabel(Arc::clone(known));
         }

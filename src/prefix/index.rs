@@ -12,7 +12,7 @@ use std::sync::RwLock;
 
 /// Block hashes are already uniformly distributed: hash them by identity.
 #[derive(Default, Clone, Copy)]
-pub struct IdentityHasher(u64);
+pub(crate) struct IdentityHasher(u64);
 
 impl Hasher for IdentityHasher {
     fn finish(&self) -> u64 {
@@ -90,7 +90,7 @@ struct Inner {
 pub struct PrefixIndex {
     inner: RwLock<Inner>,
     /// Index tokens per model-server token, when the index counts pseudo-tokens.
-    pub scale: TokenScale,
+    pub(crate) scale: TokenScale,
 }
 
 /// How many of the index's tokens make one token of the model server, learned from the
@@ -104,7 +104,7 @@ pub struct PrefixIndex {
 /// response teaches it there is no conversion (the configured capacity holds): a group spread
 /// over two pods by an index that forgot too early stays spread. Stored in 1/64 steps so the
 /// capacity it scales changes only when the ratio does.
-pub struct TokenScale {
+pub(crate) struct TokenScale {
     /// Index tokens per server token × 64; 0 until a response teaches it.
     sixty_fourths: AtomicU32,
 }
@@ -116,7 +116,7 @@ impl TokenScale {
     const MAX: u32 = Self::ONE * 4;
 
     /// The learned ratio, 1.0 until a response has taught one.
-    pub fn get(&self) -> f64 {
+    pub(crate) fn get(&self) -> f64 {
         match self.sixty_fourths.load(Ordering::Relaxed) {
             0 => 1.0,
             q => f64::from(q) / f64::from(Self::ONE),
@@ -125,7 +125,7 @@ impl TokenScale {
 
     /// `ours` index tokens were `theirs` tokens for the model server: moves the ratio a tenth of
     /// the way towards this observation (the first sets it).
-    pub fn observe(&self, ours: u32, theirs: u64) {
+    pub(crate) fn observe(&self, ours: u32, theirs: u64) {
         if ours == 0 || theirs == 0 {
             return;
         }
@@ -145,7 +145,7 @@ impl TokenScale {
 
     /// `blocks` of the model server's tokens, in the index's blocks; `None` until a response
     /// has taught the ratio.
-    pub fn blocks(&self, blocks: usize) -> Option<usize> {
+    pub(crate) fn blocks(&self, blocks: usize) -> Option<usize> {
         match self.sixty_fourths.load(Ordering::Relaxed) {
             0 => None,
             q => Some(blocks.saturating_mul(q as usize) / Self::ONE as usize),
@@ -230,7 +230,7 @@ impl PrefixIndex {
     /// [`Self::tails_at`] reports: how far past the cap the endpoint was last sent after this
     /// chain. A chain recorded again keeps the longer of its tails (the pod holds at least
     /// that much after it).
-    pub fn record_with_tail(
+    pub(crate) fn record_with_tail(
         &self,
         endpoint: EndpointId,
         hashes: &[u64],
@@ -252,7 +252,7 @@ impl PrefixIndex {
 
     /// The tail (in blocks) recorded after the block `last` by each endpoint holding it; an
     /// endpoint holding it without a tail is absent.
-    pub fn tails_at(&self, last: u64) -> Vec<(EndpointId, usize)> {
+    pub(crate) fn tails_at(&self, last: u64) -> Vec<(EndpointId, usize)> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         if inner.tails.is_empty() {
             return Vec::new();
@@ -272,7 +272,10 @@ impl PrefixIndex {
     /// The blocks each of `endpoints` has room for before a recorded block is evicted
     /// (capacity less what is recorded, tails included), in their order; `None` for an
     /// endpoint never recorded.
-    pub fn free_blocks(&self, endpoints: impl Iterator<Item = EndpointId>) -> Vec<Option<usize>> {
+    pub(crate) fn free_blocks(
+        &self,
+        endpoints: impl Iterator<Item = EndpointId>,
+    ) -> Vec<Option<usize>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         endpoints
             .map(|id| {
@@ -284,7 +287,7 @@ impl PrefixIndex {
     }
 
     /// Forgets endpoints that no longer exist.
-    pub fn retain(&self, live: &HashSet<EndpointId>) {
+    pub(crate) fn retain(&self, live: &HashSet<EndpointId>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let gone: Vec<(EndpointId, Slot)> = inner
             .slots
@@ -299,7 +302,7 @@ impl PrefixIndex {
     }
 
     /// Blocks held across all endpoints.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         inner.lanes.iter().flatten().map(|l| l.len).sum()
     }

@@ -169,12 +169,12 @@ struct Inner {
 /// before the pod's events confirm it: about one prefill behind a short queue. Without it a
 /// burst of new prefixes (the first seconds of a run) was placed on counts that lagged by a
 /// prefill, and one replica's pods ended up holding 4 to 8 of 48 prefixes.
-pub const PLACED_WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const PLACED_WINDOW: Duration = Duration::from_secs(5);
 
 /// How fast the count of evicted prompt beginnings fades: e-folding time. A pod that evicts the
 /// first block of a prompt held a chain past everything after it (vLLM evicts a chain's tail
 /// first), so its cache holds more than it fits; a minute later that is old news.
-pub const LOST_DECAY: Duration = Duration::from_secs(30);
+pub(crate) const LOST_DECAY: Duration = Duration::from_secs(30);
 
 /// A count that decays exponentially with [`LOST_DECAY`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -208,7 +208,7 @@ impl Decayed {
 pub struct CacheShape {
     /// Distinct prompt beginnings (first blocks) held, plus those this replica just placed
     /// there and the events have not confirmed yet ([`PLACED_WINDOW`]).
-    pub prefixes: u32,
+    pub(crate) prefixes: u32,
     /// Prompt beginnings evicted lately (decayed count, see [`LOST_DECAY`]).
     pub lost: f64,
 }
@@ -249,7 +249,7 @@ impl PreciseIndex {
     }
 
     /// [`Self::writer`] with the events' arrival time given (tests).
-    pub fn writer_at(&self, endpoint: EndpointId, now: Instant) -> Writer<'_> {
+    pub(crate) fn writer_at(&self, endpoint: EndpointId, now: Instant) -> Writer<'_> {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let slot = inner.slot_for(endpoint);
         Writer { inner, slot, now }
@@ -298,7 +298,13 @@ impl PreciseIndex {
     }
 
     /// Counts `keys` as held by `endpoint` until `expires` (routing until the first BlockStored).
-    pub fn speculate(&self, endpoint: EndpointId, keys: &[u64], now: Instant, ttl: Duration) {
+    pub(crate) fn speculate(
+        &self,
+        endpoint: EndpointId,
+        keys: &[u64],
+        now: Instant,
+        ttl: Duration,
+    ) {
         if keys.is_empty() {
             return;
         }
@@ -329,7 +335,7 @@ impl PreciseIndex {
     }
 
     /// Forgets endpoints that no longer exist.
-    pub fn retain(&self, live: &HashSet<EndpointId>) {
+    pub(crate) fn retain(&self, live: &HashSet<EndpointId>) {
         let gone: Vec<EndpointId> = {
             let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
             inner
@@ -626,7 +632,7 @@ impl Writer<'_> {
 
     /// Drops every entry of this endpoint (AllBlocksCleared, a restart, an unrepaired gap).
     /// O(entries of the whole index): rare, and it also collects engine hashes nobody holds.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         let slot = self.slot;
         let inner = &mut *self.inner;
         inner.holders.retain(|_, h| !h.drop_slot(slot));

@@ -15,8 +15,8 @@
 mod approximate;
 mod precise;
 
-pub use approximate::{Approximate, ApproximateParams};
-pub use precise::{Precise, PreciseParams};
+pub(crate) use approximate::{Approximate, ApproximateParams};
+pub(crate) use precise::{Precise, PreciseParams};
 
 use super::index::PrefixIndex;
 use super::precise::PreciseIndex;
@@ -29,21 +29,21 @@ use std::time::{Duration, Instant};
 
 /// A request as a prefix index reads it.
 #[derive(Clone, Copy)]
-pub struct Query<'a> {
-    pub request: &'a LlmRequest,
+pub(crate) struct Query<'a> {
+    pub(crate) request: &'a LlmRequest,
     /// The body received: the precise index renders the chat template from it.
-    pub body: &'a [u8],
+    pub(crate) body: &'a [u8],
     /// The model the request goes to (after any rewrite): it seeds the block chain.
-    pub model: &'a str,
+    pub(crate) model: &'a str,
     /// The configuration's tokenizer; without one a text prompt has no blocks.
-    pub tokenizer: Option<&'a Tokenizer>,
+    pub(crate) tokenizer: Option<&'a Tokenizer>,
     /// The candidate endpoints, in snapshot order.
-    pub pods: &'a dyn Pods,
+    pub(crate) pods: &'a dyn Pods,
 }
 
 /// The candidate endpoints as an index reads them: walked where they already are (the
 /// director's candidates), never collected into a list per request.
-pub trait Pods {
+pub(crate) trait Pods {
     /// How many candidates there are.
     fn count(&self) -> usize;
     /// The `i`-th candidate, `i < count()`.
@@ -52,7 +52,7 @@ pub trait Pods {
 
 impl dyn Pods + '_ {
     /// The candidates in order.
-    pub fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
         (0..self.count()).map(|i| self.pod(i))
     }
 }
@@ -68,39 +68,39 @@ impl Pods for Vec<Pod> {
 
 /// What an index weighs of a candidate besides what it holds.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Pod {
-    pub id: EndpointId,
+pub(crate) struct Pod {
+    pub(crate) id: EndpointId,
     /// Waiting + running requests as last scraped (0 without metrics).
-    pub load: f64,
+    pub(crate) load: f64,
     /// The KV-cache geometry the pod reports, if any.
-    pub cache: Option<CacheInfo>,
+    pub(crate) cache: Option<CacheInfo>,
 }
 
 /// What an index answered for one request: the same shape from both, and no mode flags.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Lookup {
+pub(crate) struct Lookup {
     /// The prompt's block keys, at most the match cap of them.
-    pub hashes: Vec<u64>,
+    pub(crate) hashes: Vec<u64>,
     /// Prompt tokens tokenized (up to the match cap): the request's prefill size.
-    pub prompt_tokens: usize,
+    pub(crate) prompt_tokens: usize,
     /// The match cap in tokens: a prompt tokenized up to it is longer than `prompt_tokens`.
-    pub token_cap: usize,
-    pub block_size: usize,
+    pub(crate) token_cap: usize,
+    pub(crate) block_size: usize,
     /// The longest consecutive prefix each endpoint holds, in blocks; endpoints holding none
     /// are absent.
-    pub matches: Vec<(EndpointId, usize)>,
+    pub(crate) matches: Vec<(EndpointId, usize)>,
     /// An endpoint credited with blocks it does not hold yet (the precise index's home for the
     /// part nobody holds, [`super::precise::home`]): scored as held, never reported as a hit.
-    pub credited: Option<(EndpointId, usize)>,
+    pub(crate) credited: Option<(EndpointId, usize)>,
     /// `prompt_tokens` and the blocks count 4-byte pseudo-tokens (`tokenizer: characters`),
     /// not the model server's tokens: see [`super::index::TokenScale`].
-    pub pseudo_tokens: bool,
+    pub(crate) pseudo_tokens: bool,
     /// Tokens of the prompt past the match cap (not hashed; estimated from the body's size
     /// for a text prompt): 0 for a prompt shorter than the cap.
-    pub past_cap: usize,
+    pub(crate) past_cap: usize,
     /// Tokens past the cap each endpoint holding every hashed block was last sent after them
     /// (the approximate index's [`super::index::PrefixIndex::tails_at`]); empty otherwise.
-    pub tails: Vec<(EndpointId, usize)>,
+    pub(crate) tails: Vec<(EndpointId, usize)>,
 }
 
 impl Lookup {
@@ -109,7 +109,7 @@ impl Lookup {
     /// measurement: the cap is where hashing stops, so a prompt that diverges from the last one
     /// only past the cap looks held to its end (a conversation that grows past the cap, a long
     /// document asked about again, is held as credited).
-    pub fn held_past_cap(&self, id: EndpointId) -> usize {
+    pub(crate) fn held_past_cap(&self, id: EndpointId) -> usize {
         self.tails
             .iter()
             .find(|(e, _)| *e == id)
@@ -117,7 +117,7 @@ impl Lookup {
     }
 
     /// Blocks `id` holds.
-    pub fn held(&self, id: EndpointId) -> usize {
+    pub(crate) fn held(&self, id: EndpointId) -> usize {
         self.matches
             .iter()
             .find(|(e, _)| *e == id)
@@ -125,7 +125,7 @@ impl Lookup {
     }
 
     /// Blocks `id` is scored with: held, or credited when that is more.
-    pub fn scored(&self, id: EndpointId) -> usize {
+    pub(crate) fn scored(&self, id: EndpointId) -> usize {
         let credited = self
             .credited
             .filter(|(e, _)| *e == id)
@@ -135,7 +135,7 @@ impl Lookup {
 }
 
 /// The contract of a prefix index, as a request sees it.
-pub trait PrefixSource {
+pub(crate) trait PrefixSource {
     /// Bytes of prompt text the lookup reads (parsing must keep at least this much).
     fn prompt_text_cap(&self) -> usize;
     /// Whether the lookup of an `api` request needs the whole body, not a prompt prefix.
@@ -165,7 +165,7 @@ pub enum Config {
 impl Config {
     /// This configuration's index, for one request. `sink` also receives the precise index's
     /// speculative entries (the other replicas).
-    pub fn bind<'a>(
+    pub(crate) fn bind<'a>(
         &'a self,
         indexes: &'a Indexes,
         sink: Option<&'a dyn PlacementSink>,
@@ -185,7 +185,7 @@ impl Config {
 }
 
 /// A bound [`Config`]: one of the two implementations.
-pub enum Source<'a> {
+pub(crate) enum Source<'a> {
     Approximate(Approximate<'a>),
     Precise(Precise<'a>),
 }
@@ -222,13 +222,13 @@ impl PrefixSource for Source<'_> {
 /// `app` forgets endpoints that left the pool ([`Indexes::retain`]).
 #[derive(Default)]
 pub struct Indexes {
-    pub approximate: Arc<PrefixIndex>,
+    pub(crate) approximate: Arc<PrefixIndex>,
     pub precise: Arc<PreciseIndex>,
 }
 
 impl Indexes {
     /// Forgets the entries of endpoints not in `live`.
-    pub fn retain(&self, live: &HashSet<EndpointId>) {
+    pub(crate) fn retain(&self, live: &HashSet<EndpointId>) {
         self.approximate.retain(live);
         self.precise.retain(live);
     }

@@ -32,8 +32,8 @@ use tonic::transport::{Channel, Endpoint};
 /// Placements waiting for one peer's stream; beyond this they are dropped.
 const LINK_QUEUE: usize = 256;
 /// The first wait after a failed connection; it doubles up to [`BACKOFF_MAX`].
-pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A stream that lived this long was healthy: the next failure starts the backoff again.
 const HEALTHY: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -45,7 +45,7 @@ const KEEPALIVE: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerName {
     /// `host:port`, as given.
-    pub addr: String,
+    pub(crate) addr: String,
     /// The host, checked against the peer's certificate.
     pub server_name: ServerName<'static>,
 }
@@ -85,17 +85,17 @@ impl PeerName {
 }
 
 /// What every link shares.
-pub struct Sender {
-    pub peers: Vec<PeerName>,
-    pub tls: Arc<rustls::ClientConfig>,
+pub(crate) struct Sender {
+    pub(crate) peers: Vec<PeerName>,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
     /// This replica's id, sent as `x-epp-replica`.
-    pub own: u64,
-    pub metrics: Arc<Metrics>,
-    pub log: LogLimit,
+    pub(crate) own: u64,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) log: LogLimit,
 }
 
 /// Sends every queued placement to every address the peers resolve to, until `shutdown`.
-pub async fn send(
+pub(crate) async fn send(
     sender: Arc<Sender>,
     mut rx: mpsc::Receiver<Queued>,
     tracker: TaskTracker,

@@ -27,20 +27,20 @@ use tonic::{Request, Response, Status, Streaming};
 /// A handshake not finished by then is dropped (and counted as refused).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The status message with which a replica refuses its own stream.
-pub const OWN: &str = "own stream";
+pub(crate) const OWN: &str = "own stream";
 
 /// What a received placement is applied to, and how it is counted.
-pub struct Receiver {
-    pub datastore: Arc<Datastore>,
-    pub index: Arc<PreciseIndex>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct Receiver {
+    pub(crate) datastore: Arc<Datastore>,
+    pub(crate) index: Arc<PreciseIndex>,
+    pub(crate) metrics: Arc<Metrics>,
     /// This replica's id: a stream that carries it comes from this replica itself.
-    pub own: u64,
-    pub log: LogLimit,
+    pub(crate) own: u64,
+    pub(crate) log: LogLimit,
 }
 
 /// Serves `listener` until `shutdown`: mutual TLS with `tls`, then the `Share` method.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     receiver: Arc<Receiver>,
@@ -122,7 +122,7 @@ impl Receiver {
 
     /// Records one message's placement if it is well formed and for an endpoint this replica
     /// knows, with its TTL capped at [`MAX_TTL`]; the caller counts the outcome.
-    pub fn apply(&self, msg: &[u8]) -> PeerOutcome {
+    pub(crate) fn apply(&self, msg: &[u8]) -> PeerOutcome {
         match wire::decode_placement(msg) {
             Err(e) => {
                 self.malformed(&e);
@@ -159,7 +159,7 @@ fn refused_frame(status: &Status) -> bool {
 
 /// The `ReplicaSharing` service, routed by hand: one method, `Share`.
 #[derive(Clone)]
-pub struct ShareService(pub Arc<Receiver>);
+pub(crate) struct ShareService(pub Arc<Receiver>);
 
 impl NamedService for ShareService {
     const NAME: &'static str = wire::SERVICE;

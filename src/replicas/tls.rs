@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The files of `--speculative-peer-cert-dir`.
-pub const CA_FILE: &str = "ca.crt";
-pub const CERT_FILE: &str = "tls.crt";
-pub const KEY_FILE: &str = "tls.key";
+pub(crate) const CA_FILE: &str = "ca.crt";
+pub(crate) const CERT_FILE: &str = "tls.crt";
+pub(crate) const KEY_FILE: &str = "tls.key";
 
 /// Both sides of a replica's TLS: the server that receives, the client that sends.
 #[derive(Clone)]
@@ -108,7 +108,7 @@ impl Credentials {
 impl PeerTls {
     /// Reads `dir`'s `ca.crt`, `tls.crt` and `tls.key`; every unreadable or unusable file is
     /// named in the one error.
-    pub fn load(dir: &Path) -> Result<Self, CredentialErrors> {
+    pub(crate) fn load(dir: &Path) -> Result<Self, CredentialErrors> {
         let mut errors = Vec::new();
         let mut read = |file: &str| match std::fs::read_to_string(dir.join(file)) {
             Ok(text) => text,

@@ -22,43 +22,43 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
 /// The gRPC service name (`package.Service`).
-pub const SERVICE: &str = "epp.peers.v1.ReplicaSharing";
+pub(crate) const SERVICE: &str = "epp.peers.v1.ReplicaSharing";
 /// The path of the one method, `Share`.
-pub const SHARE_PATH: &str = "/epp.peers.v1.ReplicaSharing/Share";
+pub(crate) const SHARE_PATH: &str = "/epp.peers.v1.ReplicaSharing/Share";
 /// The request metadata key naming the calling replica.
-pub const REPLICA_HEADER: &str = "x-epp-replica";
+pub(crate) const REPLICA_HEADER: &str = "x-epp-replica";
 /// Keys sent per placement: the rest of a longer prompt is left out (its first blocks are what
 /// keeps the prompt's next request together).
-pub const MAX_KEYS: usize = 4096;
+pub(crate) const MAX_KEYS: usize = 4096;
 /// The largest message a receiver decodes: a placement with [`MAX_KEYS`] keys and a 16-byte
 /// address, with room for the field tags.
-pub const MAX_MESSAGE: usize = MAX_KEYS * 8 + 64;
+pub(crate) const MAX_MESSAGE: usize = MAX_KEYS * 8 + 64;
 
 /// `Placement` of the `.proto`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Placement {
+pub(crate) struct Placement {
     #[prost(bytes = "vec", tag = "1")]
-    pub ip: Vec<u8>,
+    pub(crate) ip: Vec<u8>,
     #[prost(uint32, tag = "2")]
-    pub port: u32,
+    pub(crate) port: u32,
     #[prost(uint32, tag = "3")]
-    pub ttl_ms: u32,
+    pub(crate) ttl_ms: u32,
     #[prost(fixed64, repeated, tag = "4")]
-    pub keys: Vec<u64>,
+    pub(crate) keys: Vec<u64>,
 }
 
 /// `ShareSummary` of the `.proto`.
 #[derive(Clone, PartialEq, Message)]
-pub struct ShareSummary {
+pub(crate) struct ShareSummary {
     #[prost(uint64, tag = "1")]
-    pub applied: u64,
+    pub(crate) applied: u64,
     #[prost(uint64, tag = "2")]
-    pub refused: u64,
+    pub(crate) refused: u64,
 }
 
 /// Why a received message is refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     #[error("not a Placement message: {0}")]
     Decode(#[from] prost::DecodeError),
     #[error("address of {0} bytes (4 or 16)")]
@@ -71,7 +71,7 @@ pub enum WireError {
 
 /// The message for `p`, with `ttl` the entry's remaining time to live; keys beyond
 /// [`MAX_KEYS`] are left out.
-pub fn encode_placement(endpoint: EndpointId, keys: &[u64], ttl: Duration) -> Bytes {
+pub(crate) fn encode_placement(endpoint: EndpointId, keys: &[u64], ttl: Duration) -> Bytes {
     let ip = match endpoint.0.ip() {
         IpAddr::V4(v4) => v4.octets().to_vec(),
         IpAddr::V6(v6) => v6.octets().to_vec(),
@@ -86,7 +86,7 @@ pub fn encode_placement(endpoint: EndpointId, keys: &[u64], ttl: Duration) -> By
 }
 
 /// The placement a received message carries; anything malformed is an error, never a panic.
-pub fn decode_placement(buf: &[u8]) -> Result<Entry, WireError> {
+pub(crate) fn decode_placement(buf: &[u8]) -> Result<Entry, WireError> {
     let msg = Placement::decode(buf)?;
     let ip = match msg.ip.len() {
         4 => IpAddr::V4(Ipv4Addr::from(
@@ -114,11 +114,11 @@ pub fn decode_placement(buf: &[u8]) -> Result<Entry, WireError> {
 /// A codec whose outgoing messages are already-encoded bytes and whose incoming ones are the
 /// prost message `In`: the caller's side of `Share` (it encodes each placement once for every
 /// peer), and a test's way to send bytes that are not a `Placement`.
-pub struct BytesOut<In>(PhantomData<In>);
+pub(crate) struct BytesOut<In>(PhantomData<In>);
 
 /// A codec whose outgoing messages are the prost message `Out` and whose incoming ones are raw
 /// bytes: the receiver's side of `Share`, which decodes (and refuses) each message itself.
-pub struct BytesIn<Out>(PhantomData<Out>);
+pub(crate) struct BytesIn<Out>(PhantomData<Out>);
 
 impl<In> Default for BytesOut<In> {
     fn default() -> Self {
@@ -159,13 +159,13 @@ impl<Out: Message + Send + 'static> Codec for BytesIn<Out> {
 }
 
 /// Writes bytes as they are.
-pub struct RawEncoder;
+pub(crate) struct RawEncoder;
 /// Reads a message's bytes as they are.
-pub struct RawDecoder;
+pub(crate) struct RawDecoder;
 /// Encodes a prost message.
-pub struct ProstEncoder<T>(PhantomData<T>);
+pub(crate) struct ProstEncoder<T>(PhantomData<T>);
 /// Decodes a prost message.
-pub struct ProstDecoder<T>(PhantomData<T>);
+pub(crate) struct ProstDecoder<T>(PhantomData<T>);
 
 impl Encoder for RawEncoder {
     type Item = Bytes;

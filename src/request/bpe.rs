@@ -23,7 +23,7 @@
 //! Token id = rank for these vocabularies. Exactness against tiktoken-rs is tested here and in
 //! `tokenize`.
 
-pub mod pretokenize;
+pub(crate) mod pretokenize;
 mod table;
 mod vocab;
 
@@ -32,7 +32,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::OnceLock;
 use vocab::Vocab;
-pub use vocab::VocabError;
+pub(crate) use vocab::VocabError;
 
 static CL100K: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cl100k_base.bpe"));
 static O200K: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.bpe"));
@@ -44,7 +44,7 @@ const NONE: u32 = u32::MAX;
 
 /// One vocabulary's encoder (a process-wide static, see [`Encoder::cl100k`]).
 #[derive(Debug)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     vocab: Vocab,
     byte_ranks: [u32; 256],
     pattern: Pattern,
@@ -55,7 +55,7 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub fn cl100k() -> Result<&'static Encoder, VocabError> {
+    pub(crate) fn cl100k() -> Result<&'static Encoder, VocabError> {
         static ENCODER: OnceLock<Result<Encoder, VocabError>> = OnceLock::new();
         ENCODER
             .get_or_init(|| Encoder::new(CL100K, Pattern::Cl100k))
@@ -63,7 +63,7 @@ impl Encoder {
             .map_err(|e| *e)
     }
 
-    pub fn o200k() -> Result<&'static Encoder, VocabError> {
+    pub(crate) fn o200k() -> Result<&'static Encoder, VocabError> {
         static ENCODER: OnceLock<Result<Encoder, VocabError>> = OnceLock::new();
         ENCODER
             .get_or_init(|| Encoder::new(O200K, Pattern::O200k))
@@ -83,7 +83,7 @@ impl Encoder {
     }
 
     /// tiktoken's `encode_ordinary` (no special tokens; these vocabularies do not normalize).
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub(crate) fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 4 + 1);
         if self.pattern == Pattern::Cl100k && text.is_ascii() {
             pretokenize::cl100k_ascii_pieces(text.as_bytes(), |p| self.push_piece(p, &mut out));
@@ -97,7 +97,7 @@ impl Encoder {
     }
 
     /// This vocabulary's regex pre-tokenizer.
-    pub fn pretokenizer(&self) -> Option<&Pretokenizer> {
+    pub(crate) fn pretokenizer(&self) -> Option<&Pretokenizer> {
         self.pre
             .get_or_init(|| Pretokenizer::new(self.pattern).ok())
             .as_ref()

@@ -7,10 +7,10 @@ use super::RequestError;
 use std::ops::Range;
 
 /// The gRPC message header: a compression flag and a big-endian length.
-pub const FRAME_HEADER: usize = 5;
+pub(crate) const FRAME_HEADER: usize = 5;
 
 /// The first gRPC message of `body` (upstream's `ParseGrpcPayload`).
-pub fn unframe(body: &[u8]) -> Result<&[u8], RequestError> {
+pub(crate) fn unframe(body: &[u8]) -> Result<&[u8], RequestError> {
     let header = body
         .get(..FRAME_HEADER)
         .ok_or(RequestError::GrpcFrame("shorter than the 5-byte header"))?;
@@ -26,11 +26,11 @@ pub fn unframe(body: &[u8]) -> Result<&[u8], RequestError> {
 
 /// A protobuf message that does not follow the wire format.
 #[derive(Debug)]
-pub struct Malformed;
+pub(crate) struct Malformed;
 
 /// The last occurrence of length-delimited field `number` in `message` (protobuf: the last
 /// value of a non-repeated field wins).
-pub fn last_field(message: &[u8], number: u64) -> Result<Option<&[u8]>, Malformed> {
+pub(crate) fn last_field(message: &[u8], number: u64) -> Result<Option<&[u8]>, Malformed> {
     let mut at = 0;
     let mut found = None;
     while at < message.len() {
@@ -85,11 +85,11 @@ fn varint(message: &[u8], at: &mut usize) -> Result<u64, Malformed> {
 }
 
 /// One field: (number, wire type, value).
-pub type Field<'a> = (u64, u64, &'a [u8]);
+pub(crate) type Field<'a> = (u64, u64, &'a [u8]);
 
 /// Every field of `message`: (number, wire type, value), where the value of a varint field is
 /// its own bytes and that of a length-delimited one its contents.
-pub fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, Malformed> {
+pub(crate) fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, Malformed> {
     let mut at = 0;
     let mut out = Vec::new();
     while at < message.len() {
@@ -101,12 +101,12 @@ pub fn fields(message: &[u8]) -> Result<Vec<Field<'_>>, Malformed> {
 }
 
 /// The varint of a varint field's value (as [`fields`] gives it).
-pub fn varint_value(bytes: &[u8]) -> Result<u64, Malformed> {
+pub(crate) fn varint_value(bytes: &[u8]) -> Result<u64, Malformed> {
     varint(bytes, &mut 0)
 }
 
 /// The values of repeated varint field `number`, packed or not.
-pub fn repeated_varints(message: &[u8], number: u64) -> Result<Vec<u64>, Malformed> {
+pub(crate) fn repeated_varints(message: &[u8], number: u64) -> Result<Vec<u64>, Malformed> {
     let mut out = Vec::new();
     for (n, wire, value) in fields(message)? {
         match (n == number, wire) {

@@ -12,7 +12,7 @@
 /// The agent session headers (upstream's order: Claude Code, OpenCode, Codex, Codex's legacy
 /// spelling): `agent-identity` reads them after its configured ones, and
 /// `session-state-producer` keys its sessions on them by default.
-pub const AGENT_SESSION_HEADERS: [&str; 4] = [
+pub(crate) const AGENT_SESSION_HEADERS: [&str; 4] = [
     "x-claude-code-session-id",
     "x-session-affinity",
     "session-id",
@@ -21,71 +21,62 @@ pub const AGENT_SESSION_HEADERS: [&str; 4] = [
 
 /// A header with its current name and its deprecated alias.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Aliased {
-    pub name: &'static str,
-    pub alias: &'static str,
+pub(crate) struct Aliased {
+    pub(crate) name: &'static str,
+    pub(crate) alias: &'static str,
 }
 
 impl Aliased {
     /// The value under the current name, else under the alias.
-    pub fn read<'v>(self, lookup: impl Fn(&str) -> Option<&'v str>) -> Option<&'v str> {
+    pub(crate) fn read<'v>(self, lookup: impl Fn(&str) -> Option<&'v str>) -> Option<&'v str> {
         lookup(self.name).or_else(|| lookup(self.alias))
     }
 }
 
 /// The InferenceObjective naming the request's priority.
-pub const OBJECTIVE: Aliased = Aliased {
+pub(crate) const OBJECTIVE: Aliased = Aliased {
     name: "x-llm-d-inference-objective",
     alias: "x-gateway-inference-objective",
 };
 /// The flow-control fairness key.
-pub const FAIRNESS_ID: Aliased = Aliased {
+pub(crate) const FAIRNESS_ID: Aliased = Aliased {
     name: "x-llm-d-inference-fairness-id",
     alias: "x-gateway-inference-fairness-id",
 };
 /// The model the request is forwarded as.
-pub const MODEL_NAME_REWRITE: Aliased = Aliased {
+pub(crate) const MODEL_NAME_REWRITE: Aliased = Aliased {
     name: "x-llm-d-model-name-rewrite",
     alias: "x-gateway-model-name-rewrite",
 };
 /// Time-to-first-token objective, milliseconds.
-pub const SLO_TTFT_MS: Aliased = Aliased {
+pub(crate) const SLO_TTFT_MS: Aliased = Aliased {
     name: "x-llm-d-slo-ttft-ms",
     alias: "x-slo-ttft-ms",
 };
 /// Time-per-output-token objective, milliseconds.
-pub const SLO_TPOT_MS: Aliased = Aliased {
+pub(crate) const SLO_TPOT_MS: Aliased = Aliased {
     name: "x-llm-d-slo-tpot-ms",
     alias: "x-slo-tpot-ms",
 };
 
-/// Every aliased header, for stripping or echoing them as a group.
-pub const ALL: [Aliased; 5] = [
-    OBJECTIVE,
-    FAIRNESS_ID,
-    MODEL_NAME_REWRITE,
-    SLO_TTFT_MS,
-    SLO_TPOT_MS,
-];
-
 /// What the steering headers of one request say.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Steering {
-    pub objective: Option<String>,
-    pub fairness_id: Option<String>,
-    pub model_rewrite: Option<String>,
+pub(crate) struct Steering {
+    pub(crate) objective: Option<String>,
+    pub(crate) fairness_id: Option<String>,
+    pub(crate) model_rewrite: Option<String>,
     /// Parsed as a float (upstream `parseFloatHeader`); an unparsable value is ignored.
-    pub slo_ttft_ms: Option<f64>,
-    pub slo_tpot_ms: Option<f64>,
+    pub(crate) slo_ttft_ms: Option<f64>,
+    pub(crate) slo_tpot_ms: Option<f64>,
     /// `Prefer: if-available`: answer 412 unless the chosen endpoint caches the prompt.
-    pub if_available: bool,
+    pub(crate) if_available: bool,
     /// A WebSocket upgrade: routed at header time, the body (frames) streams through.
-    pub websocket: bool,
+    pub(crate) websocket: bool,
 }
 
 impl Steering {
     /// Reads the headers of a request on `path`; `lookup` takes a lower-case header name.
-    pub fn read<'v>(lookup: impl Fn(&str) -> Option<&'v str>, path: &str) -> Self {
+    pub(crate) fn read<'v>(lookup: impl Fn(&str) -> Option<&'v str>, path: &str) -> Self {
         let owned = |h: Aliased| h.read(&lookup).map(str::to_owned);
         let float = |h: Aliased| h.read(&lookup).and_then(|v| v.trim().parse().ok());
         Self {
@@ -103,7 +94,7 @@ impl Steering {
 /// Whether a `Prefer` value holds the bare `if-available` token: a comma-separated list, each
 /// preference with optional `;` parameters, matched case-insensitively (upstream
 /// `IsConditionalDecode`).
-pub fn prefers_if_available(prefer: Option<&str>) -> bool {
+pub(crate) fn prefers_if_available(prefer: Option<&str>) -> bool {
     prefer.is_some_and(|v| {
         v.split(',').any(|pref| {
             let token = pref.split(';').next().unwrap_or("");
@@ -114,7 +105,7 @@ pub fn prefers_if_available(prefer: Option<&str>) -> bool {
 
 /// Whether the request upgrades to a WebSocket: an `Upgrade` header naming `websocket` (a
 /// comma-separated protocol list), or OpenAI's Realtime path.
-pub fn is_websocket(upgrade: Option<&str>, path: &str) -> bool {
+pub(crate) fn is_websocket(upgrade: Option<&str>, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
     upgrade.is_some_and(|u| {
         u.split(',')

@@ -24,7 +24,7 @@
 //! Cost: pre-tokenization is one regex pass per step; merging is O(n log n) per pre-token with
 //! a binary heap, so a long run without a split (a base64 blob) cannot go quadratic.
 
-pub mod local;
+pub(crate) mod local;
 mod model;
 
 use fancy_regex::Regex;
@@ -106,7 +106,7 @@ impl HfTokenizer {
     }
 
     /// Builds a tokenizer from a parsed `tokenizer.json`.
-    pub fn from_json(file: &serde_json::Value) -> Result<Self, HfError> {
+    pub(crate) fn from_json(file: &serde_json::Value) -> Result<Self, HfError> {
         let model = file
             .get("model")
             .ok_or_else(|| HfError::Invalid("no \"model\"".into()))?;

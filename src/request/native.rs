@@ -58,7 +58,7 @@ struct SglangWire<'a> {
 }
 
 /// An Anthropic Messages body.
-pub fn messages(body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
+pub(crate) fn messages(body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
     let w: MessagesWire<'_> = object(body)?;
     let (model, model_span) = model(body, w.model)?;
     let messages = present(w.messages).ok_or(RequestError::MissingField("messages"))?;
@@ -83,7 +83,7 @@ pub fn messages(body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
 }
 
 /// A vLLM `/inference/v1/generate` body.
-pub fn vllm_generate(body: &[u8]) -> Result<LlmRequest, RequestError> {
+pub(crate) fn vllm_generate(body: &[u8]) -> Result<LlmRequest, RequestError> {
     let w: VllmWire<'_> = object(body)?;
     let (model, model_span) = model(body, w.model)?;
     let tokens = token_ids(w.token_ids, "token_ids")?;
@@ -98,7 +98,7 @@ pub fn vllm_generate(body: &[u8]) -> Result<LlmRequest, RequestError> {
 }
 
 /// An SGLang `/generate` body. The model is read for metrics only (empty span: not rewritten).
-pub fn sglang_generate(body: &[u8]) -> Result<LlmRequest, RequestError> {
+pub(crate) fn sglang_generate(body: &[u8]) -> Result<LlmRequest, RequestError> {
     let w: SglangWire<'_> = object(body)?;
     let tokens = token_ids(w.input_ids, "input_ids")?;
     let cache_salt = match present(w.extra_key) {

@@ -39,7 +39,8 @@ pub enum ParserKind {
 }
 
 impl ParserKind {
-    pub const ALL: [Self; 7] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Self; 7] = [
         Self::OpenAi,
         Self::Anthropic,
         Self::VllmHttp,
@@ -50,7 +51,7 @@ impl ParserKind {
     ];
 
     /// The parser a plugin kind is, `None` for a kind that is not a parser epp implements.
-    pub fn of(kind: PluginKind) -> Option<Self> {
+    pub(crate) fn of(kind: PluginKind) -> Option<Self> {
         match kind {
             PluginKind::OpenaiParser => Some(Self::OpenAi),
             PluginKind::AnthropicParser => Some(Self::Anthropic),
@@ -128,7 +129,7 @@ impl ParserKind {
 
 /// How a request is read once its parser is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Handling {
+pub(crate) enum Handling {
     /// Parse the body as this API (model, prompt, stream).
     Parse(ApiKind),
     /// Route without reading the body: no model, no prompt; the body streams through.
@@ -137,7 +138,7 @@ pub enum Handling {
 
 /// The active parsers, in registration order (upstream `requestHandler.parsers[]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParserSet {
+pub(crate) struct ParserSet {
     /// Parsers that claim paths, first occurrence of each kind.
     claiming: Vec<ParserKind>,
     /// The parser that claims no path, when one is registered (registration stops there).
@@ -159,7 +160,7 @@ impl Default for ParserSet {
 impl ParserSet {
     /// Registers `kinds` in order: a repeated kind counts once, and nothing after the fallback
     /// (`passthrough-parser`) is registered.
-    pub fn new(kinds: impl IntoIterator<Item = ParserKind>) -> Self {
+    pub(crate) fn new(kinds: impl IntoIterator<Item = ParserKind>) -> Self {
         let mut claiming: Vec<ParserKind> = Vec::new();
         for kind in kinds {
             if kind.claims().is_empty() {
@@ -180,7 +181,7 @@ impl ParserSet {
 
     /// The set of these parsers, in order; an empty list is the default (as upstream's
     /// `ensureParsers`).
-    pub fn from_kinds(kinds: Vec<ParserKind>) -> Self {
+    pub(crate) fn from_kinds(kinds: Vec<ParserKind>) -> Self {
         if kinds.is_empty() {
             Self::default()
         } else {
@@ -189,18 +190,20 @@ impl ParserSet {
     }
 
     /// The registered parsers, in order (the fallback last).
-    pub fn kinds(&self) -> impl Iterator<Item = ParserKind> + '_ {
+    #[cfg(test)]
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = ParserKind> + '_ {
         self.claiming.iter().copied().chain(self.fallback)
     }
 
     /// Whether `kind` is registered.
-    pub fn contains(&self, kind: ParserKind) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, kind: ParserKind) -> bool {
         self.kinds().any(|k| k == kind)
     }
 
     /// The parser for a request on `path` (query ignored): the longest claimed suffix, else the
     /// fallback.
-    pub fn resolve(&self, path: &str) -> Result<ParserKind, RequestError> {
+    pub(crate) fn resolve(&self, path: &str) -> Result<ParserKind, RequestError> {
         let trimmed = trim_path(path);
         let mut best: Option<(usize, ParserKind)> = None;
         for &kind in &self.claiming {
@@ -218,7 +221,7 @@ impl ParserSet {
     }
 
     /// How a request on `path` is read: its parser, then the API within it.
-    pub fn handling(&self, path: &str) -> Result<Handling, RequestError> {
+    pub(crate) fn handling(&self, path: &str) -> Result<Handling, RequestError> {
         self.resolve(path)?.handling(trim_path(path))
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// `body` with its top-level `priority` set to `priority`: the existing value replaced, or the
 /// member inserted first. `None` when the body is not a JSON object (nothing to write into).
-pub fn with_priority(body: &[u8], priority: i32) -> Option<Vec<u8>> {
+pub(crate) fn with_priority(body: &[u8], priority: i32) -> Option<Vec<u8>> {
     let members: HashMap<std::borrow::Cow<'_, str>, &RawValue> =
         serde_json::from_slice(body).ok()?;
     let number = priority.to_string();

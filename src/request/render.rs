@@ -29,22 +29,22 @@ const CHAT_PATH: &str = "/v1/chat/completions/render";
 /// `modelName` is set, else upstream's `estimate`, which epp's in-process tokenizer replaces.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TokenProducerParams {
-    pub model_name: Option<String>,
-    pub vllm: Option<VllmParams>,
+pub(crate) struct TokenProducerParams {
+    pub(crate) model_name: Option<String>,
+    pub(crate) vllm: Option<VllmParams>,
     /// The `estimate` backend's image and video settings: accepted, unused (epp tokenizes).
-    pub estimate: Option<serde_norway::Value>,
+    pub(crate) estimate: Option<serde_norway::Value>,
     /// The deprecated gRPC-over-UDS tokenizer sidecar.
-    pub uds_tokenizer_config: Option<serde_norway::Value>,
+    pub(crate) uds_tokenizer_config: Option<serde_norway::Value>,
 }
 
 /// `token-producer` `vllm` block.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct VllmParams {
-    pub url: Option<String>,
+pub(crate) struct VllmParams {
+    pub(crate) url: Option<String>,
     /// Go duration (`5s`, `500ms`).
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// Multimodal requests' timeout: accepted; epp renders text prompts only.
     pub mm_timeout: Option<String>,
 }
@@ -53,14 +53,14 @@ pub struct VllmParams {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderParams {
     /// Base URL, no trailing slash.
-    pub url: String,
-    pub model_name: String,
-    pub timeout: Duration,
+    pub(crate) url: String,
+    pub(crate) model_name: String,
+    pub(crate) timeout: Duration,
 }
 
 impl TokenProducerParams {
     /// The render backend, `None` for upstream's `estimate` backend; every problem named.
-    pub fn render(&self) -> Result<Option<RenderParams>, Invalid> {
+    pub(crate) fn render(&self) -> Result<Option<RenderParams>, Invalid> {
         if self.uds_tokenizer_config.is_some() {
             return Err(Invalid::new("udsTokenizerConfig", "udsTokenizerConfig (the deprecated gRPC-over-UDS tokenizer sidecar) is not supported by epp: use vllm.url (a vLLM render endpoint), or no backend for epp's in-process tokenizer"));
         }
@@ -114,7 +114,7 @@ impl TokenProducerParams {
 
 /// Why a render call gave no token ids.
 #[derive(Debug, thiserror::Error)]
-pub enum RenderError {
+pub(crate) enum RenderError {
     #[error("the request body is not a JSON object")]
     NotObject,
     #[error("render call failed: {0}")]
@@ -129,7 +129,7 @@ pub enum RenderError {
 
 impl RenderError {
     /// The metric label of the failure.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Timeout(_) => "timeout",
             Self::Status { .. } => "status",
@@ -141,12 +141,12 @@ impl RenderError {
 
 impl RenderParams {
     /// Whether a request of `api` is rendered (its body read whole before the decision).
-    pub fn renders(api: ApiKind) -> bool {
+    pub(crate) fn renders(api: ApiKind) -> bool {
         matches!(api, ApiKind::Completions | ApiKind::ChatCompletions)
     }
 
     /// The URL a request of `api` is rendered at.
-    pub fn url_for(&self, api: ApiKind) -> String {
+    pub(crate) fn url_for(&self, api: ApiKind) -> String {
         let path = match api {
             ApiKind::ChatCompletions => CHAT_PATH,
             _ => COMPLETIONS_PATH,
@@ -155,7 +155,7 @@ impl RenderParams {
     }
 
     /// What is sent for `body`: the body with the configured model stamped in.
-    pub fn payload(&self, body: &[u8]) -> Result<Vec<u8>, RenderError> {
+    pub(crate) fn payload(&self, body: &[u8]) -> Result<Vec<u8>, RenderError> {
         stamp_model(body, &self.model_name)
     }
 }
@@ -175,7 +175,7 @@ struct Rendered {
 
 /// The ids of a render answer: completions answer one object per prompt (the first is the
 /// request's), chat one object.
-pub fn token_ids(api: ApiKind, bytes: &[u8]) -> Result<Vec<u32>, RenderError> {
+pub(crate) fn token_ids(api: ApiKind, bytes: &[u8]) -> Result<Vec<u32>, RenderError> {
     let bad = |e: serde_json::Error| RenderError::Answer(e.to_string());
     match api {
         ApiKind::ChatCompletions => Ok(serde_json::from_slice::<Rendered>(bytes)

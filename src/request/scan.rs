@@ -80,7 +80,7 @@ struct Seen {
 
 /// The incremental scanner; feed it every chunk in order.
 #[derive(Clone, Debug)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     pos: usize,
     top: Top,
     depth: u32,
@@ -110,7 +110,7 @@ impl Default for Scanner {
 }
 
 impl Scanner {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             pos: 0,
             top: Top::Start,
@@ -131,35 +131,30 @@ impl Scanner {
     }
 
     /// The scan gave up on an early decision: the whole body decides.
-    pub fn is_broken(&self) -> bool {
+    pub(crate) fn is_broken(&self) -> bool {
         self.broken || self.no_early
-    }
-
-    /// Bytes scanned so far.
-    pub fn position(&self) -> usize {
-        self.pos
     }
 
     /// Whether the body nests deeper than the parser accepts ([`super::MAX_DEPTH`]): refused
     /// even when it shows after an early decision.
-    pub fn too_deep(&self) -> bool {
+    pub(crate) fn too_deep(&self) -> bool {
         self.too_deep
     }
 
     /// Elements of the top-level `messages` array seen so far.
-    pub fn messages_seen(&self) -> usize {
+    pub(crate) fn messages_seen(&self) -> usize {
         self.messages
     }
 
     /// `stream` as far as seen: `Some(true)` only for the literal `true`, as the parser reads it.
-    pub fn stream(&self) -> Option<bool> {
+    pub(crate) fn stream(&self) -> Option<bool> {
         self.find(Field::Stream)
             .filter(|s| s.end.is_some())
             .map(|s| s.first == b't')
     }
 
     /// Scans the next chunk of the body.
-    pub fn feed(&mut self, chunk: &[u8]) {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
         let mut i = 0;
         while i < chunk.len() && !self.broken {
             if self.in_string {
@@ -317,7 +312,7 @@ impl Scanner {
 
     /// The decision inputs, once determined by the bytes so far (`body` is everything fed).
     /// `prompt_cap` is the prompt text the prefix scorer reads (0: the model alone decides).
-    pub fn early_request(
+    pub(crate) fn early_request(
         &self,
         api: ApiKind,
         body: &[u8],

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use tiktoken_rs::CoreBPE;
 
 /// Target segment length in bytes.
-pub const SEGMENT_BYTES: usize = 1024;
+pub(crate) const SEGMENT_BYTES: usize = 1024;
 /// Segments kept (~1 KiB of tokens each: about 8 MiB in all, when that much text repeats).
 const CACHE_SEGMENTS: usize = 8192;
 
@@ -209,12 +209,12 @@ impl Tokenizer {
         })
     }
 
-    pub fn vocabulary(&self) -> Vocabulary {
+    pub(crate) fn vocabulary(&self) -> Vocabulary {
         self.vocab
     }
 
     /// Builds the tokenizer `source` names (a `tokenizer.json` is read and parsed).
-    pub fn from_source(source: &TokenizerSource) -> Result<Self, TokenizerError> {
+    pub(crate) fn from_source(source: &TokenizerSource) -> Result<Self, TokenizerError> {
         let local = match source {
             TokenizerSource::Tiktoken(v) => return Self::new(*v),
             TokenizerSource::HuggingFace(local) => local,

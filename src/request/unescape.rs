@@ -11,13 +11,13 @@
 /// is left out. It may run past `cap` by up to one character or escape: callers truncate.
 /// `None` when an escape is invalid, a surrogate is unpaired or a control character appears
 /// (then the full parse names the fault).
-pub fn string_prefix(raw: &[u8], cap: usize) -> Option<String> {
+pub(crate) fn string_prefix(raw: &[u8], cap: usize) -> Option<String> {
     decode(raw, cap).map(|(text, _)| text)
 }
 
 /// [`string_prefix`] of a complete string literal `raw`, with the escapes of the part left
 /// undecoded checked too, so that a string the full decode refuses is refused here as well.
-pub fn literal_prefix(raw: &str, cap: usize) -> Option<String> {
+pub(crate) fn literal_prefix(raw: &str, cap: usize) -> Option<String> {
     let (text, used) = decode(raw.as_bytes(), cap)?;
     escapes_valid(&raw.as_bytes()[used..]).then_some(text)
 }

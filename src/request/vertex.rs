@@ -19,7 +19,7 @@ fn message_name(api: ApiKind) -> &'static str {
 }
 
 /// Parses a Vertex AI request body (`api` is `VertexChatCompletions` or `VertexRawPredict`).
-pub fn request(api: ApiKind, body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
+pub(crate) fn request(api: ApiKind, body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
     let name = message_name(api);
     let message = unframe(body)?;
     let http_body = last_field(message, 2)

@@ -23,7 +23,7 @@ fn message_name(api: ApiKind) -> &'static str {
 }
 
 /// Parses a `Generate` or `Embed` request body (`api` says which).
-pub fn request(api: ApiKind, body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
+pub(crate) fn request(api: ApiKind, body: &[u8], cap: usize) -> Result<LlmRequest, RequestError> {
     let name = message_name(api);
     let message = unframe(body)?;
     let (prompt, stream) = read(api, message, cap)
@@ -67,15 +67,15 @@ fn read(api: ApiKind, message: &[u8], cap: usize) -> Result<Option<(Prompt, bool
 
 /// Token counts a response message reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt: u64,
-    pub completion: u64,
-    pub cached: u64,
+pub(crate) struct Usage {
+    pub(crate) prompt: u64,
+    pub(crate) completion: u64,
+    pub(crate) cached: u64,
 }
 
 /// The usage in one response message (a `GenerateResponse` chunk or final message, else an
 /// `EmbedResponse`); `None` when it reports none.
-pub fn response_usage(message: &[u8]) -> Option<Usage> {
+pub(crate) fn response_usage(message: &[u8]) -> Option<Usage> {
     let counts = |m: &[u8], first: u64| -> Option<Usage> {
         let mut u = Usage::default();
         for (number, wire, value) in fields(m).ok()? {

@@ -22,11 +22,11 @@ pub const DATA_PARALLEL_HEADER: &str = "x-data-parallel-host-port";
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct DataParallel {
     /// The port requests are sent to (the pod's rank-0 sidecar).
-    pub primary_port: i64,
+    pub(crate) primary_port: i64,
     /// Set by the assembler: more than one profile is configured, which the handler refuses
     /// at each request.
     #[serde(skip)]
-    pub several_profiles: bool,
+    pub(crate) several_profiles: bool,
 }
 
 impl Default for DataParallel {
@@ -40,7 +40,7 @@ impl Default for DataParallel {
 
 impl DataParallel {
     /// Upstream's check and its deprecation notice.
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         tracing::info!("Deprecated: Use simple-profile-handler with Istio >= 1.28.1");
         if self.primary_port != 0 && !(1..=65535).contains(&self.primary_port) {
             return Err(Invalid::new(
@@ -56,7 +56,7 @@ impl DataParallel {
 
     /// Whether a request may be scheduled: not with several profiles (upstream's handler
     /// picks none and logs why).
-    pub fn admits(&self) -> Result<(), ScheduleError> {
+    pub(crate) fn admits(&self) -> Result<(), ScheduleError> {
         if !self.several_profiles {
             return Ok(());
         }
@@ -66,7 +66,7 @@ impl DataParallel {
     }
 
     /// The decision sent to the primary port, the picked rank in the sidecar's header.
-    pub fn redirect(&self, d: &mut Decision) {
+    pub(crate) fn redirect(&self, d: &mut Decision) {
         let Some(first) = d.endpoints.first() else {
             return;
         };

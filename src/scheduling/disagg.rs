@@ -25,11 +25,11 @@
 //!
 //! Cost: one profile run per stage that runs (at most three), each O(candidates × scorers).
 
-pub mod cost;
+pub(crate) mod cost;
 mod decider;
-pub mod p2p;
+pub(crate) mod p2p;
 mod params;
-pub mod session;
+pub(crate) mod session;
 
 use super::{Candidate, Decision, ScheduleError, Scheduler, SchedulingRequest};
 use crate::endpoint::EndpointId;
@@ -38,26 +38,26 @@ use rand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub use decider::{has_multimodal, Decider, PrefixBasedPdDecider};
-pub use params::HandlerParams;
+pub(crate) use decider::{has_multimodal, Decider, PrefixBasedPdDecider};
+pub(crate) use params::HandlerParams;
 
 /// The prefill pod's `ip:port`, for the decode pod's sidecar.
-pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+pub(crate) const PREFILLER_HEADER: &str = "x-prefiller-host-port";
 /// The encode pods' `ip:port` list, comma-separated.
-pub const ENCODERS_HEADER: &str = "x-encoder-hosts-ports";
+pub(crate) const ENCODERS_HEADER: &str = "x-encoder-hosts-ports";
 /// A peer to pull the cached prefix from (`p2p-source-producer`).
-pub const KV_SOURCE_HEADER: &str = "x-kv-cache-source-host-port";
+pub(crate) const KV_SOURCE_HEADER: &str = "x-kv-cache-source-host-port";
 
 /// Execution order of the stages (upstream's `StageOrder`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageOrder {
+pub(crate) enum StageOrder {
     DecodeFirst,
     PrefillFirst,
 }
 
 /// Which stages served a request (upstream's `decision_type` label values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DisaggDecision {
+pub(crate) enum DisaggDecision {
     DecodeOnly,
     PrefillDecode,
     EncodeDecode,
@@ -74,7 +74,7 @@ impl DisaggDecision {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::DecodeOnly => "decode-only",
             Self::PrefillDecode => "prefill-decode",
@@ -86,7 +86,7 @@ impl DisaggDecision {
 
 /// Why a prefill stage that should have run did not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// The prefill profile found no endpoint (none in the pool, or all filtered out).
     NoPrefillEndpoint,
     /// Every prefill candidate's metrics are stale: epp cannot reach them.
@@ -96,7 +96,7 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::NoPrefillEndpoint => "no_prefill_endpoint",
             Self::PrefillEndpointsStale => "prefill_endpoints_stale",
@@ -107,21 +107,21 @@ impl SkipReason {
 
 /// What the handler did with one request, for metrics and the sidecar headers.
 #[derive(Clone, Debug, PartialEq)]
-pub struct DisaggOutcome {
+pub(crate) struct DisaggOutcome {
     /// The handler's instance name and type (metric labels).
-    pub handler: Arc<str>,
-    pub kind: PluginKind,
-    pub decision: DisaggDecision,
+    pub(crate) handler: Arc<str>,
+    pub(crate) kind: PluginKind,
+    pub(crate) decision: DisaggDecision,
     /// The prefill decider's verdict, when it was asked (`pd_decision_total`).
-    pub prefill_approved: Option<bool>,
-    pub prefill: Option<EndpointId>,
-    pub encode: Vec<EndpointId>,
-    pub skipped: Option<SkipReason>,
+    pub(crate) prefill_approved: Option<bool>,
+    pub(crate) prefill: Option<EndpointId>,
+    pub(crate) encode: Vec<EndpointId>,
+    pub(crate) skipped: Option<SkipReason>,
 }
 
 impl DisaggOutcome {
     /// The sidecar headers: each set to its value, or removed (`None`).
-    pub fn headers(&self) -> Vec<(&'static str, Option<String>)> {
+    pub(crate) fn headers(&self) -> Vec<(&'static str, Option<String>)> {
         let encoders = (!self.encode.is_empty()).then(|| {
             let all: Vec<String> = self.encode.iter().map(ToString::to_string).collect();
             all.join(",")
@@ -135,29 +135,29 @@ impl DisaggOutcome {
 
 /// An optional stage: its profile and the decider that gates it.
 #[derive(Clone, Debug)]
-pub struct Stage {
+pub(crate) struct Stage {
     /// The profile's name (`profileName` of the session-affinity plugins refers to it).
-    pub name: String,
-    pub profile: Scheduler,
-    pub decider: Option<Decider>,
+    pub(crate) name: String,
+    pub(crate) profile: Scheduler,
+    pub(crate) decider: Option<Decider>,
 }
 
 /// The disaggregating handler built from configuration.
 #[derive(Clone, Debug)]
-pub struct Disagg {
-    pub name: Arc<str>,
+pub(crate) struct Disagg {
+    pub(crate) name: Arc<str>,
     /// The decode profile's name.
-    pub decode: String,
-    pub kind: PluginKind,
-    pub order: StageOrder,
-    pub prefill: Option<Stage>,
-    pub encode: Option<Stage>,
+    pub(crate) decode: String,
+    pub(crate) kind: PluginKind,
+    pub(crate) order: StageOrder,
+    pub(crate) prefill: Option<Stage>,
+    pub(crate) encode: Option<Stage>,
     /// A skipped prefill was logged and has not worked since (log once per outage).
     warned: Arc<AtomicBool>,
 }
 
 impl Disagg {
-    pub fn new(name: &str, decode: &str, kind: PluginKind, order: StageOrder) -> Self {
+    pub(crate) fn new(name: &str, decode: &str, kind: PluginKind, order: StageOrder) -> Self {
         Self {
             name: name.into(),
             decode: decode.to_owned(),
@@ -170,7 +170,7 @@ impl Disagg {
     }
 
     /// Whether a decider reads the prompt's length.
-    pub fn reads_prompt_length(&self) -> bool {
+    pub(crate) fn reads_prompt_length(&self) -> bool {
         [&self.prefill, &self.encode]
             .into_iter()
             .flatten()
@@ -178,7 +178,7 @@ impl Disagg {
     }
 
     /// Whether a decider reads multimodal content.
-    pub fn reads_multimodal(&self) -> bool {
+    pub(crate) fn reads_multimodal(&self) -> bool {
         [&self.prefill, &self.encode]
             .into_iter()
             .flatten()
@@ -186,7 +186,7 @@ impl Disagg {
     }
 
     /// The stages' profiles, for what the scheduler must know of all of them (labels).
-    pub fn profiles(&self) -> impl Iterator<Item = &Scheduler> {
+    pub(crate) fn profiles(&self) -> impl Iterator<Item = &Scheduler> {
         [&self.prefill, &self.encode]
             .into_iter()
             .flatten()
@@ -194,7 +194,7 @@ impl Disagg {
     }
 
     /// Runs the stages for one request; `decode` is the decode profile.
-    pub fn schedule(
+    pub(crate) fn schedule(
         &self,
         decode: &Scheduler,
         req: &SchedulingRequest<'_>,

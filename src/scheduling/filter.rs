@@ -11,15 +11,17 @@ mod utilization;
 
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
-pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
-pub use gpu_memory::GpuMemoryFilter;
-pub use header_based_testing::HeaderBasedTestingFilter;
-pub use label_selector::LabelSelectorFilter;
+#[cfg(test)]
+pub(crate) use by_label::ROLE_LABEL;
+pub(crate) use by_label::{ByLabelFilter, Role};
+pub(crate) use gpu_memory::GpuMemoryFilter;
+pub(crate) use header_based_testing::HeaderBasedTestingFilter;
+pub(crate) use label_selector::LabelSelectorFilter;
 pub(crate) use label_selector::Requirement;
-pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
+pub(crate) use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
-pub use session_affinity::SessionAffinityFilter;
-pub use topology_affinity::{TopologyAffinityFilter, TopologyAffinityFilterParams};
+pub(crate) use session_affinity::SessionAffinityFilter;
+pub(crate) use topology_affinity::{TopologyAffinityFilter, TopologyAffinityFilterParams};
 pub use utilization::UtilizationFilter;
 
 /// Every filter epp knows; [`Filter::from_plugin`] builds each from its plugin's parameters.
@@ -41,7 +43,10 @@ pub enum Filter {
 impl Filter {
     /// The filter a `kind` plugin configures, from its parameters, decoded and checked (`None`
     /// when `kind` is no filter). The configuration decoder calls this for every plugin.
-    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+    pub(crate) fn from_plugin<P: Parameters>(
+        kind: PluginKind,
+        p: &P,
+    ) -> Result<Option<Self>, P::Error> {
         use PluginKind as K;
         Ok(Some(match kind {
             K::HeaderBasedTestingFilter => Self::HeaderBasedTesting(p.decode()?),
@@ -75,13 +80,13 @@ impl Filter {
     }
 
     /// Gives the filter its instance's name (the label of the decisions it counts).
-    pub fn name_instance(&mut self, name: &str) {
+    pub(crate) fn name_instance(&mut self, name: &str) {
         if let Self::PrefixCacheAffinity(f) = self {
             f.plugin_name = name.to_owned();
         }
     }
 
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,
@@ -102,7 +107,7 @@ impl Filter {
 
     /// The verdict of a filter that reads nothing but labels (`by-label` and the role
     /// filters, `label-selector-filter`) on an endpoint with `labels`; `None` for the others.
-    pub fn keeps_labels(
+    pub(crate) fn keeps_labels(
         &self,
         labels: &std::collections::BTreeMap<String, String>,
     ) -> Option<bool> {
@@ -114,7 +119,7 @@ impl Filter {
     }
 
     /// The filter's part in the request lifecycle, if it keeps state or writes headers.
-    pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
+    pub(crate) fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
         match self {
             Self::SessionAffinity(f) => Some(std::sync::Arc::new(f.params.clone())),
             _ => None,
@@ -122,7 +127,7 @@ impl Filter {
     }
 
     /// Whether this filter reads the candidates' labels.
-    pub fn reads_labels(&self) -> bool {
+    pub(crate) fn reads_labels(&self) -> bool {
         matches!(
             self,
             Self::LabelSelector(_)

@@ -29,13 +29,13 @@ const DEFAULT_PROFILE: &str = "decode";
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct HeaderProfileParams {
-    pub header_name: String,
-    pub default_profile: String,
+    pub(crate) header_name: String,
+    pub(crate) default_profile: String,
 }
 
 impl HeaderProfileParams {
     /// Trims both, lower-cases the header name and fills the defaults (upstream has no error).
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         self.header_name = self.header_name.trim().to_ascii_lowercase();
         if self.header_name.is_empty() {
             DEFAULT_HEADER.clone_into(&mut self.header_name);
@@ -50,15 +50,15 @@ impl HeaderProfileParams {
 
 /// Several profiles, one of which each request's header chooses.
 #[derive(Clone, Debug)]
-pub struct HeaderProfiles {
-    pub params: HeaderProfileParams,
+pub(crate) struct HeaderProfiles {
+    pub(crate) params: HeaderProfileParams,
     /// Every configured profile by name, in configuration order.
-    pub profiles: Vec<(String, Scheduler)>,
+    pub(crate) profiles: Vec<(String, Scheduler)>,
 }
 
 impl HeaderProfiles {
     /// Runs the profile the request names (or the default one).
-    pub fn schedule(
+    pub(crate) fn schedule(
         &self,
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],
@@ -97,7 +97,7 @@ impl HeaderProfiles {
     }
 
     /// Every profile, for the questions asked of all of them (labels, prefix, headers).
-    pub fn schedulers(&self) -> impl Iterator<Item = &Scheduler> {
+    pub(crate) fn schedulers(&self) -> impl Iterator<Item = &Scheduler> {
         self.profiles.iter().map(|(_, s)| s)
     }
 }

@@ -10,7 +10,7 @@ use crate::request::tokenize::TokenizerSource;
 impl Scheduler {
     /// The prefix index the scorers read (the precise one wins when both are configured), and
     /// the prompt text the approximate scorer reads (0 without one).
-    pub fn prefix_index(&self) -> (Option<PrefixConfig>, usize) {
+    pub(crate) fn prefix_index(&self) -> (Option<PrefixConfig>, usize) {
         let approximate = self.prefix_params().map(|p| ApproximateParams {
             block_size: p.block_size_tokens,
             max_blocks: p.max_prefix_blocks_to_match,
@@ -35,7 +35,7 @@ impl Scheduler {
 
     /// The vocabulary the prefix index hashes with. A local tokenizer.json of the precise
     /// index must win: its block keys must equal the pods'.
-    pub fn tokenizer_source(&self) -> Option<TokenizerSource> {
+    pub(crate) fn tokenizer_source(&self) -> Option<TokenizerSource> {
         let precise_hf = self
             .precise_params()
             .map(|p| p.tokenizer_source())
@@ -50,7 +50,7 @@ impl Scheduler {
 
     /// Where the precise index's KV events come from (its `kvEventsConfig`), when one is
     /// configured.
-    pub fn kv_event_sockets(&self) -> Option<KvEventSockets> {
+    pub(crate) fn kv_event_sockets(&self) -> Option<KvEventSockets> {
         self.precise_params().map(|p| p.kv_event_sockets())
     }
 }

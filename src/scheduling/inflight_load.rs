@@ -9,23 +9,23 @@ use crate::plugin::Invalid;
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct InflightLoadParams {
+pub(crate) struct InflightLoadParams {
     /// Count an estimate of the output tokens too, until the response ends (refused: epp
     /// releases a request's tokens at its first token).
-    pub add_estimated_output_tokens: bool,
+    pub(crate) add_estimated_output_tokens: bool,
     /// Output tokens per input token for that estimate (default 1.5, ≥ 0).
-    pub output_ratio: Option<f64>,
+    pub(crate) output_ratio: Option<f64>,
     /// Cap of that estimate (≥ 0; absent: no cap).
-    pub max_estimated_output_tokens: Option<i64>,
+    pub(crate) max_estimated_output_tokens: Option<i64>,
     /// Names the prefix producer; epp has one, so any name is accepted.
-    pub prefix_match_info_producer_name: String,
+    pub(crate) prefix_match_info_producer_name: String,
     /// Share counters between replicas (upstream default true); epp's counters are per
     /// replica, which is what each replica routes on either way.
-    pub sync_cross_replica_state: Option<bool>,
+    pub(crate) sync_cross_replica_state: Option<bool>,
 }
 
 impl InflightLoadParams {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if let Some(r) = self.output_ratio.filter(|r| *r < 0.0) {
             return Err(Invalid::new(
                 "outputRatio",

@@ -51,47 +51,59 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
 
 /// A decision, as the plugins that record it see it.
 pub struct Placed<'a> {
-    pub request: &'a SchedulingRequest<'a>,
+    pub(crate) request: &'a SchedulingRequest<'a>,
     /// Every candidate of the request, before any filter.
-    pub candidates: &'a [Candidate],
-    pub decision: &'a Decision,
+    pub(crate) candidates: &'a [Candidate],
+    #[allow(
+        dead_code,
+        reason = "part of the post-decision contract (upstream's PreRequest receives the result); no plugin of epp reads it yet"
+    )]
+    pub(crate) decision: &'a Decision,
     /// The destination (the decode pod with P/D).
-    pub primary: EndpointId,
+    pub(crate) primary: EndpointId,
     /// The prefill pod of a request prefilled remotely.
-    pub prefill: Option<EndpointId>,
+    pub(crate) prefill: Option<EndpointId>,
     pub now: Instant,
 }
 
 /// How an exchange ended, as the plugins see it.
 pub struct Completed<'a> {
     /// The captured request headers.
-    pub headers: &'a Headers,
+    pub(crate) headers: &'a Headers,
     /// The endpoint that served it.
-    pub served: EndpointId,
+    #[allow(
+        dead_code,
+        reason = "part of the response-complete contract (upstream's ResponseComplete receives the endpoint and outcome); no plugin of epp reads them yet"
+    )]
+    pub(crate) served: EndpointId,
     /// When the request was routed, and now.
-    pub started: Instant,
-    pub now: Instant,
+    pub(crate) started: Instant,
+    pub(crate) now: Instant,
     /// A response arrived with a 2xx status (false for errors and abandoned exchanges).
-    pub ok: bool,
+    #[allow(
+        dead_code,
+        reason = "part of the response-complete contract; no plugin of epp reads it yet"
+    )]
+    pub(crate) ok: bool,
 }
 
 /// State a plugin instance keeps across requests, shared by the clones of the scheduler one
 /// configuration builds. Not part of the configuration: two instances compare equal whatever
 /// they hold.
-pub struct Owned<T>(Arc<Mutex<T>>);
+pub(crate) struct Owned<T>(Arc<Mutex<T>>);
 
 impl<T> Owned<T> {
-    pub fn new(value: T) -> Self {
+    pub(crate) fn new(value: T) -> Self {
         Self(Arc::new(Mutex::new(value)))
     }
 
     /// The instance the state belongs to (shared by its clones): [`Lifecycle::instance`].
-    pub fn instance(&self) -> usize {
+    pub(crate) fn instance(&self) -> usize {
         Arc::as_ptr(&self.0) as *const () as usize
     }
 
     /// The state, locked (a panic while it was held does not make it unusable).
-    pub fn lock(&self) -> MutexGuard<'_, T> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -131,7 +143,7 @@ pub trait EndpointNames: Sync + fmt::Debug {
 
 /// Names that are addresses (`ip:port`), as static endpoints' are: the names tests use.
 #[derive(Debug)]
-pub struct Addresses;
+pub(crate) struct Addresses;
 
 impl EndpointNames for Addresses {
     fn named(&self, name: &str) -> Option<EndpointId> {
@@ -158,7 +170,7 @@ impl Default for &Headers {
 
 impl Headers {
     /// The values of `names` that `find` knows.
-    pub fn capture<'h>(names: &[Arc<str>], find: impl Fn(&str) -> Option<&'h str>) -> Self {
+    pub(crate) fn capture<'h>(names: &[Arc<str>], find: impl Fn(&str) -> Option<&'h str>) -> Self {
         Self(
             names
                 .iter()
@@ -168,7 +180,8 @@ impl Headers {
     }
 
     /// Headers from (name, value) pairs (tests and the simulator).
-    pub fn of(pairs: &[(&str, &str)]) -> Self {
+    #[cfg(test)]
+    pub(crate) fn of(pairs: &[(&str, &str)]) -> Self {
         Self(
             pairs
                 .iter()
@@ -178,7 +191,7 @@ impl Headers {
     }
 
     /// The value of header `name` (lower case), if captured.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(n, _)| &**n == name)
@@ -186,7 +199,7 @@ impl Headers {
     }
 
     /// The first of `names` with a non-empty (trimmed) value.
-    pub fn first_of<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> Option<&str> {
+    pub(crate) fn first_of<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> Option<&str> {
         names
             .into_iter()
             .find_map(|n| self.get(n).map(str::trim).filter(|v| !v.is_empty()))

@@ -14,20 +14,20 @@ mod weighted_random;
 use super::{Candidate, SchedulingRequest};
 use crate::endpoint::EndpointId;
 use crate::plugin::{Invalid, Parameters, PluginKind};
-pub use consistent_hash::{ConsistentHashParams, ConsistentHashPicker};
-pub use least_request::WeightedLeastRequestPicker;
-pub use max_score::MaxScorePicker;
-pub use p2c::PowerOfTwoChoicesPicker;
+pub(crate) use consistent_hash::{ConsistentHashParams, ConsistentHashPicker};
+pub(crate) use least_request::WeightedLeastRequestPicker;
+pub(crate) use max_score::MaxScorePicker;
+pub(crate) use p2c::PowerOfTwoChoicesPicker;
 use rand::Rng;
-pub use random::RandomPicker;
-pub use round_robin::RoundRobinPicker;
-pub use weighted_random::WeightedRandomPicker;
+pub(crate) use random::RandomPicker;
+pub(crate) use round_robin::RoundRobinPicker;
+pub(crate) use weighted_random::WeightedRandomPicker;
 
 /// Parameters every picker accepts.
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct PickerParams {
-    pub max_num_of_endpoints: usize,
+pub(crate) struct PickerParams {
+    pub(crate) max_num_of_endpoints: usize,
 }
 
 impl Default for PickerParams {
@@ -39,7 +39,7 @@ impl Default for PickerParams {
 }
 
 impl PickerParams {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.max_num_of_endpoints == 0 {
             return Err(Invalid::new(
                 "maxNumOfEndpoints",
@@ -72,7 +72,10 @@ impl Default for Picker {
 impl Picker {
     /// The picker a `kind` plugin configures, from its parameters, decoded and checked (`None`
     /// when `kind` is no picker). The configuration decoder calls this for every plugin.
-    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+    pub(crate) fn from_plugin<P: Parameters>(
+        kind: PluginKind,
+        p: &P,
+    ) -> Result<Option<Self>, P::Error> {
         use PluginKind as K;
         let params =
             || -> Result<PickerParams, P::Error> { Ok(p.decode::<PickerParams>()?.validate()?) };
@@ -97,7 +100,7 @@ impl Picker {
         }))
     }
 
-    pub fn pick(
+    pub(crate) fn pick(
         &self,
         req: &SchedulingRequest<'_>,
         scored: &[(&Candidate, f64)],
@@ -114,7 +117,8 @@ impl Picker {
         }
     }
 
-    pub fn max_endpoints(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn max_endpoints(&self) -> usize {
         match self {
             Self::MaxScore(p) => p.params.max_num_of_endpoints,
             Self::Random(p) => p.params.max_num_of_endpoints,

@@ -6,13 +6,13 @@ mod session_state;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
-pub use session_state::SessionStateProducer;
+pub(crate) use session_state::SessionStateProducer;
 use std::sync::Arc;
 
 /// The producer a `kind` plugin configures, from its parameters, decoded and checked (`None`
 /// when `kind` is no producer of this kind). The configuration decoder calls this for every
 /// plugin.
-pub fn from_plugin<P: Parameters>(
+pub(crate) fn from_plugin<P: Parameters>(
     kind: PluginKind,
     p: &P,
 ) -> Result<Option<Arc<dyn Lifecycle>>, P::Error> {

@@ -37,14 +37,14 @@ pub enum Plugin {
 /// One `schedulingProfiles` entry: its name and its plugin references with their weights
 /// (upstream defaults a missing weight to 1).
 #[derive(Clone, Debug)]
-pub struct Profile<'a> {
-    pub name: &'a str,
-    pub plugins: Vec<(&'a str, f64)>,
+pub(crate) struct Profile<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) plugins: Vec<(&'a str, f64)>,
 }
 
 /// Why profiles could not be assembled from the configured plugins.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BuildError {
+pub(crate) enum BuildError {
     #[error("more than one disaggregating profile handler is configured")]
     SeveralHandlers,
     #[error("several scheduling profiles need a profile handler that runs them (disagg-profile-handler); single-profile-handler runs one")]
@@ -89,7 +89,7 @@ type Plugins<'a> = [(&'a str, &'a Plugin)];
 /// profile without a picker gets the first configured picker or a `max-score-picker`. Without
 /// a profile handler (or with `single-profile-handler`) there is one profile;
 /// `disagg-profile-handler` and `pd-profile-handler` run several ([`disagg`]).
-pub fn assemble(
+pub(crate) fn assemble(
     plugins: &Plugins<'_>,
     profiles: &[Profile<'_>],
 ) -> Result<Scheduler, Vec<BuildError>> {

@@ -22,27 +22,29 @@ mod topology_affinity;
 
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
-pub use active_request::ActiveRequestScorer;
+pub(crate) use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
-pub use gpu_utilization::GpuUtilizationScorer;
-pub use header_label_affinity::HeaderLabelAffinityScorer;
-pub use kv_cache::KvCacheScorer;
-pub use latency::{LatencyEstimate, LatencyScorer};
-pub use load_aware::LoadAwareScorer;
-pub use lora_affinity::LoraAffinityScorer;
-pub use multicluster_kv_cache::MulticlusterKvCacheScorer;
-pub use multicluster_queue::MulticlusterQueueScorer;
-pub use no_hit_lru::{is_cold, LruOrder, NoHitLruScorer};
-pub use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
-pub use prefix::{PrefixParams, PrefixScorer};
-pub use queue::QueueScorer;
-pub use running_requests::RunningRequestsScorer;
-pub use session_affinity::{
-    decode_token, encode_token, Pin, SessionAffinityParams, SessionAffinityScorer, SessionBindings,
-    SessionIdConfig, SESSION_HEADER,
+pub(crate) use gpu_utilization::GpuUtilizationScorer;
+pub(crate) use header_label_affinity::HeaderLabelAffinityScorer;
+pub(crate) use kv_cache::KvCacheScorer;
+pub(crate) use latency::{LatencyEstimate, LatencyScorer};
+pub(crate) use load_aware::LoadAwareScorer;
+pub(crate) use lora_affinity::LoraAffinityScorer;
+pub(crate) use multicluster_kv_cache::MulticlusterKvCacheScorer;
+pub(crate) use multicluster_queue::MulticlusterQueueScorer;
+pub(crate) use no_hit_lru::NoHitLruScorer;
+pub(crate) use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
+pub(crate) use prefix::{PrefixParams, PrefixScorer};
+pub(crate) use queue::QueueScorer;
+pub(crate) use running_requests::RunningRequestsScorer;
+#[cfg(test)]
+pub(crate) use session_affinity::SessionIdConfig;
+pub use session_affinity::{decode_token, encode_token};
+pub(crate) use session_affinity::{
+    Pin, SessionAffinityParams, SessionAffinityScorer, SESSION_HEADER,
 };
-pub use token_load::TokenLoadScorer;
+pub(crate) use token_load::TokenLoadScorer;
 pub use topology_affinity::{TopologyAffinityScorer, TopologyAffinityScorerParams};
 
 /// Every scorer epp knows; [`Scorer::from_plugin`] builds each from its plugin's parameters.
@@ -76,7 +78,10 @@ pub enum Scorer {
 impl Scorer {
     /// The scorer a `kind` plugin configures, from its parameters, decoded and checked (`None`
     /// when `kind` is no scorer). The configuration decoder calls this for every plugin.
-    pub fn from_plugin<P: Parameters>(kind: PluginKind, p: &P) -> Result<Option<Self>, P::Error> {
+    pub(crate) fn from_plugin<P: Parameters>(
+        kind: PluginKind,
+        p: &P,
+    ) -> Result<Option<Self>, P::Error> {
         use PluginKind as K;
         Ok(Some(match kind {
             K::QueueScorer => Self::Queue(p.decode()?),
@@ -124,7 +129,7 @@ impl Scorer {
     }
 
     /// Writes one score per candidate of `pool` into `out` (same length).
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         match self {
             Self::Queue(s) => s.score(pool, out),
             Self::KvCache(s) => s.score(pool, out),
@@ -149,7 +154,7 @@ impl Scorer {
     }
 
     /// The filter half of a plugin that is both (`context-length-aware`).
-    pub fn as_filter(&self) -> Option<super::filter::Filter> {
+    pub(crate) fn as_filter(&self) -> Option<super::filter::Filter> {
         match self {
             Self::ContextLength(s) if s.enable_filtering => {
                 Some(super::filter::Filter::ContextLength(s.clone()))
@@ -159,7 +164,7 @@ impl Scorer {
     }
 
     /// The scorer's part in the request lifecycle, if it keeps state or writes headers.
-    pub fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
+    pub(crate) fn lifecycle(&self) -> Option<std::sync::Arc<dyn super::lifecycle::Lifecycle>> {
         match self {
             Self::SessionAffinity(s) => Some(std::sync::Arc::new(s.params.clone())),
             Self::NoHitLru(s) => Some(std::sync::Arc::new(s.clone())),
@@ -169,21 +174,21 @@ impl Scorer {
     }
 
     /// Whether this scorer reads the candidates' labels.
-    pub fn reads_labels(&self) -> bool {
+    pub(crate) fn reads_labels(&self) -> bool {
         matches!(
             self,
             Self::ContextLength(_) | Self::TopologyAffinity(_) | Self::HeaderLabelAffinity(_)
         )
     }
 
-    pub fn prefix_params(&self) -> Option<&PrefixParams> {
+    pub(crate) fn prefix_params(&self) -> Option<&PrefixParams> {
         match self {
             Self::Prefix(s) => Some(&s.params),
             _ => None,
         }
     }
 
-    pub fn precise_params(&self) -> Option<&PrecisePrefixParams> {
+    pub(crate) fn precise_params(&self) -> Option<&PrecisePrefixParams> {
         match self {
             Self::PrecisePrefix(s) => Some(&s.params),
             _ => None,
@@ -193,7 +198,7 @@ impl Scorer {
 
 /// `prefix-cache-scorer`'s (and the approximate producer's) parameters: the legacy character
 /// `blockSize` is accepted only beside `blockSizeTokens`.
-pub fn prefix_params<P: Parameters>(p: &P) -> Result<PrefixParams, P::Error> {
+pub(crate) fn prefix_params<P: Parameters>(p: &P) -> Result<PrefixParams, P::Error> {
     let explicit_tokens = p.names("blockSizeTokens");
     Ok(p.decode::<PrefixParams>()?.validate(explicit_tokens)?)
 }

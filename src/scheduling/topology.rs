@@ -20,16 +20,16 @@ use std::collections::BTreeMap;
 /// The labels a `topology-extractor` reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopologyExtractor {
-    pub hostname: String,
-    pub rack: String,
-    pub zone: String,
-    pub region: String,
+    pub(crate) hostname: String,
+    pub(crate) rack: String,
+    pub(crate) zone: String,
+    pub(crate) region: String,
 }
 
 /// Its parameters, decoded strictly.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TopologyExtractorParams {
+pub(crate) struct TopologyExtractorParams {
     hostname: String,
     rack: String,
     zone: String,
@@ -53,7 +53,7 @@ impl From<TopologyExtractorParams> for TopologyExtractor {
 
 /// The extractor a `kind` plugin configures (`None` when `kind` is none). The configuration
 /// decoder calls this for every plugin.
-pub fn from_plugin<P: Parameters>(
+pub(crate) fn from_plugin<P: Parameters>(
     kind: PluginKind,
     p: &P,
 ) -> Result<Option<TopologyExtractor>, P::Error> {
@@ -65,16 +65,16 @@ pub fn from_plugin<P: Parameters>(
 
 /// Where one endpoint runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Topology<'a> {
-    pub hostname: &'a str,
-    pub rack: &'a str,
-    pub zone: &'a str,
-    pub region: &'a str,
+pub(crate) struct Topology<'a> {
+    pub(crate) hostname: &'a str,
+    pub(crate) rack: &'a str,
+    pub(crate) zone: &'a str,
+    pub(crate) region: &'a str,
 }
 
 impl TopologyExtractor {
     /// The topology `labels` give, `None` when they carry none of the four labels.
-    pub fn read<'a>(&self, labels: &'a BTreeMap<String, String>) -> Option<Topology<'a>> {
+    pub(crate) fn read<'a>(&self, labels: &'a BTreeMap<String, String>) -> Option<Topology<'a>> {
         let get = |k: &String| labels.get(k).map_or("", String::as_str);
         let t = Topology {
             hostname: get(&self.hostname),
@@ -88,7 +88,7 @@ impl TopologyExtractor {
 
 /// How close two endpoints are: the tightest tier they share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
+pub(crate) enum Level {
     Host,
     Rack,
     Zone,
@@ -99,7 +99,7 @@ pub enum Level {
 
 impl Level {
     /// `host`, `rack`, `zone` or `region` (upstream's `ParseLevel`).
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "host" => Some(Self::Host),
             "rack" => Some(Self::Rack),
@@ -110,7 +110,7 @@ impl Level {
     }
 
     /// The tightest tier `peer` and `candidate` share (an empty value matches nothing).
-    pub fn between(peer: &Topology<'_>, candidate: &Topology<'_>) -> Self {
+    pub(crate) fn between(peer: &Topology<'_>, candidate: &Topology<'_>) -> Self {
         let same = |a: &str, b: &str| !a.is_empty() && a == b;
         if same(peer.hostname, candidate.hostname) {
             Self::Host
@@ -130,13 +130,13 @@ impl Level {
 /// the extractor itself once the profiles are assembled (`None` when no extractor has that
 /// name: the plugin then reads no topology, as upstream's without a producer).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ExtractorRef {
-    pub name: String,
-    pub extractor: Option<TopologyExtractor>,
+pub(crate) struct ExtractorRef {
+    pub(crate) name: String,
+    pub(crate) extractor: Option<TopologyExtractor>,
 }
 
 impl ExtractorRef {
-    pub fn new(producer_name: &str) -> Self {
+    pub(crate) fn new(producer_name: &str) -> Self {
         Self {
             name: match producer_name.trim() {
                 "" => PluginKind::TopologyExtractor.name().to_owned(),
@@ -147,7 +147,7 @@ impl ExtractorRef {
     }
 
     /// The peer's topology and a reader of the candidates', when both are known.
-    pub fn peer<'a>(
+    pub(crate) fn peer<'a>(
         &'a self,
         peer: Option<&'a super::Candidate>,
     ) -> Option<(&'a TopologyExtractor, Topology<'a>)> {

@@ -34,7 +34,7 @@ const MAX_HEADERS: usize = 64;
 const READ_CHUNK: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     #[error("connecting to {authority} failed: {source}")]
     Connect {
         authority: String,
@@ -53,23 +53,23 @@ pub enum HttpError {
 
 /// An `http://` URL split once into where to connect and what to ask.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Url {
+pub(crate) struct Url {
     /// `host:port` as the `Host` header sends it (the port as written, or none).
-    pub authority: String,
+    pub(crate) authority: String,
     /// Path and query, `/` when the URL has none.
-    pub target: String,
+    pub(crate) target: String,
 }
 
 /// A URL the client cannot ask: not one, not `http://`, no host, or with credentials.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("bad url {url:?}: {why}")]
-pub struct BadUrl {
-    pub url: String,
-    pub why: &'static str,
+pub(crate) struct BadUrl {
+    pub(crate) url: String,
+    pub(crate) why: &'static str,
 }
 
 impl Url {
-    pub fn parse(url: &str) -> Result<Self, BadUrl> {
+    pub(crate) fn parse(url: &str) -> Result<Self, BadUrl> {
         let bad = |why| BadUrl {
             url: url.to_owned(),
             why,
@@ -93,7 +93,7 @@ impl Url {
 
 /// One target's connection: none until the first request, then kept while answers allow.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     authority: String,
     /// `authority` with the default port when it names none (what `connect` resolves).
     addr: String,
@@ -105,7 +105,7 @@ pub struct Conn {
 /// An https target's TLS: the client configuration (roots, client certificate) and the name
 /// the peer's certificate must carry (the URL's host, a name or an IP).
 #[derive(Clone)]
-pub struct Tls {
+pub(crate) struct Tls {
     connector: tokio_rustls::TlsConnector,
     name: rustls::pki_types::ServerName<'static>,
 }
@@ -118,7 +118,7 @@ impl std::fmt::Debug for Tls {
 
 impl Tls {
     /// TLS to `authority`'s host (`host:port`, an IPv6 host bracketed) with `config`.
-    pub fn new(config: Arc<rustls::ClientConfig>, authority: &str) -> Result<Self, BadUrl> {
+    pub(crate) fn new(config: Arc<rustls::ClientConfig>, authority: &str) -> Result<Self, BadUrl> {
         let bad = |why| BadUrl {
             url: authority.to_owned(),
             why,
@@ -143,13 +143,13 @@ enum Stream {
 
 /// An answer's status and, when read, its body.
 #[derive(Debug)]
-pub struct Response {
-    pub status: u16,
-    pub body: Vec<u8>,
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Conn {
-    pub fn new(authority: &str) -> Self {
+    pub(crate) fn new(authority: &str) -> Self {
         let addr = match authority.parse::<http::uri::Authority>() {
             Ok(a) if a.port().is_none() => format!("{authority}:80"),
             _ => authority.to_owned(),
@@ -163,7 +163,7 @@ impl Conn {
     }
 
     /// A connection to an https target (port 443 when `authority` names none).
-    pub fn with_tls(authority: &str, tls: Tls) -> Self {
+    pub(crate) fn with_tls(authority: &str, tls: Tls) -> Self {
         let addr = match authority.parse::<http::uri::Authority>() {
             Ok(a) if a.port().is_none() => format!("{authority}:443"),
             _ => authority.to_owned(),
@@ -177,18 +177,19 @@ impl Conn {
     }
 
     /// `GET target`, the whole body read (at most `limit` bytes).
-    pub async fn get(&mut self, target: &str, limit: usize) -> Result<Response, HttpError> {
+    pub(crate) async fn get(&mut self, target: &str, limit: usize) -> Result<Response, HttpError> {
         self.request(target, Some(limit)).await
     }
 
     /// `GET target` for its status only: the body is not read, and the connection is kept only
     /// when the answer declares none.
-    pub async fn status(&mut self, target: &str) -> Result<u16, HttpError> {
+    pub(crate) async fn status(&mut self, target: &str) -> Result<u16, HttpError> {
         Ok(self.request(target, None).await?.status)
     }
 
     /// Whether a connection is held for the next request.
-    pub fn connected(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn connected(&self) -> bool {
         self.stream.is_some()
     }
 

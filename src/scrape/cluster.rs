@@ -12,7 +12,7 @@
 //! values it read); its next good answer brings it back. With `outlier-detection` configured
 //! each failed scrape also counts as a local-origin failure.
 
-pub mod tls;
+pub(crate) mod tls;
 
 use super::client::{BadUrl, Conn, Tls};
 use super::parse::samples_named;
@@ -26,14 +26,14 @@ use std::time::{Duration, Instant};
 /// configuration built from them once.
 #[derive(Clone, Debug)]
 pub struct ClusterScrape {
-    pub settings: ClusterMetrics,
+    pub(crate) settings: ClusterMetrics,
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl ClusterScrape {
     /// Reads the source's CA bundle and client certificate (https), failing start-up on a
     /// file that is missing or not PEM, as upstream's factory does.
-    pub fn new(settings: ClusterMetrics) -> Result<Self, tls::TlsError> {
+    pub(crate) fn new(settings: ClusterMetrics) -> Result<Self, tls::TlsError> {
         let tls = match settings.source.scheme {
             Scheme::Https => Some(Arc::new(tls::client_config(&settings.source)?)),
             Scheme::Http => None,
@@ -42,7 +42,7 @@ impl ClusterScrape {
     }
 
     /// The scrape period: `--refresh-metrics-interval`, or the source's longer `interval`.
-    pub fn period(&self, base: Duration) -> Duration {
+    pub(crate) fn period(&self, base: Duration) -> Duration {
         self.settings.source.interval.map_or(base, |i| i.max(base))
     }
 }
@@ -54,14 +54,14 @@ enum Page {
 }
 
 /// One cluster's metrics page and connection.
-pub struct Target {
+pub(crate) struct Target {
     page: Page,
     conn: Conn,
     scrape: Arc<ClusterScrape>,
 }
 
 impl Target {
-    pub fn new(endpoint: &Endpoint, scrape: &Arc<ClusterScrape>) -> Self {
+    pub(crate) fn new(endpoint: &Endpoint, scrape: &Arc<ClusterScrape>) -> Self {
         let authority = endpoint
             .metrics_host
             .clone()
@@ -92,7 +92,10 @@ impl Target {
     }
 
     /// One scrape of the cluster's page, bounded by `timeout`.
-    pub async fn scrape(&mut self, timeout: Duration) -> Result<EndpointMetrics, ScrapeError> {
+    pub(crate) async fn scrape(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<EndpointMetrics, ScrapeError> {
         let page = match &self.page {
             Page::Path(p) => p,
             Page::Unusable(why) => return Err(ScrapeError::BadUrl(why.clone())),
@@ -110,7 +113,7 @@ impl Target {
 
 /// The pool aggregates of a spoke's page: the first sample of each configured series (as
 /// upstream reads them); an error when it carries neither.
-pub fn extract(
+pub(crate) fn extract(
     text: &str,
     series: &ClusterExtractor,
     now: Instant,

@@ -11,15 +11,15 @@
 use super::parse::Sample;
 use crate::endpoint::GpuMetrics;
 
-pub const GPU_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
-pub const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
-pub const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
+pub(crate) const GPU_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
+pub(crate) const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+pub(crate) const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
 
 /// Folds DCGM samples into [`GpuMetrics`]. `pod`, when set, keeps only samples whose `pod`
 /// label names it (a per-node exporter); samples of other pods or of unassigned GPUs are
 /// ignored.
 #[derive(Debug, Default)]
-pub struct GpuAccumulator<'p> {
+pub(crate) struct GpuAccumulator<'p> {
     pod: Option<&'p str>,
     util_sum: f64,
     util_n: u32,
@@ -29,7 +29,7 @@ pub struct GpuAccumulator<'p> {
 }
 
 impl<'p> GpuAccumulator<'p> {
-    pub fn new(pod: Option<&'p str>) -> Self {
+    pub(crate) fn new(pod: Option<&'p str>) -> Self {
         Self {
             pod,
             ..Self::default()
@@ -37,14 +37,14 @@ impl<'p> GpuAccumulator<'p> {
     }
 
     /// The DCGM series this accumulator reads.
-    pub const NAMES: [&'static str; 3] = [GPU_UTIL, FB_USED, FB_FREE];
+    pub(crate) const NAMES: [&'static str; 3] = [GPU_UTIL, FB_USED, FB_FREE];
 
     /// Whether `name` is a DCGM series this accumulator reads.
-    pub fn wants(name: &str) -> bool {
+    pub(crate) fn wants(name: &str) -> bool {
         matches!(name, GPU_UTIL | FB_USED | FB_FREE)
     }
 
-    pub fn observe(&mut self, s: &Sample<'_>) {
+    pub(crate) fn observe(&mut self, s: &Sample<'_>) {
         if !s.value.is_finite() || s.value < 0.0 {
             return;
         }
@@ -68,7 +68,7 @@ impl<'p> GpuAccumulator<'p> {
     }
 
     /// `None` when no DCGM sample (for this pod) was seen.
-    pub fn finish(self) -> Option<GpuMetrics> {
+    pub(crate) fn finish(self) -> Option<GpuMetrics> {
         if self.util_n == 0 && self.used.is_none() && self.free.is_none() {
             return None;
         }
@@ -83,7 +83,7 @@ impl<'p> GpuAccumulator<'p> {
 }
 
 /// The GPU readings for `pod` in a per-node exporter's text (`None` if it has none).
-pub fn extract_for_pod(text: &str, pod: &str) -> Option<GpuMetrics> {
+pub(crate) fn extract_for_pod(text: &str, pod: &str) -> Option<GpuMetrics> {
     let mut acc = GpuAccumulator::new(Some(pod));
     for s in super::parse::samples_named(text, GpuAccumulator::wants) {
         acc.observe(&s);
@@ -93,7 +93,7 @@ pub fn extract_for_pod(text: &str, pod: &str) -> Option<GpuMetrics> {
 
 /// The pod name a per-node exporter labels an endpoint's GPUs with: data-parallel ranks
 /// (`<pod>-rank-<n>`) share their pod's GPUs.
-pub fn pod_label(endpoint_name: &str) -> &str {
+pub(crate) fn pod_label(endpoint_name: &str) -> &str {
     match endpoint_name.rsplit_once("-rank-") {
         Some((pod, rank)) if !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()) => pod,
         _ => endpoint_name,

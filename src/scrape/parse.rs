@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 /// A sample's labels: name and (unescaped) value.
-pub type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
+pub(crate) type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
 
 /// One sample line. Label values borrow from the exposition unless they hold an escape.
 #[derive(Debug, PartialEq)]
@@ -36,7 +36,7 @@ pub fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
 /// The samples whose metric name `want` accepts. Other lines are skipped after reading their
 /// name only: a vLLM exposition is ~350 samples (mostly histogram buckets) of which a picker
 /// reads five, and epp scrapes every pod 20 times a second.
-pub fn samples_named<'a>(
+pub(crate) fn samples_named<'a>(
     text: &'a str,
     want: impl Fn(&str) -> bool,
 ) -> impl Iterator<Item = Sample<'a>> {
@@ -124,7 +124,7 @@ struct Names {
 
 /// The names of the series an endpoint's metrics come from (the DCGM GPU series included),
 /// for the scrape's `?name[]=` filter.
-pub fn series_names(engine: EngineType, overrides: &NameOverrides) -> Vec<&'static str> {
+pub(crate) fn series_names(engine: EngineType, overrides: &NameOverrides) -> Vec<&'static str> {
     let mut out: Vec<_> = overrides.apply(names(engine)).series().collect();
     out.sort_unstable();
     out.dedup();
@@ -239,11 +239,11 @@ pub struct NameOverrides {
 
 /// The five metric-name flags, as given.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NameFlags<'a> {
-    pub waiting: Option<&'a str>,
-    pub running: Option<&'a str>,
-    pub kv: Option<&'a str>,
-    pub lora: Option<&'a str>,
+pub(crate) struct NameFlags<'a> {
+    pub(crate) waiting: Option<&'a str>,
+    pub(crate) running: Option<&'a str>,
+    pub(crate) kv: Option<&'a str>,
+    pub(crate) lora: Option<&'a str>,
     pub cache: Option<&'a str>,
 }
 
@@ -260,7 +260,7 @@ impl NameOverrides {
     /// Parses the flags; the names live for the process (they are set once, at start-up).
     /// A value is unquoted first (the GIE chart renders `--flag="name"` as one argument, and
     /// no shell removes the quotes); an empty value (`--lora-info-metric ''`) means unset.
-    pub fn parse(flags: NameFlags<'_>) -> Result<Self, NameError> {
+    pub(crate) fn parse(flags: NameFlags<'_>) -> Result<Self, NameError> {
         let sel = |flag: &str, v: Option<&str>| -> Result<Option<Selector>, NameError> {
             v.map(unquote)
                 .filter(|v| !v.is_empty())
@@ -310,7 +310,7 @@ impl NameOverrides {
 }
 
 /// Removes one pair of surrounding double quotes, and surrounding white space.
-pub fn unquote(v: &str) -> &str {
+pub(crate) fn unquote(v: &str) -> &str {
     let v = v.trim();
     v.strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
@@ -342,14 +342,14 @@ impl Selector {
 }
 
 #[derive(Debug, PartialEq, thiserror::Error)]
-pub enum ExtractError {
+pub(crate) enum ExtractError {
     #[error("metric {0} not found in the exposition")]
     Missing(&'static str),
 }
 
 /// Extracts an endpoint's metrics from an exposition. Several series of one field (one per
 /// engine behind a data-parallel API server) are summed for queues and maximised for KV usage.
-pub fn extract(
+pub(crate) fn extract(
     text: &str,
     engine: EngineType,
     now: Instant,
@@ -358,7 +358,7 @@ pub fn extract(
 }
 
 /// [`extract`] with the command line's metric names.
-pub fn extract_with(
+pub(crate) fn extract_with(
     text: &str,
     engine: EngineType,
     overrides: &NameOverrides,

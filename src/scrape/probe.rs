@@ -20,14 +20,14 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
 pub struct ProbeOptions {
-    pub interval: Duration,
-    pub timeout: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) timeout: Duration,
     /// Path probed on every endpoint's serving port.
-    pub path: String,
+    pub(crate) path: String,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("request failed: {0}")]
     Request(#[from] HttpError),
     #[error("status {0}")]

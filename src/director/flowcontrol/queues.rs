@@ -12,15 +12,15 @@ use tokio::time::Instant;
 
 /// What a request brings to the queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ticket {
-    pub priority: Priority,
-    pub fairness_id: String,
-    pub bytes: u64,
+pub(crate) struct Ticket {
+    pub(crate) priority: Priority,
+    pub(crate) fairness_id: String,
+    pub(crate) bytes: u64,
     /// The requested model (metric label only).
-    pub model_name: String,
+    pub(crate) model_name: String,
     /// Arrival plus the request's `x-llm-d-slo-ttft-ms`, when it has one (the
     /// `slo-deadline-ordering-policy` orders by it).
-    pub slo_deadline: Option<Instant>,
+    pub(crate) slo_deadline: Option<Instant>,
 }
 
 struct Entry<T> {
@@ -170,7 +170,7 @@ fn range_normalize(v: f64, lo: f64, hi: f64) -> f64 {
 
 /// The queues: ordering and capacity accounting, no waiting; time only for the
 /// `program-aware-fairness` scores (service decay, head wait).
-pub struct Queues<T> {
+pub(crate) struct Queues<T> {
     bands: BTreeMap<Reverse<Priority>, Band<T>>,
     len: usize,
     bytes: u64,
@@ -181,7 +181,7 @@ pub struct Queues<T> {
 }
 
 impl<T> Queues<T> {
-    pub fn new(config: FlowConfig) -> Self {
+    pub(crate) fn new(config: FlowConfig) -> Self {
         Self {
             bands: BTreeMap::new(),
             len: 0,
@@ -192,27 +192,28 @@ impl<T> Queues<T> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// The priority of the highest band with a request waiting.
-    pub fn head(&self) -> Option<Priority> {
+    pub(crate) fn head(&self) -> Option<Priority> {
         self.bands.keys().next().map(|k| k.0)
     }
 
     /// The active priority levels, highest first: the configured bands, the bands with requests
     /// waiting, and `arriving` (upstream's registry provisions a band on a priority's first
     /// request).
-    pub fn levels(&self, arriving: Priority) -> Vec<Priority> {
+    pub(crate) fn levels(&self, arriving: Priority) -> Vec<Priority> {
         let configured = self.config.bands.iter().map(|(p, _)| *p);
         let waiting = self.bands.keys().map(|k| k.0);
         let mut levels: Vec<Priority> = configured.chain(waiting).chain([arriving]).collect();
@@ -222,17 +223,17 @@ impl<T> Queues<T> {
     }
 
     /// The limits in force.
-    pub fn config(&self) -> &FlowConfig {
+    pub(crate) fn config(&self) -> &FlowConfig {
         &self.config
     }
 
     /// New limits: they apply to the next request queued; the waiting ones stay.
-    pub fn set_config(&mut self, config: FlowConfig) {
+    pub(crate) fn set_config(&mut self, config: FlowConfig) {
         self.config = config;
     }
 
     /// Queues a request; refused when a capacity would be exceeded.
-    pub fn push(&mut self, ticket: &Ticket, payload: T) -> Result<u64, FlowError> {
+    pub(crate) fn push(&mut self, ticket: &Ticket, payload: T) -> Result<u64, FlowError> {
         let c = &self.config;
         if c.max_requests > 0 && self.len >= c.max_requests {
             return Err(FlowError::Full {
@@ -275,7 +276,7 @@ impl<T> Queues<T> {
     /// The next request to release: highest band; in it, the band's first request by its
     /// ordering (global strict) or the next fairness key in turn (round robin); within a key,
     /// first by the ordering (arrival, or SLO deadline).
-    pub fn pop(&mut self) -> Option<(u64, T)> {
+    pub(crate) fn pop(&mut self) -> Option<(u64, T)> {
         let (&key, band) = self.bands.iter_mut().next()?;
         let policy = self.config.policy_of(key.0);
         let order = policy.order;
@@ -322,7 +323,7 @@ impl<T> Queues<T> {
     /// A request of `program` finished having used `cost` weighted tokens: its attained
     /// service grows (after decaying to `now`). Returns the new service, or `None` when no band
     /// is program-aware (nothing is kept then).
-    pub fn attained(&mut self, program: &str, cost: f64, now: Instant) -> Option<f64> {
+    pub(crate) fn attained(&mut self, program: &str, cost: f64, now: Instant) -> Option<f64> {
         let las = self.config.las()?;
         let p = self
             .programs
@@ -336,7 +337,7 @@ impl<T> Queues<T> {
 
     /// Each program's mean wait in the queue (ms) over the requests released, and Jain's
     /// fairness index over those means (1: equal waits), as upstream's program-aware gauges.
-    pub fn program_waits(&self) -> (Vec<(String, f64)>, f64) {
+    pub(crate) fn program_waits(&self) -> (Vec<(String, f64)>, f64) {
         let waits: Vec<(String, f64)> = self
             .programs
             .iter()
@@ -355,7 +356,7 @@ impl<T> Queues<T> {
 
     /// Forgets the programs with no completion for the eviction TTL and no request waiting;
     /// returns them (their gauges go too).
-    pub fn sweep_programs(&mut self, now: Instant) -> Vec<String> {
+    pub(crate) fn sweep_programs(&mut self, now: Instant) -> Vec<String> {
         let Some(las) = self.config.las() else {
             return std::mem::take(&mut self.programs).into_keys().collect();
         };
@@ -377,7 +378,7 @@ impl<T> Queues<T> {
     }
 
     /// Takes request `id` out of the queue (expired, or its stream ended).
-    pub fn remove(&mut self, id: u64) -> Option<T> {
+    pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
         let (key, flow_id, pos) = self.bands.iter().find_map(|(k, band)| {
             band.flows.iter().find_map(|(f, q)| {
                 q.iter()

@@ -51,7 +51,7 @@ fn objectives() -> CustomResourceDefinition {
 /// The annotation a real API server requires of CRDs in protected groups (`*.k8s.io`, but not
 /// `*.x-k8s.io`): without it the CRD is rejected ("protected groups must have approval
 /// annotation", KEP 1111). The value is upstream's approval.
-pub const API_APPROVED: (&str, &str) = (
+pub(crate) const API_APPROVED: (&str, &str) = (
     "api-approved.kubernetes.io",
     "https://github.com/kubernetes-sigs/gateway-api-inference-extension/pull/1173",
 );

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub struct Gate<K> {
+pub(crate) struct Gate<K> {
     kind: CrdKind,
     accepted: BTreeMap<String, K>,
     /// Names seen during a re-list; the rest are forgotten at `InitDone`.
@@ -22,7 +22,7 @@ pub struct Gate<K> {
 }
 
 impl<K: Validate + Resource + Clone> Gate<K> {
-    pub fn new(kind: CrdKind, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(kind: CrdKind, metrics: Arc<Metrics>) -> Self {
         Self {
             kind,
             accepted: BTreeMap::new(),
@@ -33,7 +33,7 @@ impl<K: Validate + Resource + Clone> Gate<K> {
 
     /// The event to apply, if any: a rejected object becomes nothing, or, for an update that
     /// breaks a transition rule, the previous version.
-    pub fn admit(&mut self, event: Event<K>) -> Option<Event<K>> {
+    pub(crate) fn admit(&mut self, event: Event<K>) -> Option<Event<K>> {
         match event {
             Event::Init => {
                 self.relisted = Some(BTreeMap::new());

@@ -27,10 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 /// controller-runtime's defaults: lease 15 s, renew deadline 10 s, retry 2 s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
+pub(crate) struct Timing {
+    pub(crate) lease_duration: Duration,
+    pub(crate) renew_deadline: Duration,
+    pub(crate) retry_period: Duration,
 }
 
 impl Default for Timing {
@@ -45,15 +45,15 @@ impl Default for Timing {
 
 /// Who competes for which lease.
 #[derive(Clone, Debug)]
-pub struct Election {
-    pub lease_name: String,
-    pub namespace: String,
-    pub identity: String,
-    pub timing: Timing,
+pub(crate) struct Election {
+    pub(crate) lease_name: String,
+    pub(crate) namespace: String,
+    pub(crate) identity: String,
+    pub(crate) timing: Timing,
 }
 
 impl Election {
-    pub fn lease_name(namespace: &str, pool: &str) -> String {
+    pub(crate) fn lease_name(namespace: &str, pool: &str) -> String {
         format!("epp-{namespace}-{pool}.gateway-api-inference-extension.sigs.k8s.io")
     }
 }
@@ -196,7 +196,7 @@ impl Election {
     }
 
     /// Competes for the lease until `shutdown`, publishing leadership on `leader`.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         client: Client,
         leader: watch::Sender<bool>,

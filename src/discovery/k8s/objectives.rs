@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 /// (a `poolSelector` matches nothing before).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OurPool {
-    pub name: String,
-    pub labels: Option<BTreeMap<String, String>>,
+    pub(crate) name: String,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
 }
 
 /// Our pool; `None` (standalone mode) accepts every object.
@@ -76,7 +76,7 @@ fn by_age<K: kube::Resource>(items: &mut [&K]) {
 }
 
 /// Criticality as a priority: Sheddable is below zero (shed under saturation), Critical above.
-pub fn criticality_priority(c: Option<Criticality>) -> i32 {
+pub(crate) fn criticality_priority(c: Option<Criticality>) -> i32 {
     match c.unwrap_or_default() {
         Criticality::Critical => 1,
         Criticality::Standard => 0,

@@ -11,22 +11,22 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-pub const ACTIVE_PORTS_ANNOTATION: &str = "llm-d.ai/active-ports";
+pub(crate) const ACTIVE_PORTS_ANNOTATION: &str = "llm-d.ai/active-ports";
 /// GIE's key for the same annotation, read when llm-d's is absent (as llm-d-router v0.10 does).
-pub const LEGACY_ACTIVE_PORTS_ANNOTATION: &str = "inference.networking.k8s.io/active-ports";
-pub const ENGINE_TYPE_LABEL: &str = "inference.networking.k8s.io/engine-type";
+pub(crate) const LEGACY_ACTIVE_PORTS_ANNOTATION: &str = "inference.networking.k8s.io/active-ports";
+pub(crate) const ENGINE_TYPE_LABEL: &str = "inference.networking.k8s.io/engine-type";
 /// Relative capacity for weighted pickers: an annotation, else a label; a positive integer.
-pub const WEIGHT_KEY: &str = "inference.networking.k8s.io/weight";
+pub(crate) const WEIGHT_KEY: &str = "inference.networking.k8s.io/weight";
 
 /// Which pods and ports make up the pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PoolTarget {
-    pub selector: BTreeMap<String, String>,
-    pub ports: Vec<u16>,
+pub(crate) struct PoolTarget {
+    pub(crate) selector: BTreeMap<String, String>,
+    pub(crate) ports: Vec<u16>,
 }
 
 impl PoolTarget {
-    pub fn selects(&self, pod: &Pod) -> bool {
+    pub(crate) fn selects(&self, pod: &Pod) -> bool {
         let labels = pod.metadata.labels.as_ref();
         self.selector
             .iter()
@@ -35,7 +35,7 @@ impl PoolTarget {
 }
 
 /// Ready, not terminating, and addressed.
-pub fn is_serving(pod: &Pod) -> bool {
+pub(crate) fn is_serving(pod: &Pod) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -51,7 +51,7 @@ fn pod_ip(pod: &Pod) -> Option<IpAddr> {
 }
 
 /// The endpoints of `pods` under `target`, sorted by address.
-pub fn endpoints<'a>(
+pub(crate) fn endpoints<'a>(
     target: &PoolTarget,
     pods: impl IntoIterator<Item = &'a Pod>,
 ) -> Vec<Endpoint> {

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Reports the errors of one task's watches.
-pub struct Reporter {
+pub(crate) struct Reporter {
     metrics: Arc<Metrics>,
     logged: HashSet<(KubeResource, KubeVerb)>,
     /// Told of every failure, so readiness can check whether the API server still answers.
@@ -21,7 +21,7 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn new(metrics: Arc<Metrics>, sync: Option<super::SyncInputs>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>, sync: Option<super::SyncInputs>) -> Self {
         Self {
             metrics,
             logged: HashSet::new(),
@@ -30,7 +30,7 @@ impl Reporter {
     }
 
     /// Reports one failed step of the watch of `resource`.
-    pub fn watch_failed(&mut self, resource: KubeResource, e: &watcher::Error) {
+    pub(crate) fn watch_failed(&mut self, resource: KubeResource, e: &watcher::Error) {
         if let Some(sync) = &self.sync {
             sync.watch_failed();
         }
@@ -59,7 +59,7 @@ impl Reporter {
 }
 
 /// The verb a 403 refused, if `e` is one.
-pub fn forbidden_verb(e: &watcher::Error) -> Option<KubeVerb> {
+pub(crate) fn forbidden_verb(e: &watcher::Error) -> Option<KubeVerb> {
     let is_403 = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403);
     match e {
         watcher::Error::InitialListFailed(e) if is_403(e) => Some(KubeVerb::list),

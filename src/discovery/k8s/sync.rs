@@ -21,36 +21,36 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// How often an unreachable API server is probed.
-pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 /// How long one probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Readiness as discovery sees it: true while the pool is listed and the API server answers.
-pub type Synced = watch::Receiver<bool>;
+pub(crate) type Synced = watch::Receiver<bool>;
 
 /// The writers' side, shared by the watch tasks.
 #[derive(Clone)]
-pub struct SyncInputs {
+pub(crate) struct SyncInputs {
     listed: Arc<watch::Sender<bool>>,
     failed: Arc<Notify>,
 }
 
 impl SyncInputs {
     /// Whether the pool and pods have been listed (and the pool exists).
-    pub fn set_listed(&self, listed: bool) {
+    pub(crate) fn set_listed(&self, listed: bool) {
         self.listed
             .send_if_modified(|l| std::mem::replace(l, listed) != listed);
     }
 
     /// A watch step failed; the tracker checks whether the server still answers.
-    pub fn watch_failed(&self) {
+    pub(crate) fn watch_failed(&self) {
         self.failed.notify_one();
     }
 }
 
 /// The tracker: owns the output and decides reachability.
-pub struct SyncTracker {
+pub(crate) struct SyncTracker {
     client: Client,
     grace: Duration,
     listed: watch::Receiver<bool>,
@@ -59,7 +59,7 @@ pub struct SyncTracker {
 }
 
 /// Creates the inputs, the tracker (to run) and its output.
-pub fn tracker(client: Client, grace: Duration) -> (SyncInputs, SyncTracker, Synced) {
+pub(crate) fn tracker(client: Client, grace: Duration) -> (SyncInputs, SyncTracker, Synced) {
     let (listed_tx, listed) = watch::channel(false);
     let failed = Arc::new(Notify::new());
     let (out, synced) = watch::channel(false);
@@ -79,7 +79,7 @@ pub fn tracker(client: Client, grace: Duration) -> (SyncInputs, SyncTracker, Syn
 
 impl SyncTracker {
     /// Publishes readiness until `shutdown`.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut reachable = true;
         // Since when the server has not answered, and when to probe it next (while failing).
         let mut failing: Option<(Instant, Instant)> = None;

@@ -31,10 +31,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The flow-control fairness key header (its GIE name; llm-d's `x-llm-d-inference-fairness-id`
-/// wins, [`crate::request::headers::FAIRNESS_ID`]) and its default (upstream's names).
-pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
-pub use crate::director::flowcontrol::DEFAULT_FLOW;
+/// The flow-control fairness key's default (upstream's name).
+pub(crate) use crate::director::flowcontrol::DEFAULT_FLOW;
 
 /// The body arriving, before the decision.
 #[derive(Debug)]
@@ -252,7 +250,7 @@ impl StreamMachine {
     }
 
     /// The render call a parked decision waits for, once.
-    pub fn take_render_job(&mut self) -> Option<RenderJob> {
+    pub(crate) fn take_render_job(&mut self) -> Option<RenderJob> {
         let State::Parked(p) = &mut self.state else {
             return None;
         };
@@ -269,7 +267,7 @@ impl StreamMachine {
     /// The render call's answer: the prompt becomes its token ids (a failure leaves the prompt
     /// to the in-process tokenizer, counted and logged); then the decision goes on (to flow
     /// control, or routed now).
-    pub fn on_rendered(
+    pub(crate) fn on_rendered(
         &mut self,
         result: Result<Vec<u32>, RenderError>,
         out: &mut Vec<ProcessingResponse>,
@@ -377,7 +375,7 @@ impl StreamMachine {
     }
 
     /// The flow-control ticket of a parked decision, once.
-    pub fn take_flow_ticket(&mut self) -> Option<Ticket> {
+    pub(crate) fn take_flow_ticket(&mut self) -> Option<Ticket> {
         let State::Parked(p) = &mut self.state else {
             return None;
         };
@@ -419,7 +417,7 @@ impl StreamMachine {
     }
 
     /// Flow control's answer for the parked decision.
-    pub fn on_admission(
+    pub(crate) fn on_admission(
         &mut self,
         result: Result<(), FlowError>,
         out: &mut Vec<ProcessingResponse>,

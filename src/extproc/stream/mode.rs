@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration;
 
 /// How Envoy sends one direction's body (`ProcessingMode.BodySendMode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyMode {
+pub(crate) enum BodyMode {
     /// No body is sent.
     None,
     /// Chunks as they arrive, each answered before the next (`STREAMED`).
@@ -34,12 +34,12 @@ impl BodyMode {
     }
 
     /// epp answers this mode chunk by chunk and may hold the headers answer back.
-    pub fn duplex(self) -> bool {
+    pub(crate) fn duplex(self) -> bool {
         self == Self::FullDuplexStreamed
     }
 
     /// Envoy will send this direction's body.
-    pub fn sends_body(self) -> bool {
+    pub(crate) fn sends_body(self) -> bool {
         self != Self::None
     }
 }

@@ -95,10 +95,10 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 }
 
 #[derive(Debug, Default)]
-pub struct ResponseTracker {
+pub(crate) struct ResponseTracker {
     restore: Option<Restore>,
     streaming: bool,
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     held: Vec<u8>,
     window: Vec<u8>,
     summary: ResponseSummary,
@@ -115,7 +115,7 @@ pub struct ResponseTracker {
 
 impl ResponseTracker {
     /// `rewrite` is `(target, incoming)` when the request's model was rewritten.
-    pub fn new(
+    pub(crate) fn new(
         status: Option<u16>,
         content_type: Option<&str>,
         request_stream: bool,
@@ -139,7 +139,7 @@ impl ResponseTracker {
 
     /// The tracker of an upgraded connection (a WebSocket session after its 101): frames are
     /// timed and counted, and pass through unread.
-    pub fn upgraded(status: Option<u16>) -> Self {
+    pub(crate) fn upgraded(status: Option<u16>) -> Self {
         Self {
             opaque: true,
             ..Self::new(status, None, false, None)
@@ -159,7 +159,7 @@ impl ResponseTracker {
     }
 
     /// Handles one duplex response-body chunk.
-    pub fn on_chunk(
+    pub(crate) fn on_chunk(
         &mut self,
         chunk: &[u8],
         end_of_stream: bool,
@@ -184,7 +184,7 @@ impl ResponseTracker {
     }
 
     /// The whole body at once (buffered response mode): the restored body if it changed.
-    pub fn on_buffered(&mut self, body: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn on_buffered(&mut self, body: &[u8]) -> Option<Vec<u8>> {
         self.stamp(body);
         self.summary.response_bytes += body.len();
         self.observe(body, true);
@@ -194,7 +194,7 @@ impl ResponseTracker {
             .filter(|b| b != body)
     }
 
-    pub fn summary(&self, request_bytes: usize) -> ResponseSummary {
+    pub(crate) fn summary(&self, request_bytes: usize) -> ResponseSummary {
         ResponseSummary {
             request_bytes,
             ..self.summary

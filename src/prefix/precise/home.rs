@@ -47,7 +47,7 @@ const HOME_CHOICES: usize = 3;
 /// one replica in 5 runs: 5.5–18 s (median 10.2 s; pod spread CV 0.25–0.36); with half, 1.1,
 /// 1.4 and 16 s in 3 runs. Three replicas: 1.6–8.9 s (median 2.9 s) with the whole prompt,
 /// 2.9–5.0 s with half, 5.3–8.0 s with no home at all. BENCHMARKS.md, "cold-prompt home credit".
-pub const HOME_CREDIT: f64 = 0.5;
+pub(crate) const HOME_CREDIT: f64 = 0.5;
 
 /// An endpoint as the home choice sees it: only what every replica knows alike.
 #[derive(Clone, Copy, Debug, PartialEq)]

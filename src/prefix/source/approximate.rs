@@ -13,15 +13,15 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApproximateParams {
     /// Tokens per block unless auto-tuned.
-    pub block_size: usize,
+    pub(crate) block_size: usize,
     /// `maxPrefixBlocksToMatch`.
-    pub max_blocks: usize,
+    pub(crate) max_blocks: usize,
     /// `maxPrefixTokensToMatch` (0 = unset; wins over `max_blocks` when set).
-    pub max_tokens: usize,
+    pub(crate) max_tokens: usize,
     /// `lruCapacityPerServer`: blocks per endpoint unless auto-tuned.
-    pub capacity: usize,
+    pub(crate) capacity: usize,
     /// Block size and capacity from what the pods report (`vllm:cache_config_info`).
-    pub auto_tune: bool,
+    pub(crate) auto_tune: bool,
 }
 
 impl ApproximateParams {
@@ -36,9 +36,9 @@ impl ApproximateParams {
 }
 
 /// The approximate index with its parameters.
-pub struct Approximate<'a> {
-    pub index: &'a PrefixIndex,
-    pub params: &'a ApproximateParams,
+pub(crate) struct Approximate<'a> {
+    pub(crate) index: &'a PrefixIndex,
+    pub(crate) params: &'a ApproximateParams,
 }
 
 impl PrefixSource for Approximate<'_> {

@@ -15,23 +15,23 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PreciseParams {
     /// Tokens per block until the pods announce theirs.
-    pub block_size: usize,
+    pub(crate) block_size: usize,
     /// `maxPrefixBlocksToMatch`.
-    pub max_blocks: usize,
+    pub(crate) max_blocks: usize,
     /// How long a routed prompt counts as held before its BlockStored arrives; `None`: routed
     /// prompts are not recorded (`speculativeIndexing: false`).
-    pub speculative_ttl: Option<Duration>,
+    pub(crate) speculative_ttl: Option<Duration>,
     /// Credit the part no endpoint holds to its rendezvous home ([`home`]): epp's
     /// `precise-prefix-cache-scorer` does; llm-d's split form (a `prefix-cache-scorer` scoring a
     /// `precise-prefix-cache-producer`) scores only what is held, as llm-d does.
-    pub credit_home: bool,
+    pub(crate) credit_home: bool,
 }
 
 /// The precise index with its parameters and where speculative entries are shared.
-pub struct Precise<'a> {
-    pub index: &'a PreciseIndex,
-    pub params: &'a PreciseParams,
-    pub sink: Option<&'a dyn PlacementSink>,
+pub(crate) struct Precise<'a> {
+    pub(crate) index: &'a PreciseIndex,
+    pub(crate) params: &'a PreciseParams,
+    pub(crate) sink: Option<&'a dyn PlacementSink>,
 }
 
 impl Precise<'_> {

@@ -16,7 +16,7 @@ use regex_automata::{Anchored, Input};
 
 /// The pre-tokenizer of a vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pattern {
+pub(crate) enum Pattern {
     Cl100k,
     O200k,
 }
@@ -31,7 +31,7 @@ const O200K_HEAD: &str = concat!(
 
 /// A compiled pre-tokenizer (a few hundred KiB of automata: built only when first needed).
 #[derive(Debug)]
-pub struct Pretokenizer {
+pub(crate) struct Pretokenizer {
     regex: Regex,
 }
 
@@ -40,7 +40,7 @@ const LOOKAHEAD: [bool; 3] = [false, true, false];
 
 impl Pretokenizer {
     #[allow(clippy::result_large_err)] // built once per process
-    pub fn new(pattern: Pattern) -> Result<Self, BuildError> {
+    pub(crate) fn new(pattern: Pattern) -> Result<Self, BuildError> {
         let head = match pattern {
             Pattern::Cl100k => CL100K_HEAD,
             Pattern::O200k => O200K_HEAD,
@@ -51,7 +51,7 @@ impl Pretokenizer {
     }
 
     /// Calls `emit` with each piece of `text`, in order; the pieces concatenate to `text`.
-    pub fn split<'a>(&self, text: &'a str, mut emit: impl FnMut(&'a [u8])) {
+    pub(crate) fn split<'a>(&self, text: &'a str, mut emit: impl FnMut(&'a [u8])) {
         let mut last = 0;
         while last < text.len() {
             let input = Input::new(text).range(last..).anchored(Anchored::Yes);

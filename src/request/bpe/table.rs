@@ -16,12 +16,12 @@
 //! lookups while merging miss) reads only slots. Nothing maps id → bytes: encoding never needs it.
 
 /// First eight bytes of the file; the 2 is the layout's version.
-pub const MAGIC: &[u8; 8] = b"eppbpe2\0";
+pub(crate) const MAGIC: &[u8; 8] = b"eppbpe2\0";
 /// Header length in bytes: magic, `n`, `bits`.
-pub const HEADER: usize = 16;
+pub(crate) const HEADER: usize = 16;
 /// An empty slot. Record offsets (24 bits) stay below 2^24 - 1 (`build.rs` checks), so no
 /// filled slot equals it.
-pub const EMPTY: u32 = u32::MAX;
+pub(crate) const EMPTY: u32 = u32::MAX;
 
 const K1: u64 = 0xa076_1d64_78bd_642f;
 const K2: u64 = 0xe703_7ed1_a0b4_28db;
@@ -51,7 +51,7 @@ fn le64(b: &[u8]) -> u64 {
 /// first, middle and last byte. Distinct inputs of the same length give distinct words, so two
 /// such slices of equal length are equal exactly when their words are.
 #[inline(always)]
-pub fn load(bytes: &[u8]) -> u64 {
+pub(crate) fn load(bytes: &[u8]) -> u64 {
     let n = bytes.len();
     if n >= 4 {
         le32(bytes) << 32 | le32(&bytes[n - 4..])
@@ -65,7 +65,7 @@ pub fn load(bytes: &[u8]) -> u64 {
 /// The hash of a token's bytes (wyhash-style: one folded multiply per 8 bytes, the last 8 read
 /// overlapping; tokens average ~6.5 bytes, so usually one multiply).
 #[inline(always)]
-pub fn hash(bytes: &[u8]) -> u64 {
+pub(crate) fn hash(bytes: &[u8]) -> u64 {
     let n = bytes.len();
     if n <= 8 {
         return mum(load(bytes) ^ K1, n as u64 ^ K2);
@@ -81,18 +81,18 @@ pub fn hash(bytes: &[u8]) -> u64 {
 
 /// The slot a probe for `h` starts at, in a table of `1 << bits` slots (`bits` in 1..=32).
 #[inline(always)]
-pub fn home(h: u64, bits: u32) -> usize {
+pub(crate) fn home(h: u64, bits: u32) -> usize {
     (h >> (64 - bits)) as usize
 }
 
 /// The 8 tag bits stored beside the offset (the hash's low bits; `home` uses its high ones).
 #[inline(always)]
-pub fn tag(h: u64) -> u32 {
+pub(crate) fn tag(h: u64) -> u32 {
     (h & 0xFF) as u32
 }
 
 /// The filled slot for the record at `offset` whose token hashes to `h`.
 #[inline(always)]
-pub fn slot(offset: usize, h: u64) -> u32 {
+pub(crate) fn slot(offset: usize, h: u64) -> u32 {
     (offset as u32) << 8 | tag(h)
 }

@@ -8,7 +8,7 @@
 use super::table::{self, EMPTY, HEADER};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum VocabError {
+pub(crate) enum VocabError {
     #[error("the embedded vocabulary is malformed ({0})")]
     Malformed(&'static str),
     #[error("the embedded vocabulary lacks the single byte {0:#04x}")]
@@ -16,7 +16,7 @@ pub enum VocabError {
 }
 
 /// One vocabulary: `n` tokens, id = rank.
-pub struct Vocab {
+pub(crate) struct Vocab {
     n: usize,
     bits: u32,
     mask: usize,
@@ -42,7 +42,7 @@ fn word(words: &[u8], i: usize) -> Option<u32> {
 }
 
 impl Vocab {
-    pub fn parse(data: &'static [u8]) -> Result<Self, VocabError> {
+    pub(crate) fn parse(data: &'static [u8]) -> Result<Self, VocabError> {
         let malformed = VocabError::Malformed;
         if data.len() < HEADER || &data[..8] != table::MAGIC {
             return Err(malformed("bad magic"));
@@ -66,13 +66,13 @@ impl Vocab {
 
     /// Number of tokens.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.n
     }
 
     /// The id (rank) of the token whose bytes are `key`.
     #[inline(always)]
-    pub fn rank(&self, key: &[u8]) -> Option<u32> {
+    pub(crate) fn rank(&self, key: &[u8]) -> Option<u32> {
         let h = table::hash(key);
         let mut i = table::home(h, self.bits);
         // At most every slot once, so a malformed (full) table cannot loop.
@@ -112,7 +112,7 @@ impl Vocab {
     }
 
     /// The ids of the 256 single bytes (every byte-level vocabulary has them all).
-    pub fn byte_ranks(&self) -> Result<[u32; 256], VocabError> {
+    pub(crate) fn byte_ranks(&self) -> Result<[u32; 256], VocabError> {
         let mut ranks = [0u32; 256];
         for (byte, rank) in (0..=255u8).zip(&mut ranks) {
             *rank = self.rank(&[byte]).ok_or(VocabError::MissingByte(byte))?;

@@ -24,10 +24,10 @@ const MAX_ENTRIES: usize = 100_000;
 /// A `tokenizersPoolConfig.local` block with the pool's `modelName`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LocalTokenizer {
-    pub model_name: Option<String>,
-    pub auto_discovery_dir: Option<PathBuf>,
-    pub file_name: String,
-    pub model_tokenizer_map: BTreeMap<String, PathBuf>,
+    pub(crate) model_name: Option<String>,
+    pub(crate) auto_discovery_dir: Option<PathBuf>,
+    pub(crate) file_name: String,
+    pub(crate) model_tokenizer_map: BTreeMap<String, PathBuf>,
 }
 
 #[derive(serde::Deserialize)]
@@ -42,7 +42,7 @@ struct LocalBlock {
 impl LocalTokenizer {
     /// Reads `tokenizersPoolConfig` from a precise scorer's `indexerConfig`; `None` when it has
     /// no (non-null) `local` block.
-    pub fn from_indexer_config(indexer: &Value) -> Result<Option<Self>, HfError> {
+    pub(crate) fn from_indexer_config(indexer: &Value) -> Result<Option<Self>, HfError> {
         let Some(pool) = indexer.get("tokenizersPoolConfig") else {
             return Ok(None);
         };
@@ -76,7 +76,7 @@ impl LocalTokenizer {
     }
 
     /// The tokenizer file to load: the explicit map first, then auto-discovery.
-    pub fn resolve(&self) -> Result<PathBuf, HfError> {
+    pub(crate) fn resolve(&self) -> Result<PathBuf, HfError> {
         let mut known = self.model_tokenizer_map.clone();
         if let Some(dir) = &self.auto_discovery_dir {
             for (model, path) in discover(dir, &self.file_name) {

@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 /// GPT-2's byte → printable character map: printable Latin-1 bytes stand for themselves, the
 /// other 68 bytes take U+0100 onwards in byte order.
-pub fn byte_chars() -> [char; 256] {
+pub(crate) fn byte_chars() -> [char; 256] {
     let printable = |b: u32| {
         (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b)
     };
@@ -41,7 +41,7 @@ type Merges = HashMap<(u32, u32), (u32, u32)>;
 type ByFirstByte = HashMap<u8, Vec<(Box<[u8]>, u32)>>;
 
 /// The merge table and the tokens that start every word.
-pub struct Bpe {
+pub(crate) struct Bpe {
     /// Id of each single byte (`None`: not in the vocabulary).
     bytes: [Option<u32>; 256],
     merges: Merges,
@@ -60,7 +60,7 @@ fn refuse_if(cond: bool, what: &str) -> Result<(), HfError> {
 }
 
 impl Bpe {
-    pub fn from_json(model: &Value) -> Result<Self, HfError> {
+    pub(crate) fn from_json(model: &Value) -> Result<Self, HfError> {
         let kind = model.get("type").and_then(Value::as_str).unwrap_or("BPE");
         refuse_if(kind != "BPE", &format!("model type {kind} (only BPE)"))?;
         refuse_if(
@@ -130,12 +130,12 @@ impl Bpe {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.vocab_len
     }
 
     /// Appends the tokens of one pre-token.
-    pub fn encode_word(&self, word: &[u8], out: &mut Vec<u32>) {
+    pub(crate) fn encode_word(&self, word: &[u8], out: &mut Vec<u32>) {
         if let Some(&id) = self.words.as_ref().and_then(|w| w.get(word)) {
             out.push(id);
             return;
@@ -243,13 +243,13 @@ fn merges(v: Option<&Value>, vocab: &HashMap<String, u32>) -> Result<Merges, HfE
 }
 
 /// Added tokens, matched in the raw text leftmost-longest (what `tokenizers` does).
-pub struct AddedTokens {
+pub(crate) struct AddedTokens {
     by_first: ByFirstByte,
     len: usize,
 }
 
 impl AddedTokens {
-    pub fn from_json(v: Option<&Value>) -> Result<Self, HfError> {
+    pub(crate) fn from_json(v: Option<&Value>) -> Result<Self, HfError> {
         let mut by_first = ByFirstByte::new();
         let list = v
             .and_then(Value::as_array)
@@ -287,12 +287,12 @@ impl AddedTokens {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// (start, end, id) of each added token in `text`, left to right, longest at each start.
-    pub fn find_iter<'a>(
+    pub(crate) fn find_iter<'a>(
         &'a self,
         text: &'a str,
     ) -> impl Iterator<Item = (usize, usize, u32)> + 'a {

@@ -40,26 +40,26 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 pub struct CostBasedPdDecider {
     /// KV-cache bytes per prompt token, all layers, K and V (2 · layers · KV heads · head dim ·
     /// bytes per value; 131,072 for a Llama-3-8B in bf16).
-    pub kv_bytes_per_token: f64,
+    pub(crate) kv_bytes_per_token: f64,
     /// Prefill → decode KV transfer bandwidth, GB/s (10⁹ bytes).
-    pub kv_transfer_g_bps: f64,
+    pub(crate) kv_transfer_g_bps: f64,
     /// Fixed cost of the remote path: the sidecar's prefill request and the KV handshake, ms.
-    pub handoff_latency_ms: f64,
+    pub(crate) handoff_latency_ms: f64,
     /// Weight of the stall a local prefill imposes on each sequence decoding on the decode pod.
     /// 0.25 by default: in the P/D benchmark it matched the best fixed threshold's TTFT on every
     /// workload and beat it on long prompts (p50 0.63-0.64x), with E2E level; 0.5 kept the 200-
     /// token prompts of the mixed workload remote (TTFT p50 1.3-1.5x the best threshold's), 0.1
     /// raised long-prompt E2E p90 (BENCHMARKS.md, #21, "The interference weight, swept").
-    pub interference_weight: f64,
+    pub(crate) interference_weight: f64,
     /// Disaggregate only when the remote path is estimated at least this much cheaper, ms.
-    pub min_gain_ms: f64,
+    pub(crate) min_gain_ms: f64,
     /// Seed rates for pods epp has not observed (the `estimated-ttft-scorer`'s parameters).
-    pub peak_prefill_throughput: f64,
-    pub base_latency_ms: f64,
-    pub decode_cost_ms: f64,
-    pub queued_request_cost_ms: f64,
+    pub(crate) peak_prefill_throughput: f64,
+    pub(crate) base_latency_ms: f64,
+    pub(crate) decode_cost_ms: f64,
+    pub(crate) queued_request_cost_ms: f64,
     /// Use each pod's learned rates (false: the seed for every pod).
-    pub learn: bool,
+    pub(crate) learn: bool,
 }
 
 impl Default for CostBasedPdDecider {
@@ -82,14 +82,14 @@ impl Default for CostBasedPdDecider {
 
 /// One path's estimate, seconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PathCosts {
-    pub local: f64,
+pub(crate) struct PathCosts {
+    pub(crate) local: f64,
     /// The cheapest prefill candidate's remote path (`None`: no candidate).
-    pub remote: Option<f64>,
+    pub(crate) remote: Option<f64>,
 }
 
 impl CostBasedPdDecider {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         let fields = [
             ("kvBytesPerToken", self.kv_bytes_per_token, false),
             ("kvTransferGBps", self.kv_transfer_g_bps, false),
@@ -134,7 +134,7 @@ impl CostBasedPdDecider {
     }
 
     /// The estimates of both paths for `req` with decode pick `d` and prefill candidates `pool`.
-    pub fn costs(
+    pub(crate) fn costs(
         &self,
         req: &SchedulingRequest<'_>,
         d: &Candidate,
@@ -170,7 +170,7 @@ impl CostBasedPdDecider {
     }
 
     /// Whether the remote path is cheaper by at least `minGainMs`.
-    pub fn disaggregate(
+    pub(crate) fn disaggregate(
         &self,
         req: &SchedulingRequest<'_>,
         d: &Candidate,

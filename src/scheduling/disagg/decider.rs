@@ -15,13 +15,13 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PrefixBasedPdDecider {
-    pub non_cached_tokens: i64,
-    pub prompt_tokens: i64,
+    pub(crate) non_cached_tokens: i64,
+    pub(crate) prompt_tokens: i64,
 }
 
 impl PrefixBasedPdDecider {
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.non_cached_tokens < 0 {
             return Err(Invalid::new(
                 "nonCachedTokens",
@@ -42,7 +42,11 @@ impl PrefixBasedPdDecider {
 
     /// Upstream's `disaggregate`: the uncached suffix is the prompt less the whole blocks the
     /// decode pod holds.
-    pub fn disaggregate(&self, req: &SchedulingRequest<'_>, decode: Option<&Candidate>) -> bool {
+    pub(crate) fn disaggregate(
+        &self,
+        req: &SchedulingRequest<'_>,
+        decode: Option<&Candidate>,
+    ) -> bool {
         if self.non_cached_tokens == 0 {
             return false;
         }
@@ -75,7 +79,7 @@ pub enum Decider {
 
 impl Decider {
     /// Whether the stage runs. `pool` is the stage profile's candidates after its filters.
-    pub fn disaggregate(
+    pub(crate) fn disaggregate(
         &self,
         req: &SchedulingRequest<'_>,
         decode: Option<&Candidate>,
@@ -90,7 +94,7 @@ impl Decider {
     }
 
     /// Whether the decision reads the prompt's length (the director then waits for the body).
-    pub fn reads_prompt_length(&self) -> bool {
+    pub(crate) fn reads_prompt_length(&self) -> bool {
         matches!(self, Self::PrefixBased(_) | Self::CostBased(_))
     }
 }
@@ -99,7 +103,7 @@ impl Decider {
 /// `video_url`, `audio_url` or `input_audio` (what upstream's multimodal decider looks for).
 /// Those names with their quotes can only be JSON keys or string values (quotes inside a JSON
 /// string are escaped), so a byte search finds them without parsing the body again.
-pub fn has_multimodal(body: &[u8]) -> bool {
+pub(crate) fn has_multimodal(body: &[u8]) -> bool {
     const NEEDLES: [&[u8]; 4] = [
         b"\"image_url\"",
         b"\"video_url\"",

@@ -22,10 +22,10 @@ use rand::Rng;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct P2pSourceProducer {
     /// The producer of prefix match information (epp has one index per configuration).
-    pub prefix_match_info_producer_name: String,
-    pub min_cached_token_delta: i64,
+    pub(crate) prefix_match_info_producer_name: String,
+    pub(crate) min_cached_token_delta: i64,
     /// The prefill profile's name (its pick computes the prefix under P/D).
-    pub prefill_profile_name: String,
+    pub(crate) prefill_profile_name: String,
 }
 
 impl Default for P2pSourceProducer {
@@ -39,7 +39,7 @@ impl Default for P2pSourceProducer {
 }
 
 impl P2pSourceProducer {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.min_cached_token_delta < 1 {
             return Err(Invalid::new(
                 "minCachedTokenDelta",
@@ -53,7 +53,7 @@ impl P2pSourceProducer {
     }
 
     /// The header for a request computed on `computing`: `Some(peer)` or removed.
-    pub fn header(
+    pub(crate) fn header(
         &self,
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],

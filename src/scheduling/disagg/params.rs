@@ -14,12 +14,12 @@ use serde::Deserialize;
 /// The handler configuration both handler types reduce to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandlerParams {
-    pub order: StageOrder,
-    pub decode: String,
-    pub prefill: String,
-    pub encode: String,
-    pub prefill_decider: Option<String>,
-    pub encode_decider: Option<String>,
+    pub(crate) order: StageOrder,
+    pub(crate) decode: String,
+    pub(crate) prefill: String,
+    pub(crate) encode: String,
+    pub(crate) prefill_decider: Option<String>,
+    pub(crate) encode_decider: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -74,7 +74,7 @@ fn nonempty(s: Option<String>) -> Option<String> {
 }
 
 /// Upstream's `ParseStageOrder`: case, `-` and `_` do not matter; empty is decode-first.
-pub fn parse_stage_order(s: &str) -> Result<StageOrder, Invalid> {
+pub(crate) fn parse_stage_order(s: &str) -> Result<StageOrder, Invalid> {
     let norm: String = s
         .chars()
         .filter(|c| *c != '-' && *c != '_')
@@ -92,7 +92,7 @@ pub fn parse_stage_order(s: &str) -> Result<StageOrder, Invalid> {
 
 impl HandlerParams {
     /// `disagg-profile-handler`'s parameters.
-    pub fn disagg(v: &serde_norway::Value) -> Result<Self, Invalid> {
+    pub(crate) fn disagg(v: &serde_norway::Value) -> Result<Self, Invalid> {
         let (order, profiles, deciders) = if v.is_null() {
             (None, Profiles::default(), Deciders::default())
         } else {
@@ -139,7 +139,7 @@ impl HandlerParams {
     }
 
     /// `pd-profile-handler`'s parameters (deprecated upstream, accepted as upstream does).
-    pub fn pd(v: &serde_norway::Value) -> Result<Self, Invalid> {
+    pub(crate) fn pd(v: &serde_norway::Value) -> Result<Self, Invalid> {
         tracing::info!(
             "Deprecated: pd-profile-handler is deprecated, use disagg-profile-handler instead"
         );

@@ -39,7 +39,7 @@ impl Scheduler {
     /// The header carrying the prefill pod's session token, when an instance pins the prefill
     /// pick with the `encoded_endpoint_header` strategy.
     #[cfg(test)]
-    pub fn prefill_session_header(&self) -> Option<&str> {
+    pub(crate) fn prefill_session_header(&self) -> Option<&str> {
         self.prefill_session_params()
             .find_map(SessionAffinityParams::token_header)
     }
@@ -47,7 +47,7 @@ impl Scheduler {
     /// The `session_id` configuration of an instance pinning the prefill pick: the director
     /// then keeps the session → prefill pod bindings.
     #[cfg(test)]
-    pub fn prefill_session_id(&self) -> Option<&SessionIdConfig> {
+    pub(crate) fn prefill_session_id(&self) -> Option<&SessionIdConfig> {
         self.prefill_session_params()
             .find_map(SessionAffinityParams::session_id)
     }

@@ -15,14 +15,14 @@ pub const ROLE_LABEL: &str = "llm-d.ai/role";
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ByLabelFilter {
-    pub label: String,
-    pub valid_values: Vec<String>,
-    pub allows_no_label: bool,
+    pub(crate) label: String,
+    pub(crate) valid_values: Vec<String>,
+    pub(crate) allows_no_label: bool,
 }
 
 /// Which role filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Decode,
     Prefill,
     Encode,
@@ -30,7 +30,7 @@ pub enum Role {
 
 impl ByLabelFilter {
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         tracing::info!("Deprecated: plugin type 'by-label' is deprecated, use 'label-selector-filter' for generic label filtering or 'decode-filter'/'prefill-filter'/'encode-filter' for role-based filtering");
         if self.label.is_empty() {
             return Err(Invalid::new(
@@ -45,7 +45,7 @@ impl ByLabelFilter {
     }
 
     /// The role filter `role` (upstream's `roles.go`).
-    pub fn role(role: Role) -> Self {
+    pub(crate) fn role(role: Role) -> Self {
         let (allows_no_label, values): (bool, &[&str]) = match role {
             Role::Decode => (
                 true,
@@ -73,12 +73,12 @@ impl ByLabelFilter {
         }
     }
 
-    pub fn keeps(&self, c: &Candidate) -> bool {
+    pub(crate) fn keeps(&self, c: &Candidate) -> bool {
         self.keeps_labels(&c.labels)
     }
 
     /// Whether an endpoint with `labels` stays.
-    pub fn keeps_labels(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    pub(crate) fn keeps_labels(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
         match labels.get(&self.label) {
             None => self.allows_no_label,
             Some(v) => {
@@ -91,14 +91,14 @@ impl ByLabelFilter {
         }
     }
 
-    pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+    pub(crate) fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
         pool.retain(|c| self.keeps(c));
         pool
     }
 }
 
 /// Every `llm-d.ai/role` value upstream knows (`both` is deprecated: `prefill-decode`).
-pub const ROLE_VALUES: [&str; 8] = [
+pub(crate) const ROLE_VALUES: [&str; 8] = [
     "prefill",
     "decode",
     "prefill-decode",

@@ -16,7 +16,7 @@ use crate::scheduling::Candidate;
 pub struct GpuMemoryFilter {
     /// Free framebuffer (MiB) below which a pod counts as exhausted. Default 2048 (2 GiB).
     #[serde(rename = "minFreeMiB")]
-    pub min_free_mib: f64,
+    pub(crate) min_free_mib: f64,
 }
 
 impl Default for GpuMemoryFilter {
@@ -28,7 +28,7 @@ impl Default for GpuMemoryFilter {
 }
 
 impl GpuMemoryFilter {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.min_free_mib.is_finite() && self.min_free_mib >= 0.0 {
             Ok(self)
         } else {
@@ -43,7 +43,7 @@ impl GpuMemoryFilter {
     }
 
     /// Whether the candidate's last reading says its GPU memory is exhausted.
-    pub fn exhausted(&self, c: &Candidate) -> bool {
+    pub(crate) fn exhausted(&self, c: &Candidate) -> bool {
         c.metrics
             .as_ref()
             .and_then(|m| m.gpu)
@@ -51,7 +51,7 @@ impl GpuMemoryFilter {
             .is_some_and(|free| free < self.min_free_mib)
     }
 
-    pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+    pub(crate) fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
         pool.retain(|c| !self.exhausted(c));
         pool
     }

@@ -9,9 +9,7 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 pub struct HeaderBasedTestingFilter {}
 
 impl HeaderBasedTestingFilter {
-    pub const HEADER: &'static str = "test-epp-endpoint-selection";
-
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,

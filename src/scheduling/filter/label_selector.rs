@@ -13,22 +13,22 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LabelSelectorFilter {
-    pub match_labels: BTreeMap<String, String>,
-    pub match_expressions: Vec<Requirement>,
+    pub(crate) match_labels: BTreeMap<String, String>,
+    pub(crate) match_expressions: Vec<Requirement>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Requirement {
-    pub key: String,
-    pub operator: String,
+pub(crate) struct Requirement {
+    pub(crate) key: String,
+    pub(crate) operator: String,
     #[serde(default)]
-    pub values: Vec<String>,
+    pub(crate) values: Vec<String>,
 }
 
 impl LabelSelectorFilter {
     /// The checks of `metav1.LabelSelectorAsSelector`.
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         for (k, v) in &self.match_labels {
             check_key(k)?;
             check_value(v)?;
@@ -55,14 +55,14 @@ impl LabelSelectorFilter {
         Ok(self)
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.match_labels
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 
-    pub fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+    pub(crate) fn filter<'c>(&self, mut pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
         pool.retain(|c| self.matches(&c.labels));
         pool
     }

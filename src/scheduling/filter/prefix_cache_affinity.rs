@@ -20,24 +20,24 @@ const LATENCY_PREDICTOR: &str = "latencyPredictor";
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PrefixCacheAffinityFilter {
-    pub affinity_threshold: f64,
-    pub exploration_probability: f64,
+    pub(crate) affinity_threshold: f64,
+    pub(crate) exploration_probability: f64,
     #[serde(rename = "maxTTFTPenaltyMs")]
-    pub max_ttft_penalty_ms: f64,
+    pub(crate) max_ttft_penalty_ms: f64,
     /// `prefillThroughput`, or `latencyPredictor` (upstream's predictor sidecars: refused,
     /// epp has none).
     #[serde(rename = "ttftSource")]
-    pub ttft_source: String,
+    pub(crate) ttft_source: String,
     /// Tokens per second one endpoint prefills.
-    pub peak_prefill_throughput: f64,
+    pub(crate) peak_prefill_throughput: f64,
     /// Producer names: epp has one of each, so any name is accepted.
-    pub prefix_match_info_producer_name: String,
-    pub latency_prediction_info_producer_name: String,
-    pub in_flight_load_producer_name: String,
+    pub(crate) prefix_match_info_producer_name: String,
+    pub(crate) latency_prediction_info_producer_name: String,
+    pub(crate) in_flight_load_producer_name: String,
     /// The instance's name (the `plugin_name` label of its decisions counter), set by the
     /// configuration decoder.
     #[serde(skip)]
-    pub plugin_name: String,
+    pub(crate) plugin_name: String,
 }
 
 impl Default for PrefixCacheAffinityFilter {
@@ -58,7 +58,7 @@ impl Default for PrefixCacheAffinityFilter {
 
 impl PrefixCacheAffinityFilter {
     /// Upstream's checks and messages (Go's `%f`: six decimals).
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         let fail =
             |p: &'static str, m: String| Err(Invalid::new(p, format!("invalid config: {m}")));
         if self.affinity_threshold > 1.0 {
@@ -123,7 +123,7 @@ impl PrefixCacheAffinityFilter {
 
     /// The kept candidates, the decision counted
     /// (`llm_d_epp_prefix_cache_affinity_filter_decisions_total`).
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,

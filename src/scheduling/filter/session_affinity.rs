@@ -14,11 +14,11 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(transparent)]
 pub struct SessionAffinityFilter {
-    pub params: SessionAffinityParams,
+    pub(crate) params: SessionAffinityParams,
 }
 
 impl SessionAffinityFilter {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         Ok(Self {
             params: self
                 .params
@@ -26,7 +26,7 @@ impl SessionAffinityFilter {
         })
     }
 
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,

@@ -18,12 +18,12 @@ pub struct TopologyAffinityFilterParams {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopologyAffinityFilter {
-    pub min_affinity: Level,
-    pub extractor: ExtractorRef,
+    pub(crate) min_affinity: Level,
+    pub(crate) extractor: ExtractorRef,
 }
 
 impl TopologyAffinityFilterParams {
-    pub fn validate(self) -> Result<TopologyAffinityFilter, Invalid> {
+    pub(crate) fn validate(self) -> Result<TopologyAffinityFilter, Invalid> {
         let level = match self.min_affinity.as_str() {
             "" => "host",
             l => l,
@@ -42,7 +42,7 @@ impl TopologyAffinityFilterParams {
 }
 
 impl TopologyAffinityFilter {
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         pool: Vec<&'c Candidate>,

@@ -11,18 +11,18 @@ use crate::scheduling::Candidate;
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct UtilizationFilter {
-    pub conditions: Vec<Condition>,
-    pub fallback_on_empty: bool,
+    pub(crate) conditions: Vec<Condition>,
+    pub(crate) fallback_on_empty: bool,
     /// Names the in-flight load producer; epp has one, so any name is accepted.
-    pub in_flight_load_producer_name: String,
+    pub(crate) in_flight_load_producer_name: String,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Condition {
+pub(crate) struct Condition {
     #[serde(default)]
-    pub metric: String,
-    pub max_value: Option<f64>,
+    pub(crate) metric: String,
+    pub(crate) max_value: Option<f64>,
 }
 
 const ACTIVE: &str = "active-requests";
@@ -32,7 +32,7 @@ const KV: &str = "kv-cache-utilization";
 
 impl UtilizationFilter {
     /// Upstream's checks and messages.
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.conditions.is_empty() {
             return Err(Invalid::new(
                 "conditions",
@@ -79,7 +79,7 @@ impl UtilizationFilter {
             .all(|cond| Self::value(c, &cond.metric) <= cond.max_value.unwrap_or(f64::INFINITY))
     }
 
-    pub fn filter<'c>(&self, pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
+    pub(crate) fn filter<'c>(&self, pool: Vec<&'c Candidate>) -> Vec<&'c Candidate> {
         let kept: Vec<&Candidate> = pool.iter().copied().filter(|c| self.keeps(c)).collect();
         if kept.is_empty() && self.fallback_on_empty {
             pool

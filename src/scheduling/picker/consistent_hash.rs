@@ -27,12 +27,12 @@ use std::net::IpAddr;
 
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ConsistentHashParams {
-    pub max_num_of_endpoints: usize,
+pub(crate) struct ConsistentHashParams {
+    pub(crate) max_num_of_endpoints: usize,
     /// `c`: an endpoint is skipped while its load is at or above `⌈c × (L+1)/n⌉`.
-    pub load_factor: f64,
+    pub(crate) load_factor: f64,
     /// Points per endpoint on the ring; more points, more even key spread.
-    pub virtual_nodes: u32,
+    pub(crate) virtual_nodes: u32,
 }
 
 impl Default for ConsistentHashParams {
@@ -46,7 +46,7 @@ impl Default for ConsistentHashParams {
 }
 
 impl ConsistentHashParams {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.max_num_of_endpoints == 0 {
             return Err(Invalid::new(
                 "maxNumOfEndpoints",
@@ -77,7 +77,7 @@ impl ConsistentHashParams {
 
 #[derive(Clone, Debug)]
 pub struct ConsistentHashPicker {
-    pub params: ConsistentHashParams,
+    pub(crate) params: ConsistentHashParams,
 }
 
 /// SplitMix64's finaliser: a cheap, well-mixed bijection on 64-bit words.
@@ -108,7 +108,7 @@ impl ConsistentHashPicker {
             .unwrap_or(u64::MAX)
     }
 
-    pub fn pick(
+    pub(crate) fn pick(
         &self,
         req: &SchedulingRequest<'_>,
         scored: &[(&Candidate, f64)],

@@ -17,16 +17,16 @@ use rand::Rng;
 
 #[derive(Clone, Debug)]
 pub struct WeightedLeastRequestPicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
 }
 
 impl WeightedLeastRequestPicker {
     /// Outstanding requests per unit of weight.
-    pub fn load(c: &Candidate) -> f64 {
+    pub(crate) fn load(c: &Candidate) -> f64 {
         (c.running + c.waiting).max(0.0) / f64::from(c.weight.max(1))
     }
 
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut best: Option<(EndpointId, f64)> = None;
         let mut ties = 0u32;
         for (c, _) in scored {

@@ -10,11 +10,11 @@ use rand::Rng;
 
 #[derive(Clone, Debug)]
 pub struct MaxScorePicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
 }
 
 impl MaxScorePicker {
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut order: Vec<(EndpointId, f64)> = scored.iter().map(|(c, s)| (c.id, *s)).collect();
         order.shuffle(rng);
         // Best first, ties in shuffled order (only the returned ones are put in order).

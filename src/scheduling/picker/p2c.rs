@@ -14,11 +14,11 @@ use rand::Rng;
 
 #[derive(Clone, Debug)]
 pub struct PowerOfTwoChoicesPicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
 }
 
 impl PowerOfTwoChoicesPicker {
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let primary = match scored.len() {
             0 => return Vec::new(),
             1 => scored[0].0.id,

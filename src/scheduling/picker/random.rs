@@ -8,11 +8,11 @@ use rand::Rng;
 
 #[derive(Clone, Debug)]
 pub struct RandomPicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
 }
 
 impl RandomPicker {
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let mut ids: Vec<EndpointId> = scored.iter().map(|(c, _)| c.id).collect();
         ids.shuffle(rng);
         ids.truncate(self.params.max_num_of_endpoints);

@@ -23,14 +23,14 @@ use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Debug, Default)]
 pub struct RoundRobinPicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
     /// Use `Candidate::weight` (`weighted-round-robin-picker`) or weight 1 for all.
-    pub weighted: bool,
+    pub(crate) weighted: bool,
     current: Arc<Mutex<HashMap<EndpointId, i64>>>,
 }
 
 impl RoundRobinPicker {
-    pub fn new(params: PickerParams, weighted: bool) -> Self {
+    pub(crate) fn new(params: PickerParams, weighted: bool) -> Self {
         Self {
             params,
             weighted,
@@ -46,7 +46,7 @@ impl RoundRobinPicker {
         }
     }
 
-    pub fn pick(&self, scored: &[(&Candidate, f64)]) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)]) -> Vec<EndpointId> {
         let Some(primary) = self.next(scored) else {
             return Vec::new();
         };

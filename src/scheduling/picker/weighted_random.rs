@@ -8,11 +8,11 @@ use rand::Rng;
 
 #[derive(Clone, Debug)]
 pub struct WeightedRandomPicker {
-    pub params: PickerParams,
+    pub(crate) params: PickerParams,
 }
 
 impl WeightedRandomPicker {
-    pub fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
+    pub(crate) fn pick(&self, scored: &[(&Candidate, f64)], rng: &mut impl Rng) -> Vec<EndpointId> {
         let uniform = scored.iter().all(|(_, s)| *s <= 0.0);
         let keyed: Vec<(EndpointId, f64)> = scored
             .iter()

@@ -24,13 +24,13 @@ const SHOWN: usize = 20;
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct SessionStateProducer {
+pub(crate) struct SessionStateProducer {
     /// Headers naming the session, in order; the first with a value wins.
-    pub session_headers: Vec<String>,
+    pub(crate) session_headers: Vec<String>,
     /// A session idle this long is forgotten (a Go duration).
-    pub idle_timeout: String,
+    pub(crate) idle_timeout: String,
     /// Sessions kept at most.
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     #[serde(skip)]
     idle: Duration,
     #[serde(skip)]
@@ -68,7 +68,7 @@ struct Sessions {
 }
 
 impl SessionStateProducer {
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         self.session_headers = self
             .session_headers
             .iter()

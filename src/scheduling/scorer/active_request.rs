@@ -11,18 +11,18 @@ use crate::scheduling::Candidate;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ActiveRequestScorer {
     /// Deprecated upstream and ignored (logged at load).
-    pub request_timeout: String,
+    pub(crate) request_timeout: String,
     /// Endpoints with at most this many in-flight requests count as idle (negative → 0).
-    pub idle_threshold: i64,
+    pub(crate) idle_threshold: i64,
     /// The best score a busy endpoint can get; outside [0, 1] → 1.
-    pub max_busy_score: Option<f64>,
+    pub(crate) max_busy_score: Option<f64>,
     /// Names the in-flight load producer; epp has one, so any name is accepted.
-    pub in_flight_load_producer_name: String,
+    pub(crate) in_flight_load_producer_name: String,
 }
 
 impl ActiveRequestScorer {
     /// Applies upstream's corrections (they are logged there, not refused).
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         if !self.request_timeout.is_empty() {
             tracing::info!(
                 request_timeout = %self.request_timeout,
@@ -43,7 +43,7 @@ impl ActiveRequestScorer {
         Ok(self)
     }
 
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let max = pool.iter().map(|c| c.inflight).fold(0.0, f64::max);
         let busy = self.max_busy_score.unwrap_or(1.0);
         for (o, c) in out.iter_mut().zip(pool) {

@@ -15,8 +15,8 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ContextLengthAware {
-    pub label: String,
-    pub enable_filtering: bool,
+    pub(crate) label: String,
+    pub(crate) enable_filtering: bool,
 }
 
 impl Default for ContextLengthAware {
@@ -29,7 +29,7 @@ impl Default for ContextLengthAware {
 }
 
 impl ContextLengthAware {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         if self.label.is_empty() {
             return Err(Invalid::new("label", "invalid configuration for 'context-length-aware' plugin: 'label' must be specified"));
         }
@@ -42,7 +42,7 @@ impl ContextLengthAware {
         c.labels.get(&self.label).map(|v| parse_range(v))
     }
 
-    pub fn filter<'c>(
+    pub(crate) fn filter<'c>(
         &self,
         req: &SchedulingRequest<'_>,
         mut pool: Vec<&'c Candidate>,
@@ -59,7 +59,7 @@ impl ContextLengthAware {
         pool
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let len = req.prompt_tokens as i64;
         for (o, c) in out.iter_mut().zip(pool) {
             *o = match self.range(c) {

@@ -120,9 +120,9 @@ pub struct PrefillLoad {
 /// The terms of one candidate's estimate, as the director records them for learning.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TtftInputs {
-    pub ahead_tokens: f64,
-    pub own_tokens: f64,
-    pub running: f64,
+    pub(crate) ahead_tokens: f64,
+    pub(crate) own_tokens: f64,
+    pub(crate) running: f64,
     pub waiting: f64,
 }
 
@@ -130,28 +130,28 @@ pub struct TtftInputs {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct EstimatedTtftScorer {
     /// Seed prefill throughput of a pod, tokens/s (llm-d's `peakPrefillThroughput`).
-    pub peak_prefill_throughput: f64,
+    pub(crate) peak_prefill_throughput: f64,
     /// Seed fixed part of a TTFT (an engine step, the network), ms.
-    pub base_latency_ms: f64,
+    pub(crate) base_latency_ms: f64,
     /// Seed cost of each sequence the pod is decoding, ms.
-    pub decode_cost_ms: f64,
+    pub(crate) decode_cost_ms: f64,
     /// Seed cost of each request waiting in the pod's queue beyond its tokens, ms.
-    pub queued_request_cost_ms: f64,
+    pub(crate) queued_request_cost_ms: f64,
     /// Weight of the recomputation a full cache's evictions cause (0 = this request only).
-    pub eviction_cost_weight: f64,
+    pub(crate) eviction_cost_weight: f64,
     /// Weight of the delay this request's own prefill imposes on the requests queued behind it
     /// (0 = this request only; 1 = one queued request delayed per request queued now). Off by
     /// default: at 1 it kept no more sessions home over capacity and cost 9–12 points of hit
     /// rate at 80% load in the agentic benchmark (BENCHMARKS.md, #20).
-    pub congestion_cost_weight: f64,
+    pub(crate) congestion_cost_weight: f64,
     /// Weight of the delay this request's own prefill imposes on the sequences already on the
     /// pod (running and waiting): each is held up for the whole prefill, its decode steps or its
     /// start (1 = every one counted in full; 0 = this request's TTFT only). Without it a long
     /// prompt went to the pod with the least prefill ahead however many sequences it stalled
     /// there, and a prefix spilled onto a busy pod (BENCHMARKS.md, #20, "settling the default").
-    pub in_flight_delay_weight: f64,
+    pub(crate) in_flight_delay_weight: f64,
     /// Use each pod's learned rates (false: the seed for every pod).
-    pub learn: bool,
+    pub(crate) learn: bool,
 }
 
 impl Default for EstimatedTtftScorer {
@@ -170,7 +170,7 @@ impl Default for EstimatedTtftScorer {
 }
 
 impl EstimatedTtftScorer {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         let fields = [
             ("peakPrefillThroughput", self.peak_prefill_throughput, false),
             ("baseLatencyMs", self.base_latency_ms, true),
@@ -194,7 +194,7 @@ impl EstimatedTtftScorer {
     }
 
     /// The rates of a pod never observed.
-    pub fn seed(&self) -> TtftRates {
+    pub(crate) fn seed(&self) -> TtftRates {
         TtftRates {
             base: self.base_latency_ms / 1e3,
             per_token: 1.0 / self.peak_prefill_throughput.max(1e-9),
@@ -254,7 +254,7 @@ impl EstimatedTtftScorer {
     }
 
     /// The terms of `c`'s estimate for `req`.
-    pub fn inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> TtftInputs {
+    pub(crate) fn inputs(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> TtftInputs {
         let prompt = req.prompt_tokens as f64;
         let hashed = (c.prefix_blocks * req.block_size) as f64;
         let held = (hashed + c.prefill.held_past_cap.max(0.0)).min(prompt);
@@ -270,11 +270,6 @@ impl EstimatedTtftScorer {
             running: c.running.max(0.0),
             waiting: waiting(c),
         }
-    }
-
-    /// Estimated seconds to this request's first token on `c`.
-    pub fn estimate(&self, req: &SchedulingRequest<'_>, c: &Candidate) -> f64 {
-        self.estimate_with(req, c, Typical::SEED)
     }
 
     fn estimate_with(&self, req: &SchedulingRequest<'_>, c: &Candidate, typical: Typical) -> f64 {
@@ -308,7 +303,7 @@ impl EstimatedTtftScorer {
         }
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let facts = Pool {
             typical: self.typical(pool),
             queued: mean_queue(pool),
@@ -331,7 +326,7 @@ impl EstimatedTtftScorer {
 
     /// upstream's `latency-slo-admitter`: a sheddable request with a TTFT SLO is rejected when
     /// no candidate meets it and none is idle (nothing running or queued) or cold (KV < 2%).
-    pub fn rejects(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> bool {
+    pub(crate) fn rejects(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> bool {
         let Some(slo) = req.slo_ttft_s.filter(|_| req.sheddable) else {
             return false;
         };

@@ -16,9 +16,9 @@ use crate::scheduling::Candidate;
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GpuUtilizationScorer {
-    pub queue_weight: f64,
-    pub gpu_weight: f64,
-    pub kv_cache_weight: f64,
+    pub(crate) queue_weight: f64,
+    pub(crate) gpu_weight: f64,
+    pub(crate) kv_cache_weight: f64,
 }
 
 impl Default for GpuUtilizationScorer {
@@ -32,7 +32,7 @@ impl Default for GpuUtilizationScorer {
 }
 
 impl GpuUtilizationScorer {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         let ws = [self.queue_weight, self.gpu_weight, self.kv_cache_weight];
         if ws.iter().any(|w| !w.is_finite() || *w < 0.0) || ws.iter().sum::<f64>() <= 0.0 {
             return Err(Invalid::new("queueWeight, gpuWeight, kvCacheWeight", format!("queueWeight, gpuWeight and kvCacheWeight must be finite, >= 0 and not all 0, got {ws:?}")));
@@ -40,7 +40,7 @@ impl GpuUtilizationScorer {
         Ok(self)
     }
 
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let util = |c: &Candidate| {
             c.metrics
                 .as_ref()

@@ -15,9 +15,9 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct HeaderLabelAffinityScorer {
     /// The request header holding the preferred label value (required).
-    pub header_name: String,
+    pub(crate) header_name: String,
     /// The endpoint label compared with it (required).
-    pub label_key: String,
+    pub(crate) label_key: String,
     /// The instance's identity: its clones in several profiles declare the header once.
     #[serde(skip)]
     instance: Owned<()>,
@@ -25,7 +25,7 @@ pub struct HeaderLabelAffinityScorer {
 
 impl HeaderLabelAffinityScorer {
     /// Upstream's checks and messages; the header name is lower-cased, as upstream does.
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         if self.header_name.is_empty() {
             return Err(Invalid::new(
                 "headerName",
@@ -42,7 +42,7 @@ impl HeaderLabelAffinityScorer {
         Ok(self)
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let wanted = req.headers.get(&self.header_name).filter(|v| !v.is_empty());
         for (o, c) in out.iter_mut().zip(pool) {
             let matches = wanted

@@ -7,7 +7,7 @@ use crate::scheduling::Candidate;
 pub struct KvCacheScorer {}
 
 impl KvCacheScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         for (o, c) in out.iter_mut().zip(pool) {
             *o = 1.0 - c.kv_usage.clamp(0.0, 1.0);
         }

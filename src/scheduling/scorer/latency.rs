@@ -18,8 +18,8 @@ use crate::scheduling::Candidate;
 /// What the datastore has observed of one endpoint, decayed to now (seconds).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LatencyEstimate {
-    pub ttft: Option<f64>,
-    pub tpot: Option<f64>,
+    pub(crate) ttft: Option<f64>,
+    pub(crate) tpot: Option<f64>,
 }
 
 impl LatencyEstimate {
@@ -36,7 +36,7 @@ impl LatencyEstimate {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LatencyScorer {
     /// Output tokens assumed per request when weighing TPOT against TTFT.
-    pub expected_output_tokens: f64,
+    pub(crate) expected_output_tokens: f64,
 }
 
 impl Default for LatencyScorer {
@@ -48,7 +48,7 @@ impl Default for LatencyScorer {
 }
 
 impl LatencyScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let tokens = if self.expected_output_tokens.is_finite() {
             self.expected_output_tokens.max(0.0)
         } else {

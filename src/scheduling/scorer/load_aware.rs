@@ -11,7 +11,7 @@ const DEFAULT_THRESHOLD: i64 = 128;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LoadAwareScorer {
     /// Queue length that scores 0; ≤ 0 means the default (128).
-    pub threshold: i64,
+    pub(crate) threshold: i64,
 }
 
 impl Default for LoadAwareScorer {
@@ -23,7 +23,7 @@ impl Default for LoadAwareScorer {
 }
 
 impl LoadAwareScorer {
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         if self.threshold <= 0 {
             tracing::info!(
                 "queueThreshold {} should be positive, using default queue threshold {DEFAULT_THRESHOLD}",
@@ -34,7 +34,7 @@ impl LoadAwareScorer {
         Ok(self)
     }
 
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let thr = self.threshold.max(1) as f64;
         for (o, c) in out.iter_mut().zip(pool) {
             let q = c.metrics.as_ref().map_or(0.0, |m| m.waiting);

@@ -9,7 +9,7 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 pub struct LoraAffinityScorer {}
 
 impl LoraAffinityScorer {
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         for (o, c) in out.iter_mut().zip(pool) {
             let lora = c.metrics.as_ref().and_then(|m| m.lora.as_ref());
             *o = match lora {

@@ -11,7 +11,7 @@ use crate::scheduling::Candidate;
 pub struct MulticlusterKvCacheScorer {}
 
 impl MulticlusterKvCacheScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         for (o, c) in out.iter_mut().zip(pool) {
             let util = c.metrics.as_ref().and_then(|m| m.pool?.kv_usage);
             // Upstream scores `1 - util` as read; clamped here so a spoke's bad gauge keeps

@@ -17,7 +17,7 @@ fn pool_queue(c: &Candidate) -> Option<f64> {
 }
 
 impl MulticlusterQueueScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         let (lo, hi) = pool
             .iter()
             .filter_map(|c| pool_queue(c))

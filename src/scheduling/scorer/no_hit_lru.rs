@@ -26,12 +26,12 @@ const DEFAULT_LRU_SIZE: i64 = 1024;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NoHitLruScorer {
     /// Endpoints remembered (≤ 0 → 1024).
-    pub lru_size: i64,
+    pub(crate) lru_size: i64,
     /// Names the prefix producer; epp has one, so any name is accepted.
-    pub prefix_match_info_producer_name: String,
+    pub(crate) prefix_match_info_producer_name: String,
     /// Accepted and unused, as upstream.
-    pub prefix_plugin_type: String,
-    pub prefix_plugin_name: String,
+    pub(crate) prefix_plugin_type: String,
+    pub(crate) prefix_plugin_name: String,
     /// Endpoints by their last cold request.
     #[serde(skip)]
     order: Owned<LruOrder>,
@@ -50,7 +50,7 @@ impl Default for NoHitLruScorer {
 }
 
 impl NoHitLruScorer {
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         if self.lru_size <= 0 {
             self.lru_size = DEFAULT_LRU_SIZE;
         }
@@ -58,11 +58,11 @@ impl NoHitLruScorer {
     }
 
     /// How many endpoints the LRU remembers.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         usize::try_from(self.lru_size).unwrap_or(1).max(1)
     }
 
-    pub fn score(&self, _req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, _req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         if !is_cold(pool) {
             out.fill(0.5);
             return;
@@ -110,19 +110,19 @@ impl Lifecycle for NoHitLruScorer {
 }
 
 /// No candidate holds any block of the prompt.
-pub fn is_cold(pool: &[&Candidate]) -> bool {
+pub(crate) fn is_cold(pool: &[&Candidate]) -> bool {
     pool.iter().all(|c| c.prefix_blocks == 0)
 }
 
 /// Endpoints in order of their last cold request, oldest first, at most `capacity` of them.
 #[derive(Clone, Debug, Default)]
-pub struct LruOrder {
+pub(crate) struct LruOrder {
     order: VecDeque<EndpointId>,
 }
 
 impl LruOrder {
     /// Moves `id` to the newest end, forgetting the oldest beyond `capacity`.
-    pub fn touch(&mut self, id: EndpointId, capacity: usize) {
+    pub(crate) fn touch(&mut self, id: EndpointId, capacity: usize) {
         if let Some(i) = self.order.iter().position(|e| *e == id) {
             self.order.remove(i);
         }
@@ -133,7 +133,7 @@ impl LruOrder {
     }
 
     /// The order, oldest first.
-    pub fn snapshot(&self) -> Vec<EndpointId> {
+    pub(crate) fn snapshot(&self) -> Vec<EndpointId> {
         self.order.iter().copied().collect()
     }
 }

@@ -27,40 +27,40 @@ use std::time::Duration;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PrecisePrefixParams {
     /// Tokens per block until the pods announce theirs (vLLM's default 16).
-    pub block_size: usize,
-    pub max_prefix_blocks_to_match: usize,
+    pub(crate) block_size: usize,
+    pub(crate) max_prefix_blocks_to_match: usize,
     /// Count the blocks of a routed request as held until its BlockStored arrives.
-    pub speculative_indexing: bool,
+    pub(crate) speculative_indexing: bool,
     /// How long a speculative entry lives (llm-d: `speculativeTTL`, "2s").
     #[serde(
         rename = "speculativeTTL",
         deserialize_with = "crate::duration::deserialize"
     )]
-    pub speculative_ttl: Duration,
+    pub(crate) speculative_ttl: Duration,
     /// A candidate with this many waiting requests or more gets no prefix credit.
-    pub saturation_queue_depth: f64,
+    pub(crate) saturation_queue_depth: f64,
     /// A candidate with this KV-cache usage or more gets no prefix credit.
-    pub saturation_kv_usage: f64,
+    pub(crate) saturation_kv_usage: f64,
     /// The tiktoken vocabulary of the model (the pods' tokenizer), unless `local` names a file.
-    pub tokenizer: Vocabulary,
+    pub(crate) tokenizer: Vocabulary,
     /// The model's Hugging Face `tokenizer.json`, from llm-d's
     /// `indexerConfig.tokenizersPoolConfig.local` (takes precedence over `tokenizer`).
     #[serde(skip)]
-    pub local_tokenizer: Option<LocalTokenizer>,
+    pub(crate) local_tokenizer: Option<LocalTokenizer>,
     /// llm-d's nested configuration blocks, accepted so its files load; `blockSize` in
     /// `tokenProcessorConfig` is honoured, the rest (hash seed, ZMQ, index backends) does not
     /// apply: keys do not depend on the pods' seed, and the event sockets are flags.
-    pub token_processor_config: Option<serde_norway::Value>,
-    pub kv_events_config: Option<serde_norway::Value>,
-    pub indexer_config: Option<serde_norway::Value>,
+    pub(crate) token_processor_config: Option<serde_norway::Value>,
+    pub(crate) kv_events_config: Option<serde_norway::Value>,
+    pub(crate) indexer_config: Option<serde_norway::Value>,
     /// How a match scores (llm-d's `prefix-cache-scorer` blend when it scores a
     /// `precise-prefix-cache-producer`'s matches; the ratio otherwise).
     #[serde(skip)]
-    pub blend: super::prefix::MatchBlend,
+    pub(crate) blend: super::prefix::MatchBlend,
     /// Credit the part of a prompt no pod holds to its rendezvous home (epp's scorer, for
     /// active-active agreement); off in llm-d's split form, which scores only what is held.
     #[serde(skip)]
-    pub credit_home: bool,
+    pub(crate) credit_home: bool,
 }
 
 impl Default for PrecisePrefixParams {
@@ -86,7 +86,7 @@ impl Default for PrecisePrefixParams {
 impl PrecisePrefixParams {
     /// Applies `tokenProcessorConfig.blockSize` and the local tokenizer of `indexerConfig`
     /// (read from disk here, once), then checks the values.
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         // llm-d's samples spell it both ways (`blockSize`, the perf guide's `blockSizeTokens`).
         if let Some(bs) = self
             .token_processor_config
@@ -127,7 +127,7 @@ impl PrecisePrefixParams {
     /// matches (llm-d v0.10's split configuration): the producer's index, the scorer's blend,
     /// and no saturation cut-off (llm-d's generic scorer has none; the load scorers beside it
     /// weigh load).
-    pub fn scored_by(&self, scorer: &super::PrefixParams) -> Self {
+    pub(crate) fn scored_by(&self, scorer: &super::PrefixParams) -> Self {
         Self {
             saturation_queue_depth: f64::INFINITY,
             saturation_kv_usage: f64::INFINITY,
@@ -141,7 +141,7 @@ impl PrecisePrefixParams {
     /// (`pkg/kvevents/pool.go`): `zmqEndpoint` set: bind it (global socket); else
     /// `discoverPods` (default true): each pod's `podDiscoveryConfig.socketPort` (5557) and
     /// `replaySocketPort` (off unless > 0).
-    pub fn kv_event_sockets(&self) -> KvEventSockets {
+    pub(crate) fn kv_event_sockets(&self) -> KvEventSockets {
         let cfg = self.kv_events_config.as_ref();
         let get = |k: &str| cfg.and_then(|c| c.get(k));
         if let Some(bind) = get("zmqEndpoint")
@@ -182,23 +182,23 @@ impl PrecisePrefixParams {
 
 /// Where the KV events come from ([`PrecisePrefixParams::kv_event_sockets`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KvEventSockets {
-    pub bind: Option<String>,
-    pub port: Option<u16>,
+pub(crate) struct KvEventSockets {
+    pub(crate) bind: Option<String>,
+    pub(crate) port: Option<u16>,
     pub replay_port: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
 pub struct PrecisePrefixScorer {
-    pub params: PrecisePrefixParams,
+    pub(crate) params: PrecisePrefixParams,
 }
 
 impl PrecisePrefixScorer {
-    pub fn new(params: PrecisePrefixParams) -> Self {
+    pub(crate) fn new(params: PrecisePrefixParams) -> Self {
         Self { params }
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let p = &self.params;
         for (o, c) in out.iter_mut().zip(pool) {
             let saturated =

@@ -27,34 +27,34 @@ use crate::scheduling::{Candidate, SchedulingRequest};
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PrefixParams {
     /// Tokens per block; vLLM's default is 16.
-    pub block_size_tokens: usize,
+    pub(crate) block_size_tokens: usize,
     /// Take block size and per-endpoint capacity from the pods' `cache_config_info`.
-    pub auto_tune: bool,
-    pub max_prefix_blocks_to_match: usize,
+    pub(crate) auto_tune: bool,
+    pub(crate) max_prefix_blocks_to_match: usize,
     /// When > 0, overrides `maxPrefixBlocksToMatch` as `tokens / blockSizeTokens`.
-    pub max_prefix_tokens_to_match: usize,
-    pub lru_capacity_per_server: usize,
+    pub(crate) max_prefix_tokens_to_match: usize,
+    pub(crate) lru_capacity_per_server: usize,
     /// Upstream's legacy character block size; accepted only beside `blockSizeTokens`.
-    pub block_size: Option<usize>,
+    pub(crate) block_size: Option<usize>,
     /// epp: weight of the absolute match length in the score (0..=1).
-    pub match_length_weight: f64,
+    pub(crate) match_length_weight: f64,
     /// epp: matched tokens that count as a full absolute match.
-    pub match_length_tokens: usize,
+    pub(crate) match_length_tokens: usize,
     /// epp: tiktoken vocabulary used to tokenize prompts.
-    pub tokenizer: Vocabulary,
+    pub(crate) tokenizer: Vocabulary,
     /// llm-d: the producer of the match information scored (by instance name).
-    pub prefix_match_info_producer_name: Option<String>,
+    pub(crate) prefix_match_info_producer_name: Option<String>,
     /// llm-d: tokens that count as a full absolute match, the term squared.
-    pub match_length_scale_tokens: Option<usize>,
+    pub(crate) match_length_scale_tokens: Option<usize>,
 }
 
 /// How a matched prefix scores: `(1 − weight) · ratio + weight · length`, where `length` is
 /// `min(1, matched_tokens / tokens)`, squared with llm-d's `matchLengthScaleTokens`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MatchBlend {
-    pub weight: f64,
-    pub tokens: usize,
-    pub squared: bool,
+pub(crate) struct MatchBlend {
+    pub(crate) weight: f64,
+    pub(crate) tokens: usize,
+    pub(crate) squared: bool,
 }
 
 impl Default for MatchBlend {
@@ -69,7 +69,7 @@ impl Default for MatchBlend {
 
 impl MatchBlend {
     /// The score of `matched` of `total` blocks of `block_size` tokens.
-    pub fn score(&self, matched: usize, total: usize, block_size: usize) -> f64 {
+    pub(crate) fn score(&self, matched: usize, total: usize, block_size: usize) -> f64 {
         if total == 0 {
             return 0.0;
         }
@@ -106,7 +106,7 @@ impl Default for PrefixParams {
 impl PrefixParams {
     /// Checks the values; `explicit_tokens` is whether the configuration set
     /// `blockSizeTokens` (the legacy character `blockSize` is accepted only beside it).
-    pub fn validate(self, explicit_tokens: bool) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self, explicit_tokens: bool) -> Result<Self, Invalid> {
         if self.block_size.is_some() && !explicit_tokens {
             return Err(Invalid::new(
                 "blockSize",
@@ -136,7 +136,7 @@ impl PrefixParams {
 
     /// The score blend: llm-d's `matchLengthScaleTokens` (squared) when set, else epp's
     /// `matchLengthTokens` (linear).
-    pub fn blend(&self) -> MatchBlend {
+    pub(crate) fn blend(&self) -> MatchBlend {
         MatchBlend {
             weight: self.match_length_weight,
             tokens: self
@@ -158,15 +158,15 @@ impl PrefixParams {
 
 #[derive(Clone, Debug)]
 pub struct PrefixScorer {
-    pub params: PrefixParams,
+    pub(crate) params: PrefixParams,
 }
 
 impl PrefixScorer {
-    pub fn new(params: PrefixParams) -> Self {
+    pub(crate) fn new(params: PrefixParams) -> Self {
         Self { params }
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let blend = self.params.blend();
         for (o, c) in out.iter_mut().zip(pool) {
             *o = blend.score(c.prefix_blocks, req.prefix_total_blocks, req.block_size);

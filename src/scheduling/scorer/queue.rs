@@ -9,7 +9,7 @@ use crate::scheduling::Candidate;
 pub struct QueueScorer {}
 
 impl QueueScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         super::min_max_inverse(pool.iter().map(|c| c.waiting), out);
     }
 }

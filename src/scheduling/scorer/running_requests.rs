@@ -7,7 +7,7 @@ use crate::scheduling::Candidate;
 pub struct RunningRequestsScorer {}
 
 impl RunningRequestsScorer {
-    pub fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
         super::min_max_inverse(pool.iter().map(|c| c.running), out);
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub use token::{decode_token, encode_token};
 
 /// Header carrying the token in both directions.
-pub const SESSION_HEADER: &str = "x-session-token";
+pub(crate) const SESSION_HEADER: &str = "x-session-token";
 
 const ENCODED: &str = "encoded_endpoint_header";
 const SESSION_ID: &str = "session_id";
@@ -37,18 +37,18 @@ const SESSION_ID: &str = "session_id";
 /// The parameters of both session-affinity plugins (upstream's shared util).
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct SessionAffinityParams {
-    pub strategy: String,
-    pub encoded_endpoint_header_config: EncodedEndpointHeaderConfig,
-    pub session_id_config: SessionIdConfig,
+pub(crate) struct SessionAffinityParams {
+    pub(crate) strategy: String,
+    pub(crate) encoded_endpoint_header_config: EncodedEndpointHeaderConfig,
+    pub(crate) session_id_config: SessionIdConfig,
     /// The profile whose pick this instance pins (`profileName`): empty is the primary
     /// (decode) profile; with a disaggregating handler, its prefill profile's name pins the
     /// prefill pod (llm-d's P/D session-affinity pattern), resolved into [`Self::pins`] when
     /// the scheduler is built.
-    pub profile_name: String,
+    pub(crate) profile_name: String,
     /// Which pick this instance reads and writes, from `profile_name` (set by the builder).
     #[serde(skip)]
-    pub pins: Pin,
+    pub(crate) pins: Pin,
     /// The `session_id` strategy's bindings.
     #[serde(skip)]
     bindings: Owned<SessionBindings>,
@@ -56,7 +56,7 @@ pub struct SessionAffinityParams {
 
 /// The pick a session-affinity instance pins.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     /// The destination (the decode pod with P/D): token in `x-session-token`, or the
     /// `session_id` binding.
     #[default]
@@ -67,16 +67,16 @@ pub enum Pin {
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct EncodedEndpointHeaderConfig {
-    pub header: String,
+pub(crate) struct EncodedEndpointHeaderConfig {
+    pub(crate) header: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct SessionIdConfig {
-    pub sources: Vec<SessionIdSource>,
-    pub eviction_ttl_seconds: f64,
-    pub eviction_sweep_seconds: f64,
+pub(crate) struct SessionIdConfig {
+    pub(crate) sources: Vec<SessionIdSource>,
+    pub(crate) eviction_ttl_seconds: f64,
+    pub(crate) eviction_sweep_seconds: f64,
 }
 
 impl SessionIdConfig {
@@ -119,9 +119,9 @@ impl SessionIdConfig {
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SessionIdSource {
-    pub header: String,
-    pub attribute: String,
+pub(crate) struct SessionIdSource {
+    pub(crate) header: String,
+    pub(crate) attribute: String,
 }
 
 impl Default for SessionAffinityParams {
@@ -139,7 +139,7 @@ impl Default for SessionAffinityParams {
 
 impl SessionAffinityParams {
     /// Upstream's defaults and checks; `plugin` is `scorer` or `filter` for the messages.
-    pub fn validate(mut self, kind: PluginKind, plugin: &str) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self, kind: PluginKind, plugin: &str) -> Result<Self, Invalid> {
         let checked = match self.strategy.as_str() {
             ENCODED => self.check_encoded(),
             SESSION_ID => self.session_id_config.check(),
@@ -181,14 +181,14 @@ impl SessionAffinityParams {
     }
 
     /// The session-id configuration, with the `session_id` strategy.
-    pub fn session_id(&self) -> Option<&SessionIdConfig> {
+    pub(crate) fn session_id(&self) -> Option<&SessionIdConfig> {
         (self.strategy == SESSION_ID).then_some(&self.session_id_config)
     }
 
     /// The session's endpoint for this request, by the configured strategy and pinned pick:
     /// the binding of its session id, the primary's token (resolved by the director), or the
     /// endpoint this instance's own token header names.
-    pub fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
+    pub(crate) fn target(&self, req: &SchedulingRequest<'_>) -> Option<EndpointId> {
         if let Some(c) = self.session_id() {
             let session = self.session_of(req.headers)?;
             return self.bindings.lock().bound(session, c, req.now);
@@ -226,11 +226,11 @@ impl SessionAffinityParams {
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(transparent)]
 pub struct SessionAffinityScorer {
-    pub params: SessionAffinityParams,
+    pub(crate) params: SessionAffinityParams,
 }
 
 impl SessionAffinityScorer {
-    pub fn validate(self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(self) -> Result<Self, Invalid> {
         Ok(Self {
             params: self
                 .params
@@ -238,7 +238,7 @@ impl SessionAffinityScorer {
         })
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let target = self.params.target(req);
         for (o, c) in out.iter_mut().zip(pool) {
             *o = if target == Some(c.id) { 1.0 } else { 0.0 };
@@ -297,7 +297,7 @@ impl Lifecycle for SessionAffinityParams {
 /// the session last placed a request. Expired bindings are swept every `sweep` (lazily, on the
 /// next access after the interval), as upstream's background sweep does.
 #[derive(Debug)]
-pub struct SessionBindings {
+pub(crate) struct SessionBindings {
     map: HashMap<String, (EndpointId, Instant)>,
     last_sweep: Instant,
 }
@@ -324,7 +324,7 @@ impl SessionBindings {
     }
 
     /// The endpoint `session` is bound to.
-    pub fn bound(
+    pub(crate) fn bound(
         &mut self,
         session: &str,
         c: &SessionIdConfig,
@@ -336,7 +336,13 @@ impl SessionBindings {
 
     /// Records that `session`'s request went to `picked`; `bound_present` says whether the
     /// endpoint it was bound to was a candidate (only then does a binding stay put).
-    pub fn record(&mut self, session: &str, picked: EndpointId, bound_present: bool, now: Instant) {
+    pub(crate) fn record(
+        &mut self,
+        session: &str,
+        picked: EndpointId,
+        bound_present: bool,
+        now: Instant,
+    ) {
         match self.map.get_mut(session) {
             None => {
                 self.map.insert(session.to_owned(), (picked, now));

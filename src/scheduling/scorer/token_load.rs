@@ -16,9 +16,9 @@ const DEFAULT_THRESHOLD: i64 = 4_194_304;
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct TokenLoadScorer {
     /// Tokens at which the score reaches 0; ≤ 0 means the default.
-    pub queue_threshold_tokens: i64,
+    pub(crate) queue_threshold_tokens: i64,
     /// Names the in-flight load producer; epp has one, so any name is accepted.
-    pub in_flight_load_producer_name: String,
+    pub(crate) in_flight_load_producer_name: String,
 }
 
 impl Default for TokenLoadScorer {
@@ -32,14 +32,14 @@ impl Default for TokenLoadScorer {
 
 impl TokenLoadScorer {
     /// Upstream replaces a threshold ≤ 0 by the default.
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         if self.queue_threshold_tokens <= 0 {
             self.queue_threshold_tokens = DEFAULT_THRESHOLD;
         }
         Ok(self)
     }
 
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let thr = self.queue_threshold_tokens.max(1) as f64;
         for (o, c) in out.iter_mut().zip(pool) {
             let t = c.prefill.pending_tokens + req.uncached_tokens(c);

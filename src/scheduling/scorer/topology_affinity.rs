@@ -15,7 +15,7 @@ pub struct TopologyAffinityScorerParams {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopologyAffinityScorer {
-    pub extractor: ExtractorRef,
+    pub(crate) extractor: ExtractorRef,
 }
 
 impl From<TopologyAffinityScorerParams> for TopologyAffinityScorer {
@@ -38,7 +38,7 @@ fn level_score(level: Level) -> f64 {
 }
 
 impl TopologyAffinityScorer {
-    pub fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
         let peer = self.extractor.peer(req.peer);
         for (o, c) in out.iter_mut().zip(pool) {
             *o = peer.as_ref().map_or(0.0, |(extractor, peer)| {

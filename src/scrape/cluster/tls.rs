@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     #[error("reading {path}: {source}")]
     Read {
         path: PathBuf,
@@ -33,7 +33,7 @@ pub enum TlsError {
 }
 
 /// The client configuration `source` asks for.
-pub fn client_config(source: &ClusterSource) -> Result<ClientConfig, TlsError> {
+pub(crate) fn client_config(source: &ClusterSource) -> Result<ClientConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()

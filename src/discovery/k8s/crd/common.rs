@@ -16,11 +16,11 @@ pub struct PoolRef {
     /// API group of the pool; `inference.networking.k8s.io` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// `InferencePool` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
@@ -75,23 +75,25 @@ impl PoolSelector {
 
 /// A parent (usually a Gateway) reporting on a pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ParentReference {
+pub(crate) struct ParentReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[schemars(length(min = 1, max = 253))]
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 /// The schema of an optional string enum: the enum's values without the `null` that schemars adds
 /// for `Option` (an unset field is simply absent).
-pub fn optional_enum<T: JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn optional_enum<T: JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
     let mut schema = T::json_schema(generator);
     schema.remove("nullable");
     schema

@@ -23,21 +23,21 @@ use serde::{Deserialize, Serialize};
 pub struct InferenceModelSpec {
     /// The model name clients send in the body's `model`; unique per pool (the oldest wins).
     #[schemars(length(min = 1, max = 256), extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::MODEL_NAME_IMMUTABLE])))]
-    pub model_name: String,
+    pub(crate) model_name: String,
     /// Whether requests may be shed under saturation; Standard when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::common::optional_enum::<Criticality>")]
-    pub criticality: Option<Criticality>,
+    pub(crate) criticality: Option<Criticality>,
     /// Models to send the traffic to, split by weight; the model name itself when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10), extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::TARGET_WEIGHTS_ALL_OR_NONE])))]
     pub target_models: Vec<TargetModel>,
     /// The pool serving this model.
-    pub pool_ref: PoolRef,
+    pub(crate) pool_ref: PoolRef,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Criticality {
+pub(crate) enum Criticality {
     /// Never shed.
     Critical,
     /// Not shed (it queues on the model servers).
@@ -51,7 +51,7 @@ pub enum Criticality {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TargetModel {
     #[schemars(length(min = 1, max = 253))]
-    pub name: String,
+    pub(crate) name: String,
     /// Relative share of the traffic; weights are set on all targets or on none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1_000_000))]
@@ -62,5 +62,5 @@ pub struct TargetModel {
 pub struct InferenceModelStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }

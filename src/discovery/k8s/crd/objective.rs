@@ -52,5 +52,5 @@ pub struct InferenceObjectiveSpec {
 pub struct InferenceObjectiveStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct InferencePoolSpec {
     /// Selects the model-server pods of this pool, in the pool's namespace.
-    pub selector: LabelSelector,
+    pub(crate) selector: LabelSelector,
     /// Ports of the selected pods that serve; each port of a pod is a separate endpoint
     /// (data-parallel ranks).
     #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "atomic", "x-kubernetes-validations" = super::validate::schema(&[super::validate::TARGET_PORTS_UNIQUE])))]
@@ -34,13 +34,13 @@ pub struct InferencePoolSpec {
     pub app_protocol: AppProtocol,
     /// The endpoint picker serving this pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint_picker_ref: Option<EndpointPickerRef>,
+    pub(crate) endpoint_picker_ref: Option<EndpointPickerRef>,
 }
 
 /// Label selector; only `matchLabels` (like a Service selector).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     /// Labels a pod must all carry to be a member.
     #[schemars(length(min = 1, max = 64))]
     pub match_labels: BTreeMap<String, String>,
@@ -50,7 +50,7 @@ pub struct LabelSelector {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Port {
     #[schemars(range(min = 1, max = 65535))]
-    pub number: i32,
+    pub(crate) number: i32,
 }
 
 /// `http` (default) or `kubernetes.io/h2c`.
@@ -65,7 +65,7 @@ pub enum AppProtocol {
 
 /// What the gateway does when the endpoint picker does not answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum FailureMode {
+pub(crate) enum FailureMode {
     FailOpen,
     #[default]
     FailClose,
@@ -75,20 +75,20 @@ pub enum FailureMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = super::validate::schema(&[super::validate::PICKER_PORT_REQUIRED])))]
-pub struct EndpointPickerRef {
+pub(crate) struct EndpointPickerRef {
     /// API group of the referent; "" is the core group.
     #[serde(default)]
     #[schemars(length(max = 253))]
-    pub group: String,
+    pub(crate) group: String,
     /// Kind of the referent.
     #[serde(default = "service")]
     #[schemars(length(min = 1, max = 63))]
-    pub kind: String,
+    pub(crate) kind: String,
     #[schemars(length(min = 1, max = 253))]
-    pub name: String,
+    pub(crate) name: String,
     /// Port of the endpoint picker's Service (required when kind is Service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<Port>,
+    pub(crate) port: Option<Port>,
     #[serde(default)]
     pub failure_mode: FailureMode,
 }
@@ -98,19 +98,19 @@ pub struct EndpointPickerRef {
 pub struct InferencePoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    pub parents: Vec<ParentStatus>,
+    pub(crate) parents: Vec<ParentStatus>,
 }
 
 /// The pool's status as seen by one parent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ParentStatus {
-    pub parent_ref: ParentReference,
+pub(crate) struct ParentStatus {
+    pub(crate) parent_ref: ParentReference,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller_name: Option<String>,
+    pub(crate) controller_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }
 
 fn service() -> String {

@@ -25,31 +25,31 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct InferencePoolSpec {
     /// Labels a pod must all carry to be a member.
-    pub selector: BTreeMap<String, String>,
+    pub(crate) selector: BTreeMap<String, String>,
     /// The model servers' port.
     #[schemars(range(min = 1, max = 65535))]
     pub target_port_number: i32,
     /// The endpoint picker serving this pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extension_ref: Option<ExtensionRef>,
+    pub(crate) extension_ref: Option<ExtensionRef>,
 }
 
 /// Reference to the endpoint picker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ExtensionRef {
+pub(crate) struct ExtensionRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[schemars(length(min = 1, max = 253))]
-    pub name: String,
+    pub(crate) name: String,
     /// Port of the extension service; 9002 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
-    pub port_number: Option<i32>,
+    pub(crate) port_number: Option<i32>,
     #[serde(default)]
     pub failure_mode: FailureMode,
 }
@@ -59,14 +59,14 @@ pub struct ExtensionRef {
 pub struct InferencePoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    pub parent: Vec<PoolStatus>,
+    pub(crate) parent: Vec<PoolStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PoolStatus {
-    pub parent_ref: ParentReference,
+pub(crate) struct PoolStatus {
+    pub(crate) parent_ref: ParentReference,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }

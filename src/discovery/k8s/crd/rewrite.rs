@@ -34,37 +34,37 @@ pub struct RewriteRule {
     /// Conditions, any of which selects the rule; empty matches every model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
-    pub matches: Vec<RewriteMatch>,
+    pub(crate) matches: Vec<RewriteMatch>,
     /// Weighted targets; one is drawn per request.
     #[schemars(length(min = 1, max = 16))]
-    pub targets: Vec<RewriteTarget>,
+    pub(crate) targets: Vec<RewriteTarget>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RewriteMatch {
-    pub model: ModelMatch,
+pub(crate) struct RewriteMatch {
+    pub(crate) model: ModelMatch,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ModelMatch {
+pub(crate) struct ModelMatch {
     /// Only `Exact` is defined.
     #[serde(default, rename = "type")]
-    pub match_type: MatchType,
+    pub(crate) match_type: MatchType,
     #[schemars(length(min = 1, max = 253))]
-    pub value: String,
+    pub(crate) value: String,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum MatchType {
+pub(crate) enum MatchType {
     #[default]
     Exact,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RewriteTarget {
+pub(crate) struct RewriteTarget {
     #[schemars(length(min = 1, max = 253))]
-    pub model_rewrite: String,
+    pub(crate) model_rewrite: String,
     /// Relative share; all zero (or unset) means uniform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1_000_000))]
@@ -75,5 +75,5 @@ pub struct RewriteTarget {
 pub struct InferenceModelRewriteStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }

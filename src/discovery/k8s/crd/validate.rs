@@ -21,9 +21,9 @@ use serde_json::{json, Value};
 /// server names it in its error), the CEL text and upstream's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rule {
-    pub id: &'static str,
-    pub field: &'static str,
-    pub rule: &'static str,
+    pub(crate) id: &'static str,
+    pub(crate) field: &'static str,
+    pub(crate) rule: &'static str,
     pub message: &'static str,
 }
 
@@ -93,7 +93,7 @@ pub const POOL_SELECTOR_NOT_EMPTY: Rule = Rule {
 };
 
 /// The `x-kubernetes-validations` value for `rules` (used by the schemas' `extend` attributes).
-pub fn schema(rules: &[Rule]) -> Value {
+pub(crate) fn schema(rules: &[Rule]) -> Value {
     Value::Array(
         rules
             .iter()
@@ -103,7 +103,7 @@ pub fn schema(rules: &[Rule]) -> Value {
 }
 
 /// An object's rules, evaluated in Rust with the CEL rules' meaning.
-pub trait Validate {
+pub(crate) trait Validate {
     /// Rules the object breaks on its own.
     fn violations(&self) -> Vec<Rule> {
         Vec::new()
