@@ -349,6 +349,7 @@ pub(crate) enum ExtractError {
 
 /// Extracts an endpoint's metrics from an exposition. Several series of one field (one per
 /// engine behind a data-parallel API server) are summed for queues and maximised for KV usage.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn extract(
     text: &str,
     engine: EngineType,

@@ -185,7 +185,9 @@ impl Labels {
             let body = &body[..body.find('}').unwrap_or(body.len())];
             let mut label_names = Vec::new();
             for field in split_top(body) {
-                let field = field.trim().trim_start_matches("pub ");
+                let field = field.trim();
+                let field = field.strip_prefix("pub(crate) ").unwrap_or(field);
+                let field = field.trim_start_matches("pub ");
                 let Some((fname, ty)) = field.split_once(':') else {
                     continue;
                 };
