@@ -5,7 +5,7 @@
 //! A request's sojourn is its TTFT (placed → first body chunk) and its decode (first chunk →
 //! end of the response). Each endpoint keeps one digest of each ([`Digest`], at most
 //! `compression` centroids), and the requests in flight on it with their dispatch and
-//! first-chunk times, which the scorer ages. An answer in one chunk gives its TTFT and a
+//! first-chunk times, which the scorer ages. An answer not streamed gives its TTFT and a
 //! decode of 0, as upstream. The digests are warm once both hold `minSamples` samples;
 //! until then the scorer treats the endpoint as cold. An endpoint that is no request's
 //! candidate for [`FORGET_AFTER`] has left the pool: its digests and in-flight records go.
@@ -276,8 +276,8 @@ impl Lifecycle for SojournObserver {
         }
     }
 
-    /// The end of the response: one decode sample (0 for an answer in one chunk); an
-    /// exchange that failed or never answered teaches nothing.
+    /// The end of the response: one decode sample (0 for an answer not streamed, which
+    /// arrives as one chunk); an exchange that failed or never answered teaches nothing.
     fn response_complete(&self, done: &Completed<'_>) {
         let mut state = self.state.lock();
         let Some(id) = state.owner.remove(&done.id) else {
@@ -293,9 +293,12 @@ impl Lifecycle for SojournObserver {
             return;
         }
         match r.first_chunk {
-            Some(f) => e
-                .decode
-                .add(done.now.saturating_duration_since(f).as_secs_f64()),
+            Some(f) if done.stream => {
+                e.decode
+                    .add(done.now.saturating_duration_since(f).as_secs_f64());
+            }
+            // An answer not streamed is one chunk however Envoy split it: its decode is 0.
+            Some(_) => e.decode.add(0.0),
             None => {
                 e.ttft.add(
                     done.now

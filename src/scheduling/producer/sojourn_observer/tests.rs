@@ -36,6 +36,10 @@ pub(crate) fn place(o: &SojournObserver, id: u64, pod: &Candidate, now: Instant)
 }
 
 fn complete(o: &SojournObserver, id: u64, pod: EndpointId, now: Instant, ok: bool) {
+    end(o, id, pod, now, (ok, true));
+}
+
+fn end(o: &SojournObserver, id: u64, pod: EndpointId, now: Instant, (ok, stream): (bool, bool)) {
     o.response_complete(&Completed {
         id,
         headers: &NO_HEADERS,
@@ -43,7 +47,7 @@ fn complete(o: &SojournObserver, id: u64, pod: EndpointId, now: Instant, ok: boo
         started: now,
         now,
         ok,
-        stream: true,
+        stream,
     });
 }
 
@@ -128,6 +132,21 @@ fn dispatch_first_chunk_and_end_feed_the_two_digests() {
         (s.ttft.count(), s.decode.count(), s.inflight().count())
     });
     assert_eq!(counts, Some((1, 1, 0)));
+    // An answer not streamed: its first chunk is its TTFT, its decode 0 however long the
+    // rest of the body took to arrive.
+    place(&o, 3, &a, t0);
+    let chunk = FirstToken {
+        id: 3,
+        served: a.id,
+        stream: false,
+        now: t0 + Duration::from_secs(1),
+    };
+    o.first_token(&chunk);
+    end(&o, 3, a.id, t0 + Duration::from_secs(2), (true, false));
+    let decode = o
+        .read(a.id, |s| (s.decode.count(), s.decode.mean()))
+        .unwrap();
+    assert_eq!(decode, (2, 1.0), "samples 2 s and 0 s");
 }
 
 #[test]
