@@ -123,6 +123,20 @@ impl Director {
         }
     }
 
+    /// A response body chunk arrived: the first one ends the prefill counted against the
+    /// endpoint and runs the lifecycle's `first_token`.
+    pub fn first_token(&self, routed: &mut Routed) {
+        if routed.first_token() {
+            let first = crate::scheduling::lifecycle::FirstToken {
+                id: routed.id,
+                served: routed.lease.inflight.endpoint().id(),
+                stream: routed.stream,
+                now: self.clock.now(),
+            };
+            self.config.load().scheduler.first_token(&first);
+        }
+    }
+
     /// The prompt text the prefix scorers read: what parsing keeps of it.
     pub fn prompt_cap(&self) -> usize {
         let runtime = self.config.load();

@@ -2,7 +2,8 @@
 //! error a plugin's parameter check returns.
 //!
 //! The registry is the union of GIE v1.5.0's and llm-d-router v0.10.0's in-tree plugins
-//! (`cmd/epp/runner/runner.go`, `registerInTreePlugins`) plus epp's own. Each kind carries its
+//! (`cmd/epp/runner/runner.go`, `registerInTreePlugins`), v0.11's traffic-learned hub plugins
+//! (the latency and sojourn observers and their scorers) and epp's own. Each kind carries its
 //! upstream stability level (llm-d-router #2073: alpha plugins need
 //! `--allow-experimental-plugins`; every other upstream plugin is registered Beta there, and
 //! epp's own plugins are Stable) and what epp does with it:
@@ -157,6 +158,8 @@ kinds! {
     MulticlusterPrefixCacheScorer = "multicluster-prefix-cache-scorer", Scorer, Alpha, Plugin;
     GpuUtilizationScorer = "gpu-utilization-scorer", Scorer, Stable, Plugin;
     EstimatedTtftScorer = "estimated-ttft-scorer", Scorer, Stable, Plugin;
+    LatencyObservationScorerHub = "latency-observation-scorer-hub", Scorer, Alpha, Plugin;
+    MrlScorerHub = "mrl-scorer-hub", Scorer, Alpha, Plugin;
 
     // Pickers.
     MaxScorePicker = "max-score-picker", Picker, Beta, Plugin;
@@ -195,6 +198,8 @@ kinds! {
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp: it holds each request up to windowDurationMs and places a window's same-prompt bursts jointly; epp decides each request alone");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, Plugin;
+    LatencyObserverProducerHub = "latency-observer-producer-hub", DataProducer, Alpha, Plugin;
+    SojournTimeObserverHub = "sojourn-time-observer-hub", DataProducer, Alpha, Plugin;
 
     // Request parsers.
     OpenaiParser = "openai-parser", Parser, Beta, BuiltIn("epp parses OpenAI requests by path");

@@ -447,6 +447,13 @@ impl Scheduler {
         out
     }
 
+    /// Runs `first_token` of every lifecycle plugin.
+    pub(crate) fn first_token(&self, first: &lifecycle::FirstToken) {
+        for hook in &self.hooks {
+            hook.first_token(first);
+        }
+    }
+
     /// Runs `response_complete` of every lifecycle plugin.
     pub(crate) fn response_complete(&self, done: &lifecycle::Completed<'_>) {
         for hook in &self.hooks {

@@ -202,5 +202,6 @@ flowControl:
         "{err}"
     );
 }
+mod learned;
 mod precise;
 mod v1;

@@ -130,6 +130,12 @@ pub struct Routed {
     /// The whole prompt counted in the approximate index's pseudo-tokens (`tokenizer:
     /// characters`): with the response's `usage.prompt_tokens`, teaches the index their ratio.
     pub(crate) pseudo_prompt_tokens: Option<u32>,
+    /// The request's number, which its lifecycle points carry ([`Placed::id`]).
+    ///
+    /// [`Placed::id`]: crate::scheduling::lifecycle::Placed::id
+    pub(crate) id: u64,
+    /// A response body chunk arrived.
+    pub(crate) first_seen: bool,
 }
 
 impl Routed {
@@ -140,8 +146,12 @@ impl Routed {
     }
 
     /// The first response byte arrived: the prefill is done, stop counting it as work ahead.
-    pub fn first_token(&mut self) {
+    /// Returns whether this was the first (the lifecycle's `first_token` runs once).
+    pub fn first_token(&mut self) -> bool {
+        let first = !self.first_seen;
+        self.first_seen = true;
         self.prefill = None;
+        first
     }
 }
 

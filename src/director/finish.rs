@@ -58,11 +58,13 @@ pub(super) fn response(d: &Director, routed: &Routed, summary: &ResponseSummary)
 /// The lifecycle plugins' `response_complete`.
 fn complete(d: &Director, routed: &Routed, ok: bool) {
     let done = Completed {
+        id: routed.id,
         headers: &routed.captured,
         served: routed.lease.inflight.endpoint().id(),
         started: routed.started,
         now: d.clock.now(),
         ok,
+        stream: routed.stream,
     };
     d.config.load().scheduler.response_complete(&done);
 }

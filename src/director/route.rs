@@ -93,6 +93,9 @@ fn write_priority(routed: &mut Routed, original: Option<(&[u8], Priority)>) {
     }
 }
 
+/// The next request's number ([`Placed::id`]): the lifecycle's points of one request carry it.
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// One request as the scheduler takes it: what the decision and its records read.
 struct Step<'a> {
     scheduler: &'a Scheduler,
@@ -112,7 +115,9 @@ impl Step<'_> {
         lookup: Option<&Lookup>,
         parsed: bool,
     ) -> Decided {
+        let id = NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let placed = Placed {
+            id,
             request: &self.sreq,
             candidates: self.candidates,
             decision: &decision,
@@ -131,6 +136,7 @@ impl Step<'_> {
             .map(|c| self.scheduler.ttft_inputs(&self.sreq, c));
         let mut decided = Decided::new(decision, client_headers, dispatched, lookup, self.started);
         decided.remote = remote;
+        decided.id = id;
         decided
     }
 }
@@ -231,6 +237,8 @@ struct Decided {
     /// With a remote prefill, the prefill counted against the prefill pod (`None` inside
     /// when that pod was not a candidate); `None` without one.
     remote: Option<Option<PrefillGuard>>,
+    /// The request's number ([`Placed::id`]).
+    id: u64,
 }
 
 impl Decided {
@@ -267,6 +275,7 @@ impl Decided {
                 .filter(|l| l.pseudo_tokens && l.prompt_tokens < l.token_cap)
                 .and_then(|l| u32::try_from(l.prompt_tokens).ok()),
             remote: None,
+            id: 0,
         }
     }
 }
@@ -405,6 +414,8 @@ impl Director {
             headers: decided.headers,
             labels,
             pseudo_prompt_tokens: decided.pseudo_prompt_tokens,
+            id: decided.id,
+            first_seen: false,
         }
     }
 

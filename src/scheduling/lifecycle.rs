@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! headers captured (Lifecycle::headers) → admission → prefix lookup → filter/score/pick
-//!   → pre_request (Placed) → … response … → response_complete (Completed)
+//!   → pre_request (Placed) → first_token (FirstToken) → … → response_complete (Completed)
 //! ```
 //!
 //! A plugin with state owns it ([`Owned`]): the no-hit LRU's order, the session bindings, a
@@ -36,8 +36,18 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
     /// (name, value) pairs added to `out`.
     fn response_headers(&self, _placed: &Placed<'_>, _out: &mut Vec<(String, String)>) {}
 
+    /// The first response body chunk arrived (upstream's `ResponseBody` with
+    /// `StartOfStream`): the request's time to first token is known.
+    fn first_token(&self, _first: &FirstToken) {}
+
     /// The exchange ended (upstream's `ResponseComplete`; also called for an abandoned one).
     fn response_complete(&self, _done: &Completed<'_>) {}
+
+    /// The learned state a scorer reads from this producer, shared (`None`: it publishes
+    /// none).
+    fn observer(&self) -> Option<super::producer::Observer> {
+        None
+    }
 
     /// What the plugin holds now, for `/debug/snapshot` (`None`: nothing worth showing).
     fn snapshot(&self) -> Option<serde_json::Value> {
@@ -51,6 +61,8 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
 
 /// A decision, as the plugins that record it see it.
 pub struct Placed<'a> {
+    /// The request's number, unique in this process: its later points carry it too.
+    pub(crate) id: u64,
     pub(crate) request: &'a SchedulingRequest<'a>,
     /// Every candidate of the request, before any filter.
     pub(crate) candidates: &'a [Candidate],
@@ -68,6 +80,8 @@ pub struct Placed<'a> {
 
 /// How an exchange ended, as the plugins see it.
 pub struct Completed<'a> {
+    /// The request's number ([`Placed::id`]).
+    pub(crate) id: u64,
     /// The captured request headers.
     pub(crate) headers: &'a Headers,
     /// The endpoint that served it.
@@ -80,11 +94,21 @@ pub struct Completed<'a> {
     pub(crate) started: Instant,
     pub(crate) now: Instant,
     /// A response arrived with a 2xx status (false for errors and abandoned exchanges).
-    #[allow(
-        dead_code,
-        reason = "part of the response-complete contract; no plugin of epp reads it yet"
-    )]
     pub(crate) ok: bool,
+    /// The response was streamed (its first chunk is its first token, not the whole answer).
+    pub stream: bool,
+}
+
+/// A response's first body chunk, as the plugins see it.
+#[derive(Clone, Copy, Debug)]
+pub struct FirstToken {
+    /// The request's number ([`Placed::id`]).
+    pub(crate) id: u64,
+    /// The endpoint serving it.
+    pub(crate) served: EndpointId,
+    /// The response is streamed: with a single-chunk answer the first chunk is also the last.
+    pub(crate) stream: bool,
+    pub(crate) now: Instant,
 }
 
 /// State a plugin instance keeps across requests, shared by the clones of the scheduler one

@@ -2,12 +2,36 @@
 //! lifecycle's points ([`super::lifecycle`]), for other plugins and operators to read. One per
 //! file under `producer/`.
 
+mod latency_observer;
 mod session_state;
+mod sojourn_observer;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
+pub(crate) use latency_observer::LatencyObserver;
+pub(crate) use latency_observer::Percentiles;
 pub(crate) use session_state::SessionStateProducer;
+pub(crate) use sojourn_observer::Sojourn;
+pub use sojourn_observer::SojournObserver;
 use std::sync::Arc;
+
+/// A producer whose learned state a scorer reads (the scorer names it by instance), shared
+/// with the producer's lifecycle: [`Lifecycle::observer`].
+#[derive(Clone, Debug)]
+pub enum Observer {
+    Latency(LatencyObserver),
+    Sojourn(SojournObserver),
+}
+
+impl Observer {
+    /// The producer's kind, which a scorer's reference must match.
+    pub(crate) fn kind(&self) -> PluginKind {
+        match self {
+            Self::Latency(_) => PluginKind::LatencyObserverProducerHub,
+            Self::Sojourn(_) => PluginKind::SojournTimeObserverHub,
+        }
+    }
+}
 
 /// The producer a `kind` plugin configures, from its parameters, decoded and checked (`None`
 /// when `kind` is no producer of this kind). The configuration decoder calls this for every
@@ -20,6 +44,10 @@ pub(crate) fn from_plugin<P: Parameters>(
         PluginKind::SessionStateProducer => {
             Arc::new(p.decode::<SessionStateProducer>()?.validate()?)
         }
+        PluginKind::LatencyObserverProducerHub => {
+            Arc::new(p.decode::<LatencyObserver>()?.validate()?)
+        }
+        PluginKind::SojournTimeObserverHub => Arc::new(p.decode::<SojournObserver>()?.validate()?),
         _ => return Ok(None),
     }))
 }

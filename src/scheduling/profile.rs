@@ -71,6 +71,17 @@ pub(crate) enum BuildError {
     /// A `prefix-cache-scorer`'s `prefixMatchInfoProducerName` names no prefix producer.
     #[error("plugin {scorer:?} parameters prefixMatchInfoProducerName: {producer:?} is not a configured approx-prefix-cache-producer or precise-prefix-cache-producer")]
     UnknownProducer { scorer: String, producer: String },
+    /// A scorer that reads a producer's learned state (`mrl-scorer-hub`,
+    /// `latency-observation-scorer-hub`) without that producer configured.
+    #[error("plugin {scorer:?} reads what a {kind} learns, and {}", match named {
+        Some(n) => format!("no {kind} named {n:?} is configured"),
+        None => format!("none is configured: declare a {kind} plugin"),
+    })]
+    NoObserver {
+        scorer: String,
+        kind: PluginKind,
+        named: Option<String>,
+    },
     /// A handler's decider reference names no configured plugin.
     #[error("plugin {handler:?} parameters {field} references undefined plugin {plugin:?}")]
     UnknownDecider {
@@ -173,6 +184,11 @@ fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> V
             if let Some(resolved) = with_topology(plugins, plugin) {
                 return Some(resolved);
             }
+            if let Plugin::Scorer(scorer) = plugin {
+                if let Some((kind, named)) = scorer.reads_producer() {
+                    return with_observer(plugins, (name, scorer), kind, named, problems);
+                }
+            }
             let Plugin::Scorer(Scorer::Prefix(scorer)) = plugin else {
                 return None;
             };
@@ -195,6 +211,42 @@ fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> V
             }
         })
         .collect()
+}
+
+/// A scorer bound to the producer whose learned state it reads: the instance it names, or
+/// without a name the one named after its type, else the first of that kind. A scorer
+/// without its producer is a problem (its scores would never change).
+fn with_observer(
+    plugins: &Plugins<'_>,
+    (name, scorer): (&str, &Scorer),
+    kind: PluginKind,
+    named: Option<&str>,
+    problems: &mut Vec<BuildError>,
+) -> Option<Plugin> {
+    let observers: Vec<(&str, super::producer::Observer)> = plugins
+        .iter()
+        .filter_map(|(n, p)| match p {
+            Plugin::Producer(p) => p.observer().map(|o| (*n, o)),
+            _ => None,
+        })
+        .filter(|(_, o)| o.kind() == kind)
+        .collect();
+    let found = match named {
+        Some(wanted) => observers.iter().find(|(n, _)| *n == wanted),
+        None => observers
+            .iter()
+            .find(|(n, _)| *n == kind.name())
+            .or(observers.first()),
+    };
+    let bound = found.and_then(|(_, o)| scorer.bind(o));
+    if bound.is_none() {
+        problems.push(BuildError::NoObserver {
+            scorer: name.to_owned(),
+            kind,
+            named: named.map(str::to_owned),
+        });
+    }
+    bound.map(Plugin::Scorer)
 }
 
 /// A topology-affinity filter or scorer with the `topology-extractor` its

@@ -7,8 +7,10 @@ mod gpu_utilization;
 mod header_label_affinity;
 mod kv_cache;
 mod latency;
+mod latency_observation;
 mod load_aware;
 mod lora_affinity;
+mod mrl;
 mod multicluster_kv_cache;
 mod multicluster_queue;
 mod no_hit_lru;
@@ -29,8 +31,10 @@ pub(crate) use gpu_utilization::GpuUtilizationScorer;
 pub(crate) use header_label_affinity::HeaderLabelAffinityScorer;
 pub(crate) use kv_cache::KvCacheScorer;
 pub(crate) use latency::{LatencyEstimate, LatencyScorer};
+pub(crate) use latency_observation::LatencyObservationScorer;
 pub(crate) use load_aware::LoadAwareScorer;
 pub(crate) use lora_affinity::LoraAffinityScorer;
+pub(crate) use mrl::MrlScorer;
 pub(crate) use multicluster_kv_cache::MulticlusterKvCacheScorer;
 pub(crate) use multicluster_queue::MulticlusterQueueScorer;
 pub(crate) use no_hit_lru::NoHitLruScorer;
@@ -73,6 +77,10 @@ pub enum Scorer {
     /// A hub's clusters by their pool's average KV-cache utilization.
     MulticlusterKvCache(MulticlusterKvCacheScorer),
     TopologyAffinity(TopologyAffinityScorer),
+    /// TTFT predicted at the current load from a latency observer's curve.
+    LatencyObservation(Box<LatencyObservationScorer>),
+    /// Expected remaining in-flight work from a sojourn observer's digests.
+    Mrl(Box<MrlScorer>),
 }
 
 impl Scorer {
@@ -124,6 +132,10 @@ impl Scorer {
             }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
+            K::LatencyObservationScorerHub => Self::LatencyObservation(Box::new(
+                p.decode::<LatencyObservationScorer>()?.validate()?,
+            )),
+            K::MrlScorerHub => Self::Mrl(Box::new(p.decode::<MrlScorer>()?.validate()?)),
             _ => return Ok(None),
         }))
     }
@@ -150,6 +162,39 @@ impl Scorer {
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
             Self::TopologyAffinity(s) => s.score(req, pool, out),
+            Self::LatencyObservation(s) => s.score(pool, out),
+            Self::Mrl(s) => s.score(req, pool, out),
+        }
+    }
+
+    /// The producer whose learned state this scorer reads: its kind and the instance the
+    /// configuration names (`None`: the one configured). The scheduler binds it
+    /// ([`Scorer::bind`]) when it is assembled.
+    pub(crate) fn reads_producer(&self) -> Option<(PluginKind, Option<&str>)> {
+        match self {
+            Self::LatencyObservation(s) => {
+                Some((PluginKind::LatencyObserverProducerHub, s.producer_name()))
+            }
+            Self::Mrl(s) => Some((PluginKind::SojournTimeObserverHub, s.producer_name())),
+            _ => None,
+        }
+    }
+
+    /// This scorer reading `observer`'s state (`None`: not the producer it reads).
+    pub(crate) fn bind(&self, observer: &super::producer::Observer) -> Option<Self> {
+        use super::producer::Observer as O;
+        match (self, observer) {
+            (Self::LatencyObservation(s), O::Latency(o)) => {
+                let mut s = s.clone();
+                s.observer = Some(o.clone());
+                Some(Self::LatencyObservation(s))
+            }
+            (Self::Mrl(s), O::Sojourn(o)) => {
+                let mut s = s.clone();
+                s.observer = Some(o.clone());
+                Some(Self::Mrl(s))
+            }
+            _ => None,
         }
     }
 

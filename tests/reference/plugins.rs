@@ -47,7 +47,8 @@ fn intro() -> String {
     let count = |s: fn(Support) -> bool| PluginKind::ALL.iter().filter(|k| s(k.support())).count();
     format!(
         "Every `type:` an `EndpointPickerConfig` may name: the union of GIE v1.5.0's and \
-         llm-d-router v0.10.0's in-tree plugins, under upstream's names, plus epp's own. {} types: \
+         llm-d-router v0.10.0's in-tree plugins, v0.11's traffic-learned hub plugins, under \
+         upstream's names, plus epp's own. {} types: \
          {} built by epp (\"plugin\"), {} accepted because epp does the same without a plugin \
          (\"built in\"), {} refused at load with the reason shown (\"unsupported\"). Alpha types \
          need `--allow-experimental-plugins`, as upstream. A `type:` not listed here is an \

@@ -18,6 +18,8 @@ pub struct StackOptions {
     pub tls: bool,
     /// Every pod's configuration; the stack names pod `i` `pod-<i>` and seeds it with `i`.
     pub pod_config: inference_sim::PodConfig,
+    /// Pods configured otherwise than `pod_config`, by index (a slow pod among fast ones).
+    pub pod_overrides: Vec<(usize, inference_sim::PodConfig)>,
 }
 
 impl Default for StackOptions {
@@ -28,6 +30,7 @@ impl Default for StackOptions {
             epp_args: Vec::new(),
             tls: false,
             pod_config: test_pod_config("pod"),
+            pod_overrides: Vec::new(),
         }
     }
 }
@@ -43,10 +46,15 @@ impl Stack {
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         let mut pods = Vec::with_capacity(opts.pods);
         for i in 0..opts.pods {
+            let base = opts
+                .pod_overrides
+                .iter()
+                .find(|(j, _)| *j == i)
+                .map_or(&opts.pod_config, |(_, c)| c);
             let cfg = inference_sim::PodConfig {
                 pod_name: format!("pod-{i}"),
                 seed: i as u64,
-                ..opts.pod_config.clone()
+                ..base.clone()
             };
             pods.push(SimPod::bind(cfg).await?);
         }

@@ -3,7 +3,7 @@
 //! gauges it last published (what a scrape reads), and the requests in flight on it.
 
 use epp::datastore::EndpointState;
-use epp::director::Routed;
+use epp::director::{Director, Routed};
 use epp::endpoint::{CacheInfo, EndpointMetrics};
 use inference_sim::engine::{Engine, EngineGauges, KvTransfer, NewRequest, SeqOutput, Usage};
 use inference_sim::engine::{FinishReason, StepPlan};
@@ -38,13 +38,14 @@ pub enum Progress {
 }
 
 impl InFlight {
-    /// Drains the engine's output for this request at `now`.
-    pub fn poll(&mut self, now: Duration) -> Progress {
+    /// Drains the engine's output for this request at `now`; the first token is reported to
+    /// `director` (its lifecycle's `first_token`), when epp routes.
+    pub fn poll(&mut self, now: Duration, director: Option<&Director>) -> Progress {
         while let Ok(out) = self.rx.try_recv() {
             match out {
-                SeqOutput::Token(t) => self.token(t, now),
+                SeqOutput::Token(t) => self.token(t, now, director),
                 SeqOutput::Last(t, usage) => {
-                    self.token(t, now);
+                    self.token(t, now, director);
                     return Progress::Done(usage);
                 }
                 SeqOutput::Finished(usage) if usage.reason != FinishReason::Abort => {
@@ -57,11 +58,15 @@ impl InFlight {
         Progress::Running
     }
 
-    fn token(&mut self, t: TokenId, now: Duration) {
+    fn token(&mut self, t: TokenId, now: Duration, director: Option<&Director>) {
         if self.first_token.is_none() {
             self.first_token = Some(now);
-            if let Some(r) = self.routed.as_mut() {
-                r.first_token();
+            match (self.routed.as_mut(), director) {
+                (Some(r), Some(d)) => d.first_token(r),
+                (Some(r), None) => {
+                    r.first_token();
+                }
+                (None, _) => {}
             }
         }
         if self.keep_output {

@@ -310,9 +310,10 @@ impl Sim {
     fn step_end(&mut self, p: usize, now: Duration) {
         let at = self.at(now);
         self.pods[p].end_step(at);
+        let director = self.director.clone();
         let mut i = 0;
         while i < self.pods[p].inflight.len() {
-            match self.pods[p].inflight[i].poll(now) {
+            match self.pods[p].inflight[i].poll(now, director.as_deref()) {
                 Progress::Running => i += 1,
                 Progress::Done(usage) => {
                     let f = self.pods[p].inflight.swap_remove(i);

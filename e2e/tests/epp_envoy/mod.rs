@@ -16,6 +16,7 @@ mod errors;
 mod file_discovery;
 mod flow;
 mod interface;
+mod learned;
 mod limits;
 mod policies;
 mod routing;

@@ -390,7 +390,7 @@ impl StreamMachine {
     pub(super) fn on_response_body(&mut self, b: HttpBody, out: &mut Vec<ProcessingResponse>) {
         if let State::Routed(ex) = &mut self.state {
             if !b.body.is_empty() {
-                ex.routed.first_token();
+                self.services.director.first_token(&mut ex.routed);
             }
         }
         let tracker = self.response.get_or_insert_with(ResponseTracker::default);

@@ -223,6 +223,7 @@ mod tests {
                 .schedule(&req, &cands, &mut SmallRng::seed_from_u64(1))
                 .unwrap();
             let placed = Placed {
+                id: 1,
                 request: &req,
                 candidates: &cands,
                 decision: &first,

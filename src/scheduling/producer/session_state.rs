@@ -233,6 +233,7 @@ mod tests {
             port: None,
         };
         p.pre_request(&Placed {
+            id: 1,
             request: &req,
             candidates: std::slice::from_ref(pod),
             decision: &decision,
@@ -245,11 +246,13 @@ mod tests {
     fn complete(p: &SessionStateProducer, session: &str, started: Instant, now: Instant) {
         let headers = Headers::of(&[("x-claude-code-session-id", session)]);
         p.response_complete(&Completed {
+            id: 1,
             headers: &headers,
             served: cand(1, 0.0, 0.0, 0).id,
             started,
             now,
             ok: true,
+            stream: true,
         });
     }
 
