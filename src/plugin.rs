@@ -245,7 +245,7 @@ kinds! {
     RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp: it evaluates CEL expressions over the response's usage into response dynamic metadata; epp has no CEL evaluator");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
-    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("not implemented in epp: it watches Pods for DisaggregatedSet revisions and screens each profile's candidates to one revision");
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Plugin;
 
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;

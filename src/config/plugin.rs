@@ -371,6 +371,9 @@ mod tests {
             K::FileDiscovery | K::MulticlusterFileDiscovery => "{path: /etc/epp/endpoints.yaml}",
             K::HeaderLabelAffinityScorer => "{headerName: x-zone, labelKey: zone}",
             K::PriorityHoldbackPolicy => "{minCeiling: 0.5}",
+            K::DisaggregatedsetRolloutScreener => {
+                "{scope: {labelSelector: a=b}, revisionGating: {mode: disabled}}"
+            }
             _ => "",
         };
         use PluginKind as K;
@@ -408,6 +411,10 @@ mod tests {
                     | (
                         Plugin::UtilizationDetector(_) | Plugin::ConcurrencyDetector(_),
                         Category::Saturation
+                    )
+                    | (
+                        Plugin::Scheduling(Sched::Producer(_)),
+                        Category::RequestControl
                     )
                     | (
                         Plugin::ServedVerifier

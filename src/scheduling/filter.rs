@@ -15,7 +15,7 @@ pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
 pub use gpu_memory::GpuMemoryFilter;
 pub use header_based_testing::HeaderBasedTestingFilter;
 pub use label_selector::LabelSelectorFilter;
-pub(crate) use label_selector::Requirement;
+pub(crate) use label_selector::{check_key, check_value, Requirement};
 pub use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
 pub use session_affinity::SessionAffinityFilter;

@@ -16,6 +16,7 @@
 
 use super::{Candidate, Decision, SchedulingRequest};
 use crate::endpoint::EndpointId;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -28,6 +29,16 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
     fn headers(&self) -> Vec<&str> {
         Vec::new()
     }
+
+    /// Whether this plugin narrows the candidates before any profile runs ([`Self::screen`]);
+    /// the director then copies the endpoints' labels and gathers the pool's population.
+    fn screens(&self) -> bool {
+        false
+    }
+
+    /// Narrows the request's candidates once, before admission plugins, the prefix lookup and
+    /// every scheduling profile (upstream's `Screener`). Only called when [`Self::screens`].
+    fn screen(&self, _screening: &Screening<'_>, _candidates: &mut Vec<Candidate>) {}
 
     /// The decision is taken and the request is about to be sent (upstream's `PreRequest`).
     fn pre_request(&self, _placed: &Placed<'_>) {}
@@ -60,6 +71,17 @@ pub struct Placed<'a> {
     /// The prefill pod of a request prefilled remotely.
     pub prefill: Option<EndpointId>,
     pub now: Instant,
+}
+
+/// What a screening plugin reads besides the candidates.
+pub struct Screening<'a> {
+    /// The captured request headers.
+    pub headers: &'a Headers,
+    /// The labels of every ready pod of the pool (one entry per pod, whatever its ranks), the
+    /// candidates or not: upstream's screener counts the pods it watches.
+    pub population: &'a [&'a BTreeMap<String, String>],
+    /// A uniform draw in [0, 1) for a weighted choice.
+    pub draw: f64,
 }
 
 /// How an exchange ended, as the plugins see it.

@@ -2,10 +2,12 @@
 //! lifecycle's points ([`super::lifecycle`]), for other plugins and operators to read. One per
 //! file under `producer/`.
 
+mod rollout_screener;
 mod session_state;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
+pub use rollout_screener::RolloutScreener;
 pub use session_state::SessionStateProducer;
 use std::sync::Arc;
 
@@ -19,6 +21,9 @@ pub fn from_plugin<P: Parameters>(
     Ok(Some(match kind {
         PluginKind::SessionStateProducer => {
             Arc::new(p.decode::<SessionStateProducer>()?.validate()?)
+        }
+        PluginKind::DisaggregatedsetRolloutScreener => {
+            Arc::new(p.decode::<RolloutScreener>()?.validate()?)
         }
         _ => return Ok(None),
     }))

@@ -151,6 +151,7 @@ pub fn all() -> Vec<Case> {
     v.extend(hubs());
     v.extend(topology());
     v.extend(once_refused());
+    v.push(rollout_screener());
     v.extend(flow());
     v
 }
@@ -734,6 +735,35 @@ fn once_refused() -> Vec<Case> {
             waiting(&[4, 1, 2]),
         ),
     ]
+}
+
+/// `disaggregatedset-rollout-screener` with revision gating off: llm-d's EPP counts the pods of a
+/// revision from a Kubernetes Pod watch, which its file-discovery mode does not run, so with
+/// gating on it refuses every request. Off, the strict selector screens by the request's
+/// header (none left: 503) and both selectors stamp the serving pod's labels on the response.
+/// Pod 0 (revision A, slice s1) has the shortest queue, then pod 2 (B, no slice), then pod 1
+/// (B, s2).
+fn rollout_screener() -> Case {
+    let mut pods = labelled(&[
+        &[("app", "x"), ("rev", "A"), ("slice", "s1")],
+        &[("app", "x"), ("rev", "B"), ("slice", "s2")],
+        &[("app", "x"), ("rev", "B")],
+    ]);
+    for (p, w) in pods.iter_mut().zip([0, 5, 3]) {
+        p.waiting = Some(w);
+    }
+    let hello = || req(completion("hello"));
+    case(
+        "disaggregatedset-rollout-screener",
+        ROLLOUT_SCREENER,
+        pods,
+        vec![
+            times(3, hello()),
+            with_header("x-llm-d-revision", "B", hello()),
+            with_header("x-llm-d-revision", "C", hello()),
+            with_header("x-llm-d-revision", "", hello()),
+        ],
+    )
 }
 
 /// Pods with these queues and an empty KV cache (the utilization detector reads both).

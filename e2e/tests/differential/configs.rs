@@ -373,6 +373,24 @@ schedulingProfiles:
   - {pluginRef: max-score-picker}
 ";
 
+/// `disaggregatedset-rollout-screener` (revision gating off) in front of the queue scorer.
+pub const ROLLOUT_SCREENER: &str = "
+plugins:
+- name: screener
+  type: disaggregatedset-rollout-screener
+  parameters:
+    scope: {labelSelector: 'app=x'}
+    headerSelectors:
+    - {name: revision, headerName: X-LLM-D-Revision, labelKey: rev, mode: strict}
+    - {name: slice, headerName: x-llm-d-slice, labelKey: slice, mode: prefer}
+    revisionGating: {mode: disabled}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
 /// Two profiles, the request's `x-stage` header naming the one that runs (`decode` without).
 pub const HANDLER_HEADER: &str = "
 plugins:
