@@ -1,6 +1,7 @@
 //! Filters: drop candidates that must not serve a request. One per file under `filter/`.
 
 mod by_label;
+mod endpoint_attribute;
 mod gpu_memory;
 mod header_based_testing;
 mod label_selector;
@@ -12,6 +13,7 @@ mod utilization;
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
 pub use by_label::{ByLabelFilter, Role, ROLE_LABEL};
+pub use endpoint_attribute::EndpointAttributeFilter;
 pub use gpu_memory::GpuMemoryFilter;
 pub use header_based_testing::HeaderBasedTestingFilter;
 pub use label_selector::LabelSelectorFilter;
@@ -32,6 +34,7 @@ pub enum Filter {
     /// `by-label` and the role filters.
     ByLabel(ByLabelFilter),
     Utilization(UtilizationFilter),
+    EndpointAttribute(EndpointAttributeFilter),
     SessionAffinity(SessionAffinityFilter),
     /// `context-length-aware` with `enableFiltering` (built as a scorer).
     ContextLength(super::scorer::ContextLengthAware),
@@ -65,6 +68,9 @@ impl Filter {
                 Self::TopologyAffinity(p.decode::<TopologyAffinityFilterParams>()?.validate()?)
             }
             K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),
+            K::EndpointAttributeFilter => {
+                Self::EndpointAttribute(p.decode::<EndpointAttributeFilter>()?.validate()?)
+            }
             K::ByLabel => Self::ByLabel(p.decode::<ByLabelFilter>()?.validate()?),
             // The role filters take no parameters; as before, whatever is given is not read.
             K::DecodeFilter => Self::ByLabel(ByLabelFilter::role(Role::Decode)),
@@ -94,6 +100,7 @@ impl Filter {
             Self::LabelSelector(f) => f.filter(pool),
             Self::ByLabel(f) => f.filter(pool),
             Self::Utilization(f) => f.filter(pool),
+            Self::EndpointAttribute(f) => f.filter(pool),
             Self::SessionAffinity(f) => f.filter(req, pool),
             Self::ContextLength(f) => f.filter(req, pool),
             Self::TopologyAffinity(f) => f.filter(req, pool),

@@ -7,7 +7,7 @@ mod session_state;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
-pub use rollout_screener::RolloutScreener;
+use rollout_screener::RolloutScreener;
 pub use session_state::SessionStateProducer;
 use std::sync::Arc;
 

@@ -2,6 +2,7 @@
 
 mod active_request;
 mod context_length_aware;
+mod endpoint_attribute;
 mod estimated_ttft;
 mod gpu_utilization;
 mod header_label_affinity;
@@ -24,6 +25,7 @@ use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
 pub use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
+pub use endpoint_attribute::EndpointAttributeScorer;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
 pub use gpu_utilization::GpuUtilizationScorer;
 pub use header_label_affinity::HeaderLabelAffinityScorer;
@@ -71,6 +73,7 @@ pub enum Scorer {
     /// A hub's clusters by their pool's average KV-cache utilization.
     MulticlusterKvCache(MulticlusterKvCacheScorer),
     TopologyAffinity(TopologyAffinityScorer),
+    EndpointAttribute(EndpointAttributeScorer),
 }
 
 impl Scorer {
@@ -117,6 +120,9 @@ impl Scorer {
             K::TopologyAffinityScorer => {
                 Self::TopologyAffinity(p.decode::<TopologyAffinityScorerParams>()?.into())
             }
+            K::EndpointAttributeScorer => {
+                Self::EndpointAttribute(p.decode::<EndpointAttributeScorer>()?.validate()?)
+            }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
             _ => return Ok(None),
@@ -145,6 +151,7 @@ impl Scorer {
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
             Self::TopologyAffinity(s) => s.score(req, pool, out),
+            Self::EndpointAttribute(s) => s.score(pool, out),
         }
     }
 

@@ -121,7 +121,8 @@ fn llm_d_optimized_baseline_sticks_to_the_prefix_until_the_ttft_gate() {
 #[test]
 fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
     // Parameters a plugin cannot go without; every other one builds from its defaults.
-    let required = |k: PluginKind| match k {
+    let required = |k: PluginKind| {
+        match k {
         PluginKind::ByLabel => "\n  parameters: {label: tier, validValues: [a]}",
         PluginKind::HeaderLabelAffinityScorer => {
             "\n  parameters: {headerName: x-zone, labelKey: zone}"
@@ -129,7 +130,14 @@ fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
         PluginKind::UtilizationFilter => {
             "\n  parameters: {conditions: [{metric: waiting-queue, maxValue: 4}]}"
         }
+        PluginKind::EndpointAttributeFilter => {
+            "\n  parameters: {attribute: a, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}"
+        }
+        PluginKind::EndpointAttributeScorer => {
+            "\n  parameters: {attributeKey: a, algorithm: {type: linear_higher_is_better}}"
+        }
         _ => "",
+    }
     };
     let load = LoadOptions {
         allow_experimental: true,

@@ -141,6 +141,7 @@ pub fn extract(
         cache: None,
         gpu: None,
         pool: Some(pool),
+        attributes: Vec::new(),
         updated: now,
     })
 }

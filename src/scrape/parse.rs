@@ -410,6 +410,7 @@ pub fn extract_with(
         cache,
         gpu: gpu.finish(),
         pool: None,
+        attributes: Vec::new(),
         updated: now,
     })
 }

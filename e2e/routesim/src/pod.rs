@@ -163,6 +163,7 @@ impl Pod {
             }),
             gpu: None,
             pool: None,
+            attributes: Vec::new(),
             updated: now,
         }
     }

@@ -152,6 +152,7 @@ pub fn all() -> Vec<Case> {
     v.extend(topology());
     v.extend(once_refused());
     v.push(rollout_screener());
+    v.extend(endpoint_attributes());
     v.extend(flow());
     v
 }
@@ -733,6 +734,33 @@ fn once_refused() -> Vec<Case> {
             "priority-then-time-eviction-order-policy",
             EVICTION_POLICIES,
             waiting(&[4, 1, 2]),
+        ),
+    ]
+}
+
+/// The `endpoint-attribute-*` plugins over a `customMetrics` attribute (each pod's running
+/// requests: 4, 1, 2): the filter keeps pods 1 and 2, the scorer prefers pod 1.
+fn endpoint_attributes() -> Vec<Case> {
+    let running = || {
+        [4, 1, 2]
+            .iter()
+            .map(|r| PodState {
+                waiting: Some(0),
+                running: Some(*r),
+                ..PodState::default()
+            })
+            .collect::<Vec<_>>()
+    };
+    vec![
+        kept_set(
+            "endpoint-attribute-filter",
+            FILTER_ENDPOINT_ATTRIBUTE,
+            running(),
+        ),
+        best(
+            "endpoint-attribute-scorer",
+            SCORER_ENDPOINT_ATTRIBUTE,
+            running(),
         ),
     ]
 }

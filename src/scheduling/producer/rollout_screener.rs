@@ -37,10 +37,10 @@ const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct RolloutScreener {
-    pub scope: Scope,
-    pub header_selectors: Vec<HeaderSelector>,
-    pub revision_gating: Option<RevisionGating>,
+pub(crate) struct RolloutScreener {
+    pub(crate) scope: Scope,
+    pub(crate) header_selectors: Vec<HeaderSelector>,
+    pub(crate) revision_gating: Option<RevisionGating>,
     #[serde(skip)]
     parsed: Parsed,
     /// The shares the last request saw, for `/debug/snapshot`.
@@ -50,36 +50,36 @@ pub struct RolloutScreener {
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// Selects the pods counted for cross-role revision coverage (required).
-    pub label_selector: String,
+    pub(crate) label_selector: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct HeaderSelector {
-    pub name: String,
+pub(crate) struct HeaderSelector {
+    pub(crate) name: String,
     /// Request and response header (compared lower case).
-    pub header_name: String,
-    pub label_key: String,
+    pub(crate) header_name: String,
+    pub(crate) label_key: String,
     /// `strict` or `prefer`.
-    pub mode: String,
+    pub(crate) mode: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct RevisionGating {
-    pub revision_label_key: String,
-    pub role_label_key: String,
+pub(crate) struct RevisionGating {
+    pub(crate) revision_label_key: String,
+    pub(crate) role_label_key: String,
     /// `sum`, `max-role` or `disabled`.
-    pub mode: String,
-    pub require_roles: Option<RequireRoles>,
+    pub(crate) mode: String,
+    pub(crate) require_roles: Option<RequireRoles>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RequireRoles {
-    pub values: Vec<String>,
+pub(crate) struct RequireRoles {
+    pub(crate) values: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +102,7 @@ struct Parsed {
 
 impl RolloutScreener {
     /// Upstream's `Config.Validate`, with its messages.
-    pub fn validate(mut self) -> Result<Self, Invalid> {
+    pub(crate) fn validate(mut self) -> Result<Self, Invalid> {
         let text = &self.scope.label_selector;
         if text.is_empty() {
             return Err(Invalid::new("scope", "scope.labelSelector is required"));
