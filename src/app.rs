@@ -529,6 +529,7 @@ fn scrape_options(
             port => port,
         },
         default_engine: settings.default_engine,
+        custom: settings.custom.clone(),
         engine_label_key: settings.engine_label_key.clone(),
         // Checked by `Options::validate`.
         names: opts.metric_names().unwrap_or_default(),

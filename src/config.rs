@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 
+mod custom_metrics;
 mod datalayer;
 mod decoded;
 mod document;
@@ -23,6 +24,9 @@ pub mod tool;
 pub mod usage_limit;
 mod version;
 pub use crate::plugin::{Category, PluginKind, Stability, Support};
+pub(crate) use custom_metrics::CustomMetrics;
+#[cfg(test)]
+pub(crate) use custom_metrics::SeriesSpec;
 pub use datalayer::{FileDiscovery, MetricsSettings};
 pub use decoded::{scheduler, Config};
 pub use document::{

@@ -164,6 +164,9 @@ pub struct EndpointMetrics {
     /// A cluster's pool aggregates, when the endpoint is a cluster of a multi-cluster hub
     /// (`multicluster-metrics-extractor`); `None` for a model-server pod.
     pub pool: Option<PoolMetrics>,
+    /// `core-metrics-extractor`'s `engineConfigs` `customMetrics` of the endpoint's engine:
+    /// (attributeKey, value) for each configured series the scrape carried.
+    pub attributes: Vec<(String, f64)>,
     /// When the scrape completed; staleness is measured from here.
     pub updated: Instant,
 }
@@ -171,6 +174,14 @@ pub struct EndpointMetrics {
 impl EndpointMetrics {
     pub(crate) fn age(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.updated)
+    }
+
+    /// The value of custom metric `key` (an endpoint attribute), if the scrape carried it.
+    pub(crate) fn attribute(&self, key: &str) -> Option<f64> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
     }
 }
 

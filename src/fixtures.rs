@@ -36,6 +36,7 @@ pub struct MetricsBuilder {
     cache: Option<CacheInfo>,
     gpu: Option<GpuMetrics>,
     pool: Option<PoolMetrics>,
+    attributes: Vec<(String, f64)>,
     updated: Option<Updated>,
 }
 
@@ -86,6 +87,12 @@ impl MetricsBuilder {
         self
     }
 
+    /// Custom metric `key` (an endpoint attribute) at `value`.
+    pub(crate) fn attribute(mut self, key: &str, value: f64) -> Self {
+        self.attributes.push((key.to_owned(), value));
+        self
+    }
+
     /// A cluster's pool aggregates (a multi-cluster hub's endpoint).
     pub(crate) fn pool(mut self, kv_usage: Option<f64>, queue: Option<f64>) -> Self {
         self.pool = Some(PoolMetrics { kv_usage, queue });
@@ -118,6 +125,7 @@ impl MetricsBuilder {
             cache: self.cache,
             gpu: self.gpu,
             pool: self.pool,
+            attributes: self.attributes,
             updated,
         }
     }
@@ -300,6 +308,7 @@ mod tests {
             }),
             gpu: Some(gpu),
             pool: None,
+            attributes: Vec::new(),
             updated: at,
         };
         assert_eq!(m, expected);

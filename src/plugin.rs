@@ -112,7 +112,6 @@ const EVICTION: Support = BuiltIn("accepted, as llm-d-router v0.10 accepts it (n
 /// The GIE v1.5 names of the eviction policies.
 const EVICTION_RENAMED: Support = BuiltIn("the GIE v1.5 name of an eviction policy llm-d-router v0.10 renamed (sheddable-eviction-filter, priority-then-time-eviction-order-policy) and no longer registers; epp accepts it as the new name, which nothing reads either (epp does not evict in-flight requests)");
 /// What the endpoint-attribute plugins read.
-const ATTRIBUTES: Support = Unsupported("reads numeric endpoint attributes, which in llm-d-router v0.10 come from core-metrics-extractor's engineConfigs customMetrics; epp refuses engineConfigs (its scraper reads each engine's fixed series), so no attribute would ever be set");
 const FLOW: Support =
     BuiltIn("epp's flow control serves each fairness key first come, first served");
 
@@ -127,7 +126,7 @@ kinds! {
     PrefixCacheAffinityFilter = "prefix-cache-affinity-filter", Filter, Beta, Plugin;
     SloHeadroomTierFilter = "slo-headroom-tier-filter", Filter, Beta, LATENCY_PREDICTOR;
     SessionAffinityFilter = "session-affinity-filter", Filter, Alpha, Plugin;
-    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, ATTRIBUTES;
+    EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Plugin;
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, Plugin;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
     ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter; llm-d-router v0.10 no longer registers it and refuses it too");
@@ -151,7 +150,7 @@ kinds! {
     MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Plugin;
-    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, ATTRIBUTES;
+    EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Plugin;
     TopologyAffinityScorer = "topology-affinity-scorer", Scorer, Alpha, Plugin;
     MulticlusterQueueScorer = "multicluster-queue-scorer", Scorer, Alpha, Plugin;
     MulticlusterKvCacheUtilizationScorer = "multicluster-kv-cache-utilization-scorer", Scorer, Alpha, Plugin;
@@ -250,7 +249,7 @@ kinds! {
     RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp: it evaluates CEL expressions over the response's usage into response dynamic metadata; epp has no CEL evaluator");
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
-    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Unsupported("not implemented in epp: it watches Pods for DisaggregatedSet revisions and screens each profile's candidates to one revision");
+    DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Plugin;
 
     // Passive health (epp's own).
     OutlierDetection = "outlier-detection", Health, Stable, Plugin;

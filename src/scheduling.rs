@@ -454,6 +454,26 @@ impl Scheduler {
         }
     }
 
+    /// Whether a lifecycle plugin screens the candidates before the profiles run.
+    pub(crate) fn screens(&self) -> bool {
+        self.hooks.iter().any(|h| h.screens())
+    }
+
+    /// Runs every screening plugin over the candidates, in configuration order (upstream's
+    /// `runScreeners`); an empty result means no endpoint may serve the request.
+    pub(crate) fn screen(
+        &self,
+        screening: &lifecycle::Screening<'_>,
+        candidates: &mut Vec<Candidate>,
+    ) {
+        for hook in self.hooks.iter().filter(|h| h.screens()) {
+            if candidates.is_empty() {
+                return;
+            }
+            hook.screen(screening, candidates);
+        }
+    }
+
     /// Runs `response_complete` of every lifecycle plugin.
     pub(crate) fn response_complete(&self, done: &lifecycle::Completed<'_>) {
         for hook in &self.hooks {
@@ -515,6 +535,7 @@ impl Scheduler {
     pub(crate) fn reads_labels(&self) -> bool {
         self.filters.iter().any(Filter::reads_labels)
             || self.scorers.iter().any(|(s, _)| s.reads_labels())
+            || self.screens()
             || self.stages().any(Scheduler::reads_labels)
     }
 

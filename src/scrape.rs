@@ -10,6 +10,7 @@
 
 pub(crate) mod client;
 pub(crate) mod cluster;
+pub(crate) mod custom;
 pub(crate) mod dcgm;
 pub mod parse;
 pub(crate) mod probe;
@@ -43,6 +44,8 @@ pub struct ScrapeOptions {
     pub names: parse::NameOverrides,
     /// The engine of endpoints that name none (`core-metrics-extractor` `defaultEngine`).
     pub default_engine: Option<EngineType>,
+    /// `core-metrics-extractor`'s `engineConfigs` `customMetrics`: the endpoint attributes.
+    pub custom: crate::config::CustomMetrics,
     /// The label naming an endpoint's engine (`engineLabelKey`); otherwise
     /// `llm-d.ai/engine-type`, then `inference.networking.k8s.io/engine-type`.
     pub engine_label_key: Option<String>,
@@ -87,6 +90,7 @@ impl Default for ScrapeOptions {
             port: 0,
             names: parse::NameOverrides::default(),
             default_engine: None,
+            custom: crate::config::CustomMetrics::default(),
             engine_label_key: None,
             probe: None,
             clusters: None,
@@ -252,10 +256,11 @@ impl Target {
         // prometheus_client (vLLM, SGLang) serves only the named series when asked; a server
         // that ignores the filter sends the whole page, which parses the same.
         let filtered = match &url {
-            Ok(u) if opts.filter => Some(filtered_uri(
-                &u.target,
-                &parse::series_names(engine, &opts.names),
-            )),
+            Ok(u) if opts.filter => {
+                let mut names: Vec<&str> = parse::series_names(engine, &opts.names);
+                names.extend(opts.custom.names(engine));
+                Some(filtered_uri(&u.target, &names))
+            }
             _ => None,
         };
         let gpu = opts
@@ -355,12 +360,9 @@ async fn scrape_metrics(
     let timeout = shared.opts.timeout;
     match tokio::time::timeout(timeout, scrape_once(conn, target)).await {
         Ok(r) => r.and_then(|text| {
-            Ok(parse::extract_with(
-                &text,
-                engine,
-                &shared.opts.names,
-                Instant::now(),
-            )?)
+            let mut m = parse::extract_with(&text, engine, &shared.opts.names, Instant::now())?;
+            m.attributes = custom::read(&shared.opts.custom, &text, engine);
+            Ok(m)
         }),
         Err(_) => Err(ScrapeError::Timeout(timeout)),
     }

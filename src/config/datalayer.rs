@@ -6,7 +6,9 @@
 //! names it ([`FileDiscovery`]; the file itself is read by [`crate::discovery::file`]).
 //!
 //! Decoded strictly (upstream v0.10 rejects unknown parameter keys); what epp cannot do (https
-//! scraping with client certificates, custom `engineConfigs`) is a load error naming it.
+//! scraping with client certificates, `engineConfigs` that rename an engine's series or add an
+//! engine) is a load error naming it. `engineConfigs` `customMetrics` are read
+//! ([`super::custom_metrics`]).
 
 use super::plugin::{NamedPlugin, Plugin};
 use crate::endpoint::EngineType;
@@ -30,6 +32,8 @@ pub struct MetricsSettings {
     /// A hub's scrape of its spokes (`multicluster-metrics-data-source` and its extractor):
     /// every endpoint is then a cluster, scraped for its pool aggregates.
     pub(crate) clusters: Option<super::multicluster::ClusterMetrics>,
+    /// `core-metrics-extractor`'s `engineConfigs` `customMetrics`: the endpoint attributes.
+    pub(crate) custom: super::CustomMetrics,
 }
 
 /// `metrics-data-source` parameters.
@@ -52,7 +56,10 @@ pub struct SourceParams {
 pub struct ExtractorParams {
     engine_label_key: Option<String>,
     default_engine: Option<String>,
-    engine_configs: Option<serde_norway::Value>,
+    engine_configs: Option<Vec<super::custom_metrics::EngineConfig>>,
+    /// Their `customMetrics`, checked.
+    #[serde(skip)]
+    custom: super::CustomMetrics,
 }
 
 impl SourceParams {
@@ -108,14 +115,13 @@ impl ExtractorParams {
                 ));
             }
         }
-        if self.engine_configs.as_ref().is_some_and(|v| !v.is_null()) {
-            problems.push(Invalid::new(
-                "engineConfigs",
-                "engineConfigs is not supported by epp; its built-in engines are vllm, sglang, trtllm-serve and triton-tensorrt-llm, and the --total-queued-requests-metric family of flags overrides their names",
-            ));
+        let mut this = self;
+        match super::custom_metrics::engine_configs(this.engine_configs.as_deref().unwrap_or(&[])) {
+            Ok(custom) => this.custom = custom,
+            Err(more) => problems.extend(more),
         }
         if problems.is_empty() {
-            Ok(self)
+            Ok(this)
         } else {
             Err(problems)
         }
@@ -196,6 +202,7 @@ impl MetricsSettings {
                     out.default_engine =
                         e.default_engine.as_deref().and_then(EngineType::from_label);
                     out.engine_label_key = e.engine_label_key.clone().filter(|k| !k.is_empty());
+                    out.custom = e.custom.clone();
                 }
                 _ => {}
             }
@@ -295,6 +302,51 @@ mod tests {
         .is_ok());
         let typo = settings(&doc("{pth: /v1/models}")).unwrap_err();
         assert!(format!("{typo:?}").contains("pth"), "{typo:?}");
+    }
+
+    /// llm-d's documented form: the engine's built-in specifications repeated, plus
+    /// `customMetrics`; a renamed series or a bad custom metric is refused, naming it.
+    #[test]
+    fn engine_configs_give_custom_metrics_over_the_builtin_series() {
+        let vllm = "{name: vllm, queuedRequestsSpec: 'vllm:num_requests_waiting', runningRequestsSpec: 'vllm:num_requests_running', kvUsageSpec: 'vllm:kv_cache_usage_perc', loraSpec: 'vllm:lora_requests_info', cacheInfoSpec: 'vllm:cache_config_info'";
+        let triton = "{name: triton-tensorrt-llm, queuedRequestsSpec: 'nv_trt_llm_request_metrics{request_type=\"waiting\"}', runningRequestsSpec: 'nv_trt_llm_request_metrics{request_type=scheduled}', kvUsageSpec: 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}', cacheBlockSizeSpec: 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}', cacheNumBlocksSpec: 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}'}";
+        let doc = |configs: String| {
+            format!(
+                "- type: core-metrics-extractor\n  parameters:\n    engineConfigs: [{configs}]\n"
+            )
+        };
+        let custom = format!("{vllm}, customMetrics: [{{attributeKey: slots, metricSpec: 'free_slots{{kind=gpu}}'}}]}}");
+        let s = settings(&doc(format!("{custom}, {triton}"))).unwrap();
+        let keys: Vec<&str> = s.custom.of(EngineType::Vllm).map(|(k, _)| k).collect();
+        assert_eq!(keys, ["slots"]);
+        assert_eq!(s.custom.names(EngineType::TritonTrtllm).count(), 0);
+        let cases = [
+            (format!("{vllm}}}"), None),
+            (
+                format!("{}}}", vllm.replace("kv_cache_usage_perc", "gpu_cache_usage_perc")),
+                Some("engineConfigs[0].kvUsageSpec \"vllm:gpu_cache_usage_perc\" is not supported by epp"),
+            ),
+            ("{name: vllm}".to_owned(), Some("engineConfigs[0].queuedRequestsSpec \"\" is not supported")),
+            ("{name: tgi}".to_owned(), Some("engineConfigs[0].name \"tgi\" is not supported by epp")),
+            (format!("{vllm}, customMetrics: [{{attributeKey: a, metricSpec: 'x y'}}]}}"), Some("failed to create mapping for engine \"vllm\": custom metric \"a\": not a valid metric specification")),
+            (format!("{vllm}, customMetrics: [{{attributeKey: a, metricSpec: q}}, {{attributeKey: a, metricSpec: r}}]}}"), Some("custom metric attributeKey \"a\" is duplicated")),
+            (format!("{vllm}, customMetrics: [{{metricSpec: q}}]}}"), Some("custom metric attributeKey cannot be empty")),
+        ];
+        for (config, want) in cases {
+            let got = settings(&doc(config.clone())).map_err(|p| {
+                p.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
+            match want {
+                None => assert!(got.is_ok(), "{config}: {got:?}"),
+                Some(w) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(w)),
+                    "{config}: {got:?}"
+                ),
+            }
+        }
     }
 
     #[test]

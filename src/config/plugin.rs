@@ -365,13 +365,22 @@ mod tests {
     #[test]
     fn every_plugin_of_epps_decodes_to_something_it_uses() {
         // Parameters a plugin cannot go without; every other one decodes from its defaults.
-        let required = |k: PluginKind| match k {
+        let required = |k: PluginKind| {
+            match k {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
             K::FileDiscovery | K::MulticlusterFileDiscovery => "{path: /etc/epp/endpoints.yaml}",
             K::HeaderLabelAffinityScorer => "{headerName: x-zone, labelKey: zone}",
             K::PriorityHoldbackPolicy => "{minCeiling: 0.5}",
+            K::EndpointAttributeFilter => {
+                "{attribute: a, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}"
+            }
+            K::EndpointAttributeScorer => "{attributeKey: a, algorithm: {type: linear_lower_is_better}}",
+            K::DisaggregatedsetRolloutScreener => {
+                "{scope: {labelSelector: a=b}, revisionGating: {mode: disabled}}"
+            }
             _ => "",
+        }
         };
         use PluginKind as K;
         for &k in PluginKind::ALL {
@@ -408,6 +417,10 @@ mod tests {
                     | (
                         Plugin::UtilizationDetector(_) | Plugin::ConcurrencyDetector(_),
                         Category::Saturation
+                    )
+                    | (
+                        Plugin::Scheduling(Sched::Producer(_)),
+                        Category::RequestControl
                     )
                     | (
                         Plugin::ServedVerifier

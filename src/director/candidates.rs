@@ -164,6 +164,36 @@ impl Director {
     }
 }
 
+/// The screening plugins narrow the candidates (upstream's `runScreeners`, after the
+/// candidates are located): when they leave none, no endpoint may serve the request (503, as
+/// upstream's director answers).
+pub(super) fn screen(
+    runtime: &Runtime,
+    inc: &Incoming<'_>,
+    snapshot: &EndpointSet,
+    candidates: &mut Vec<Candidate>,
+    rng: &mut impl Rng,
+) -> Result<(), DirectorError> {
+    if !runtime.scheduler.screens() {
+        return Ok(());
+    }
+    let population: Vec<_> = snapshot
+        .iter()
+        .filter(|s| s.endpoint.rank == 0)
+        .map(|s| &s.endpoint.labels)
+        .collect();
+    let screening = scheduling::lifecycle::Screening {
+        headers: inc.headers,
+        population: &population,
+        draw: rng.random(),
+    };
+    runtime.scheduler.screen(&screening, candidates);
+    if candidates.is_empty() {
+        return Err(DirectorError::Screened);
+    }
+    Ok(())
+}
+
 /// The requests epp has in flight on `s` and their tokens still prefilling (llm-d's
 /// `InFlightLoad`), for the `concurrency-detector`.
 pub(super) fn inflight_load(s: &EndpointState) -> (f64, f64) {

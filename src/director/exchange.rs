@@ -67,6 +67,10 @@ pub enum DirectorError {
     BadRequest(#[from] RequestError),
     #[error("failed to find endpoint candidates: {0}")]
     NoCandidates(&'static str),
+    /// The screening plugins left no candidate (503, and no drop reason: upstream's director
+    /// refuses this itself, not flow control).
+    #[error("screeners eliminated all endpoint candidates")]
+    Screened,
     #[error(transparent)]
     Schedule(ScheduleError),
     #[error(transparent)]

@@ -2,6 +2,7 @@
 //! prefix lookup, scheduling, and recording the decision (`record.rs`: prefix index, no-hit
 //! LRU, session binding, in-flight lease).
 
+use super::candidates::screen;
 use super::exchange::{Body, DirectorError, Incoming, Routed};
 use super::{prompt_cap, Director, Runtime};
 use crate::datastore::objectives::Priority;
@@ -41,6 +42,7 @@ pub(super) fn route(
     d.admission(&runtime, (inc, parsed, now), &states, rng)?;
     let source = d.source(&runtime);
     let mut candidates = d.candidates(&states, runtime.scheduler.reads_labels(), now);
+    screen(&runtime, inc, &snapshot, &mut candidates, rng)?;
     let p = prompted.as_ref();
     let lookup = d.look_up(&runtime, source.as_ref(), p, &mut candidates);
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness, now);

@@ -307,3 +307,66 @@ plugins:
         "idle past the TTL: placed by load"
     );
 }
+
+/// `disaggregatedset-rollout-screener` before every profile: revision B has no prefill pod, so
+/// no request reaches its decode pod; a strict header naming it fails with 503, naming A keeps
+/// A, and the response says which revision served.
+#[test]
+fn the_rollout_screener_keeps_requests_off_an_incomplete_revision() {
+    const REV: &str = "disaggregatedset.x-k8s.io/revision";
+    let config = r#"
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: disaggregatedset-rollout-screener
+  parameters:
+    scope: {labelSelector: "disaggregatedset.x-k8s.io/name=s"}
+    headerSelectors:
+    - {name: revision, headerName: X-Disagg-Revision, labelKey: disaggregatedset.x-k8s.io/revision, mode: strict}
+    revisionGating: {mode: sum, requireRoles: {values: [prefill, decode]}}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+"#;
+    let pods = [(1, "A", "decode"), (2, "A", "prefill"), (3, "B", "decode")];
+    let endpoints = pods
+        .iter()
+        .map(|(p, rev, role)| crate::endpoint::Endpoint {
+            labels: [
+                ("disaggregatedset.x-k8s.io/name", "s"),
+                (REV, rev),
+                ("disaggregatedset.x-k8s.io/role", role),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            ..crate::endpoint::Endpoint::from_id(format!("127.0.0.1:{p}").parse().unwrap())
+        })
+        .collect();
+    let (d, _ds) = graph(&[], config, |g| g.endpoints(endpoints));
+    let mut rng = SmallRng::seed_from_u64(3);
+    let body = chat("hello");
+    let b_decode: crate::endpoint::EndpointId = "127.0.0.1:3".parse().unwrap();
+    for _ in 0..20 {
+        let routed = route(&d, &body, &mut rng);
+        assert_ne!(routed.destinations[0], b_decode);
+        let revision = ("x-disagg-revision".to_owned(), "A".to_owned());
+        assert!(
+            routed.client_headers.contains(&revision),
+            "{:?}",
+            routed.client_headers
+        );
+    }
+    let with = |rev: &str| crate::scheduling::lifecycle::Headers::of(&[("x-disagg-revision", rev)]);
+    let (a, b) = (with("A"), with("B"));
+    let inc = |headers| Incoming {
+        body: chat_body(&d, &body),
+        headers,
+        ..Default::default()
+    };
+    assert!(d.route(&inc(&a), &mut rng).is_ok());
+    let err = d.route(&inc(&b), &mut rng).unwrap_err();
+    assert!(matches!(err, DirectorError::Screened), "{err}");
+}

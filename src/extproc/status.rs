@@ -159,7 +159,9 @@ impl StreamError {
     pub(crate) fn code(&self) -> Code {
         match self {
             Self::Director(DirectorError::BadRequest(_)) => Code::BadRequest,
-            Self::Director(DirectorError::NoCandidates(_)) => Code::ServiceUnavailable,
+            Self::Director(DirectorError::NoCandidates(_) | DirectorError::Screened) => {
+                Code::ServiceUnavailable
+            }
             Self::Director(DirectorError::Schedule(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::Shed(_)) => Code::ResourceExhausted,
             Self::Director(DirectorError::UnknownEndpoint(_)) => Code::Internal,
@@ -270,6 +272,7 @@ mod tests {
         let cases = [
             (StreamError::from(RequestError::MissingModel), 400),
             (DirectorError::NoCandidates("x").into(), 503),
+            (DirectorError::Screened.into(), 503),
             (
                 DirectorError::Schedule(ScheduleError::AllFiltered).into(),
                 429,
@@ -320,6 +323,7 @@ mod tests {
                 503,
                 Some("rejected-no-endpoints"),
             ),
+            (DirectorError::Screened.into(), 503, None),
             (
                 DirectorError::Schedule(ScheduleError::AllFiltered).into(),
                 429,

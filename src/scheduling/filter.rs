@@ -1,6 +1,7 @@
 //! Filters: drop candidates that must not serve a request. One per file under `filter/`.
 
 mod by_label;
+mod endpoint_attribute;
 mod gpu_memory;
 mod header_based_testing;
 mod label_selector;
@@ -14,10 +15,11 @@ use crate::plugin::{Parameters, PluginKind};
 #[cfg(test)]
 pub(crate) use by_label::ROLE_LABEL;
 pub(crate) use by_label::{ByLabelFilter, Role};
+pub(crate) use endpoint_attribute::EndpointAttributeFilter;
 pub(crate) use gpu_memory::GpuMemoryFilter;
 pub(crate) use header_based_testing::HeaderBasedTestingFilter;
 pub(crate) use label_selector::LabelSelectorFilter;
-pub(crate) use label_selector::Requirement;
+pub(crate) use label_selector::{check_key, check_value, Requirement};
 pub(crate) use prefix_cache_affinity::PrefixCacheAffinityFilter;
 use rand::Rng;
 pub(crate) use session_affinity::SessionAffinityFilter;
@@ -34,6 +36,7 @@ pub enum Filter {
     /// `by-label` and the role filters.
     ByLabel(ByLabelFilter),
     Utilization(UtilizationFilter),
+    EndpointAttribute(EndpointAttributeFilter),
     SessionAffinity(SessionAffinityFilter),
     /// `context-length-aware` with `enableFiltering` (built as a scorer).
     ContextLength(super::scorer::ContextLengthAware),
@@ -70,6 +73,9 @@ impl Filter {
                 Self::TopologyAffinity(p.decode::<TopologyAffinityFilterParams>()?.validate()?)
             }
             K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),
+            K::EndpointAttributeFilter => {
+                Self::EndpointAttribute(p.decode::<EndpointAttributeFilter>()?.validate()?)
+            }
             K::ByLabel => Self::ByLabel(p.decode::<ByLabelFilter>()?.validate()?),
             // The role filters take no parameters; as before, whatever is given is not read.
             K::DecodeFilter => Self::ByLabel(ByLabelFilter::role(Role::Decode)),
@@ -99,6 +105,7 @@ impl Filter {
             Self::LabelSelector(f) => f.filter(pool),
             Self::ByLabel(f) => f.filter(pool),
             Self::Utilization(f) => f.filter(pool),
+            Self::EndpointAttribute(f) => f.filter(pool),
             Self::SessionAffinity(f) => f.filter(req, pool),
             Self::ContextLength(f) => f.filter(req, pool),
             Self::TopologyAffinity(f) => f.filter(req, pool),

@@ -16,6 +16,7 @@
 
 use super::{Candidate, Decision, SchedulingRequest};
 use crate::endpoint::EndpointId;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -28,6 +29,16 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
     fn headers(&self) -> Vec<&str> {
         Vec::new()
     }
+
+    /// Whether this plugin narrows the candidates before any profile runs ([`Self::screen`]);
+    /// the director then copies the endpoints' labels and gathers the pool's population.
+    fn screens(&self) -> bool {
+        false
+    }
+
+    /// Narrows the request's candidates once, before admission plugins, the prefix lookup and
+    /// every scheduling profile (upstream's `Screener`). Only called when [`Self::screens`].
+    fn screen(&self, _screening: &Screening<'_>, _candidates: &mut Vec<Candidate>) {}
 
     /// The decision is taken and the request is about to be sent (upstream's `PreRequest`).
     fn pre_request(&self, _placed: &Placed<'_>) {}
@@ -78,6 +89,17 @@ pub struct Placed<'a> {
     pub now: Instant,
 }
 
+/// What a screening plugin reads besides the candidates.
+pub struct Screening<'a> {
+    /// The captured request headers.
+    pub(crate) headers: &'a Headers,
+    /// The labels of every ready pod of the pool (one entry per pod, whatever its ranks), the
+    /// candidates or not: upstream's screener counts the pods it watches.
+    pub(crate) population: &'a [&'a BTreeMap<String, String>],
+    /// A uniform draw in [0, 1) for a weighted choice.
+    pub(crate) draw: f64,
+}
+
 /// How an exchange ended, as the plugins see it.
 pub struct Completed<'a> {
     /// The request's number ([`Placed::id`]).
@@ -87,7 +109,7 @@ pub struct Completed<'a> {
     /// The endpoint that served it.
     #[allow(
         dead_code,
-        reason = "part of the response-complete contract (upstream's ResponseComplete receives the endpoint and outcome); no plugin of epp reads them yet"
+        reason = "part of the response-complete contract (upstream's ResponseComplete receives the endpoint); no plugin of epp reads it yet"
     )]
     pub(crate) served: EndpointId,
     /// When the request was routed, and now.
@@ -96,7 +118,7 @@ pub struct Completed<'a> {
     /// A response arrived with a 2xx status (false for errors and abandoned exchanges).
     pub(crate) ok: bool,
     /// The response was streamed (its first chunk is its first token, not the whole answer).
-    pub stream: bool,
+    pub(crate) stream: bool,
 }
 
 /// A response's first body chunk, as the plugins see it.

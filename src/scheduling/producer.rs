@@ -3,6 +3,7 @@
 //! file under `producer/`.
 
 mod latency_observer;
+mod rollout_screener;
 mod session_state;
 mod sojourn_observer;
 
@@ -10,6 +11,7 @@ use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
 pub(crate) use latency_observer::LatencyObserver;
 pub(crate) use latency_observer::Percentiles;
+use rollout_screener::RolloutScreener;
 pub(crate) use session_state::SessionStateProducer;
 pub(crate) use sojourn_observer::Sojourn;
 pub use sojourn_observer::SojournObserver;
@@ -48,6 +50,9 @@ pub(crate) fn from_plugin<P: Parameters>(
             Arc::new(p.decode::<LatencyObserver>()?.validate()?)
         }
         PluginKind::SojournTimeObserverHub => Arc::new(p.decode::<SojournObserver>()?.validate()?),
+        PluginKind::DisaggregatedsetRolloutScreener => {
+            Arc::new(p.decode::<RolloutScreener>()?.validate()?)
+        }
         _ => return Ok(None),
     }))
 }

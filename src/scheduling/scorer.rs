@@ -2,6 +2,7 @@
 
 mod active_request;
 mod context_length_aware;
+mod endpoint_attribute;
 mod estimated_ttft;
 mod gpu_utilization;
 mod header_label_affinity;
@@ -26,6 +27,7 @@ use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
 pub(crate) use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
+pub(crate) use endpoint_attribute::EndpointAttributeScorer;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
 pub(crate) use gpu_utilization::GpuUtilizationScorer;
 pub(crate) use header_label_affinity::HeaderLabelAffinityScorer;
@@ -81,6 +83,7 @@ pub enum Scorer {
     LatencyObservation(Box<LatencyObservationScorer>),
     /// Expected remaining in-flight work from a sojourn observer's digests.
     Mrl(Box<MrlScorer>),
+    EndpointAttribute(EndpointAttributeScorer),
 }
 
 impl Scorer {
@@ -130,6 +133,9 @@ impl Scorer {
             K::TopologyAffinityScorer => {
                 Self::TopologyAffinity(p.decode::<TopologyAffinityScorerParams>()?.into())
             }
+            K::EndpointAttributeScorer => {
+                Self::EndpointAttribute(p.decode::<EndpointAttributeScorer>()?.validate()?)
+            }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
             K::LatencyObservationScorerHub => Self::LatencyObservation(Box::new(
@@ -164,6 +170,7 @@ impl Scorer {
             Self::TopologyAffinity(s) => s.score(req, pool, out),
             Self::LatencyObservation(s) => s.score(pool, out),
             Self::Mrl(s) => s.score(req, pool, out),
+            Self::EndpointAttribute(s) => s.score(pool, out),
         }
     }
 

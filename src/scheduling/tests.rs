@@ -121,7 +121,8 @@ fn llm_d_optimized_baseline_sticks_to_the_prefix_until_the_ttft_gate() {
 #[test]
 fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
     // Parameters a plugin cannot go without; every other one builds from its defaults.
-    let required = |k: PluginKind| match k {
+    let required = |k: PluginKind| {
+        match k {
         PluginKind::ByLabel => "\n  parameters: {label: tier, validValues: [a]}",
         PluginKind::HeaderLabelAffinityScorer => {
             "\n  parameters: {headerName: x-zone, labelKey: zone}"
@@ -132,7 +133,14 @@ fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
         // A scorer reading what an observer learns needs that observer.
         PluginKind::LatencyObservationScorerHub => "\n- type: latency-observer-producer-hub",
         PluginKind::MrlScorerHub => "\n- type: sojourn-time-observer-hub",
+        PluginKind::EndpointAttributeFilter => {
+            "\n  parameters: {attribute: a, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}"
+        }
+        PluginKind::EndpointAttributeScorer => {
+            "\n  parameters: {attributeKey: a, algorithm: {type: linear_higher_is_better}}"
+        }
         _ => "",
+    }
     };
     let load = LoadOptions {
         allow_experimental: true,

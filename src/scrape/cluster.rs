@@ -144,6 +144,7 @@ pub(crate) fn extract(
         cache: None,
         gpu: None,
         pool: Some(pool),
+        attributes: Vec::new(),
         updated: now,
     })
 }

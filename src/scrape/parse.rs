@@ -411,6 +411,7 @@ pub(crate) fn extract_with(
         cache,
         gpu: gpu.finish(),
         pool: None,
+        attributes: Vec::new(),
         updated: now,
     })
 }

@@ -198,7 +198,9 @@ fn endpoints_file(endpoints: &[FileEndpoint<'_>]) -> String {
     s
 }
 
-/// `config` with llm-d's file discovery and metrics data layer added (its plugins first).
+/// `config` with llm-d's file discovery and metrics data layer added (its plugins first); a
+/// data-layer plugin the config has already (a `core-metrics-extractor` with `engineConfigs`,
+/// named by its type) is kept instead of the default one.
 fn with_file_discovery(config: &str, endpoints: &Path) -> anyhow::Result<String> {
     let mut doc: Value = serde_norway::from_str(config).context("parsing the config")?;
     let added: Value = serde_norway::from_str(&format!(
@@ -213,7 +215,9 @@ fn with_file_discovery(config: &str, endpoints: &Path) -> anyhow::Result<String>
         .get_mut("plugins")
         .and_then(Value::as_sequence_mut)
         .context("the config has no plugins list")?;
-    let mut all = added.as_sequence().cloned().unwrap_or_default();
+    let has = |t: &Value| plugins.iter().any(|p| p.get("type") == Some(t));
+    let mut all: Vec<Value> = added.as_sequence().cloned().unwrap_or_default();
+    all.retain(|p| p.get("type").is_none_or(|t| !has(t)));
     all.append(plugins);
     *plugins = all;
     let layer: Value = serde_norway::from_str(
@@ -250,6 +254,20 @@ mod tests {
         );
         assert_eq!(v["plugins"][0]["parameters"]["path"], "/tmp/e.yaml");
         assert_eq!(v["dataLayer"]["discovery"]["pluginRef"], "endpoints");
+        // The config's own extractor (with engineConfigs) replaces the default one.
+        let own = format!(
+            "{config}- {{type: core-metrics-extractor, parameters: {{defaultEngine: sglang}}}}\n"
+        );
+        let out = with_file_discovery(&own, Path::new("/tmp/e.yaml")).unwrap();
+        let v: Value = serde_norway::from_str(&out).unwrap();
+        let extractors: Vec<&Value> = v["plugins"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "core-metrics-extractor")
+            .collect();
+        assert_eq!(extractors.len(), 1);
+        assert_eq!(extractors[0]["parameters"]["defaultEngine"], "sglang");
         let file = endpoints_file(&[FileEndpoint {
             name: "d",
             addr: "127.0.0.1:9".parse().unwrap(),

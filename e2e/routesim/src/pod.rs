@@ -168,6 +168,7 @@ impl Pod {
             }),
             gpu: None,
             pool: None,
+            attributes: Vec::new(),
             updated: now,
         }
     }

@@ -151,6 +151,8 @@ pub fn all() -> Vec<Case> {
     v.extend(hubs());
     v.extend(topology());
     v.extend(once_refused());
+    v.push(rollout_screener());
+    v.extend(endpoint_attributes());
     v.extend(flow());
     v
 }
@@ -734,6 +736,62 @@ fn once_refused() -> Vec<Case> {
             waiting(&[4, 1, 2]),
         ),
     ]
+}
+
+/// The `endpoint-attribute-*` plugins over a `customMetrics` attribute (each pod's running
+/// requests: 4, 1, 2): the filter keeps pods 1 and 2, the scorer prefers pod 1.
+fn endpoint_attributes() -> Vec<Case> {
+    let running = || {
+        [4, 1, 2]
+            .iter()
+            .map(|r| PodState {
+                waiting: Some(0),
+                running: Some(*r),
+                ..PodState::default()
+            })
+            .collect::<Vec<_>>()
+    };
+    vec![
+        kept_set(
+            "endpoint-attribute-filter",
+            FILTER_ENDPOINT_ATTRIBUTE,
+            running(),
+        ),
+        best(
+            "endpoint-attribute-scorer",
+            SCORER_ENDPOINT_ATTRIBUTE,
+            running(),
+        ),
+    ]
+}
+
+/// `disaggregatedset-rollout-screener` with revision gating off: llm-d's EPP counts the pods of a
+/// revision from a Kubernetes Pod watch, which its file-discovery mode does not run, so with
+/// gating on it refuses every request. Off, the strict selector screens by the request's
+/// header (none left: 503) and both selectors stamp the serving pod's labels on the response.
+/// Pod 0 (revision A, slice s1) has the shortest queue, then pod 2 (B, no slice), then pod 1
+/// (B, s2).
+fn rollout_screener() -> Case {
+    let mut pods = labelled(&[
+        &[("app", "x"), ("rev", "A"), ("slice", "s1")],
+        &[("app", "x"), ("rev", "B"), ("slice", "s2")],
+        &[("app", "x"), ("rev", "B")],
+    ]);
+    for (p, w) in pods.iter_mut().zip([0, 5, 3]) {
+        p.waiting = Some(w);
+    }
+    let hello = || req(completion("hello"));
+    case(
+        "disaggregatedset-rollout-screener",
+        ROLLOUT_SCREENER,
+        pods,
+        vec![
+            times(3, hello()),
+            with_header("x-llm-d-revision", "B", hello()),
+            with_header("x-llm-d-revision", "C", hello()),
+            with_header("x-llm-d-revision", "", hello()),
+        ],
+    )
 }
 
 /// Pods with these queues and an empty KV cache (the utilization detector reads both).

@@ -373,6 +373,66 @@ schedulingProfiles:
   - {pluginRef: max-score-picker}
 ";
 
+/// `core-metrics-extractor` with vLLM's built-in specifications and one custom metric, the
+/// running requests as the endpoint attribute `running`; then `$rest` (plugins and profiles).
+macro_rules! with_attribute {
+    ($rest:literal) => {
+        concat!(
+            "plugins:
+- type: core-metrics-extractor
+  parameters:
+    engineConfigs:
+    - name: vllm
+      queuedRequestsSpec: 'vllm:num_requests_waiting'
+      runningRequestsSpec: 'vllm:num_requests_running'
+      kvUsageSpec: 'vllm:kv_cache_usage_perc'
+      loraSpec: 'vllm:lora_requests_info'
+      cacheInfoSpec: 'vllm:cache_config_info'
+      customMetrics: [{attributeKey: running, metricSpec: 'vllm:num_requests_running'}]
+",
+            $rest
+        )
+    };
+}
+
+/// Endpoints with fewer than 3 running requests (by the custom metric), then a random pick.
+pub const FILTER_ENDPOINT_ATTRIBUTE: &str = with_attribute!(
+    "- {name: f, type: endpoint-attribute-filter, parameters: {attribute: running, algorithm: {type: threshold, threshold: {operator: LessThan, value: 3}}}}
+- {type: random-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: f}, {pluginRef: random-picker}]
+"
+);
+
+/// The fewest running requests (by the custom metric) is best.
+pub const SCORER_ENDPOINT_ATTRIBUTE: &str = with_attribute!(
+    "- {name: s, type: endpoint-attribute-scorer, parameters: {attributeKey: running, algorithm: {type: linear_lower_is_better}}}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
+"
+);
+
+/// `disaggregatedset-rollout-screener` (revision gating off) in front of the queue scorer.
+pub const ROLLOUT_SCREENER: &str = "
+plugins:
+- name: screener
+  type: disaggregatedset-rollout-screener
+  parameters:
+    scope: {labelSelector: 'app=x'}
+    headerSelectors:
+    - {name: revision, headerName: X-LLM-D-Revision, labelKey: rev, mode: strict}
+    - {name: slice, headerName: x-llm-d-slice, labelKey: slice, mode: prefer}
+    revisionGating: {mode: disabled}
+- {type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
 /// Two profiles, the request's `x-stage` header naming the one that runs (`decode` without).
 pub const HANDLER_HEADER: &str = "
 plugins:

@@ -83,7 +83,7 @@ impl Requirement {
 
 /// A qualified name: `[prefix/]name`, the prefix a DNS subdomain, the name ≤ 63 characters of
 /// alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
-fn check_key(key: &str) -> Result<(), Invalid> {
+pub(crate) fn check_key(key: &str) -> Result<(), Invalid> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -109,7 +109,7 @@ fn check_key(key: &str) -> Result<(), Invalid> {
 }
 
 /// A label value: empty, or ≤ 63 characters like a name.
-fn check_value(v: &str) -> Result<(), Invalid> {
+pub(crate) fn check_value(v: &str) -> Result<(), Invalid> {
     if v.is_empty() || (v.len() <= 63 && label_chars(v)) {
         Ok(())
     } else {
