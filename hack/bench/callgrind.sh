@@ -46,17 +46,29 @@ ADMIN_PORT=$admin LISTENER_PORT=$listen EPP_ENDPOINTS="[{endpoint: {address: {so
 "$envoy" -c "$d/envoy.yaml" --concurrency 1 -l error >"$d/envoy.log" 2>&1 &
 pids+=($!)
 lg=(target/release/loadgen --target "127.0.0.1:$listen" --workload random --input-len 20 --output-len 1 --model m --concurrency 4 --drain-secs 30)
-for _ in $(seq 1 120); do
-  "${lg[@]}" --max-requests 1 --duration-secs 5 --out "$d/probe.json" >/dev/null 2>&1 && \
-    python3 -c "import json,sys; sys.exit(json.load(open('$d/probe.json'))['summary']['ok'] != 1)" && break
+# Under valgrind on a loaded machine epp can take minutes to answer its first request.
+ready=0
+for _ in $(seq 1 300); do
+  if "${lg[@]}" --max-requests 1 --duration-secs 5 --out "$d/probe.json" >/dev/null 2>&1 && \
+    python3 -c "import json,sys; sys.exit(json.load(open('$d/probe.json'))['summary']['ok'] != 1)"; then
+    ready=1; break
+  fi
   sleep 1
 done
+if ((!ready)); then
+  echo "$what ($bin): no request succeeded through Envoy within the probe's limit; nothing measured (logs: $d)" >&2
+  exit 1
+fi
 "${lg[@]}" --max-requests 200 --duration-secs 300 --out "$d/warmup.json" >"$d/warmup.log" 2>&1
 callgrind_control -i on "$server" >/dev/null 2>&1
 "${lg[@]}" --max-requests "$n" --duration-secs 900 --seed 9 --out "$d/run.json" >"$d/run.log" 2>&1
 callgrind_control -d "$server" >/dev/null 2>&1
 callgrind_control -i off "$server" >/dev/null 2>&1
 ok=$(python3 -c "import json; print(json.load(open('$d/run.json'))['summary']['ok'])")
+if ((ok == 0)); then
+  echo "$what ($bin): every measured request failed; nothing measured (logs: $d)" >&2
+  exit 1
+fi
 total=$(callgrind_annotate "$d/callgrind.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done=1}')
 callgrind_annotate "$d/callgrind.out.1" 2>/dev/null >"$d/annotate.txt" || true
 sed -n "/file:function/,\$p" "$d/annotate.txt" | head -40 >"$d/top.txt" || true
