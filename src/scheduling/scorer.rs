@@ -256,7 +256,7 @@ pub(crate) fn prefix_params<P: Parameters>(p: &P) -> Result<PrefixParams, P::Err
 }
 
 /// Min-max normalisation where less is better: the smallest value scores 1, the largest 0, all
-/// equal scores 1. Shared by the queue and running-requests scorers.
+/// equal scores 1. Shared by the queue, running-requests, latency-observation and MRL scorers.
 pub(crate) fn min_max_inverse(values: impl Iterator<Item = f64> + Clone, out: &mut [f64]) {
     let (lo, hi) = values
         .clone()

@@ -152,21 +152,16 @@ impl LatencyObservationScorer {
     /// exploration coin (`coin` draws in [0, 1)) over the endpoints not yet trusted.
     fn normalise(&self, evals: &[Eval], out: &mut [f64], mut coin: impl FnMut() -> f64) {
         let warm = evals.iter().filter(|e| e.warm).map(|e| e.pred);
-        let (min, max) = warm.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-            (lo.min(p), hi.max(p))
-        });
-        if min > max {
+        let Some(best) = warm.reduce(f64::min) else {
             out.fill(1.0);
             return;
-        }
+        };
+        super::min_max_inverse(
+            evals.iter().map(|e| if e.warm { e.pred } else { best }),
+            out,
+        );
         let any_trusted = evals.iter().any(|e| e.trusted);
         for (o, e) in out.iter_mut().zip(evals) {
-            let pred = if e.warm { e.pred } else { min };
-            *o = if max > min {
-                (max - pred) / (max - min)
-            } else {
-                1.0
-            };
             if self.exploration_rate > 0.0 && !e.trusted {
                 if coin() < self.exploration_rate {
                     *o = 1.0;

@@ -83,27 +83,17 @@ impl MrlScorer {
     /// Min-max normalised scores over the warm residuals (`None`: cold), cold endpoints
     /// seeded at the least, then the exploration coin (`coin` draws in [0, 1)).
     fn normalise(&self, residuals: &[Option<f64>], out: &mut [f64], mut coin: impl FnMut() -> f64) {
-        let (min, max) = residuals
-            .iter()
-            .flatten()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
-                (lo.min(*r), hi.max(*r))
-            });
-        if min > max {
+        let Some(least) = residuals.iter().flatten().copied().reduce(f64::min) else {
             out.fill(1.0);
             return;
-        }
+        };
+        super::min_max_inverse(residuals.iter().map(|r| r.unwrap_or(least)), out);
+        let spread = residuals.iter().flatten().any(|r| *r > least);
         for (o, r) in out.iter_mut().zip(residuals) {
-            let value = r.unwrap_or(min);
-            *o = if max > min {
-                (max - value) / (max - min)
-            } else {
-                1.0
-            };
             if self.exploration_rate > 0.0 && r.is_none() {
                 if coin() < self.exploration_rate {
                     *o = 1.0;
-                } else if max > min {
+                } else if spread {
                     *o = 0.0;
                 }
             }
