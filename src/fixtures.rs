@@ -196,7 +196,7 @@ impl GraphBuilder {
     }
 
     /// `--allow-experimental-plugins` (alpha plugins such as `session-affinity-scorer`).
-    pub(crate) fn experimental(mut self) -> Self {
+    pub fn experimental(mut self) -> Self {
         self.load.allow_experimental = true;
         self
     }

@@ -277,7 +277,7 @@ impl Scheduler {
         if self.estimated_ttft().is_some_and(|s| s.rejects(req, &pool)) {
             return Err(ScheduleError::SloUnattainable);
         }
-        let totals = self.score(req, &pool);
+        let totals = self.score(req, &pool, rng);
         let scored: Vec<(&Candidate, f64)> = pool.into_iter().zip(totals).collect();
         let endpoints = self.picker.pick(req, &scored, rng);
         let scores = scored.iter().map(|(c, s)| (c.id, *s)).collect();
@@ -302,11 +302,16 @@ impl Scheduler {
         disagg.chain(self.by_header.iter().flat_map(|h| h.schedulers()))
     }
 
-    fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate]) -> Vec<f64> {
+    fn score(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: &[&Candidate],
+        rng: &mut impl Rng,
+    ) -> Vec<f64> {
         let mut totals = vec![0.0; pool.len()];
         let mut buf = vec![0.0; pool.len()];
         for (scorer, weight) in &self.scorers {
-            scorer.score(req, pool, &mut buf);
+            scorer.score(req, pool, &mut buf, rng);
             for (t, s) in totals.iter_mut().zip(&buf) {
                 let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
                 *t += s * weight;

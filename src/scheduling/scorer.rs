@@ -147,7 +147,13 @@ impl Scorer {
     }
 
     /// Writes one score per candidate of `pool` into `out` (same length).
-    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: &[&Candidate],
+        out: &mut [f64],
+        rng: &mut impl rand::Rng,
+    ) {
         match self {
             Self::Queue(s) => s.score(pool, out),
             Self::KvCache(s) => s.score(pool, out),
@@ -168,8 +174,8 @@ impl Scorer {
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
             Self::TopologyAffinity(s) => s.score(req, pool, out),
-            Self::LatencyObservation(s) => s.score(pool, out),
-            Self::Mrl(s) => s.score(req, pool, out),
+            Self::LatencyObservation(s) => s.score(pool, out, rng),
+            Self::Mrl(s) => s.score(req, pool, out, rng),
             Self::EndpointAttribute(s) => s.score(pool, out),
         }
     }

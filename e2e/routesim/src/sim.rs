@@ -151,6 +151,9 @@ impl Sim {
             .endpoints(ids.iter().copied().map(Endpoint::from_id).collect())
             .staleness(self.cluster.staleness)
             .clock(self.clock.clone())
+            // As epp with --allow-experimental-plugins: Alpha types (v0.11's learned scorers)
+            // are what the simulator is for trying.
+            .experimental()
             .try_build()?;
         let set = graph.datastore.snapshot();
         for (i, id) in ids.iter().enumerate() {

@@ -18,6 +18,7 @@
 use crate::plugin::Invalid;
 use crate::scheduling::producer::{LatencyObserver, Percentiles};
 use crate::scheduling::Candidate;
+use rand::Rng;
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -92,7 +93,7 @@ impl LatencyObservationScorer {
         Some(self.ttft_percentiles_producer_name.as_str()).filter(|n| !n.is_empty())
     }
 
-    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(&self, pool: &[&Candidate], out: &mut [f64], rng: &mut impl Rng) {
         let evals: Vec<Eval> = pool
             .iter()
             .map(|c| {
@@ -100,7 +101,7 @@ impl LatencyObservationScorer {
                 self.eval(p.as_ref(), c.inflight)
             })
             .collect();
-        self.normalise(&evals, out, rand::random::<f64>);
+        self.normalise(&evals, out, || rng.random::<f64>());
     }
 
     /// The candidate's prediction at `inflight` requests, from what its observer published.

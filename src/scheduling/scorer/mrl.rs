@@ -13,6 +13,7 @@
 use crate::plugin::Invalid;
 use crate::scheduling::producer::{Sojourn, SojournObserver};
 use crate::scheduling::{Candidate, SchedulingRequest};
+use rand::Rng;
 use std::time::Instant;
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -68,7 +69,13 @@ impl MrlScorer {
         Some(self.sojourn_time_observer_producer_name.as_str()).filter(|n| !n.is_empty())
     }
 
-    pub(crate) fn score(&self, req: &SchedulingRequest<'_>, pool: &[&Candidate], out: &mut [f64]) {
+    pub(crate) fn score(
+        &self,
+        req: &SchedulingRequest<'_>,
+        pool: &[&Candidate],
+        out: &mut [f64],
+        rng: &mut impl Rng,
+    ) {
         let residuals: Vec<Option<f64>> = pool
             .iter()
             .map(|c| {
@@ -77,7 +84,7 @@ impl MrlScorer {
                     .flatten()
             })
             .collect();
-        self.normalise(&residuals, out, rand::random::<f64>);
+        self.normalise(&residuals, out, || rng.random::<f64>());
     }
 
     /// Min-max normalised scores over the warm residuals (`None`: cold), cold endpoints

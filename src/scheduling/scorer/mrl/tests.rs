@@ -127,7 +127,7 @@ fn the_endpoint_owing_least_work_scores_best() {
         ..Default::default()
     };
     let mut out = [0.0; 3];
-    s.score(&req, &[&a, &b, &c], &mut out);
+    s.score(&req, &[&a, &b, &c], &mut out, &mut rand::rng());
     // c is cold: seeded at the least residual (b's).
     assert_eq!(out, [0.0, 1.0, 1.0]);
     let mut probing = scorer("{explorationRate: 0.5}").unwrap();
