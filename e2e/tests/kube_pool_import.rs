@@ -6,6 +6,11 @@
 //! an export while the controller runs updates the imports; a controller restarted after the
 //! last export was withdrawn deletes the imports it alone held, keeps one another controller
 //! also manages (its entry untouched), and clears the pools' `Exported` entries.
+//!
+//! Endpoint mode on the way: the controller writes the exported pool's ready pods of cluster A
+//! to an endpoints file (`--endpoints-dir`), and an epp of the importing side reading it with
+//! llm-d's `file-discovery` routes a real Envoy's requests to those pods (inference-sim on
+//! 127.0.0.x, the pods' IPs in A), following a pod of A turning unready.
 #![allow(clippy::unwrap_used)]
 
 use crate::kube_support::create;
@@ -88,8 +93,9 @@ async fn same_namespace(server: &KubeApiServer, name: &str) -> TestNamespace {
     }
 }
 
-/// A GIE v1 InferencePool `name`, exported to the ClusterSet when `exported`.
-fn pool(name: &str, exported: bool) -> Value {
+/// A GIE v1 InferencePool `name` of `app=vllm` pods on `port`, exported to the ClusterSet
+/// when `exported`.
+fn pool(name: &str, exported: bool, port: u16) -> Value {
     let annotations = if exported {
         json!({"inference.networking.x-k8s.io/export": "ClusterSet"})
     } else {
@@ -98,7 +104,7 @@ fn pool(name: &str, exported: bool) -> Value {
     json!({
         "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
         "metadata": {"name": name, "annotations": annotations},
-        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}],
+        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": port}],
                  "endpointPickerRef": {"name": "pool-epp", "port": {"number": 9002}}}
     })
 }
@@ -200,7 +206,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(kubeconfigs: &[(&str, PathBuf)]) -> Self {
+    fn start(kubeconfigs: &[(&str, PathBuf)], endpoints: &Path) -> Self {
         let options = Options {
             clusters: kubeconfigs
                 .iter()
@@ -211,6 +217,7 @@ impl Running {
                 .collect(),
             controller_name: CONTROLLER.to_owned(),
             resync: Duration::from_secs(5),
+            endpoints_dir: Some(endpoints.to_owned()),
         };
         let token = CancellationToken::new();
         let task = tokio::spawn(export::run(options, token.clone()));
@@ -225,6 +232,32 @@ impl Running {
             .unwrap()
             .unwrap();
     }
+}
+
+/// llm-d's default configuration (hack/bench/llmd-default.yaml) with `file-discovery` following
+/// `file`.
+fn file_discovery_config(file: &Path) -> String {
+    let template = crate::kube_support::root().join("hack/bench/llmd-default.yaml");
+    let text = std::fs::read_to_string(template).unwrap();
+    let line = format!("    path: {}\n    watchFile: true", file.display());
+    let out = text.replace("    path: ${ENDPOINTS_FILE}", &line);
+    assert_ne!(out, text, "the template's path line moved");
+    out
+}
+
+/// The names in the endpoints file, once it exists.
+fn file_entries(file: &Path) -> Result<Option<Vec<String>>, String> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Ok(None);
+    };
+    let doc: Value = serde_norway::from_str(&text).map_err(|e| e.to_string())?;
+    let names = doc["endpoints"].as_array().ok_or("no endpoints list")?;
+    Ok(Some(
+        names
+            .iter()
+            .map(|e| e["name"].as_str().unwrap_or_default().to_owned())
+            .collect(),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,9 +276,13 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
     a.admin_kubeconfig(&kubeconfigs[0].1, &ns_a.name).unwrap();
     b.admin_kubeconfig(&kubeconfigs[1].1, &ns_b.name).unwrap();
 
-    create(&ns_a, pool("llm", true)).await;
-    create(&ns_a, pool("quiet", false)).await;
-    let controller = Running::start(&kubeconfigs);
+    let (port, sims) = crate::kube_support::sim_pods(2).await;
+    create(&ns_a, pool("llm", true, port)).await;
+    create(&ns_a, pool("quiet", false, port)).await;
+    crate::kube_support::ready_pod(&ns_a, "pod-0", "127.0.0.2").await;
+    crate::kube_support::ready_pod(&ns_a, "pod-1", "127.0.0.3").await;
+    let endpoints = dir.0.join("endpoints");
+    let controller = Running::start(&kubeconfigs, &endpoints);
 
     // Exported from A: imported into both members, A's pool says Exported.
     wait_import(&ns_b, "cluster-b", "llm", &["cluster-a"]).await;
@@ -267,11 +304,51 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
     let version = |o: &kube::api::ObjectMeta| o.resource_version.clone().unwrap();
     let pool_version = version(&pools(&ns_a).get("llm").await.unwrap().metadata);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(version(&imports(&ns_b).get("llm").await.unwrap().metadata), version(&b_import.metadata));
-    assert_eq!(version(&pools(&ns_a).get("llm").await.unwrap().metadata), pool_version);
+    assert_eq!(
+        version(&imports(&ns_b).get("llm").await.unwrap().metadata),
+        version(&b_import.metadata)
+    );
+    assert_eq!(
+        version(&pools(&ns_a).get("llm").await.unwrap().metadata),
+        pool_version
+    );
+
+    // Endpoint mode: an epp reading the import's endpoints file routes to A's pods.
+    let file = endpoints.join(&ns_a.name).join("llm.yaml");
+    let both = [
+        format!("cluster-a.pod-0.{port}"),
+        format!("cluster-a.pod-1.{port}"),
+    ];
+    eventually("the endpoints file lists A's two pods", || async {
+        Ok(file_entries(&file)?.filter(|names| names[..] == both[..]))
+    })
+    .await;
+    let config = file_discovery_config(&file);
+    let args: Vec<String> = [
+        "--config-text",
+        &config,
+        "--pool-name",
+        "llm",
+        "--pool-namespace",
+        &ns_a.name,
+        "--secure-serving",
+        "false",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    let epp = harness::epp::Epp::start(&args)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let envoy = crate::kube_support::envoy(epp.grpc, &sims).await;
+    crate::kube_support::wait_served(&envoy, &["pod-0", "pod-1"]).await;
+    crate::kube_support::set_status(&ns_a, "pod-1", "127.0.0.3", false).await;
+    crate::kube_support::wait_served(&envoy, &["pod-0"]).await;
+    drop(envoy);
+    epp.stop().await;
 
     // The same pool name exported by B too: both exporting clusters, everywhere.
-    create(&ns_b, pool("llm", true)).await;
+    create(&ns_b, pool("llm", true, port)).await;
     wait_import(&ns_b, "cluster-b", "llm", &["cluster-a", "cluster-b"]).await;
     wait_import(&ns_a, "cluster-a", "llm", &["cluster-a", "cluster-b"]).await;
 
@@ -325,7 +402,7 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
     // The last export goes while the controller is down; restarted, it converges.
     controller.stop().await;
     set_export(&ns_a, "llm", false).await;
-    let controller = Running::start(&kubeconfigs);
+    let controller = Running::start(&kubeconfigs, &endpoints);
     let gone = || async {
         let r = imports(&ns_a)
             .get_opt("llm")
@@ -361,5 +438,7 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
         1,
         "the gateway's parents are untouched"
     );
+    let removed = || async { Ok((!file.exists()).then_some(())) };
+    eventually("the endpoints file removed with the export", removed).await;
     controller.stop().await;
 }

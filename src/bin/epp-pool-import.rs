@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! epp-pool-import --cluster east=/etc/kube/east.yaml --cluster west=/etc/kube/west.yaml \
-//!     [--controller-name epp/pool-import] [--resync-interval 30s]
+//!     [--controller-name epp/pool-import] [--resync-interval 30s] [--endpoints-dir DIR]
 //! ```
 
 use clap::Parser;
@@ -31,6 +31,10 @@ struct Cli {
     /// A full pass at least this often (Go duration), besides the passes watch events start.
     #[arg(long, default_value = "30s", value_parser = resync)]
     resync_interval: Duration,
+    /// Endpoint mode for epp: write each exported pool's ready endpoints in every exporting
+    /// cluster to DIR/<namespace>/<name>.yaml (llm-d's file-discovery format).
+    #[arg(long, value_name = "DIR")]
+    endpoints_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +65,7 @@ async fn main() -> ExitCode {
         clusters: cli.clusters,
         controller_name: cli.controller_name,
         resync: cli.resync_interval,
+        endpoints_dir: cli.endpoints_dir,
     };
     match export::run(options, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,12 +21,14 @@
 //! so other controllers' entries, e.g. the importing gateway's `parents`, are untouched); pool
 //! status by a replace carrying the listed `resourceVersion` (its `parents` list is atomic).
 
+pub mod endpoints;
 pub mod plan;
 pub mod types;
 
 use super::crd::pool::InferencePool;
 use futures::stream::{BoxStream, StreamExt};
 use futures::FutureExt;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
@@ -111,6 +113,8 @@ pub struct Options {
     pub controller_name: String,
     /// A full pass at least this often, events or not.
     pub resync: Duration,
+    /// Endpoint mode for epp: where to write each import's endpoints file ([`endpoints`]).
+    pub endpoints_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -166,6 +170,7 @@ pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Ex
     let controller = Controller {
         members,
         name: options.controller_name,
+        endpoints_dir: options.endpoints_dir,
     };
     tracing::info!(
         controller = %controller.name,
@@ -184,6 +189,7 @@ struct Member {
 struct Controller {
     members: Vec<Member>,
     name: String,
+    endpoints_dir: Option<PathBuf>,
 }
 
 fn pool_resource() -> ApiResource {
@@ -242,6 +248,14 @@ impl Controller {
                 &m.name,
                 "inferencepoolimports",
             ));
+            if self.endpoints_dir.is_some() {
+                let pods = Api::<Pod>::all(m.client.clone());
+                streams.push(events(
+                    watcher::watcher(pods, watcher::Config::default()),
+                    &m.name,
+                    "pods",
+                ));
+            }
         }
         futures::stream::select_all(streams).boxed()
     }
@@ -272,10 +286,13 @@ impl Controller {
         for m in &self.members {
             errors += self.sync_imports(m, &exported, now, &mut failures).await;
         }
-        for (m, list) in self.members.iter().zip(pools) {
+        for (m, list) in self.members.iter().zip(&pools) {
             for pool in list {
                 errors += usize::from(!self.sync_pool(m, pool, &failures, now).await);
             }
+        }
+        if let Some(dir) = &self.endpoints_dir {
+            errors += self.sync_endpoints(dir, &pools, &exported).await;
         }
         if errors > 0 {
             return Err(PassError::Writes(errors));
@@ -382,7 +399,7 @@ impl Controller {
     async fn sync_pool(
         &self,
         m: &Member,
-        mut pool: DynamicObject,
+        pool: &DynamicObject,
         failures: &BTreeMap<Key, Vec<String>>,
         now: Timestamp,
     ) -> bool {
@@ -402,6 +419,7 @@ impl Controller {
         ) else {
             return true;
         };
+        let mut pool = pool.clone();
         pool.data["status"]["parents"] = json!(parents);
         let resource = pool_resource();
         pool.types = Some(TypeMeta {
@@ -429,6 +447,103 @@ impl Controller {
                 false
             }
         }
+    }
+}
+
+impl Controller {
+    /// Writes the endpoints file of every exported pool and removes those of pools no longer
+    /// exported; the number of failures (logged). A pool whose pods could not be listed in one
+    /// of its clusters keeps its last file.
+    async fn sync_endpoints(
+        &self,
+        dir: &std::path::Path,
+        pools: &[Vec<DynamicObject>],
+        exported: &BTreeMap<Key, BTreeSet<String>>,
+    ) -> usize {
+        let mut errors = 0;
+        for (key, clusters) in exported {
+            let Some(path) = endpoints::path(dir, key) else {
+                tracing::warn!(pool = %key, "no endpoints file for a name that is not a path component");
+                errors += 1;
+                continue;
+            };
+            let Some(entries) = self.exported_endpoints(key, clusters, pools).await else {
+                errors += 1;
+                continue;
+            };
+            let written = endpoints::render(entries)
+                .map_err(std::io::Error::other)
+                .and_then(|text| endpoints::write_if_changed(&path, &text));
+            match written {
+                Ok(true) => {
+                    tracing::info!(pool = %key, file = %path.display(), "endpoints file written")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    errors += 1;
+                    tracing::warn!(pool = %key, file = %path.display(), error = %e, "endpoints file not written");
+                }
+            }
+        }
+        let keep: BTreeSet<Key> = exported.keys().cloned().collect();
+        match endpoints::stale(dir, &keep) {
+            Ok(files) => {
+                for file in files {
+                    match std::fs::remove_file(&file) {
+                        Ok(()) => {
+                            tracing::info!(file = %file.display(), "endpoints file removed: the pool is no longer exported")
+                        }
+                        Err(e) => {
+                            errors += 1;
+                            tracing::warn!(file = %file.display(), error = %e, "stale endpoints file not removed");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                tracing::warn!(dir = %dir.display(), error = %e, "endpoints directory not readable");
+            }
+        }
+        errors
+    }
+
+    /// The entries of the pool `key` in every cluster exporting it; None when a cluster's pods
+    /// could not be listed (logged).
+    async fn exported_endpoints(
+        &self,
+        key: &Key,
+        clusters: &BTreeSet<String>,
+        pools: &[Vec<DynamicObject>],
+    ) -> Option<Vec<serde_json::Value>> {
+        let mut entries = Vec::new();
+        for (m, list) in self.members.iter().zip(pools) {
+            let pool = list.iter().find(|p| key_of(&p.metadata) == *key);
+            let (Some(pool), true) = (pool, clusters.contains(&m.name)) else {
+                continue;
+            };
+            let Some(target) = endpoints::target_of(pool) else {
+                tracing::warn!(cluster = %m.name, pool = %key, "the pool has no matchLabels selector or target port; no endpoints from it");
+                continue;
+            };
+            let selector: Vec<String> = target
+                .selector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let params = ListParams::default().labels(&selector.join(","));
+            match Api::<Pod>::namespaced(m.client.clone(), &key.namespace)
+                .list(&params)
+                .await
+            {
+                Ok(list) => entries.extend(endpoints::entries(&m.name, &target, &list.items)),
+                Err(e) => {
+                    tracing::warn!(cluster = %m.name, pool = %key, error = %e, "listing the pool's pods failed; its endpoints file is kept");
+                    return None;
+                }
+            }
+        }
+        Some(entries)
     }
 }
 

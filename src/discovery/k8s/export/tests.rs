@@ -238,3 +238,70 @@ fn cluster_flags_and_controller_names() {
     assert!(!is_controller_name("Example.net/x"));
     assert!(!is_controller_name("example.net/"));
 }
+
+mod endpoint_files {
+    use super::super::endpoints;
+    use super::key;
+    use crate::discovery::k8s::pods::PoolTarget;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn pod(name: &str, app: &str, ip: &str, ready: bool) -> Pod {
+        let ready = if ready { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "llm", "labels": {"app": app}},
+            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": ready}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn one_entry_per_serving_pod_and_port_labelled_with_its_cluster() {
+        let target = PoolTarget {
+            selector: [("app".to_owned(), "vllm".to_owned())].into(),
+            ports: vec![8000, 8001],
+        };
+        let pods = [
+            pod("b", "vllm", "10.0.0.2", true),
+            pod("a", "vllm", "10.0.0.1", true),
+            pod("down", "vllm", "10.0.0.3", false),
+            pod("other", "web", "10.0.0.4", true),
+        ];
+        let entries = endpoints::entries("east", &target, &pods);
+        let text = endpoints::render(entries).unwrap();
+        let doc: serde_json::Value = serde_norway::from_str(&text).unwrap();
+        let names: Vec<&str> = doc["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["east.a.8000", "east.a.8001", "east.b.8000", "east.b.8001"]
+        );
+        let first = &doc["endpoints"][0];
+        assert_eq!(first["address"], "10.0.0.1");
+        assert_eq!(first["port"], "8000");
+        assert_eq!(first["namespace"], "llm");
+        assert_eq!(first["labels"][endpoints::CLUSTER_LABEL], "east");
+        assert_eq!(first["labels"]["app"], "vllm");
+    }
+
+    #[test]
+    fn files_are_rewritten_only_on_change_and_stale_ones_found() {
+        let dir = std::env::temp_dir().join(format!("epp-export-{}", std::process::id()));
+        let path = endpoints::path(&dir, &key()).unwrap();
+        assert!(path.ends_with("llm/pool.yaml"));
+        assert!(endpoints::write_if_changed(&path, "endpoints: []\n").unwrap());
+        assert!(!endpoints::write_if_changed(&path, "endpoints: []\n").unwrap());
+        assert!(endpoints::stale(&dir, &[key()].into()).unwrap().is_empty());
+        assert_eq!(endpoints::stale(&dir, &Default::default()).unwrap(), [path]);
+        let dotted = super::Key {
+            namespace: "..".into(),
+            name: "x".into(),
+        };
+        assert_eq!(endpoints::path(&dir, &dotted), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
