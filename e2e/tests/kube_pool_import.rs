@@ -10,7 +10,8 @@
 //! Endpoint mode on the way: the controller writes the exported pool's ready pods of cluster A
 //! to an endpoints file (`--endpoints-dir`), and an epp of the importing side reading it with
 //! llm-d's `file-discovery` routes a real Envoy's requests to those pods (inference-sim on
-//! 127.0.0.x, the pods' IPs in A), following a pod of A turning unready.
+//! 127.0.0.x, the pods' IPs in A), following a pod of A turning unready. The controller runs
+//! as a ServiceAccount bound to config/rbac/pool-import.yaml in both clusters.
 #![allow(clippy::unwrap_used)]
 
 use crate::kube_support::create;
@@ -91,6 +92,29 @@ async fn same_namespace(server: &KubeApiServer, name: &str) -> TestNamespace {
         name: name.to_owned(),
         client,
     }
+}
+
+/// Writes at `path` a kubeconfig of ServiceAccount `pool-import` of `ns`, bound to
+/// config/rbac/pool-import.yaml's ClusterRole: the controller runs with what the docs grant.
+async fn as_controller(server: &KubeApiServer, ns: &TestNamespace, path: &Path) {
+    server
+        .create_service_account(&ns.client, &ns.name, "pool-import")
+        .await
+        .unwrap();
+    let role =
+        std::fs::read_to_string(crate::kube_support::root().join("config/rbac/pool-import.yaml"))
+            .unwrap();
+    apply::apply_yaml(&ns.client, &ns.name, &role)
+        .await
+        .unwrap();
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("epp-pool-import-{}", ns.name)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "epp-pool-import"},
+        "subjects": [{"kind": "ServiceAccount", "name": "pool-import", "namespace": ns.name}]
+    });
+    create(ns, binding).await;
+    crate::kube_support::sa_kubeconfig(server, ns, "pool-import", path).await;
 }
 
 /// A GIE v1 InferencePool `name` of `app=vllm` pods on `port`, exported to the ClusterSet
@@ -273,8 +297,8 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
         ("cluster-a", dir.0.join("a.kubeconfig")),
         ("cluster-b", dir.0.join("b.kubeconfig")),
     ];
-    a.admin_kubeconfig(&kubeconfigs[0].1, &ns_a.name).unwrap();
-    b.admin_kubeconfig(&kubeconfigs[1].1, &ns_b.name).unwrap();
+    as_controller(&a, &ns_a, &kubeconfigs[0].1).await;
+    as_controller(&b, &ns_b, &kubeconfigs[1].1).await;
 
     let (port, sims) = crate::kube_support::sim_pods(2).await;
     create(&ns_a, pool("llm", true, port)).await;
