@@ -244,7 +244,7 @@ impl Running {
             endpoints_dir: Some(endpoints.to_owned()),
         };
         let token = CancellationToken::new();
-        let task = tokio::spawn(export::run(options, token.clone()));
+        let task = tokio_util::task::TaskTracker::new().spawn(export::run(options, token.clone()));
         Self { token, task }
     }
 

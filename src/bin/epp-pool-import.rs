@@ -59,15 +59,23 @@ async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
     let options = Options {
         clusters: cli.clusters,
         controller_name: cli.controller_name,
         resync: cli.resync_interval,
         endpoints_dir: cli.endpoints_dir,
     };
-    match export::run(options, shutdown).await {
+    let shutdown = CancellationToken::new();
+    let run = export::run(options, shutdown.clone());
+    tokio::pin!(run);
+    let result = tokio::select! {
+        r = &mut run => r,
+        () = signalled() => {
+            shutdown.cancel();
+            run.await
+        }
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("epp-pool-import: {e}");
@@ -76,8 +84,8 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Cancels `token` on SIGINT or SIGTERM.
-async fn stop_on_signal(token: CancellationToken) {
+/// Returns on SIGINT or SIGTERM.
+async fn signalled() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -91,7 +99,6 @@ async fn stop_on_signal(token: CancellationToken) {
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        () = term => {}
     }
-    token.cancel();
 }

@@ -54,7 +54,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("--cluster {0:?}: expected NAME=KUBECONFIG")]
+    #[error("expected NAME=KUBECONFIG, got {0:?}")]
     ClusterFlag(String),
     #[error("--cluster: the name {0:?} is given twice")]
     DuplicateCluster(String),

@@ -214,7 +214,7 @@ pub(crate) fn pool_parents(
         p["controllerName"] == controller && p["parentRef"]["kind"] == super::types::KIND
     };
     let ours = parents.iter().find(is_ours);
-    let previous = ours.and_then(|p| exported_condition(p));
+    let previous = ours.and_then(exported_condition);
     let wanted = match export {
         Export::None => None,
         Export::ClusterSet => Some(match outcome {

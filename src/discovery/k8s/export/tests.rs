@@ -148,7 +148,7 @@ fn pool_status_sets_replaces_and_clears_our_entry_only() {
     let set = plan::pool_parents(
         ME,
         &key(),
-        &[gateway.clone()],
+        std::slice::from_ref(&gateway),
         &Export::ClusterSet,
         &Outcome::Exported,
         Some(3),
