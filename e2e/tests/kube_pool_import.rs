@@ -11,7 +11,8 @@
 //! to an endpoints file (`--endpoints-dir`), and an epp of the importing side reading it with
 //! llm-d's `file-discovery` routes a real Envoy's requests to those pods (inference-sim on
 //! 127.0.0.x, the pods' IPs in A), following a pod of A turning unready. The controller runs
-//! as a ServiceAccount bound to config/rbac/pool-import.yaml in both clusters.
+//! as a ServiceAccount bound to config/rbac/pool-import.yaml in both clusters. Last, with B's
+//! API server down, a withdrawn export of A withdraws nothing until B answers again.
 #![allow(clippy::unwrap_used)]
 
 use crate::kube_support::create;
@@ -464,5 +465,27 @@ async fn exports_pools_into_every_member_and_withdraws_them() {
     );
     let removed = || async { Ok((!file.exists()).then_some(())) };
     eventually("the endpoints file removed with the export", removed).await;
+    // An unreachable member withdraws nothing: with B's API server down, A's withdrawn export
+    // leaves A's import in place until B answers again.
+    set_export(&ns_a, "llm", true).await;
+    wait_import(&ns_a, "cluster-a", "llm", &["cluster-a"]).await;
+    wait_import(&ns_b, "cluster-b", "llm", &["cluster-a"]).await;
+    b.stop_apiserver(true);
+    set_export(&ns_a, "llm", false).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = imports(&ns_a).get_opt("llm").await.unwrap();
+    assert!(
+        kept.is_some(),
+        "A's import withdrawn while B could not be listed"
+    );
+    b.start_apiserver().await.unwrap();
+    let gone = || async {
+        let r = imports(&ns_a)
+            .get_opt("llm")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(r.is_none().then_some(()))
+    };
+    eventually("A's import deleted once B answers", gone).await;
     controller.stop().await;
 }

@@ -60,6 +60,22 @@ pub(crate) fn exports<'a>(
     out
 }
 
+/// The CRDs' limit on a condition's message (bytes).
+pub(crate) const MESSAGE_MAX: usize = 32768;
+
+/// `message` cut to [`MESSAGE_MAX`] on a character boundary, marked with "...".
+fn bounded(mut message: String) -> String {
+    if message.len() > MESSAGE_MAX {
+        let mut cut = MESSAGE_MAX - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
+}
+
 /// A condition; its transition time is kept from `previous` when the status did not change.
 pub(crate) fn condition(
     kind: &str,
@@ -78,7 +94,7 @@ pub(crate) fn condition(
         type_: kind.to_owned(),
         status,
         reason: reason.to_owned(),
-        message,
+        message: bounded(message),
         observed_generation: generation,
         last_transition_time: since,
     }

@@ -224,6 +224,26 @@ fn pool_status_sets_replaces_and_clears_our_entry_only() {
 }
 
 #[test]
+fn a_long_message_is_cut_to_the_crds_limit() {
+    let why: Vec<String> = (0..2000)
+        .map(|i| format!("cluster-{i}: namespace llm not found é"))
+        .collect();
+    let parents = plan::pool_parents(
+        ME,
+        &key(),
+        &[],
+        &Export::ClusterSet,
+        &Outcome::Failed(why),
+        None,
+        at(1),
+    )
+    .unwrap();
+    let message = parents[0]["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.len() <= plan::MESSAGE_MAX, "{}", message.len());
+    assert!(message.ends_with("..."));
+}
+
+#[test]
 fn cluster_flags_and_controller_names() {
     let c: ClusterFlag = "east=/etc/kube/east".parse().unwrap();
     assert_eq!(
