@@ -32,6 +32,7 @@ mod kube_crds;
 mod kube_faults;
 mod kube_ops;
 mod kube_pods;
+mod kube_pool_import;
 mod kube_scale;
 mod kvevents;
 mod kvevents_compare;

@@ -18,6 +18,7 @@
 //! server still answers.
 
 pub mod crd;
+pub mod export;
 pub(crate) mod gate;
 pub(crate) mod leader;
 pub(crate) mod objectives;
