@@ -14,13 +14,17 @@ COPY .cargo ./.cargo
 COPY src ./src
 COPY e2e ./e2e
 COPY config ./config
-RUN cargo build --profile dist --locked -p epp --bin epp \
- && install -D target/dist/epp /out/epp
+RUN cargo build --profile dist --locked -p epp --bin epp --bin epp-config --bin epp-pool-import \
+ && install -D -t /out target/dist/epp target/dist/epp-config target/dist/epp-pool-import
 
 # Stage 2: glibc and libgcc only, no shell, non-root (uid 65532). epp needs no files at run
 # time: the tokenizer vocabularies are compiled in and its TLS certificate is generated in memory.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/epp /epp
+# The configuration checker and the InferencePoolImport controller (docs/operations/pool-import.md),
+# for a Deployment that sets `command: [/epp-pool-import]`.
+COPY --from=build /out/epp-config /epp-config
+COPY --from=build /out/epp-pool-import /epp-pool-import
 # mimalloc gives freed pages back at once instead of after 10 ms: a 100K-token request's
 # buffers are then gone before the next one's arrive (peak RSS on the 100-pod cost run
 # 25-27 -> 21-24 MiB; small prompts' CPU unchanged, 100K prompts' about a fifth more;
