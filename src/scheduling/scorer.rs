@@ -142,9 +142,7 @@ impl Scorer {
             }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
-            K::NetworkCostScorer => {
-                Self::NetworkCost(p.decode::<NetworkCostScorer>()?.validate()?)
-            }
+            K::NetworkCostScorer => Self::NetworkCost(p.decode::<NetworkCostScorer>()?.validate()?),
             K::LatencyObservationScorerHub => Self::LatencyObservation(Box::new(
                 p.decode::<LatencyObservationScorer>()?.validate()?,
             )),

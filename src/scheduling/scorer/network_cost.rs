@@ -167,7 +167,11 @@ mod tests {
         assert_eq!(pick(&[cluster(1, 0.0, 0.1, Some(40.0)), far()]), 0);
         assert_eq!(pick(&[cluster(1, 2.0, 0.1, Some(40.0)), far()]), 0, "stay");
         assert_eq!(pick(&[cluster(1, 3.0, 0.1, Some(40.0)), far()]), 1, "spill");
-        assert_eq!(pick(&[cluster(1, 0.5, 0.1, Some(40.0)), far()]), 0, "return");
+        assert_eq!(
+            pick(&[cluster(1, 0.5, 0.1, Some(40.0)), far()]),
+            0,
+            "return"
+        );
     }
 
     #[test]
@@ -234,7 +238,12 @@ mod tests {
             queued_request_ms: f64::NAN,
             rtt_label: String::new(),
         };
-        let names: Vec<_> = bad.validate().unwrap_err().iter().map(|i| i.parameter).collect();
+        let names: Vec<_> = bad
+            .validate()
+            .unwrap_err()
+            .iter()
+            .map(|i| i.parameter)
+            .collect();
         assert_eq!(names, ["idleTtftMs", "queuedRequestMs", "rttLabel"]);
     }
 }
