@@ -340,9 +340,10 @@ async fn a_network_cost_hub_spills_over_to_the_far_region_and_comes_back() {
     };
     let specs = [region("near", 40), region("far", 280)];
     let engine = regions::engine(harness::sim_pod::TEST_MODEL, 4);
-    let bed = Bed::start(&specs, &engine, HubPolicy::EppNetworkCost, None, &dir)
-        .await
-        .unwrap();
+    let hub = HubPolicy::EppNetworkCost {
+        queued_request_ms: 100,
+    };
+    let bed = Bed::start(&specs, &engine, hub, None, &dir).await.unwrap();
     let near_pod = bed.regions[0].pods()[0].hook();
     settles_in(&bed, "near", Duration::from_secs(10))
         .await

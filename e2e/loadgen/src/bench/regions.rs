@@ -38,8 +38,9 @@ pub struct RegionSpec {
 /// How the hub picks a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HubPolicy {
-    /// epp with `network-cost-scorer` (and `outlier-detection`, one connection failure ejects).
-    EppNetworkCost,
+    /// epp with `network-cost-scorer` at this `queuedRequestMs` (and `outlier-detection`, one
+    /// connection failure ejects).
+    EppNetworkCost { queued_request_ms: u32 },
     /// epp with llm-d's `load` policy: `multicluster-queue-scorer` + `multicluster-kv-cache-
     /// utilization-scorer`.
     EppLoad,
@@ -48,20 +49,20 @@ pub enum HubPolicy {
 }
 
 impl HubPolicy {
-    pub const ALL: [HubPolicy; 3] = [Self::EppNetworkCost, Self::EppLoad, Self::LlmdLoad];
-
     pub fn name(self) -> &'static str {
         match self {
-            Self::EppNetworkCost => "epp network-cost",
+            Self::EppNetworkCost { .. } => "epp network-cost",
             Self::EppLoad => "epp load",
             Self::LlmdLoad => "llm-d load",
         }
     }
 
-    /// Parses `epp`, `epp-load` or `llmd`.
+    /// Parses `epp` (`network-cost-scorer`'s default `queuedRequestMs`), `epp-load` or `llmd`.
     pub fn parse(text: &str) -> Result<Self, BenchError> {
         match text {
-            "epp" => Ok(Self::EppNetworkCost),
+            "epp" => Ok(Self::EppNetworkCost {
+                queued_request_ms: 100,
+            }),
             "epp-load" => Ok(Self::EppLoad),
             "llmd" => Ok(Self::LlmdLoad),
             _ => Err(BenchError::Setup(format!(
@@ -71,15 +72,17 @@ impl HubPolicy {
     }
 
     /// The hub's scorers: plugin lines and their profile references.
-    fn scorers(self) -> (&'static str, &'static str) {
+    fn scorers(self) -> (String, &'static str) {
         match self {
-            Self::EppNetworkCost => (
-                "- {type: network-cost-scorer}\n\
-                 - {type: outlier-detection, parameters: {consecutiveLocalOriginFailure: 1, baseEjectionTime: 5s}}\n",
+            Self::EppNetworkCost { queued_request_ms } => (
+                format!(
+                    "- {{type: network-cost-scorer, parameters: {{queuedRequestMs: {queued_request_ms}}}}}\n\
+                     - {{type: outlier-detection, parameters: {{consecutiveLocalOriginFailure: 1, baseEjectionTime: 5s}}}}\n"
+                ),
                 "{pluginRef: network-cost-scorer}",
             ),
             Self::EppLoad | Self::LlmdLoad => (
-                "- {type: multicluster-queue-scorer}\n- {type: multicluster-kv-cache-utilization-scorer}\n",
+                "- {type: multicluster-queue-scorer}\n- {type: multicluster-kv-cache-utilization-scorer}\n".into(),
                 "{pluginRef: multicluster-queue-scorer}, {pluginRef: multicluster-kv-cache-utilization-scorer}",
             ),
         }
@@ -261,7 +264,7 @@ impl Hub {
                 let grpc = epp.grpc;
                 (Picker::Llmd(epp), grpc)
             }
-            HubPolicy::EppNetworkCost | HubPolicy::EppLoad => {
+            HubPolicy::EppNetworkCost { .. } | HubPolicy::EppLoad => {
                 let epp = hub_epp(&config).await?;
                 let grpc = epp.grpc;
                 (Picker::Epp(epp), grpc)

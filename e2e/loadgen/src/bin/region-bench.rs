@@ -34,6 +34,10 @@ struct Args {
     hubs: Vec<String>,
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// The epp hub's `network-cost-scorer` `queuedRequestMs` (about a request's duration over
+    /// a pod's running sequences).
+    #[arg(long, default_value_t = 100)]
+    queued_request_ms: u32,
     #[arg(long, default_value_t = 40)]
     near_rtt_ms: u64,
     #[arg(long, default_value_t = 280)]
@@ -211,8 +215,13 @@ async fn main() -> anyhow::Result<()> {
     let hubs = args
         .hubs
         .iter()
-        .map(|h| HubPolicy::parse(h))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|h| match HubPolicy::parse(h)? {
+            HubPolicy::EppNetworkCost { .. } => Ok(HubPolicy::EppNetworkCost {
+                queued_request_ms: args.queued_request_ms,
+            }),
+            other => Ok(other),
+        })
+        .collect::<Result<Vec<_>, loadgen::bench::BenchError>>()?;
     let llmd = std::env::var_os("EPP_LLMD_EPP").map(PathBuf::from);
     let phases = saturation(&args)?;
     let loss_secs = secs("loss-secs", args.loss_secs)?;
