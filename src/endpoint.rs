@@ -148,6 +148,9 @@ pub struct PoolMetrics {
     pub(crate) kv_usage: Option<f64>,
     /// The pool's average waiting-queue size.
     pub(crate) queue: Option<f64>,
+    /// The hub's round trip to the spoke, ms: the smallest of its last scrapes' times
+    /// (`crate::scrape::cluster`); `None` until one is timed.
+    pub(crate) rtt_ms: Option<f64>,
 }
 
 /// One successful scrape of an endpoint's metrics.

@@ -95,7 +95,19 @@ impl MetricsBuilder {
 
     /// A cluster's pool aggregates (a multi-cluster hub's endpoint).
     pub(crate) fn pool(mut self, kv_usage: Option<f64>, queue: Option<f64>) -> Self {
-        self.pool = Some(PoolMetrics { kv_usage, queue });
+        self.pool = Some(PoolMetrics {
+            kv_usage,
+            queue,
+            rtt_ms: None,
+        });
+        self
+    }
+
+    /// The hub's measured round trip to a cluster (after [`pool`](Self::pool)), ms.
+    pub(crate) fn pool_rtt(mut self, rtt_ms: Option<f64>) -> Self {
+        if let Some(p) = self.pool.as_mut() {
+            p.rtt_ms = rtt_ms;
+        }
         self
     }
 

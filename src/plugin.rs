@@ -159,6 +159,7 @@ kinds! {
     EstimatedTtftScorer = "estimated-ttft-scorer", Scorer, Stable, Plugin;
     LatencyObservationScorerHub = "latency-observation-scorer-hub", Scorer, Alpha, Plugin;
     MrlScorerHub = "mrl-scorer-hub", Scorer, Alpha, Plugin;
+    NetworkCostScorer = "network-cost-scorer", Scorer, Stable, Plugin;
 
     // Pickers.
     MaxScorePicker = "max-score-picker", Picker, Beta, Plugin;

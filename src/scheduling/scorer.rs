@@ -14,6 +14,7 @@ mod lora_affinity;
 mod mrl;
 mod multicluster_kv_cache;
 mod multicluster_queue;
+mod network_cost;
 mod no_hit_lru;
 mod precise_prefix;
 mod prefix;
@@ -39,6 +40,7 @@ pub(crate) use lora_affinity::LoraAffinityScorer;
 pub(crate) use mrl::MrlScorer;
 pub(crate) use multicluster_kv_cache::MulticlusterKvCacheScorer;
 pub(crate) use multicluster_queue::MulticlusterQueueScorer;
+pub(crate) use network_cost::NetworkCostScorer;
 pub(crate) use no_hit_lru::NoHitLruScorer;
 pub(crate) use precise_prefix::{KvEventSockets, PrecisePrefixParams, PrecisePrefixScorer};
 pub(crate) use prefix::{PrefixParams, PrefixScorer};
@@ -78,6 +80,8 @@ pub enum Scorer {
     MulticlusterQueue(MulticlusterQueueScorer),
     /// A hub's clusters by their pool's average KV-cache utilization.
     MulticlusterKvCache(MulticlusterKvCacheScorer),
+    /// A hub's clusters by estimated TTFT plus the round trip to them.
+    NetworkCost(NetworkCostScorer),
     TopologyAffinity(TopologyAffinityScorer),
     /// TTFT predicted at the current load from a latency observer's curve.
     LatencyObservation(Box<LatencyObservationScorer>),
@@ -138,6 +142,7 @@ impl Scorer {
             }
             K::MulticlusterQueueScorer => Self::MulticlusterQueue(p.decode()?),
             K::MulticlusterKvCacheUtilizationScorer => Self::MulticlusterKvCache(p.decode()?),
+            K::NetworkCostScorer => Self::NetworkCost(p.decode::<NetworkCostScorer>()?.validate()?),
             K::LatencyObservationScorerHub => Self::LatencyObservation(Box::new(
                 p.decode::<LatencyObservationScorer>()?.validate()?,
             )),
@@ -173,6 +178,7 @@ impl Scorer {
             Self::ContextLength(s) => s.score(req, pool, out),
             Self::MulticlusterQueue(s) => s.score(pool, out),
             Self::MulticlusterKvCache(s) => s.score(pool, out),
+            Self::NetworkCost(s) => s.score(req, pool, out),
             Self::TopologyAffinity(s) => s.score(req, pool, out),
             Self::LatencyObservation(s) => s.score(pool, out, rng),
             Self::Mrl(s) => s.score(req, pool, out, rng),
@@ -235,7 +241,10 @@ impl Scorer {
     pub(crate) fn reads_labels(&self) -> bool {
         matches!(
             self,
-            Self::ContextLength(_) | Self::TopologyAffinity(_) | Self::HeaderLabelAffinity(_)
+            Self::ContextLength(_)
+                | Self::TopologyAffinity(_)
+                | Self::HeaderLabelAffinity(_)
+                | Self::NetworkCost(_)
         )
     }
 

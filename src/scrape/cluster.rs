@@ -4,7 +4,9 @@
 //! else its own address as the clusters file wrote it), over https with the peer's certificate
 //! verified unless configured otherwise ([`tls`]), and read the two pool aggregates
 //! ([`PoolMetrics`]) into the endpoint's metrics. An answer is read up to 8 MiB (upstream's
-//! cap; a longer one is a failed scrape, where upstream parses its first 8 MiB).
+//! cap; a longer one is a failed scrape, where upstream parses its first 8 MiB). Each scrape is
+//! timed, and the smallest of the last eight times is the cluster's round trip
+//! ([`PoolMetrics::rtt_ms`], read by `network-cost-scorer`).
 //!
 //! A page with neither series is a failed scrape, and so is a spoke that does not answer: its
 //! metrics then age past `--metrics-staleness-threshold` and the scheduler leaves the cluster
@@ -19,6 +21,7 @@ use super::parse::samples_named;
 use super::ScrapeError;
 use crate::config::{ClusterExtractor, ClusterMetrics, MetricSpec, Scheme, MAX_ANSWER_BYTES};
 use crate::endpoint::{Endpoint, EndpointMetrics, PoolMetrics};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,11 +56,34 @@ enum Page {
     Unusable(BadUrl),
 }
 
+/// How many of the last scrapes' times the round trip is the smallest of.
+const RTT_SAMPLES: usize = 8;
+
+/// The last [`RTT_SAMPLES`] scrape times of one cluster. Their minimum is the round trip: set-up
+/// of a new connection and a slow answer inflate a sample, nothing shrinks one below the path's
+/// round trip (TCP's and BBR's minimum filters); a lasting change shows within the window.
+#[derive(Debug, Default)]
+struct RttWindow(VecDeque<Duration>);
+
+impl RttWindow {
+    fn push(&mut self, sample: Duration) {
+        if self.0.len() == RTT_SAMPLES {
+            self.0.pop_front();
+        }
+        self.0.push_back(sample);
+    }
+
+    fn min_ms(&self) -> Option<f64> {
+        self.0.iter().min().map(|d| d.as_secs_f64() * 1e3)
+    }
+}
+
 /// One cluster's metrics page and connection.
 pub(crate) struct Target {
     page: Page,
     conn: Conn,
     scrape: Arc<ClusterScrape>,
+    rtt: RttWindow,
 }
 
 impl Target {
@@ -88,10 +114,11 @@ impl Target {
             page,
             conn,
             scrape: Arc::clone(scrape),
+            rtt: RttWindow::default(),
         }
     }
 
-    /// One scrape of the cluster's page, bounded by `timeout`.
+    /// One scrape of the cluster's page, bounded by `timeout`, its time a round-trip sample.
     pub(crate) async fn scrape(
         &mut self,
         timeout: Duration,
@@ -100,14 +127,21 @@ impl Target {
             Page::Path(p) => p,
             Page::Unusable(why) => return Err(ScrapeError::BadUrl(why.clone())),
         };
+        let sent = Instant::now();
         let answer = tokio::time::timeout(timeout, self.conn.get(page, MAX_ANSWER_BYTES))
             .await
             .map_err(|_| ScrapeError::Timeout(timeout))??;
+        let now = Instant::now();
         if !(200..300).contains(&answer.status) {
             return Err(ScrapeError::Status(answer.status));
         }
+        self.rtt.push(now - sent);
         let text = String::from_utf8(answer.body).map_err(|_| ScrapeError::NotUtf8)?;
-        extract(&text, &self.scrape.settings.extractor, Instant::now())
+        let mut metrics = extract(&text, &self.scrape.settings.extractor, now)?;
+        if let Some(pool) = metrics.pool.as_mut() {
+            pool.rtt_ms = self.rtt.min_ms();
+        }
+        Ok(metrics)
     }
 }
 

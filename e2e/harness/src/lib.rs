@@ -27,6 +27,7 @@
 //! test panics, or always with `EPP_KEEP_ENVOY_DIR=1`.
 
 pub mod client;
+pub mod delay_proxy;
 pub mod envoy;
 pub mod epp;
 pub mod fake_apiserver;

@@ -10,6 +10,8 @@
 //! - [`overhead`] measures Envoy alone, Envoy + noop ext_proc and Envoy + epp on cheap inference-sim
 //!   backends (small chat request and a 220 KB prompt);
 //! - [`crosscheck`] runs inference-perf and `loadgen` on the same workload and router;
+//! - [`regions`] is a multi-region test bed (regions behind delaying proxies, a hub in front)
+//!   and its scenarios, for `region-bench`;
 //! - [`plan`] holds the quick, full and smoke plans; [`report`] writes the tables, the target
 //!   ratios and the plots.
 //!
@@ -24,6 +26,7 @@ pub mod failover;
 pub mod overhead;
 pub mod plan;
 pub mod procs;
+pub mod regions;
 pub mod report;
 pub mod routers;
 pub mod trace_replay;

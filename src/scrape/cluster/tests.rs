@@ -20,7 +20,8 @@ fn the_first_sample_of_each_series_is_read() {
         m.pool,
         Some(PoolMetrics {
             kv_usage: Some(0.25),
-            queue: Some(3.0)
+            queue: Some(3.0),
+            rtt_ms: None,
         })
     );
     let by_label = ClusterExtractor {
@@ -32,10 +33,27 @@ fn the_first_sample_of_each_series_is_read() {
         m.pool,
         Some(PoolMetrics {
             kv_usage: Some(0.75),
-            queue: None
+            queue: None,
+            rtt_ms: None,
         }),
         "one series is enough; the other stays unknown"
     );
+}
+
+#[test]
+fn the_round_trip_is_the_smallest_of_the_last_samples() {
+    let mut w = RttWindow::default();
+    assert_eq!(w.min_ms(), None);
+    // The first sample carries the connection's set-up.
+    w.push(Duration::from_millis(120));
+    w.push(Duration::from_millis(41));
+    w.push(Duration::from_millis(45));
+    assert_eq!(w.min_ms(), Some(41.0));
+    // A longer path shows once the short samples have left the window.
+    for _ in 0..RTT_SAMPLES {
+        w.push(Duration::from_millis(280));
+    }
+    assert_eq!(w.min_ms(), Some(280.0));
 }
 
 #[test]
@@ -131,6 +149,8 @@ async fn a_spoke_is_scraped_over_https_with_its_certificate_verified() {
             .await
             .unwrap_or_else(|e| panic!("{host}: {e}"));
         assert_eq!(m.pool.and_then(|p| p.queue), Some(3.0), "{host}");
+        let rtt = m.pool.and_then(|p| p.rtt_ms).expect("the scrape is timed");
+        assert!(rtt > 0.0 && rtt < timeout.as_secs_f64() * 1e3, "{rtt}");
         t.scrape(timeout).await.unwrap();
     }
     assert_eq!(answered.load(Ordering::SeqCst), 4, "the connection is kept");
