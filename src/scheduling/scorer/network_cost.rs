@@ -15,6 +15,12 @@
 //!   request queued behind `queue` others waits about `queue` batch-slot releases, each about
 //!   `queuedRequestMs` (a decode's share of a slot); that is the term that grows under
 //!   saturation, where the spoke's queue is the only signal a hub has.
+//! - To `queue` the hub adds the requests it sent the cluster since that reading (a spoke's
+//!   gauges are one publication and one scrape old: 50–330 ms). Without them every request
+//!   between two readings went to the cluster that was cheapest at the last one, and the near
+//!   queue overshot before anything spilled (`region-bench`, saturated). Each counts as one
+//!   queued request on the pool's per-pod average: exact for a one-pod cluster, an over-count
+//!   for larger ones, which the next reading corrects.
 //! - `1 / (1 − kv)` is M/M/1's stretch of the response time at utilization `kv`: a pool whose
 //!   cache is filling is busy before its queue shows it (capped at 0.95: ×20).
 //! - `matched` is the share of the prompt's blocks this cluster is believed to hold
@@ -99,7 +105,8 @@ impl NetworkCostScorer {
             0 => 0.0,
             total => (c.prefix_blocks.min(total) as f64) / total as f64,
         };
-        let queue = pool.queue.unwrap_or(0.0).max(0.0);
+        // A cluster's scraped `waiting` is 0: `c.waiting` is what this hub sent it since.
+        let queue = pool.queue.unwrap_or(0.0).max(0.0) + c.waiting.max(0.0);
         let kv = pool.kv_usage.unwrap_or(0.0).clamp(0.0, KV_CAP);
         let work = self.idle_ttft_ms * (1.0 - matched) + self.queued_request_ms * queue;
         Some(work / (1.0 - kv))
@@ -172,6 +179,20 @@ mod tests {
             0,
             "return"
         );
+    }
+
+    #[test]
+    fn requests_sent_since_the_last_reading_count_as_queued_until_the_next() {
+        let far = || cluster(2, 0.0, 0.1, Some(280.0));
+        let near = |sent: f64| Candidate {
+            waiting: sent,
+            ..cluster(1, 0.0, 0.1, Some(40.0))
+        };
+        // The same reading (an empty queue): the near cluster wins until the hub's own
+        // requests since then cost more than the extra 240 ms round trip.
+        assert_eq!(pick(&[near(0.0), far()]), 0);
+        assert_eq!(pick(&[near(2.0), far()]), 0, "stay");
+        assert_eq!(pick(&[near(3.0), far()]), 1, "spill before the next reading");
     }
 
     #[test]
