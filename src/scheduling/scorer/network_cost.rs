@@ -192,7 +192,11 @@ mod tests {
         // requests since then cost more than the extra 240 ms round trip.
         assert_eq!(pick(&[near(0.0), far()]), 0);
         assert_eq!(pick(&[near(2.0), far()]), 0, "stay");
-        assert_eq!(pick(&[near(3.0), far()]), 1, "spill before the next reading");
+        assert_eq!(
+            pick(&[near(3.0), far()]),
+            1,
+            "spill before the next reading"
+        );
     }
 
     #[test]
