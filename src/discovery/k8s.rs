@@ -143,7 +143,7 @@ const STARTUP_PROBE: std::time::Duration = std::time::Duration::from_secs(3);
 /// Where the credentials come from, for log lines and errors.
 fn credential_source(kubeconfig: Option<&std::path::Path>) -> String {
     if let Some(path) = kubeconfig {
-        return format!("--kubeconfig {}", path.display());
+        return format!("kubeconfig {}", path.display());
     }
     if let Some(path) = std::env::var_os("KUBECONFIG") {
         return format!("$KUBECONFIG {}", std::path::Path::new(&path).display());
