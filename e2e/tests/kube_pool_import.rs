@@ -31,32 +31,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-const GIE: &str = "sigs.k8s.io/gateway-api-inference-extension@v1.5.0";
 const CONTROLLER: &str = "epp.test/pool-import";
 const GATEWAY: &str = "example.net/gateway";
 /// Every wait of this file: the controller reacts to watch events (debounced 200 ms).
 const WITHIN: Duration = Duration::from_secs(30);
 
-/// GIE's module directory (downloaded into the Go module cache on first use).
 fn gie_dir() -> PathBuf {
-    let out = std::process::Command::new("go")
-        .args(["mod", "download", "-json", GIE])
-        .current_dir(std::env::temp_dir())
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("the Go toolchain is needed to find GIE's CRDs (go mod download)");
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "go mod download {GIE}: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        info["Error"].is_null(),
-        "go mod download {GIE}: {}",
-        info["Error"]
-    );
-    PathBuf::from(info["Dir"].as_str().unwrap())
+    harness::gie::module_dir("GIE's CRDs")
 }
 
 /// Installs GIE's InferencePool and InferencePoolImport CRDs and waits until established.

@@ -30,7 +30,6 @@ use std::process::Command;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-const GIE: &str = "sigs.k8s.io/gateway-api-inference-extension@v1.5.0";
 const RELEASE: &str = "pool";
 const MODEL: &str = "test-model";
 
@@ -47,26 +46,8 @@ fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// The GIE module's source directory (downloaded into the Go module cache on first use).
 fn gie_dir() -> PathBuf {
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", GIE])
-        .current_dir(std::env::temp_dir())
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("the Go toolchain is needed to fetch the upstream chart (go mod download)");
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "go mod download {GIE}: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        info["Error"].is_null(),
-        "go mod download {GIE}: {}",
-        info["Error"]
-    );
-    PathBuf::from(info["Dir"].as_str().unwrap())
+    harness::gie::module_dir("the upstream chart")
 }
 
 /// A writable copy of GIE's `inferencepool` chart with its library chart in `charts/` (what

@@ -153,6 +153,16 @@ impl From<Vec<Invalid>> for Refused {
     }
 }
 
+/// Test support: a plugin's parameters from YAML text, decoded as [`params`] does; the error
+/// as text.
+#[cfg(test)]
+pub(crate) fn params_yaml<T: serde::de::DeserializeOwned + Default>(
+    yaml: &str,
+) -> Result<T, String> {
+    let v: Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
+    params(&v).map_err(|e| e.to_string())
+}
+
 /// Decodes parameters strictly; absent (null) parameters mean the type's defaults.
 pub(crate) fn params<T: serde::de::DeserializeOwned + Default>(
     v: &Value,

@@ -252,6 +252,33 @@ impl Headers {
     }
 }
 
+/// Test support: `plugin`'s `pre_request` for request `id`, placed on `pod` alone at
+/// `request.now`.
+#[cfg(test)]
+pub(crate) fn place_on(
+    plugin: &dyn Lifecycle,
+    id: u64,
+    request: &SchedulingRequest<'_>,
+    pod: &Candidate,
+) {
+    let decision = Decision {
+        endpoints: vec![pod.id],
+        scores: Vec::new(),
+        disagg: None,
+        headers: Vec::new(),
+        port: None,
+    };
+    plugin.pre_request(&Placed {
+        id,
+        request,
+        candidates: std::slice::from_ref(pod),
+        decision: &decision,
+        primary: pod.id,
+        prefill: None,
+        now: request.now,
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

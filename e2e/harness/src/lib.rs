@@ -32,6 +32,7 @@ pub mod envoy;
 pub mod epp;
 pub mod fake_apiserver;
 pub mod fixtures;
+pub mod gie;
 pub mod kube_apiserver;
 pub mod llmd_epp;
 pub mod noop_extproc;

@@ -108,13 +108,13 @@ impl EndpointAttributeFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::plugin::params;
+    use crate::config::plugin::params_yaml;
     use crate::scheduling::testing::cand;
 
     fn filter(yaml: &str) -> Result<EndpointAttributeFilter, String> {
-        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
-        let f: EndpointAttributeFilter = params(&v).map_err(|e| e.to_string())?;
-        f.validate().map_err(|e| e.message)
+        params_yaml::<EndpointAttributeFilter>(yaml)?
+            .validate()
+            .map_err(|e| e.message)
     }
 
     /// Candidates on ports 1.. with `slots` at these values (`None`: not scraped).

@@ -207,7 +207,7 @@ mod tests {
     use super::*;
     use crate::config::plugin::params;
     use crate::scheduling::testing::cand;
-    use crate::scheduling::{Candidate, Decision, SchedulingRequest};
+    use crate::scheduling::{Candidate, SchedulingRequest};
 
     fn producer(yaml: &str) -> Result<SessionStateProducer, String> {
         let v: serde_norway::Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
@@ -225,22 +225,7 @@ mod tests {
             now,
             ..Default::default()
         };
-        let decision = Decision {
-            endpoints: vec![pod.id],
-            scores: Vec::new(),
-            disagg: None,
-            headers: Vec::new(),
-            port: None,
-        };
-        p.pre_request(&Placed {
-            id: 1,
-            request: &req,
-            candidates: std::slice::from_ref(pod),
-            decision: &decision,
-            primary: pod.id,
-            prefill: None,
-            now,
-        });
+        crate::scheduling::lifecycle::place_on(p, 1, &req, pod);
     }
 
     fn complete(p: &SessionStateProducer, session: &str, started: Instant, now: Instant) {

@@ -110,13 +110,13 @@ impl EndpointAttributeScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::plugin::params;
+    use crate::config::plugin::params_yaml;
     use crate::scheduling::testing::cand;
 
     fn scorer(yaml: &str) -> Result<EndpointAttributeScorer, String> {
-        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
-        let s: EndpointAttributeScorer = params(&v).map_err(|e| e.to_string())?;
-        s.validate().map_err(|e| e.message)
+        params_yaml::<EndpointAttributeScorer>(yaml)?
+            .validate()
+            .map_err(|e| e.message)
     }
 
     fn scores(s: &EndpointAttributeScorer, values: &[Option<f64>]) -> Vec<f64> {

@@ -1,12 +1,10 @@
 use super::*;
-use crate::config::plugin::params;
+use crate::config::plugin::params_yaml;
 use crate::scheduling::testing::cand;
-use crate::scheduling::{Candidate, Decision, SchedulingRequest};
+use crate::scheduling::{Candidate, SchedulingRequest};
 
 fn observer(yaml: &str) -> Result<LatencyObserver, String> {
-    let v: serde_norway::Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    params::<LatencyObserver>(&v)
-        .map_err(|e| e.to_string())?
+    params_yaml::<LatencyObserver>(yaml)?
         .validate()
         .map_err(|e| e.to_string())
 }
@@ -17,22 +15,7 @@ fn place(o: &LatencyObserver, id: u64, pod: &Candidate, now: Instant) {
         now,
         ..Default::default()
     };
-    let decision = Decision {
-        endpoints: vec![pod.id],
-        scores: Vec::new(),
-        disagg: None,
-        headers: Vec::new(),
-        port: None,
-    };
-    o.pre_request(&Placed {
-        id,
-        request: &req,
-        candidates: std::slice::from_ref(pod),
-        decision: &decision,
-        primary: pod.id,
-        prefill: None,
-        now,
-    });
+    crate::scheduling::lifecycle::place_on(o, id, &req, pod);
 }
 
 fn pod(port: u16, inflight: f64) -> Candidate {

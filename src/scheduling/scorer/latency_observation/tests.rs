@@ -1,10 +1,8 @@
 use super::*;
-use crate::config::plugin::params;
+use crate::config::plugin::params_yaml;
 
 fn scorer(yaml: &str) -> Result<LatencyObservationScorer, String> {
-    let v: serde_norway::Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    params::<LatencyObservationScorer>(&v)
-        .map_err(|e| e.to_string())?
+    params_yaml::<LatencyObservationScorer>(yaml)?
         .validate()
         .map_err(|e| e.to_string())
 }

@@ -1,22 +1,20 @@
 use super::*;
-use crate::config::plugin::params;
-use crate::scheduling::lifecycle::{FirstToken, Lifecycle, Placed};
+use crate::config::plugin::params_yaml;
+use crate::scheduling::lifecycle::{FirstToken, Lifecycle};
 use crate::scheduling::testing::cand;
-use crate::scheduling::Decision;
 use std::time::Duration;
 
 fn scorer(yaml: &str) -> Result<MrlScorer, String> {
-    let v: serde_norway::Value = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    params::<MrlScorer>(&v)
-        .map_err(|e| e.to_string())?
+    params_yaml::<MrlScorer>(yaml)?
         .validate()
         .map_err(|e| e.to_string())
 }
 
 fn observer(min_samples: u64) -> SojournObserver {
-    let v: serde_norway::Value =
-        serde_norway::from_str(&format!("{{minSamples: {min_samples}}}")).unwrap();
-    params::<SojournObserver>(&v).unwrap().validate().unwrap()
+    params_yaml::<SojournObserver>(&format!("{{minSamples: {min_samples}}}"))
+        .unwrap()
+        .validate()
+        .unwrap()
 }
 
 fn place(o: &SojournObserver, id: u64, pod: &Candidate, now: Instant) {
@@ -24,22 +22,7 @@ fn place(o: &SojournObserver, id: u64, pod: &Candidate, now: Instant) {
         now,
         ..Default::default()
     };
-    let decision = Decision {
-        endpoints: vec![pod.id],
-        scores: Vec::new(),
-        disagg: None,
-        headers: Vec::new(),
-        port: None,
-    };
-    o.pre_request(&Placed {
-        id,
-        request: &req,
-        candidates: std::slice::from_ref(pod),
-        decision: &decision,
-        primary: pod.id,
-        prefill: None,
-        now,
-    });
+    crate::scheduling::lifecycle::place_on(o, id, &req, pod);
 }
 
 fn first(o: &SojournObserver, id: u64, pod: &Candidate, now: Instant) {
