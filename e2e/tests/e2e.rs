@@ -40,6 +40,7 @@ mod multicluster;
 mod noop_extproc;
 mod pd;
 mod pd_dp;
+mod regions;
 mod sim_hook;
 mod sim_http;
 mod sim_python;

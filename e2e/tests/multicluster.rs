@@ -8,9 +8,8 @@
 //! - epp is a spoke epp's hub reads: the spokes here are epp itself, each over one pod, and
 //!   the hub reads their `llm_d_epp_average_queue_size`; and llm-d-router v0.10's EPP is one
 //!   too (ignored without `EPP_LLMD_EPP`, as the differential suite).
-//! - Routing that prices the network (issue 36): epp's hub with `network-cost-scorer` over two
-//!   regions of `loadgen::bench::regions`' test bed, 40 ms and 280 ms away through delaying
-//!   proxies, stays near, spills over and comes back.
+//!
+//! Routing that prices the network, over regions with round trips, is in [`crate::regions`].
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,7 +20,6 @@ use harness::envoy::{Envoy, EnvoyConfig, Template};
 use harness::sim_pod::{test_pod_config, SimPod};
 use harness::stack::Epp;
 use http::Method;
-use loadgen::bench::regions::{self, Bed, HubPolicy, RegionSpec};
 
 use crate::hub_support::{Pool, Spokes};
 
@@ -129,7 +127,7 @@ async fn pods(n: usize) -> anyhow::Result<Vec<SimPod>> {
     Ok(out)
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
+pub(crate) fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("epp-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
@@ -291,75 +289,5 @@ async fn an_epp_hub_reads_llm_d_spokes_pool_gauges() {
     for p in gateways {
         p.shutdown().await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The region (by name) of the pod that served one completion through the bed's hub.
-async fn served_region(bed: &Bed) -> anyhow::Result<String> {
-    let body = format!(
-        r#"{{"model":"{}","prompt":"hello","max_tokens":1}}"#,
-        harness::sim_pod::TEST_MODEL
-    );
-    let resp = client::send(
-        bed.hub.listener(),
-        client::request(Method::POST, "/v1/completions", body)?,
-    )
-    .await?;
-    anyhow::ensure!(resp.status.is_success(), "status {}", resp.status);
-    let pod = resp.header("x-inference-pod").unwrap_or_default();
-    let region = bed.region_of(pod).map(|i| bed.regions[i].name.clone());
-    region.ok_or_else(|| anyhow::anyhow!("pod {pod:?} is in no region"))
-}
-
-/// Sends completions until one is served in `region`, then checks the next three are too
-/// (bounded: `within`).
-async fn settles_in(bed: &Bed, region: &str, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while served_region(bed).await.ok().as_deref() != Some(region) {
-        anyhow::ensure!(Instant::now() < deadline, "never served in {region}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for _ in 0..3 {
-        anyhow::ensure!(served_region(bed).await? == region, "left {region} again");
-    }
-    Ok(())
-}
-
-/// issue 36: epp's hub with `network-cost-scorer` over two regions 40 ms and 280 ms away
-/// (delaying proxies on both the data path and the scrapes, each region its own pod, spoke epp
-/// and Envoy): near while near is cheaper; far once near's queue (8 waiting: 40 + 850 ms
-/// against 280 + 50 ms) costs more than the extra round trip; near again when it drains; far
-/// when near is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_network_cost_hub_spills_over_to_the_far_region_and_comes_back() {
-    let dir = scratch("hub-regions");
-    let region = |name: &str, ms| RegionSpec {
-        name: name.into(),
-        rtt: Duration::from_millis(ms),
-        pods: 1,
-    };
-    let specs = [region("near", 40), region("far", 280)];
-    let engine = regions::engine(harness::sim_pod::TEST_MODEL, 4);
-    let hub = HubPolicy::EppNetworkCost {
-        queued_request_ms: 100,
-    };
-    let bed = Bed::start(&specs, &engine, hub, None, &dir).await.unwrap();
-    let near_pod = bed.regions[0].pods()[0].hook();
-    settles_in(&bed, "near", Duration::from_secs(10))
-        .await
-        .unwrap();
-    near_pod.set_waiting(Some(8));
-    settles_in(&bed, "far", Duration::from_secs(10))
-        .await
-        .unwrap();
-    near_pod.set_waiting(Some(0));
-    settles_in(&bed, "near", Duration::from_secs(10))
-        .await
-        .unwrap();
-    bed.regions[0].cut();
-    settles_in(&bed, "far", Duration::from_secs(10))
-        .await
-        .unwrap();
-    bed.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

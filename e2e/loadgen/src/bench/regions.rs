@@ -38,9 +38,9 @@ pub struct RegionSpec {
 /// How the hub picks a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HubPolicy {
-    /// epp with `network-cost-scorer` at this `queuedRequestMs` (and `outlier-detection`, one
+    /// epp with `network-cost-scorer` at these parameters (and `outlier-detection`, one
     /// connection failure ejects).
-    EppNetworkCost { queued_request_ms: u32 },
+    EppNetworkCost(NetworkCost),
     /// epp with llm-d's `load` policy: `multicluster-queue-scorer` + `multicluster-kv-cache-
     /// utilization-scorer`.
     EppLoad,
@@ -51,7 +51,7 @@ pub enum HubPolicy {
 impl HubPolicy {
     pub fn name(self) -> &'static str {
         match self {
-            Self::EppNetworkCost { .. } => "epp network-cost",
+            Self::EppNetworkCost(_) => "epp network-cost",
             Self::EppLoad => "epp load",
             Self::LlmdLoad => "llm-d load",
         }
@@ -60,9 +60,7 @@ impl HubPolicy {
     /// Parses `epp` (`network-cost-scorer`'s default `queuedRequestMs`), `epp-load` or `llmd`.
     pub fn parse(text: &str) -> Result<Self, BenchError> {
         match text {
-            "epp" => Ok(Self::EppNetworkCost {
-                queued_request_ms: 100,
-            }),
+            "epp" => Ok(Self::EppNetworkCost(NetworkCost::default())),
             "epp-load" => Ok(Self::EppLoad),
             "llmd" => Ok(Self::LlmdLoad),
             _ => Err(BenchError::Setup(format!(
@@ -74,18 +72,47 @@ impl HubPolicy {
     /// The hub's scorers: plugin lines and their profile references.
     fn scorers(self) -> (String, &'static str) {
         match self {
-            Self::EppNetworkCost { queued_request_ms } => (
-                format!(
-                    "- {{type: network-cost-scorer, parameters: {{queuedRequestMs: {queued_request_ms}}}}}\n\
-                     - {{type: outlier-detection, parameters: {{consecutiveLocalOriginFailure: 1, baseEjectionTime: 5s}}}}\n"
-                ),
-                "{pluginRef: network-cost-scorer}",
-            ),
+            Self::EppNetworkCost(cost) => (cost.plugins(), "{pluginRef: network-cost-scorer}"),
             Self::EppLoad | Self::LlmdLoad => (
                 "- {type: multicluster-queue-scorer}\n- {type: multicluster-kv-cache-utilization-scorer}\n".into(),
                 "{pluginRef: multicluster-queue-scorer}, {pluginRef: multicluster-kv-cache-utilization-scorer}",
             ),
         }
+    }
+}
+
+/// `network-cost-scorer`'s parameters on epp's hub, and whether the hub tracks prompt prefixes
+/// (`multicluster-approx-prefix-cache-producer`: a cluster that served a prompt's prefix is
+/// cheaper for it by the prefill it saves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetworkCost {
+    pub queued_request_ms: u32,
+    pub idle_ttft_ms: u32,
+    pub prefix: bool,
+}
+
+impl Default for NetworkCost {
+    /// The scorer's defaults, no prefix tracking.
+    fn default() -> Self {
+        Self {
+            queued_request_ms: 100,
+            idle_ttft_ms: 50,
+            prefix: false,
+        }
+    }
+}
+
+impl NetworkCost {
+    fn plugins(self) -> String {
+        let producer = match self.prefix {
+            true => "- {type: multicluster-approx-prefix-cache-producer}\n",
+            false => "",
+        };
+        format!(
+            "{producer}- {{type: network-cost-scorer, parameters: {{queuedRequestMs: {}, idleTtftMs: {}}}}}\n\
+             - {{type: outlier-detection, parameters: {{consecutiveLocalOriginFailure: 1, baseEjectionTime: 5s}}}}\n",
+            self.queued_request_ms, self.idle_ttft_ms
+        )
     }
 }
 
@@ -264,7 +291,7 @@ impl Hub {
                 let grpc = epp.grpc;
                 (Picker::Llmd(epp), grpc)
             }
-            HubPolicy::EppNetworkCost { .. } | HubPolicy::EppLoad => {
+            HubPolicy::EppNetworkCost(_) | HubPolicy::EppLoad => {
                 let epp = hub_epp(&config).await?;
                 let grpc = epp.grpc;
                 (Picker::Epp(epp), grpc)

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use loadgen::bench::regions::{
-    self, Bed, HubPolicy, LossResult, Phase, PhaseStats, RegionSpec, Traffic,
+    self, Bed, HubPolicy, LossResult, NetworkCost, Phase, PhaseStats, RegionSpec, Traffic,
 };
 use loadgen::workload::Workload;
 
@@ -38,6 +38,14 @@ struct Args {
     /// a pod's running sequences).
     #[arg(long, default_value_t = 100)]
     queued_request_ms: u32,
+    /// The epp hub's `network-cost-scorer` `idleTtftMs` (an uncached prompt's TTFT at an idle
+    /// pool).
+    #[arg(long, default_value_t = 50)]
+    idle_ttft_ms: u32,
+    /// The epp hub tracks prompt prefixes (`multicluster-approx-prefix-cache-producer`), so a
+    /// cluster that served a group's system prompt is cheaper for that group by `idleTtftMs`.
+    #[arg(long)]
+    prefix: bool,
     #[arg(long, default_value_t = 40)]
     near_rtt_ms: u64,
     #[arg(long, default_value_t = 280)]
@@ -139,11 +147,12 @@ fn print_phase(hub: HubPolicy, round: usize, p: &PhaseStats) {
 
 fn print_loss(hub: HubPolicy, round: usize, l: &LossResult) {
     println!(
-        "{:<17} round {round} lose near at {:.1}s: {} sent, {} failed sent before the cut (in flight there), {} failed sent after it; after: TTFT p50 {:.0} ms p90 {:.0} ms, cross-region {:.0}%",
+        "{:<17} round {round} lose near at {:.1}s: {} sent, {} failed sent before the cut ({} in flight there), {} failed sent after it; after: TTFT p50 {:.0} ms p90 {:.0} ms, cross-region {:.0}%",
         hub.name(),
         l.cut_at_s,
         l.sent,
         l.failed_in_flight,
+        l.in_flight_there,
         l.failed_after,
         l.after.ttft.p50,
         l.after.ttft.p90,
@@ -193,15 +202,16 @@ fn table(all: &[(HubPolicy, Results)], phases: &[Phase]) {
             );
         }
     }
-    println!("\n| hub | rounds | failed, sent before the cut | failed, sent after the cut | TTFT p50 / p90 after, ms |");
-    println!("|---|---|---|---|---|");
+    println!("\n| hub | rounds | failed, sent before the cut | in flight there at the cut | failed, sent after the cut | TTFT p50 / p90 after, ms |");
+    println!("|---|---|---|---|---|---|");
     for (hub, r) in all {
         let of = |f: fn(&LossResult) -> f64| -> Vec<f64> { r.losses.iter().map(f).collect() };
         println!(
-            "| {} | {} | {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} / {} |",
             hub.name(),
             r.losses.len(),
             spread(&of(|l| l.failed_in_flight as f64), ""),
+            spread(&of(|l| l.in_flight_there as f64), ""),
             spread(&of(|l| l.failed_after as f64), ""),
             spread(&of(|l| l.after.ttft.p50), ""),
             spread(&of(|l| l.after.ttft.p90), ""),
@@ -216,9 +226,11 @@ async fn main() -> anyhow::Result<()> {
         .hubs
         .iter()
         .map(|h| match HubPolicy::parse(h)? {
-            HubPolicy::EppNetworkCost { .. } => Ok(HubPolicy::EppNetworkCost {
+            HubPolicy::EppNetworkCost(_) => Ok(HubPolicy::EppNetworkCost(NetworkCost {
                 queued_request_ms: args.queued_request_ms,
-            }),
+                idle_ttft_ms: args.idle_ttft_ms,
+                prefix: args.prefix,
+            })),
             other => Ok(other),
         })
         .collect::<Result<Vec<_>, loadgen::bench::BenchError>>()?;

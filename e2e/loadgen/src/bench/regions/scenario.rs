@@ -107,6 +107,9 @@ pub struct LossResult {
     pub sent: usize,
     /// Failed requests sent before the cut: the ones in flight in the lost region.
     pub failed_in_flight: usize,
+    /// Requests sent before the cut that had not ended at it and were not served by another
+    /// region: at most these may fail.
+    pub in_flight_there: usize,
     /// Failed requests sent after the cut: routed to a region the hub should have left.
     pub failed_after: usize,
     /// When the cut happened, seconds into the load.
@@ -138,9 +141,19 @@ pub async fn lose(
     let before = |r: &&RequestRecord| r.sent_s < cut_at_s;
     let failed = |r: &&RequestRecord| !r.ok();
     let after: Vec<&RequestRecord> = records.iter().filter(|r| !before(r)).collect();
+    let there = |r: &&RequestRecord| {
+        let ends_after = r.sent_s + r.e2e_ms / 1000.0 >= cut_at_s;
+        let elsewhere = r
+            .pod
+            .as_deref()
+            .and_then(|p| bed.region_of(p))
+            .is_some_and(|i| i != victim);
+        ends_after && !elsewhere
+    };
     LossResult {
         sent: records.len(),
         failed_in_flight: records.iter().filter(before).filter(failed).count(),
+        in_flight_there: records.iter().filter(before).filter(there).count(),
         failed_after: after.iter().filter(|r| !r.ok()).count(),
         cut_at_s,
         after: stats(bed, "after the cut", rate, &after),
