@@ -326,6 +326,13 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
     }
     .filter(|v| v.get() != "null")
     .ok_or(RequestError::MissingField(field))?;
+    if matches!(api, ApiKind::Completions | ApiKind::Embeddings) && is_empty_value(required.get()) {
+        // Upstream's parser refuses an empty prompt or input (`""`, `[]`) before scheduling.
+        return Err(RequestError::InvalidField {
+            field,
+            reason: "must not be empty",
+        });
+    }
     match api {
         ApiKind::Completions => completion_prompt(required.get(), cap),
         ApiKind::ChatCompletions => {
@@ -357,6 +364,16 @@ fn prompt_of(api: ApiKind, w: &Wire<'_>, cap: usize) -> Result<Prompt, RequestEr
         | ApiKind::VllmGrpcGenerate
         | ApiKind::VllmGrpcEmbed => Err(RequestError::MissingField(field)),
     }
+}
+
+/// Whether a raw JSON value is the empty string or an empty array.
+fn is_empty_value(raw: &str) -> bool {
+    let raw = raw.trim();
+    raw == "\"\""
+        || raw
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .is_some_and(|r| r.trim().is_empty())
 }
 
 /// A completions prompt: a string, a list of strings, token ids, or a list of token-id lists.
@@ -560,8 +577,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.prompt, Prompt::Tokens(vec![1, 2, 3]));
-        let empty = parse(ApiKind::Completions, br#"{"model":"m","prompt":[ ]}"#, 9).unwrap();
-        assert_eq!(empty.prompt, Prompt::Tokens(vec![]));
+        // Empty, as upstream's parser refuses it; a list of one empty string is not.
+        for empty in [r#""""#, "[ ]", "[]"] {
+            let body = format!(r#"{{"model":"m","prompt":{empty}}}"#);
+            let err = parse(ApiKind::Completions, body.as_bytes(), 9).unwrap_err();
+            assert!(
+                err.to_string().contains("must not be empty"),
+                "{empty}: {err}"
+            );
+        }
+        let one = parse(ApiKind::Completions, br#"{"model":"m","prompt":[""]}"#, 9).unwrap();
+        assert_eq!(one.prompt, Prompt::Text(String::new()));
+        let err = parse(ApiKind::Embeddings, br#"{"model":"m","input":""}"#, 9).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`input` is invalid: must not be empty"),
+            "{err}"
+        );
     }
 
     #[test]

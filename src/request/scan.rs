@@ -16,7 +16,7 @@
 //! arrive does not see them. `stream` is reported when seen; the stream machine updates it at
 //! the end of the body.
 
-use super::{completion_prompt, truncate, ApiKind, LlmRequest, Prompt};
+use super::{completion_prompt, is_empty_value, truncate, ApiKind, LlmRequest, Prompt};
 use std::ops::Range;
 
 /// The top-level fields the decision reads.
@@ -331,6 +331,7 @@ impl Scanner {
             }
         };
         let prompt = if prompt_cap == 0 {
+            self.prompt_begun(api, body)?;
             Prompt::Text(String::new())
         } else {
             self.prompt(api, body, prompt_cap)?
@@ -348,6 +349,31 @@ impl Scanner {
     fn complete(&self, field: Field) -> Option<Range<usize>> {
         let s = self.find(field)?;
         Some(s.start..s.end?)
+    }
+
+    /// Whether the API's required prompt field has begun with a value that is not empty or
+    /// `null`: the model alone decides only then (the whole-body parse refuses a missing or
+    /// empty prompt, as upstream's parser does). A few bytes of it suffice.
+    fn prompt_begun(&self, api: ApiKind, body: &[u8]) -> Option<()> {
+        let field = match api {
+            ApiKind::Completions => Field::Prompt,
+            ApiKind::Embeddings | ApiKind::Responses => Field::Input,
+            ApiKind::Conversations => Field::Items,
+            ApiKind::ChatCompletions => {
+                let m = self.find(Field::Messages)?;
+                return (m.first == b'[' && self.messages_nonempty).then_some(());
+            }
+            _ => return Some(()),
+        };
+        let s = self.find(field)?;
+        let rest = body.get(s.start + 1..)?;
+        let next = match s.first {
+            b'"' => *rest.first()?,
+            b'[' => *rest.iter().find(|b| !b.is_ascii_whitespace())?,
+            b'n' => return None,
+            _ => return Some(()),
+        };
+        (next != b'"' && next != b']').then_some(())
     }
 
     /// The prompt as the parser would cap it, when determined.
@@ -392,7 +418,8 @@ impl Scanner {
         match s.end {
             Some(end) => {
                 let text = std::str::from_utf8(&body[s.start..end]).ok()?;
-                (text != "null").then_some(())?;
+                // `null` and an empty prompt are refused by the whole-body parse.
+                (text != "null" && !is_empty_value(text)).then_some(())?;
                 completion_prompt(text, cap).ok()
             }
             None if s.first == b'"' => {

@@ -2,6 +2,10 @@
 //! implement, each a small configuration using that type, the pods' states that make it decide
 //! and the requests whose outcomes are compared.
 
+mod request_control;
+
+use harness::envoy::Template;
+
 use super::configs::*;
 use crate::hub_support::Pool;
 
@@ -23,7 +27,8 @@ pub struct Req {
     pub body: String,
     /// Header values may name pod `i`'s `ip:port` as `{pod<i>}`.
     pub headers: Vec<(&'static str, String)>,
-    /// Sent this many times; the outcome is the set of pods that served.
+    /// Sent this many times; the outcome is the set of pods that served. A `{n}` in the body
+    /// is replaced by the repeat's index.
     pub repeat: usize,
     /// Each pod's waiting queue is forced to these values (and both pickers have scraped them)
     /// before this request is sent.
@@ -56,6 +61,9 @@ pub struct Case {
     /// A multi-cluster hub case: the pods stand for the clusters' gateways, and these for
     /// their spoke EPPs' metrics ([`crate::hub_support`]).
     pub hub: Option<Hub>,
+    /// The Envoy in front of each EPP: `Duplex` (ORIGINAL_DST), or `DuplexOverrideHost` where
+    /// a case needs Envoy to report the endpoint that served.
+    pub envoy: Template,
 }
 
 /// The clusters of a hub case. The configuration names the clusters file `CLUSTERS` and the
@@ -93,7 +101,7 @@ pub fn prompt(seed: u32, words: u32) -> String {
         .join(" ")
 }
 
-fn req(body: String) -> Req {
+pub(super) fn req(body: String) -> Req {
     Req {
         path: "/v1/completions",
         body,
@@ -104,11 +112,11 @@ fn req(body: String) -> Req {
     }
 }
 
-fn times(n: usize, r: Req) -> Req {
+pub(super) fn times(n: usize, r: Req) -> Req {
     Req { repeat: n, ..r }
 }
 
-fn waiting(values: &[u64]) -> Vec<PodState> {
+pub(super) fn waiting(values: &[u64]) -> Vec<PodState> {
     values
         .iter()
         .map(|w| PodState {
@@ -129,7 +137,12 @@ fn labelled(labels: &[&[(&'static str, &'static str)]]) -> Vec<PodState> {
         .collect()
 }
 
-fn case(kind: &'static str, config: &'static str, pods: Vec<PodState>, requests: Vec<Req>) -> Case {
+pub(super) fn case(
+    kind: &'static str,
+    config: &'static str,
+    pods: Vec<PodState>,
+    requests: Vec<Req>,
+) -> Case {
     Case {
         kind,
         config,
@@ -137,6 +150,7 @@ fn case(kind: &'static str, config: &'static str, pods: Vec<PodState>, requests:
         requests,
         expect: Expect::Agree,
         hub: None,
+        envoy: Template::Duplex,
     }
 }
 
@@ -154,6 +168,7 @@ pub fn all() -> Vec<Case> {
     v.push(rollout_screener());
     v.extend(endpoint_attributes());
     v.extend(flow());
+    v.extend(request_control::all());
     v
 }
 
@@ -570,6 +585,7 @@ fn parsers() -> Vec<Case> {
             chat,
             bad("{not json"),
             bad(r#"{"prompt":"no model"}"#),
+            req(completion("")),
         ],
     )]
 }

@@ -609,3 +609,34 @@ pub const FLOW_PROGRAM_AWARE: &str =
     band_policies!("program-aware-fairness", "fcfs-ordering-policy");
 pub const PRODUCER_SESSION_ID: &str =
     beside_queue!("session-id-producer, parameters: {headerName: x-session-id}");
+
+/// The cold-request LRU scorer alone, over the approximate prefix producer's matches.
+pub const SCORER_NO_HIT_LRU: &str = "
+plugins:
+- {type: approx-prefix-cache-producer}
+- {name: s, type: no-hit-lru-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
+";
+/// The queue-scored profile and the conformance verifier.
+pub const VERIFIER_SERVED: &str = "
+plugins:
+- {type: destination-endpoint-served-verifier}
+- {name: s, type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
+";
+/// The queue-scored profile behind the probabilistic admitter, tight thresholds.
+pub const ADMITTER_PROBABILISTIC: &str = "
+plugins:
+- {type: probabilistic-admitter, parameters: {queueDepthThreshold: 2, kvCacheUtilThreshold: 0.5}}
+- {name: s, type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
+";

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use harness::client;
-use harness::envoy::{Envoy, EnvoyConfig, Template};
+use harness::envoy::{Envoy, EnvoyConfig};
 use harness::llmd_epp::{self, FileEndpoint, LlmdEpp};
 use harness::sim_pod::{test_pod_config, with_adapters, SimPod};
 use harness::stack::Epp;
@@ -252,7 +252,7 @@ pub async fn outcomes(
         Which::Epp => Picker::Epp(Epp::start(&epp_flags(config)).await?),
         Which::Llmd => Picker::Llmd(LlmdEpp::start_file(llmd, config, &pods.dir).await?),
     };
-    let envoy = EnvoyConfig::new(Template::Duplex)
+    let envoy = EnvoyConfig::new(case.envoy.clone())
         .epp(picker.grpc())
         .epp_tls(false)
         .pool(pods.pods.iter().map(SimPod::addr))
@@ -311,7 +311,8 @@ async fn send_all(
             (None, _) => {}
         }
         let mut each = Vec::new();
-        for _ in 0..r.repeat.max(1) {
+        for i in 0..r.repeat.max(1) {
+            let r = &numbered(r, i);
             let (outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
             session = token.or(session);
             each.push(outcome);
@@ -323,6 +324,14 @@ async fn send_all(
         out.push(merge(each));
     }
     Ok(out)
+}
+
+/// Repeat `i` of `r`: its body with `{n}` replaced by `i` (a distinct prompt each repeat).
+fn numbered(r: &Req, i: usize) -> Req {
+    Req {
+        body: r.body.replace("{n}", &i.to_string()),
+        ..r.clone()
+    }
 }
 
 /// Waits (bounded: 10 s) until `picker` reports each pod's waiting queue as `waits`, then one
@@ -423,9 +432,10 @@ async fn send_one(
         o.body = without_request_ids(&text).chars().take(120).collect();
     }
     for (name, value) in &resp.headers {
-        if name.as_str().starts_with("x-llm-d-") {
+        if is_compared_response_header(name.as_str()) {
             let v = value.to_str().unwrap_or("<binary>");
-            o.headers.insert(format!("response {name}"), v.to_owned());
+            let v = pods.name_of(v).unwrap_or_else(|| v.to_owned());
+            o.headers.insert(format!("response {name}"), v);
         }
     }
     for (p, n) in pods.pods.iter().zip(before) {
@@ -442,6 +452,12 @@ async fn send_one(
     }
     let token = resp.header("x-session-token").map(str::to_owned);
     Ok((o, token))
+}
+
+/// The response headers compared: llm-d's own, and the conformance verifier's echo of the
+/// endpoint that served.
+fn is_compared_response_header(name: &str) -> bool {
+    name.starts_with("x-llm-d-") || name == "x-conformance-test-served-endpoint"
 }
 
 fn is_routing_header(name: &str) -> bool {

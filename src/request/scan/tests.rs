@@ -114,6 +114,22 @@ fn gives_up_on_what_only_the_whole_body_can_judge() {
         1,
     );
     assert!(found.is_none());
+    // A missing or empty prompt is the whole-body parse's to refuse, as upstream's parser
+    // does, with or without a prefix scorer.
+    for body in [
+        &br#"{"model":"m","prompt":""}"#[..],
+        br#"{"model":"m","prompt":[ ]}"#,
+        br#"{"model":"m","prompt":null}"#,
+        br#"{"model":"m","x":1}"#,
+    ] {
+        for cap in [0, 1] {
+            let (found, _) = first_early(ApiKind::Completions, body, &[], cap);
+            assert!(found.is_none(), "{cap}: {}", String::from_utf8_lossy(body));
+        }
+    }
+    let chat = br#"{"model":"m","messages":[]}"#;
+    let (found, _) = first_early(ApiKind::ChatCompletions, chat, &[], 0);
+    assert!(found.is_none());
 }
 
 #[test]
@@ -171,7 +187,7 @@ fn ws() -> impl Strategy<Value = &'static str> {
 }
 
 prop_compose! {
-    fn completion_body()(model in json_text(), prompt in json_text(), salt in proptest::option::of(json_text()),
+    fn completion_body()(model in json_text(), prompt in json_text().prop_filter("an empty prompt is refused", |p| !p.is_empty()), salt in proptest::option::of(json_text()),
                          stream in any::<bool>(), order in 0u8..4,
                          w in ws()) -> String {
         let mut fields = vec![
