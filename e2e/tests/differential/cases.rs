@@ -311,7 +311,7 @@ fn hubs() -> Vec<Case> {
     ]
 }
 
-const ROLE: &str = "llm-d.ai/role";
+pub(super) const ROLE: &str = "llm-d.ai/role";
 
 /// Why `header-based-testing-filter` differs.
 const HEADER_TESTING: &str = "llm-d de-duplicates the header's entries by IP, so of several \
@@ -479,8 +479,15 @@ fn scorers() -> Vec<Case> {
             "approx-prefix-cache-producer",
             PRODUCER_APPROX_PREFIX,
             waiting(&[2, 0, 4]),
-            prefix,
+            prefix.clone(),
         ),
+        case(
+            "token-producer",
+            TOKEN_PRODUCER,
+            waiting(&[2, 0, 4]),
+            prefix.clone(),
+        ),
+        case("tokenizer", TOKENIZER, waiting(&[2, 0, 4]), prefix),
         case(
             "session-affinity-scorer",
             SCORER_SESSION,

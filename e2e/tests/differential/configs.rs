@@ -640,3 +640,45 @@ schedulingProfiles:
 - name: default
   plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
 ";
+/// Encode/decode disaggregation: the encode stage runs for requests with multimodal content.
+pub const DECIDER_MULTIMODAL: &str = "
+plugins:
+- {type: queue-scorer}
+- {type: encode-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: disagg-profile-handler, parameters: {deciders: {encode: d}}}
+- {name: d, type: always-disagg-multimodal-decider}
+schedulingProfiles:
+- name: encode
+  plugins: [{pluginRef: encode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+";
+
+/// The prefix-affine profile with the token producer in its estimate mode (upstream's default
+/// backend: no tokenizer server), under `$kind`'s name.
+macro_rules! tokenized {
+    ($kind:literal) => {
+        concat!(
+            "
+plugins:
+- {type: ",
+            $kind,
+            ", parameters: {estimate: {}}}
+- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
+- {type: queue-scorer}
+- {type: prefix-cache-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: max-score-picker}
+"
+        )
+    };
+}
+pub const TOKEN_PRODUCER: &str = tokenized!("token-producer");
+pub const TOKENIZER: &str = tokenized!("tokenizer");

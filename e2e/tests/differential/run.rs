@@ -464,6 +464,7 @@ fn is_routing_header(name: &str) -> bool {
     name.starts_with("x-gateway-")
         || name.starts_with("x-llm-d-")
         || name.starts_with("x-prefiller")
+        || name.starts_with("x-encoder")
         || name.starts_with("x-data-parallel")
 }
 

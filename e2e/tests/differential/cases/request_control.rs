@@ -1,6 +1,7 @@
 //! Cases for types that act around scheduling rather than in a profile's filter/score/pick: the
 //! cold-request LRU scorer (it learns from the picks, in `PreRequest`), the conformance
-//! verifier (it reads what Envoy reports at the response) and the probabilistic admitter.
+//! verifier (it reads what Envoy reports at the response), the probabilistic admitter, and the
+//! multimodal decider (it reads the request's content).
 
 use harness::envoy::Template;
 
@@ -25,6 +26,25 @@ fn saturated() -> Vec<PodState> {
     for p in &mut pods {
         p.kv = Some(0.9);
     }
+    pods
+}
+
+/// A chat completion whose user turn is `content` (a string, or a list of parts).
+fn chat(content: serde_json::Value) -> Req {
+    let body = serde_json::json!({"model": harness::sim_pod::TEST_MODEL, "max_tokens": 1,
+        "messages": [{"role": "user", "content": content}]});
+    Req {
+        path: "/v1/chat/completions",
+        ..req(body.to_string())
+    }
+}
+
+/// Pod 0 encodes, pods 1 and 2 decode (pod 2 has the shorter queue).
+fn encode_decode() -> Vec<PodState> {
+    let mut pods = waiting(&[0, 3, 1]);
+    pods[0].labels = vec![(super::ROLE, "encode")];
+    pods[1].labels = vec![(super::ROLE, "decode")];
+    pods[2].labels = vec![(super::ROLE, "decode")];
     pods
 }
 
@@ -58,6 +78,20 @@ pub fn all() -> Vec<Case> {
             super::ADMITTER_PROBABILISTIC,
             saturated(),
             vec![req(completion("hello"))],
+        ),
+        // An image in the user turn runs the encode stage (pod 0, named in the encoder
+        // header); text alone does not.
+        case(
+            "always-disagg-multimodal-decider",
+            super::DECIDER_MULTIMODAL,
+            encode_decode(),
+            vec![
+                chat(serde_json::json!([
+                    {"type": "text", "text": "what is in this picture?"},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+                ])),
+                chat(serde_json::json!("no picture here")),
+            ],
         ),
     ]
 }
