@@ -682,3 +682,19 @@ schedulingProfiles:
 }
 pub const TOKEN_PRODUCER: &str = tokenized!("token-producer");
 pub const TOKENIZER: &str = tokenized!("tokenizer");
+/// Load first (queue 3, prefix 1), with the P2P source producer naming the pod that holds the
+/// prompt's cache when the pick is another one.
+pub const PRODUCER_P2P_SOURCE: &str = "
+plugins:
+- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
+- {type: p2p-source-producer}
+- {type: queue-scorer}
+- {type: prefix-cache-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 3}
+  - {pluginRef: prefix-cache-scorer, weight: 1}
+  - {pluginRef: max-score-picker}
+";

@@ -465,6 +465,7 @@ fn is_routing_header(name: &str) -> bool {
         || name.starts_with("x-llm-d-")
         || name.starts_with("x-prefiller")
         || name.starts_with("x-encoder")
+        || name.starts_with("x-kv-cache-source")
         || name.starts_with("x-data-parallel")
 }
 

@@ -48,6 +48,20 @@ fn encode_decode() -> Vec<PodState> {
     pods
 }
 
+/// A long prompt lands on pod 1 (shortest queue); pod 1's queue grows and the same prompt goes
+/// to pod 0 by load, pod 1 named as its KV source; another prompt has no source.
+fn p2p_turns() -> Vec<Req> {
+    let long = prompt(50, 300);
+    vec![
+        req(completion(&long)),
+        Req {
+            set_waiting: Some(vec![0, 6, 4]),
+            ..req(completion(&long))
+        },
+        req(completion(&prompt(51, 300))),
+    ]
+}
+
 pub fn all() -> Vec<Case> {
     vec![
         // Every request is cold, so each pick goes to a pod that has not served yet, then to
@@ -78,6 +92,12 @@ pub fn all() -> Vec<Case> {
             super::ADMITTER_PROBABILISTIC,
             saturated(),
             vec![req(completion("hello"))],
+        ),
+        case(
+            "p2p-source-producer",
+            super::PRODUCER_P2P_SOURCE,
+            waiting(&[2, 0, 4]),
+            p2p_turns(),
         ),
         // An image in the user turn runs the encode stage (pod 0, named in the encoder
         // header); text alone does not.
