@@ -97,7 +97,6 @@ use Support::{BuiltIn, Plugin, Unsupported};
 
 const HEADERS: Support =
     BuiltIn("epp's disaggregating profile handlers set the sidecar headers themselves");
-const MULTIMODAL: Support = Unsupported("the multimodal encoder cache is not implemented in epp: it matches the multimodal item hashes of a tokenized prompt (vLLM's render endpoint, a gRPC request's mm_hashes), which epp's token producer and parsers do not extract");
 const LATENCY_PREDICTOR: Support = Unsupported("needs upstream's latency predictor: predicted-latency-producer sends every request's features to its Python training and prediction servers (TRAINING_SERVER_URL, PREDICTION_SERVER_URL: separate containers retraining models online), whose predicted TTFT/TPOT this plugin reads; epp runs no such server and speaks no client of it");
 const PROFILE: Support =
     BuiltIn("epp runs one scheduling profile unless a disaggregating handler is configured");
@@ -147,7 +146,7 @@ kinds! {
     NoHitLruScorer = "no-hit-lru-scorer", Scorer, Beta, Plugin;
     ContextLengthAware = "context-length-aware", Scorer, Beta, Plugin;
     PrecisePrefixCacheScorer = "precise-prefix-cache-scorer", Scorer, Beta, Plugin;
-    MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, MULTIMODAL;
+    MmEmbeddingsCacheScorer = "mm-embeddings-cache-scorer", Scorer, Beta, Plugin;
     SessionAffinityScorer = "session-affinity-scorer", Scorer, Alpha, Plugin;
     HeaderLabelAffinityScorer = "header-label-affinity-scorer", Scorer, Alpha, Plugin;
     EndpointAttributeScorer = "endpoint-attribute-scorer", Scorer, Alpha, Plugin;
@@ -194,7 +193,7 @@ kinds! {
     Tokenizer = "tokenizer", DataProducer, Beta, BuiltIn("epp tokenizes in-process (the prefix scorer's tokenizer)");
     SessionStateProducer = "session-state-producer", DataProducer, Alpha, Plugin;
     SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
-    MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, MULTIMODAL;
+    MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, Plugin;
     BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp: it holds each request up to windowDurationMs and places a window's same-prompt bursts jointly; epp decides each request alone");
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, Plugin;

@@ -15,6 +15,7 @@ pub mod chat;
 pub(crate) mod grpc;
 pub(crate) mod headers;
 pub mod hf;
+pub mod multimodal;
 pub(crate) mod native;
 pub(crate) mod parsers;
 pub(crate) mod priority;

@@ -99,6 +99,9 @@ pub struct SchedulingRequest<'a> {
     /// The body carries image, audio or video content (`always-disagg-multimodal-decider`);
     /// filled only when such a decider is configured.
     pub multimodal: bool,
+    /// The body's multimodal items (`mm-embeddings-cache-*`); filled only when a scorer reads
+    /// them.
+    pub multimodal_items: &'a [crate::request::multimodal::Item],
     /// Endpoints the saturation detector counts as saturated (their own ratio ≥ 1), filled by
     /// the director only when a disaggregating handler has a prefill stage: a prefill is never
     /// sent to one of them ([`disagg`]).
@@ -129,6 +132,7 @@ impl Default for SchedulingRequest<'_> {
             slo_ttft_s: None,
             sheddable: false,
             multimodal: false,
+            multimodal_items: &[],
             saturated: &[],
             headers: &lifecycle::NO_HEADERS,
             names: &lifecycle::Addresses,
@@ -362,6 +366,12 @@ impl Scheduler {
     /// then asks the prefix index for it.
     pub(crate) fn prices_cache_room(&self) -> bool {
         self.estimated_ttft().is_some()
+    }
+
+    /// Whether a scorer reads the body's multimodal items.
+    pub(crate) fn reads_multimodal_items(&self) -> bool {
+        self.scorers.iter().any(|(s, _)| s.reads_multimodal_items())
+            || self.stages().any(Scheduler::reads_multimodal_items)
     }
 
     /// Whether a decider reads whether the body carries multimodal content.

@@ -40,11 +40,31 @@ fn category_name(c: ::epp::plugin::Category) -> String {
 }
 
 /// The types epp accepts: implemented as plugins or built in.
-fn accepted() -> usize {
+fn accepted() -> Vec<::epp::plugin::PluginKind> {
     ::epp::plugin::PluginKind::ALL
         .iter()
+        .copied()
         .filter(|k| !matches!(k.support(), ::epp::plugin::Support::Unsupported(_)))
-        .count()
+        .collect()
+}
+
+/// The accepted upstream types (epp's own are `Stable`) that neither have a case nor are
+/// listed, with a reason, in [`cases::uncovered`].
+fn unaccounted() -> Vec<&'static str> {
+    let cased: Vec<&str> = cases::all().iter().map(|c| c.kind).collect();
+    let listed: Vec<&str> = cases::uncovered().iter().map(|(k, _)| *k).collect();
+    accepted()
+        .into_iter()
+        .filter(|k| k.stability() != ::epp::plugin::Stability::Stable)
+        .map(|k| k.name())
+        .filter(|n| !cased.contains(n) && !listed.contains(n))
+        .collect()
+}
+
+/// Every accepted upstream type has a case or a reason for having none (no llm-d needed).
+#[test]
+fn every_accepted_upstream_type_has_a_case_or_a_reason() {
+    assert_eq!(unaccounted(), Vec::<&str>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +94,7 @@ async fn epp_and_llm_d_decide_alike_for_every_plugin_type_both_implement() {
         rows.push(row);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let text = table::render(&rows, accepted());
+    let text = table::render(&rows, accepted().len(), &cases::uncovered());
     println!("{text}");
     let problems: Vec<String> = rows.iter().filter_map(Row::problem).collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -95,12 +95,12 @@ fn both_api_groups_load_and_the_old_one_is_noted() {
 
 #[test]
 fn known_but_unsupported_plugins_name_themselves() {
-    let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: mm-embeddings-cache-scorer\n- type: no-such-scorer\n- type: queue-scorer\n";
+    let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: predicted-latency-producer\n- type: no-such-scorer\n- type: queue-scorer\n";
     let problems = build(text, LoadOptions::default()).unwrap_err();
     assert_eq!(problems.len(), 2, "{problems:?}");
     let all = ConfigError::from(problems).to_string();
     assert!(
-        all.contains("\"mm-embeddings-cache-scorer\" is not supported by epp"),
+        all.contains("\"predicted-latency-producer\" is not supported by epp"),
         "{all}"
     );
     assert!(all.contains("unknown type \"no-such-scorer\""), "{all}");

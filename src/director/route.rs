@@ -47,6 +47,7 @@ pub(super) fn route(
     let lookup = d.look_up(&runtime, source.as_ref(), p, &mut candidates);
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness, now);
     let names = Names(&states);
+    let items = multimodal_items(&runtime, p);
     let facts = Facts {
         inc,
         prompted: p,
@@ -54,6 +55,7 @@ pub(super) fn route(
         prompt_cap: prompt_cap(&runtime, source.as_ref()),
         token_scale: d.indexes.approximate.scale.get(),
         multimodal: p.is_some_and(|p| runtime.scheduler.reads_multimodal() && multimodal(p)),
+        multimodal_items: &items,
     };
     let step = Step {
         scheduler: &runtime.scheduler,
@@ -154,6 +156,8 @@ struct Facts<'a> {
     token_scale: f64,
     /// The body carries multimodal content and a decider reads it.
     multimodal: bool,
+    /// The body's multimodal items, when a scorer reads them.
+    multimodal_items: &'a [request::multimodal::Item],
 }
 
 impl<'a> Facts<'a> {
@@ -193,6 +197,7 @@ impl<'a> Facts<'a> {
                 .map(|ms| ms / 1e3),
             sheddable: p.is_some_and(|p| p.priority < 0),
             multimodal: self.multimodal,
+            multimodal_items: self.multimodal_items,
             saturated,
             headers: inc.headers,
             names,
@@ -221,6 +226,17 @@ impl EndpointNames for Names<'_> {
 /// Whether the body carries image, audio or video content.
 fn multimodal(p: &Prompted<'_>) -> bool {
     scheduling::disagg::has_multimodal(p.bytes)
+}
+
+/// The body's multimodal items, when a scorer reads them (parsed only when the byte search
+/// finds multimodal content).
+fn multimodal_items(runtime: &Runtime, p: Option<&Prompted<'_>>) -> Vec<request::multimodal::Item> {
+    match p {
+        Some(p) if runtime.scheduler.reads_multimodal_items() && multimodal(p) => {
+            request::multimodal::items(p.bytes)
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The scheduler's answer and what the lifecycle added, before the lease is taken.

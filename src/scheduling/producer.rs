@@ -3,6 +3,7 @@
 //! file under `producer/`.
 
 mod latency_observer;
+mod mm_embeddings;
 mod rollout_screener;
 mod session_state;
 mod sojourn_observer;
@@ -11,6 +12,7 @@ use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
 pub(crate) use latency_observer::LatencyObserver;
 pub(crate) use latency_observer::Percentiles;
+pub(crate) use mm_embeddings::MmEmbeddingsCache;
 use rollout_screener::RolloutScreener;
 pub(crate) use session_state::SessionStateProducer;
 pub(crate) use sojourn_observer::Sojourn;
@@ -23,6 +25,7 @@ use std::sync::Arc;
 pub enum Observer {
     Latency(LatencyObserver),
     Sojourn(SojournObserver),
+    MmEmbeddings(MmEmbeddingsCache),
 }
 
 impl Observer {
@@ -31,6 +34,7 @@ impl Observer {
         match self {
             Self::Latency(_) => PluginKind::LatencyObserverProducerHub,
             Self::Sojourn(_) => PluginKind::SojournTimeObserverHub,
+            Self::MmEmbeddings(_) => PluginKind::MmEmbeddingsCacheProducer,
         }
     }
 }
@@ -50,6 +54,9 @@ pub(crate) fn from_plugin<P: Parameters>(
             Arc::new(p.decode::<LatencyObserver>()?.validate()?)
         }
         PluginKind::SojournTimeObserverHub => Arc::new(p.decode::<SojournObserver>()?.validate()?),
+        PluginKind::MmEmbeddingsCacheProducer => {
+            Arc::new(p.decode::<MmEmbeddingsCache>()?.validate()?)
+        }
         PluginKind::DisaggregatedsetRolloutScreener => {
             Arc::new(p.decode::<RolloutScreener>()?.validate()?)
         }

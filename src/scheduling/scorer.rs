@@ -11,6 +11,7 @@ mod latency;
 mod latency_observation;
 mod load_aware;
 mod lora_affinity;
+mod mm_embeddings;
 mod mrl;
 mod multicluster_kv_cache;
 mod multicluster_queue;
@@ -37,6 +38,7 @@ pub(crate) use latency::{LatencyEstimate, LatencyScorer};
 pub(crate) use latency_observation::LatencyObservationScorer;
 pub(crate) use load_aware::LoadAwareScorer;
 pub(crate) use lora_affinity::LoraAffinityScorer;
+pub(crate) use mm_embeddings::MmEmbeddingsScorer;
 pub(crate) use mrl::MrlScorer;
 pub(crate) use multicluster_kv_cache::MulticlusterKvCacheScorer;
 pub(crate) use multicluster_queue::MulticlusterQueueScorer;
@@ -87,6 +89,7 @@ pub enum Scorer {
     LatencyObservation(Box<LatencyObservationScorer>),
     /// Expected remaining in-flight work from a sojourn observer's digests.
     Mrl(Box<MrlScorer>),
+    MmEmbeddings(Box<MmEmbeddingsScorer>),
     EndpointAttribute(EndpointAttributeScorer),
 }
 
@@ -147,6 +150,7 @@ impl Scorer {
                 p.decode::<LatencyObservationScorer>()?.validate()?,
             )),
             K::MrlScorerHub => Self::Mrl(Box::new(p.decode::<MrlScorer>()?.validate()?)),
+            K::MmEmbeddingsCacheScorer => Self::MmEmbeddings(Box::new(p.decode()?)),
             _ => return Ok(None),
         }))
     }
@@ -182,6 +186,7 @@ impl Scorer {
             Self::TopologyAffinity(s) => s.score(req, pool, out),
             Self::LatencyObservation(s) => s.score(pool, out, rng),
             Self::Mrl(s) => s.score(req, pool, out, rng),
+            Self::MmEmbeddings(s) => s.score(req, pool, out),
             Self::EndpointAttribute(s) => s.score(pool, out),
         }
     }
@@ -195,6 +200,9 @@ impl Scorer {
                 Some((PluginKind::LatencyObserverProducerHub, s.producer_name()))
             }
             Self::Mrl(s) => Some((PluginKind::SojournTimeObserverHub, s.producer_name())),
+            Self::MmEmbeddings(s) => {
+                Some((PluginKind::MmEmbeddingsCacheProducer, s.producer_name()))
+            }
             _ => None,
         }
     }
@@ -212,6 +220,11 @@ impl Scorer {
                 let mut s = s.clone();
                 s.observer = Some(o.clone());
                 Some(Self::Mrl(s))
+            }
+            (Self::MmEmbeddings(s), O::MmEmbeddings(o)) => {
+                let mut s = s.clone();
+                s.producer = Some(o.clone());
+                Some(Self::MmEmbeddings(s))
             }
             _ => None,
         }
@@ -238,6 +251,11 @@ impl Scorer {
     }
 
     /// Whether this scorer reads the candidates' labels.
+    /// Whether this scorer reads the body's multimodal items.
+    pub(crate) fn reads_multimodal_items(&self) -> bool {
+        matches!(self, Self::MmEmbeddings(_))
+    }
+
     pub(crate) fn reads_labels(&self) -> bool {
         matches!(
             self,

@@ -133,6 +133,7 @@ fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
         // A scorer reading what an observer learns needs that observer.
         PluginKind::LatencyObservationScorerHub => "\n- type: latency-observer-producer-hub",
         PluginKind::MrlScorerHub => "\n- type: sojourn-time-observer-hub",
+        PluginKind::MmEmbeddingsCacheScorer => "\n- type: mm-embeddings-cache-producer",
         PluginKind::EndpointAttributeFilter => {
             "\n  parameters: {attribute: a, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}"
         }

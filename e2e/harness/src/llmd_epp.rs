@@ -220,10 +220,20 @@ fn with_file_discovery(config: &str, endpoints: &Path) -> anyhow::Result<String>
     all.retain(|p| p.get("type").is_none_or(|t| !has(t)));
     all.append(plugins);
     *plugins = all;
-    let layer: Value = serde_norway::from_str(
+    let mut layer: Value = serde_norway::from_str(
         "sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}]\n\
          discovery: {pluginRef: endpoints}\n",
     )?;
+    // Sources the config lists itself come after the metrics source.
+    let own = root
+        .get("dataLayer")
+        .and_then(|l| l.get("sources"))
+        .and_then(Value::as_sequence)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(sources) = layer.get_mut("sources").and_then(Value::as_sequence_mut) {
+        sources.extend(own);
+    }
     root.insert(Value::from("dataLayer"), layer);
     Ok(serde_norway::to_string(&doc)?)
 }
@@ -253,6 +263,17 @@ mod tests {
             ]
         );
         assert_eq!(v["plugins"][0]["parameters"]["path"], "/tmp/e.yaml");
+        // A source the config lists follows the metrics source.
+        let with_source = format!(
+            "{config}- {{name: m, type: models-data-source}}\ndataLayer: {{sources: [{{pluginRef: m}}]}}\n"
+        );
+        let out = with_file_discovery(&with_source, Path::new("/tmp/e.yaml")).unwrap();
+        let v: Value = serde_norway::from_str(&out).unwrap();
+        assert_eq!(
+            v["dataLayer"]["sources"][0]["pluginRef"],
+            "metrics-data-source"
+        );
+        assert_eq!(v["dataLayer"]["sources"][1]["pluginRef"], "m");
         assert_eq!(v["dataLayer"]["discovery"]["pluginRef"], "endpoints");
         // The config's own extractor (with engineConfigs) replaces the default one.
         let own = format!(

@@ -2,7 +2,10 @@
 //! implement, each a small configuration using that type, the pods' states that make it decide
 //! and the requests whose outcomes are compared.
 
+mod inert;
 mod request_control;
+
+pub use inert::uncovered;
 
 use harness::envoy::Template;
 
@@ -44,6 +47,9 @@ pub enum Expect {
     Agree,
     /// They differ, on purpose: the reason (the migration table says so too).
     Differ(&'static str),
+    /// Both load it and answer alike, and nothing in llm-d v0.10 reads what it produces: why
+    /// (the case shows the configuration is accepted and changes no outcome).
+    Inert(&'static str),
 }
 
 /// One plugin type's case.
@@ -169,6 +175,7 @@ pub fn all() -> Vec<Case> {
     v.extend(endpoint_attributes());
     v.extend(flow());
     v.extend(request_control::all());
+    v.extend(inert::all());
     v
 }
 

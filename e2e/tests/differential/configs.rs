@@ -698,3 +698,50 @@ schedulingProfiles:
   - {pluginRef: prefix-cache-scorer, weight: 1}
   - {pluginRef: max-score-picker}
 ";
+
+/// The queue-scored profile with `$plugins` listed and `$sources` as the data layer's own
+/// sources (the runner puts the metrics source first).
+macro_rules! sourced {
+    ($plugins:literal, $sources:literal) => {
+        concat!(
+            "plugins:\n",
+            $plugins,
+            "- {name: s, type: queue-scorer}\n- {type: max-score-picker}\n",
+            "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]\n",
+            "dataLayer:\n  sources: ",
+            $sources,
+            "\n"
+        )
+    };
+}
+/// The pods' served models polled from `/v1/models`.
+pub const SOURCE_MODELS: &str = sourced!(
+    "- {name: models, type: models-data-source}\n- {name: served, type: models-data-extractor}\n",
+    "[{pluginRef: models, extractors: [{pluginRef: served}]}]"
+);
+/// DCGM GPU series scraped from each pod's node exporter.
+pub const SOURCE_DCGM: &str = sourced!(
+    "- {name: gpus, type: dcgm-data-source}\n- {name: gpu, type: dcgm-extractor}\n",
+    "[{pluginRef: gpus, extractors: [{pluginRef: gpu}]}]"
+);
+/// The queue-scored profile with `agent-identity` reading the coding agents' session headers.
+pub const AGENT_IDENTITY: &str = "
+plugins:
+- {type: agent-identity, parameters: {additionalSessionHeaders: [x-my-agent-session]}}
+- {name: s, type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
+";
+/// Encoder-cache affinity (weight 3) over load (weight 1).
+pub const MM_EMBEDDINGS: &str = "
+plugins:
+- {type: mm-embeddings-cache-producer}
+- {name: mm, type: mm-embeddings-cache-scorer}
+- {name: q, type: queue-scorer}
+- {type: max-score-picker}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: mm, weight: 3}, {pluginRef: q, weight: 1}, {pluginRef: max-score-picker}]
+";

@@ -30,8 +30,8 @@ impl Row {
     /// difference that is gone.
     pub fn problem(&self) -> Option<String> {
         match (self.differing().is_empty(), self.expect) {
-            (true, Expect::Agree) | (false, Expect::Differ(_)) => None,
-            (false, Expect::Agree) => Some(format!(
+            (true, Expect::Agree | Expect::Inert(_)) | (false, Expect::Differ(_)) => None,
+            (false, Expect::Agree | Expect::Inert(_)) => Some(format!(
                 "{}: epp and llm-d differ on request(s) {:?}\n  epp:   {:?}\n  llm-d: {:?}",
                 self.kind,
                 self.differing(),
@@ -61,7 +61,7 @@ fn outcome_text(o: &Outcome) -> String {
 }
 
 /// The Markdown page.
-pub fn render(rows: &[Row], accepted: usize) -> String {
+pub fn render(rows: &[Row], accepted: usize, uncovered: &[(&str, &str)]) -> String {
     let agree = rows.iter().filter(|r| r.differing().is_empty()).count();
     let mut s = String::from(
         "# Differential table: epp against llm-d-router v0.10.0's EPP\n\n\
@@ -97,9 +97,10 @@ pub fn render(rows: &[Row], accepted: usize) -> String {
     s += "| type | category | cases | result | epp: status, pods, headers, body per case | llm-d |\n|---|---|---|---|---|---|\n";
     for r in rows {
         let result = match (r.differing().is_empty(), r.expect) {
+            (true, Expect::Inert(why)) => format!("agree (inert: {why})"),
             (true, _) => "agree".to_owned(),
             (false, Expect::Differ(why)) => format!("differs on purpose: {why}"),
-            (false, Expect::Agree) => format!("DIFFERS on {:?}", r.differing()),
+            (false, _) => format!("DIFFERS on {:?}", r.differing()),
         };
         let show = |v: &[Outcome]| v.iter().map(outcome_text).collect::<Vec<_>>().join("; ");
         let _ = writeln!(
@@ -112,6 +113,16 @@ pub fn render(rows: &[Row], accepted: usize) -> String {
             show(&r.epp),
             show(&r.llmd)
         );
+    }
+    if !uncovered.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nThe {} upstream types epp accepts that have no case, and why:\n",
+            uncovered.len()
+        );
+        for (kind, why) in uncovered {
+            let _ = writeln!(s, "- `{kind}`: {why}");
+        }
     }
     s
 }

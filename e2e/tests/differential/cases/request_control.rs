@@ -62,6 +62,33 @@ fn p2p_turns() -> Vec<Req> {
     ]
 }
 
+/// A chat turn showing the pictures at `urls`.
+fn pictures(urls: &[&str]) -> Req {
+    let mut parts = vec![serde_json::json!({"type": "text", "text": "what changed?"})];
+    parts.extend(
+        urls.iter()
+            .map(|u| serde_json::json!({"type": "image_url", "image_url": {"url": u}})),
+    );
+    chat(serde_json::Value::Array(parts))
+}
+
+/// Picture A lands on pod 1 by load; with pod 0 now the least loaded, A again goes where its
+/// embeddings are (pod 1), a new picture B by load (pod 0), and A with B to either holder
+/// (a tie on the cache), where load decides (pod 0).
+fn picture_turns() -> Vec<Req> {
+    let (a, b) = ("https://example.com/a.png", "https://example.com/b.png");
+    let relieved = |r: Req| Req {
+        set_waiting: Some(vec![0, 2, 4]),
+        ..r
+    };
+    vec![
+        pictures(&[a]),
+        relieved(pictures(&[a])),
+        pictures(&[b]),
+        pictures(&[a, b]),
+    ]
+}
+
 pub fn all() -> Vec<Case> {
     vec![
         // Every request is cold, so each pick goes to a pod that has not served yet, then to
@@ -98,6 +125,18 @@ pub fn all() -> Vec<Case> {
             super::PRODUCER_P2P_SOURCE,
             waiting(&[2, 0, 4]),
             p2p_turns(),
+        ),
+        case(
+            "mm-embeddings-cache-scorer",
+            super::MM_EMBEDDINGS,
+            waiting(&[2, 0, 4]),
+            picture_turns(),
+        ),
+        case(
+            "mm-embeddings-cache-producer",
+            super::MM_EMBEDDINGS,
+            waiting(&[2, 0, 4]),
+            picture_turns(),
         ),
         // An image in the user turn runs the encode stage (pod 0, named in the encoder
         // header); text alone does not.
