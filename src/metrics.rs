@@ -17,8 +17,10 @@ use std::sync::atomic::AtomicU64;
 pub use model::{ModelLabel, ModelNames};
 pub mod affinity;
 pub mod disagg;
+pub mod encoder_cache;
 pub use affinity::AffinityLabels;
 pub use disagg::DisaggMetrics;
+pub use encoder_cache::{EncoderHitLabels, EncoderQueryLabels, EncoderRatioLabels};
 mod labels;
 pub use labels::*;
 
@@ -96,6 +98,10 @@ pub struct Metrics {
     /// `prefix-cache-affinity-filter`'s decisions (the process-wide family the filter counts
     /// into: [`affinity::AFFINITY_FILTER_DECISIONS`]).
     pub(crate) affinity_decisions: Family<AffinityLabels, Counter>,
+    /// The multimodal encoder cache's lookups (process-wide: [`encoder_cache`]).
+    pub(crate) encoder_cache_queries: Family<EncoderQueryLabels, Counter>,
+    pub(crate) encoder_cache_hits: Family<EncoderHitLabels, Counter>,
+    pub(crate) encoder_cache_hit_ratio: Family<EncoderRatioLabels, Histogram>,
 }
 
 /// The flow-control queue's metrics (`flowcontrol`).
@@ -262,7 +268,27 @@ impl Metrics {
             "Prefix cache affinity filter decisions, by outcome.",
             self.affinity_decisions.clone(),
         );
+        self.register_encoder_cache(r);
         self.register_llm_d_flow(r);
+    }
+
+    /// `mm-embeddings-cache-producer`'s families.
+    fn register_encoder_cache(&self, r: &mut Registry) {
+        r.register(
+            "llm_d_epp_encoder_cache_queries",
+            "Total number of multimodal item hash lookups made against the encoder-cache affinity LRU",
+            self.encoder_cache_queries.clone(),
+        );
+        r.register(
+            "llm_d_epp_encoder_cache_hits",
+            "Total number of multimodal item hash lookups that found a match in the encoder-cache affinity LRU, by endpoint",
+            self.encoder_cache_hits.clone(),
+        );
+        r.register(
+            "llm_d_epp_encoder_cache_hit_ratio",
+            "Ratio of matched multimodal items to total items per endpoint in an encoder-cache lookup",
+            self.encoder_cache_hit_ratio.clone(),
+        );
     }
 
     /// llm-d-router's flow-control and program-aware families.
@@ -348,6 +374,9 @@ impl Metrics {
             fairness_keys: ModelNames::default(),
             disagg: DisaggMetrics::default(),
             affinity_decisions: affinity::AFFINITY_FILTER_DECISIONS.clone(),
+            encoder_cache_queries: encoder_cache::QUERIES.clone(),
+            encoder_cache_hits: encoder_cache::HITS.clone(),
+            encoder_cache_hit_ratio: encoder_cache::HIT_RATIO.clone(),
             flow: FlowControlMetrics {
                 queue_size: Family::default(),
                 queue_bytes: Family::default(),

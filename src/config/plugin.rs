@@ -94,8 +94,10 @@ impl NamedPlugin {
         let kind = check_type(spec, load).map_err(|p| vec![p])?;
         let params = spec.parameters.as_ref().unwrap_or(&Value::Null);
         let mut plugin = typed(kind, params).map_err(|r| r.problems(spec.name()))?;
-        if let Plugin::Scheduling(Sched::Filter(f)) = &mut plugin {
-            f.name_instance(spec.name());
+        match &mut plugin {
+            Plugin::Scheduling(Sched::Filter(f)) => f.name_instance(spec.name()),
+            Plugin::Scheduling(Sched::Producer(p)) => p.name_instance(spec.name()),
+            _ => {}
         }
         Ok(Self {
             name: spec.name().to_owned(),

@@ -65,6 +65,9 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Gives the plugin its instance's name (the `plugin_name` label of what it counts).
+    fn name_instance(&self, _name: &str) {}
+
     /// Which configured instance this is: the clones of one plugin (referenced by several
     /// profiles) answer the same, so each point runs once per instance.
     fn instance(&self) -> usize;

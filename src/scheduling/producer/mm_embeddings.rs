@@ -10,6 +10,7 @@
 //! pool and is forgotten (upstream sweeps against its pod list every two minutes).
 
 use crate::endpoint::EndpointId;
+use crate::metrics::encoder_cache;
 use crate::plugin::Invalid;
 use crate::request::multimodal::Item;
 use crate::scheduling::lifecycle::{Lifecycle, Owned, Placed};
@@ -45,6 +46,8 @@ impl Default for MmEmbeddingsCache {
 /// Every pod's items, and when each pod was last a candidate.
 #[derive(Default)]
 struct Pods {
+    /// The instance's name (the metrics' `plugin_name`).
+    name: String,
     caches: HashMap<EndpointId, LruCache<u64, ()>>,
     seen: HashMap<EndpointId, Instant>,
     swept: Option<Instant>,
@@ -79,6 +82,7 @@ impl MmEmbeddingsCache {
     fn record(&self, placed: &Placed<'_>) {
         let capacity = self.capacity();
         let mut state = self.state.lock();
+        state.count_lookups(placed);
         let cache = state
             .caches
             .entry(placed.primary)
@@ -90,6 +94,28 @@ impl MmEmbeddingsCache {
 }
 
 impl Pods {
+    /// Upstream's lookup metrics for the request's items, before its placement is recorded:
+    /// each item queried, each pod cache holding it a hit, each candidate's share observed.
+    fn count_lookups(&self, placed: &Placed<'_>) {
+        let items = placed.request.multimodal_items;
+        for item in items {
+            let modality = item.modality.name();
+            encoder_cache::query(&self.name, modality);
+            for (id, cache) in &self.caches {
+                if cache.contains(&item.hash) {
+                    let pod = placed.request.names.name_of(*id);
+                    encoder_cache::hit(&self.name, pod.unwrap_or_else(|| id.to_string()), modality);
+                }
+            }
+        }
+        for c in placed.candidates {
+            let matched = self.caches.get(&c.id).map_or(0, |cache| {
+                items.iter().filter(|i| cache.contains(&i.hash)).count()
+            });
+            encoder_cache::ratio(&self.name, matched, items.len());
+        }
+    }
+
     /// Notes the candidates as present, and forgets pods absent for [`FORGET_AFTER`] (at most
     /// once a minute).
     fn sweep(&mut self, placed: &Placed<'_>) {
@@ -131,6 +157,10 @@ impl Lifecycle for MmEmbeddingsCache {
 
     fn observer(&self) -> Option<super::Observer> {
         Some(super::Observer::MmEmbeddings(self.clone()))
+    }
+
+    fn name_instance(&self, name: &str) {
+        self.state.lock().name = name.to_owned();
     }
 
     fn instance(&self) -> usize {
@@ -183,6 +213,33 @@ mod tests {
             "the least recent item is evicted"
         );
         assert_eq!(p.matched(a.id, &third), 1);
+    }
+
+    #[test]
+    fn lookups_are_counted_under_upstreams_names() {
+        let p = MmEmbeddingsCache::default();
+        p.name_instance("mm-counter-test");
+        let a = cand(1, 0.0, 0.0, 0);
+        let items = [image(7)];
+        let req = SchedulingRequest {
+            multimodal_items: &items,
+            ..SchedulingRequest::default()
+        };
+        place_on(&p, 1, &req, &a);
+        place_on(&p, 2, &req, &a);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let _m = crate::metrics::Metrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let queries = "llm_d_epp_encoder_cache_queries_total{plugin_type=\"mm-embeddings-cache-producer\",plugin_name=\"mm-counter-test\",modality=\"image\"} 2";
+        assert!(text.contains(queries), "{text}");
+        assert!(
+            text.contains(
+                "plugin_name=\"mm-counter-test\",pod=\"10.0.0.1:1\",modality=\"image\"} 1"
+            ),
+            "the second lookup hit: {text}"
+        );
+        assert!(text.contains("llm_d_epp_encoder_cache_hit_ratio_count{plugin_type=\"mm-embeddings-cache-producer\",plugin_name=\"mm-counter-test\"} 2"), "{text}");
     }
 
     #[test]
