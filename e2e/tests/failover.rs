@@ -67,6 +67,7 @@ fn options(rate: f64) -> FailoverOptions {
         fault_at: Duration::from_secs(2),
         settle: Duration::from_secs(1),
         drain_timeout: Duration::from_secs(3),
+        apiserver_down: Duration::from_secs(40),
         workload: Workload::SharedPrefix {
             groups: 4,
             prompts_per_group: 8,

@@ -18,6 +18,7 @@
 
 pub mod apply;
 pub mod certs;
+pub mod objects;
 pub mod process;
 
 use crate::ports;

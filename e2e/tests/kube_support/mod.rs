@@ -3,11 +3,9 @@
 //! through `pods/status` (no kubelet runs), and epp started with a kubeconfig.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use harness::kube_apiserver::{apply, KubeApiServer, TestNamespace};
+use harness::kube_apiserver::{apply, objects, KubeApiServer, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{Api, DeleteParams};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,26 +31,9 @@ pub async fn setup(prefix: &str) -> (&'static KubeApiServer, TestNamespace) {
 
 /// Installs the CRDs of `config/crd/` on `server` and waits until they are established.
 pub async fn install_crds(server: &KubeApiServer) {
-    let client = server.admin_client("default").await.unwrap();
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(root().join("config/crd")).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for obj in apply::apply_yaml(&client, "default", &text)
-            .await
-            .unwrap_or_else(|e| panic!("{} was not accepted: {e}", path.display()))
-        {
-            names.push(obj.metadata.name.unwrap());
-        }
-    }
-    let api = Api::<CustomResourceDefinition>::all(client);
-    for name in names {
-        let established = await_condition(api.clone(), &name, conditions::is_crd_established());
-        tokio::time::timeout(Duration::from_secs(30), established)
-            .await
-            .unwrap_or_else(|_| panic!("CRD {name} not established in 30 s"))
-            .unwrap();
-    }
+    objects::install_crds(server)
+        .await
+        .unwrap_or_else(|e| panic!("installing the CRDs: {e}"));
 }
 
 /// Creates any object from JSON in `ns` (server-side apply).
@@ -62,41 +43,23 @@ pub async fn create(ns: &TestNamespace, obj: Value) -> kube::api::DynamicObject 
         .unwrap_or_else(|e| panic!("{} not accepted: {e}", obj["kind"]))
 }
 
-/// A pod labelled `labels`, bound to a node name so deletion is graceful (no kubelet runs, so
-/// a bound pod stays Terminating until deleted with grace period 0).
+/// A pod labelled `labels`, bound to a node name so deletion is graceful.
 pub fn pod(name: &str, labels: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "vllm", "image": "vllm"}]}
-    }))
-    .unwrap()
+    objects::pod(name, labels).unwrap()
 }
 
 pub async fn create_pod(ns: &TestNamespace, name: &str, labels: Value) {
-    Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
-        .create(&PostParams::default(), &pod(name, labels))
-        .await
-        .unwrap();
+    objects::create_pod(ns, name, labels).await.unwrap();
 }
 
 /// Sets the pod's IP and Ready condition through the `pods/status` subresource, as a kubelet would.
 pub async fn set_status(ns: &TestNamespace, name: &str, ip: &str, ready: bool) {
-    let ready = if ready { "True" } else { "False" };
-    let status = json!({"status": {
-        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": ready}]
-    }});
-    Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await
-        .unwrap();
+    objects::set_pod_status(ns, name, ip, ready).await.unwrap();
 }
 
 /// A Ready pod `name` at `ip`, labelled `app=vllm`.
 pub async fn ready_pod(ns: &TestNamespace, name: &str, ip: &str) {
-    create_pod(ns, name, json!({"app": "vllm"})).await;
-    set_status(ns, name, ip, true).await;
+    objects::ready_pod(ns, name, ip).await.unwrap();
 }
 
 /// Deletes a pod; with `grace` None it is removed at once, else it turns Terminating.
@@ -113,13 +76,7 @@ pub async fn delete_pod(ns: &TestNamespace, name: &str, grace: Option<u32>) {
 
 /// An InferencePool v1 `pool` selecting `app=vllm` on `ports`.
 pub fn pool(ports: &[u16]) -> Value {
-    let ports: Vec<_> = ports.iter().map(|p| json!({"number": p})).collect();
-    json!({
-        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-        "metadata": {"name": "pool"},
-        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": ports,
-                 "endpointPickerRef": {"name": "pool-epp", "port": {"number": 9002}}}
-    })
+    objects::inference_pool(ports)
 }
 
 /// A temporary directory removed on drop.

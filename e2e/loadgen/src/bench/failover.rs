@@ -3,15 +3,19 @@
 //! hot-standby layout `ha-hot-standby.yaml`), an open-loop load at a fixed rate through it, and
 //! one fault in the middle of the load: every replica restarted in turn (SIGTERM, wait for the
 //! drain to end, start again, wait until Envoy sees it healthy), one replica SIGTERMed, one
-//! SIGKILLed, or nothing (the steady baseline). A [`Round`] says how many requests failed, how
-//! many streams the killed replica held when it died (Envoy's own count), and the prefix-cache
-//! hit rate of the requests sent during the fault against the ones sent before it.
+//! SIGKILLed, the Kubernetes API server SIGKILLed and held down past epp's
+//! `--kube-api-unreachable-grace` (30 s by default), or nothing (the steady baseline). A
+//! [`Round`] says how many requests failed, how many streams the killed replica held when it
+//! died (Envoy's own count), and the prefix-cache hit rate of the requests sent during the
+//! fault against the ones sent before it.
 //!
 //! The epp replicas are the epp binary (they must be signalled by PID), each on its own ports
-//! with `--static-endpoints` naming the pods; the pods are whatever the caller started (the
+//! with `--static-endpoints` naming the pods, or, for `apiserver-gone`, discovering them from a
+//! real kube-apiserver ([`kube`]); the pods are whatever the caller started (the
 //! `failover-bench` binary: inference-sim processes; the e2e test: in-process pods).
 
 mod analysis;
+mod kube;
 mod replicas;
 
 use std::net::SocketAddr;
@@ -39,14 +43,18 @@ pub enum Fault {
     Sigterm,
     /// SIGKILL of the first replica; not restarted.
     Sigkill,
+    /// The replicas discover their pods from a real kube-apiserver, which is SIGKILLed (etcd
+    /// stays up), held down for [`FailoverOptions::apiserver_down`], and started again.
+    ApiServerGone,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 5] = [
         Fault::Steady,
         Fault::RollingRestart,
         Fault::Sigterm,
         Fault::Sigkill,
+        Fault::ApiServerGone,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +63,7 @@ impl Fault {
             Fault::RollingRestart => "rolling-restart",
             Fault::Sigterm => "sigterm",
             Fault::Sigkill => "sigkill",
+            Fault::ApiServerGone => "apiserver-gone",
         }
     }
 
@@ -126,6 +135,9 @@ pub struct FailoverOptions {
     pub settle: Duration,
     /// epp's `--drain-timeout`.
     pub drain_timeout: Duration,
+    /// `apiserver-gone`: how long kube-apiserver stays down (longer than epp's
+    /// `--kube-api-unreachable-grace`, 30 s, to see the replicas turn NOT_SERVING).
+    pub apiserver_down: Duration,
     pub workload: Workload,
     pub model: String,
     pub seed: u64,
@@ -169,8 +181,12 @@ pub struct Injected {
     pub victim_in_flight: Option<u64>,
     /// Streams Envoy had sent the signalled replica before the signal (SIGTERM, SIGKILL).
     pub victim_streams: Option<u64>,
-    /// How long after SIGTERM Envoy's health check took the replica out of rotation.
+    /// How long after SIGTERM (`apiserver-gone`: after the API server's SIGKILL) Envoy's health
+    /// check took the (first) replica out of rotation.
     pub out_of_rotation: Option<Duration>,
+    /// Envoy's `lb_healthy_panic` of the ext_proc cluster at the end of the fault: streams
+    /// routed to every replica because too few were healthy.
+    pub panic_routed: Option<u64>,
 }
 
 /// Runs one round: starts the replicas and Envoy, runs the load with `fault` in it, stops
@@ -182,7 +198,15 @@ pub async fn round(
     dir: &Path,
 ) -> Result<Round, BenchError> {
     opts.validate()?;
-    let mut replicas = Replicas::start(opts, pods, dir).await?;
+    let kube = match fault {
+        Fault::ApiServerGone => Some(kube::KubePool::start(pods, dir).await?),
+        _ => None,
+    };
+    let discovery = match &kube {
+        Some(k) => k.epp_args(),
+        None => replicas::static_endpoints(pods),
+    };
+    let mut replicas = Replicas::start(opts, discovery, dir).await?;
     let envoy = replicas.envoy(opts.layout).await?;
     let target = envoy.listener_addr();
     super::routers::wait_routable(target, &opts.model, Duration::from_secs(30)).await?;
@@ -209,7 +233,7 @@ pub async fn round(
     let start = Instant::now();
     let (records, injected) = tokio::join!(
         run::run(cfg),
-        inject(&mut replicas, &envoy, fault, start, opts)
+        inject(&mut replicas, &envoy, kube.as_ref(), fault, start, opts)
     );
     let injected = injected?;
     write_records(&dir.join("requests.jsonl"), &records)?;
@@ -220,6 +244,7 @@ pub async fn round(
 async fn inject(
     replicas: &mut Replicas,
     envoy: &harness::envoy::Envoy,
+    kube: Option<&kube::KubePool>,
     fault: Fault,
     start: Instant,
     opts: &FailoverOptions,
@@ -256,6 +281,10 @@ async fn inject(
                 replicas::wait_health(envoy, replicas.replica(i), true).await?;
             }
         }
+        Fault::ApiServerGone => {
+            let kube = kube.ok_or_else(|| BenchError::Setup("no API server".into()))?;
+            out_of_rotation = kube.gone(replicas, envoy, opts.apiserver_down).await?;
+        }
     }
     Ok(Injected {
         at,
@@ -263,6 +292,7 @@ async fn inject(
         victim_in_flight,
         victim_streams,
         out_of_rotation,
+        panic_routed: replicas::cluster_counter(envoy, "lb_healthy_panic").await,
     })
 }
 

@@ -2,13 +2,17 @@
 //! binary) behind a health-checked Envoy (`config/envoy/ha-active-active.yaml` or
 //! `ha-hot-standby.yaml`) in front of inference-sim pods, an open-loop shared-prefix load at each
 //! rate, and in each round one fault: steady (none), a rolling restart of every replica, SIGTERM
-//! of one, SIGKILL of one. Prints every round, then a table of `mean (min–max)` over the rounds.
+//! of one, SIGKILL of one, or (`apiserver-gone`, not in the default list) the replicas discovering
+//! their pods from a real kube-apiserver that is SIGKILLed and held down for `--apiserver-down`
+//! seconds. Prints every round, then a table of `mean (min–max)` over the rounds.
 //! Bounded: each round's load is `fault-at` + what the fault takes + `settle` seconds, and no
 //! round starts after `--budget-minutes`.
 //!
 //! Run: `cargo build -p epp --bin epp -p inference-sim --bin inference-sim -p loadgen --bin failover-bench`,
 //! then `EPP_ENVOY=$(hack/install-envoy.sh) target/debug/failover-bench --rates 50,100,150 --rounds 3`
 //! (`EPP_BIN` names another epp binary; the default is the one beside this binary).
+//! `apiserver-gone` needs kube-apiserver and etcd from `hack/install-kube.sh` (`.kube-bin`, or
+//! `EPP_KUBE_BIN`); its pods listen on one port at 127.0.0.1, 127.0.0.2, ... (one target port).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,7 +32,7 @@ struct Args {
     /// Rounds per fault and rate.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Faults, comma-separated: steady, rolling-restart, sigterm, sigkill.
+    /// Faults, comma-separated: steady, rolling-restart, sigterm, sigkill, apiserver-gone.
     #[arg(
         long,
         default_value = "steady,rolling-restart,sigterm,sigkill",
@@ -49,6 +53,10 @@ struct Args {
     /// When the fault starts, seconds into the load.
     #[arg(long, default_value_t = 5.0)]
     fault_at: f64,
+    /// apiserver-gone: seconds kube-apiserver stays down (epp's --kube-api-unreachable-grace
+    /// is 30 s).
+    #[arg(long, default_value_t = 40.0)]
+    apiserver_down: f64,
     /// Seconds after the fault's end that still count as "during" it.
     #[arg(long, default_value_t = 3.0)]
     settle: f64,
@@ -72,7 +80,8 @@ struct Args {
     out: Option<PathBuf>,
 }
 
-fn sim_options(pods: usize, time_scale: f64) -> SimOptions {
+/// `host_per_pod`: every pod on one port at its own loopback address (Kubernetes discovery).
+fn sim_options(pods: usize, time_scale: f64, host_per_pod: bool) -> SimOptions {
     SimOptions {
         pods,
         num_gpu_blocks: 1001,
@@ -83,7 +92,7 @@ fn sim_options(pods: usize, time_scale: f64) -> SimOptions {
         lora_adapters: Vec::new(),
         max_loras: 1,
         kv_events: false,
-        host_per_pod: false,
+        host_per_pod,
         speeds: Vec::new(),
         engine: Engine::InferenceSim,
         kv_events_sub: None,
@@ -108,6 +117,7 @@ fn options(args: &Args, bins: &Bins) -> anyhow::Result<FailoverOptions> {
         fault_at: secs("fault-at", args.fault_at)?,
         settle: secs("settle", args.settle)?,
         drain_timeout: secs("drain-timeout", args.drain_timeout)?,
+        apiserver_down: secs("apiserver-down", args.apiserver_down)?,
         workload: Workload::SharedPrefix {
             groups: 8,
             prompts_per_group: 16,
@@ -120,9 +130,20 @@ fn options(args: &Args, bins: &Bins) -> anyhow::Result<FailoverOptions> {
     })
 }
 
+/// When Envoy took the (first) replica out of rotation, after what.
+fn out_of_rotation(r: &Round) -> String {
+    let after = match r.fault {
+        Fault::ApiServerGone => "the API server's SIGKILL",
+        _ => "SIGTERM",
+    };
+    r.out_of_rotation_secs
+        .map(|s| format!(", out of Envoy's rotation {s:.1}s after {after}"))
+        .unwrap_or_default()
+}
+
 fn print_round(r: &Round) {
     println!(
-        "{:>15} {:>5} req/s: {} sent, {} failed{}{}, fault {:.1}s, prefix hit {} → {}, p50 {:.0} ms, p99 {:.0} ms{}",
+        "{:>15} {:>5} req/s: {} sent, {} failed{}{}, fault {:.1}s{}, prefix hit {} → {}, p50 {:.0} ms, p99 {:.0} ms{}",
         r.fault.name(),
         r.rate,
         r.sent,
@@ -130,10 +151,12 @@ fn print_round(r: &Round) {
         r.victim_in_flight
             .map(|v| format!(" ({v} in flight on the killed replica)"))
             .unwrap_or_default(),
-        r.out_of_rotation_secs
-            .map(|s| format!(", out of Envoy's rotation {s:.1}s after SIGTERM"))
-            .unwrap_or_default(),
+        out_of_rotation(r),
         r.fault_secs,
+        r.panic_routed
+            .filter(|n| *n > 0)
+            .map(|n| format!(" ({n} streams routed in Envoy's panic mode)"))
+            .unwrap_or_default(),
         r.hit_steady.map_or("–".into(), |h| format!("{h:.3}")),
         r.hit_during.map_or("–".into(), |h| format!("{h:.3}")),
         r.p50_ms,
@@ -182,7 +205,7 @@ async fn main() -> anyhow::Result<()> {
                 std::fs::create_dir_all(&round_dir)?;
                 let cluster = SimCluster::start(
                     &bins.inference_sim,
-                    &sim_options(args.pods, args.time_scale),
+                    &sim_options(args.pods, args.time_scale, fault == Fault::ApiServerGone),
                     &round_dir,
                 )
                 .await?;

@@ -23,8 +23,11 @@ pub struct Round {
     pub victim_in_flight: Option<u64>,
     /// Streams the first replica (the signalled one) had served when the fault began.
     pub victim_streams: Option<u64>,
-    /// Seconds from SIGTERM until Envoy's health check had taken the replica out of rotation.
+    /// Seconds from SIGTERM (`apiserver-gone`: the API server's SIGKILL) until Envoy's health
+    /// check had taken the (first) replica out of rotation.
     pub out_of_rotation_secs: Option<f64>,
+    /// Streams Envoy routed in panic mode (every replica, too few healthy) by the fault's end.
+    pub panic_routed: Option<u64>,
     /// How long the fault took (SIGTERM: until the replica exited; rolling: all of them).
     pub fault_secs: f64,
     /// Prefix-cache hit rate (cached / prompt tokens) of the requests sent in the steady window
@@ -68,6 +71,7 @@ impl Round {
             victim_in_flight: injected.victim_in_flight,
             victim_streams: injected.victim_streams,
             out_of_rotation_secs: injected.out_of_rotation.map(|d| d.as_secs_f64()),
+            panic_routed: injected.panic_routed,
             fault_secs: (injected.done - injected.at).as_secs_f64(),
             hit_steady: hit_rate(records, WARM_UP, at),
             hit_during: hit_rate(records, at, until),
@@ -161,6 +165,8 @@ pub fn needed(fault: Fault, opts: &FailoverOptions) -> Duration {
         Fault::Steady | Fault::Sigkill => Duration::ZERO,
         Fault::Sigterm => per_replica,
         Fault::RollingRestart => per_replica * opts.replicas as u32,
+        // The restart (about 2 s; more on a busy machine) and the watches' resumption.
+        Fault::ApiServerGone => opts.apiserver_down + Duration::from_secs(15),
     };
     opts.fault_at + fault_takes + opts.settle
 }

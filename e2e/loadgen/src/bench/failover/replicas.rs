@@ -29,21 +29,20 @@ pub struct Replicas {
 }
 
 impl Replicas {
-    /// Starts `opts.replicas` epp processes routing to `pods`, each ready (gRPC health SERVING).
+    /// Starts `opts.replicas` epp processes finding their pods with the `discovery` flags
+    /// ([`static_endpoints`], or Kubernetes discovery), each ready (gRPC health SERVING).
     pub async fn start(
         opts: &FailoverOptions,
-        pods: &[SocketAddr],
+        discovery: Vec<String>,
         dir: &Path,
     ) -> Result<Self, BenchError> {
-        let endpoints: Vec<String> = pods.iter().map(ToString::to_string).collect();
-        let mut args = vec![
-            "--static-endpoints".to_owned(),
-            endpoints.join(","),
+        let mut args = discovery;
+        args.extend([
             "--secure-serving=false".to_owned(),
             format!("--drain-timeout={}ms", opts.drain_timeout.as_millis()),
             "--zap-log-level".to_owned(),
             "info".to_owned(),
-        ];
+        ]);
         if let Some(config) = &opts.config {
             args.extend(["--config-file".to_owned(), config.display().to_string()]);
         }
@@ -157,6 +156,12 @@ impl Replicas {
     }
 }
 
+/// epp's flags for a static list of `pods`.
+pub fn static_endpoints(pods: &[SocketAddr]) -> Vec<String> {
+    let endpoints: Vec<String> = pods.iter().map(ToString::to_string).collect();
+    vec!["--static-endpoints".to_owned(), endpoints.join(",")]
+}
+
 /// A per-host value of Envoy's admin `/clusters` for `replica` in the `ext_proc` cluster
 /// (`rq_active`, `health_flags`, ...).
 pub async fn host_stat(envoy: &Envoy, replica: Replica, stat: &str) -> Option<String> {
@@ -169,7 +174,17 @@ pub async fn host_stat(envoy: &Envoy, replica: Replica, stat: &str) -> Option<St
 
 /// Waits (bounded) until Envoy's active health check sees `replica` as `healthy` (or not).
 pub async fn wait_health(envoy: &Envoy, replica: Replica, healthy: bool) -> Result<(), BenchError> {
-    let deadline = Instant::now() + READY_WITHIN;
+    wait_health_within(envoy, replica, healthy, READY_WITHIN).await
+}
+
+/// [`wait_health`] bounded by `within`.
+pub async fn wait_health_within(
+    envoy: &Envoy,
+    replica: Replica,
+    healthy: bool,
+    within: Duration,
+) -> Result<(), BenchError> {
+    let deadline = Instant::now() + within;
     let mut last = None;
     while Instant::now() < deadline {
         last = host_stat(envoy, replica, "health_flags").await;
@@ -185,4 +200,17 @@ pub async fn wait_health(envoy: &Envoy, replica: Replica, healthy: bool) -> Resu
         ),
         log: format!("last health_flags: {last:?}"),
     })
+}
+
+/// A counter of Envoy's `ext_proc` cluster (`lb_healthy_panic`: streams routed while too few
+/// replicas were healthy, to all of them).
+pub async fn cluster_counter(envoy: &Envoy, name: &str) -> Option<u64> {
+    let text = envoy
+        .admin_get(&format!("/stats?filter={name}"))
+        .await
+        .ok()?;
+    let prefix = format!("cluster.ext_proc.{name}: ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
 }
