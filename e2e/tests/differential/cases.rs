@@ -2,7 +2,9 @@
 //! implement, each a small configuration using that type, the pods' states that make it decide
 //! and the requests whose outcomes are compared.
 
+mod hub;
 mod inert;
+mod parsers;
 mod request_control;
 
 pub use inert::uncovered;
@@ -166,10 +168,10 @@ pub fn all() -> Vec<Case> {
     v.extend(scorers());
     v.extend(pickers());
     v.extend(handlers());
-    v.extend(parsers());
-    v.extend(other_parsers());
-    v.extend(hubs());
-    v.extend(topology());
+    v.extend(parsers::parsers());
+    v.extend(parsers::other_parsers());
+    v.extend(hub::hubs());
+    v.extend(hub::topology());
     v.extend(once_refused());
     v.push(rollout_screener());
     v.extend(endpoint_attributes());
@@ -177,145 +179,6 @@ pub fn all() -> Vec<Case> {
     v.extend(request_control::all());
     v.extend(inert::all());
     v
-}
-
-/// P/D pods on two hosts: decode 0 (queue 3, host n2), decode 1 (n1), prefill 2 (n2) and
-/// prefill 3 (queue 2, n1). The decode pick is pod 1; by queue alone the prefill would be pod 2,
-/// by topology it is pod 3, on pod 1's host. `key` is the host label.
-fn hosts(key: &'static str) -> Vec<PodState> {
-    let at = [
-        ("decode", "n2", 3),
-        ("decode", "n1", 0),
-        ("prefill", "n2", 0),
-        ("prefill", "n1", 2),
-    ];
-    at.iter()
-        .map(|&(role, host, w)| PodState {
-            waiting: Some(w),
-            labels: vec![(ROLE, role), (key, host)],
-            ..PodState::default()
-        })
-        .collect()
-}
-
-/// Topology affinity (llm-d v0.10, alpha) in a P/D prefill stage.
-fn topology() -> Vec<Case> {
-    let host = "kubernetes.io/hostname";
-    let long = || vec![req(completion(&prompt(12, 400)))];
-    vec![
-        case(
-            "topology-affinity-filter",
-            TOPOLOGY_FILTER,
-            hosts(host),
-            long(),
-        ),
-        case(
-            "topology-affinity-scorer",
-            TOPOLOGY_SCORER,
-            hosts(host),
-            long(),
-        ),
-        case(
-            "topology-extractor",
-            TOPOLOGY_EXTRACTOR,
-            hosts("node"),
-            long(),
-        ),
-    ]
-}
-
-/// The clusters of a hub case: idle pods (their own gauges are not what a hub reads).
-fn clusters(pools: &[(f64, f64)], address: &'static str, metrics_address: &'static str) -> Hub {
-    Hub {
-        pools: pools
-            .iter()
-            .map(|&(kv, queue)| Pool { kv, queue })
-            .collect(),
-        address,
-        metrics_address,
-    }
-}
-
-/// A hub case over three clusters whose spokes report `pools` (KV utilization, queue).
-fn hub(kind: &'static str, config: &'static str, pools: Hub, requests: Vec<Req>) -> Case {
-    Case {
-        hub: Some(pools),
-        ..case(kind, config, waiting(&[0, 0, 0]), requests)
-    }
-}
-
-/// Why `multicluster-file-discovery` differs when a cluster's address is a host name.
-const HUB_HOST_NAME: &str = "llm-d answers the cluster's address as the file writes it \
-    (`localhost:<port>`), which Envoy's ORIGINAL_DST cluster cannot route (no IP: 503); epp \
-    resolves the name when it reads the file and answers the IP";
-
-/// The multi-cluster hub (llm-d v0.10, alpha): clusters are endpoints, each spoke EPP's
-/// pool gauges are scraped over https with its certificate verified.
-fn hubs() -> Vec<Case> {
-    let three = || times(3, req(completion("hello")));
-    let local = |pools: &[(f64, f64)]| clusters(pools, "127.0.0.1", "127.0.0.1");
-    let queues = local(&[(0.1, 6.0), (0.9, 1.0), (0.1, 3.0)]);
-    vec![
-        hub(
-            "multicluster-queue-scorer",
-            HUB_QUEUE,
-            queues.clone(),
-            vec![three()],
-        ),
-        hub(
-            "multicluster-kv-cache-utilization-scorer",
-            HUB_KV,
-            local(&[(0.8, 0.0), (0.3, 9.0), (0.5, 0.0)]),
-            vec![three()],
-        ),
-        hub(
-            "multicluster-metrics-extractor",
-            HUB_EXTRACTOR,
-            local(&[(0.1, 6.0), (0.9, 1.0), (0.1, 3.0)]),
-            vec![three()],
-        ),
-        hub(
-            "multicluster-metrics-data-source",
-            HUB_QUEUE,
-            clusters(
-                &[(0.1, 6.0), (0.9, 1.0), (0.1, 3.0)],
-                "127.0.0.1",
-                "localhost",
-            ),
-            vec![three()],
-        ),
-        Case {
-            expect: Expect::Differ(HUB_HOST_NAME),
-            ..hub(
-                "multicluster-file-discovery",
-                HUB_QUEUE,
-                clusters(
-                    &[(0.1, 6.0), (0.9, 1.0), (0.1, 3.0)],
-                    "localhost",
-                    "127.0.0.1",
-                ),
-                vec![three()],
-            )
-        },
-        hub(
-            "multicluster-prefix-cache-scorer",
-            HUB_PREFIX,
-            local(&[(0.0, 2.0), (0.0, 0.0), (0.0, 4.0)]),
-            prefix_turns(),
-        ),
-        hub(
-            "multicluster-approx-prefix-cache-producer",
-            HUB_PRODUCER,
-            local(&[(0.0, 2.0), (0.0, 0.0), (0.0, 4.0)]),
-            prefix_turns(),
-        ),
-        hub(
-            "multicluster-session-affinity-filter",
-            HUB_SESSION,
-            local(&[(0.0, 3.0), (0.0, 0.0), (0.0, 3.0)]),
-            session_turns(),
-        ),
-    ]
 }
 
 pub(super) const ROLE: &str = "llm-d.ai/role";
@@ -577,121 +440,6 @@ fn handlers() -> Vec<Case> {
             twice.clone(),
         ),
         case("always-disagg-pd-decider", HANDLER_DISAGG, pd(), twice),
-    ]
-}
-
-fn parsers() -> Vec<Case> {
-    let bad = |body: &str| req(body.to_owned());
-    let chat = Req {
-        path: "/v1/chat/completions",
-        ..req(
-            serde_json::json!({"model": harness_model(), "max_tokens": 1,
-                "messages": [{"role": "user", "content": "hi"}]})
-            .to_string(),
-        )
-    };
-    vec![case(
-        "openai-parser",
-        PARSER_OPENAI,
-        waiting(&[4, 1, 2]),
-        vec![
-            req(completion("hello")),
-            chat,
-            bad("{not json"),
-            bad(r#"{"prompt":"no model"}"#),
-            req(completion("")),
-        ],
-    )]
-}
-
-/// The parsers of other APIs, and the one that parses nothing.
-fn other_parsers() -> Vec<Case> {
-    let bad = |body: &str| req(body.to_owned());
-    vec![
-        case(
-            "anthropic-parser",
-            PARSER_ANTHROPIC,
-            waiting(&[4, 1, 2]),
-            vec![
-                Req {
-                    path: "/v1/messages",
-                    ..req(
-                        serde_json::json!({"model": harness_model(), "max_tokens": 1,
-                        "messages": [{"role": "user", "content": "hi"}]})
-                        .to_string(),
-                    )
-                },
-                Req {
-                    path: "/v1/messages",
-                    ..bad(r#"{"max_tokens":1,"messages":[]}"#)
-                },
-            ],
-        ),
-        case(
-            "vllmhttp-parser",
-            PARSER_VLLMHTTP,
-            waiting(&[4, 1, 2]),
-            vec![Req {
-                path: "/inference/v1/generate",
-                ..req(
-                    serde_json::json!({"model": harness_model(), "token_ids": [1, 2, 3],
-                    "sampling_params": {"max_tokens": 1}})
-                    .to_string(),
-                )
-            }],
-        ),
-        case(
-            "vertexai-parser",
-            PARSER_VERTEXAI,
-            waiting(&[4, 1, 2]),
-            vec![
-                Req {
-                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
-                    ..req(
-                        serde_json::json!({"model": harness_model(), "max_tokens": 1,
-                        "messages": [{"role": "user", "content": "hi"}]})
-                        .to_string(),
-                    )
-                },
-                Req {
-                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/RawPredict",
-                    ..req(serde_json::json!({"model": harness_model(), "input": "hi"}).to_string())
-                },
-                Req {
-                    path: "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions",
-                    ..bad(r#"{"messages":[{"role":"user","content":"hi"}]}"#)
-                },
-                Req {
-                    path: "/v1/completions",
-                    ..req(completion("no parser claims this path"))
-                },
-            ],
-        ),
-        case(
-            "vllmgrpc-parser",
-            PARSER_VLLMGRPC,
-            waiting(&[4, 1, 2]),
-            vec![
-                Req {
-                    path: "/vllm.grpc.engine.VllmEngine/Generate",
-                    ..req("hello from a gRPC client".to_owned())
-                },
-                Req {
-                    path: "/vllm.grpc.engine.VllmEngine/Generate",
-                    ..bad("")
-                },
-                Req {
-                    path: "/v1/completions",
-                    ..req(completion("no parser claims this path"))
-                },
-            ],
-        ),
-        case(
-            "passthrough-parser",
-            PARSER_PASSTHROUGH,
-            waiting(&[4, 1, 2]),
-            vec![req(completion("hello")), bad("{not json")],
-        ),
     ]
 }
 
