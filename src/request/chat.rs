@@ -10,36 +10,62 @@
 
 use serde::Deserialize;
 
+/// An OpenAI chat body, as far as epp reads it: the template's text and the multimodal parts
+/// (`super::multimodal`).
 #[derive(Deserialize)]
-struct ChatBody {
-    messages: Vec<Message>,
+pub(crate) struct ChatBody {
+    pub(crate) messages: Vec<Message>,
     #[serde(default)]
     add_generation_prompt: Option<bool>,
 }
 
 #[derive(Deserialize)]
-struct Message {
+pub(crate) struct Message {
     role: String,
     #[serde(default)]
-    content: Option<Content>,
+    pub(crate) content: Option<Content>,
 }
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Content {
+pub(crate) enum Content {
     Text(String),
     Parts(Vec<Part>),
 }
 
+/// One content part: its text, or the image, video or audio it carries.
 #[derive(Deserialize)]
-struct Part {
+pub(crate) struct Part {
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    pub(crate) image_url: Option<Url>,
+    #[serde(default)]
+    pub(crate) video_url: Option<Url>,
+    #[serde(default)]
+    pub(crate) audio_url: Option<Url>,
+    #[serde(default)]
+    pub(crate) input_audio: Option<InlineAudio>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Url {
+    pub(crate) url: String,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct InlineAudio {
+    pub(crate) data: String,
+}
+
+/// A chat-completions `body`, or `None` when it is not one.
+pub(crate) fn parse(body: &[u8]) -> Option<ChatBody> {
+    serde_json::from_slice(body).ok()
 }
 
 /// The rendered prompt of a chat-completions `body`, or `None` when it has no usable messages.
 pub fn render(body: &[u8]) -> Option<String> {
-    let chat: ChatBody = serde_json::from_slice(body).ok()?;
+    let chat = parse(body)?;
     let mut out = String::new();
     for m in &chat.messages {
         out.push_str("<|");

@@ -1,10 +1,11 @@
 //! The multimodal items of an OpenAI chat body: each image, video or audio part, identified by
 //! a hash of what names it (its URL, or its inline data), for `mm-embeddings-cache-*`. Two
 //! requests carrying the same picture name the same item, so a pod that encoded it once holds
-//! its embeddings. Upstream identifies an item by its token producer's hash of the same string
+//! its embeddings. The body is read with the chat module's model of it ([`super::chat`]).
+//! Upstream identifies an item by its token producer's hash of the same string
 //! (the `estimate` backend) or by vLLM's render endpoint; only equality matters here.
 
-use serde::Deserialize;
+use super::chat::{Content, Part};
 
 /// One multimodal item: its modality and the hash of its content reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -30,77 +31,34 @@ impl Modality {
     }
 }
 
-#[derive(Deserialize)]
-struct Chat {
-    #[serde(default)]
-    messages: Vec<Message>,
-}
-
-#[derive(Deserialize)]
-struct Message {
-    #[serde(default)]
-    content: Content,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(untagged)]
-enum Content {
-    Parts(Vec<Part>),
-    #[default]
-    Other,
-    #[allow(dead_code, reason = "text content carries no item")]
-    Text(serde::de::IgnoredAny),
-}
-
-/// A content part: only the multimodal ones are read.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Part {
-    ImageUrl {
-        image_url: Url,
-    },
-    VideoUrl {
-        video_url: Url,
-    },
-    AudioUrl {
-        audio_url: Url,
-    },
-    InputAudio {
-        input_audio: InlineAudio,
-    },
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-struct Url {
-    url: String,
-}
-
-#[derive(Deserialize)]
-struct InlineAudio {
-    data: String,
+/// The item a content part carries, if any: its modality and what names it.
+fn item_of(part: Part) -> Option<(Modality, String)> {
+    let Part {
+        image_url,
+        video_url,
+        audio_url,
+        input_audio,
+        ..
+    } = part;
+    image_url
+        .map(|u| (Modality::Image, u.url))
+        .or_else(|| video_url.map(|u| (Modality::Video, u.url)))
+        .or_else(|| audio_url.map(|u| (Modality::Audio, u.url)))
+        .or_else(|| input_audio.map(|a| (Modality::Audio, a.data)))
 }
 
 /// The distinct items of a chat body, in order of first appearance (empty for a body that is
 /// not a chat with multimodal parts, or that does not parse).
 pub fn items(body: &[u8]) -> Vec<Item> {
-    let Ok(chat) = serde_json::from_slice::<Chat>(body) else {
+    let Some(chat) = super::chat::parse(body) else {
         return Vec::new();
     };
-    let mut out: Vec<Item> = Vec::new();
     let parts = chat.messages.into_iter().flat_map(|m| match m.content {
-        Content::Parts(p) => p,
-        Content::Other | Content::Text(_) => Vec::new(),
+        Some(Content::Parts(p)) => p,
+        Some(Content::Text(_)) | None => Vec::new(),
     });
-    for part in parts {
-        let (modality, reference) = match part {
-            Part::ImageUrl { image_url } => (Modality::Image, image_url.url),
-            Part::VideoUrl { video_url } => (Modality::Video, video_url.url),
-            Part::AudioUrl { audio_url } => (Modality::Audio, audio_url.url),
-            Part::InputAudio { input_audio } => (Modality::Audio, input_audio.data),
-            Part::Other => continue,
-        };
+    let mut out: Vec<Item> = Vec::new();
+    for (modality, reference) in parts.filter_map(item_of) {
         let item = Item {
             modality,
             hash: xxhash_rust::xxh64::xxh64(reference.as_bytes(), 0),

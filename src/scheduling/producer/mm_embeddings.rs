@@ -6,8 +6,9 @@
 //! hash of its URL or inline data) are recorded on the pod the request is placed on
 //! (`pre_request`, the primary pick, as upstream records its primary profile's target). Each
 //! pod keeps an LRU of item hashes sized as upstream sizes it: `cacheSizeInMBPerServer` over
-//! 2 MiB an item. A pod that has been no request's candidate for [`FORGET_AFTER`] has left the
-//! pool and is forgotten (upstream sweeps against its pod list every two minutes).
+//! 2 MiB an item. Once a minute the request's candidates are noted as present; a pod absent
+//! from those notes for [`FORGET_AFTER`] has left the pool and is forgotten (upstream sweeps
+//! against its pod list every two minutes). A request without items costs that check alone.
 
 use crate::endpoint::EndpointId;
 use crate::metrics::encoder_cache;
@@ -70,20 +71,24 @@ impl MmEmbeddingsCache {
         NonZeroUsize::new(items).unwrap_or(NonZeroUsize::MIN)
     }
 
-    /// Which of `items` pod `id` is believed to hold (without touching their recency).
+    /// How many of `items` pod `id` is believed to hold.
     pub(crate) fn matched(&self, id: EndpointId, items: &[Item]) -> usize {
-        let state = self.state.lock();
-        let Some(cache) = state.caches.get(&id) else {
-            return 0;
-        };
-        items.iter().filter(|i| cache.contains(&i.hash)).count()
+        self.state.lock().held(id, items)
+    }
+}
+
+impl Pods {
+    /// How many of `items` pod `id`'s cache holds (without touching their recency).
+    fn held(&self, id: EndpointId, items: &[Item]) -> usize {
+        self.caches.get(&id).map_or(0, |cache| {
+            items.iter().filter(|i| cache.contains(&i.hash)).count()
+        })
     }
 
-    fn record(&self, placed: &Placed<'_>) {
-        let capacity = self.capacity();
-        let mut state = self.state.lock();
-        state.count_lookups(placed);
-        let cache = state
+    /// The request's items, now on the pod it was placed on (counted first).
+    fn record(&mut self, placed: &Placed<'_>, capacity: NonZeroUsize) {
+        self.count_lookups(placed);
+        let cache = self
             .caches
             .entry(placed.primary)
             .or_insert_with(|| LruCache::new(capacity));
@@ -91,9 +96,7 @@ impl MmEmbeddingsCache {
             cache.put(item.hash, ());
         }
     }
-}
 
-impl Pods {
     /// Upstream's lookup metrics for the request's items, before its placement is recorded:
     /// each item queried, each pod cache holding it a hit, each candidate's share observed.
     fn count_lookups(&self, placed: &Placed<'_>) {
@@ -109,27 +112,24 @@ impl Pods {
             }
         }
         for c in placed.candidates {
-            let matched = self.caches.get(&c.id).map_or(0, |cache| {
-                items.iter().filter(|i| cache.contains(&i.hash)).count()
-            });
-            encoder_cache::ratio(&self.name, matched, items.len());
+            encoder_cache::ratio(&self.name, self.held(c.id, items), items.len());
         }
     }
 
-    /// Notes the candidates as present, and forgets pods absent for [`FORGET_AFTER`] (at most
-    /// once a minute).
+    /// Once a minute: notes the request's candidates as present, and forgets the pods absent
+    /// from every such note for [`FORGET_AFTER`].
     fn sweep(&mut self, placed: &Placed<'_>) {
-        for c in placed.candidates {
-            self.seen.insert(c.id, placed.now);
-        }
+        let now = placed.now;
         let due = self
             .swept
-            .is_none_or(|t| placed.now.saturating_duration_since(t) >= Duration::from_secs(60));
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(60));
         if !due {
             return;
         }
-        self.swept = Some(placed.now);
-        let now = placed.now;
+        self.swept = Some(now);
+        for c in placed.candidates {
+            self.seen.insert(c.id, now);
+        }
         self.seen
             .retain(|_, t| now.saturating_duration_since(*t) < FORGET_AFTER);
         let seen = &self.seen;
@@ -139,9 +139,10 @@ impl Pods {
 
 impl Lifecycle for MmEmbeddingsCache {
     fn pre_request(&self, placed: &Placed<'_>) {
-        self.state.lock().sweep(placed);
+        let mut state = self.state.lock();
+        state.sweep(placed);
         if !placed.request.multimodal_items.is_empty() {
-            self.record(placed);
+            state.record(placed, self.capacity());
         }
     }
 
