@@ -285,14 +285,19 @@ fn best(kind: &'static str, config: &'static str, pods: Vec<PodState>) -> Case {
 /// A long prompt lands by queue on pod 1; pod 1's queue then grows, and the repeat stays
 /// there only by its cached prefix; a new prompt goes by queue (pod 0).
 fn prefix_turns() -> Vec<Req> {
-    let long = prompt(7, 300);
+    repeat_after_load(7, vec![0, 3, 4])
+}
+
+/// A long prompt (`seed`), the same prompt once the queues read `waiting`, then another.
+pub(super) fn repeat_after_load(seed: u32, waiting: Vec<u64>) -> Vec<Req> {
+    let long = prompt(seed, 300);
     vec![
         req(completion(&long)),
         Req {
-            set_waiting: Some(vec![0, 3, 4]),
+            set_waiting: Some(waiting),
             ..req(completion(&long))
         },
-        req(completion(&prompt(8, 300))),
+        req(completion(&prompt(seed + 1, 300))),
     ]
 }
 

@@ -128,9 +128,11 @@ requestHandler:
   parsers: [{pluginRef: openai-parser}]
 ";
 
-pub const PRODUCER_APPROX_PREFIX: &str = "
-plugins:
-- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
+/// The prefix-affine profile (queue 1, prefix 3) over the approximate producer: its plugin
+/// entries from the producer on, then its profile.
+macro_rules! approx_prefix {
+    () => {
+        "- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
 - {type: queue-scorer}
 - {type: prefix-cache-scorer}
 - {type: max-score-picker}
@@ -140,7 +142,11 @@ schedulingProfiles:
   - {pluginRef: queue-scorer, weight: 1}
   - {pluginRef: prefix-cache-scorer, weight: 3}
   - {pluginRef: max-score-picker}
-";
+"
+    };
+}
+
+pub const PRODUCER_APPROX_PREFIX: &str = concat!("plugins:\n", approx_prefix!());
 
 pub const PARSER_PASSTHROUGH: &str = "
 plugins:
@@ -611,35 +617,15 @@ pub const PRODUCER_SESSION_ID: &str =
     beside_queue!("session-id-producer, parameters: {headerName: x-session-id}");
 
 /// The cold-request LRU scorer alone, over the approximate prefix producer's matches.
-pub const SCORER_NO_HIT_LRU: &str = "
-plugins:
-- {type: approx-prefix-cache-producer}
-- {name: s, type: no-hit-lru-scorer}
-- {type: max-score-picker}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
-";
+pub const SCORER_NO_HIT_LRU: &str =
+    scored!("{type: approx-prefix-cache-producer}\n- {name: s, type: no-hit-lru-scorer}");
 /// The queue-scored profile and the conformance verifier.
-pub const VERIFIER_SERVED: &str = "
-plugins:
-- {type: destination-endpoint-served-verifier}
-- {name: s, type: queue-scorer}
-- {type: max-score-picker}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
-";
+pub const VERIFIER_SERVED: &str =
+    scored!("{type: destination-endpoint-served-verifier}\n- {name: s, type: queue-scorer}");
 /// The queue-scored profile behind the probabilistic admitter, tight thresholds.
-pub const ADMITTER_PROBABILISTIC: &str = "
-plugins:
-- {type: probabilistic-admitter, parameters: {queueDepthThreshold: 2, kvCacheUtilThreshold: 0.5}}
-- {name: s, type: queue-scorer}
-- {type: max-score-picker}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
-";
+pub const ADMITTER_PROBABILISTIC: &str = scored!(
+    "{type: probabilistic-admitter, parameters: {queueDepthThreshold: 2, kvCacheUtilThreshold: 0.5}}\n- {name: s, type: queue-scorer}"
+);
 /// Encode/decode disaggregation: the encode stage runs for requests with multimodal content.
 pub const DECIDER_MULTIMODAL: &str = "
 plugins:
@@ -656,27 +642,15 @@ schedulingProfiles:
   plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
 ";
 
-/// The prefix-affine profile with the token producer in its estimate mode (upstream's default
-/// backend: no tokenizer server), under `$kind`'s name.
+/// `PRODUCER_APPROX_PREFIX`'s profile with the token producer in its estimate mode (upstream's
+/// default backend: no tokenizer server), under `$kind`'s name.
 macro_rules! tokenized {
     ($kind:literal) => {
         concat!(
-            "
-plugins:
-- {type: ",
+            "plugins:\n- {type: ",
             $kind,
-            ", parameters: {estimate: {}}}
-- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 4096}}
-- {type: queue-scorer}
-- {type: prefix-cache-scorer}
-- {type: max-score-picker}
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: queue-scorer, weight: 1}
-  - {pluginRef: prefix-cache-scorer, weight: 3}
-  - {pluginRef: max-score-picker}
-"
+            ", parameters: {estimate: {}}}\n",
+            approx_prefix!()
         )
     };
 }
@@ -699,41 +673,27 @@ schedulingProfiles:
   - {pluginRef: max-score-picker}
 ";
 
-/// The queue-scored profile with `$plugins` listed and `$sources` as the data layer's own
-/// sources (the runner puts the metrics source first).
+/// The profile of `scored!($plugins)` (which name the queue scorer `s`) with `$sources` as the data layer's
+/// own sources (the runner puts the metrics source first).
 macro_rules! sourced {
     ($plugins:literal, $sources:literal) => {
-        concat!(
-            "plugins:\n",
-            $plugins,
-            "- {name: s, type: queue-scorer}\n- {type: max-score-picker}\n",
-            "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]\n",
-            "dataLayer:\n  sources: ",
-            $sources,
-            "\n"
-        )
+        concat!(scored!($plugins), "dataLayer:\n  sources: ", $sources, "\n")
     };
 }
 /// The pods' served models polled from `/v1/models`.
 pub const SOURCE_MODELS: &str = sourced!(
-    "- {name: models, type: models-data-source}\n- {name: served, type: models-data-extractor}\n",
+    "{name: models, type: models-data-source}\n- {name: served, type: models-data-extractor}\n- {name: s, type: queue-scorer}",
     "[{pluginRef: models, extractors: [{pluginRef: served}]}]"
 );
 /// DCGM GPU series scraped from each pod's node exporter.
 pub const SOURCE_DCGM: &str = sourced!(
-    "- {name: gpus, type: dcgm-data-source}\n- {name: gpu, type: dcgm-extractor}\n",
+    "{name: gpus, type: dcgm-data-source}\n- {name: gpu, type: dcgm-extractor}\n- {name: s, type: queue-scorer}",
     "[{pluginRef: gpus, extractors: [{pluginRef: gpu}]}]"
 );
 /// The queue-scored profile with `agent-identity` reading the coding agents' session headers.
-pub const AGENT_IDENTITY: &str = "
-plugins:
-- {type: agent-identity, parameters: {additionalSessionHeaders: [x-my-agent-session]}}
-- {name: s, type: queue-scorer}
-- {type: max-score-picker}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: s}, {pluginRef: max-score-picker}]
-";
+pub const AGENT_IDENTITY: &str = scored!(
+    "{type: agent-identity, parameters: {additionalSessionHeaders: [x-my-agent-session]}}\n- {name: s, type: queue-scorer}"
+);
 /// Encoder-cache affinity (weight 3) over load (weight 1).
 pub const MM_EMBEDDINGS: &str = "
 plugins:

@@ -51,15 +51,7 @@ fn encode_decode() -> Vec<PodState> {
 /// A long prompt lands on pod 1 (shortest queue); pod 1's queue grows and the same prompt goes
 /// to pod 0 by load, pod 1 named as its KV source; another prompt has no source.
 fn p2p_turns() -> Vec<Req> {
-    let long = prompt(50, 300);
-    vec![
-        req(completion(&long)),
-        Req {
-            set_waiting: Some(vec![0, 6, 4]),
-            ..req(completion(&long))
-        },
-        req(completion(&prompt(51, 300))),
-    ]
+    super::repeat_after_load(50, vec![0, 6, 4])
 }
 
 /// A chat turn showing the pictures at `urls`.
