@@ -34,6 +34,7 @@ use crate::datastore::{Datastore, EndpointState};
 use crate::metrics::Metrics;
 use crate::prefix::source::{Indexes, PrefixSource, Source};
 use crate::request::ApiKind;
+use crate::scheduling::lifecycle::{Metadata, Usage};
 use rand::Rng;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,6 +122,18 @@ impl Director {
             End::Response(summary) => finish::response(self, routed, &summary),
             End::Abandoned => finish::abandoned(self, routed),
         }
+    }
+
+    /// The dynamic metadata the lifecycle plugins report at the response's end, from its usage
+    /// (empty when none reports anything).
+    pub fn response_metadata(&self, summary: &ResponseSummary) -> Metadata {
+        let usage = Usage {
+            prompt_tokens: summary.prompt_tokens.unwrap_or(0),
+            completion_tokens: summary.completion_tokens.unwrap_or(0),
+            total_tokens: summary.total_tokens.unwrap_or(0),
+            cached_tokens: summary.cached_tokens,
+        };
+        self.config.load().scheduler.response_metadata(&usage)
     }
 
     /// A response body chunk arrived: the first one ends the prefill counted against the

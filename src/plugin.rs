@@ -128,7 +128,7 @@ kinds! {
     EndpointAttributeFilter = "endpoint-attribute-filter", Filter, Alpha, Plugin;
     TopologyAffinityFilter = "topology-affinity-filter", Filter, Alpha, Plugin;
     UtilizationFilter = "utilization-filter", Filter, Alpha, Plugin;
-    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Unsupported("renamed upstream to utilization-filter; llm-d-router v0.10 no longer registers it and refuses it too");
+    ActiveRequestFilter = "active-request-filter", Filter, Alpha, Plugin;
     MulticlusterSessionAffinityFilter = "multicluster-session-affinity-filter", Filter, Alpha, Plugin;
     HeaderBasedTestingFilter = "header-based-testing-filter", Filter, Beta, Plugin;
     GpuMemoryFilter = "gpu-memory-filter", Filter, Stable, Plugin;
@@ -246,7 +246,7 @@ kinds! {
     // Request control.
     LatencySloAdmitter = "latency-slo-admitter", RequestControl, Beta, LATENCY_PREDICTOR;
     ProbabilisticAdmitter = "probabilistic-admitter", RequestControl, Beta, Plugin;
-    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Unsupported("not implemented in epp: it evaluates CEL expressions over the response's usage into response dynamic metadata; epp has no CEL evaluator");
+    RequestAttributeReporter = "request-attribute-reporter", RequestControl, Beta, Plugin;
     DestinationEndpointServedVerifier = "destination-endpoint-served-verifier", RequestControl, Beta, Plugin;
     AgentIdentity = "agent-identity", RequestControl, Alpha, Plugin;
     DisaggregatedsetRolloutScreener = "disaggregatedset-rollout-screener", RequestControl, Alpha, Plugin;

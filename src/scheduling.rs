@@ -489,6 +489,15 @@ impl Scheduler {
         }
     }
 
+    /// The dynamic metadata every lifecycle plugin adds at the response's end.
+    pub(crate) fn response_metadata(&self, usage: &lifecycle::Usage) -> lifecycle::Metadata {
+        let mut out = lifecycle::Metadata::new();
+        for hook in &self.hooks {
+            hook.response_metadata(usage, &mut out);
+        }
+        out
+    }
+
     /// Runs `response_complete` of every lifecycle plugin.
     pub(crate) fn response_complete(&self, done: &lifecycle::Completed<'_>) {
         for hook in &self.hooks {

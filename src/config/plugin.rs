@@ -381,6 +381,8 @@ mod tests {
             match k {
             K::ByLabel => "{label: tier, validValues: [a]}",
             K::UtilizationFilter => "{conditions: [{metric: waiting-queue, maxValue: 4}]}",
+            K::ActiveRequestFilter => "{maxRequests: 4}",
+            K::RequestAttributeReporter => "{attributes: [{key: {name: cost}, expression: usage.total_tokens}]}",
             K::FileDiscovery | K::MulticlusterFileDiscovery => "{path: /etc/epp/endpoints.yaml}",
             K::HeaderLabelAffinityScorer => "{headerName: x-zone, labelKey: zone}",
             K::PriorityHoldbackPolicy => "{minCeiling: 0.5}",

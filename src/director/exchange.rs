@@ -176,6 +176,7 @@ pub struct ResponseSummary {
     pub response_bytes: usize,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    pub total_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
     /// `:status` of the response headers.
     pub status: Option<u16>,

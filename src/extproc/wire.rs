@@ -76,6 +76,29 @@ pub(crate) fn destination_metadata(value: &str) -> Struct {
     md
 }
 
+/// Namespace → key → number as dynamic metadata (the lifecycle plugins' response metadata).
+pub(crate) fn numbers_metadata(md: &crate::scheduling::lifecycle::Metadata) -> Struct {
+    let mut out = Struct::default();
+    for (namespace, values) in md {
+        let mut inner = Struct::default();
+        for (key, n) in values {
+            inner.fields.insert(
+                key.clone(),
+                Value {
+                    kind: Some(Kind::NumberValue(*n)),
+                },
+            );
+        }
+        out.fields.insert(
+            namespace.clone(),
+            Value {
+                kind: Some(Kind::StructValue(inner)),
+            },
+        );
+    }
+    out
+}
+
 /// [`destination_metadata`] plus, when there are any, the scheduler's score of every scored
 /// candidate as upstream's `--emit-endpoint-scores` sends them: a struct under
 /// [`SCORES_KEY`] mapping `ip:port` (IPv6 bracketed) to a number.

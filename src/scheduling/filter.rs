@@ -1,5 +1,6 @@
 //! Filters: drop candidates that must not serve a request. One per file under `filter/`.
 
+mod active_request;
 mod by_label;
 mod endpoint_attribute;
 mod gpu_memory;
@@ -12,6 +13,7 @@ mod utilization;
 
 use super::{Candidate, SchedulingRequest};
 use crate::plugin::{Parameters, PluginKind};
+use active_request::ActiveRequestFilter;
 #[cfg(test)]
 pub(crate) use by_label::ROLE_LABEL;
 pub(crate) use by_label::{ByLabelFilter, Role};
@@ -73,6 +75,9 @@ impl Filter {
                 Self::TopologyAffinity(p.decode::<TopologyAffinityFilterParams>()?.validate()?)
             }
             K::UtilizationFilter => Self::Utilization(p.decode::<UtilizationFilter>()?.validate()?),
+            K::ActiveRequestFilter => {
+                Self::Utilization(p.decode::<ActiveRequestFilter>()?.validate()?)
+            }
             K::EndpointAttributeFilter => {
                 Self::EndpointAttribute(p.decode::<EndpointAttributeFilter>()?.validate()?)
             }

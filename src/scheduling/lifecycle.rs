@@ -51,6 +51,11 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
     /// `StartOfStream`): the request's time to first token is known.
     fn first_token(&self, _first: &FirstToken) {}
 
+    /// The response's last body chunk is about to go back to the gateway (upstream's
+    /// `ResponseBody` at `EndOfStream`): dynamic metadata for the gateway, computed from the
+    /// response's usage, added to `out`.
+    fn response_metadata(&self, _usage: &Usage, _out: &mut Metadata) {}
+
     /// The exchange ended (upstream's `ResponseComplete`; also called for an abandoned one).
     fn response_complete(&self, _done: &Completed<'_>) {}
 
@@ -123,6 +128,20 @@ pub struct Completed<'a> {
     /// The response was streamed (its first chunk is its first token, not the whole answer).
     pub(crate) stream: bool,
 }
+
+/// A response's token counts as the model server reported them, 0 where it did not
+/// (upstream's `Usage`, whose three counts are always present).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    /// `prompt_tokens_details.cached_tokens`, when reported.
+    pub cached_tokens: Option<u64>,
+}
+
+/// Dynamic metadata for the gateway: namespace → key → number.
+pub type Metadata = BTreeMap<String, BTreeMap<String, f64>>;
 
 /// A response's first body chunk, as the plugins see it.
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,9 @@
 //! Data producers: plugins that watch requests go by and keep what they learn, at the request
-//! lifecycle's points ([`super::lifecycle`]), for other plugins and operators to read. One per
-//! file under `producer/`.
+//! lifecycle's points ([`super::lifecycle`]), for other plugins and operators to read; and the
+//! request-control plugins that act at those points (the rollout screener, the attribute
+//! reporter). One per file under `producer/`.
 
+mod attribute_reporter;
 mod latency_observer;
 mod mm_embeddings;
 mod rollout_screener;
@@ -10,6 +12,7 @@ mod sojourn_observer;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
+use attribute_reporter::AttributeReporterParams;
 pub(crate) use latency_observer::LatencyObserver;
 pub(crate) use latency_observer::Percentiles;
 pub(crate) use mm_embeddings::MmEmbeddingsCache;
@@ -56,6 +59,9 @@ pub(crate) fn from_plugin<P: Parameters>(
         PluginKind::SojournTimeObserverHub => Arc::new(p.decode::<SojournObserver>()?.validate()?),
         PluginKind::MmEmbeddingsCacheProducer => {
             Arc::new(p.decode::<MmEmbeddingsCache>()?.validate()?)
+        }
+        PluginKind::RequestAttributeReporter => {
+            Arc::new(p.decode::<AttributeReporterParams>()?.validate()?)
         }
         PluginKind::DisaggregatedsetRolloutScreener => {
             Arc::new(p.decode::<RolloutScreener>()?.validate()?)

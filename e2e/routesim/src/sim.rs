@@ -361,6 +361,7 @@ impl Sim {
             response_bytes: usage.completion_tokens * 8,
             prompt_tokens: Some(usage.prompt_tokens as u64),
             completion_tokens: Some(usage.completion_tokens as u64),
+            total_tokens: Some((usage.prompt_tokens + usage.completion_tokens) as u64),
             cached_tokens: Some(usage.cached_tokens as u64),
             status: Some(200),
             connect_failure: false,

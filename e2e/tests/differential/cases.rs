@@ -40,6 +40,9 @@ pub struct Req {
     pub set_waiting: Option<Vec<u64>>,
     /// Send the `x-session-token` the previous response returned.
     pub echo_session: bool,
+    /// Compare the request's `envoy.lb` / `x-gateway-inference-request-cost` dynamic metadata,
+    /// as Envoy's access log writes it (`cost=`): what `request-attribute-reporter` reports.
+    pub cost: bool,
 }
 
 /// What the case expects of the comparison.
@@ -117,6 +120,7 @@ pub(super) fn req(body: String) -> Req {
         repeat: 1,
         set_waiting: None,
         echo_session: false,
+        cost: false,
     }
 }
 

@@ -622,6 +622,11 @@ pub const SCORER_NO_HIT_LRU: &str =
 /// The queue-scored profile and the conformance verifier.
 pub const VERIFIER_SERVED: &str =
     scored!("{type: destination-endpoint-served-verifier}\n- {name: s, type: queue-scorer}");
+/// The queue-scored profile, and a reporter of the tokens a request used, when its prompt had
+/// more than 3.
+pub const ATTRIBUTE_REPORTER: &str = scored!(
+    "{type: request-attribute-reporter, parameters: {attributes: [{key: {name: x-gateway-inference-request-cost}, expression: 'usage.prompt_tokens + usage.completion_tokens', condition: 'usage.prompt_tokens > 3.0'}]}}\n- {name: s, type: queue-scorer}"
+);
 /// The queue-scored profile behind the probabilistic admitter, tight thresholds.
 pub const ADMITTER_PROBABILISTIC: &str = scored!(
     "{type: probabilistic-admitter, parameters: {queueDepthThreshold: 2, kvCacheUtilThreshold: 0.5}}\n- {name: s, type: queue-scorer}"

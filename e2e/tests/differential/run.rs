@@ -296,6 +296,7 @@ async fn send_all(
     }
     let mut out = Vec::new();
     let mut session: Option<String> = None;
+    let mut sent = 0;
     for r in &case.requests {
         match (&r.set_waiting, &pods.spokes) {
             (Some(w), Some(spokes)) => {
@@ -313,7 +314,13 @@ async fn send_all(
         let mut each = Vec::new();
         for i in 0..r.repeat.max(1) {
             let r = &numbered(r, i);
-            let (outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
+            let (mut outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
+            sent += 1;
+            if r.cost {
+                outcome
+                    .headers
+                    .insert(COST_KEY.into(), logged_cost(envoy, sent).await?);
+            }
             session = token.or(session);
             each.push(outcome);
             // epp counts what it dispatched since a pod's last scrape as queued there
@@ -324,6 +331,18 @@ async fn send_all(
         out.push(merge(each));
     }
     Ok(out)
+}
+
+/// How an outcome names the cost metadata (`Req::cost`).
+const COST_KEY: &str = "metadata x-gateway-inference-request-cost";
+
+/// The `cost=` field of Envoy's access log line for the `n`th request sent (`-`: none).
+async fn logged_cost(envoy: &Envoy, n: usize) -> anyhow::Result<String> {
+    let entries = envoy.wait_for_access_log(n, Duration::from_secs(5)).await?;
+    let line = &entries[n - 1].line;
+    let cost = line.split(' ').find_map(|w| w.strip_prefix("cost="));
+    cost.map(str::to_owned)
+        .with_context(|| format!("no cost= in the access log line {line:?}"))
 }
 
 /// Repeat `i` of `r`: its body with `{n}` replaced by `i` (a distinct prompt each repeat).

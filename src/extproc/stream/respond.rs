@@ -33,6 +33,7 @@ struct Details {
 struct UsageWire {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
+    total_tokens: Option<u64>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     prompt_tokens_details: Option<Details>,
@@ -318,6 +319,7 @@ impl ResponseTracker {
             .completion_tokens
             .or(u.output_tokens)
             .or(s.completion_tokens);
+        s.total_tokens = u.total_tokens.or(s.total_tokens);
         let details = u
             .prompt_tokens_details
             .or(u.prompt_token_details)
@@ -403,7 +405,23 @@ impl StreamMachine {
             }
         }
         if b.end_of_stream {
+            self.attach_response_metadata(out);
             self.finish();
+        }
+    }
+
+    /// The lifecycle plugins' dynamic metadata on the response's last body message, as
+    /// upstream attaches it (an empty report attaches nothing).
+    fn attach_response_metadata(&self, out: &mut [ProcessingResponse]) {
+        let (State::Routed(_), Some(resp)) = (&self.state, self.response.as_ref()) else {
+            return;
+        };
+        let md = self
+            .services
+            .director
+            .response_metadata(&resp.summary(self.body_len));
+        if let (false, Some(last)) = (md.is_empty(), out.last_mut()) {
+            last.dynamic_metadata = Some(wire::numbers_metadata(&md));
         }
     }
 

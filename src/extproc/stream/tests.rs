@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProtocolConfig
 use envoy_types::pb::google::protobuf::value::Kind;
 
 mod early;
+mod metadata;
 mod parsers;
 mod render;
 

@@ -25,7 +25,7 @@ pub(crate) struct Condition {
     pub(crate) max_value: Option<f64>,
 }
 
-const ACTIVE: &str = "active-requests";
+pub(super) const ACTIVE: &str = "active-requests";
 const RUNNING: &str = "running-requests";
 const WAITING: &str = "waiting-queue";
 const KV: &str = "kv-cache-utilization";

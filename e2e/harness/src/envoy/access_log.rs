@@ -4,8 +4,9 @@
 //! [START] METHOD PATH CODE flags=F details=D upstream=U hdr=H md=M served=S dur=Nms
 //! ```
 //!
-//! (`duplex.yaml` also writes `scores=` before `dur=`: the `--emit-endpoint-scores` struct as
-//! JSON; read from `line` by the test that needs it.)
+//! (`duplex.yaml` also writes `scores=` and `cost=` before `dur=`: the `--emit-endpoint-scores`
+//! struct as JSON, and `request-attribute-reporter`'s `x-gateway-inference-request-cost`; read
+//! from `line` by the tests that need them.)
 //!
 //! `hdr` is the `x-gateway-destination-endpoint` request header as the router saw it, `md` the
 //! EPP's `envoy.lb` metadata and `served` the host override_host chose. Envoy writes `-` for an

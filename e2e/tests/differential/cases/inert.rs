@@ -101,6 +101,12 @@ pub fn uncovered() -> Vec<(&'static str, &'static str)> {
             registers (it refuses it); epp accepts it as the new name's alias",
         ),
         (
+            "active-request-filter",
+            "llm-d-router v0.10 no longer registers it (renamed `utilization-filter`, which has a \
+            case; llm-d refuses it); epp builds it as that filter with one `active-requests` \
+            condition",
+        ),
+        (
             "eviction-priority-then-time-ordering",
             "as `eviction-sheddable-filter`",
         ),

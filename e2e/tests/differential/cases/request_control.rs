@@ -1,7 +1,8 @@
 //! Cases for types that act around scheduling rather than in a profile's filter/score/pick: the
 //! cold-request LRU scorer (it learns from the picks, in `PreRequest`), the conformance
 //! verifier (it reads what Envoy reports at the response), the probabilistic admitter, and the
-//! multimodal decider (it reads the request's content).
+//! multimodal decider (it reads the request's content), the attribute reporter (it reads the
+//! response's usage).
 
 use harness::envoy::Template;
 
@@ -37,6 +38,21 @@ fn chat(content: serde_json::Value) -> Req {
         path: "/v1/chat/completions",
         ..req(body.to_string())
     }
+}
+
+/// Requests whose cost the reporter reports: a long prompt, answered whole and streamed (the
+/// usage in the stream's last event), and a prompt too short for its condition (no report).
+fn costed() -> Vec<Req> {
+    let long = prompt(60, 24);
+    let streamed = serde_json::json!({"model": harness::sim_pod::TEST_MODEL, "prompt": long,
+        "max_tokens": 1, "stream": true, "stream_options": {"include_usage": true}});
+    [completion(&long), streamed.to_string(), completion("hi")]
+        .into_iter()
+        .map(|body| Req {
+            cost: true,
+            ..req(body)
+        })
+        .collect()
 }
 
 /// Pod 0 encodes, pods 1 and 2 decode (pod 2 has the shorter queue).
@@ -103,6 +119,13 @@ pub fn all() -> Vec<Case> {
                 vec![req(completion("hello"))],
             )
         },
+        // The response's usage, reported as dynamic metadata at its end (Envoy logs it).
+        case(
+            "request-attribute-reporter",
+            super::ATTRIBUTE_REPORTER,
+            waiting(&[3, 0, 3]),
+            costed(),
+        ),
         // Saturated pods (saturation ≥ 1: rejection probability 1 for a sheddable request), but
         // a request without an InferenceObjective has priority 0, which the admitter always
         // admits (file discovery has no objectives to make one sheddable).
