@@ -2,6 +2,7 @@
 //! lifecycle's points ([`super::lifecycle`]), for other plugins and operators to read. One per
 //! file under `producer/`.
 
+mod burst_prefix;
 mod latency_observer;
 mod mm_embeddings;
 mod rollout_screener;
@@ -10,6 +11,7 @@ mod sojourn_observer;
 
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
+use burst_prefix::BurstPrefixProducer;
 pub(crate) use latency_observer::LatencyObserver;
 pub(crate) use latency_observer::Percentiles;
 pub(crate) use mm_embeddings::MmEmbeddingsCache;
@@ -59,6 +61,9 @@ pub(crate) fn from_plugin<P: Parameters>(
         }
         PluginKind::DisaggregatedsetRolloutScreener => {
             Arc::new(p.decode::<RolloutScreener>()?.validate()?)
+        }
+        PluginKind::BurstPrefixCacheProducer => {
+            Arc::new(p.decode::<BurstPrefixProducer>()?.validate()?)
         }
         _ => return Ok(None),
     }))

@@ -2,6 +2,7 @@
 //! implement, each a small configuration using that type, the pods' states that make it decide
 //! and the requests whose outcomes are compared.
 
+mod burst;
 mod hub;
 mod inert;
 mod parsers;
@@ -40,6 +41,8 @@ pub struct Req {
     pub set_waiting: Option<Vec<u64>>,
     /// Send the `x-session-token` the previous response returned.
     pub echo_session: bool,
+    /// Send the repeats all at once (a burst), not one after another.
+    pub concurrent: bool,
 }
 
 /// What the case expects of the comparison.
@@ -117,6 +120,7 @@ pub(super) fn req(body: String) -> Req {
         repeat: 1,
         set_waiting: None,
         echo_session: false,
+        concurrent: false,
     }
 }
 
@@ -178,6 +182,7 @@ pub fn all() -> Vec<Case> {
     v.extend(flow());
     v.extend(request_control::all());
     v.extend(inert::all());
+    v.push(burst::burst_prefix());
     v
 }
 

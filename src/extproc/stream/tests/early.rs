@@ -176,3 +176,43 @@ impl StreamMachine {
         }
     }
 }
+
+#[test]
+fn a_gathering_plugin_holds_the_decision_for_its_window_then_routes_the_group_together() {
+    let config = include_str!("../../../../config/examples/llm-d-burst-prefix.yaml");
+    let graph = crate::fixtures::graph(config)
+        .ports(&[1, 2, 3])
+        .experimental()
+        .build();
+    let services = graph.services();
+    let mut destinations = Vec::new();
+    let mut streams: Vec<StreamMachine> = Vec::new();
+    for _ in 0..3 {
+        let (mut m, pc) = stream_of(&services, true);
+        let out = run(
+            &mut m,
+            vec![
+                headers("/v1/chat/completions", false, Some(pc)),
+                body(CHAT, true),
+            ],
+        );
+        assert!(out.is_empty(), "held: no answer before the window closes");
+        assert!(m.awaiting_decision());
+        streams.push(m);
+    }
+    for m in &mut streams {
+        let until = m.take_gather().expect("a window to wait for");
+        assert!(until <= tokio::time::Instant::now() + Duration::from_millis(100));
+        assert!(m.take_gather().is_none(), "joined once");
+    }
+    // The driver sleeps until the window closes; the first to ask places the window.
+    for m in &mut streams {
+        let mut out = Vec::new();
+        m.on_gathered(&mut out);
+        destinations.push(destination(&out[0]).0);
+    }
+    assert!(
+        destinations.iter().all(|d| *d == destinations[0]),
+        "{destinations:?}"
+    );
+}
