@@ -74,63 +74,73 @@ impl Default for BurstPrefixProducer {
 impl BurstPrefixProducer {
     /// Checks every parameter (upstream's checks and words), reporting all problems at once.
     pub(crate) fn validate(mut self) -> Result<Self, Vec<Invalid>> {
-        let mut bad = Vec::new();
-        let mut check = |ok: bool, parameter: &'static str, message: String| {
-            if !ok {
-                bad.push(Invalid::new(parameter, message));
-            }
-        };
-        let w = self.window_duration_ms;
-        check(
-            w > 0,
-            "windowDurationMs",
-            format!("windowDurationMs must be > 0 (current value: {w})"),
-        );
-        check(
-            w <= MAX_WINDOW_MS,
-            "windowDurationMs",
-            format!("windowDurationMs must be <= {MAX_WINDOW_MS} (current value: {w})"),
-        );
-        let k = self.max_per_replica;
-        check(
-            k == -1 || k >= 1,
-            "maxPerReplica",
-            format!("maxPerReplica must be -1 (unlimited) or >= 1 (current value: {k})"),
-        );
-        let bs = self.block_size_tokens;
-        check(
-            bs > 0,
-            "blockSizeTokens",
-            format!("blockSizeTokens must be > 0 (current value: {bs})"),
-        );
-        let cap = self.max_prefix_tokens_to_match;
-        check(
-            cap >= 0,
-            "maxPrefixTokensToMatch",
-            format!("maxPrefixTokensToMatch must be >= 0 (current value: {cap})"),
-        );
-        check(cap <= 0 || bs <= 0 || cap >= bs, "maxPrefixTokensToMatch", format!("maxPrefixTokensToMatch ({cap}) must be 0 or >= blockSizeTokens ({bs}); a smaller positive value yields zero prefix blocks"));
-        let min = self.min_colocate_blocks;
-        check(
-            min >= 0,
-            "minColocateBlocks",
-            format!("minColocateBlocks must be >= 0 (current value: {min})"),
-        );
-        let batch = self.max_batch_size;
-        check(
-            batch == -1 || batch >= 1,
-            "maxBatchSize",
-            format!("maxBatchSize must be -1 (unlimited) or >= 1 (current value: {batch})"),
-        );
         if self.balance_by.is_empty() {
             self.balance_by = "requests".into();
         }
-        let by = &self.balance_by;
-        check(
-            by == "requests" || by == "tokens",
-            "balanceBy",
-            format!("balanceBy must be \"requests\" or \"tokens\" (current value: {by:?})"),
+        let (w, k, bs) = (
+            self.window_duration_ms,
+            self.max_per_replica,
+            self.block_size_tokens,
         );
+        let (cap, min, batch) = (
+            self.max_prefix_tokens_to_match,
+            self.min_colocate_blocks,
+            self.max_batch_size,
+        );
+        let by = &self.balance_by;
+        let too_small = format!("maxPrefixTokensToMatch ({cap}) must be 0 or >= blockSizeTokens ({bs}); a smaller positive value yields zero prefix blocks");
+        let checks = [
+            (
+                w > 0,
+                "windowDurationMs",
+                format!("windowDurationMs must be > 0 (current value: {w})"),
+            ),
+            (
+                w <= MAX_WINDOW_MS,
+                "windowDurationMs",
+                format!("windowDurationMs must be <= {MAX_WINDOW_MS} (current value: {w})"),
+            ),
+            (
+                k == -1 || k >= 1,
+                "maxPerReplica",
+                format!("maxPerReplica must be -1 (unlimited) or >= 1 (current value: {k})"),
+            ),
+            (
+                bs > 0,
+                "blockSizeTokens",
+                format!("blockSizeTokens must be > 0 (current value: {bs})"),
+            ),
+            (
+                cap >= 0,
+                "maxPrefixTokensToMatch",
+                format!("maxPrefixTokensToMatch must be >= 0 (current value: {cap})"),
+            ),
+            (
+                cap <= 0 || bs <= 0 || cap >= bs,
+                "maxPrefixTokensToMatch",
+                too_small,
+            ),
+            (
+                min >= 0,
+                "minColocateBlocks",
+                format!("minColocateBlocks must be >= 0 (current value: {min})"),
+            ),
+            (
+                batch == -1 || batch >= 1,
+                "maxBatchSize",
+                format!("maxBatchSize must be -1 (unlimited) or >= 1 (current value: {batch})"),
+            ),
+            (
+                by == "requests" || by == "tokens",
+                "balanceBy",
+                format!("balanceBy must be \"requests\" or \"tokens\" (current value: {by:?})"),
+            ),
+        ];
+        let bad: Vec<Invalid> = checks
+            .into_iter()
+            .filter(|(ok, _, _)| !ok)
+            .map(|(_, parameter, message)| Invalid::new(parameter, message))
+            .collect();
         match bad.is_empty() {
             true => Ok(self),
             false => Err(bad),

@@ -216,3 +216,33 @@ fn a_gathering_plugin_holds_the_decision_for_its_window_then_routes_the_group_to
         "{destinations:?}"
     );
 }
+
+#[test]
+fn with_flow_control_the_window_is_joined_after_admission() {
+    let config = include_str!("../../../../config/examples/llm-d-burst-prefix.yaml");
+    let graph = crate::fixtures::graph(config)
+        .ports(&[1, 2])
+        .experimental()
+        .build();
+    let (mut m, pc) = stream_of(&graph.services(), true);
+    m.use_flow_control();
+    let out = run(
+        &mut m,
+        vec![
+            headers("/v1/chat/completions", false, Some(pc)),
+            body(CHAT, true),
+        ],
+    );
+    assert!(out.is_empty());
+    assert!(
+        m.take_gather().is_none(),
+        "not before its flow-control turn"
+    );
+    assert!(m.take_flow_ticket().is_some());
+    let mut out = Vec::new();
+    m.on_admission(Ok(()), &mut out);
+    assert!(out.is_empty(), "admitted, still held for the window");
+    assert!(m.take_gather().is_some());
+    m.on_gathered(&mut out);
+    destination(&out[0]);
+}
