@@ -19,6 +19,7 @@ mod disagg;
 mod exchange;
 mod finish;
 pub mod flowcontrol;
+mod gather;
 mod record;
 mod route;
 mod runtime;
@@ -164,7 +165,8 @@ impl Director {
     /// endpoint tokenizes the whole prompt).
     pub(crate) fn early_prompt_bytes(&self, api: ApiKind) -> Option<usize> {
         let runtime = self.config.load();
-        if runtime.scheduler.reads_prompt_length() {
+        // A gathering plugin reads the whole prompt, and holds the request anyway.
+        if runtime.scheduler.reads_prompt_length() || runtime.scheduler.gathers() {
             return None;
         }
         // The render endpoint tokenizes the whole prompt: no decision on a part of it.

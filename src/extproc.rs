@@ -126,6 +126,12 @@ impl Driver {
                 self.pending.extend(out);
                 continue;
             }
+            if let Some(until) = self.machine.take_gather() {
+                tokio::time::sleep_until(until).await;
+                self.machine.on_gathered(&mut out);
+                self.pending.extend(out);
+                continue;
+            }
             let message = if self.machine.awaiting_decision() {
                 match tokio::time::timeout_at(self.deadline, self.inbound.message()).await {
                     Ok(m) => m,

@@ -194,7 +194,7 @@ kinds! {
     SessionStateProducer = "session-state-producer", DataProducer, Alpha, Plugin;
     SessionIdProducer = "session-id-producer", DataProducer, Beta, BuiltIn("accepted (parameters checked as upstream); no llm-d v0.10 plugin reads the SessionID it publishes (llm-d-router #1372: for future affinity plugins), and epp's session affinity reads its own sources");
     MmEmbeddingsCacheProducer = "mm-embeddings-cache-producer", DataProducer, Beta, Plugin;
-    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Unsupported("not implemented in epp: it holds each request up to windowDurationMs and places a window's same-prompt bursts jointly; epp decides each request alone");
+    BurstPrefixCacheProducer = "burst-prefix-cache-producer", DataProducer, Alpha, Plugin;
     P2pSourceProducer = "p2p-source-producer", DataProducer, Alpha, Plugin;
     MulticlusterApproxPrefixCacheProducer = "multicluster-approx-prefix-cache-producer", DataProducer, Alpha, Plugin;
     LatencyObserverProducerHub = "latency-observer-producer-hub", DataProducer, Alpha, Plugin;

@@ -19,6 +19,7 @@
 pub(crate) mod data_parallel;
 pub(crate) mod disagg;
 pub(crate) mod filter;
+pub(crate) mod gather;
 pub(crate) mod header_profile;
 mod index;
 pub(crate) mod inflight_load;
@@ -112,6 +113,9 @@ pub struct SchedulingRequest<'a> {
     pub names: &'a dyn lifecycle::EndpointNames,
     /// When the decision is taken (the clock the director was given).
     pub now: Instant,
+    /// Where the gathering plugins' windows placed this request ([`gather`]), one per
+    /// instance that placed it; read by the scorer bound to that instance.
+    pub gathered: &'a [gather::Placement],
     /// The endpoint an earlier stage of this request picked (upstream's `peer-endpoint`): the
     /// decode pick while a decode-first handler's prefill stage runs, the prefill pick while
     /// the decode stage runs after it; `None` otherwise. The topology plugins compare with it.
@@ -137,6 +141,7 @@ impl Default for SchedulingRequest<'_> {
             headers: &lifecycle::NO_HEADERS,
             names: &lifecycle::Addresses,
             now: Instant::now(),
+            gathered: &[],
             peer: None,
         }
     }
@@ -460,6 +465,27 @@ impl Scheduler {
             out.retain(|(name, _)| seen.insert(name.clone()));
         }
         out
+    }
+
+    /// Whether a lifecycle plugin holds requests to place them jointly ([`gather`]).
+    pub(crate) fn gathers(&self) -> bool {
+        self.hooks.iter().any(|h| h.gathers())
+    }
+
+    /// Joins the request to every gathering plugin's window: the seats it holds (a plugin
+    /// that cannot seat it is logged and skipped: the request goes on without its affinity).
+    pub(crate) fn gather(&self, g: &gather::Gathering<'_>) -> Vec<gather::Seat> {
+        let mut seats = Vec::new();
+        for hook in self.hooks.iter().filter(|h| h.gathers()) {
+            match hook.gather(g) {
+                Ok(Some(seat)) => seats.push(seat),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "a gathering plugin did not seat the request; it goes on without that plugin's affinity")
+                }
+            }
+        }
+        seats
     }
 
     /// Runs `first_token` of every lifecycle plugin.

@@ -6,6 +6,7 @@ use crate::admission;
 use crate::datastore::{InflightGuard, PrefillGuard};
 use crate::endpoint::EndpointId;
 use crate::request::{LlmRequest, RequestError};
+use crate::scheduling::gather::Seat;
 use crate::scheduling::lifecycle::Headers;
 use crate::scheduling::{self, ScheduleError};
 use std::time::Instant;
@@ -39,6 +40,9 @@ pub struct Incoming<'a> {
     /// The request's fairness key (the fairness header, or `agent-identity`'s session):
     /// flow control's accounting of what each key used reads it when the response ends.
     pub fairness_id: Option<&'a str>,
+    /// The request's seats in the gathering plugins' windows ([`super::Director::gather`]),
+    /// ready: the adapter waited until each one's `until`.
+    pub seats: &'a [Seat],
 }
 
 /// What the decision reads of a request's body: the one thing that tells a bodyless, an unread

@@ -11,6 +11,7 @@ use crate::endpoint::EndpointId;
 use crate::metrics::{ModelLabels, RequestLabels};
 use crate::prefix::source::{Lookup, Pod, Pods, PrefixSource, Query, Source};
 use crate::request::{self, LlmRequest, Prompt};
+use crate::scheduling::gather::{Placement, Seat};
 use crate::scheduling::lifecycle::{EndpointNames, Placed};
 use crate::scheduling::{self, Candidate, ScheduleError, Scheduler, SchedulingRequest};
 use rand::Rng;
@@ -48,6 +49,7 @@ pub(super) fn route(
     let saturated = super::disagg::saturated(&runtime, &states, d.opts.staleness, now);
     let names = Names(&states);
     let items = multimodal_items(&runtime, p);
+    let gathered: Vec<Placement> = inc.seats.iter().filter_map(Seat::placement).collect();
     let facts = Facts {
         inc,
         prompted: p,
@@ -56,6 +58,7 @@ pub(super) fn route(
         token_scale: d.indexes.approximate.scale.get(),
         multimodal: p.is_some_and(|p| runtime.scheduler.reads_multimodal() && multimodal(p)),
         multimodal_items: &items,
+        gathered: &gathered,
     };
     let step = Step {
         scheduler: &runtime.scheduler,
@@ -158,6 +161,8 @@ struct Facts<'a> {
     multimodal: bool,
     /// The body's multimodal items, when a scorer reads them.
     multimodal_items: &'a [request::multimodal::Item],
+    /// Where the gathering plugins' windows placed the request.
+    gathered: &'a [Placement],
 }
 
 impl<'a> Facts<'a> {
@@ -202,6 +207,7 @@ impl<'a> Facts<'a> {
             headers: inc.headers,
             names,
             now,
+            gathered: self.gathered,
             // Set by a disaggregating handler for its later stage.
             peer: None,
         }
@@ -211,7 +217,7 @@ impl<'a> Facts<'a> {
 /// The endpoint names of one request's snapshot, for the plugins that read or write a
 /// session token.
 #[derive(Debug)]
-struct Names<'a>(&'a [&'a Arc<EndpointState>]);
+pub(super) struct Names<'a>(pub(super) &'a [&'a Arc<EndpointState>]);
 
 impl EndpointNames for Names<'_> {
     fn named(&self, name: &str) -> Option<EndpointId> {

@@ -370,3 +370,45 @@ schedulingProfiles:
     let err = d.route(&inc(&b), &mut rng).unwrap_err();
     assert!(matches!(err, DirectorError::Screened), "{err}");
 }
+
+#[test]
+fn a_window_of_identical_requests_is_routed_to_one_pod_and_the_others_by_load() {
+    let text = std::fs::read_to_string(format!("{EXAMPLES}/llm-d-burst-prefix.yaml")).unwrap();
+    let (d, ds) = director(&[1, 2, 3], &text);
+    // The first pod runs requests: the window prefers the idle ones, by name.
+    for s in ds.snapshot().iter().take(1) {
+        s.store_metrics(crate::fixtures::metrics().running(4.0).build());
+    }
+    assert!(d.gathers());
+    assert_eq!(d.early_prompt_bytes(ApiKind::ChatCompletions), None);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let same = chat("sample this prompt four times");
+    let bodies: Vec<Body<'_>> = (0..4).map(|_| chat_body(&d, &same)).collect();
+    let seated: Vec<Vec<crate::scheduling::gather::Seat>> = bodies
+        .iter()
+        .map(|b| {
+            d.gather(&Incoming {
+                body: *b,
+                ..Default::default()
+            })
+        })
+        .collect();
+    assert!(seated.iter().all(|s| s.len() == 1));
+    let pods: HashSet<crate::endpoint::EndpointId> = bodies
+        .iter()
+        .zip(&seated)
+        .map(|(b, seats)| {
+            let inc = Incoming {
+                body: *b,
+                seats,
+                ..Default::default()
+            };
+            d.route(&inc, &mut rng).unwrap().destinations[0]
+        })
+        .collect();
+    assert_eq!(pods.len(), 1, "one pod for the whole group: {pods:?}");
+    let first = ds.snapshot().iter().next().unwrap().id();
+    assert!(!pods.contains(&first), "not the busy pod");
+    // Without a body there is nothing to gather.
+    assert!(d.gather(&Incoming::default()).is_empty());
+}

@@ -202,6 +202,8 @@ pub(crate) struct StreamMachine {
     flow: bool,
     /// Add every candidate's score to the routing metadata (`--emit-endpoint-scores`).
     emit_scores: bool,
+    /// The request's seats in the gathering plugins' windows ([`Self::take_gather`]).
+    seats: Vec<crate::scheduling::gather::Seat>,
 }
 
 impl StreamMachine {
@@ -219,6 +221,7 @@ impl StreamMachine {
             body_len: 0,
             flow: false,
             emit_scores: false,
+            seats: Vec::new(),
         }
     }
 
@@ -512,6 +515,7 @@ impl StreamMachine {
             fairness_id: self.meta.fairness_id.as_deref(),
             if_available: self.meta.if_available,
             slo_ttft_ms: self.meta.slo_ttft_ms,
+            seats: &self.seats,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::request::tokenize::TokenizerSource;
 
 impl Scheduler {
     /// The prefix index the scorers read (the precise one wins when both are configured), and
-    /// the prompt text the approximate scorer reads (0 without one).
+    /// the prompt text the approximate scorer and the lifecycle plugins read (0 without any).
     pub(crate) fn prefix_index(&self) -> (Option<PrefixConfig>, usize) {
         let approximate = self.prefix_params().map(|p| ApproximateParams {
             block_size: p.block_size_tokens,
@@ -21,6 +21,8 @@ impl Scheduler {
         let floor = self.prefix_params().map_or(0, |p| {
             p.max_blocks(p.block_size_tokens) * p.block_size_tokens * 8
         });
+        let read = self.hooks.iter().map(|h| h.prompt_bytes()).max();
+        let floor = floor.max(read.unwrap_or(0));
         let precise = self.precise_params().map(|p| PreciseParams {
             block_size: p.block_size,
             max_blocks: p.max_prefix_blocks_to_match,

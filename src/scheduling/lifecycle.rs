@@ -14,6 +14,7 @@
 //! The state belongs to one configuration: a reload builds fresh plugins, as upstream's EPP
 //! does when a configuration change restarts it.
 
+use super::gather::{GatherError, Gathering, Seat};
 use super::{Candidate, Decision, SchedulingRequest};
 use crate::endpoint::EndpointId;
 use std::collections::BTreeMap;
@@ -39,6 +40,24 @@ pub trait Lifecycle: Send + Sync + fmt::Debug {
     /// Narrows the request's candidates once, before admission plugins, the prefix lookup and
     /// every scheduling profile (upstream's `Screener`). Only called when [`Self::screens`].
     fn screen(&self, _screening: &Screening<'_>, _candidates: &mut Vec<Candidate>) {}
+
+    /// Whether this plugin holds requests to place them jointly ([`Self::gather`]): the
+    /// adapter then waits for the whole body and for the plugin's window before the decision.
+    fn gathers(&self) -> bool {
+        false
+    }
+
+    /// Joins the request to this plugin's window (upstream's batching `Produce`): its seat,
+    /// ready when the window closes; `Ok(None)` when the request takes no part (no prompt).
+    /// Only called when [`Self::gathers`].
+    fn gather(&self, _g: &Gathering<'_>) -> Result<Option<Seat>, GatherError> {
+        Ok(None)
+    }
+
+    /// Bytes of prompt text this plugin reads (parsing keeps at least this much).
+    fn prompt_bytes(&self) -> usize {
+        0
+    }
 
     /// The decision is taken and the request is about to be sent (upstream's `PreRequest`).
     fn pre_request(&self, _placed: &Placed<'_>) {}

@@ -4,6 +4,7 @@
 //! reporter). One per file under `producer/`.
 
 mod attribute_reporter;
+mod burst_prefix;
 mod latency_observer;
 mod mm_embeddings;
 mod rollout_screener;
@@ -13,6 +14,7 @@ mod sojourn_observer;
 use super::lifecycle::Lifecycle;
 use crate::plugin::{Parameters, PluginKind};
 use attribute_reporter::AttributeReporterParams;
+use burst_prefix::BurstPrefixProducer;
 pub(crate) use latency_observer::LatencyObserver;
 pub(crate) use latency_observer::Percentiles;
 pub(crate) use mm_embeddings::MmEmbeddingsCache;
@@ -65,6 +67,9 @@ pub(crate) fn from_plugin<P: Parameters>(
         }
         PluginKind::DisaggregatedsetRolloutScreener => {
             Arc::new(p.decode::<RolloutScreener>()?.validate()?)
+        }
+        PluginKind::BurstPrefixCacheProducer => {
+            Arc::new(p.decode::<BurstPrefixProducer>()?.validate()?)
         }
         _ => return Ok(None),
     }))

@@ -3,7 +3,9 @@
 
 use super::filter::Filter;
 use super::picker::Picker;
-use super::scorer::{PrecisePrefixParams, PrecisePrefixScorer, PrefixParams, Scorer};
+use super::scorer::{
+    GatheredScorer, PrecisePrefixParams, PrecisePrefixScorer, PrefixParams, Scorer,
+};
 use super::{disagg, Scheduler};
 use crate::plugin::PluginKind;
 
@@ -69,7 +71,7 @@ pub(crate) enum BuildError {
     #[error("session affinity profileName {profile:?}: {message}")]
     SessionPin { profile: String, message: String },
     /// A `prefix-cache-scorer`'s `prefixMatchInfoProducerName` names no prefix producer.
-    #[error("plugin {scorer:?} parameters prefixMatchInfoProducerName: {producer:?} is not a configured approx-prefix-cache-producer or precise-prefix-cache-producer")]
+    #[error("plugin {scorer:?} parameters prefixMatchInfoProducerName: {producer:?} is not a configured approx-prefix-cache-producer, precise-prefix-cache-producer or burst-prefix-cache-producer")]
     UnknownProducer { scorer: String, producer: String },
     /// A scorer that reads a producer's learned state (`mrl-scorer-hub`,
     /// `latency-observation-scorer-hub`) without that producer configured.
@@ -175,7 +177,7 @@ pub(crate) fn assemble(
 
 /// Per plugin, its replacement when a `prefix-cache-scorer` scores a precise producer's
 /// matches (llm-d v0.10's `prefixMatchInfoProducerName`): the precise scorer with that
-/// producer's index. A name that is no prefix producer is a problem; the approximate
+/// producer's index; or a gathering producer's placements ([`super::gather`]). A name that is no prefix producer is a problem; the approximate
 /// producer's own type name is accepted unconfigured (llm-d creates it for its consumers).
 fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> Vec<Option<Plugin>> {
     plugins
@@ -198,6 +200,13 @@ fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> V
                     Some(Plugin::Scorer(Scorer::PrecisePrefix(Box::new(
                         PrecisePrefixScorer::new(precise.scored_by(&scorer.params)),
                     ))))
+                }
+                // A producer that places requests jointly (a window of them): its placements.
+                Some(Plugin::Producer(p)) if p.gathers() => {
+                    Some(Plugin::Scorer(Scorer::Gathered(GatheredScorer {
+                        instance: p.instance(),
+                        blend: scorer.params.blend(),
+                    })))
                 }
                 Some(Plugin::Prefix(_)) => None,
                 None if producer == PluginKind::ApproxPrefixCacheProducer.name() => None,

@@ -4,6 +4,7 @@ mod active_request;
 mod context_length_aware;
 mod endpoint_attribute;
 mod estimated_ttft;
+mod gathered;
 mod gpu_utilization;
 mod header_label_affinity;
 mod kv_cache;
@@ -31,6 +32,7 @@ pub(crate) use active_request::ActiveRequestScorer;
 pub use context_length_aware::ContextLengthAware;
 pub(crate) use endpoint_attribute::EndpointAttributeScorer;
 pub use estimated_ttft::{EstimatedTtftScorer, PrefillLoad, TtftInputs, TtftRates};
+pub(crate) use gathered::GatheredScorer;
 pub(crate) use gpu_utilization::GpuUtilizationScorer;
 pub(crate) use header_label_affinity::HeaderLabelAffinityScorer;
 pub(crate) use kv_cache::KvCacheScorer;
@@ -91,6 +93,9 @@ pub enum Scorer {
     Mrl(Box<MrlScorer>),
     MmEmbeddings(Box<MmEmbeddingsScorer>),
     EndpointAttribute(EndpointAttributeScorer),
+    /// `prefix-cache-scorer` scoring a gathering producer's placements (its
+    /// `prefixMatchInfoProducerName` names one): put in its place when profiles are built.
+    Gathered(GatheredScorer),
 }
 
 impl Scorer {
@@ -188,6 +193,7 @@ impl Scorer {
             Self::Mrl(s) => s.score(req, pool, out, rng),
             Self::MmEmbeddings(s) => s.score(req, pool, out),
             Self::EndpointAttribute(s) => s.score(pool, out),
+            Self::Gathered(s) => s.score(req, pool, out),
         }
     }
 

@@ -2,6 +2,7 @@
 //! implement, each a small configuration using that type, the pods' states that make it decide
 //! and the requests whose outcomes are compared.
 
+mod burst;
 mod hub;
 mod inert;
 mod parsers;
@@ -43,6 +44,8 @@ pub struct Req {
     /// Compare the request's `envoy.lb` / `x-gateway-inference-request-cost` dynamic metadata,
     /// as Envoy's access log writes it (`cost=`): what `request-attribute-reporter` reports.
     pub cost: bool,
+    /// Send the repeats all at once (a burst), not one after another.
+    pub concurrent: bool,
 }
 
 /// What the case expects of the comparison.
@@ -121,6 +124,7 @@ pub(super) fn req(body: String) -> Req {
         set_waiting: None,
         echo_session: false,
         cost: false,
+        concurrent: false,
     }
 }
 
@@ -182,6 +186,7 @@ pub fn all() -> Vec<Case> {
     v.extend(flow());
     v.extend(request_control::all());
     v.extend(inert::all());
+    v.push(burst::burst_prefix());
     v
 }
 

@@ -312,7 +312,12 @@ async fn send_all(
             (None, _) => {}
         }
         let mut each = Vec::new();
-        for i in 0..r.repeat.max(1) {
+        if r.concurrent {
+            each = send_together(envoy, pods, r).await?;
+            sent += r.repeat.max(1);
+            tokio::time::sleep(SCRAPES).await;
+        }
+        for i in (0..r.repeat.max(1)).filter(|_| !r.concurrent) {
             let r = &numbered(r, i);
             let (mut outcome, token) = send_one(envoy, pods, r, session.as_deref()).await?;
             sent += 1;
@@ -345,12 +350,56 @@ async fn logged_cost(envoy: &Envoy, n: usize) -> anyhow::Result<String> {
         .with_context(|| format!("no cost= in the access log line {line:?}"))
 }
 
-/// Repeat `i` of `r`: its body with `{n}` replaced by `i` (a distinct prompt each repeat).
+/// Repeat `i` of `r`: its body with `{n}` replaced by `i` (a distinct prompt each repeat), and
+/// `{n%2}` by `i % 2` (two prompts, alternating).
 fn numbered(r: &Req, i: usize) -> Req {
     Req {
-        body: r.body.replace("{n}", &i.to_string()),
+        body: r
+            .body
+            .replace("{n%2}", &(i % 2).to_string())
+            .replace("{n}", &i.to_string()),
         ..r.clone()
     }
+}
+
+/// `r`'s repeats sent all at once (a burst). Their routing headers are the burst's, on the
+/// first outcome: what the pods received while it ran, a value that differs written `*`
+/// (requests in flight together cannot be told apart by arrival).
+async fn send_together(envoy: &Envoy, pods: &Pods, r: &Req) -> anyhow::Result<Vec<Outcome>> {
+    let before: Vec<usize> = pods.pods.iter().map(|p| p.requests().len()).collect();
+    let reqs: Vec<Req> = (0..r.repeat.max(1)).map(|i| numbered(r, i)).collect();
+    let sent = reqs.iter().map(|r| send_one(envoy, pods, r, None));
+    let mut each: Vec<Outcome> = futures::future::try_join_all(sent)
+        .await?
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for (p, n) in pods.pods.iter().zip(before) {
+        for rec in p.requests().iter().skip(n) {
+            for (name, value) in rec
+                .headers
+                .iter()
+                .filter(|(n, _)| is_routing_header(n.as_str()))
+            {
+                let v = value.to_str().unwrap_or("<binary>");
+                let v = pods.name_of(v).unwrap_or_else(|| v.to_owned());
+                let e = headers
+                    .entry(name.as_str().to_owned())
+                    .or_insert_with(|| v.clone());
+                if *e != v {
+                    *e = "*".into();
+                }
+            }
+        }
+    }
+    for (i, o) in each.iter_mut().enumerate() {
+        o.headers.retain(|k, _| k.starts_with("response "));
+        if i == 0 {
+            o.headers.extend(headers.clone());
+        }
+    }
+    Ok(each)
 }
 
 /// Waits (bounded: 10 s) until `picker` reports each pod's waiting queue as `waits`, then one

@@ -1,8 +1,9 @@
 //! The request side of a stream beyond the headers: reading the body (limits, scan), the
-//! decision (whole body, or early), the waits for the render call and for flow control (the
-//! driver in `crate::extproc` makes both, each once: [`StreamMachine::take_render_job`], then
-//! [`StreamMachine::take_flow_ticket`]), and passing the rest of the body through after an
-//! early decision or unread.
+//! decision (whole body, or early), the waits for the render call, for flow control and for
+//! the gathering plugins' windows (the driver in `crate::extproc` makes each once:
+//! [`StreamMachine::take_render_job`], [`StreamMachine::take_flow_ticket`], then
+//! [`StreamMachine::take_gather`]), and passing the rest of the body through after an early
+//! decision or unread.
 //!
 //! Why early: upstream buffers the whole body before deciding, which adds the body's transfer
 //! time to TTFT (over a second for a 220 KB prompt, upstream #2928). The decision reads only the
@@ -20,6 +21,7 @@
 
 use super::{Exchange, Rest, State, StreamMachine};
 use crate::director::flowcontrol::{FlowError, Ticket};
+use crate::director::{Body, Incoming};
 use crate::extproc::render::RenderJob;
 use crate::extproc::status::StreamError;
 use crate::extproc::wire;
@@ -63,6 +65,11 @@ pub(super) struct Parked {
     /// The render call the decision waits for first (`token-producer`'s `vllm` backend),
     /// until the driver takes it.
     render: Option<Arc<RenderParams>>,
+    /// The request still joins the gathering plugins' windows (after render and flow
+    /// control), and then waits for them ([`StreamMachine::take_gather`]).
+    gather: bool,
+    /// Flow control admitted the decision.
+    admitted: bool,
 }
 
 /// What a decision rides on.
@@ -221,12 +228,15 @@ impl StreamMachine {
             }
         };
         let render = self.render_for(&decision);
-        if self.flow || render.is_some() {
+        let gather = decision.request().is_some() && self.services.director.gathers();
+        if self.flow || render.is_some() || gather {
             self.state = State::Parked(Parked {
                 reading,
                 decision,
                 ticketed: false,
                 render,
+                gather,
+                admitted: false,
             });
             return;
         }
@@ -299,11 +309,56 @@ impl StreamMachine {
             .renders
             .get_or_create(&crate::metrics::OutcomeLabels { outcome })
             .inc();
-        if self.flow {
+        if self.flow || parked.gather {
             self.state = State::Parked(parked);
             return;
         }
         let started = parked.decision.read_at();
+        self.resume(parked, started, out);
+    }
+
+    /// Joins a parked decision to the gathering plugins' windows, once it is rendered and
+    /// admitted: when the driver may route it (the latest seat's `until`, or now).
+    pub(crate) fn take_gather(&mut self) -> Option<tokio::time::Instant> {
+        let State::Parked(p) = &self.state else {
+            return None;
+        };
+        if !p.gather || p.render.is_some() || (self.flow && !p.admitted) {
+            return None;
+        }
+        let State::Parked(mut p) = std::mem::take(&mut self.state) else {
+            return None;
+        };
+        p.gather = false;
+        let seats = match p.decision.request() {
+            Some(request) => {
+                let inc = Incoming {
+                    body: Body::Parsed {
+                        request,
+                        bytes: &p.reading.body,
+                    },
+                    ..self.incoming()
+                };
+                self.services.director.gather(&inc)
+            }
+            None => Vec::new(),
+        };
+        self.state = State::Parked(p);
+        let until = seats.iter().map(|s| s.until).max();
+        self.seats = seats;
+        Some(until.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std))
+    }
+
+    /// The windows closed: the parked decision is routed with its seats.
+    pub(crate) fn on_gathered(&mut self, out: &mut Vec<ProcessingResponse>) {
+        let parked = match std::mem::take(&mut self.state) {
+            State::Parked(p) => p,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let started = parked.decision.read_at().filter(|_| !self.flow);
         self.resume(parked, started, out);
     }
 
@@ -435,6 +490,10 @@ impl StreamMachine {
                 self.fail(StreamError::Flow(e), request, out);
             }
             (Ok(()), None) => {}
+            (Ok(()), Some(mut p)) if p.gather => {
+                p.admitted = true;
+                self.state = State::Parked(p);
+            }
             (Ok(()), Some(p)) => self.resume(p, None, out),
         }
     }

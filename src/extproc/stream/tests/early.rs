@@ -176,3 +176,73 @@ impl StreamMachine {
         }
     }
 }
+
+#[test]
+fn a_gathering_plugin_holds_the_decision_for_its_window_then_routes_the_group_together() {
+    let config = include_str!("../../../../config/examples/llm-d-burst-prefix.yaml");
+    let graph = crate::fixtures::graph(config)
+        .ports(&[1, 2, 3])
+        .experimental()
+        .build();
+    let services = graph.services();
+    let mut destinations = Vec::new();
+    let mut streams: Vec<StreamMachine> = Vec::new();
+    for _ in 0..3 {
+        let (mut m, pc) = stream_of(&services, true);
+        let out = run(
+            &mut m,
+            vec![
+                headers("/v1/chat/completions", false, Some(pc)),
+                body(CHAT, true),
+            ],
+        );
+        assert!(out.is_empty(), "held: no answer before the window closes");
+        assert!(m.awaiting_decision());
+        streams.push(m);
+    }
+    for m in &mut streams {
+        let until = m.take_gather().expect("a window to wait for");
+        assert!(until <= tokio::time::Instant::now() + Duration::from_millis(100));
+        assert!(m.take_gather().is_none(), "joined once");
+    }
+    // The driver sleeps until the window closes; the first to ask places the window.
+    for m in &mut streams {
+        let mut out = Vec::new();
+        m.on_gathered(&mut out);
+        destinations.push(destination(&out[0]).0);
+    }
+    assert!(
+        destinations.iter().all(|d| *d == destinations[0]),
+        "{destinations:?}"
+    );
+}
+
+#[test]
+fn with_flow_control_the_window_is_joined_after_admission() {
+    let config = include_str!("../../../../config/examples/llm-d-burst-prefix.yaml");
+    let graph = crate::fixtures::graph(config)
+        .ports(&[1, 2])
+        .experimental()
+        .build();
+    let (mut m, pc) = stream_of(&graph.services(), true);
+    m.use_flow_control();
+    let out = run(
+        &mut m,
+        vec![
+            headers("/v1/chat/completions", false, Some(pc)),
+            body(CHAT, true),
+        ],
+    );
+    assert!(out.is_empty());
+    assert!(
+        m.take_gather().is_none(),
+        "not before its flow-control turn"
+    );
+    assert!(m.take_flow_ticket().is_some());
+    let mut out = Vec::new();
+    m.on_admission(Ok(()), &mut out);
+    assert!(out.is_empty(), "admitted, still held for the window");
+    assert!(m.take_gather().is_some());
+    m.on_gathered(&mut out);
+    destination(&out[0]);
+}
