@@ -130,6 +130,7 @@ fn every_filter_scorer_and_picker_epp_supports_builds_from_its_type() {
         PluginKind::UtilizationFilter => {
             "\n  parameters: {conditions: [{metric: waiting-queue, maxValue: 4}]}"
         }
+        PluginKind::ActiveRequestFilter => "\n  parameters: {maxRequests: 4}",
         // A scorer reading what an observer learns needs that observer.
         PluginKind::LatencyObservationScorerHub => "\n- type: latency-observer-producer-hub",
         PluginKind::MrlScorerHub => "\n- type: sojourn-time-observer-hub",
