@@ -40,6 +40,8 @@ pub struct Plan {
     pub warmup: f64,
     pub drain: f64,
     pub max_requests: usize,
+    /// The routers the verdict judges, each against the best of the others.
+    pub judged: Vec<String>,
 }
 
 /// One cell's figures over the seeds.
@@ -62,6 +64,9 @@ pub struct Cell {
     pub oracle_hit: Interval,
     /// Virtual seconds simulated per wall second, over the cell's runs.
     pub speed: f64,
+    /// Each seed's TTFT p90, in seed order: every router runs the same seeds (the same
+    /// arrivals and prompts), so two routers compare seed by seed ([`crate::stats::paired_ratio`]).
+    pub ttft_p90_runs: Vec<f64>,
 }
 
 impl Shape {
@@ -121,6 +126,7 @@ pub fn run_cell(plan: &Plan, shape: &Shape, load: f64, router: &Router) -> anyho
         ideal_hit: over(|f| f.ideal_hit_rate),
         oracle_hit: over(|f| f.oracle_hit_rate.unwrap_or(f64::NAN)),
         speed: virtual_secs / wall,
+        ttft_p90_runs: figures.iter().map(|f| f.ttft_ms.p90).collect(),
     })
 }
 

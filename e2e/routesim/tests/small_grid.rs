@@ -31,6 +31,7 @@ fn small_args() -> GridArgs {
             "round-robin".into(),
         ],
         small: false,
+        verdict_for: vec![report::DEFAULT_ROUTER.into()],
         out: out_dir().join("grid.md"),
     }
 }
@@ -85,6 +86,10 @@ fn the_small_grid_runs_and_cache_aware_routing_beats_round_robin_on_hits() {
     report::write(&args.out, &plan, &cells).expect("report");
     let md = std::fs::read_to_string(&args.out).expect("table");
     assert!(md.contains("| shared-prefix | 100% |"), "{md}");
+    // The verdict judges the default against the best other router, also seed by seed.
+    assert!(md.contains("Verdict for `epp-default`"), "{md}");
+    assert!(md.contains("paired: epp-default / best, per seed"), "{md}");
+    assert!(cells.iter().all(|c| c.ttft_p90_runs.len() == 2), "{md}");
     // Shared prefixes: a cache-aware router keeps groups on their pods, round robin cannot.
     // (Agentic sessions need minutes, not this test's seconds, to come back to a pod.)
     let hit = |r: &str| {
