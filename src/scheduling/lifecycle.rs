@@ -1,11 +1,13 @@
 //! The request lifecycle a plugin opts into: upstream's extension points after the pick
-//! (`PreRequest`, `ResponseComplete`), and the request headers a plugin reads.
+//! (`PreRequest`, `ResponseBody`, `ResponseComplete`), the window a batching producer holds a
+//! request in before it, and the request headers a plugin reads.
 //!
 //! The director runs one request through these points in order and knows no plugin by name:
 //!
 //! ```text
-//! headers captured (Lifecycle::headers) → admission → prefix lookup → filter/score/pick
-//!   → pre_request (Placed) → first_token (FirstToken) → … → response_complete (Completed)
+//! headers captured (Lifecycle::headers) → admission → gather (a window, if any) → prefix
+//!   lookup → filter/score/pick → pre_request (Placed) → first_token (FirstToken) → …
+//!   → response_metadata (Usage) → response_complete (Completed)
 //! ```
 //!
 //! A plugin with state owns it ([`Owned`]): the no-hit LRU's order, the session bindings, a
