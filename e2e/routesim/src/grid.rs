@@ -250,14 +250,25 @@ const AGENTIC: (usize, usize, usize, usize, usize, usize) = (96, 8, 1000, 4000, 
 
 fn agentic_entries(seed: u64) -> Vec<trace::TraceEntry> {
     let (sessions, turns, system, first, growth, output) = AGENTIC;
+    let (stagger_ms, think_ms, block) = AGENTIC_PACE;
     trace::agentic(
-        sessions, turns, system, first, growth, output, 500.0, 6000.0, 16, seed,
+        sessions, turns, system, first, growth, output, stagger_ms, think_ms, block, seed,
     )
 }
 
-/// The agentic trace of `seed`, written once into `dir` (its content depends on the seed only).
+/// The agentic sessions' pace: ms between session starts, mean think time, block size.
+const AGENTIC_PACE: (f64, f64, usize) = (500.0, 6000.0, 16);
+
+/// The agentic trace of `seed`, written once into `dir`. Its name carries the generator's
+/// parameters as well as the seed, so a file an earlier version wrote with other parameters is
+/// never read for this one (it was, and a sweep ran on stale sessions).
 fn agentic_file(dir: &Path, seed: u64) -> anyhow::Result<String> {
-    let path = dir.join(format!("agentic-{seed}.jsonl"));
+    let (sessions, turns, system, first, growth, output) = AGENTIC;
+    let (stagger_ms, think_ms, block) = AGENTIC_PACE;
+    let shape = format!(
+        "{sessions}x{turns}-{system}-{first}-{growth}-{output}-{stagger_ms}-{think_ms}-{block}"
+    );
+    let path = dir.join(format!("agentic-{shape}-{seed}.jsonl"));
     if !path.exists() {
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!("agentic-{seed}.jsonl.{}", std::process::id()));
