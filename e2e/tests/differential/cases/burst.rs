@@ -1,7 +1,8 @@
 //! `burst-prefix-cache-producer`: bursts of requests sent at once, inside one window, through
 //! `prefix-cache-scorer` naming the producer. Both EPPs hold each burst for the window and
 //! place it jointly: the samples of one prompt on one pod (at most `maxPerReplica` = 2 a pod,
-//! then the next least-loaded pod), two prompts' groups on two pods. Ties between pods go to
+//! then the next least-loaded pod), two prompts' groups on two pods, and distinct prompts that
+//! share `minColocateBlocks` leading blocks together up to their fair share. Ties between pods go to
 //! fewer running requests, then the lower name (the pods run none: forced to 0), so the pods
 //! each burst reaches are the same for both.
 
@@ -12,7 +13,7 @@ use super::{case, completion, req, times, Case, PodState, Req};
 const BURST: &str = "
 plugins:
 - type: burst-prefix-cache-producer
-  parameters: {windowDurationMs: 400, maxPerReplica: 2}
+  parameters: {windowDurationMs: 400, maxPerReplica: 2, minColocateBlocks: 2}
 - type: prefix-cache-scorer
   parameters: {prefixMatchInfoProducerName: burst-prefix-cache-producer}
 - type: max-score-picker
@@ -27,6 +28,14 @@ fn burst(n: usize, prompt: &str) -> Req {
         concurrent: true,
         ..times(n, req(completion(prompt)))
     }
+}
+
+/// About 900 bytes every prompt of the last burst starts with.
+fn shared_preamble() -> String {
+    (0..90)
+        .map(|i| format!("p{i:03}-line"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn burst_prefix() -> Case {
@@ -46,6 +55,10 @@ pub fn burst_prefix() -> Case {
             burst(4, "the rollout prompt of step two"),
             // Two prompts, two samples each: a pod each.
             burst(4, "prompt {n%2} of step three"),
+            // Four distinct prompts sharing a long preamble (more than two 64-token blocks of
+            // 4-byte pseudo-tokens), one sample each: singles that share `minColocateBlocks`
+            // leading blocks are units, co-located up to their fair share of the window.
+            burst(4, &format!("{} question {{n}}", shared_preamble())),
         ],
     )
 }
