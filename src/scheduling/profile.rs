@@ -177,8 +177,9 @@ pub(crate) fn assemble(
 
 /// Per plugin, its replacement when a `prefix-cache-scorer` scores a precise producer's
 /// matches (llm-d v0.10's `prefixMatchInfoProducerName`): the precise scorer with that
-/// producer's index; or a gathering producer's placements ([`super::gather`]). A name that is no prefix producer is a problem; the approximate
-/// producer's own type name is accepted unconfigured (llm-d creates it for its consumers).
+/// producer's index; or a gathering producer's placements ([`super::gather`]). A name that is
+/// no prefix producer is a problem; the approximate producer's own type name is accepted
+/// unconfigured (llm-d creates it for its consumers).
 fn resolve_producers(plugins: &Plugins<'_>, problems: &mut Vec<BuildError>) -> Vec<Option<Plugin>> {
     plugins
         .iter()
