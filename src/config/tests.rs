@@ -26,13 +26,14 @@ fn shipped_examples_build() {
 }
 
 #[test]
-fn the_built_in_default_is_the_estimated_ttft_scheduler() {
+fn the_built_in_default_is_the_affinity_filter_before_estimated_ttft() {
     let c = parse(DEFAULT_CONFIG).unwrap();
     let types: Vec<&str> = c.plugins.iter().map(|p| p.plugin_type.as_str()).collect();
     assert_eq!(
         types,
         [
             "approx-prefix-cache-producer",
+            "prefix-cache-affinity-filter",
             "estimated-ttft-scorer",
             "max-score-picker"
         ]

@@ -249,8 +249,8 @@ or this chart cannot provide, fail the render with a message naming them.
 {{- toYaml $s -}}
 {{- end -}}
 
-{{- /* The chart's default EndpointPickerConfig: epp's built-in default (the estimated-TTFT
-scheduler, config/examples/default.yaml), or with scorerWeights upstream's three scorers at those
+{{- /* The chart's default EndpointPickerConfig: epp's built-in default (the affinity filter in
+front of the estimated-TTFT scorer, config/examples/default.yaml), or with scorerWeights upstream's three scorers at those
 weights (queue 2, kvCacheUtilization 2, prefixCache 3 is upstream's default). The data-layer
 plugins (metrics-data-source, core-metrics-extractor with the engine as defaultEngine, as
 llm-d-router's chart) are added when the engine is not vllm or metricsDataSource is given;
@@ -270,7 +270,14 @@ plugins:
 - type: approx-prefix-cache-producer
   parameters:
     maxPrefixTokensToMatch: 32768
+- type: prefix-cache-affinity-filter
+  parameters:
+    affinityThreshold: 0.80
+    maxTTFTPenaltyMs: 18000
+    peakPrefillThroughput: 15928
 - type: estimated-ttft-scorer
+  parameters:
+    evictionCostWeight: 3
 - type: max-score-picker
 {{- end }}
 {{- if $dl }}
@@ -299,6 +306,7 @@ schedulingProfiles:
   - pluginRef: prefix-cache-scorer
     weight: {{ $w.prefixCache | default 3 }}
 {{- else }}
+  - pluginRef: prefix-cache-affinity-filter
   - pluginRef: estimated-ttft-scorer
   - pluginRef: max-score-picker
 {{- end }}

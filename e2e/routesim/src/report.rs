@@ -237,14 +237,24 @@ fn header(plan: &Plan) -> String {
         .map(|s: &Shape| format!("{} ({:.1} req/s)", s.name, s.capacity(&plan.cluster)))
         .collect();
     format!(
-        "{} pods, {} seeds per cell, {:.0} s of arrivals ({:.0} s warm-up left out). Load is a \
+        "{} pods{}, {} seeds per cell, {:.0} s of arrivals ({:.0} s warm-up left out). Load is a \
          share of the no-cache capacity: {}. Each figure: mean over seeds [95% interval].\n",
         plan.cluster.pods,
+        speeds(&plan.cluster.speeds),
         plan.seeds,
         plan.secs,
         plan.warmup,
         shapes.join(", ")
     )
+}
+
+/// The pods' relative speeds when they differ (heterogeneous GPUs), for the header.
+fn speeds(speeds: &[f64]) -> String {
+    if speeds.iter().all(|&v| v == 1.0) {
+        return String::new();
+    }
+    let list: Vec<String> = speeds.iter().map(|v| format!("{v}")).collect();
+    format!(" at relative speeds {} (the rest 1)", list.join(", "))
 }
 
 /// Per cell, whether epp's default is no worse than the best other router on TTFT p90: its
