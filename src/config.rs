@@ -108,12 +108,13 @@ impl FeatureGates {
     }
 }
 
-/// The built-in configuration (and `config/examples/default.yaml`): `prefix-cache-affinity-filter`
-/// (llm-d's optimized-baseline thresholds) in front of epp's estimated-TTFT scorer, pricing the
-/// prefixes a placement would evict at weight 3 (its own default 0.25), over the approximate prefix index sized
-/// to the pods' caches. In the routing simulator's grid it is no worse than the best other
-/// configuration in 19 of 20 cells (BENCHMARKS.md, "The grid"); upstream's default is one config
-/// away ([`UPSTREAM_DEFAULT_CONFIG`], `config/examples/upstream-default.yaml`).
+/// The built-in configuration (and `config/examples/default.yaml`, the chart's default ConfigMap,
+/// `hack/bench/epp-default.yaml`): `prefix-cache-affinity-filter` (llm-d's optimized-baseline
+/// thresholds) in front of epp's estimated-TTFT scorer, pricing the prefixes a placement would
+/// evict at weight 3 (its own default 0.25), over the approximate prefix index sized to the pods'
+/// caches. In the routing simulator's grid it is no worse than the best of six other
+/// configurations in 15 of 20 cells, seed by seed (BENCHMARKS.md, "The grid"); upstream's default
+/// is one config away ([`UPSTREAM_DEFAULT_CONFIG`], `config/examples/upstream-default.yaml`).
 pub const DEFAULT_CONFIG: &str = "\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig

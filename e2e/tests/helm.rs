@@ -526,6 +526,21 @@ fn yaml_docs(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The chart spells epp's built-in default out in its template (Helm cannot read Rust), so the
+/// two are held equal here: changing the default without the chart fails this test.
+#[test]
+fn the_charts_default_configmap_is_epps_built_in_default() {
+    let objs = render(&json!({"inferencePool": {"modelServers": {"matchLabels": {"app": "m"}}}}));
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("the chart renders its ConfigMap");
+    assert_eq!(
+        cm["data"]["default-plugins.yaml"].as_str(),
+        Some(epp::config::DEFAULT_CONFIG)
+    );
+}
+
 #[test]
 fn the_envoy_gateway_examples_decode_and_epp_yaml_is_the_rendered_chart() {
     let dir = root().join("config/examples/envoy-gateway");

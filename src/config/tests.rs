@@ -19,6 +19,13 @@ fn shipped_examples_build() {
     let body = |text: &str| text.split_once("apiVersion").unwrap().1.to_owned();
     let file = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
     assert_eq!(body(&file("default.yaml")), body(DEFAULT_CONFIG));
+    let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/bench/epp-default.yaml");
+    let bench = std::fs::read_to_string(bench).unwrap();
+    assert_eq!(
+        body(&bench),
+        body(DEFAULT_CONFIG),
+        "hack/bench/epp-default.yaml"
+    );
     assert_eq!(
         body(&file("upstream-default.yaml")),
         body(UPSTREAM_DEFAULT_CONFIG)

@@ -61,13 +61,16 @@ pub struct GridArgs {
     /// Where the markdown goes (plots beside it).
     #[arg(long, default_value = "target/routesim/grid.md")]
     pub out: PathBuf,
+    /// Where generated traces (the agentic sessions, one file per seed) are cached: derived
+    /// data, kept out of `--out`'s directory so a report written into docs/ carries none.
+    #[arg(long, default_value = "target/routesim/traces")]
+    pub traces: PathBuf,
 }
 
 impl GridArgs {
     /// The plan these arguments ask for.
     pub fn plan(&self) -> anyhow::Result<Plan> {
-        let dir = self.out.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let mut shapes = grid::standard_shapes(&dir);
+        let mut shapes = grid::standard_shapes(&self.traces);
         let mut a = self.clone();
         if a.small {
             a.seeds = a.seeds.min(4);
@@ -257,10 +260,10 @@ fn speeds(speeds: &[f64]) -> String {
     format!(" at relative speeds {} (the rest 1)", list.join(", "))
 }
 
-/// Per cell, whether epp's default is no worse than the best other router on TTFT p90: its
+/// Per cell, whether the `judged` router is no worse than the best other router on TTFT p90: its
 /// interval's upper bound at most the best's lower bound × 1.05 (issue 34's rule, on the two
 /// intervals side by side); and paired, seed by seed: the upper bound of the mean ratio
-/// (default / best) at most 1.05. Two equally good routers fail the first rule whenever their
+/// (judged / best) at most 1.05. Two equally good routers fail the first rule whenever their
 /// intervals are wider than 5% (each seed's luck moves both alike); the paired rule settles
 /// the same question to the width of the ratio's interval.
 pub fn verdict(cells: &[Cell], judged: &str) -> String {

@@ -33,6 +33,7 @@ fn small_args() -> GridArgs {
         small: false,
         verdict_for: vec![report::DEFAULT_ROUTER.into()],
         out: out_dir().join("grid.md"),
+        traces: out_dir().join("traces"),
     }
 }
 
